@@ -1,0 +1,78 @@
+#include "halfgrad/core/dtype.h"
+
+#include <array>
+#include <cmath>
+
+#include "halfgrad/core/error.h"
+
+namespace hg {
+
+namespace {
+
+constexpr std::array<std::string_view, kNumDTypes> kNames = {
+#define HG_DTYPE_NAME(cpp, name, str) str,
+    HG_FORALL_DTYPES(HG_DTYPE_NAME)
+#undef HG_DTYPE_NAME
+};
+
+constexpr std::array<size_t, kNumDTypes> kSizes = {
+#define HG_DTYPE_SIZE(cpp, name, str) sizeof(cpp),
+    HG_FORALL_DTYPES(HG_DTYPE_SIZE)
+#undef HG_DTYPE_SIZE
+};
+
+constexpr std::array<bool, kNumDTypes> kFloating = {
+#define HG_DTYPE_FLOATING(cpp, name, str) !std::is_integral_v<cpp>,
+    HG_FORALL_DTYPES(HG_DTYPE_FLOATING)
+#undef HG_DTYPE_FLOATING
+};
+
+int index(DType dtype) { return static_cast<int>(dtype); }
+
+}  // namespace
+
+std::string_view dtype_name(DType dtype) { return kNames[index(dtype)]; }
+size_t element_size(DType dtype) { return kSizes[index(dtype)]; }
+bool is_floating_point(DType dtype) { return kFloating[index(dtype)]; }
+
+DType promote_types(DType a, DType b) {
+  // NOTE [Type promotion] PyTorch's table (c10's promoteTypes) for halfgrad's dtypes.
+  // Read a row for `a` and a column for `b`; the table is symmetric.
+  constexpr DType f4 = kFloat32, f2 = kFloat16, bf = kBFloat16, f8 = kFloat64, i8 = kInt64,
+                  i4 = kInt32, b1 = kBool;
+  static constexpr DType kTable[kNumDTypes][kNumDTypes] = {
+      //         f4  f2  bf  f8  i8  i4  b1
+      /* f4 */ {f4, f4, f4, f8, f4, f4, f4},
+      /* f2 */ {f4, f2, f4, f8, f2, f2, f2},
+      /* bf */ {f4, f4, bf, f8, bf, bf, bf},
+      /* f8 */ {f8, f8, f8, f8, f8, f8, f8},
+      /* i8 */ {f4, f2, bf, f8, i8, i8, i8},
+      /* i4 */ {f4, f2, bf, f8, i8, i4, i4},
+      /* b1 */ {f4, f2, bf, f8, i8, i4, b1},
+  };
+  return kTable[index(a)][index(b)];
+}
+
+FInfo finfo(DType dtype) {
+  HG_CHECK(is_floating_point(dtype), "finfo: expected a floating dtype, got {}",
+           dtype_name(dtype));
+  switch (dtype) {
+    case kFloat16:
+      return {16, std::ldexp(1.0, -10), 65504.0, -65504.0, std::ldexp(1.0, -14),
+              std::ldexp(1.0, -24)};
+    case kBFloat16: {
+      const double max = std::ldexp(255.0, 120);  // 0x7F7F = (2 - 2^-7) * 2^127
+      return {16, std::ldexp(1.0, -7), max, -max, std::ldexp(1.0, -126), std::ldexp(1.0, -133)};
+    }
+    case kFloat32:
+      return {32, std::ldexp(1.0, -23), std::numeric_limits<float>::max(),
+              -double(std::numeric_limits<float>::max()), std::ldexp(1.0, -126),
+              std::ldexp(1.0, -149)};
+    default:
+      return {64, std::ldexp(1.0, -52), std::numeric_limits<double>::max(),
+              -std::numeric_limits<double>::max(), std::ldexp(1.0, -1022),
+              std::ldexp(1.0, -1074)};
+  }
+}
+
+}  // namespace hg

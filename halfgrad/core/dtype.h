@@ -1,0 +1,123 @@
+// DType: the element types a tensor can hold, generated from one list.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string_view>
+#include <type_traits>
+
+#include "halfgrad/core/half.h"
+
+namespace hg {
+
+// The one list: C++ type, enum name, printed name. Everything about a dtype derives from it.
+// The order is the enum's order and the index of the promotion table in dtype.cpp.
+#define HG_FORALL_DTYPES(_)             \
+  _(float, Float32, "float32")          \
+  _(::hg::Half, Float16, "float16")     \
+  _(::hg::BFloat16, BFloat16, "bfloat16") \
+  _(double, Float64, "float64")         \
+  _(int64_t, Int64, "int64")            \
+  _(int32_t, Int32, "int32")            \
+  _(bool, Bool, "bool")
+
+enum class DType : int8_t {
+#define HG_DTYPE_ENUM(cpp, name, str) name,
+  HG_FORALL_DTYPES(HG_DTYPE_ENUM)
+#undef HG_DTYPE_ENUM
+};
+
+#define HG_DTYPE_COUNT_ONE(cpp, name, str) +1
+inline constexpr int kNumDTypes = 0 HG_FORALL_DTYPES(HG_DTYPE_COUNT_ONE);
+#undef HG_DTYPE_COUNT_ONE
+
+inline constexpr DType kFloat32 = DType::Float32;
+inline constexpr DType kFloat16 = DType::Float16;
+inline constexpr DType kBFloat16 = DType::BFloat16;
+inline constexpr DType kFloat64 = DType::Float64;
+inline constexpr DType kInt64 = DType::Int64;
+inline constexpr DType kInt32 = DType::Int32;
+inline constexpr DType kBool = DType::Bool;
+// libtorch's spellings, for code ported line by line.
+inline constexpr DType kFloat = kFloat32;
+inline constexpr DType kHalf = kFloat16;
+inline constexpr DType kDouble = kFloat64;
+inline constexpr DType kLong = kInt64;
+inline constexpr DType kInt = kInt32;
+
+// The printed name: "float32", "bfloat16", ...
+std::string_view dtype_name(DType dtype);
+// Bytes per element.
+size_t element_size(DType dtype);
+// True for float32, float16, bfloat16, float64.
+bool is_floating_point(DType dtype);
+// True for the 16-bit floating types autocast computes in.
+constexpr bool is_reduced_precision(DType dtype) {
+  return dtype == kFloat16 || dtype == kBFloat16;
+}
+
+// PyTorch's type promotion for two tensor operands: the smallest dtype that holds both.
+// bool < int32 < int64 < {float16, bfloat16} < float32 < float64, and
+// float16 + bfloat16 -> float32 (neither holds the other).
+DType promote_types(DType a, DType b);
+
+// Limits of a floating dtype, like torch.finfo.
+struct FInfo {
+  int bits;
+  double eps;                 // 1.0's ulp: 2^-(mantissa bits)
+  double max;                 // largest finite value
+  double min;                 // most negative finite value (-max)
+  double tiny;                // smallest positive normal
+  double smallest_subnormal;  // smallest positive subnormal
+};
+FInfo finfo(DType dtype);
+
+// ---- C++ type <-> DType -------------------------------------------------------------------
+
+template <class T>
+struct DTypeOf;
+#define HG_DTYPE_OF(cpp, name, str) \
+  template <>                       \
+  struct DTypeOf<cpp> {             \
+    static constexpr DType value = DType::name; \
+  };
+HG_FORALL_DTYPES(HG_DTYPE_OF)
+#undef HG_DTYPE_OF
+
+template <class T>
+inline constexpr DType dtype_of = DTypeOf<std::remove_cv_t<T>>::value;
+
+template <DType D>
+struct CppTypeOf;
+#define HG_CPP_TYPE_OF(cpp, name, str) \
+  template <>                          \
+  struct CppTypeOf<DType::name> {      \
+    using type = cpp;                  \
+  };
+HG_FORALL_DTYPES(HG_CPP_TYPE_OF)
+#undef HG_CPP_TYPE_OF
+
+template <DType D>
+using cpp_type_t = typename CppTypeOf<D>::type;
+
+// A type carried as a value, for generic lambdas:
+//   visit_dtype(t.dtype(), [&](auto tag) { using T = typename decltype(tag)::type; ... });
+template <class T>
+struct TypeTag {
+  using type = T;
+};
+
+// Calls f(TypeTag<T>{}) with T the C++ type of dtype.
+template <class F>
+decltype(auto) visit_dtype(DType dtype, F&& f) {
+  switch (dtype) {
+#define HG_VISIT_CASE(cpp, name, str) \
+  case DType::name:                   \
+    return f(TypeTag<cpp>{});
+    HG_FORALL_DTYPES(HG_VISIT_CASE)
+#undef HG_VISIT_CASE
+  }
+  __builtin_unreachable();
+}
+
+}  // namespace hg

@@ -1,0 +1,25 @@
+# Installs the halfgrad build in BUILD_DIR into a fresh prefix, then builds and runs the
+# consumer project in CONSUMER_SOURCE against it, as a user's project would.
+function(run)
+  execute_process(COMMAND ${ARGV} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "failed (${rc}): ${ARGV}\n${out}\n${err}")
+  endif()
+  set(LAST_OUTPUT "${out}" PARENT_SCOPE)
+endfunction()
+
+file(REMOVE_RECURSE "${WORK_DIR}")
+run(${CMAKE_COMMAND} --install "${BUILD_DIR}" --prefix "${WORK_DIR}/prefix")
+
+set(extra)
+if(CUDA_COMPILER)
+  list(APPEND extra "-DCMAKE_CUDA_COMPILER=${CUDA_COMPILER}")
+endif()
+run(${CMAKE_COMMAND} -S "${CONSUMER_SOURCE}" -B "${WORK_DIR}/build" -G "${GENERATOR}"
+    -DCMAKE_BUILD_TYPE=Release "-DCMAKE_PREFIX_PATH=${WORK_DIR}/prefix" ${extra})
+run(${CMAKE_COMMAND} --build "${WORK_DIR}/build")
+run("${WORK_DIR}/build/consumer")
+message(STATUS "consumer printed:\n${LAST_OUTPUT}")
+if(NOT LAST_OUTPUT MATCHES "consumer ok")
+  message(FATAL_ERROR "the consumer did not report success:\n${LAST_OUTPUT}")
+endif()

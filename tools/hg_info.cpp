@@ -1,0 +1,22 @@
+// hg-info: what this copy of halfgrad was built with and what it finds on this machine.
+#include <omp.h>
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include "halfgrad/config.h"
+#include "halfgrad/cpu/onednn.h"
+#include "halfgrad/cuda/cuda.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"hg-info: halfgrad's build configuration and the devices it sees"};
+  CLI11_PARSE(app, argc, argv);
+
+  fmt::print("halfgrad      {}\n", HALFGRAD_VERSION);
+  fmt::print("compiler      {}\n", __VERSION__);
+  fmt::print("cpu threads   {} (OpenMP)\n", omp_get_max_threads());
+  fmt::print("oneDNN        {}\n", hg::cpu::onednn_version());
+  fmt::print("CUDA backend  {}\n", hg::cuda::is_compiled() ? "built" : "not built");
+  fmt::print("CUDA devices  {}\n", hg::cuda::describe());
+  return 0;
+}
