@@ -3,11 +3,23 @@
 //   #include <halfgrad/halfgrad.h>
 //   using namespace hg;
 //
+//   Tensor x = randn({2, 3});                 // float32, from the Philox generator
+//   Tensor h = x.to(kFloat16);                // rounded to nearest even, once
+//   fmt::print("{}\n", h);                    // tensor([[...]], shape=[2, 3], dtype=float16)
+//
 // This umbrella header brings in the whole public API.
 #pragma once
 
 #include "halfgrad/config.h"
+#include "halfgrad/core/cast.h"
+#include "halfgrad/core/device.h"
 #include "halfgrad/core/dtype.h"
 #include "halfgrad/core/error.h"
+#include "halfgrad/core/factory.h"
+#include "halfgrad/core/format.h"
 #include "halfgrad/core/half.h"
+#include "halfgrad/core/scalar.h"
+#include "halfgrad/core/shape.h"
+#include "halfgrad/core/storage.h"
+#include "halfgrad/core/tensor.h"
 #include "halfgrad/cuda/cuda.h"

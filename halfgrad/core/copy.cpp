@@ -1,0 +1,204 @@
+// Copies and dtype conversions: copy_, fill_, clone, to(dtype), item, to_vector.
+//
+// Every copy is one strided walk (for_each_row) with a row kernel picked from a table
+// indexed by (destination dtype, source dtype). Rounding happens in cast_value (cast.h);
+// contiguous float32 <-> float16/bfloat16 rows use the vector conversions of convert.h.
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstring>
+
+#include "halfgrad/core/cast.h"
+#include "halfgrad/core/factory.h"
+#include "halfgrad/core/format.h"
+#include "halfgrad/core/strided_loop.h"
+#include "halfgrad/core/tensor.h"
+
+namespace hg {
+
+namespace {
+
+using CastRow = void (*)(char* dst, int64_t dst_step, const char* src, int64_t src_step,
+                         int64_t n);
+
+template <class To, class From>
+void cast_row(char* dst, int64_t dst_step, const char* src, int64_t src_step, int64_t n) {
+  if constexpr (std::is_same_v<To, From>) {
+    if (dst_step == sizeof(To) && src_step == sizeof(From)) {
+      std::memcpy(dst, src, size_t(n) * sizeof(To));
+      return;
+    }
+  }
+  for (int64_t i = 0; i < n; ++i) {
+    From value;
+    std::memcpy(&value, src + i * src_step, sizeof(From));
+    const To converted = cast_value<To>(value);
+    std::memcpy(dst + i * dst_step, &converted, sizeof(To));
+  }
+}
+
+CastRow cast_row_for(DType to, DType from) {
+  return visit_dtype(to, [&](auto to_tag) {
+    using To = typename decltype(to_tag)::type;
+    return visit_dtype(from, [](auto from_tag) -> CastRow {
+      using From = typename decltype(from_tag)::type;
+      return &cast_row<To, From>;
+    });
+  });
+}
+
+std::array<Shape, 2> byte_strides(const Tensor& a, const Tensor& b) {
+  std::array<Shape, 2> out{a.strides(), b.strides()};
+  for (int64_t& s : out[0]) s *= int64_t(a.element_size());
+  for (int64_t& s : out[1]) s *= int64_t(b.element_size());
+  return out;
+}
+
+// Floating -> integer conversion is defined only for values whose truncation fits; NaN, inf
+// and out-of-range values are an error. Checked over the whole source before anything is
+// written, so a failed copy leaves the destination untouched.
+void check_fits_integer(const Tensor& src, DType to) {
+  if (!src.is_floating_point() || !(to == kInt64 || to == kInt32)) return;
+  std::atomic<bool> found{false};
+  std::atomic<double> offending{0.0};
+  visit_dtype(src.dtype(), [&](auto from_tag) {
+    using From = typename decltype(from_tag)::type;
+    if constexpr (is_floating_v<From>) {
+      const auto scan = [&](std::array<char*, 1> ptrs, std::array<int64_t, 1> step, int64_t n) {
+        for (int64_t i = 0; i < n; ++i) {
+          From value;
+          std::memcpy(&value, ptrs[0] + i * step[0], sizeof(From));
+          const bool fits = to == kInt64 ? fits_in_integer<int64_t>(value)
+                                         : fits_in_integer<int32_t>(value);
+          if (!fits && !found.exchange(true)) offending = static_cast<double>(value);
+        }
+      };
+      Shape strides = src.strides();
+      for (int64_t& s : strides) s *= int64_t(src.element_size());
+      for_each_row<1>(src.sizes(), {static_cast<char*>(src.data_ptr())}, {strides}, scan);
+    }
+  });
+  HG_CHECK(!found.load(), "cannot convert {} value {} to {}: {}", dtype_name(src.dtype()),
+           offending.load(), dtype_name(to),
+           std::isnan(offending.load()) ? "NaN has no integer value"
+                                        : "it is outside the integer range");
+}
+
+// True when some element of t is reached through two different indices (a stride-0 dim of
+// size > 1, as made by expand): writing to it would be ambiguous.
+bool has_internal_overlap(const Tensor& t) {
+  for (int64_t d = 0; d < t.dim(); ++d) {
+    if (t.strides()[d] == 0 && t.sizes()[d] > 1) return true;
+  }
+  return false;
+}
+
+// Copies src (already of dst's shape) into dst; no checks, no version bump.
+void copy_elements(const Tensor& dst, const Tensor& src) {
+  check_fits_integer(src, dst.dtype());
+  const CastRow row = cast_row_for(dst.dtype(), src.dtype());
+  for_each_row<2>(dst.sizes(), {static_cast<char*>(dst.data_ptr()), static_cast<char*>(src.data_ptr())},
+                  byte_strides(dst, src),
+                  [row](std::array<char*, 2> ptrs, std::array<int64_t, 2> step, int64_t n) {
+                    row(ptrs[0], step[0], ptrs[1], step[1], n);
+                  });
+}
+
+// The value of a Scalar as T; floating -> integer must fit (see check_fits_integer).
+template <class T>
+T scalar_as(Scalar value, DType dtype, const char* op) {
+  if (value.is_floating()) {
+    if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
+      HG_CHECK(fits_in_integer<T>(value.to_double()), "{}: value {} cannot be converted to {}",
+               op, value.to_double(), dtype_name(dtype));
+    }
+    return cast_value<T>(value.to_double());
+  }
+  return cast_value<T>(value.to_int64());
+}
+
+}  // namespace
+
+Tensor& Tensor::copy_(const Tensor& src) {
+  HG_CHECK(src.defined(), "copy_: expected a defined source tensor, got an undefined one");
+  HG_CHECK(device() == src.device(), "copy_: expected a source on {}, got one on {}", device(),
+           src.device());
+  const Shape target = sizes();
+  HG_CHECK(src.dim() <= dim() && broadcast_shapes(src.sizes(), target) == target,
+           "copy_: the source of shape {} cannot be broadcast to the destination's shape {}",
+           src.sizes(), target);
+  HG_CHECK(!has_internal_overlap(*this),
+           "copy_: the destination (shape {}, strides {}) has elements that share memory "
+           "(an expanded tensor); clone() it before writing to it",
+           sizes(), strides());
+  // A source that shares memory with the destination is read in full before any write.
+  const Tensor source = shares_storage(src) ? src.clone() : src;
+  copy_elements(*this, source.expand(target));
+  bump_version();
+  return *this;
+}
+
+Tensor& Tensor::fill_(Scalar value) {
+  HG_CHECK(!has_internal_overlap(*this),
+           "fill_: the tensor (shape {}, strides {}) has elements that share memory (an "
+           "expanded tensor); clone() it before writing to it",
+           sizes(), strides());
+  visit_dtype(dtype(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const T fill = scalar_as<T>(value, dtype(), "fill_");
+    Shape strides = this->strides();
+    for (int64_t& s : strides) s *= int64_t(sizeof(T));
+    for_each_row<1>(sizes(), {static_cast<char*>(data_ptr())}, {strides},
+                    [fill](std::array<char*, 1> ptrs, std::array<int64_t, 1> step, int64_t n) {
+                      for (int64_t i = 0; i < n; ++i) {
+                        std::memcpy(ptrs[0] + i * step[0], &fill, sizeof(T));
+                      }
+                    });
+  });
+  bump_version();
+  return *this;
+}
+
+Tensor Tensor::clone() const {
+  Tensor out = empty(sizes(), options());
+  copy_elements(out, *this);
+  return out;
+}
+
+Tensor Tensor::to(DType dtype) const {
+  if (dtype == this->dtype()) return *this;
+  Tensor out = empty(sizes(), {.dtype = dtype, .device = device()});
+  copy_elements(out, *this);
+  return out;
+}
+
+Tensor Tensor::to(Device device) const {
+  if (device == this->device()) return *this;
+  HG_ERROR("to: cannot move a tensor from {} to {}: this version of halfgrad keeps tensors on "
+           "the CPU only",
+           this->device(), device);
+}
+
+Tensor Tensor::to(Device device, DType dtype) const { return to(device).to(dtype); }
+
+template <class T>
+std::vector<T> Tensor::to_vector() const {
+  const Tensor values = to(Device(kCPU)).to(dtype_of<T>).contiguous();
+  const T* data = static_cast<const T*>(values.data_ptr());
+  return std::vector<T>(data, data + values.numel());
+}
+
+template <class T>
+T Tensor::item() const {
+  HG_CHECK(numel() == 1, "item: expected a tensor with one element, got {} elements (shape {})",
+           numel(), sizes());
+  return to_vector<T>()[0];
+}
+
+#define HG_INSTANTIATE_ITEM(cpp, name, str)                  \
+  template std::vector<cpp> Tensor::to_vector<cpp>() const; \
+  template cpp Tensor::item<cpp>() const;
+HG_FORALL_DTYPES(HG_INSTANTIATE_ITEM)
+#undef HG_INSTANTIATE_ITEM
+
+}  // namespace hg

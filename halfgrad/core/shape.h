@@ -1,0 +1,43 @@
+// Shapes and strides: sizes and strides of a tensor, in elements, and the rules that
+// relate them (contiguity, broadcasting, which reshapes can be views).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+
+#include "halfgrad/core/small_vector.h"
+
+namespace hg {
+
+// Sizes or strides of a tensor; up to 6 dims are stored inline.
+using Shape = SmallVector<int64_t, 6>;
+
+// The number of elements of a shape (1 for a 0-d shape). Throws on a negative size or on
+// overflow of int64.
+int64_t shape_numel(const Shape& sizes);
+
+// Row-major (C-contiguous) strides for sizes.
+Shape contiguous_strides(const Shape& sizes);
+
+// True when sizes/strides describe a row-major layout with no gaps (size-1 dims may have
+// any stride, as in PyTorch).
+bool is_contiguous_layout(const Shape& sizes, const Shape& strides);
+
+// Maps dim in [-ndim, ndim) to [0, ndim); otherwise throws an hg::Error naming `op`, the
+// valid range and the dim given. ndim 0 is treated as 1 (a scalar has dims 0 and -1).
+int64_t wrap_dim(int64_t dim, int64_t ndim, const char* op);
+
+// The broadcast shape of a and b (PyTorch / NumPy rules: align trailing dims; each pair
+// must be equal or contain a 1). Throws naming both shapes and the offending dim.
+Shape broadcast_shapes(const Shape& a, const Shape& b);
+
+// Replaces a single -1 in `sizes` with the size that makes the element count `numel`;
+// throws if there are several -1, a size below -1, or the count cannot match.
+Shape infer_size(const Shape& sizes, int64_t numel, const char* op);
+
+// Strides that let a tensor with (old_sizes, old_strides) be viewed as new_sizes without
+// copying, or nullopt when no such strides exist (then reshape must copy).
+std::optional<Shape> view_strides(const Shape& old_sizes, const Shape& old_strides,
+                                  const Shape& new_sizes);
+
+}  // namespace hg

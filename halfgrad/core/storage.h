@@ -1,0 +1,102 @@
+// Storage: a reference-counted buffer of bytes on one device, shared by a tensor and its
+// views. Allocators hand out the bytes.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <utility>
+
+#include "halfgrad/core/device.h"
+
+namespace hg {
+
+// An owned pointer with the function that frees it.
+class DataPtr {
+ public:
+  using Deleter = void (*)(void* data, void* context);
+
+  DataPtr() = default;
+  DataPtr(void* data, void* context, Deleter deleter)
+      : data_(data), context_(context), deleter_(deleter) {}
+  DataPtr(DataPtr&& other) noexcept { *this = std::move(other); }
+  DataPtr& operator=(DataPtr&& other) noexcept {
+    if (this != &other) {
+      reset();
+      data_ = std::exchange(other.data_, nullptr);
+      context_ = std::exchange(other.context_, nullptr);
+      deleter_ = std::exchange(other.deleter_, nullptr);
+    }
+    return *this;
+  }
+  DataPtr(const DataPtr&) = delete;
+  DataPtr& operator=(const DataPtr&) = delete;
+  ~DataPtr() { reset(); }
+
+  void* get() const { return data_; }
+  void reset() {
+    if (deleter_) deleter_(data_, context_);
+    data_ = context_ = nullptr;
+    deleter_ = nullptr;
+  }
+
+ private:
+  void* data_ = nullptr;
+  void* context_ = nullptr;
+  Deleter deleter_ = nullptr;
+};
+
+class Allocator {
+ public:
+  virtual ~Allocator() = default;
+  // Returns nbytes of memory (nbytes may be 0), or throws hg::Error when out of memory.
+  virtual DataPtr allocate(size_t nbytes) = 0;
+};
+
+// The CPU allocator: 64-byte aligned blocks (a cache line, and a full AVX-512 vector).
+inline constexpr size_t kCpuAlignment = 64;
+Allocator* cpu_allocator();
+
+// Counters of the CPU allocator, for memory reports and leak tests.
+struct AllocatorStats {
+  int64_t live_allocations = 0;
+  int64_t live_bytes = 0;
+  int64_t peak_bytes = 0;
+  int64_t total_allocations = 0;
+};
+AllocatorStats cpu_allocator_stats();
+
+class StorageImpl {
+ public:
+  StorageImpl(DataPtr data, size_t nbytes, Device device)
+      : data_(std::move(data)), nbytes_(nbytes), device_(device) {}
+
+  void* data() const { return data_.get(); }
+  size_t nbytes() const { return nbytes_; }
+  Device device() const { return device_; }
+
+  // NOTE [Version counter] Every in-place write to a storage bumps its version. Autograd
+  // saves the version with each saved tensor and refuses to use one that changed. A tensor
+  // and all its views share one storage, so they share the counter, as in PyTorch.
+  uint64_t version() const { return version_.load(std::memory_order_relaxed); }
+  void bump_version() { version_.fetch_add(1, std::memory_order_relaxed); }
+
+ private:
+  DataPtr data_;
+  size_t nbytes_;
+  Device device_;
+  std::atomic<uint64_t> version_{0};
+};
+
+using Storage = std::shared_ptr<StorageImpl>;
+
+// A new storage of nbytes from the device's allocator.
+Storage make_storage(size_t nbytes, Device device);
+// A storage over memory the caller owns; `deleter` (if any) runs when the last tensor
+// using it is gone.
+Storage wrap_storage(void* data, size_t nbytes, Device device,
+                     std::function<void(void*)> deleter = nullptr);
+
+}  // namespace hg

@@ -1,0 +1,168 @@
+// Tensor: a shared handle to a TensorImpl (sizes, strides, storage offset, dtype, storage).
+// Copying a Tensor copies the handle, as in PyTorch; views share storage with their base.
+//
+//   Tensor x = hg::arange(6.0).reshape({2, 3}); // [[0, 1, 2], [3, 4, 5]], float32
+//   Tensor y = x.transpose(0, 1);               // a view: writes to y show in x
+//   Tensor h = x.to(kFloat16);                  // a copy, rounded to nearest even
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "halfgrad/core/device.h"
+#include "halfgrad/core/dtype.h"
+#include "halfgrad/core/error.h"
+#include "halfgrad/core/scalar.h"
+#include "halfgrad/core/shape.h"
+#include "halfgrad/core/storage.h"
+
+namespace hg {
+
+namespace autograd {
+struct AutogradMeta;  // defined by the autograd layer
+}
+
+struct TensorOptions {
+  DType dtype = kFloat32;
+  Device device = kCPU;
+};
+
+class TensorImpl {
+ public:
+  TensorImpl(Storage storage, DType dtype, Shape sizes, Shape strides, int64_t storage_offset);
+
+  const Storage& storage() const { return storage_; }
+  DType dtype() const { return dtype_; }
+  Device device() const { return storage_->device(); }
+  const Shape& sizes() const { return sizes_; }
+  const Shape& strides() const { return strides_; }
+  int64_t storage_offset() const { return storage_offset_; }
+  int64_t numel() const { return numel_; }
+  bool is_contiguous() const { return is_contiguous_; }
+  // The address of element [0, 0, ...].
+  void* data() const {
+    return static_cast<char*>(storage_->data()) + storage_offset_ * int64_t(element_size(dtype_));
+  }
+
+  // A view's base is the tensor that owns the layout it was made from (the root of a chain
+  // of views); null for a tensor that is not a view.
+  bool is_view() const { return view_base_ != nullptr; }
+  const std::shared_ptr<TensorImpl>& view_base() const { return view_base_; }
+  void set_view_base(std::shared_ptr<TensorImpl> base) { view_base_ = std::move(base); }
+
+  // Reserved for the autograd layer (requires_grad, grad, grad_fn, version saved, ...).
+  std::shared_ptr<autograd::AutogradMeta> autograd_meta;
+
+ private:
+  Storage storage_;
+  DType dtype_;
+  Shape sizes_;
+  Shape strides_;
+  int64_t storage_offset_;
+  int64_t numel_;
+  bool is_contiguous_;
+  std::shared_ptr<TensorImpl> view_base_;
+};
+
+class Tensor {
+ public:
+  Tensor() = default;  // an undefined tensor (defined() is false)
+  explicit Tensor(std::shared_ptr<TensorImpl> impl) : impl_(std::move(impl)) {}
+
+  bool defined() const { return impl_ != nullptr; }
+  TensorImpl* impl() const { return impl_.get(); }
+  const std::shared_ptr<TensorImpl>& impl_ptr() const { return impl_; }
+  // True when both handles point to the same tensor (not merely equal values).
+  bool is_same(const Tensor& other) const { return impl_ == other.impl_; }
+
+  // ---- metadata ---------------------------------------------------------------------------
+  DType dtype() const { return checked().dtype(); }
+  Device device() const { return checked().device(); }
+  TensorOptions options() const { return {dtype(), device()}; }
+  const Shape& sizes() const { return checked().sizes(); }
+  const Shape& strides() const { return checked().strides(); }
+  Shape shape() const { return sizes(); }
+  int64_t size(int64_t dim) const;    // negative dims count from the end
+  int64_t stride(int64_t dim) const;
+  int64_t dim() const { return int64_t(sizes().size()); }
+  int64_t numel() const { return checked().numel(); }
+  int64_t storage_offset() const { return checked().storage_offset(); }
+  size_t element_size() const { return hg::element_size(dtype()); }
+  size_t nbytes() const { return size_t(numel()) * element_size(); }
+  bool is_contiguous() const { return checked().is_contiguous(); }
+  bool is_floating_point() const { return hg::is_floating_point(dtype()); }
+  bool is_view() const { return checked().is_view(); }
+  bool is_cpu() const { return device().is_cpu(); }
+  bool is_cuda() const { return device().is_cuda(); }
+  // True when this tensor and other use the same storage (a view and its base, say).
+  bool shares_storage(const Tensor& other) const;
+  // The storage's version: bumped by every in-place write (NOTE [Version counter]).
+  uint64_t version() const { return checked().storage()->version(); }
+  void bump_version() const { checked().storage()->bump_version(); }
+
+  // ---- data -------------------------------------------------------------------------------
+  // The address of element [0, 0, ...]; T must match the dtype.
+  void* data_ptr() const { return checked().data(); }
+  template <class T>
+  T* data_ptr() const {
+    HG_CHECK(dtype_of<T> == dtype(), "data_ptr<{}>: the tensor's dtype is {}",
+             dtype_name(dtype_of<T>), dtype_name(dtype()));
+    return static_cast<T*>(data_ptr());
+  }
+  // The value of a one-element tensor, converted to T (a CPU round trip for CUDA tensors).
+  template <class T>
+  T item() const;
+  // All elements in row-major order, converted to T.
+  template <class T>
+  std::vector<T> to_vector() const;
+
+  // ---- views (share storage with this tensor) ---------------------------------------------
+  Tensor view(const Shape& sizes) const;  // one size may be -1
+  Tensor as_strided(const Shape& sizes, const Shape& strides,
+                    std::optional<int64_t> storage_offset = std::nullopt) const;
+  Tensor transpose(int64_t dim0, int64_t dim1) const;
+  Tensor t() const;  // transpose of a tensor of at most 2 dims
+  Tensor permute(const Shape& dims) const;
+  Tensor narrow(int64_t dim, int64_t start, int64_t length) const;
+  Tensor slice(int64_t dim, std::optional<int64_t> start = std::nullopt,
+               std::optional<int64_t> end = std::nullopt, int64_t step = 1) const;
+  Tensor select(int64_t dim, int64_t index) const;
+  Tensor expand(const Shape& sizes) const;  // -1 keeps a size
+  Tensor expand_as(const Tensor& other) const { return expand(other.sizes()); }
+  Tensor squeeze() const;
+  Tensor squeeze(int64_t dim) const;
+  Tensor unsqueeze(int64_t dim) const;
+  Tensor flatten(int64_t start_dim = 0, int64_t end_dim = -1) const;
+  Tensor unflatten(int64_t dim, const Shape& sizes) const;
+  Tensor operator[](int64_t index) const { return select(0, index); }
+
+  // ---- views when possible, copies otherwise ----------------------------------------------
+  Tensor reshape(const Shape& sizes) const;
+  Tensor contiguous() const;
+
+  // ---- copies -----------------------------------------------------------------------------
+  Tensor clone() const;
+  // A tensor of another dtype and/or device; returns *this when nothing changes.
+  Tensor to(DType dtype) const;
+  Tensor to(Device device) const;
+  Tensor to(Device device, DType dtype) const;
+  Tensor cpu() const { return to(Device(kCPU)); }
+
+  // ---- in-place writes (bump the version) -------------------------------------------------
+  // Copies src into this tensor, broadcasting src's shape and converting its dtype.
+  Tensor& copy_(const Tensor& src);
+  Tensor& fill_(Scalar value);
+  Tensor& zero_() { return fill_(0); }
+
+ private:
+  TensorImpl& checked() const {
+    HG_CHECK(impl_ != nullptr, "this operation needs a defined tensor, got an undefined one");
+    return *impl_;
+  }
+  Tensor make_view(Shape sizes, Shape strides, int64_t storage_offset) const;
+
+  std::shared_ptr<TensorImpl> impl_;
+};
+
+}  // namespace hg
