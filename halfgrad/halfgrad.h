@@ -18,6 +18,7 @@
 #include "halfgrad/core/factory.h"
 #include "halfgrad/core/format.h"
 #include "halfgrad/core/half.h"
+#include "halfgrad/core/random.h"
 #include "halfgrad/core/scalar.h"
 #include "halfgrad/core/shape.h"
 #include "halfgrad/core/storage.h"

@@ -6,6 +6,7 @@
 
 #include "halfgrad/core/cast.h"
 #include "halfgrad/core/format.h"
+#include "halfgrad/core/random.h"
 
 namespace hg {
 
@@ -124,6 +125,32 @@ Tensor eye(int64_t n, std::optional<int64_t> m, TensorOptions options) {
     out.as_strided({diagonal}, {columns + 1}, 0).fill_(1);
   }
   return out;
+}
+
+Tensor rand(const Shape& sizes, TensorOptions options, Generator* generator) {
+  HG_CHECK(is_floating_point(options.dtype), "rand: expected a floating dtype, got {}",
+           options.dtype);
+  Tensor out = empty(sizes, options);
+  random::fill_uniform(options.dtype, out.data_ptr(), out.numel(), 0.0, 1.0,
+                       generator ? *generator : default_generator());
+  return out;
+}
+
+Tensor randn(const Shape& sizes, TensorOptions options, Generator* generator) {
+  HG_CHECK(is_floating_point(options.dtype), "randn: expected a floating dtype, got {}",
+           options.dtype);
+  Tensor out = empty(sizes, options);
+  random::fill_normal(options.dtype, out.data_ptr(), out.numel(), 0.0, 1.0,
+                      generator ? *generator : default_generator());
+  return out;
+}
+
+Tensor rand_like(const Tensor& like, Generator* generator) {
+  return rand(like.sizes(), like.options(), generator);
+}
+
+Tensor randn_like(const Tensor& like, Generator* generator) {
+  return randn(like.sizes(), like.options(), generator);
 }
 
 template <class T>

@@ -27,9 +27,11 @@ Shape contiguous_strides(const Shape& sizes) {
 }
 
 bool is_contiguous_layout(const Shape& sizes, const Shape& strides) {
+  for (int64_t size : sizes) {
+    if (size == 0) return true;  // an empty tensor is contiguous whatever its strides
+  }
   int64_t expected = 1;
   for (size_t d = sizes.size(); d-- > 0;) {
-    if (sizes[d] == 0) return true;
     if (sizes[d] == 1) continue;
     if (strides[d] != expected) return false;
     expected *= sizes[d];
@@ -73,8 +75,10 @@ Shape infer_size(const Shape& sizes, int64_t numel, const char* op) {
     }
   }
   if (infer) {
-    HG_CHECK(known != 0 && numel % known == 0,
-             "{}: shape {} is invalid for a tensor of {} elements", op, sizes, numel);
+    HG_CHECK(known != 0, "{}: shape {} is ambiguous for a tensor of {} elements: with another "
+             "size 0, the -1 could be any size", op, sizes, numel);
+    HG_CHECK(numel % known == 0, "{}: shape {} is invalid for a tensor of {} elements", op,
+             sizes, numel);
     out[*infer] = numel / known;
   } else {
     HG_CHECK(known == numel, "{}: shape {} is invalid for a tensor of {} elements", op, sizes,
