@@ -124,7 +124,7 @@ Tensor& Tensor::copy_(const Tensor& src) {
   HG_CHECK(device() == src.device(), "copy_: expected a source on {}, got one on {}", device(),
            src.device());
   const Shape target = sizes();
-  HG_CHECK(src.dim() <= dim() && broadcast_shapes(src.sizes(), target) == target,
+  HG_CHECK(broadcasts_to(src.sizes(), target),
            "copy_: the source of shape {} cannot be broadcast to the destination's shape {}",
            src.sizes(), target);
   HG_CHECK(!has_internal_overlap(*this),

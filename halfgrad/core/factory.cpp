@@ -112,6 +112,7 @@ Tensor linspace(double start, double end, int64_t steps, TensorOptions options) 
   // exact and the error stays symmetric (as PyTorch does).
   const int64_t half = steps / 2;
   return generate({steps}, options.dtype, "linspace", [=](int64_t i) {
+    if (steps == 1) return start;
     return i < half ? start + delta * double(i) : end - delta * double(steps - 1 - i);
   });
 }

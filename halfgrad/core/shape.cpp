@@ -61,6 +61,15 @@ Shape broadcast_shapes(const Shape& a, const Shape& b) {
   return out;
 }
 
+bool broadcasts_to(const Shape& from, const Shape& to) {
+  if (from.size() > to.size()) return false;
+  const size_t lead = to.size() - from.size();
+  for (size_t d = 0; d < from.size(); ++d) {
+    if (from[d] != to[lead + d] && from[d] != 1) return false;
+  }
+  return true;
+}
+
 Shape infer_size(const Shape& sizes, int64_t numel, const char* op) {
   Shape out = sizes;
   int64_t known = 1;

@@ -31,6 +31,10 @@ int64_t wrap_dim(int64_t dim, int64_t ndim, const char* op);
 // must be equal or contain a 1). Throws naming both shapes and the offending dim.
 Shape broadcast_shapes(const Shape& a, const Shape& b);
 
+// True when a tensor of shape `from` can be broadcast to exactly `to` (one direction: `to`
+// is not changed), as copy_ and expand need.
+bool broadcasts_to(const Shape& from, const Shape& to);
+
 // Replaces a single -1 in `sizes` with the size that makes the element count `numel`;
 // throws if there are several -1, a size below -1, or the count cannot match.
 Shape infer_size(const Shape& sizes, int64_t numel, const char* op);

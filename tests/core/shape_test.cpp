@@ -67,6 +67,15 @@ TEST_CASE("broadcast_shapes aligns trailing dims", "[shape]") {
                         Contains("sizes 2 and 4"));
 }
 
+TEST_CASE("broadcasts_to is one-directional", "[shape]") {
+  CHECK(broadcasts_to({3}, {2, 3}));
+  CHECK(broadcasts_to({1, 3}, {2, 3}));
+  CHECK(broadcasts_to({}, {2, 3}));
+  CHECK_FALSE(broadcasts_to({2, 3}, {3}));
+  CHECK_FALSE(broadcasts_to({2, 1}, {1, 3}));
+  CHECK_FALSE(broadcasts_to({3}, {3, 2}));
+}
+
 TEST_CASE("infer_size fills one -1 and checks the count", "[shape]") {
   CHECK(infer_size({-1, 4}, 12, "view") == Shape{3, 4});
   CHECK(infer_size({0, 5}, 0, "view") == Shape{0, 5});
