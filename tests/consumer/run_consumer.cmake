@@ -15,6 +15,9 @@ set(extra)
 if(CUDA_COMPILER)
   list(APPEND extra "-DCMAKE_CUDA_COMPILER=${CUDA_COMPILER}")
 endif()
+if(SANITIZE)  # a sanitized static library needs the sanitizer runtimes at link time
+  list(APPEND extra "-DCMAKE_EXE_LINKER_FLAGS=-fsanitize=${SANITIZE}")
+endif()
 run(${CMAKE_COMMAND} -S "${CONSUMER_SOURCE}" -B "${WORK_DIR}/build" -G "${GENERATOR}"
     -DCMAKE_BUILD_TYPE=Release "-DCMAKE_PREFIX_PATH=${WORK_DIR}/prefix" ${extra})
 run(${CMAKE_COMMAND} --build "${WORK_DIR}/build")
