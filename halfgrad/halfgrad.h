@@ -12,6 +12,7 @@
 
 #include "halfgrad/config.h"
 #include "halfgrad/core/cast.h"
+#include "halfgrad/core/convert.h"
 #include "halfgrad/core/device.h"
 #include "halfgrad/core/dtype.h"
 #include "halfgrad/core/error.h"

@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "halfgrad/config.h"
+#include "halfgrad/core/convert.h"
 #include "halfgrad/cpu/onednn.h"
 #include "halfgrad/cuda/cuda.h"
 
@@ -15,6 +16,8 @@ int main(int argc, char** argv) {
   fmt::print("halfgrad      {}\n", HALFGRAD_VERSION);
   fmt::print("compiler      {}\n", __VERSION__);
   fmt::print("cpu threads   {} (OpenMP)\n", omp_get_max_threads());
+  fmt::print("fp16/bf16 cvt {} (vector path chosen for this CPU)\n",
+             hg::convert::isa_name(hg::convert::best_isa()));
   fmt::print("oneDNN        {}\n", hg::cpu::onednn_version());
   fmt::print("CUDA backend  {}\n", hg::cuda::is_compiled() ? "built" : "not built");
   fmt::print("CUDA devices  {}\n", hg::cuda::describe());

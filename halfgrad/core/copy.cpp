@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "halfgrad/core/cast.h"
+#include "halfgrad/core/convert.h"
 #include "halfgrad/core/factory.h"
 #include "halfgrad/core/format.h"
 #include "halfgrad/core/strided_loop.h"
@@ -21,13 +22,34 @@ namespace {
 using CastRow = void (*)(char* dst, int64_t dst_step, const char* src, int64_t src_step,
                          int64_t n);
 
+// Contiguous float32 <-> float16/bfloat16 rows go through the vector conversions (same
+// bits as cast_value, several times faster). Returns false for other pairs.
+template <class To, class From>
+bool vector_cast(char* dst, const char* src, int64_t n) {
+  if constexpr (std::is_same_v<To, Half> && std::is_same_v<From, float>) {
+    convert::float_to_half(reinterpret_cast<const float*>(src), reinterpret_cast<Half*>(dst), n);
+  } else if constexpr (std::is_same_v<To, float> && std::is_same_v<From, Half>) {
+    convert::half_to_float(reinterpret_cast<const Half*>(src), reinterpret_cast<float*>(dst), n);
+  } else if constexpr (std::is_same_v<To, BFloat16> && std::is_same_v<From, float>) {
+    convert::float_to_bfloat16(reinterpret_cast<const float*>(src),
+                               reinterpret_cast<BFloat16*>(dst), n);
+  } else if constexpr (std::is_same_v<To, float> && std::is_same_v<From, BFloat16>) {
+    convert::bfloat16_to_float(reinterpret_cast<const BFloat16*>(src),
+                               reinterpret_cast<float*>(dst), n);
+  } else {
+    return false;
+  }
+  return true;
+}
+
 template <class To, class From>
 void cast_row(char* dst, int64_t dst_step, const char* src, int64_t src_step, int64_t n) {
-  if constexpr (std::is_same_v<To, From>) {
-    if (dst_step == sizeof(To) && src_step == sizeof(From)) {
+  if (dst_step == sizeof(To) && src_step == sizeof(From)) {
+    if constexpr (std::is_same_v<To, From>) {
       std::memcpy(dst, src, size_t(n) * sizeof(To));
       return;
     }
+    if (vector_cast<To, From>(dst, src, n)) return;
   }
   for (int64_t i = 0; i < n; ++i) {
     From value;

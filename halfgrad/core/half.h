@@ -201,6 +201,17 @@ class std::numeric_limits<hg::Half> {
   static constexpr bool has_denorm_loss = false;
   static constexpr std::float_round_style round_style = std::round_to_nearest;
   static constexpr bool is_iec559 = true;
+  static constexpr bool has_signaling_NaN = true;
+  static constexpr std::float_denorm_style has_denorm = std::denorm_present;
+  static constexpr bool is_bounded = true;
+  static constexpr bool is_modulo = false;
+  static constexpr bool traps = false;
+  static constexpr bool tinyness_before = false;
+  static constexpr int radix = 2;
+  static constexpr int digits10 = 3;
+  static constexpr int max_digits10 = 5;
+  static constexpr int min_exponent10 = -4;
+  static constexpr int max_exponent10 = 4;
   static constexpr int digits = 11;
   static constexpr int max_exponent = 16;
   static constexpr int min_exponent = -13;
@@ -211,6 +222,8 @@ class std::numeric_limits<hg::Half> {
   static constexpr hg::Half infinity() { return hg::Half::from_bits(0x7C00); }
   static constexpr hg::Half quiet_NaN() { return hg::Half::from_bits(0x7E00); }
   static constexpr hg::Half denorm_min() { return hg::Half::from_bits(0x0001); }   // 2^-24
+  static constexpr hg::Half round_error() { return hg::Half::from_bits(0x3800); }  // 0.5
+  static constexpr hg::Half signaling_NaN() { return hg::Half::from_bits(0x7D00); }
 };
 
 template <>
@@ -225,6 +238,17 @@ class std::numeric_limits<hg::BFloat16> {
   static constexpr bool has_denorm_loss = false;
   static constexpr std::float_round_style round_style = std::round_to_nearest;
   static constexpr bool is_iec559 = false;
+  static constexpr bool has_signaling_NaN = true;
+  static constexpr std::float_denorm_style has_denorm = std::denorm_present;
+  static constexpr bool is_bounded = true;
+  static constexpr bool is_modulo = false;
+  static constexpr bool traps = false;
+  static constexpr bool tinyness_before = false;
+  static constexpr int radix = 2;
+  static constexpr int digits10 = 2;
+  static constexpr int max_digits10 = 4;
+  static constexpr int min_exponent10 = -37;
+  static constexpr int max_exponent10 = 38;
   static constexpr int digits = 8;
   static constexpr int max_exponent = 128;
   static constexpr int min_exponent = -125;
@@ -235,4 +259,6 @@ class std::numeric_limits<hg::BFloat16> {
   static constexpr hg::BFloat16 infinity() { return hg::BFloat16::from_bits(0x7F80); }
   static constexpr hg::BFloat16 quiet_NaN() { return hg::BFloat16::from_bits(0x7FC0); }
   static constexpr hg::BFloat16 denorm_min() { return hg::BFloat16::from_bits(0x0001); }  // 2^-133
+  static constexpr hg::BFloat16 round_error() { return hg::BFloat16::from_bits(0x3F00); }  // 0.5
+  static constexpr hg::BFloat16 signaling_NaN() { return hg::BFloat16::from_bits(0x7FA0); }
 };

@@ -320,3 +320,28 @@ TEST_CASE("finfo agrees with numeric_limits", "[half]") {
   check_finfo_matches_numeric_limits<double>(hg::kFloat64);
   CHECK_THROWS_AS(hg::finfo(hg::kInt32), hg::Error);
 }
+
+TEST_CASE("numeric_limits members follow from the formats", "[half]") {
+  using HL = std::numeric_limits<Half>;
+  using BL = std::numeric_limits<BFloat16>;
+  // digits10 = floor((digits - 1) log10 2), max_digits10 = ceil(digits log10 2 + 1).
+  CHECK(HL::digits10 == int(std::floor((HL::digits - 1) * std::log10(2.0))));
+  CHECK(BL::digits10 == int(std::floor((BL::digits - 1) * std::log10(2.0))));
+  CHECK(HL::max_digits10 == int(std::ceil(HL::digits * std::log10(2.0) + 1)));
+  CHECK(BL::max_digits10 == int(std::ceil(BL::digits * std::log10(2.0) + 1)));
+  // The decimal exponent range: 10^min_exponent10 is normal, 10^max_exponent10 is finite.
+  CHECK(HL::min_exponent10 == int(std::ceil(std::log10(double(static_cast<float>(HL::min()))))));
+  CHECK(BL::min_exponent10 == int(std::ceil(std::log10(double(static_cast<float>(BL::min()))))));
+  CHECK(HL::max_exponent10 == int(std::floor(std::log10(double(static_cast<float>(HL::max()))))));
+  CHECK(BL::max_exponent10 == int(std::floor(std::log10(double(static_cast<float>(BL::max()))))));
+  CHECK(static_cast<float>(HL::round_error()) == 0.5f);
+  CHECK(static_cast<float>(BL::round_error()) == 0.5f);
+  // A signaling NaN is a NaN whose quiet bit (the top mantissa bit) is clear; converting it
+  // to float quiets it.
+  CHECK(std::isnan(static_cast<float>(HL::signaling_NaN())));
+  CHECK((HL::signaling_NaN().bits & 0x0200) == 0);
+  CHECK(std::isnan(static_cast<float>(BL::signaling_NaN())));
+  CHECK((BL::signaling_NaN().bits & 0x0040) == 0);
+  CHECK(HL::radix == 2);
+  CHECK(HL::has_denorm == std::denorm_present);
+}
