@@ -1,8 +1,8 @@
 // hg-info: what this copy of halfgrad was built with and what it finds on this machine.
 #include <omp.h>
 
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
+#include <CLI/CLI.hpp>
 
 #include "halfgrad/config.h"
 #include "halfgrad/core/convert.h"

@@ -33,7 +33,8 @@ int main(int argc, char** argv) {
   CLI::App app{"dtype_tour: float32 -> float16 / bfloat16, and what rounding costs"};
   int64_t samples = 1'000'000;
   uint64_t seed = 0;
-  app.add_option("--samples", samples, "normal samples for the error measurement")->check(CLI::PositiveNumber);
+  app.add_option("--samples", samples, "normal samples for the error measurement")
+      ->check(CLI::PositiveNumber);
   app.add_option("--seed", seed, "seed of the Philox generator");
   CLI11_PARSE(app, argc, argv);
 
@@ -70,8 +71,8 @@ int main(int argc, char** argv) {
                relative_error(exact32[i], asbf[i]));
   }
 
-  fmt::print("\n{:<10} {:>6} {:>12} {:>12} {:>12} {:>14}\n", "dtype", "bits", "eps", "max",
-             "tiny", "subnormal min");
+  fmt::print("\n{:<10} {:>6} {:>12} {:>12} {:>12} {:>14}\n", "dtype", "bits", "eps", "max", "tiny",
+             "subnormal min");
   for (DType d : {kFloat32, kFloat16, kBFloat16}) {
     const FInfo f = finfo(d);
     fmt::print("{:<10} {:>6} {:>12.4g} {:>12.4g} {:>12.4g} {:>14.4g}\n", dtype_name(d), f.bits,

@@ -315,9 +315,7 @@ Isa best_isa() {
   return best;
 }
 
-std::vector<Isa> supported_isas() {
-  return supported();
-}
+std::vector<Isa> supported_isas() { return supported(); }
 
 void float_to_half(const float* src, Half* dst, int64_t n, Isa isa) {
   kernels_for(isa, "float_to_half").float_to_half(src, dst, n);

@@ -19,8 +19,7 @@ namespace hg {
 
 namespace {
 
-using CastRow = void (*)(char* dst, int64_t dst_step, const char* src, int64_t src_step,
-                         int64_t n);
+using CastRow = void (*)(char* dst, int64_t dst_step, const char* src, int64_t src_step, int64_t n);
 
 // Contiguous float32 <-> float16/bfloat16 rows go through the vector conversions (same
 // bits as cast_value, several times faster). Returns false for other pairs.
@@ -90,8 +89,8 @@ void check_fits_integer(const Tensor& src, DType to) {
         for (int64_t i = 0; i < n; ++i) {
           From value;
           std::memcpy(&value, ptrs[0] + i * step[0], sizeof(From));
-          const bool fits = to == kInt64 ? fits_in_integer<int64_t>(value)
-                                         : fits_in_integer<int32_t>(value);
+          const bool fits =
+              to == kInt64 ? fits_in_integer<int64_t>(value) : fits_in_integer<int32_t>(value);
           if (!fits && !found.exchange(true)) offending = static_cast<double>(value);
         }
       };
@@ -119,7 +118,8 @@ bool has_internal_overlap(const Tensor& t) {
 void copy_elements(const Tensor& dst, const Tensor& src) {
   check_fits_integer(src, dst.dtype());
   const CastRow row = cast_row_for(dst.dtype(), src.dtype());
-  for_each_row<2>(dst.sizes(), {static_cast<char*>(dst.data_ptr()), static_cast<char*>(src.data_ptr())},
+  for_each_row<2>(dst.sizes(),
+                  {static_cast<char*>(dst.data_ptr()), static_cast<char*>(src.data_ptr())},
                   byte_strides(dst, src),
                   [row](std::array<char*, 2> ptrs, std::array<int64_t, 2> step, int64_t n) {
                     row(ptrs[0], step[0], ptrs[1], step[1], n);
@@ -131,8 +131,8 @@ template <class T>
 T scalar_as(Scalar value, DType dtype, const char* op) {
   if (value.is_floating()) {
     if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
-      HG_CHECK(fits_in_integer<T>(value.to_double()), "{}: value {} cannot be converted to {}",
-               op, value.to_double(), dtype_name(dtype));
+      HG_CHECK(fits_in_integer<T>(value.to_double()), "{}: value {} cannot be converted to {}", op,
+               value.to_double(), dtype_name(dtype));
     }
     return cast_value<T>(value.to_double());
   }
@@ -196,9 +196,10 @@ Tensor Tensor::to(DType dtype) const {
 
 Tensor Tensor::to(Device device) const {
   if (device == this->device()) return *this;
-  HG_ERROR("to: cannot move a tensor from {} to {}: this version of halfgrad keeps tensors on "
-           "the CPU only",
-           this->device(), device);
+  HG_ERROR(
+      "to: cannot move a tensor from {} to {}: this version of halfgrad keeps tensors on "
+      "the CPU only",
+      this->device(), device);
 }
 
 Tensor Tensor::to(Device device, DType dtype) const { return to(device).to(dtype); }
@@ -217,7 +218,7 @@ T Tensor::item() const {
   return to_vector<T>()[0];
 }
 
-#define HG_INSTANTIATE_ITEM(cpp, name, str)                  \
+#define HG_INSTANTIATE_ITEM(cpp, name, str)                 \
   template std::vector<cpp> Tensor::to_vector<cpp>() const; \
   template cpp Tensor::item<cpp>() const;
 HG_FORALL_DTYPES(HG_INSTANTIATE_ITEM)

@@ -54,23 +54,28 @@ DType promote_types(DType a, DType b) {
 }
 
 FInfo finfo(DType dtype) {
-  HG_CHECK(is_floating_point(dtype), "finfo: expected a floating dtype, got {}",
-           dtype_name(dtype));
+  HG_CHECK(is_floating_point(dtype), "finfo: expected a floating dtype, got {}", dtype_name(dtype));
   switch (dtype) {
     case kFloat16:
-      return {16, std::ldexp(1.0, -10), 65504.0, -65504.0, std::ldexp(1.0, -14),
-              std::ldexp(1.0, -24)};
+      return {16,       std::ldexp(1.0, -10), 65504.0,
+              -65504.0, std::ldexp(1.0, -14), std::ldexp(1.0, -24)};
     case kBFloat16: {
       const double max = std::ldexp(255.0, 120);  // 0x7F7F = (2 - 2^-7) * 2^127
       return {16, std::ldexp(1.0, -7), max, -max, std::ldexp(1.0, -126), std::ldexp(1.0, -133)};
     }
     case kFloat32:
-      return {32, std::ldexp(1.0, -23), std::numeric_limits<float>::max(),
-              -double(std::numeric_limits<float>::max()), std::ldexp(1.0, -126),
+      return {32,
+              std::ldexp(1.0, -23),
+              std::numeric_limits<float>::max(),
+              -double(std::numeric_limits<float>::max()),
+              std::ldexp(1.0, -126),
               std::ldexp(1.0, -149)};
     default:
-      return {64, std::ldexp(1.0, -52), std::numeric_limits<double>::max(),
-              -std::numeric_limits<double>::max(), std::ldexp(1.0, -1022),
+      return {64,
+              std::ldexp(1.0, -52),
+              std::numeric_limits<double>::max(),
+              -std::numeric_limits<double>::max(),
+              std::ldexp(1.0, -1022),
               std::ldexp(1.0, -1074)};
   }
 }

@@ -12,13 +12,13 @@ namespace hg {
 
 // The one list: C++ type, enum name, printed name. Everything about a dtype derives from it.
 // The order is the enum's order and the index of the promotion table in dtype.cpp.
-#define HG_FORALL_DTYPES(_)             \
-  _(float, Float32, "float32")          \
-  _(::hg::Half, Float16, "float16")     \
+#define HG_FORALL_DTYPES(_)               \
+  _(float, Float32, "float32")            \
+  _(::hg::Half, Float16, "float16")       \
   _(::hg::BFloat16, BFloat16, "bfloat16") \
-  _(double, Float64, "float64")         \
-  _(int64_t, Int64, "int64")            \
-  _(int32_t, Int32, "int32")            \
+  _(double, Float64, "float64")           \
+  _(int64_t, Int64, "int64")              \
+  _(int32_t, Int32, "int32")              \
   _(bool, Bool, "bool")
 
 enum class DType : int8_t {
@@ -52,9 +52,7 @@ size_t element_size(DType dtype);
 // True for float32, float16, bfloat16, float64.
 bool is_floating_point(DType dtype);
 // True for the 16-bit floating types autocast computes in.
-constexpr bool is_reduced_precision(DType dtype) {
-  return dtype == kFloat16 || dtype == kBFloat16;
-}
+constexpr bool is_reduced_precision(DType dtype) { return dtype == kFloat16 || dtype == kBFloat16; }
 
 // PyTorch's type promotion for two tensor operands: the smallest dtype that holds both.
 // bool < int32 < int64 < {float16, bfloat16} < float32 < float64, and
@@ -76,9 +74,9 @@ FInfo finfo(DType dtype);
 
 template <class T>
 struct DTypeOf;
-#define HG_DTYPE_OF(cpp, name, str) \
-  template <>                       \
-  struct DTypeOf<cpp> {             \
+#define HG_DTYPE_OF(cpp, name, str)             \
+  template <>                                   \
+  struct DTypeOf<cpp> {                         \
     static constexpr DType value = DType::name; \
   };
 HG_FORALL_DTYPES(HG_DTYPE_OF)

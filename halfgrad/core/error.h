@@ -36,9 +36,9 @@ namespace detail {
 
 #define HG_ERROR(...) ::hg::detail::throw_error(__FILE__, __LINE__, ::fmt::format(__VA_ARGS__))
 
-#define HG_CHECK(cond, ...)         \
-  do {                              \
-    if (!(cond)) [[unlikely]] {     \
-      HG_ERROR(__VA_ARGS__);        \
-    }                               \
+#define HG_CHECK(cond, ...)     \
+  do {                          \
+    if (!(cond)) [[unlikely]] { \
+      HG_ERROR(__VA_ARGS__);    \
+    }                           \
   } while (false)

@@ -159,8 +159,8 @@ Tensor tensor(const std::vector<T>& values, const Shape& sizes, std::optional<DT
   using Stored = T;
   const DType natural = std::is_same_v<T, double> ? kFloat32 : dtype_of<T>;
   const int64_t numel = shape_numel(sizes);
-  HG_CHECK(numel == int64_t(values.size()),
-           "tensor: {} values cannot fill shape {} ({} elements)", values.size(), sizes, numel);
+  HG_CHECK(numel == int64_t(values.size()), "tensor: {} values cannot fill shape {} ({} elements)",
+           values.size(), sizes, numel);
   // The values as a tensor of their own type (copied: std::vector<bool> has no data()),
   // then converted once to the dtype asked for.
   Tensor source = empty(sizes, dtype_of<Stored>);
@@ -200,8 +200,8 @@ Tensor from_blob(void* data, const Shape& sizes, DType dtype, std::optional<Shap
     HG_CHECK(layout[d] >= 0, "from_blob: expected strides >= 0, got {}", layout);
     extent += (sizes[d] - 1) * layout[d];
   }
-  Storage storage = wrap_storage(data, size_t(extent) * element_size(dtype), Device(kCPU),
-                                 std::move(deleter));
+  Storage storage =
+      wrap_storage(data, size_t(extent) * element_size(dtype), Device(kCPU), std::move(deleter));
   return Tensor(std::make_shared<TensorImpl>(std::move(storage), dtype, sizes, layout, 0));
 }
 

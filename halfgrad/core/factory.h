@@ -42,8 +42,7 @@ Tensor scalar_tensor(Scalar value, std::optional<DType> dtype = std::nullopt);
 // Values start, start + step, ... below end (above end for a negative step), as Python's
 // range. dtype defaults to int64 when every argument is integral, float32 otherwise.
 Tensor arange(Scalar end, std::optional<DType> dtype = std::nullopt);
-Tensor arange(Scalar start, Scalar end, Scalar step = 1,
-              std::optional<DType> dtype = std::nullopt);
+Tensor arange(Scalar start, Scalar end, Scalar step = 1, std::optional<DType> dtype = std::nullopt);
 // `steps` values evenly spaced from start to end inclusive.
 Tensor linspace(double start, double end, int64_t steps, TensorOptions options = {});
 // An n x m matrix with ones on the diagonal (m defaults to n).

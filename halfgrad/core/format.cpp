@@ -182,10 +182,14 @@ std::string to_string(const Tensor& tensor) {
 }
 
 std::ostream& operator<<(std::ostream& out, DType dtype) { return out << dtype_name(dtype); }
-std::ostream& operator<<(std::ostream& out, Device device) { return out << fmt::format("{}", device); }
+std::ostream& operator<<(std::ostream& out, Device device) {
+  return out << fmt::format("{}", device);
+}
 std::ostream& operator<<(std::ostream& out, const Shape& shape) {
   return out << fmt::format("{}", shape);
 }
-std::ostream& operator<<(std::ostream& out, const Tensor& tensor) { return out << to_string(tensor); }
+std::ostream& operator<<(std::ostream& out, const Tensor& tensor) {
+  return out << to_string(tensor);
+}
 
 }  // namespace hg

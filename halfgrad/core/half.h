@@ -215,10 +215,10 @@ class std::numeric_limits<hg::Half> {
   static constexpr int digits = 11;
   static constexpr int max_exponent = 16;
   static constexpr int min_exponent = -13;
-  static constexpr hg::Half min() { return hg::Half::from_bits(0x0400); }          // 2^-14
-  static constexpr hg::Half lowest() { return hg::Half::from_bits(0xFBFF); }       // -65504
-  static constexpr hg::Half max() { return hg::Half::from_bits(0x7BFF); }          // 65504
-  static constexpr hg::Half epsilon() { return hg::Half::from_bits(0x1400); }      // 2^-10
+  static constexpr hg::Half min() { return hg::Half::from_bits(0x0400); }      // 2^-14
+  static constexpr hg::Half lowest() { return hg::Half::from_bits(0xFBFF); }   // -65504
+  static constexpr hg::Half max() { return hg::Half::from_bits(0x7BFF); }      // 65504
+  static constexpr hg::Half epsilon() { return hg::Half::from_bits(0x1400); }  // 2^-10
   static constexpr hg::Half infinity() { return hg::Half::from_bits(0x7C00); }
   static constexpr hg::Half quiet_NaN() { return hg::Half::from_bits(0x7E00); }
   static constexpr hg::Half denorm_min() { return hg::Half::from_bits(0x0001); }   // 2^-24
@@ -252,13 +252,13 @@ class std::numeric_limits<hg::BFloat16> {
   static constexpr int digits = 8;
   static constexpr int max_exponent = 128;
   static constexpr int min_exponent = -125;
-  static constexpr hg::BFloat16 min() { return hg::BFloat16::from_bits(0x0080); }      // 2^-126
+  static constexpr hg::BFloat16 min() { return hg::BFloat16::from_bits(0x0080); }  // 2^-126
   static constexpr hg::BFloat16 lowest() { return hg::BFloat16::from_bits(0xFF7F); }
   static constexpr hg::BFloat16 max() { return hg::BFloat16::from_bits(0x7F7F); }      // 3.39e38
   static constexpr hg::BFloat16 epsilon() { return hg::BFloat16::from_bits(0x3C00); }  // 2^-7
   static constexpr hg::BFloat16 infinity() { return hg::BFloat16::from_bits(0x7F80); }
   static constexpr hg::BFloat16 quiet_NaN() { return hg::BFloat16::from_bits(0x7FC0); }
-  static constexpr hg::BFloat16 denorm_min() { return hg::BFloat16::from_bits(0x0001); }  // 2^-133
+  static constexpr hg::BFloat16 denorm_min() { return hg::BFloat16::from_bits(0x0001); }   // 2^-133
   static constexpr hg::BFloat16 round_error() { return hg::BFloat16::from_bits(0x3F00); }  // 0.5
   static constexpr hg::BFloat16 signaling_NaN() { return hg::BFloat16::from_bits(0x7FA0); }
 };

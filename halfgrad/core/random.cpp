@@ -26,9 +26,7 @@ uint64_t Generator::offset() const {
   return offset_;
 }
 
-uint64_t Generator::reserve(uint64_t blocks) {
-  return reserve_with_seed(blocks).offset;
-}
+uint64_t Generator::reserve(uint64_t blocks) { return reserve_with_seed(blocks).offset; }
 
 Generator::State Generator::reserve_with_seed(uint64_t blocks) {
   std::lock_guard lock(mutex_);
@@ -56,9 +54,7 @@ Generator& default_generator() {
   return generator;
 }
 
-void manual_seed(uint64_t seed) {
-  default_generator().manual_seed(seed);
-}
+void manual_seed(uint64_t seed) { default_generator().manual_seed(seed); }
 
 namespace random {
 

@@ -16,8 +16,7 @@ class Scalar {
 
   Scalar() : Scalar(int64_t{0}) {}
   template <class T>
-    requires std::is_arithmetic_v<T>
-  Scalar(T value) {  // NOLINT: implicit, like a number literal
+  requires std::is_arithmetic_v<T> Scalar(T value) {  // NOLINT: implicit, like a number literal
     if constexpr (std::is_same_v<T, bool>) {
       kind_ = Kind::Boolean;
       integral_ = value;

@@ -41,8 +41,9 @@ bool is_contiguous_layout(const Shape& sizes, const Shape& strides) {
 
 int64_t wrap_dim(int64_t dim, int64_t ndim, const char* op) {
   const int64_t n = std::max<int64_t>(ndim, 1);
-  HG_CHECK(dim >= -n && dim < n, "{}: dim out of range (expected in [{}, {}] for a {}-D tensor, got {})",
-           op, -n, n - 1, ndim, dim);
+  HG_CHECK(dim >= -n && dim < n,
+           "{}: dim out of range (expected in [{}, {}] for a {}-D tensor, got {})", op, -n, n - 1,
+           ndim, dim);
   return dim < 0 ? dim + n : dim;
 }
 
@@ -84,10 +85,12 @@ Shape infer_size(const Shape& sizes, int64_t numel, const char* op) {
     }
   }
   if (infer) {
-    HG_CHECK(known != 0, "{}: shape {} is ambiguous for a tensor of {} elements: with another "
-             "size 0, the -1 could be any size", op, sizes, numel);
-    HG_CHECK(numel % known == 0, "{}: shape {} is invalid for a tensor of {} elements", op,
-             sizes, numel);
+    HG_CHECK(known != 0,
+             "{}: shape {} is ambiguous for a tensor of {} elements: with another "
+             "size 0, the -1 could be any size",
+             op, sizes, numel);
+    HG_CHECK(numel % known == 0, "{}: shape {} is invalid for a tensor of {} elements", op, sizes,
+             numel);
     out[*infer] = numel / known;
   } else {
     HG_CHECK(known == numel, "{}: shape {} is invalid for a tensor of {} elements", op, sizes,

@@ -13,8 +13,8 @@ class CpuAllocator final : public Allocator {
  public:
   DataPtr allocate(size_t nbytes) override {
     // aligned_alloc needs a size that is a multiple of the alignment (and not 0).
-    const size_t rounded = std::max<size_t>(kCpuAlignment, (nbytes + kCpuAlignment - 1) /
-                                                               kCpuAlignment * kCpuAlignment);
+    const size_t rounded = std::max<size_t>(
+        kCpuAlignment, (nbytes + kCpuAlignment - 1) / kCpuAlignment * kCpuAlignment);
     HG_CHECK(rounded >= nbytes, "cpu allocator: cannot allocate {} bytes", nbytes);
     void* data = std::aligned_alloc(kCpuAlignment, rounded);
     HG_CHECK(data != nullptr, "cpu allocator: out of memory allocating {} bytes ({:.2f} GiB)",
@@ -65,14 +65,16 @@ Allocator* cpu_allocator() { return &CpuAllocator::instance(); }
 AllocatorStats cpu_allocator_stats() { return CpuAllocator::instance().stats(); }
 
 Storage make_storage(size_t nbytes, Device device) {
-  HG_CHECK(device.is_cpu(), "cannot allocate {} bytes on cuda:{}: this version of halfgrad "
-           "keeps tensors on the CPU only", nbytes, device.index);
+  HG_CHECK(device.is_cpu(),
+           "cannot allocate {} bytes on cuda:{}: this version of halfgrad "
+           "keeps tensors on the CPU only",
+           nbytes, device.index);
   return std::make_shared<StorageImpl>(cpu_allocator()->allocate(nbytes), nbytes, device);
 }
 
-Storage wrap_storage(void* data, size_t nbytes, Device device,
-                     std::function<void(void*)> deleter) {
-  if (!deleter) return std::make_shared<StorageImpl>(DataPtr(data, nullptr, nullptr), nbytes, device);
+Storage wrap_storage(void* data, size_t nbytes, Device device, std::function<void(void*)> deleter) {
+  if (!deleter)
+    return std::make_shared<StorageImpl>(DataPtr(data, nullptr, nullptr), nbytes, device);
   auto* context = new std::function<void(void*)>(std::move(deleter));
   const auto call_and_free = [](void* ptr, void* ctx) {
     auto* fn = static_cast<std::function<void(void*)>*>(ctx);

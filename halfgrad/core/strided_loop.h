@@ -24,8 +24,8 @@ inline constexpr int64_t kParallelGrain = 32768;
 
 template <size_t N>
 struct RowLayout {
-  Shape sizes;                      // simplified sizes, innermost last
-  std::array<Shape, N> strides;     // per operand, in bytes
+  Shape sizes;                   // simplified sizes, innermost last
+  std::array<Shape, N> strides;  // per operand, in bytes
 };
 
 // Drops size-1 dims and merges dims d-1, d wherever every operand has

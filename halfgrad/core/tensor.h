@@ -83,7 +83,7 @@ class Tensor {
   const Shape& sizes() const { return checked().sizes(); }
   const Shape& strides() const { return checked().strides(); }
   Shape shape() const { return sizes(); }
-  int64_t size(int64_t dim) const;    // negative dims count from the end
+  int64_t size(int64_t dim) const;  // negative dims count from the end
   int64_t stride(int64_t dim) const;
   int64_t dim() const { return int64_t(sizes().size()); }
   int64_t numel() const { return checked().numel(); }

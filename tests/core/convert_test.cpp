@@ -34,9 +34,7 @@ constexpr int64_t kLengths[] = {0, 1, 7, 15, 16, 17, 31, 33, 1000};
 constexpr int64_t kMaxOffset = 3;  // elements: every misalignment of a 16-byte vector
 constexpr int64_t kGuard = 8;      // elements after the output that must stay untouched
 
-uint32_t bits_of(float value) {
-  return std::bit_cast<uint32_t>(value);
-}
+uint32_t bits_of(float value) { return std::bit_cast<uint32_t>(value); }
 
 // Float bit patterns where conversions have edges, each with its two neighbours and both
 // signs: zeros and float subnormals, float16's subnormal unit and its ties, float16's range
@@ -94,15 +92,9 @@ std::vector<T> test_patterns(int64_t n, uint32_t seed) {
   return patterns;
 }
 
-uint32_t bits_of_element(float value) {
-  return bits_of(value);
-}
-uint16_t bits_of_element(Half value) {
-  return value.bits;
-}
-uint16_t bits_of_element(BFloat16 value) {
-  return value.bits;
-}
+uint32_t bits_of_element(float value) { return bits_of(value); }
+uint16_t bits_of_element(Half value) { return value.bits; }
+uint16_t bits_of_element(BFloat16 value) { return value.bits; }
 
 // A bit pattern to fill output buffers with: 0xA5A5..., recognisable in a dump.
 template <class T>

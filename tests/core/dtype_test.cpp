@@ -75,7 +75,8 @@ TEST_CASE("promote_types follows PyTorch's rules for every pair", "[dtype]") {
 
 TEST_CASE("visit_dtype calls the lambda with the dtype's C++ type", "[dtype]") {
   for (DType d : kAll) {
-    const size_t size = visit_dtype(d, [](auto tag) { return sizeof(typename decltype(tag)::type); });
+    const size_t size =
+        visit_dtype(d, [](auto tag) { return sizeof(typename decltype(tag)::type); });
     CHECK(size == element_size(d));
   }
 }

@@ -57,7 +57,8 @@ TEST_CASE("eye puts ones on the main diagonal", "[factory]") {
   const std::vector<float> square = eye(3).to_vector<float>();
   CHECK(square == std::vector<float>{1, 0, 0, 0, 1, 0, 0, 0, 1});
   CHECK(eye(2, 3).to_vector<float>() == std::vector<float>{1, 0, 0, 0, 1, 0});
-  CHECK(eye(3, 2, {.dtype = kInt32}).to_vector<int32_t>() == std::vector<int32_t>{1, 0, 0, 1, 0, 0});
+  CHECK(eye(3, 2, {.dtype = kInt32}).to_vector<int32_t>() ==
+        std::vector<int32_t>{1, 0, 0, 1, 0, 0});
   CHECK(eye(0).numel() == 0);
 }
 
@@ -71,7 +72,8 @@ TEST_CASE("tensor copies values and rounds them once to the dtype", "[factory]")
   CHECK(shaped.dtype() == kFloat16);
   // 0.1 as float16 straight from double (0x2E66), not via float.
   CHECK(tensor({0.1}, kFloat16).to_vector<Half>()[0].bits == 0x2E66);
-  CHECK_THROWS_WITH(tensor({1.0, 2.0, 3.0}, {2, 2}), Contains("3 values cannot fill shape [2, 2] (4 elements)"));
+  CHECK_THROWS_WITH(tensor({1.0, 2.0, 3.0}, {2, 2}),
+                    Contains("3 values cannot fill shape [2, 2] (4 elements)"));
 }
 
 TEST_CASE("from_blob wraps user memory without copying", "[factory]") {

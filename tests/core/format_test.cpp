@@ -25,7 +25,9 @@ TEST_CASE("Device parses the strings PyTorch uses", "[format]") {
   CHECK(Device::parse("cpu") == Device(kCPU));
   CHECK(Device::parse("cuda") == Device(kCUDA, 0));
   CHECK(Device::parse("cuda:3") == Device(kCUDA, 3));
-  CHECK_THROWS_WITH(Device::parse("gpu"), Catch::Contains("expected a device like \"cpu\", \"cuda\" or \"cuda:1\", got \"gpu\""));
+  CHECK_THROWS_WITH(
+      Device::parse("gpu"),
+      Catch::Contains("expected a device like \"cpu\", \"cuda\" or \"cuda:1\", got \"gpu\""));
   CHECK_THROWS_AS(Device::parse("cuda:x"), hg::Error);
 }
 
@@ -57,7 +59,8 @@ TEST_CASE("large tensors are summarised", "[format]") {
   const std::string text = fmt::format("{}", arange(2000).reshape({40, 50}));
   CHECK(text.rfind("tensor([[   0,    1,    2, ...,   47,   48,   49],\n", 0) == 0);
   CHECK(text.find("        ...,\n") != std::string::npos);
-  CHECK(text.find("[1950, 1951, 1952, ..., 1997, 1998, 1999]], shape=[40, 50], dtype=int64)") != std::string::npos);
+  CHECK(text.find("[1950, 1951, 1952, ..., 1997, 1998, 1999]], shape=[40, 50], dtype=int64)") !=
+        std::string::npos);
   // Short rows wrap at 80 columns instead of summarising.
   const std::string wrapped = fmt::format("{}", arange(0.0, 30.0, 0.7));
   for (size_t start = 0, end; start < wrapped.size(); start = end + 1) {

@@ -44,22 +44,12 @@ constexpr int64_t kNumFloats = int64_t(1) << 32;
 constexpr int64_t kChunk = int64_t(1) << 16;  // patterns per task: one bfloat16 `lo`
 constexpr int64_t kNumChunks = kNumFloats / kChunk;
 
-float float_from_bits(uint32_t bits) {
-  return std::bit_cast<float>(bits);
-}
-uint32_t bits_of(float value) {
-  return std::bit_cast<uint32_t>(value);
-}
+float float_from_bits(uint32_t bits) { return std::bit_cast<float>(bits); }
+uint32_t bits_of(float value) { return std::bit_cast<uint32_t>(value); }
 
-bool is_float_nan(uint32_t bits) {
-  return (bits & 0x7FFFFFFFu) > 0x7F800000u;
-}
-bool is_half_nan(uint16_t bits) {
-  return (bits & 0x7FFFu) > 0x7C00u;
-}
-bool is_bfloat16_nan(uint16_t bits) {
-  return (bits & 0x7FFFu) > 0x7F80u;
-}
+bool is_float_nan(uint32_t bits) { return (bits & 0x7FFFFFFFu) > 0x7F800000u; }
+bool is_half_nan(uint16_t bits) { return (bits & 0x7FFFu) > 0x7C00u; }
+bool is_bfloat16_nan(uint16_t bits) { return (bits & 0x7FFFu) > 0x7F80u; }
 
 // The first few mismatches, for the failure message. Threads add to it rarely (only on a
 // mismatch), so one lock is enough.
@@ -225,9 +215,7 @@ bool cpu_has_f16c() {
 #else
 namespace {
 void f16c_float_to_half(const float*, Half*, int64_t) {}
-bool cpu_has_f16c() {
-  return false;
-}
+bool cpu_has_f16c() { return false; }
 }  // namespace
 #endif
 
@@ -284,9 +272,7 @@ TEST_CASE("float -> float16: all 2^32 inputs, scalar vs F16C, every vector path 
 
 namespace {
 
-bool is_quiet_bfloat16_nan(uint16_t bits) {
-  return is_bfloat16_nan(bits) && (bits & 0x0040);
-}
+bool is_quiet_bfloat16_nan(uint16_t bits) { return is_bfloat16_nan(bits) && (bits & 0x0040); }
 
 // Round-to-nearest-even to bfloat16 from the definition rather than from bit tricks, for the
 // 2^16 consecutive float patterns of one chunk. All of them share a sign and a truncation

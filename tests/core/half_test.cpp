@@ -21,25 +21,13 @@ namespace {
 using hg::BFloat16;
 using hg::Half;
 
-float float_from_bits(uint32_t bits) {
-  return std::bit_cast<float>(bits);
-}
-uint32_t bits_of(float value) {
-  return std::bit_cast<uint32_t>(value);
-}
+float float_from_bits(uint32_t bits) { return std::bit_cast<float>(bits); }
+uint32_t bits_of(float value) { return std::bit_cast<uint32_t>(value); }
 
-uint16_t half_bits(float value) {
-  return Half(value).bits;
-}
-uint16_t half_bits(double value) {
-  return Half(value).bits;
-}
-uint16_t bfloat16_bits(float value) {
-  return BFloat16(value).bits;
-}
-uint16_t bfloat16_bits(double value) {
-  return BFloat16(value).bits;
-}
+uint16_t half_bits(float value) { return Half(value).bits; }
+uint16_t half_bits(double value) { return Half(value).bits; }
+uint16_t bfloat16_bits(float value) { return BFloat16(value).bits; }
+uint16_t bfloat16_bits(double value) { return BFloat16(value).bits; }
 
 }  // namespace
 

@@ -52,8 +52,9 @@ TEST_CASE("wrap_dim maps negative dims and names the valid range", "[shape]") {
   CHECK(wrap_dim(-1, 3, "op") == 2);
   CHECK(wrap_dim(0, 0, "op") == 0);
   CHECK(wrap_dim(-1, 0, "op") == 0);
-  CHECK_THROWS_WITH(wrap_dim(3, 3, "sum"),
-                    Contains("sum: dim out of range (expected in [-3, 2] for a 3-D tensor, got 3)"));
+  CHECK_THROWS_WITH(
+      wrap_dim(3, 3, "sum"),
+      Contains("sum: dim out of range (expected in [-3, 2] for a 3-D tensor, got 3)"));
   CHECK_THROWS_AS(wrap_dim(-4, 3, "sum"), hg::Error);
 }
 
@@ -62,9 +63,9 @@ TEST_CASE("broadcast_shapes aligns trailing dims", "[shape]") {
   CHECK(broadcast_shapes({2, 1, 4}, {3, 1}) == Shape{2, 3, 4});
   CHECK(broadcast_shapes({}, {5}) == Shape{5});
   CHECK(broadcast_shapes({0, 1}, {1, 7}) == Shape{0, 7});
-  CHECK_THROWS_WITH(broadcast_shapes({2, 3}, {4, 3}),
-                    Contains("shapes [2, 3] and [4, 3] cannot be broadcast") &&
-                        Contains("sizes 2 and 4"));
+  CHECK_THROWS_WITH(
+      broadcast_shapes({2, 3}, {4, 3}),
+      Contains("shapes [2, 3] and [4, 3] cannot be broadcast") && Contains("sizes 2 and 4"));
 }
 
 TEST_CASE("broadcasts_to is one-directional", "[shape]") {

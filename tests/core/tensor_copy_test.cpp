@@ -33,7 +33,8 @@ long double value_of_bits(uint16_t bits, bool bfloat) {
   } else if (exponent == 0) {
     magnitude = std::ldexp((long double)mantissa, 1 - bias - mantissa_bits);
   } else {
-    magnitude = std::ldexp((long double)(mantissa | (1 << mantissa_bits)), exponent - bias - mantissa_bits);
+    magnitude =
+        std::ldexp((long double)(mantissa | (1 << mantissa_bits)), exponent - bias - mantissa_bits);
   }
   return negative ? -magnitude : magnitude;
 }
@@ -55,7 +56,8 @@ bool correctly_rounded_16(long double x, uint16_t bits, bool bfloat) {
   const long double value = value_of_bits(magnitude_bits, bfloat);
   const long double error = std::fabs(ax - value);
   const long double below = magnitude_bits > 0 ? value_of_bits(magnitude_bits - 1, bfloat) : -1.0L;
-  const long double above = magnitude_bits + 1 < inf_bits ? value_of_bits(magnitude_bits + 1, bfloat) : beyond;
+  const long double above =
+      magnitude_bits + 1 < inf_bits ? value_of_bits(magnitude_bits + 1, bfloat) : beyond;
   const long double error_below = magnitude_bits > 0 ? std::fabs(ax - below) : INFINITY;
   const long double error_above = std::fabs(above - ax);
   if (error > error_below || error > error_above) return false;
@@ -95,18 +97,25 @@ TEST_CASE("to converts every pair of dtypes with the documented rules", "[tensor
 
 TEST_CASE("float to integer truncates toward zero like C++", "[tensor][copy]") {
   Tensor t = tensor({2.7, -2.7, 0.5, -0.5, 1e9, -1e9});
-  CHECK(t.to(kInt64).to_vector<int64_t>() == std::vector<int64_t>{2, -2, 0, 0, 1000000000, -1000000000});
-  CHECK(t.to(kInt32).to_vector<int32_t>() == std::vector<int32_t>{2, -2, 0, 0, 1000000000, -1000000000});
-  CHECK(t.narrow(0, 0, 4).to(kFloat16).to(kInt32).to_vector<int32_t>() == std::vector<int32_t>{2, -2, 0, 0});
-  CHECK_THROWS_WITH(t.to(kFloat16).to(kInt32), Contains("float16 value inf"));  // 1e9 overflows float16
+  CHECK(t.to(kInt64).to_vector<int64_t>() ==
+        std::vector<int64_t>{2, -2, 0, 0, 1000000000, -1000000000});
+  CHECK(t.to(kInt32).to_vector<int32_t>() ==
+        std::vector<int32_t>{2, -2, 0, 0, 1000000000, -1000000000});
+  CHECK(t.narrow(0, 0, 4).to(kFloat16).to(kInt32).to_vector<int32_t>() ==
+        std::vector<int32_t>{2, -2, 0, 0});
+  CHECK_THROWS_WITH(t.to(kFloat16).to(kInt32),
+                    Contains("float16 value inf"));  // 1e9 overflows float16
   CHECK(t.to(kBool).to_vector<bool>() == std::vector<bool>{true, true, true, true, true, true});
   CHECK(tensor({NAN}).to(kBool).item<bool>());  // NaN != 0
   // The exact ends of int32: -2^31 - 0.5 truncates to -2^31, which fits; 2^31 does not.
-  CHECK(tensor({-2147483648.5}, kFloat64).to(kInt32).item<int32_t>() == std::numeric_limits<int32_t>::min());
-  CHECK_THROWS_WITH(tensor({2147483648.0}, kFloat64).to(kInt32), Contains("outside the integer range"));
+  CHECK(tensor({-2147483648.5}, kFloat64).to(kInt32).item<int32_t>() ==
+        std::numeric_limits<int32_t>::min());
+  CHECK_THROWS_WITH(tensor({2147483648.0}, kFloat64).to(kInt32),
+                    Contains("outside the integer range"));
 }
 
-TEST_CASE("NaN inf and out of range values are errors when converted to integers", "[tensor][copy][errors]") {
+TEST_CASE("NaN inf and out of range values are errors when converted to integers",
+          "[tensor][copy][errors]") {
   Tensor nan_source = tensor({1.0, NAN, 3.0});
   CHECK_THROWS_WITH(nan_source.to(kInt64), Contains("cannot convert float32 value nan to int64") &&
                                                Contains("NaN has no integer value"));
@@ -121,7 +130,8 @@ TEST_CASE("NaN inf and out of range values are errors when converted to integers
   CHECK(destination.to_vector<int64_t>() == std::vector<int64_t>{5, 5, 5});
   CHECK(destination.version() == version);
   CHECK(std::isnan(nan_source.to_vector<float>()[1]));
-  CHECK_THROWS_WITH(destination.fill_(NAN), Contains("fill_: value nan cannot be converted to int64"));
+  CHECK_THROWS_WITH(destination.fill_(NAN),
+                    Contains("fill_: value nan cannot be converted to int64"));
   CHECK(destination.to_vector<int64_t>() == std::vector<int64_t>{5, 5, 5});
 }
 
@@ -154,12 +164,14 @@ TEST_CASE("floating conversions round once to nearest even", "[tensor][copy]") {
     Tensor from_integers = tensor(integers).to(target);
     CHECK(from_integers.dtype() == target);
     for (size_t i = 0; i < doubles.size(); ++i) {
-      const uint16_t bits = bfloat ? bits_of(from_doubles.to_vector<BFloat16>()[i]) : bits_of(from_doubles.to_vector<Half>()[i]);
+      const uint16_t bits = bfloat ? bits_of(from_doubles.to_vector<BFloat16>()[i])
+                                   : bits_of(from_doubles.to_vector<Half>()[i]);
       CAPTURE(bfloat, doubles[i], bits);
       REQUIRE(correctly_rounded_16((long double)doubles[i], bits, bfloat));
     }
     const auto integer_bits = [&](size_t i) {
-      return bfloat ? bits_of(from_integers.to_vector<BFloat16>()[i]) : bits_of(from_integers.to_vector<Half>()[i]);
+      return bfloat ? bits_of(from_integers.to_vector<BFloat16>()[i])
+                    : bits_of(from_integers.to_vector<Half>()[i]);
     };
     for (size_t i = 0; i < integers.size(); ++i) {
       CAPTURE(bfloat, integers[i]);
@@ -172,9 +184,13 @@ TEST_CASE("copy_ broadcasts converts and writes through strides", "[tensor][copy
   Tensor destination = zeros({2, 3}, kFloat16).t();  // [3, 2], not contiguous
   destination.copy_(tensor({1.0, 2.0}, kFloat64));   // [2] broadcast along dim 0
   CHECK(destination.to_vector<float>() == std::vector<float>{1, 2, 1, 2, 1, 2});
-  CHECK_THROWS_WITH(destination.copy_(zeros({3})), Contains("copy_: the source of shape [3] cannot be broadcast to the destination's shape [3, 2]"));
+  CHECK_THROWS_WITH(
+      destination.copy_(zeros({3})),
+      Contains(
+          "copy_: the source of shape [3] cannot be broadcast to the destination's shape [3, 2]"));
   CHECK_THROWS_WITH(destination.copy_(zeros({1, 3, 2})), Contains("cannot be broadcast"));
-  CHECK_THROWS_WITH(zeros({1}).expand({4}).copy_(zeros({4})), Contains("elements that share memory"));
+  CHECK_THROWS_WITH(zeros({1}).expand({4}).copy_(zeros({4})),
+                    Contains("elements that share memory"));
   CHECK_THROWS_WITH(zeros({1}).expand({4}).fill_(1), Contains("elements that share memory"));
 }
 
@@ -204,9 +220,12 @@ TEST_CASE("item and to_vector convert and check the element count", "[tensor][co
   CHECK(scalar_tensor(2.5).item<int64_t>() == 2);
   CHECK(tensor({3.0}).item<double>() == 3.0);
   CHECK(scalar_tensor(int64_t(1) << 60).item<int64_t>() == int64_t(1) << 60);
-  CHECK_THROWS_WITH(tensor({1.0, 2.0}).item<float>(), Contains("item: expected a tensor with one element, got 2 elements (shape [2])"));
+  CHECK_THROWS_WITH(
+      tensor({1.0, 2.0}).item<float>(),
+      Contains("item: expected a tensor with one element, got 2 elements (shape [2])"));
   CHECK_THROWS_WITH(scalar_tensor(NAN).item<int32_t>(), Contains("NaN has no integer value"));
-  CHECK_THROWS_WITH(tensor({1.0}).data_ptr<double>(), Contains("data_ptr<float64>: the tensor's dtype is float32"));
+  CHECK_THROWS_WITH(tensor({1.0}).data_ptr<double>(),
+                    Contains("data_ptr<float64>: the tensor's dtype is float32"));
 }
 
 TEST_CASE("clone is a deep copy with its own storage", "[tensor][copy]") {
@@ -219,7 +238,8 @@ TEST_CASE("clone is a deep copy with its own storage", "[tensor][copy]") {
 }
 
 TEST_CASE("moving to a CUDA device is refused with a clear message", "[tensor][copy][errors]") {
-  CHECK_THROWS_WITH(zeros({2}).to(Device(kCUDA)), Contains("cannot move a tensor from cpu to cuda:0"));
+  CHECK_THROWS_WITH(zeros({2}).to(Device(kCUDA)),
+                    Contains("cannot move a tensor from cpu to cuda:0"));
   CHECK_THROWS_WITH(zeros({2}, {.device = Device(kCUDA, 1)}), Contains("on cuda:1"));
   CHECK(zeros({2}).to(Device(kCPU)).is_cpu());
 }

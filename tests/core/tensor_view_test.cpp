@@ -65,11 +65,14 @@ void check_matches(const Tensor& view, const RefView& ref) {
 
 TEST_CASE("random chains of views address the right elements", "[tensor][view]") {
   std::mt19937 rng(1234);
-  const auto pick = [&](int64_t n) { return int64_t(std::uniform_int_distribution<int64_t>(0, n - 1)(rng)); };
+  const auto pick = [&](int64_t n) {
+    return int64_t(std::uniform_int_distribution<int64_t>(0, n - 1)(rng));
+  };
 
   for (int trial = 0; trial < 300; ++trial) {
     const std::vector<int64_t> base_sizes = {2 + pick(3), 1 + pick(4), 2 + pick(3)};
-    Tensor base = arange(count(base_sizes), kFloat64).reshape(Shape(std::span<const int64_t>(base_sizes)));
+    Tensor base =
+        arange(count(base_sizes), kFloat64).reshape(Shape(std::span<const int64_t>(base_sizes)));
     Tensor view = base;
     RefView ref{base_sizes, [base_sizes](const Index& i) { return ravel(i, base_sizes); }};
 
@@ -167,8 +170,9 @@ TEST_CASE("random chains of views address the right elements", "[tensor][view]")
         }
         default: {  // reshape to (all but last, last) or flatten: a view or a copy
           const int64_t n = count(ref.sizes);
-          std::vector<int64_t> sizes = ndim >= 2 && pick(2) ? std::vector<int64_t>{n / ref.sizes.back(), ref.sizes.back()}
-                                                            : std::vector<int64_t>{n};
+          std::vector<int64_t> sizes =
+              ndim >= 2 && pick(2) ? std::vector<int64_t>{n / ref.sizes.back(), ref.sizes.back()}
+                                   : std::vector<int64_t>{n};
           if (n == 0) break;
           view = view.reshape(Shape(std::span<const int64_t>(sizes)));
           ref.sizes = sizes;
@@ -185,11 +189,11 @@ TEST_CASE("random chains of views address the right elements", "[tensor][view]")
 
 TEST_CASE("writing through a view changes the base", "[tensor][view]") {
   Tensor base = zeros({3, 4});
-  base.transpose(0, 1).select(0, 2).fill_(7);  // column 2
-  base.narrow(0, 1, 1).fill_(5);                // row 1
+  base.transpose(0, 1).select(0, 2).fill_(7);               // column 2
+  base.narrow(0, 1, 1).fill_(5);                            // row 1
   base.slice(1, 0, std::nullopt, 3).select(0, 2).fill_(9);  // row 2, columns 0 and 3
-  const std::vector<float> expected = {0, 0, 7, 0,  //
-                                       5, 5, 5, 5,  //
+  const std::vector<float> expected = {0, 0, 7, 0,          //
+                                       5, 5, 5, 5,          //
                                        9, 0, 7, 9};
   CHECK(base.to_vector<float>() == expected);
 
@@ -259,24 +263,32 @@ TEST_CASE("reshape is a view when the layout allows and a copy otherwise", "[ten
   CHECK(strided.flatten().to_vector<float>() == arange(12, kFloat32).to_vector<float>());
 }
 
-TEST_CASE("bad view arguments throw hg::Error naming the values and change nothing", "[tensor][view][errors]") {
+TEST_CASE("bad view arguments throw hg::Error naming the values and change nothing",
+          "[tensor][view][errors]") {
   Tensor base = arange(6, kFloat32).reshape({2, 3});
   const std::vector<float> before = base.to_vector<float>();
   const uint64_t version = base.version();
 
-  CHECK_THROWS_WITH(base.view({4, 2}), Contains("shape [4, 2] is invalid for a tensor of 6 elements"));
-  CHECK_THROWS_WITH(base.reshape({5}), Contains("reshape: shape [5] is invalid for a tensor of 6 elements"));
-  CHECK_THROWS_WITH(base.transpose(0, 2), Contains("transpose: dim out of range (expected in [-2, 1] for a 2-D tensor, got 2)"));
-  CHECK_THROWS_WITH(base.select(1, 3), Contains("select: index 3 is out of range for dim 1 of size 3"));
+  CHECK_THROWS_WITH(base.view({4, 2}),
+                    Contains("shape [4, 2] is invalid for a tensor of 6 elements"));
+  CHECK_THROWS_WITH(base.reshape({5}),
+                    Contains("reshape: shape [5] is invalid for a tensor of 6 elements"));
+  CHECK_THROWS_WITH(
+      base.transpose(0, 2),
+      Contains("transpose: dim out of range (expected in [-2, 1] for a 2-D tensor, got 2)"));
+  CHECK_THROWS_WITH(base.select(1, 3),
+                    Contains("select: index 3 is out of range for dim 1 of size 3"));
   CHECK_THROWS_WITH(base.select(0, -3), Contains("index -3 is out of range"));
-  CHECK_THROWS_WITH(base.narrow(1, 2, 2), Contains("narrow: start 2 + length 2 exceeds dim 1 of size 3"));
+  CHECK_THROWS_WITH(base.narrow(1, 2, 2),
+                    Contains("narrow: start 2 + length 2 exceeds dim 1 of size 3"));
   CHECK_THROWS_WITH(base.slice(1, 0, 2, 0), Contains("slice: expected step > 0, got 0"));
   CHECK_THROWS_WITH(base.permute({0, 0}), Contains("permute: dim 0 appears more than once"));
   CHECK_THROWS_WITH(base.permute({0}), Contains("permute: expected 2 dims"));
   CHECK_THROWS_WITH(base.expand({4, 3, 2}), Contains("cannot expand shape [2, 3] to [4, 3, 2]"));
   CHECK_THROWS_WITH(base.expand({3}), Contains("fewer dims"));
   CHECK_THROWS_WITH(base.unsqueeze(4), Contains("unsqueeze: dim out of range"));
-  CHECK_THROWS_WITH(base.flatten(1, 0), Contains("flatten: start_dim 1 must not come after end_dim 0"));
+  CHECK_THROWS_WITH(base.flatten(1, 0),
+                    Contains("flatten: start_dim 1 must not come after end_dim 0"));
   CHECK_THROWS_WITH(base.as_strided({2, 3}, {3, 2}), Contains("the storage holds 6 elements"));
   CHECK_THROWS_WITH(scalar_tensor(1.0).select(0, 0), Contains("got a 0-d tensor"));
   CHECK_THROWS_AS(Tensor().sizes(), hg::Error);
