@@ -10,6 +10,13 @@
 // This umbrella header brings in the whole public API.
 #pragma once
 
+#include "halfgrad/amp/autocast_state.h"
+#include "halfgrad/amp/trace.h"
+#include "halfgrad/autograd/anomaly.h"
+#include "halfgrad/autograd/engine.h"
+#include "halfgrad/autograd/grad_mode.h"
+#include "halfgrad/autograd/gradcheck.h"
+#include "halfgrad/autograd/node.h"
 #include "halfgrad/config.h"
 #include "halfgrad/core/cast.h"
 #include "halfgrad/core/convert.h"
@@ -25,3 +32,5 @@
 #include "halfgrad/core/storage.h"
 #include "halfgrad/core/tensor.h"
 #include "halfgrad/cuda/cuda.h"
+#include "halfgrad/ops/op.h"
+#include "halfgrad/ops/ops.h"

@@ -14,6 +14,7 @@
 #include "halfgrad/core/format.h"
 #include "halfgrad/core/strided_loop.h"
 #include "halfgrad/core/tensor.h"
+#include "halfgrad/core/view.h"
 
 namespace hg {
 
@@ -154,8 +155,8 @@ Tensor& Tensor::copy_(const Tensor& src) {
            "(an expanded tensor); clone() it before writing to it",
            sizes(), strides());
   // A source that shares memory with the destination is read in full before any write.
-  const Tensor source = shares_storage(src) ? src.clone() : src;
-  copy_elements(*this, source.expand(target));
+  const Tensor source = shares_storage(src) ? core::clone(src) : src;
+  copy_elements(*this, core::expand(source, target));
   bump_version();
   return *this;
 }
@@ -181,16 +182,16 @@ Tensor& Tensor::fill_(Scalar value) {
   return *this;
 }
 
-Tensor Tensor::clone() const {
-  Tensor out = empty(sizes(), options());
-  copy_elements(out, *this);
+Tensor core::clone(const Tensor& self) {
+  Tensor out = empty(self.sizes(), self.options());
+  copy_elements(out, self);
   return out;
 }
 
-Tensor Tensor::to(DType dtype) const {
-  if (dtype == this->dtype()) return *this;
-  Tensor out = empty(sizes(), {.dtype = dtype, .device = device()});
-  copy_elements(out, *this);
+Tensor core::to_dtype(const Tensor& self, DType dtype) {
+  if (dtype == self.dtype()) return self;
+  Tensor out = empty(self.sizes(), {.dtype = dtype, .device = self.device()});
+  copy_elements(out, self);
   return out;
 }
 
@@ -202,11 +203,10 @@ Tensor Tensor::to(Device device) const {
       this->device(), device);
 }
 
-Tensor Tensor::to(Device device, DType dtype) const { return to(device).to(dtype); }
-
 template <class T>
 std::vector<T> Tensor::to_vector() const {
-  const Tensor values = to(Device(kCPU)).to(dtype_of<T>).contiguous();
+  Tensor values = core::to_dtype(to(Device(kCPU)), dtype_of<T>);
+  if (!values.is_contiguous()) values = core::clone(values);
   const T* data = static_cast<const T*>(values.data_ptr());
   return std::vector<T>(data, data + values.numel());
 }

@@ -7,6 +7,7 @@
 #include "halfgrad/core/cast.h"
 #include "halfgrad/core/format.h"
 #include "halfgrad/core/random.h"
+#include "halfgrad/core/view.h"
 
 namespace hg {
 
@@ -123,7 +124,7 @@ Tensor eye(int64_t n, std::optional<int64_t> m, TensorOptions options) {
   Tensor out = zeros({n, columns}, options);
   const int64_t diagonal = std::min(n, columns);
   if (diagonal > 0) {
-    out.as_strided({diagonal}, {columns + 1}, 0).fill_(1);
+    core::as_strided(out, {diagonal}, {columns + 1}, 0).fill_(1);
   }
   return out;
 }
@@ -166,7 +167,7 @@ Tensor tensor(const std::vector<T>& values, const Shape& sizes, std::optional<DT
   Tensor source = empty(sizes, dtype_of<Stored>);
   Stored* data = static_cast<Stored*>(source.data_ptr());
   for (size_t i = 0; i < values.size(); ++i) data[i] = static_cast<Stored>(values[i]);
-  return source.to(dtype.value_or(natural));
+  return core::to_dtype(source, dtype.value_or(natural));
 }
 
 template Tensor tensor(const std::vector<float>&, const Shape&, std::optional<DType>);

@@ -6,6 +6,7 @@
 //   Tensor h = x.to(kFloat16);                  // a copy, rounded to nearest even
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <optional>
 #include <vector>
@@ -20,8 +21,9 @@
 namespace hg {
 
 namespace autograd {
-struct AutogradMeta;  // defined by the autograd layer
-}
+struct AutogradMeta;  // defined by the autograd layer (autograd/node.h)
+class Node;
+}  // namespace autograd
 
 struct TensorOptions {
   DType dtype = kFloat32;
@@ -149,7 +151,44 @@ class Tensor {
   Tensor to(Device device, DType dtype) const;
   Tensor cpu() const { return to(Device(kCPU)); }
 
+  // ---- autograd (autograd/variable.cpp) ---------------------------------------------------
+  bool requires_grad() const;
+  // Marks a leaf as needing gradients (or not). Only floating tensors can require grad.
+  Tensor& requires_grad_(bool requires_grad = true);
+  // The accumulated gradient: undefined until a backward pass reaches this tensor (a leaf,
+  // or a tensor that called retain_grad()).
+  const Tensor& grad() const;
+  // The gradient slot, for optimizers and zero_grad (assigning undefined clears it).
+  Tensor& mutable_grad() const;
+  // The node that produced this tensor; null for leaves and tensors that need no gradient.
+  std::shared_ptr<autograd::Node> grad_fn() const;
+  bool is_leaf() const;
+  uint32_t output_nr() const;
+  // Computes the gradient of this tensor w.r.t. the graph's leaves and adds it into their
+  // grad(). `gradient` may be omitted for a one-element tensor (it is then 1).
+  void backward(const Tensor& gradient = Tensor(), bool retain_graph = false,
+                bool create_graph = false) const;
+  // The same data with no autograd history; shares storage and the version counter.
+  Tensor detach() const;
+  Tensor& detach_();
+  // Keeps grad() for a non-leaf tensor after backward.
+  void retain_grad() const;
+  // Runs hook on this tensor's gradient whenever one is computed; the hook may return a
+  // replacement gradient (or an undefined tensor to keep it).
+  void register_hook(std::function<Tensor(const Tensor&)> hook) const;
+
   // ---- in-place writes (bump the version) -------------------------------------------------
+  // Arithmetic in place (ops/inplace.cpp): the other operand broadcasts to this tensor's
+  // shape and the result keeps this tensor's dtype (a float result into an integer tensor is
+  // an error, as torch). With autograd: NOTE [In-place ops and autograd].
+  Tensor& add_(const Tensor& other, Scalar alpha = 1);
+  Tensor& add_(Scalar other, Scalar alpha = 1);
+  Tensor& sub_(const Tensor& other, Scalar alpha = 1);
+  Tensor& sub_(Scalar other, Scalar alpha = 1);
+  Tensor& mul_(const Tensor& other);
+  Tensor& mul_(Scalar other);
+  Tensor& div_(const Tensor& other);
+  Tensor& div_(Scalar other);
   // Copies src into this tensor, broadcasting src's shape and converting its dtype.
   Tensor& copy_(const Tensor& src);
   Tensor& fill_(Scalar value);
@@ -160,7 +199,6 @@ class Tensor {
     HG_CHECK(impl_ != nullptr, "this operation needs a defined tensor, got an undefined one");
     return *impl_;
   }
-  Tensor make_view(Shape sizes, Shape strides, int64_t storage_offset) const;
 
   std::shared_ptr<TensorImpl> impl_;
 };

@@ -1,0 +1,51 @@
+#include "halfgrad/amp/trace.h"
+
+#include <algorithm>
+
+#include "halfgrad/core/format.h"
+
+namespace hg::amp {
+
+namespace {
+thread_local AutocastTrace* current = nullptr;
+
+std::string join_dtypes(const std::vector<DType>& dtypes) {
+  std::string text;
+  for (size_t i = 0; i < dtypes.size(); ++i) {
+    if (i > 0) text += ", ";
+    text += dtype_name(dtypes[i]);
+  }
+  return text;
+}
+}  // namespace
+
+AutocastTrace::AutocastTrace() : previous_(current) { current = this; }
+AutocastTrace::~AutocastTrace() { current = previous_; }
+AutocastTrace* active_trace() { return current; }
+
+std::string AutocastTrace::table() const {
+  struct Row {
+    std::string op, device, policy, inputs, outputs;
+  };
+  std::vector<Row> rows = {{"op", "device", "policy", "inputs", "output"}};
+  for (const TraceEntry& e : entries_) {
+    rows.push_back({std::string(op_name(e.op)), std::string(device_type_name(e.device_type)),
+                    e.policy ? std::string(cast_policy_name(*e.policy)) : "(autocast off)",
+                    join_dtypes(e.input_dtypes), join_dtypes(e.output_dtypes)});
+  }
+  size_t width[4] = {0, 0, 0, 0};
+  for (const Row& r : rows) {
+    width[0] = std::max(width[0], r.op.size());
+    width[1] = std::max(width[1], r.device.size());
+    width[2] = std::max(width[2], r.policy.size());
+    width[3] = std::max(width[3], r.inputs.size());
+  }
+  std::string text;
+  for (const Row& r : rows) {
+    text += fmt::format("{:<{}}  {:<{}}  {:<{}}  {:<{}}  {}\n", r.op, width[0], r.device, width[1],
+                        r.policy, width[2], r.inputs, width[3], r.outputs);
+  }
+  return text;
+}
+
+}  // namespace hg::amp

@@ -1,0 +1,55 @@
+// AutocastTrace: the teaching view of autocast. While a trace is alive, every op dispatched
+// on this thread is recorded with its cast policy and the dtypes that went in and came out.
+//
+//   amp::AutocastTrace trace;
+//   { amp::Autocast autocast(kCPU); y = model(x); }
+//   fmt::print("{}", trace.table());
+//   // op          device  policy              inputs             output
+//   // linear      cpu     lower_precision_fp  float32, float32   bfloat16
+//   // layer_norm  cpu     unlisted            bfloat16, ...      bfloat16
+//
+// Only the outermost call of a composite op is recorded, as autocast sees it; the casts
+// autocast inserts are not separate entries (the inputs column shows the dtypes before).
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "halfgrad/core/device.h"
+#include "halfgrad/core/dtype.h"
+#include "halfgrad/ops/op.h"
+
+namespace hg::amp {
+
+struct TraceEntry {
+  OpId op;
+  DeviceType device_type;
+  std::optional<CastPolicy> policy;  // nullopt: autocast was off for this device
+  std::vector<DType> input_dtypes;   // floating and integer tensor inputs, as given
+  std::vector<DType> output_dtypes;
+};
+
+class AutocastTrace {
+ public:
+  AutocastTrace();
+  ~AutocastTrace();
+  AutocastTrace(const AutocastTrace&) = delete;
+  AutocastTrace& operator=(const AutocastTrace&) = delete;
+
+  const std::vector<TraceEntry>& entries() const { return entries_; }
+  // The entries as an aligned text table, one op per line.
+  std::string table() const;
+
+  // Called by ops/dispatch.
+  void record(TraceEntry entry) { entries_.push_back(std::move(entry)); }
+
+ private:
+  std::vector<TraceEntry> entries_;
+  AutocastTrace* previous_;
+};
+
+// The innermost live trace of this thread, or null.
+AutocastTrace* active_trace();
+
+}  // namespace hg::amp

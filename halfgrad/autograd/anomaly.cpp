@@ -1,0 +1,66 @@
+#include "halfgrad/autograd/anomaly.h"
+
+#include <cmath>
+
+#include "halfgrad/autograd/node.h"
+#include "halfgrad/core/format.h"
+
+namespace hg::autograd {
+
+namespace {
+thread_local bool anomaly_enabled = false;
+thread_local bool checks_suspended = false;
+}  // namespace
+
+// NOTE [Anomaly in backward] A node's backward is written with ops; a non-finite value made
+// inside it is reported as the node's (with the forward call that created the node), which
+// is what the user can act on, rather than as the inner op's.
+bool forward_checks_suspended() { return checks_suspended; }
+SuspendForwardChecks::SuspendForwardChecks() : previous_(checks_suspended) {
+  checks_suspended = true;
+}
+SuspendForwardChecks::~SuspendForwardChecks() { checks_suspended = previous_; }
+
+bool is_anomaly_enabled() { return anomaly_enabled; }
+
+DetectAnomalyGuard::DetectAnomalyGuard() : previous_(anomaly_enabled) { anomaly_enabled = true; }
+DetectAnomalyGuard::~DetectAnomalyGuard() { anomaly_enabled = previous_; }
+
+std::string describe_call(std::string_view op, std::span<const Tensor> inputs) {
+  std::string text = fmt::format("{}(", op);
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    if (i > 0) text += ", ";
+    text += inputs[i].defined() ? fmt::format("{} {}", inputs[i].dtype(), inputs[i].sizes())
+                                : std::string("undefined");
+  }
+  return text + ")";
+}
+
+bool all_finite(const Tensor& t) {
+  if (!t.defined() || !t.is_floating_point()) return true;
+  for (double value : t.to_vector<double>()) {
+    if (!std::isfinite(value)) return false;
+  }
+  return true;
+}
+
+void check_forward_outputs(std::string_view op, std::span<const Tensor> inputs,
+                           std::span<const Tensor> outputs) {
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    HG_CHECK(all_finite(outputs[i]),
+             "anomaly: {} produced a non-finite value (inf or NaN) in its output {} ({} {})",
+             describe_call(op, inputs), i, outputs[i].dtype(), outputs[i].sizes());
+  }
+}
+
+void check_backward_outputs(const Node& node, std::span<const Tensor> grads) {
+  for (size_t i = 0; i < grads.size(); ++i) {
+    HG_CHECK(all_finite(grads[i]),
+             "anomaly: {} returned a non-finite gradient (inf or NaN) for its input {} ({} {}); "
+             "the node was created by the forward call {}",
+             node.name(), i, grads[i].dtype(), grads[i].sizes(),
+             node.creation_context.empty() ? "(not recorded)" : node.creation_context);
+  }
+}
+
+}  // namespace hg::autograd

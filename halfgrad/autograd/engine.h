@@ -1,0 +1,25 @@
+// The engine: runs the graph backwards from some tensors, in reverse recording order,
+// iteratively (no recursion, so deep graphs do not overflow the stack).
+#pragma once
+
+#include <vector>
+
+#include "halfgrad/core/tensor.h"
+
+namespace hg::autograd {
+
+// Accumulates d(sum_i <tensors[i], grad_tensors[i]>)/d(leaf) into every leaf's grad().
+// grad_tensors[i] may be undefined for a one-element tensors[i] (it is then 1).
+// Unless retain_graph, the graph's saved tensors are freed as it runs. With create_graph
+// the backward pass is itself recorded, so the gradients can be differentiated again.
+void backward(const std::vector<Tensor>& tensors, const std::vector<Tensor>& grad_tensors = {},
+              bool retain_graph = false, bool create_graph = false);
+
+// The gradients of the outputs w.r.t. the inputs, returned instead of accumulated into
+// grad() (no leaf's grad() changes). An input the outputs do not depend on is an error
+// unless allow_unused (its gradient is then undefined).
+std::vector<Tensor> grad(const std::vector<Tensor>& outputs, const std::vector<Tensor>& inputs,
+                         const std::vector<Tensor>& grad_outputs = {}, bool retain_graph = false,
+                         bool create_graph = false, bool allow_unused = false);
+
+}  // namespace hg::autograd

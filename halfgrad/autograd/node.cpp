@@ -1,0 +1,123 @@
+#include "halfgrad/autograd/node.h"
+
+#include <atomic>
+
+#include "halfgrad/autograd/grad_mode.h"
+#include "halfgrad/core/format.h"
+#include "halfgrad/ops/ops.h"
+
+namespace hg::autograd {
+
+uint64_t next_sequence_nr() {
+  static std::atomic<uint64_t> counter{0};
+  return counter.fetch_add(1, std::memory_order_relaxed);
+}
+
+// ---- AccumulateGrad -----------------------------------------------------------------------------
+
+AccumulateGrad::AccumulateGrad(Tensor leaf) : leaf_(std::move(leaf)) {
+  outputs.push_back({leaf_.sizes(), leaf_.dtype(), leaf_.device()});
+}
+
+std::vector<Tensor> AccumulateGrad::apply(std::vector<Tensor>&& grad_outputs) {
+  Tensor gradient = std::move(grad_outputs.at(0));
+  AutogradMeta& m = meta(leaf_);
+  for (const Hook& hook : m.leaf_hooks) {
+    Tensor replaced = hook(gradient);
+    if (replaced.defined()) gradient = std::move(replaced);
+  }
+  HG_CHECK(gradient.sizes() == leaf_.sizes() && gradient.dtype() == leaf_.dtype(),
+           "autograd: the gradient of a leaf of shape {} and dtype {} has shape {} and dtype {}",
+           leaf_.sizes(), leaf_.dtype(), gradient.sizes(), gradient.dtype());
+  // NOTE [Gradient accumulation] Gradients add into grad(), never overwrite it. The first
+  // gradient is taken as it is when no one else holds it (no copy), and copied otherwise,
+  // so grad() never aliases another tensor. With create_graph the sum is itself recorded
+  // (higher-order gradients), so it is done out of place.
+  if (is_grad_enabled()) {
+    m.grad = m.grad.defined() ? add(m.grad, gradient) : gradient;
+  } else if (!m.grad.defined()) {
+    const bool sole_owner = gradient.impl_ptr().use_count() == 1 &&
+                            gradient.impl()->storage().use_count() == 1 &&
+                            gradient.is_contiguous() && !gradient.is_view();
+    m.grad = sole_owner ? gradient.detach() : gradient.detach().clone();
+  } else {
+    m.grad.add_(gradient);
+  }
+  return {};
+}
+
+// ---- SavedTensor --------------------------------------------------------------------------------
+
+SavedTensor::SavedTensor(const Tensor& tensor, bool is_output) : is_output_(is_output) {
+  if (!tensor.defined()) return;
+  version_ = tensor.version();
+  if (is_output) {
+    data_ = tensor.detach();
+    if (const AutogradMeta* m = meta_or_null(tensor)) {
+      grad_fn_ = m->grad_fn;
+      output_nr_ = m->output_nr;
+      requires_grad_ = m->requires_grad;
+    }
+  } else {
+    data_ = tensor;
+  }
+}
+
+Tensor SavedTensor::unpack(std::string_view saved_by) const {
+  HG_CHECK(!released_,
+           "autograd: trying to run backward through {} a second time, but its saved tensors "
+           "were freed after the first backward; pass retain_graph=true to the first backward "
+           "if you need to run it again",
+           saved_by);
+  if (!data_.defined()) return Tensor();
+  HG_CHECK(data_.version() == version_,
+           "autograd: a {} tensor of shape {} needed by {} was modified by an in-place "
+           "operation: it is at version {}, expected version {}; clone it before modifying it",
+           data_.dtype(), data_.sizes(), saved_by, data_.version(), version_);
+  if (!is_output_) return data_;
+  // Give an output back its place in the graph (for create_graph), if the node still lives.
+  Tensor restored = data_.detach();
+  if (std::shared_ptr<Node> node = grad_fn_.lock()) {
+    set_history(restored, node, output_nr_);
+  } else if (requires_grad_) {
+    meta(restored).requires_grad = true;
+  }
+  return restored;
+}
+
+// ---- tensor <-> graph ---------------------------------------------------------------------------
+
+AutogradMeta& meta(const Tensor& t) {
+  TensorImpl* impl = t.impl();
+  HG_CHECK(impl != nullptr, "autograd: expected a defined tensor, got an undefined one");
+  if (!impl->autograd_meta) impl->autograd_meta = std::make_shared<AutogradMeta>();
+  return *impl->autograd_meta;
+}
+
+AutogradMeta* meta_or_null(const Tensor& t) {
+  return t.defined() ? t.impl()->autograd_meta.get() : nullptr;
+}
+
+Edge gradient_edge(const Tensor& t) {
+  AutogradMeta* m = meta_or_null(t);
+  if (m == nullptr) return {};
+  if (m->grad_fn) return {m->grad_fn, m->output_nr};
+  if (!m->requires_grad) return {};
+  std::shared_ptr<Node> accumulator = m->grad_accumulator.lock();
+  if (!accumulator) {
+    // The accumulator holds the leaf; the leaf holds the accumulator weakly (no cycle).
+    Tensor leaf(t.impl_ptr());
+    accumulator = std::make_shared<AccumulateGrad>(leaf);
+    m->grad_accumulator = accumulator;
+  }
+  return {accumulator, 0};
+}
+
+void set_history(const Tensor& t, const std::shared_ptr<Node>& node, uint32_t output_nr) {
+  AutogradMeta& m = meta(t);
+  m.grad_fn = node;
+  m.output_nr = output_nr;
+  m.requires_grad = true;
+}
+
+}  // namespace hg::autograd

@@ -1,0 +1,116 @@
+#include "halfgrad/ops/dispatch.h"
+
+#include <cctype>
+
+#include "halfgrad/core/format.h"
+
+namespace hg::ops {
+
+void OpContext::bind_outputs(const std::shared_ptr<autograd::Node>& node,
+                             std::span<const Tensor* const> outputs) {
+  for (const auto& [index, impl] : saved_outputs_) {
+    for (const Tensor* out : outputs) {
+      if (out->impl() == impl) saved_[index] = autograd::SavedTensor(*out, /*is_output=*/true);
+    }
+  }
+  (void)node;
+}
+
+std::string backward_node_name(OpId op) {
+  std::string name;
+  bool upper = true;
+  for (char c : op_name(op)) {
+    if (c == '_') {
+      upper = true;
+      continue;
+    }
+    name.push_back(upper ? char(std::toupper(static_cast<unsigned char>(c))) : c);
+    upper = false;
+  }
+  return name + "Backward";
+}
+
+namespace detail {
+
+DeviceType common_device_type(OpId op, std::span<const Tensor> inputs) {
+  const Tensor* first = nullptr;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    if (!inputs[i].defined()) continue;
+    if (first == nullptr) {
+      first = &inputs[i];
+      continue;
+    }
+    HG_CHECK(inputs[i].device() == first->device(),
+             "{}: expected all tensors on one device, got {} for the first and {} for input {}",
+             op_name(op), first->device(), inputs[i].device(), i);
+  }
+  return first ? first->device().type : kCPU;
+}
+
+void apply_cast_policy(OpId op, CastPolicy policy, DeviceType device_type,
+                       std::span<Tensor> inputs) {
+  // The casts are ops themselves; they are not autocast entries of their own.
+  amp::BelowAutocastGuard below;
+  switch (policy) {
+    case CastPolicy::LowerPrecision: {
+      const DType target = amp::get_autocast_dtype(device_type);
+      for (Tensor& t : inputs) t = amp::autocast_input(t, target, device_type);
+      return;
+    }
+    case CastPolicy::Fp32:
+      for (Tensor& t : inputs) t = amp::autocast_input(t, kFloat32, device_type);
+      return;
+    case CastPolicy::Promote: {
+      std::optional<DType> widest;
+      for (const Tensor& t : inputs) {
+        if (t.defined() && t.is_floating_point()) {
+          widest = widest ? promote_types(*widest, t.dtype()) : t.dtype();
+        }
+      }
+      if (!widest) return;
+      for (Tensor& t : inputs) {
+        if (t.defined() && t.is_floating_point() && t.dtype() != *widest) t = t.to(*widest);
+      }
+      return;
+    }
+    case CastPolicy::Banned:
+      HG_ERROR(
+          "{} is unsafe to autocast on {}: its gradient cannot be represented in lower "
+          "precision. Use binary_cross_entropy_with_logits (which fuses the sigmoid and is safe "
+          "under autocast), or call {} outside the autocast region (or in a region with "
+          "amp::Autocast(..., std::nullopt, /*enabled=*/false))",
+          op_name(op), device_type_name(device_type), op_name(op));
+    case CastPolicy::Unlisted:
+      return;
+  }
+}
+
+std::vector<autograd::Edge> collect_edges(std::span<const Tensor> inputs) {
+  std::vector<autograd::Edge> edges;
+  edges.reserve(inputs.size());
+  for (const Tensor& t : inputs) {
+    edges.push_back(t.defined() ? autograd::gradient_edge(t) : autograd::Edge{});
+  }
+  return edges;
+}
+
+std::vector<DType> dtypes_of(std::span<const Tensor> inputs) {
+  std::vector<DType> dtypes;
+  for (const Tensor& t : inputs) {
+    if (t.defined()) dtypes.push_back(t.dtype());
+  }
+  return dtypes;
+}
+
+void record_trace(OpId op, DeviceType device_type, std::optional<CastPolicy> policy,
+                  const std::vector<DType>& input_dtypes, std::span<Tensor* const> outputs) {
+  std::vector<DType> output_dtypes;
+  for (const Tensor* out : outputs) {
+    if (out->defined()) output_dtypes.push_back(out->dtype());
+  }
+  amp::active_trace()->record({op, device_type, policy, input_dtypes, std::move(output_dtypes)});
+}
+
+}  // namespace detail
+
+}  // namespace hg::ops

@@ -1,0 +1,253 @@
+// The one dispatch function every op goes through (DESIGN §2).
+//
+// An op is a struct: its id in the op list, its attributes, its forward and its backward,
+// next to each other:
+//
+//   struct Mul {
+//     static constexpr OpId id = OpId::mul;
+//     Tensor forward(OpContext& ctx, const Tensor& a, const Tensor& b) {
+//       ctx.save({a, b});                         // exactly what backward needs
+//       return cpu::binary(cpu::Binary::Mul, a, b, result_dtype);
+//     }
+//     std::vector<Tensor> backward(OpContext& ctx, const std::vector<Tensor>& grads) {
+//       ...                                       // halfgrad ops: differentiable again
+//     }
+//   };
+//   Tensor mul(const Tensor& a, const Tensor& b) { return dispatch(Mul{}, a, b); }
+//
+// dispatch(op, inputs...):
+//   1. validate   every tensor input on one device
+//   2. autocast   if autocast is on for that device type, this is the outermost op, and the
+//                 op is eligible: cast the floating inputs as the op's policy says
+//   3. kernel     op.forward, with the thread "below autocast" (nested ops run as called)
+//                 and grad mode off (the op is one node, whatever it calls)
+//   4. autograd   if grad mode is on and an input requires grad: a node holding the op
+//                 (its attributes and saved tensors) with edges to the inputs' nodes
+//   5. anomaly    in anomaly mode, a non-finite output is an error naming the op
+//   6. trace      in an AutocastTrace, record {op, policy, input dtypes, output dtypes}
+//
+// Variants an op can declare:
+//   static constexpr bool kComposite = true;    no backward of its own: autograd records the
+//                                               ops it calls (it still autocasts once)
+//   bool autocast_eligible() const;             false for calls autocast must not touch
+//                                               (an explicit dtype given by the caller)
+// Ops of a variable number of inputs (cat, stack) take std::span<const Tensor>.
+#pragma once
+
+#include <array>
+#include <span>
+#include <tuple>
+#include <type_traits>
+#include <vector>
+
+#include "halfgrad/amp/autocast_state.h"
+#include "halfgrad/amp/trace.h"
+#include "halfgrad/autograd/anomaly.h"
+#include "halfgrad/autograd/grad_mode.h"
+#include "halfgrad/autograd/node.h"
+#include "halfgrad/ops/op.h"
+
+namespace hg::ops {
+
+// What forward saves for backward, and which inputs need a gradient.
+class OpContext {
+ public:
+  // True while a node is being built for this call: save only then.
+  bool recording() const { return recording_; }
+  bool needs_input_grad(size_t input) const {
+    return input < needs_input_grad_.size() && needs_input_grad_[input];
+  }
+
+  // Saves inputs (or any tensor that is not an output of this op).
+  void save(std::initializer_list<Tensor> tensors) {
+    if (!recording_) return;
+    for (const Tensor& t : tensors) saved_.emplace_back(t, /*is_output=*/false);
+  }
+  // Saves an output of this op (held without creating a reference cycle).
+  void save_output(const Tensor& output) {
+    if (!recording_) return;
+    saved_.emplace_back(output, /*is_output=*/true);
+    saved_outputs_.push_back({saved_.size() - 1, output.impl()});
+  }
+  // The i-th saved tensor, checked against in-place modification.
+  Tensor saved(size_t i) const { return saved_.at(i).unpack(node_name_); }
+
+  // For dispatch.
+  void start(bool recording, std::vector<bool> needs_input_grad, std::string node_name) {
+    recording_ = recording;
+    needs_input_grad_ = std::move(needs_input_grad);
+    node_name_ = std::move(node_name);
+  }
+  void bind_outputs(const std::shared_ptr<autograd::Node>& node,
+                    std::span<const Tensor* const> outputs);
+  void release() {
+    for (autograd::SavedTensor& s : saved_) s.release();
+  }
+
+ private:
+  bool recording_ = false;
+  std::vector<bool> needs_input_grad_;
+  std::vector<autograd::SavedTensor> saved_;
+  std::vector<std::pair<size_t, const TensorImpl*>> saved_outputs_;
+  std::string node_name_;
+};
+
+// "mul" -> "MulBackward", "layer_norm" -> "LayerNormBackward".
+std::string backward_node_name(OpId op);
+
+template <class Op>
+class OpNode final : public autograd::Node {
+ public:
+  OpNode(Op op, OpContext ctx) : op_(std::move(op)), ctx_(std::move(ctx)) {}
+  std::string name() const override { return backward_node_name(Op::id); }
+  std::vector<Tensor> apply(std::vector<Tensor>&& grad_outputs) override {
+    return op_.backward(ctx_, grad_outputs);
+  }
+  void release_saved() override { ctx_.release(); }
+  OpContext& context() { return ctx_; }
+
+ private:
+  Op op_;
+  OpContext ctx_;
+};
+
+namespace detail {
+
+template <class Op>
+concept HasAutocastEligible = requires(const Op& op) {
+  { op.autocast_eligible() } -> std::convertible_to<bool>;
+};
+
+template <class Op>
+constexpr bool is_composite() {
+  if constexpr (requires { Op::kComposite; }) {
+    return Op::kComposite;
+  } else {
+    return false;
+  }
+}
+
+// The outputs of a forward as a list of pointers, whatever shape the result has.
+inline void collect_outputs(Tensor& t, std::vector<Tensor*>& out) { out.push_back(&t); }
+inline void collect_outputs(std::vector<Tensor>& ts, std::vector<Tensor*>& out) {
+  for (Tensor& t : ts) out.push_back(&t);
+}
+template <class... Ts>
+void collect_outputs(std::tuple<Ts...>& ts, std::vector<Tensor*>& out) {
+  std::apply([&](auto&... t) { (collect_outputs(t, out), ...); }, ts);
+}
+
+// Step 1: every defined tensor input on one device; returns its type.
+DeviceType common_device_type(OpId op, std::span<const Tensor> inputs);
+// Step 2: applies `policy` to the inputs in place (Banned throws).
+void apply_cast_policy(OpId op, CastPolicy policy, DeviceType device_type,
+                       std::span<Tensor> inputs);
+// Steps 4-6 helpers.
+std::vector<autograd::Edge> collect_edges(std::span<const Tensor> inputs);
+void record_trace(OpId op, DeviceType device_type, std::optional<CastPolicy> policy,
+                  const std::vector<DType>& input_dtypes, std::span<Tensor* const> outputs);
+std::vector<DType> dtypes_of(std::span<const Tensor> inputs);
+
+template <class Op, class Inputs>
+auto call_forward(Op& op, OpContext& ctx, Inputs& inputs) {
+  if constexpr (std::is_same_v<Inputs, std::vector<Tensor>>) {
+    return op.forward(ctx, std::span<const Tensor>(inputs));
+  } else {
+    return std::apply([&](const auto&... t) { return op.forward(ctx, t...); }, inputs);
+  }
+}
+
+template <class Op, class Inputs>
+auto run(Op op, Inputs inputs) {
+  constexpr OpId id = Op::id;
+  const std::span<Tensor> input_span(inputs.data(), inputs.size());
+
+  // 1. validate
+  const DeviceType device_type = common_device_type(id, input_span);
+
+  // 2. autocast (once, at the outermost op)
+  const bool outermost = !amp::is_below_autocast();
+  amp::AutocastTrace* trace = outermost ? amp::active_trace() : nullptr;
+  std::vector<DType> traced_inputs;
+  if (trace) traced_inputs = dtypes_of(input_span);
+  std::optional<CastPolicy> policy;
+  if (outermost && amp::is_autocast_enabled(device_type)) {
+    bool eligible = true;
+    if constexpr (HasAutocastEligible<Op>) eligible = op.autocast_eligible();
+    if (eligible) {
+      policy = amp::cast_policy(id, device_type);
+      apply_cast_policy(id, *policy, device_type, input_span);
+    }
+  }
+
+  // 3. kernel
+  constexpr bool composite = is_composite<Op>();
+  bool record = false;
+  std::vector<bool> needs_grad;
+  if constexpr (!composite) {
+    if (autograd::is_grad_enabled()) {
+      needs_grad.resize(inputs.size());
+      for (size_t i = 0; i < inputs.size(); ++i) {
+        needs_grad[i] = inputs[i].defined() && inputs[i].requires_grad();
+        record = record || needs_grad[i];
+      }
+    }
+  }
+  OpContext ctx;
+  ctx.start(record, std::move(needs_grad), record ? backward_node_name(id) : std::string());
+  auto result = [&] {
+    amp::BelowAutocastGuard below;
+    if constexpr (composite) {
+      return call_forward(op, ctx, inputs);
+    } else {
+      NoGradGuard no_grad;
+      return call_forward(op, ctx, inputs);
+    }
+  }();
+  std::vector<Tensor*> outputs;
+  collect_outputs(result, outputs);
+
+  // 4. autograd
+  if (record) {
+    auto node = std::make_shared<OpNode<Op>>(std::move(op), std::move(ctx));
+    node->next_edges = collect_edges(input_span);
+    uint32_t output_nr = 0;
+    for (Tensor* out : outputs) {
+      if (!out->defined() || !out->is_floating_point()) continue;  // indices get no gradient
+      node->outputs.push_back({out->sizes(), out->dtype(), out->device()});
+      autograd::set_history(*out, node, output_nr++);
+    }
+    node->context().bind_outputs(node, outputs);
+    if (autograd::is_anomaly_enabled()) {
+      node->creation_context = autograd::describe_call(op_name(id), input_span);
+    }
+  }
+
+  // 5. anomaly
+  if (autograd::is_anomaly_enabled() && !autograd::forward_checks_suspended()) {
+    std::vector<Tensor> values;
+    for (Tensor* out : outputs) values.push_back(*out);
+    autograd::check_forward_outputs(op_name(id), input_span, values);
+  }
+
+  // 6. trace
+  if (trace) record_trace(id, device_type, policy, traced_inputs, outputs);
+  return result;
+}
+
+}  // namespace detail
+
+// Dispatches an op with a fixed number of tensor inputs.
+template <class Op, class... Ts>
+requires(std::is_same_v<std::remove_cvref_t<Ts>, Tensor>&&...) auto dispatch(Op op,
+                                                                             const Ts&... inputs) {
+  return detail::run(std::move(op), std::array<Tensor, sizeof...(Ts)>{inputs...});
+}
+
+// Dispatches an op that takes a list of tensors.
+template <class Op>
+auto dispatch_list(Op op, std::span<const Tensor> inputs) {
+  return detail::run(std::move(op), std::vector<Tensor>(inputs.begin(), inputs.end()));
+}
+
+}  // namespace hg::ops

@@ -1,0 +1,452 @@
+// Elementwise ops: forward and backward of each, in op_list.def's order.
+//
+// Backward formulas are written with halfgrad's ops (so create_graph gives higher-order
+// gradients) and return each input's gradient in that input's shape and dtype (a broadcast
+// input gets the gradient summed over its broadcast dims).
+#include <cmath>
+#include <numbers>
+
+#include "halfgrad/autograd/grad_mode.h"
+#include "halfgrad/core/factory.h"
+#include "halfgrad/core/format.h"
+#include "halfgrad/cpu/elementwise.h"
+#include "halfgrad/ops/dispatch.h"
+#include "halfgrad/ops/ops.h"
+#include "halfgrad/ops/type_promotion.h"
+
+namespace hg {
+
+namespace {
+
+using ops::dispatch;
+using ops::OpContext;
+using Grads = std::vector<Tensor>;
+
+// The gradient for an input of `input`'s shape and dtype from a gradient of the result.
+Tensor grad_for(const Tensor& grad, const Tensor& input) {
+  const Tensor reduced = grad.sizes() == input.sizes() ? grad : sum_to_size(grad, input.sizes());
+  return reduced.dtype() == input.dtype() ? reduced : reduced.to(input.dtype());
+}
+
+Tensor as_operand(Scalar value, DType dtype) { return scalar_tensor(value, dtype); }
+
+void check_defined(const Tensor& t, const char* op) {
+  HG_CHECK(t.defined(), "{}: expected a defined tensor, got an undefined one", op);
+}
+
+// ---- add / sub: a + alpha * b, a - alpha * b ------------------------------------------------
+
+template <OpId Id>
+struct AddSub {
+  static constexpr OpId id = Id;
+  double alpha = 1.0;
+  Shape a_sizes, b_sizes;  // backward needs the inputs' shapes and dtypes, not their data
+  DType a_dtype = kFloat32, b_dtype = kFloat32;
+
+  Tensor forward(OpContext& ctx, const Tensor& a, const Tensor& b) {
+    if (ctx.recording()) {
+      a_sizes = a.sizes();
+      b_sizes = b.sizes();
+      a_dtype = a.dtype();
+      b_dtype = b.dtype();
+    }
+    const cpu::Binary kernel = Id == OpId::add ? cpu::Binary::Add : cpu::Binary::Sub;
+    return cpu::binary(kernel, a, b, result_type({a, b}), alpha);
+  }
+  Grads backward(OpContext& ctx, const Grads& grads) {
+    const Tensor& g = grads[0];
+    Grads out(2);
+    if (ctx.needs_input_grad(0)) out[0] = reduce_to(g, a_sizes, a_dtype);
+    if (ctx.needs_input_grad(1)) {
+      const double scale = Id == OpId::add ? alpha : -alpha;
+      out[1] = reduce_to(scale == 1.0 ? g : mul(g, scale), b_sizes, b_dtype);
+    }
+    return out;
+  }
+  static Tensor reduce_to(const Tensor& g, const Shape& sizes, DType dtype) {
+    const Tensor reduced = g.sizes() == sizes ? g : sum_to_size(g, sizes);
+    return reduced.dtype() == dtype ? reduced : reduced.to(dtype);
+  }
+};
+
+// ---- mul -------------------------------------------------------------------------------------
+
+struct Mul {
+  static constexpr OpId id = OpId::mul;
+  Tensor forward(OpContext& ctx, const Tensor& a, const Tensor& b) {
+    ctx.save({a, b});
+    return cpu::binary(cpu::Binary::Mul, a, b, result_type({a, b}));
+  }
+  Grads backward(OpContext& ctx, const Grads& grads) {
+    const Tensor a = ctx.saved(0), b = ctx.saved(1);
+    Grads out(2);
+    if (ctx.needs_input_grad(0)) out[0] = grad_for(mul(grads[0], b), a);
+    if (ctx.needs_input_grad(1)) out[1] = grad_for(mul(grads[0], a), b);
+    return out;
+  }
+};
+
+// ---- div -------------------------------------------------------------------------------------
+
+struct Div {
+  static constexpr OpId id = OpId::div;
+  Tensor forward(OpContext& ctx, const Tensor& a, const Tensor& b) {
+    ctx.save({a, b});
+    return cpu::binary(cpu::Binary::Div, a, b, floating_result(result_type({a, b})));
+  }
+  Grads backward(OpContext& ctx, const Grads& grads) {
+    const Tensor a = ctx.saved(0), b = ctx.saved(1);
+    Grads out(2);
+    if (ctx.needs_input_grad(0)) out[0] = grad_for(div(grads[0], b), a);
+    if (ctx.needs_input_grad(1)) out[1] = grad_for(neg(div(mul(grads[0], a), mul(b, b))), b);
+    return out;
+  }
+};
+
+// ---- pow: a ^ b --------------------------------------------------------------------------------
+
+struct Pow {
+  static constexpr OpId id = OpId::pow;
+  Tensor forward(OpContext& ctx, const Tensor& a, const Tensor& b) {
+    Tensor out = cpu::binary(cpu::Binary::Pow, a, b, result_type({a, b}));
+    ctx.save({a, b});
+    ctx.save_output(out);
+    return out;
+  }
+  Grads backward(OpContext& ctx, const Grads& grads) {
+    const Tensor a = ctx.saved(0), b = ctx.saved(1), out = ctx.saved(2);
+    Grads result(2);
+    // d/da = b a^(b-1); d/db = a^b log a (taken as 0 where a == 0, as torch).
+    if (ctx.needs_input_grad(0)) result[0] = grad_for(mul(grads[0], mul(b, pow(a, sub(b, 1)))), a);
+    if (ctx.needs_input_grad(1)) {
+      const Tensor log_a = log(a);
+      result[1] = grad_for(mul(grads[0], mul(out, log_a)), b);
+    }
+    return result;
+  }
+};
+
+// ---- maximum / minimum -----------------------------------------------------------------------
+
+template <OpId Id>
+struct Extremum {
+  static constexpr OpId id = Id;
+  Tensor forward(OpContext& ctx, const Tensor& a, const Tensor& b) {
+    ctx.save({a, b});
+    return cpu::binary(Id == OpId::maximum ? cpu::Binary::Maximum : cpu::Binary::Minimum, a, b,
+                       result_type({a, b}));
+  }
+  Grads backward(OpContext& ctx, const Grads& grads) {
+    const Tensor a = ctx.saved(0), b = ctx.saved(1);
+    // The gradient goes to the chosen input; ties split it evenly, as torch.
+    const Tensor a_wins = (Id == OpId::maximum ? gt(a, b) : lt(a, b)).to(grads[0].dtype());
+    const Tensor tie = eq(a, b).to(grads[0].dtype());
+    const Tensor share_a = add(a_wins, mul(tie, 0.5));
+    Grads out(2);
+    if (ctx.needs_input_grad(0)) out[0] = grad_for(mul(grads[0], share_a), a);
+    if (ctx.needs_input_grad(1)) out[1] = grad_for(mul(grads[0], 1.0 - share_a), b);
+    return out;
+  }
+};
+
+// ---- unary ops ---------------------------------------------------------------------------------
+
+// A unary op: forward runs one kernel (integers computed in float32 unless the op keeps
+// them); backward multiplies by the derivative, from the input x and/or the output y.
+template <OpId Id, cpu::Unary Kernel, bool kKeepsIntegers = false>
+struct UnaryOp {
+  static constexpr OpId id = Id;
+  Tensor forward(OpContext& ctx, const Tensor& x) {
+    const Tensor in = kKeepsIntegers ? x : x.to(floating_result(x.dtype()));
+    Tensor y = cpu::unary(Kernel, in);
+    ctx.save({x});
+    ctx.save_output(y);
+    return y;
+  }
+  Grads backward(OpContext& ctx, const Grads& grads) {
+    const Tensor x = ctx.saved(0), y = ctx.saved(1);
+    return {grad_for(mul(grads[0], derivative(x.to(y.dtype()), y)), x)};
+  }
+  static Tensor derivative(const Tensor& x, const Tensor& y);
+};
+
+template <>
+Tensor UnaryOp<OpId::neg, cpu::Unary::Neg, true>::derivative(const Tensor& x, const Tensor&) {
+  return full_like(x, -1);
+}
+template <>
+Tensor UnaryOp<OpId::exp, cpu::Unary::Exp>::derivative(const Tensor&, const Tensor& y) {
+  return y;
+}
+template <>
+Tensor UnaryOp<OpId::log, cpu::Unary::Log>::derivative(const Tensor& x, const Tensor&) {
+  return reciprocal(x);
+}
+template <>
+Tensor UnaryOp<OpId::log1p, cpu::Unary::Log1p>::derivative(const Tensor& x, const Tensor&) {
+  return reciprocal(add(x, 1));
+}
+template <>
+Tensor UnaryOp<OpId::sqrt, cpu::Unary::Sqrt>::derivative(const Tensor&, const Tensor& y) {
+  return 0.5 / y;
+}
+template <>
+Tensor UnaryOp<OpId::rsqrt, cpu::Unary::Rsqrt>::derivative(const Tensor&, const Tensor& y) {
+  return mul(pow(y, 3), -0.5);
+}
+template <>
+Tensor UnaryOp<OpId::reciprocal, cpu::Unary::Reciprocal>::derivative(const Tensor&,
+                                                                     const Tensor& y) {
+  return neg(mul(y, y));
+}
+template <>
+Tensor UnaryOp<OpId::abs, cpu::Unary::Abs, true>::derivative(const Tensor& x, const Tensor&) {
+  return sign(x);
+}
+template <>
+Tensor UnaryOp<OpId::sin, cpu::Unary::Sin>::derivative(const Tensor& x, const Tensor&) {
+  return cos(x);
+}
+template <>
+Tensor UnaryOp<OpId::cos, cpu::Unary::Cos>::derivative(const Tensor& x, const Tensor&) {
+  return neg(sin(x));
+}
+template <>
+Tensor UnaryOp<OpId::tanh, cpu::Unary::Tanh>::derivative(const Tensor&, const Tensor& y) {
+  return 1.0 - mul(y, y);
+}
+template <>
+Tensor UnaryOp<OpId::sigmoid, cpu::Unary::Sigmoid>::derivative(const Tensor&, const Tensor& y) {
+  return mul(y, 1.0 - y);
+}
+template <>
+Tensor UnaryOp<OpId::relu, cpu::Unary::Relu, true>::derivative(const Tensor& x, const Tensor&) {
+  return gt(x, 0).to(x.dtype());
+}
+template <>
+Tensor UnaryOp<OpId::silu, cpu::Unary::Silu>::derivative(const Tensor& x, const Tensor&) {
+  const Tensor s = sigmoid(x);  // s (1 + x (1 - s))
+  return mul(s, add(mul(x, 1.0 - s), 1));
+}
+template <>
+Tensor UnaryOp<OpId::softplus, cpu::Unary::Softplus>::derivative(const Tensor& x, const Tensor&) {
+  return sigmoid(x);
+}
+template <>
+Tensor UnaryOp<OpId::erf, cpu::Unary::Erf>::derivative(const Tensor& x, const Tensor&) {
+  return mul(exp(neg(mul(x, x))), 2.0 / std::sqrt(std::numbers::pi));
+}
+
+// sign: no gradient (zero almost everywhere).
+struct Sign {
+  static constexpr OpId id = OpId::sign;
+  Tensor forward(OpContext&, const Tensor& x) { return cpu::unary(cpu::Unary::Sign, x); }
+  Grads backward(OpContext&, const Grads&) { return Grads(1); }
+};
+
+// ---- gelu ------------------------------------------------------------------------------------
+
+struct Gelu {
+  static constexpr OpId id = OpId::gelu;
+  bool tanh_approximation = false;
+  Tensor forward(OpContext& ctx, const Tensor& x) {
+    ctx.save({x});
+    return cpu::unary(tanh_approximation ? cpu::Unary::GeluTanh : cpu::Unary::Gelu,
+                      x.to(floating_result(x.dtype())));
+  }
+  Grads backward(OpContext& ctx, const Grads& grads) {
+    const Tensor x = ctx.saved(0);
+    return {grad_for(mul(grads[0], derivative(x)), x)};
+  }
+  Tensor derivative(const Tensor& x) const {
+    // One fused kernel, unless the backward pass is recorded (create_graph): then the
+    // derivative is written with ops so that it can be differentiated again.
+    if (!autograd::is_grad_enabled()) {
+      return cpu::unary(tanh_approximation ? cpu::Unary::GeluTanhGrad : cpu::Unary::GeluGrad, x);
+    }
+    if (!tanh_approximation) {  // Phi(x) + x phi(x)
+      const Tensor cdf = mul(add(erf(mul(x, std::numbers::sqrt2 / 2)), 1), 0.5);
+      const Tensor pdf = mul(exp(mul(mul(x, x), -0.5)), 1.0 / std::sqrt(2 * std::numbers::pi));
+      return add(cdf, mul(x, pdf));
+    }
+    const double k = std::sqrt(2.0 / std::numbers::pi);
+    const Tensor t = tanh(mul(add(x, mul(pow(x, 3), 0.044715)), k));
+    const Tensor d_inner = mul(add(mul(mul(x, x), 3 * 0.044715), 1), k);
+    return add(mul(add(t, 1), 0.5), mul(mul(mul(x, 1.0 - mul(t, t)), d_inner), 0.5));
+  }
+};
+
+// ---- clamp -----------------------------------------------------------------------------------
+
+struct Clamp {
+  static constexpr OpId id = OpId::clamp;
+  std::optional<double> low, high;
+  Tensor forward(OpContext& ctx, const Tensor& x) {
+    ctx.save({x});
+    return cpu::clamp(x, low, high);
+  }
+  Grads backward(OpContext& ctx, const Grads& grads) {
+    const Tensor x = ctx.saved(0);
+    // The gradient passes where low <= x <= high.
+    Tensor pass = ones_like(x).to(kBool);
+    if (low) pass = mul(pass.to(x.dtype()), ge(x, *low).to(x.dtype()));
+    if (high) pass = mul(pass.to(x.dtype()), le(x, *high).to(x.dtype()));
+    return {grad_for(mul(grads[0], pass.to(grads[0].dtype())), x)};
+  }
+};
+
+// ---- addcmul / addcdiv -----------------------------------------------------------------------
+
+template <OpId Id>
+struct AddC {
+  static constexpr OpId id = Id;
+  double value = 1.0;
+  Tensor forward(OpContext& ctx, const Tensor& self, const Tensor& t1, const Tensor& t2) {
+    ctx.save({self, t1, t2});
+    const DType dtype = result_type({self, t1, t2});
+    return Id == OpId::addcmul ? cpu::addcmul(self, t1, t2, value, dtype)
+                               : cpu::addcdiv(self, t1, t2, value, floating_result(dtype));
+  }
+  Grads backward(OpContext& ctx, const Grads& grads) {
+    const Tensor self = ctx.saved(0), t1 = ctx.saved(1), t2 = ctx.saved(2);
+    const Tensor& g = grads[0];
+    Grads out(3);
+    if (ctx.needs_input_grad(0)) out[0] = grad_for(g, self);
+    if (Id == OpId::addcmul) {
+      if (ctx.needs_input_grad(1)) out[1] = grad_for(mul(mul(g, t2), value), t1);
+      if (ctx.needs_input_grad(2)) out[2] = grad_for(mul(mul(g, t1), value), t2);
+    } else {
+      if (ctx.needs_input_grad(1)) out[1] = grad_for(mul(div(g, t2), value), t1);
+      if (ctx.needs_input_grad(2)) {
+        out[2] = grad_for(mul(div(mul(g, t1), mul(t2, t2)), -value), t2);
+      }
+    }
+    return out;
+  }
+};
+
+// ---- comparisons (no gradient) -----------------------------------------------------------------
+
+template <OpId Id, cpu::Compare Kernel>
+struct Comparison {
+  static constexpr OpId id = Id;
+  Tensor forward(OpContext&, const Tensor& a, const Tensor& b) {
+    return cpu::compare(Kernel, a, b, result_type({a, b}));
+  }
+  Grads backward(OpContext&, const Grads&) { return Grads(2); }
+};
+
+template <class Op>
+Tensor compare_with_scalar(const Tensor& a, Scalar b) {
+  return dispatch(Op{}, a, as_operand(b, result_type({a}, {b})));
+}
+
+}  // namespace
+
+// ---- the public functions -------------------------------------------------------------------
+
+Tensor add(const Tensor& a, const Tensor& b, Scalar alpha) {
+  return dispatch(AddSub<OpId::add>{.alpha = alpha.to_double()}, a, b);
+}
+Tensor add(const Tensor& a, Scalar b, Scalar alpha) {
+  return add(a, as_operand(b, result_type({a}, {b})), alpha);
+}
+Tensor sub(const Tensor& a, const Tensor& b, Scalar alpha) {
+  return dispatch(AddSub<OpId::sub>{.alpha = alpha.to_double()}, a, b);
+}
+Tensor sub(const Tensor& a, Scalar b, Scalar alpha) {
+  return sub(a, as_operand(b, result_type({a}, {b})), alpha);
+}
+Tensor mul(const Tensor& a, const Tensor& b) { return dispatch(Mul{}, a, b); }
+Tensor mul(const Tensor& a, Scalar b) { return mul(a, as_operand(b, result_type({a}, {b}))); }
+Tensor div(const Tensor& a, const Tensor& b) { return dispatch(Div{}, a, b); }
+Tensor div(const Tensor& a, Scalar b) { return div(a, as_operand(b, result_type({a}, {b}))); }
+Tensor pow(const Tensor& a, const Tensor& exponent) { return dispatch(Pow{}, a, exponent); }
+Tensor pow(const Tensor& a, Scalar exponent) {
+  return pow(a, as_operand(exponent, result_type({a}, {exponent})));
+}
+Tensor maximum(const Tensor& a, const Tensor& b) {
+  return dispatch(Extremum<OpId::maximum>{}, a, b);
+}
+Tensor minimum(const Tensor& a, const Tensor& b) {
+  return dispatch(Extremum<OpId::minimum>{}, a, b);
+}
+
+Tensor neg(const Tensor& x) { return dispatch(UnaryOp<OpId::neg, cpu::Unary::Neg, true>{}, x); }
+Tensor exp(const Tensor& x) { return dispatch(UnaryOp<OpId::exp, cpu::Unary::Exp>{}, x); }
+Tensor log(const Tensor& x) { return dispatch(UnaryOp<OpId::log, cpu::Unary::Log>{}, x); }
+Tensor log1p(const Tensor& x) { return dispatch(UnaryOp<OpId::log1p, cpu::Unary::Log1p>{}, x); }
+Tensor sqrt(const Tensor& x) { return dispatch(UnaryOp<OpId::sqrt, cpu::Unary::Sqrt>{}, x); }
+Tensor rsqrt(const Tensor& x) { return dispatch(UnaryOp<OpId::rsqrt, cpu::Unary::Rsqrt>{}, x); }
+Tensor reciprocal(const Tensor& x) {
+  return dispatch(UnaryOp<OpId::reciprocal, cpu::Unary::Reciprocal>{}, x);
+}
+Tensor abs(const Tensor& x) { return dispatch(UnaryOp<OpId::abs, cpu::Unary::Abs, true>{}, x); }
+Tensor sin(const Tensor& x) { return dispatch(UnaryOp<OpId::sin, cpu::Unary::Sin>{}, x); }
+Tensor cos(const Tensor& x) { return dispatch(UnaryOp<OpId::cos, cpu::Unary::Cos>{}, x); }
+Tensor tanh(const Tensor& x) { return dispatch(UnaryOp<OpId::tanh, cpu::Unary::Tanh>{}, x); }
+Tensor sigmoid(const Tensor& x) {
+  return dispatch(UnaryOp<OpId::sigmoid, cpu::Unary::Sigmoid>{}, x);
+}
+Tensor relu(const Tensor& x) { return dispatch(UnaryOp<OpId::relu, cpu::Unary::Relu, true>{}, x); }
+Tensor silu(const Tensor& x) { return dispatch(UnaryOp<OpId::silu, cpu::Unary::Silu>{}, x); }
+Tensor softplus(const Tensor& x) {
+  return dispatch(UnaryOp<OpId::softplus, cpu::Unary::Softplus>{}, x);
+}
+Tensor erf(const Tensor& x) { return dispatch(UnaryOp<OpId::erf, cpu::Unary::Erf>{}, x); }
+Tensor sign(const Tensor& x) { return dispatch(Sign{}, x); }
+
+Tensor gelu(const Tensor& x, std::string_view approximate) {
+  HG_CHECK(approximate == "none" || approximate == "tanh",
+           "gelu: expected approximate to be \"none\" or \"tanh\", got \"{}\"", approximate);
+  return dispatch(Gelu{.tanh_approximation = approximate == "tanh"}, x);
+}
+
+Tensor clamp(const Tensor& x, std::optional<Scalar> min, std::optional<Scalar> max) {
+  HG_CHECK(min || max, "clamp: expected at least one of min and max, got neither");
+  const std::optional<double> low = min ? std::optional(min->to_double()) : std::nullopt;
+  const std::optional<double> high = max ? std::optional(max->to_double()) : std::nullopt;
+  return dispatch(Clamp{.low = low, .high = high}, x);
+}
+
+Tensor addcmul(const Tensor& self, const Tensor& t1, const Tensor& t2, Scalar value) {
+  return dispatch(AddC<OpId::addcmul>{.value = value.to_double()}, self, t1, t2);
+}
+Tensor addcdiv(const Tensor& self, const Tensor& t1, const Tensor& t2, Scalar value) {
+  return dispatch(AddC<OpId::addcdiv>{.value = value.to_double()}, self, t1, t2);
+}
+
+using Eq = Comparison<OpId::eq, cpu::Compare::Eq>;
+using Ne = Comparison<OpId::ne, cpu::Compare::Ne>;
+using Lt = Comparison<OpId::lt, cpu::Compare::Lt>;
+using Le = Comparison<OpId::le, cpu::Compare::Le>;
+using Gt = Comparison<OpId::gt, cpu::Compare::Gt>;
+using Ge = Comparison<OpId::ge, cpu::Compare::Ge>;
+Tensor eq(const Tensor& a, const Tensor& b) { return dispatch(Eq{}, a, b); }
+Tensor ne(const Tensor& a, const Tensor& b) { return dispatch(Ne{}, a, b); }
+Tensor lt(const Tensor& a, const Tensor& b) { return dispatch(Lt{}, a, b); }
+Tensor le(const Tensor& a, const Tensor& b) { return dispatch(Le{}, a, b); }
+Tensor gt(const Tensor& a, const Tensor& b) { return dispatch(Gt{}, a, b); }
+Tensor ge(const Tensor& a, const Tensor& b) { return dispatch(Ge{}, a, b); }
+Tensor eq(const Tensor& a, Scalar b) { return compare_with_scalar<Eq>(a, b); }
+Tensor ne(const Tensor& a, Scalar b) { return compare_with_scalar<Ne>(a, b); }
+Tensor lt(const Tensor& a, Scalar b) { return compare_with_scalar<Lt>(a, b); }
+Tensor le(const Tensor& a, Scalar b) { return compare_with_scalar<Le>(a, b); }
+Tensor gt(const Tensor& a, Scalar b) { return compare_with_scalar<Gt>(a, b); }
+Tensor ge(const Tensor& a, Scalar b) { return compare_with_scalar<Ge>(a, b); }
+
+Tensor operator+(const Tensor& a, const Tensor& b) { return add(a, b); }
+Tensor operator+(const Tensor& a, Scalar b) { return add(a, b); }
+Tensor operator+(Scalar a, const Tensor& b) { return add(b, a); }
+Tensor operator-(const Tensor& a, const Tensor& b) { return sub(a, b); }
+Tensor operator-(const Tensor& a, Scalar b) { return sub(a, b); }
+Tensor operator-(Scalar a, const Tensor& b) { return add(neg(b), a); }
+Tensor operator*(const Tensor& a, const Tensor& b) { return mul(a, b); }
+Tensor operator*(const Tensor& a, Scalar b) { return mul(a, b); }
+Tensor operator*(Scalar a, const Tensor& b) { return mul(b, a); }
+Tensor operator/(const Tensor& a, const Tensor& b) { return div(a, b); }
+Tensor operator/(const Tensor& a, Scalar b) { return div(a, b); }
+Tensor operator/(Scalar a, const Tensor& b) { return mul(reciprocal(b), a); }
+Tensor operator-(const Tensor& x) { return neg(x); }
+
+}  // namespace hg

@@ -1,0 +1,84 @@
+// In-place arithmetic: Tensor::add_, sub_, mul_, div_.
+//
+// NOTE [In-place ops and autograd] Without autograd involved the kernel writes into the
+// tensor and bumps its version (which invalidates earlier saves of it: NOTE [Version
+// counter]). With autograd involved (grad mode on, and the tensor or the operand requires
+// grad) the op is recorded out of place, the result is written into the tensor, and the
+// tensor's history moves to the new node, as PyTorch does. Two cases PyTorch allows are
+// refused: a leaf that requires grad (as in PyTorch), and a view whose base takes part in
+// autograd (PyTorch rewrites the base's history there; halfgrad asks for a clone instead).
+#include "halfgrad/autograd/grad_mode.h"
+#include "halfgrad/autograd/node.h"
+#include "halfgrad/core/factory.h"
+#include "halfgrad/core/format.h"
+#include "halfgrad/cpu/elementwise.h"
+#include "halfgrad/ops/ops.h"
+#include "halfgrad/ops/type_promotion.h"
+
+namespace hg {
+
+namespace {
+
+int category(DType dtype) { return dtype == kBool ? 0 : is_floating_point(dtype) ? 2 : 1; }
+
+template <class OutOfPlace>
+Tensor& inplace(Tensor& self, const Tensor& other, const char* op, cpu::Binary kernel, double alpha,
+                OutOfPlace out_of_place) {
+  HG_CHECK(self.defined() && other.defined(), "{}: expected defined tensors", op);
+  const DType computed = result_type({self, other});
+  HG_CHECK(category(computed) <= category(self.dtype()),
+           "{}: the result type {} cannot be stored in the {} tensor written to", op, computed,
+           self.dtype());
+  const bool tracked =
+      autograd::is_grad_enabled() && (self.requires_grad() || other.requires_grad());
+  if (!tracked) {
+    cpu::binary_(kernel, self, other, alpha);
+    return self;
+  }
+  HG_CHECK(!(self.is_leaf() && self.requires_grad()),
+           "{}: a leaf tensor that requires grad (shape {}) cannot be modified in place while "
+           "grad mode is on; modify it under NoGradGuard, or work on a clone",
+           op, self.sizes());
+  HG_CHECK(!self.is_view(),
+           "{}: in-place ops on a view are not recorded by autograd in halfgrad; clone() the "
+           "view first (shape {})",
+           op, self.sizes());
+  // The op reads a copy of self's old value: the node may save it, and self is about to be
+  // overwritten. The copy is recorded (clone), so the gradient still reaches self's history.
+  Tensor result = out_of_place(self.clone());
+  if (result.dtype() != self.dtype()) result = result.to(self.dtype());
+  self.copy_(result.detach());
+  autograd::set_history(self, result.grad_fn(), result.output_nr());
+  return self;
+}
+
+Tensor operand(Scalar value, const Tensor& like) {
+  return scalar_tensor(value, result_type({like}, {value}));
+}
+
+}  // namespace
+
+Tensor& Tensor::add_(const Tensor& other, Scalar alpha) {
+  return inplace(*this, other, "add_", cpu::Binary::Add, alpha.to_double(),
+                 [&](const Tensor& old) { return add(old, other, alpha); });
+}
+Tensor& Tensor::add_(Scalar other, Scalar alpha) { return add_(operand(other, *this), alpha); }
+Tensor& Tensor::sub_(const Tensor& other, Scalar alpha) {
+  return inplace(*this, other, "sub_", cpu::Binary::Sub, alpha.to_double(),
+                 [&](const Tensor& old) { return sub(old, other, alpha); });
+}
+Tensor& Tensor::sub_(Scalar other, Scalar alpha) { return sub_(operand(other, *this), alpha); }
+Tensor& Tensor::mul_(const Tensor& other) {
+  return inplace(*this, other, "mul_", cpu::Binary::Mul, 1.0,
+                 [&](const Tensor& old) { return mul(old, other); });
+}
+Tensor& Tensor::mul_(Scalar other) { return mul_(operand(other, *this)); }
+Tensor& Tensor::div_(const Tensor& other) {
+  HG_CHECK(is_floating_point(), "div_: true division needs a floating tensor to write into, got {}",
+           dtype());
+  return inplace(*this, other, "div_", cpu::Binary::Div, 1.0,
+                 [&](const Tensor& old) { return div(old, other); });
+}
+Tensor& Tensor::div_(Scalar other) { return div_(operand(other, *this)); }
+
+}  // namespace hg

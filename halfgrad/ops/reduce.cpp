@@ -1,0 +1,286 @@
+// Reductions: forward (cpu/reduce.h kernels, accumulating in float32 or float64) and
+// backward of each, in op_list.def's order.
+#include <cmath>
+#include <limits>
+
+#include "halfgrad/core/factory.h"
+#include "halfgrad/core/format.h"
+#include "halfgrad/cpu/reduce.h"
+#include "halfgrad/ops/dispatch.h"
+#include "halfgrad/ops/ops.h"
+#include "halfgrad/ops/type_promotion.h"
+
+namespace hg {
+
+namespace {
+
+using ops::dispatch;
+using ops::OpContext;
+using Grads = std::vector<Tensor>;
+
+// The reduced dims of a call, resolved (wrapped, sorted); all dims when `dims` is empty.
+Shape resolve_dims(const Shape& dims, int64_t ndim, const char* op) {
+  Shape out;
+  if (dims.empty()) {
+    for (int64_t d = 0; d < ndim; ++d) out.push_back(d);
+    return out;
+  }
+  std::vector<bool> seen(size_t(std::max<int64_t>(ndim, 1)), false);
+  for (int64_t d : dims) {
+    const int64_t w = wrap_dim(d, ndim, op);
+    HG_CHECK(!seen[w], "{}: dim {} appears more than once in {}", op, w, dims);
+    seen[w] = true;
+  }
+  for (int64_t d = 0; d < std::max<int64_t>(ndim, 1); ++d) {
+    if (seen[d] && d < ndim) out.push_back(d);
+  }
+  return out;
+}
+
+// A gradient of a reduced result, expanded back to the input's shape.
+Tensor expand_back(const Tensor& grad, const Shape& dims, bool keepdim, const Shape& input_sizes) {
+  Tensor g = grad;
+  if (!keepdim) {
+    for (int64_t d : dims) g = g.unsqueeze(d);  // dims are sorted: each lands in its place
+  }
+  return g.expand(input_sizes);
+}
+
+int64_t count_reduced(const Shape& sizes, const Shape& dims) {
+  int64_t n = 1;
+  for (int64_t d : dims) n *= sizes[d];
+  return n;
+}
+
+void require_floating(const Tensor& x, const char* op) {
+  HG_CHECK(x.is_floating_point(), "{}: expected a floating tensor, got {}", op, x.dtype());
+}
+
+// ---- sum / mean -----------------------------------------------------------------------------
+
+template <OpId Id>
+struct SumMean {
+  static constexpr OpId id = Id;
+  Shape dims;
+  bool keepdim = false;
+  std::optional<DType> dtype;
+  Shape input_sizes;
+  DType input_dtype = kFloat32;
+
+  bool autocast_eligible() const { return !dtype.has_value(); }
+  Tensor forward(OpContext&, const Tensor& x) {
+    const char* name = Id == OpId::sum ? "sum" : "mean";
+    dims = resolve_dims(dims, x.dim(), name);
+    input_sizes = x.sizes();
+    input_dtype = x.dtype();
+    if (Id == OpId::mean && !dtype) require_floating(x, name);
+    const DType out_dtype = dtype.value_or(is_floating_point(x.dtype()) ? x.dtype() : kInt64);
+    return cpu::reduce(Id == OpId::sum ? cpu::Reduction::Sum : cpu::Reduction::Mean, x, dims,
+                       keepdim, out_dtype);
+  }
+  Grads backward(OpContext&, const Grads& grads) {
+    Tensor g = expand_back(grads[0], dims, keepdim, input_sizes);
+    if (Id == OpId::mean) g = div(g, double(count_reduced(input_sizes, dims)));
+    return {g.to(input_dtype)};
+  }
+};
+
+// ---- prod ------------------------------------------------------------------------------------
+
+struct Prod {
+  static constexpr OpId id = OpId::prod;
+  Shape dims;
+  bool keepdim = false;
+  Tensor forward(OpContext& ctx, const Tensor& x) {
+    dims = resolve_dims(dims, x.dim(), "prod");
+    Tensor out = cpu::reduce(cpu::Reduction::Prod, x, dims, keepdim,
+                             is_floating_point(x.dtype()) ? x.dtype() : kInt64);
+    ctx.save({x});
+    ctx.save_output(out);
+    return out;
+  }
+  Grads backward(OpContext& ctx, const Grads& grads) {
+    const Tensor x = ctx.saved(0), out = ctx.saved(1);
+    // d prod / d x_i = prod of the others = out / x_i where x_i != 0. A slice with zeros:
+    // only a lone zero gets a gradient (the product of the others), computed directly.
+    const Tensor g = expand_back(grads[0], dims, keepdim, x.sizes());
+    const Tensor expanded_out = expand_back(out, dims, keepdim, x.sizes());
+    const Tensor nonzero = ne(x, 0).to(x.dtype());
+    const Tensor safe_x = add(x, (1.0 - nonzero));  // 1 where x == 0
+    Tensor others = div(expanded_out, safe_x);
+    // Where x == 0: the product of the other elements, i.e. the product with that zero
+    // replaced by one (zero again if the slice has another zero).
+    const Tensor with_ones = expand_back(prod(safe_x, dims, keepdim), dims, keepdim, x.sizes());
+    const Tensor zeros_in_slice =
+        expand_back(sum((1.0 - nonzero), dims, keepdim), dims, keepdim, x.sizes());
+    const Tensor lone_zero = mul((1.0 - nonzero), eq(zeros_in_slice, 1).to(x.dtype()));
+    others = add(mul(others, nonzero), mul(with_ones, lone_zero));
+    return {mul(g, others).to(x.dtype())};
+  }
+};
+
+// ---- amax / amin (and max / min over all elements) -----------------------------------------
+
+template <OpId Id>
+struct Extreme {
+  static constexpr OpId id = Id;
+  Shape dims;
+  bool keepdim = false;
+  Tensor forward(OpContext& ctx, const Tensor& x) {
+    dims = resolve_dims(dims, x.dim(), op_name(Id).data());
+    Tensor out = cpu::reduce(Id == OpId::min ? cpu::Reduction::Amin : cpu::Reduction::Amax, x, dims,
+                             keepdim, x.dtype());
+    ctx.save({x});
+    ctx.save_output(out);
+    return out;
+  }
+  Grads backward(OpContext& ctx, const Grads& grads) {
+    const Tensor x = ctx.saved(0), out = ctx.saved(1);
+    // Split evenly among the elements equal to the extreme, as torch's amax.
+    const Tensor hit = eq(x, expand_back(out, dims, keepdim, x.sizes())).to(x.dtype());
+    const Tensor count = expand_back(sum(hit, dims, keepdim), dims, keepdim, x.sizes());
+    return {div(mul(expand_back(grads[0], dims, keepdim, x.sizes()), hit), count)};
+  }
+};
+
+// ---- argmax ----------------------------------------------------------------------------------
+
+struct Argmax {
+  static constexpr OpId id = OpId::argmax;
+  std::optional<int64_t> dim;
+  bool keepdim = false;
+  Tensor forward(OpContext&, const Tensor& x) { return cpu::argmax(x, dim, keepdim); }
+  Grads backward(OpContext&, const Grads&) { return Grads(1); }
+};
+
+// ---- var -------------------------------------------------------------------------------------
+
+struct Var {
+  static constexpr OpId id = OpId::var;
+  Shape dims;
+  int64_t correction = 1;
+  bool keepdim = false;
+  Tensor forward(OpContext& ctx, const Tensor& x) {
+    require_floating(x, "var");
+    dims = resolve_dims(dims, x.dim(), "var");
+    ctx.save({x});
+    return cpu::var(x, dims, correction, keepdim, x.dtype());
+  }
+  Grads backward(OpContext& ctx, const Grads& grads) {
+    const Tensor x = ctx.saved(0);
+    const double n = double(count_reduced(x.sizes(), dims));
+    const Tensor centered = sub(x, mean(x, dims, /*keepdim=*/true));
+    const Tensor g = expand_back(grads[0], dims, keepdim, x.sizes());
+    return {mul(mul(g, centered), 2.0 / std::max(n - double(correction), 0.0))};
+  }
+};
+
+// ---- norm ------------------------------------------------------------------------------------
+
+struct Norm {
+  static constexpr OpId id = OpId::norm;
+  double p = 2.0;
+  Shape dims;
+  bool keepdim = false;
+  Tensor forward(OpContext& ctx, const Tensor& x) {
+    require_floating(x, "norm");
+    HG_CHECK(p >= 0, "norm: expected p >= 0, got {}", p);
+    dims = resolve_dims(dims, x.dim(), "norm");
+    Tensor out = cpu::reduce(cpu::Reduction::Norm, x, dims, keepdim, x.dtype(), p);
+    ctx.save({x});
+    ctx.save_output(out);
+    return out;
+  }
+  Grads backward(OpContext& ctx, const Grads& grads) {
+    const Tensor x = ctx.saved(0), out = ctx.saved(1);
+    const Tensor g = expand_back(grads[0], dims, keepdim, x.sizes());
+    const Tensor n = expand_back(out, dims, keepdim, x.sizes());
+    if (p == 0.0) return {zeros_like(x)};
+    if (std::isinf(p)) {  // the largest |x| takes the gradient (split among ties)
+      const Tensor hit = eq(abs(x), n).to(x.dtype());
+      const Tensor count = expand_back(sum(hit, dims, keepdim), dims, keepdim, x.sizes());
+      return {div(mul(mul(g, sign(x)), hit), count)};
+    }
+    // d||x||_p / dx = x |x|^(p-2) / ||x||^(p-1); zero where the norm is zero.
+    const Tensor safe_n = add(n, eq(n, 0).to(x.dtype()));
+    const Tensor scale =
+        p == 2.0 ? div(x, safe_n) : div(mul(sign(x), pow(abs(x), p - 1)), pow(safe_n, p - 1));
+    return {mul(mul(g, scale), ne(n, 0).to(x.dtype()))};
+  }
+};
+
+// ---- logsumexp -------------------------------------------------------------------------------
+
+struct LogSumExp {
+  static constexpr OpId id = OpId::logsumexp;
+  Shape dims;
+  bool keepdim = false;
+  Tensor forward(OpContext& ctx, const Tensor& x) {
+    require_floating(x, "logsumexp");
+    dims = resolve_dims(dims, x.dim(), "logsumexp");
+    Tensor out = cpu::reduce(cpu::Reduction::LogSumExp, x, dims, keepdim, x.dtype());
+    ctx.save({x});
+    ctx.save_output(out);
+    return out;
+  }
+  Grads backward(OpContext& ctx, const Grads& grads) {
+    const Tensor x = ctx.saved(0), out = ctx.saved(1);
+    const Tensor softmax_x = exp(sub(x, expand_back(out, dims, keepdim, x.sizes())));
+    return {mul(expand_back(grads[0], dims, keepdim, x.sizes()), softmax_x)};
+  }
+};
+
+// ---- cumsum ----------------------------------------------------------------------------------
+
+struct Cumsum {
+  static constexpr OpId id = OpId::cumsum;
+  int64_t dim = 0;
+  std::optional<DType> dtype;
+  DType input_dtype = kFloat32;
+  bool autocast_eligible() const { return !dtype.has_value(); }
+  Tensor forward(OpContext&, const Tensor& x) {
+    dim = wrap_dim(dim, x.dim(), "cumsum");
+    input_dtype = x.dtype();
+    return cpu::cumsum(x, dim, dtype.value_or(is_floating_point(x.dtype()) ? x.dtype() : kInt64));
+  }
+  Grads backward(OpContext&, const Grads& grads) {
+    // The gradient of an inclusive prefix sum is the suffix sum: total - prefix + self.
+    const Tensor& g = grads[0];
+    const Tensor total = sum(g, {dim}, /*keepdim=*/true);
+    return {add(sub(total, cumsum(g, dim)), g).to(input_dtype)};
+  }
+};
+
+}  // namespace
+
+Tensor sum(const Tensor& x, const Shape& dims, bool keepdim, std::optional<DType> dtype) {
+  return dispatch(SumMean<OpId::sum>{.dims = dims, .keepdim = keepdim, .dtype = dtype}, x);
+}
+Tensor mean(const Tensor& x, const Shape& dims, bool keepdim, std::optional<DType> dtype) {
+  return dispatch(SumMean<OpId::mean>{.dims = dims, .keepdim = keepdim, .dtype = dtype}, x);
+}
+Tensor prod(const Tensor& x, const Shape& dims, bool keepdim) {
+  return dispatch(Prod{.dims = dims, .keepdim = keepdim}, x);
+}
+Tensor amax(const Tensor& x, const Shape& dims, bool keepdim) {
+  return dispatch(Extreme<OpId::amax>{.dims = dims, .keepdim = keepdim}, x);
+}
+Tensor max(const Tensor& x) { return dispatch(Extreme<OpId::max>{}, x); }
+Tensor min(const Tensor& x) { return dispatch(Extreme<OpId::min>{}, x); }
+Tensor argmax(const Tensor& x, std::optional<int64_t> dim, bool keepdim) {
+  return dispatch(Argmax{.dim = dim, .keepdim = keepdim}, x);
+}
+Tensor var(const Tensor& x, const Shape& dims, int64_t correction, bool keepdim) {
+  return dispatch(Var{.dims = dims, .correction = correction, .keepdim = keepdim}, x);
+}
+Tensor norm(const Tensor& x, double p, const Shape& dims, bool keepdim) {
+  return dispatch(Norm{.p = p, .dims = dims, .keepdim = keepdim}, x);
+}
+Tensor logsumexp(const Tensor& x, const Shape& dims, bool keepdim) {
+  return dispatch(LogSumExp{.dims = dims, .keepdim = keepdim}, x);
+}
+Tensor cumsum(const Tensor& x, int64_t dim, std::optional<DType> dtype) {
+  return dispatch(Cumsum{.dim = dim, .dtype = dtype}, x);
+}
+
+}  // namespace hg

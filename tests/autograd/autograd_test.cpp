@@ -1,0 +1,189 @@
+// The autograd engine: accumulation, graph retention, higher order, hooks, the version
+// counter, anomaly mode, grad(), grad mode and in-place rules. Expected gradients are
+// derived by hand in the comments.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+
+#include "halfgrad/halfgrad.h"
+
+using namespace hg;
+using Catch::Contains;
+
+namespace {
+std::vector<double> values(const Tensor& t) { return t.to_vector<double>(); }
+}  // namespace
+
+TEST_CASE("backward accumulates into leaves and never overwrites", "[autograd]") {
+  Tensor x = tensor({1.0, 2.0, 3.0}, kFloat64).requires_grad_();
+  sum(mul(x, x)).backward();  // d/dx sum x^2 = 2x
+  CHECK(values(x.grad()) == std::vector<double>{2, 4, 6});
+  sum(mul(x, 3.0)).backward();  // + 3
+  CHECK(values(x.grad()) == std::vector<double>{5, 7, 9});
+  CHECK(x.is_leaf());
+  CHECK_FALSE(mul(x, 2.0).is_leaf());
+  CHECK(mul(x, 2.0).grad_fn()->name() == "MulBackward");
+}
+
+TEST_CASE("a tensor used twice gets the sum of both paths", "[autograd]") {
+  Tensor x = tensor({2.0}, kFloat64).requires_grad_();
+  const Tensor y = mul(x, x);          // x^2
+  const Tensor z = add(mul(y, x), y);  // x^3 + x^2, d/dx = 3x^2 + 2x = 16
+  z.backward();
+  CHECK(x.grad().item<double>() == 16.0);
+}
+
+TEST_CASE("broadcast inputs get gradients of their own shape and dtype", "[autograd]") {
+  Tensor a = ones({2, 3}, kFloat32).requires_grad_();
+  Tensor b = ones({3}, kFloat16).requires_grad_();
+  const Tensor y = add(a, b);  // float32 (promotion)
+  CHECK(y.dtype() == kFloat32);
+  sum(y).backward();
+  CHECK(a.grad().sizes() == Shape{2, 3});
+  CHECK(b.grad().sizes() == Shape{3});
+  CHECK(b.grad().dtype() == kFloat16);
+  CHECK(values(b.grad()) == std::vector<double>{2, 2, 2});
+}
+
+TEST_CASE("the graph is freed after backward unless retain_graph", "[autograd]") {
+  Tensor x = tensor({1.0, 2.0}, kFloat64).requires_grad_();
+  Tensor y = sum(exp(x));
+  y.backward(Tensor(), /*retain_graph=*/true);
+  y.backward();  // allowed: the first call kept it
+  CHECK(values(x.grad())[0] == Approx(2 * std::exp(1.0)));
+  CHECK_THROWS_WITH(y.backward(), Contains("a second time") && Contains("retain_graph=true"));
+}
+
+TEST_CASE("grad returns gradients without touching grad()", "[autograd]") {
+  Tensor x = tensor({1.0, -2.0}, kFloat64).requires_grad_();
+  Tensor w = tensor({3.0, 4.0}, kFloat64).requires_grad_();
+  const Tensor y = sum(mul(x, w));
+  const std::vector<Tensor> g = autograd::grad({y}, {x, w});
+  CHECK(values(g[0]) == std::vector<double>{3, 4});
+  CHECK(values(g[1]) == std::vector<double>{1, -2});
+  CHECK_FALSE(x.grad().defined());
+  Tensor unused = tensor({1.0}, kFloat64).requires_grad_();
+  CHECK_THROWS_WITH(autograd::grad({sum(mul(x, w))}, {unused}), Contains("was not used"));
+  CHECK_FALSE(autograd::grad({sum(mul(x, w))}, {unused}, {}, false, false, true)[0].defined());
+}
+
+TEST_CASE("backward needs a gradient for a tensor of more than one element", "[autograd][errors]") {
+  Tensor x = tensor({1.0, 2.0}, kFloat64).requires_grad_();
+  const Tensor y = mul(x, 2.0);
+  CHECK_THROWS_WITH(y.backward(), Contains("one-element tensor") && Contains("shape [2]"));
+  y.backward(tensor({1.0, 0.5}, kFloat64));
+  CHECK(values(x.grad()) == std::vector<double>{2.0, 1.0});
+  CHECK_THROWS_WITH(tensor({1.0}).backward(), Contains("does not require grad"));
+}
+
+TEST_CASE("NoGradGuard records nothing and detach cuts the history", "[autograd]") {
+  Tensor x = tensor({1.0}, kFloat64).requires_grad_();
+  {
+    NoGradGuard no_grad;
+    CHECK_FALSE(mul(x, x).requires_grad());
+    {
+      EnableGradGuard enable;
+      CHECK(mul(x, x).requires_grad());
+    }
+  }
+  CHECK(autograd::is_grad_enabled());
+  const Tensor d = mul(x, x).detach();
+  CHECK_FALSE(d.requires_grad());
+  CHECK(d.grad_fn() == nullptr);
+  CHECK_THROWS_WITH(tensor(std::vector<int64_t>{1}).requires_grad_(),
+                    Contains("only floating tensors can require gradients"));
+}
+
+TEST_CASE("hooks see and may replace gradients", "[autograd]") {
+  Tensor x = tensor({1.0, 2.0}, kFloat64).requires_grad_();
+  std::vector<double> seen;
+  x.register_hook([&](const Tensor& g) {
+    seen = values(g);
+    return mul(g, 10.0);  // replaces the gradient accumulated into x
+  });
+  Tensor y = mul(x, 3.0);
+  y.register_hook([](const Tensor& g) { return add(g, 1.0); });  // on a non-leaf
+  sum(y).backward();
+  // dL/dy = 1, hooked to 2; dL/dx = 3 * 2 = 6, seen by the leaf hook, stored as 60.
+  CHECK(seen == std::vector<double>{6, 6});
+  CHECK(values(x.grad()) == std::vector<double>{60, 60});
+}
+
+TEST_CASE("retain_grad keeps the gradient of a non-leaf", "[autograd]") {
+  Tensor x = tensor({1.0, 2.0}, kFloat64).requires_grad_();
+  Tensor y = mul(x, x);
+  y.retain_grad();
+  sum(mul(y, 4.0)).backward();
+  CHECK(values(y.grad()) == std::vector<double>{4, 4});
+  CHECK(values(x.grad()) == std::vector<double>{8, 16});
+}
+
+TEST_CASE("modifying a saved tensor in place is caught by the version counter",
+          "[autograd][errors]") {
+  Tensor x = tensor({1.0, 2.0}, kFloat64).requires_grad_();
+  Tensor y = mul(x, 2.0);
+  const Tensor z = mul(y, y);  // saves y
+  {
+    NoGradGuard no_grad;
+    y.add_(1.0);  // bumps y's version
+  }
+  CHECK_THROWS_WITH(sum(z).backward(), Contains("was modified by an in-place operation") &&
+                                           Contains("MulBackward") && Contains("expected version"));
+}
+
+TEST_CASE("in-place ops follow torch's rules with autograd", "[autograd]") {
+  Tensor leaf = tensor({1.0, 2.0}, kFloat64).requires_grad_();
+  CHECK_THROWS_WITH(leaf.mul_(2.0), Contains("a leaf tensor that requires grad"));
+  {
+    NoGradGuard no_grad;
+    leaf.mul_(2.0);  // allowed: an optimizer step
+  }
+  CHECK(values(leaf) == std::vector<double>{2, 4});
+  // A non-leaf modified in place moves its history to the new node: y = x, y *= x.
+  Tensor y = mul(leaf, 1.0);
+  y.mul_(leaf);
+  CHECK(y.grad_fn()->name() == "MulBackward");
+  sum(y).backward();  // d/dx (x^2) = 2x
+  CHECK(values(leaf.grad()) == std::vector<double>{4, 8});
+  // y *= y needs y's old value after overwriting it: refused at backward, as in torch.
+  Tensor z = mul(leaf, 1.0);
+  z.mul_(z);
+  CHECK_THROWS_WITH(sum(z).backward(), Contains("modified by an in-place operation"));
+  Tensor ints = full({2}, 3, kInt64);
+  CHECK_THROWS_WITH(ints.mul_(0.5), Contains("cannot be stored in the int64 tensor"));
+}
+
+TEST_CASE("anomaly mode names the forward op that made a non-finite value", "[autograd][anomaly]") {
+  Tensor x = tensor({1.0, 0.0}, kFloat64).requires_grad_();
+  CHECK_NOTHROW(log(x));  // off by default
+  autograd::DetectAnomalyGuard anomaly;
+  CHECK_THROWS_WITH(log(x), Contains("anomaly: log(float64 [2]) produced a non-finite value"));
+}
+
+TEST_CASE("anomaly mode names the backward node and its forward call", "[autograd][anomaly]") {
+  Tensor x = tensor({0.0, 4.0}, kFloat64).requires_grad_();
+  autograd::DetectAnomalyGuard anomaly;
+  const Tensor y = sqrt(x);  // finite forward; the derivative 1 / (2 sqrt x) is inf at 0
+  CHECK_THROWS_WITH(sum(y).backward(),
+                    Contains("SqrtBackward returned a non-finite gradient") &&
+                        Contains("created by the forward call sqrt(float64 [2])"));
+}
+
+TEST_CASE("a deep chain does not recurse", "[autograd]") {
+  Tensor x = tensor({1.0}, kFloat64).requires_grad_();
+  Tensor y = x;
+  for (int i = 0; i < 20000; ++i) y = add(y, 0.0);
+  y.backward();
+  CHECK(x.grad().item<double>() == 1.0);
+}
+
+TEST_CASE("backward ops run in the dtype forward saved", "[autograd]") {
+  Tensor w = randn({4}, kFloat16).requires_grad_();
+  Tensor x = randn({4}, kFloat16);
+  const Tensor y = mul(w, x);
+  CHECK(y.dtype() == kFloat16);
+  sum(y).backward();
+  CHECK(w.grad().dtype() == kFloat16);
+  const std::vector<float> gx = x.to_vector<float>(), gw = w.grad().to_vector<float>();
+  for (size_t i = 0; i < gx.size(); ++i) CHECK(gw[i] == gx[i]);
+}
