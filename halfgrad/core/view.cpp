@@ -155,10 +155,9 @@ Tensor expand(const Tensor& self, const Shape& sizes) {
 
 Tensor squeeze(const Tensor& self, std::optional<int64_t> dim) {
   Shape sizes, strides;
-  const std::optional<int64_t> only =
-      dim ? std::optional<int64_t>(wrap_dim(*dim, self.dim(), "squeeze")) : std::nullopt;
+  const int64_t only = dim ? wrap_dim(*dim, self.dim(), "squeeze") : -1;  // -1: every dim
   for (int64_t d = 0; d < self.dim(); ++d) {
-    if (self.sizes()[d] == 1 && (!only || *only == d)) continue;
+    if (self.sizes()[d] == 1 && (only == -1 || only == d)) continue;
     sizes.push_back(self.sizes()[d]);
     strides.push_back(self.strides()[d]);
   }

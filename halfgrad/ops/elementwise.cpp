@@ -30,17 +30,13 @@ Tensor grad_for(const Tensor& grad, const Tensor& input) {
 
 Tensor as_operand(Scalar value, DType dtype) { return scalar_tensor(value, dtype); }
 
-void check_defined(const Tensor& t, const char* op) {
-  HG_CHECK(t.defined(), "{}: expected a defined tensor, got an undefined one", op);
-}
-
 // ---- add / sub: a + alpha * b, a - alpha * b ------------------------------------------------
 
 template <OpId Id>
 struct AddSub {
   static constexpr OpId id = Id;
   double alpha = 1.0;
-  Shape a_sizes, b_sizes;  // backward needs the inputs' shapes and dtypes, not their data
+  Shape a_sizes{}, b_sizes{};  // backward needs the inputs' shapes and dtypes, not their data
   DType a_dtype = kFloat32, b_dtype = kFloat32;
 
   Tensor forward(OpContext& ctx, const Tensor& a, const Tensor& b) {
@@ -280,7 +276,7 @@ struct Gelu {
 
 struct Clamp {
   static constexpr OpId id = OpId::clamp;
-  std::optional<double> low, high;
+  std::optional<double> low{}, high{};
   Tensor forward(OpContext& ctx, const Tensor& x) {
     ctx.save({x});
     return cpu::clamp(x, low, high);

@@ -20,7 +20,7 @@ using Grads = std::vector<Tensor>;
 
 // The reduced dims of a call, resolved (wrapped, sorted); all dims when `dims` is empty.
 Shape resolve_dims(const Shape& dims, int64_t ndim, const char* op) {
-  Shape out;
+  Shape out{};
   if (dims.empty()) {
     for (int64_t d = 0; d < ndim; ++d) out.push_back(d);
     return out;
@@ -61,10 +61,10 @@ void require_floating(const Tensor& x, const char* op) {
 template <OpId Id>
 struct SumMean {
   static constexpr OpId id = Id;
-  Shape dims;
+  Shape dims{};
   bool keepdim = false;
-  std::optional<DType> dtype;
-  Shape input_sizes;
+  std::optional<DType> dtype{};
+  Shape input_sizes{};
   DType input_dtype = kFloat32;
 
   bool autocast_eligible() const { return !dtype.has_value(); }
@@ -89,7 +89,7 @@ struct SumMean {
 
 struct Prod {
   static constexpr OpId id = OpId::prod;
-  Shape dims;
+  Shape dims{};
   bool keepdim = false;
   Tensor forward(OpContext& ctx, const Tensor& x) {
     dims = resolve_dims(dims, x.dim(), "prod");
@@ -124,7 +124,7 @@ struct Prod {
 template <OpId Id>
 struct Extreme {
   static constexpr OpId id = Id;
-  Shape dims;
+  Shape dims{};
   bool keepdim = false;
   Tensor forward(OpContext& ctx, const Tensor& x) {
     dims = resolve_dims(dims, x.dim(), op_name(Id).data());
@@ -147,7 +147,7 @@ struct Extreme {
 
 struct Argmax {
   static constexpr OpId id = OpId::argmax;
-  std::optional<int64_t> dim;
+  std::optional<int64_t> dim{};
   bool keepdim = false;
   Tensor forward(OpContext&, const Tensor& x) { return cpu::argmax(x, dim, keepdim); }
   Grads backward(OpContext&, const Grads&) { return Grads(1); }
@@ -157,7 +157,7 @@ struct Argmax {
 
 struct Var {
   static constexpr OpId id = OpId::var;
-  Shape dims;
+  Shape dims{};
   int64_t correction = 1;
   bool keepdim = false;
   Tensor forward(OpContext& ctx, const Tensor& x) {
@@ -180,7 +180,7 @@ struct Var {
 struct Norm {
   static constexpr OpId id = OpId::norm;
   double p = 2.0;
-  Shape dims;
+  Shape dims{};
   bool keepdim = false;
   Tensor forward(OpContext& ctx, const Tensor& x) {
     require_floating(x, "norm");
@@ -213,7 +213,7 @@ struct Norm {
 
 struct LogSumExp {
   static constexpr OpId id = OpId::logsumexp;
-  Shape dims;
+  Shape dims{};
   bool keepdim = false;
   Tensor forward(OpContext& ctx, const Tensor& x) {
     require_floating(x, "logsumexp");
@@ -235,7 +235,7 @@ struct LogSumExp {
 struct Cumsum {
   static constexpr OpId id = OpId::cumsum;
   int64_t dim = 0;
-  std::optional<DType> dtype;
+  std::optional<DType> dtype{};
   DType input_dtype = kFloat32;
   bool autocast_eligible() const { return !dtype.has_value(); }
   Tensor forward(OpContext&, const Tensor& x) {

@@ -19,8 +19,8 @@ using Grads = std::vector<Tensor>;
 template <OpId Id>
 struct Reshape {
   static constexpr OpId id = Id;
-  Shape sizes;
-  Shape input_sizes;
+  Shape sizes{};
+  Shape input_sizes{};
   Tensor forward(OpContext&, const Tensor& x) {
     input_sizes = x.sizes();
     return Id == OpId::view ? core::view(x, sizes) : core::reshape(x, sizes);
@@ -30,8 +30,8 @@ struct Reshape {
 
 struct Expand {
   static constexpr OpId id = OpId::expand;
-  Shape sizes;
-  Shape input_sizes;
+  Shape sizes{};
+  Shape input_sizes{};
   Tensor forward(OpContext&, const Tensor& x) {
     input_sizes = x.sizes();
     return core::expand(x, sizes);
@@ -41,14 +41,14 @@ struct Expand {
 
 struct Transpose {
   static constexpr OpId id = OpId::transpose;
-  int64_t dim0, dim1;
+  int64_t dim0 = 0, dim1 = 0;
   Tensor forward(OpContext&, const Tensor& x) { return core::transpose(x, dim0, dim1); }
   Grads backward(OpContext&, const Grads& grads) { return {grads[0].transpose(dim0, dim1)}; }
 };
 
 struct Permute {
   static constexpr OpId id = OpId::permute;
-  Shape dims;
+  Shape dims{};
   Tensor forward(OpContext&, const Tensor& x) {
     Tensor out = core::permute(x, dims);
     for (int64_t& d : dims) d = wrap_dim(d, x.dim(), "permute");
@@ -64,8 +64,8 @@ struct Permute {
 // slice's backward: a zero tensor of the input's shape with the gradient in the slice.
 struct SliceBackward {
   static constexpr OpId id = OpId::slice_backward;
-  Shape input_sizes;
-  int64_t dim, start, end, step;
+  Shape input_sizes{};
+  int64_t dim = 0, start = 0, end = 0, step = 0;
   Tensor forward(OpContext&, const Tensor& grad) {
     Tensor out = zeros(input_sizes, grad.options());
     core::slice(out, dim, start, end, step).copy_(grad);
@@ -76,10 +76,10 @@ struct SliceBackward {
 
 struct Slice {
   static constexpr OpId id = OpId::slice;
-  int64_t dim;
-  std::optional<int64_t> start, end;
+  int64_t dim = 0;
+  std::optional<int64_t> start{}, end{};
   int64_t step;
-  Shape input_sizes;
+  Shape input_sizes{};
   Tensor forward(OpContext&, const Tensor& x) {
     input_sizes = x.sizes();
     Tensor out = core::slice(x, dim, start, end, step);
@@ -95,8 +95,8 @@ struct Slice {
 // select's backward: a zero tensor of the input's shape with the gradient at `index`.
 struct SelectBackward {
   static constexpr OpId id = OpId::select_backward;
-  Shape input_sizes;
-  int64_t dim, index;
+  Shape input_sizes{};
+  int64_t dim = 0, index = 0;
   Tensor forward(OpContext&, const Tensor& grad) {
     Tensor out = zeros(input_sizes, grad.options());
     core::select(out, dim, index).copy_(grad);
@@ -107,8 +107,8 @@ struct SelectBackward {
 
 struct Select {
   static constexpr OpId id = OpId::select;
-  int64_t dim, index;
-  Shape input_sizes;
+  int64_t dim = 0, index = 0;
+  Shape input_sizes{};
   Tensor forward(OpContext&, const Tensor& x) {
     Tensor out = core::select(x, dim, index);
     input_sizes = x.sizes();
@@ -124,8 +124,8 @@ struct Select {
 template <OpId Id>
 struct SqueezeUnsqueeze {
   static constexpr OpId id = Id;
-  std::optional<int64_t> dim;
-  Shape input_sizes;
+  std::optional<int64_t> dim{};
+  Shape input_sizes{};
   Tensor forward(OpContext&, const Tensor& x) {
     input_sizes = x.sizes();
     return Id == OpId::squeeze ? core::squeeze(x, dim) : core::unsqueeze(x, *dim);
@@ -199,7 +199,7 @@ Tensor Tensor::flatten(int64_t start_dim, int64_t end_dim) const {
   const int64_t end = wrap_dim(end_dim, dim(), "flatten");
   HG_CHECK(start <= end, "flatten: start_dim {} must not come after end_dim {}", start_dim,
            end_dim);
-  Shape sizes;
+  Shape sizes{};
   for (int64_t d = 0; d < start; ++d) sizes.push_back(this->sizes()[d]);
   int64_t merged = 1;
   for (int64_t d = start; d <= end; ++d) merged *= this->sizes()[d];
@@ -210,7 +210,7 @@ Tensor Tensor::flatten(int64_t start_dim, int64_t end_dim) const {
 Tensor Tensor::unflatten(int64_t dim, const Shape& sizes) const {
   const int64_t d = wrap_dim(dim, this->dim(), "unflatten");
   const Shape inner = infer_size(sizes, this->sizes()[d], "unflatten");
-  Shape out;
+  Shape out{};
   for (int64_t i = 0; i < d; ++i) out.push_back(this->sizes()[i]);
   for (int64_t s : inner) out.push_back(s);
   for (int64_t i = d + 1; i < this->dim(); ++i) out.push_back(this->sizes()[i]);
@@ -234,7 +234,7 @@ Tensor sum_to_size(const Tensor& x, const Shape& sizes) {
   HG_CHECK(broadcasts_to(sizes, x.sizes()),
            "sum_to_size: shape {} does not broadcast to the tensor's shape {}", sizes, x.sizes());
   const size_t lead = x.sizes().size() - sizes.size();
-  Shape dims;
+  Shape dims{};
   for (size_t d = 0; d < x.sizes().size(); ++d) {
     if (d < lead || (sizes[d - lead] == 1 && x.sizes()[d] != 1)) dims.push_back(int64_t(d));
   }
