@@ -104,3 +104,7 @@ Tensor cumsum(const Tensor& x, int64_t dim, std::optional<DType> dtype = std::nu
 Tensor sum_to_size(const Tensor& x, const Shape& sizes);
 
 }  // namespace hg
+
+#include "halfgrad/ops/index_ops.h"
+#include "halfgrad/ops/loss.h"
+#include "halfgrad/ops/nn_ops.h"

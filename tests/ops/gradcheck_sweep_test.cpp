@@ -1,176 +1,17 @@
 // Every differentiable op in the registry against finite differences (autograd::gradcheck).
 //
-// The sweep walks all_ops(): a differentiable op without a sample below fails the test, so
-// an op cannot be added to op_list.def without a checked backward.
+// The sweep walks all_ops(): a differentiable op without a registered sample (see
+// gradcheck_samples.h) fails the test, so an op cannot be added to op_list.def without a
+// checked backward.
 #include <catch2/catch.hpp>
 
-#include <functional>
-#include <map>
-
-#include "halfgrad/autograd/engine.h"
-#include "halfgrad/autograd/gradcheck.h"
-#include "halfgrad/halfgrad.h"
-#include "halfgrad/ops/ops.h"
+#include "gradcheck_samples.h"
 
 using namespace hg;
-using Inputs = std::vector<Tensor>;
-
-namespace {
-
-struct Sample {
-  std::function<Tensor(const Inputs&)> fn;
-  std::function<Inputs()> inputs;  // float64, requires grad where the gradient is checked
-  autograd::GradcheckOptions options{};
-};
-
-Generator& rng() {
-  static Generator g(2024);
-  return g;
-}
-
-Tensor input(const Shape& sizes, double low = -2.0, double high = 2.0) {
-  Tensor t = empty(sizes, kFloat64);
-  random::fill_uniform(kFloat64, t.data_ptr(), t.numel(), low, high, rng());
-  return t.requires_grad_();
-}
-
-// Inputs kept away from 0 (for division, log, reciprocal ...).
-Tensor positive(const Shape& sizes) { return input(sizes, 0.5, 2.5); }
-
-std::map<OpId, Sample> samples() {
-  std::map<OpId, Sample> s;
-  const auto one = [](std::function<Tensor(const Tensor&)> f, std::function<Tensor()> make) {
-    return Sample{[f](const Inputs& in) { return f(in[0]); }, [make] { return Inputs{make()}; }};
-  };
-  const auto two = [](std::function<Tensor(const Tensor&, const Tensor&)> f,
-                      std::function<Inputs()> make) {
-    return Sample{[f](const Inputs& in) { return f(in[0], in[1]); }, make};
-  };
-  // elementwise (broadcasting [2, 3] with [3])
-  s[OpId::add] = two([](auto& a, auto& b) { return add(a, b, 2.5); },
-                     [] {
-                       return Inputs{input({2, 3}), input({3})};
-                     });
-  s[OpId::sub] = two([](auto& a, auto& b) { return sub(a, b, 0.5); },
-                     [] {
-                       return Inputs{input({3}), input({2, 3})};
-                     });
-  s[OpId::mul] = two([](auto& a, auto& b) { return mul(a, b); },
-                     [] {
-                       return Inputs{input({2, 3}), input({2, 1})};
-                     });
-  s[OpId::div] = two([](auto& a, auto& b) { return div(a, b); },
-                     [] {
-                       return Inputs{input({2, 3}), positive({3})};
-                     });
-  s[OpId::pow] = two([](auto& a, auto& b) { return pow(a, b); },
-                     [] {
-                       return Inputs{positive({2, 3}), input({2, 3}, -1.5, 1.5)};
-                     });
-  s[OpId::maximum] = two([](auto& a, auto& b) { return maximum(a, b); },
-                         [] {
-                           return Inputs{input({2, 3}), input({2, 3})};
-                         });
-  s[OpId::minimum] = two([](auto& a, auto& b) { return minimum(a, b); },
-                         [] {
-                           return Inputs{input({2, 3}), input({3})};
-                         });
-  s[OpId::neg] = one([](auto& x) { return neg(x); }, [] { return input({4}); });
-  s[OpId::exp] = one([](auto& x) { return exp(x); }, [] { return input({4}); });
-  s[OpId::log] = one([](auto& x) { return log(x); }, [] { return positive({4}); });
-  s[OpId::log1p] = one([](auto& x) { return log1p(x); }, [] { return positive({4}); });
-  s[OpId::sqrt] = one([](auto& x) { return sqrt(x); }, [] { return positive({4}); });
-  s[OpId::rsqrt] = one([](auto& x) { return rsqrt(x); }, [] { return positive({4}); });
-  s[OpId::reciprocal] = one([](auto& x) { return reciprocal(x); }, [] { return positive({4}); });
-  s[OpId::abs] = one([](auto& x) { return abs(x); }, [] { return positive({4}); });
-  s[OpId::sin] = one([](auto& x) { return sin(x); }, [] { return input({4}); });
-  s[OpId::cos] = one([](auto& x) { return cos(x); }, [] { return input({4}); });
-  s[OpId::tanh] = one([](auto& x) { return tanh(x); }, [] { return input({4}); });
-  s[OpId::sigmoid] = one([](auto& x) { return sigmoid(x); }, [] { return input({4}); });
-  s[OpId::relu] = one([](auto& x) { return relu(x); }, [] { return positive({4}); });
-  s[OpId::gelu] = one([](auto& x) { return gelu(x) + gelu(x, "tanh"); }, [] { return input({5}); });
-  s[OpId::silu] = one([](auto& x) { return silu(x); }, [] { return input({4}); });
-  s[OpId::softplus] = one([](auto& x) { return softplus(x); }, [] { return input({4}); });
-  s[OpId::erf] = one([](auto& x) { return erf(x); }, [] { return input({4}); });
-  s[OpId::clamp] = one([](auto& x) { return clamp(x, -1.0, 1.0); },
-                       [] {
-                         return tensor({-1.7, -0.4, 0.3, 0.9, 1.6}, kFloat64).requires_grad_();
-                       });
-  s[OpId::addcmul] = Sample{[](const Inputs& in) { return addcmul(in[0], in[1], in[2], 0.7); },
-                            [] {
-                              return Inputs{input({2, 3}), input({3}), input({2, 3})};
-                            }};
-  s[OpId::addcdiv] = Sample{[](const Inputs& in) { return addcdiv(in[0], in[1], in[2], 0.7); },
-                            [] {
-                              return Inputs{input({2, 3}), input({2, 3}), positive({3})};
-                            }};
-  s[OpId::to_dtype] = Sample{[](const Inputs& in) { return in[0].to(kFloat32).to(kFloat64); },
-                             [] { return Inputs{input({4})}; },
-                             {.eps = 1e-2, .atol = 1e-4, .rtol = 1e-3}};
-  // reductions
-  s[OpId::sum] = one([](auto& x) { return sum(x, {0, 2}); }, [] { return input({2, 3, 2}); });
-  s[OpId::mean] = one([](auto& x) { return mean(x, {1}, true); }, [] { return input({2, 3}); });
-  s[OpId::prod] = one([](auto& x) { return prod(x, {1}); },
-                      [] {
-                        return tensor({2.0, 0.0, 3.0, -1.0, 1.5, 0.0, 0.0, 2.0, 0.5, 1.0, 3.0, 2.0},
-                                      {3, 4}, kFloat64)
-                            .requires_grad_();
-                      });
-  s[OpId::max] = one([](auto& x) { return max(x); }, [] { return input({2, 3}); });
-  s[OpId::min] = one([](auto& x) { return min(x); }, [] { return input({2, 3}); });
-  s[OpId::amax] = one([](auto& x) { return amax(x, {-1}); }, [] { return input({3, 4}); });
-  s[OpId::var] = one([](auto& x) { return var(x, {1}); }, [] { return input({2, 4}); });
-  s[OpId::norm] = one([](auto& x) { return norm(x, 2.0, {1}) + norm(x, 3.0) + norm(x, INFINITY); },
-                      [] {
-                        return input({2, 3});
-                      });
-  s[OpId::logsumexp] = one([](auto& x) { return logsumexp(x, {0}); }, [] { return input({3, 2}); });
-  s[OpId::cumsum] = one([](auto& x) { return cumsum(x, 1); }, [] { return input({2, 4}); });
-  // views and copies
-  s[OpId::view] = one([](auto& x) { return x.view({3, 2}); }, [] { return input({2, 3}); });
-  s[OpId::reshape] = one([](auto& x) { return x.t().reshape({6}); }, [] { return input({2, 3}); });
-  s[OpId::expand] = one([](auto& x) { return x.expand({4, 2, 3}); }, [] { return input({2, 1}); });
-  s[OpId::transpose] = one([](auto& x) { return x.transpose(0, 2); },
-                           [] {
-                             return input({2, 3, 4});
-                           });
-  s[OpId::permute] = one(
-      [](auto& x) {
-        return x.permute({2, 0, 1});
-      },
-      [] {
-        return input({2, 3, 4});
-      });
-  s[OpId::slice] = one([](auto& x) { return x.slice(1, 1, std::nullopt, 2); },
-                       [] {
-                         return input({2, 5});
-                       });
-  s[OpId::select] = one([](auto& x) { return x.select(0, -1); }, [] { return input({3, 2}); });
-  s[OpId::squeeze] = one([](auto& x) { return x.squeeze(1); }, [] { return input({3, 1, 2}); });
-  s[OpId::unsqueeze] = one([](auto& x) { return x.unsqueeze(-1); }, [] { return input({3, 2}); });
-  s[OpId::clone] = one([](auto& x) { return x.clone(); }, [] { return input({3}); });
-  // Backward ops of views, reached by differentiating a gradient (create_graph).
-  s[OpId::slice_backward] = one(
-      [](auto& x) {
-        const Tensor y = x.slice(0, 1, 3);
-        return autograd::grad({sum(mul(mul(y, y), y))}, {x}, {}, true, true)[0];
-      },
-      [] { return input({4}); });
-  s[OpId::select_backward] = one(
-      [](auto& x) {
-        const Tensor y = x.select(1, 0);
-        return autograd::grad({sum(mul(mul(y, y), y))}, {x}, {}, true, true)[0];
-      },
-      [] {
-        return input({2, 3});
-      });
-  return s;
-}
-
-}  // namespace
+using hg::testing::Inputs;
 
 TEST_CASE("every differentiable op passes gradcheck", "[gradcheck]") {
-  const std::map<OpId, Sample> all = samples();
+  const auto& all = testing::gradcheck_samples();
   for (const OpInfo& info : all_ops()) {
     if (!info.differentiable) continue;
     CAPTURE(info.name);
@@ -180,7 +21,6 @@ TEST_CASE("every differentiable op passes gradcheck", "[gradcheck]") {
     CHECK_NOTHROW(autograd::gradcheck(it->second.fn, inputs, it->second.options));
   }
 }
-
 TEST_CASE("second derivatives through create_graph", "[gradcheck]") {
   // d/dx of d/dx (x^3) = 6x, through the recorded backward of mul.
   Tensor x = tensor({0.5, -1.0, 2.0}, kFloat64).requires_grad_();
@@ -190,7 +30,7 @@ TEST_CASE("second derivatives through create_graph", "[gradcheck]") {
   const Tensor gg = autograd::grad({sum(g)}, {x})[0];
   CHECK(gg.to_vector<double>() == std::vector<double>{3.0, -6.0, 12.0});
   // The same for gelu, whose first derivative is a fused kernel unless recorded.
-  Tensor z = input({4});
+  Tensor z = testing::input({4});
   CHECK_NOTHROW(autograd::gradcheck(
       [](const Inputs& in) {
         return autograd::grad({sum(gelu(in[0]))}, {in[0]}, {}, true, true)[0];
