@@ -1,0 +1,748 @@
+// The CPU GEMM: out[i] = alpha * (a[i] @ b[i]) + beta * out[i].
+//
+// Dims used throughout: B batch, M rows of a and out, K the reduced dim, N columns of b and
+// out. a [B, M, K], b [B, K, N], out [B, M, N] (contiguous).
+//
+// NOTE [CPU GEMM paths]
+//
+// The public entry checks shapes, copies any operand whose matrices are neither row- nor
+// column-major, and hands a Problem (raw pointers and element strides) to one path:
+//
+//   float64   Eigen.
+//   float32   oneDNN's matmul primitive where halfgrad is built with oneDNN, else Eigen.
+//             Measured with hg-bench-ops on a 2-core AMD EPYC VM (AVX-512 and AVX512-BF16,
+//             no AMX), 2 OpenMP threads, median of 10 calls, GFLOP/s:
+//               shape (MxKxN)     oneDNN brg:avx512_core   Eigen 3.4   Eigen, HALFGRAD_NATIVE
+//               1024x1024x1024    219                      75          151
+//               4096x768x3072     207                      75          157
+//             Eigen sees only the baseline ISA (SSE2) unless the library is built with
+//             HALFGRAD_NATIVE; oneDNN picks its kernel for the CPU at run time.
+//   bfloat16  oneDNN's matmul: bf16 inputs, f32 accumulation, bf16 output rounded once (AMX
+//             on CPUs that have it, AVX512-BF16 otherwise). Without oneDNN, or where oneDNN
+//             has only its reference kernel, the float16 path below.
+//   float16   no fp16 GEMM hardware path on x86 CPUs before AVX512-FP16: blocks ("tiles") of
+//             a and b are widened to float32 (F16C), multiplied by the float32 path over the
+//             whole K, and rounded once to float16 at the output.
+//
+// oneDNN primitives are cached (NOTE [oneDNN matmul cache]); alpha and beta are oneDNN's
+// output scale and sum post-op, so they cost no extra pass over out.
+#include "halfgrad/cpu/gemm.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <bit>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <unordered_map>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+#include "halfgrad/config.h"
+#include "halfgrad/core/cast.h"
+#include "halfgrad/core/factory.h"
+#include "halfgrad/core/format.h"
+#include "halfgrad/core/strided_loop.h"
+
+#if HALFGRAD_HAS_ONEDNN
+#include <dnnl.hpp>
+#endif
+
+// GCC 12 reports -Wmaybe-uninitialized inside its own AVX-512 intrinsics once Eigen's packing
+// code is inlined (a HALFGRAD_NATIVE build on an AVX-512 machine); the values are written
+// before they are read. Only Eigen's code is compiled with the warning off.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+#include <Eigen/Core>
+
+namespace hg::cpu {
+
+namespace {
+
+// The float32 implementation gemm uses (see NOTE [CPU GEMM paths] for the measurement).
+constexpr GemmImpl kFloat32Impl = HALFGRAD_HAS_ONEDNN ? GemmImpl::OneDNN : GemmImpl::Eigen;
+
+// Below this many multiply-adds per matrix, Eigen runs the batch's matrices on separate
+// threads instead of splitting each matrix across threads.
+constexpr int64_t kSmallEigenGemm = int64_t(1) << 21;
+
+std::atomic<int64_t> reduced_tile_budget{int64_t(1) << 22};
+
+// ---- the problem as the kernels see it --------------------------------------------------
+
+// B matrices of rows x cols elements, each row-major (col_stride == 1) or column-major
+// (row_stride == 1, col_stride >= 2); batch_stride is 0 when one matrix serves every batch.
+struct MatrixOperand {
+  const char* data;  // element [0, 0, 0]
+  int64_t batch_stride;
+  int64_t row_stride;
+  int64_t col_stride;  // all in elements
+
+  bool row_major() const { return col_stride == 1; }
+  bool broadcast() const { return batch_stride == 0; }
+};
+
+struct Problem {
+  DType dtype;
+  int64_t batch, m, n, k;
+  MatrixOperand a;  // M x K
+  MatrixOperand b;  // K x N
+  char* out;        // contiguous [B, M, N]
+  double alpha, beta;
+};
+
+// The operand for a rows x cols matrix with the given strides, or nullopt when its layout is
+// neither row- nor column-major (a BLAS-style kernel cannot read it). Size-1 dims carry no
+// layout information: they get the strides of a dense layout, so equal layouts compare equal
+// (the oneDNN cache keys on them).
+std::optional<MatrixOperand> matrix_operand(const void* data, int64_t batch_stride, int64_t rows,
+                                            int64_t cols, int64_t row_stride, int64_t col_stride) {
+  MatrixOperand op{static_cast<const char*>(data), batch_stride, 0, 0};
+  if ((cols == 1 || col_stride == 1) && (rows == 1 || row_stride >= cols)) {
+    op.row_stride = rows == 1 ? cols : row_stride;
+    op.col_stride = 1;
+    return op;
+  }
+  if ((rows == 1 || row_stride == 1) && (cols == 1 || col_stride >= rows)) {
+    op.row_stride = 1;
+    op.col_stride = cols == 1 ? rows : col_stride;
+    return op;
+  }
+  return std::nullopt;
+}
+
+const char* element(const MatrixOperand& op, size_t element_size, int64_t batch, int64_t row,
+                    int64_t col) {
+  return op.data + (batch * op.batch_stride + row * op.row_stride + col * op.col_stride) *
+                       int64_t(element_size);
+}
+
+// A per-thread buffer of at least `bytes`, 64-byte aligned, kept for the thread's next calls
+// (fresh pages on every call would cost as much as the work done in them). Slot tells apart
+// the buffers one call needs at once.
+void* thread_buffer(int slot, size_t bytes) {
+  struct FreeDeleter {
+    void operator()(void* p) const { std::free(p); }
+  };
+  struct Buffer {
+    std::unique_ptr<void, FreeDeleter> memory;
+    size_t capacity = 0;
+  };
+  thread_local std::array<Buffer, 4> buffers;
+  Buffer& buffer = buffers.at(size_t(slot));
+  if (bytes > buffer.capacity) {
+    buffer.memory.reset();
+    buffer.capacity = (bytes + kCpuAlignment - 1) / kCpuAlignment * kCpuAlignment;
+    buffer.memory.reset(std::aligned_alloc(kCpuAlignment, buffer.capacity));
+    HG_CHECK(buffer.memory != nullptr, "gemm: could not allocate a {}-byte work buffer",
+             buffer.capacity);
+  }
+  return buffer.memory.get();
+}
+
+enum BufferSlot { kScratchpadSlot, kATileSlot, kBTileSlot, kOutTileSlot };
+
+// Runs f(line) for lines [0, lines), on OpenMP threads when there is enough work.
+template <class F>
+void for_each_line(int64_t lines, int64_t length, F&& f) {
+  if (lines > 1 && lines * length >= kParallelGrain && omp_get_max_threads() > 1 &&
+      !omp_in_parallel()) {
+#pragma omp parallel for schedule(static)
+    for (int64_t line = 0; line < lines; ++line) f(line);
+  } else {
+    for (int64_t line = 0; line < lines; ++line) f(line);
+  }
+}
+
+// ---- Eigen ------------------------------------------------------------------------------
+
+template <class T>
+using EigenRowMajor = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+template <class T>
+using EigenColMajor = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::ColMajor>;
+template <class Matrix>
+using EigenInput = Eigen::Map<const Matrix, Eigen::Unaligned, Eigen::OuterStride<>>;
+
+// Calls f with matrix `batch` of op as an Eigen map of its own storage order, so that
+// Eigen's GEMM reads it in place.
+template <class T, class F>
+void with_eigen_matrix(const MatrixOperand& op, int64_t batch, int64_t rows, int64_t cols, F&& f) {
+  const T* data = reinterpret_cast<const T*>(element(op, sizeof(T), batch, 0, 0));
+  if (op.row_major()) {
+    f(EigenInput<EigenRowMajor<T>>(data, rows, cols, Eigen::OuterStride<>(op.row_stride)));
+  } else {
+    f(EigenInput<EigenColMajor<T>>(data, rows, cols, Eigen::OuterStride<>(op.col_stride)));
+  }
+}
+
+template <class T>
+void eigen_gemm(const Problem& p) {
+  const T alpha = T(p.alpha), beta = T(p.beta);
+  const auto one_matrix = [&](int64_t i) {
+    Eigen::Map<EigenRowMajor<T>> out(reinterpret_cast<T*>(p.out) + i * p.m * p.n, p.m, p.n);
+    with_eigen_matrix<T>(p.a, i, p.m, p.k, [&](const auto& a) {
+      with_eigen_matrix<T>(p.b, i, p.k, p.n, [&](const auto& b) {
+        if (p.beta == 0) {
+          out.noalias() = alpha * a * b;  // assigns: NaN in the old out does not survive
+        } else {
+          if (p.beta != 1) out *= beta;
+          out.noalias() += alpha * a * b;
+        }
+      });
+    });
+  };
+  // Eigen splits one GEMM across OpenMP threads (omp_get_max_threads) and runs serially
+  // inside a parallel region, so small matrices of a batch go one per thread instead.
+  if (p.batch > 1 && p.m * p.n * p.k <= kSmallEigenGemm && omp_get_max_threads() > 1 &&
+      !omp_in_parallel()) {
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < p.batch; ++i) one_matrix(i);
+  } else {
+    for (int64_t i = 0; i < p.batch; ++i) one_matrix(i);
+  }
+}
+
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
+
+// ---- oneDNN -----------------------------------------------------------------------------
+
+#if HALFGRAD_HAS_ONEDNN
+
+// NOTE [oneDNN matmul cache] Creating a matmul primitive costs far more than running a small
+// one, so primitives are kept in a process-wide map keyed by everything that shapes them:
+// dtype, B, M, N, K, each operand's batch size and strides, alpha, beta, and the OpenMP
+// thread count (a primitive splits its work for the threads it was made for, so a call after
+// omp_set_num_threads gets its own). The map is behind a mutex; the engine is created once,
+// each thread has its own stream, and the scratchpad is the caller's (scratchpad_mode::user,
+// a per-thread thread_buffer): with oneDNN's own scratchpad a primitive must run on the
+// thread that created it, which a shared cache cannot promise. A layout for which oneDNN
+// offers only its reference kernel ("ref:any") is cached as unusable; gemm then copies the
+// operands to dense row-major and asks again.
+
+// A tensor viewing an operand's matrices (one matrix when it is broadcast).
+Tensor operand_view(const MatrixOperand& op, DType dtype, int64_t batch, int64_t rows,
+                    int64_t cols) {
+  const int64_t matrices = op.broadcast() ? 1 : batch;
+  const int64_t batch_stride = op.broadcast() ? rows * cols : op.batch_stride;
+  return from_blob(const_cast<char*>(op.data), {matrices, rows, cols}, dtype,
+                   Shape{batch_stride, op.row_stride, op.col_stride});
+}
+
+// The operand as a dense row-major copy, which `keep` owns.
+MatrixOperand densify(const MatrixOperand& op, DType dtype, int64_t batch, int64_t rows,
+                      int64_t cols, Tensor& keep) {
+  keep = operand_view(op, dtype, batch, rows, cols).clone();
+  return *matrix_operand(keep.data_ptr(), op.broadcast() ? 0 : rows * cols, rows, cols, cols, 1);
+}
+
+struct CachedMatmul {
+  dnnl::matmul primitive;
+  dnnl::memory::desc a_desc, b_desc, out_desc, scratchpad_desc;
+  std::string implementation;  // oneDNN's name for the kernel, e.g. "brg:avx512_core_amx"
+  bool usable = false;
+};
+
+using MatmulKey = std::array<int64_t, 14>;
+
+dnnl::engine& cpu_engine() {
+  static dnnl::engine engine(dnnl::engine::kind::cpu, 0);
+  return engine;
+}
+
+dnnl::stream& thread_stream() {
+  thread_local dnnl::stream stream(cpu_engine());
+  return stream;
+}
+
+dnnl::memory::data_type onednn_type(DType dtype) {
+  switch (dtype) {
+    case kFloat32:
+      return dnnl::memory::data_type::f32;
+    case kBFloat16:
+      return dnnl::memory::data_type::bf16;
+    case kFloat16:
+      return dnnl::memory::data_type::f16;
+    default:
+      HG_ERROR("gemm: oneDNN has no matmul for {}", dtype);
+  }
+}
+
+// oneDNN's view of op: [matrices, rows, cols] with op's strides.
+dnnl::memory::desc onednn_desc(const MatrixOperand& op, DType dtype, int64_t batch, int64_t rows,
+                               int64_t cols) {
+  const int64_t matrices = op.broadcast() ? 1 : batch;
+  const int64_t batch_stride = op.broadcast()
+                                   ? (op.row_major() ? rows * op.row_stride : cols * op.col_stride)
+                                   : op.batch_stride;
+  return dnnl::memory::desc({matrices, rows, cols}, onednn_type(dtype),
+                            {batch_stride, op.row_stride, op.col_stride});
+}
+
+// The primitive for p with p.batch matrices (1 when both operands are broadcast: gemm then
+// runs it once per batch).
+std::shared_ptr<const CachedMatmul> create_matmul(const Problem& p, int64_t batch) {
+  auto made = std::make_shared<CachedMatmul>();
+  made->a_desc = onednn_desc(p.a, p.dtype, batch, p.m, p.k);
+  made->b_desc = onednn_desc(p.b, p.dtype, batch, p.k, p.n);
+  made->out_desc = dnnl::memory::desc({batch, p.m, p.n}, onednn_type(p.dtype), {p.m * p.n, p.n, 1});
+  dnnl::primitive_attr attr;
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  // float32 stays float32 even when ONEDNN_DEFAULT_FPMATH_MODE allows down-conversion.
+  attr.set_fpmath_mode(dnnl::fpmath_mode::strict);
+  if (p.alpha != 1) attr.set_output_scales(0, {float(p.alpha)});
+  if (p.beta != 0) {
+    dnnl::post_ops ops;
+    ops.append_sum(float(p.beta));
+    attr.set_post_ops(ops);
+  }
+  try {
+    const dnnl::matmul::desc desc(made->a_desc, made->b_desc, made->out_desc);
+    const dnnl::matmul::primitive_desc pd(desc, attr, cpu_engine());
+    made->implementation = pd.impl_info_str();
+    made->usable = !made->implementation.starts_with("ref");
+    if (made->usable) {
+      made->primitive = dnnl::matmul(pd);
+      made->scratchpad_desc = pd.scratchpad_desc();
+    }
+  } catch (const dnnl::error& e) {  // no implementation for this dtype or layout
+    made->implementation = e.what();
+    made->usable = false;
+  }
+  return made;
+}
+
+class MatmulCache {
+ public:
+  std::shared_ptr<const CachedMatmul> get(const Problem& p, int64_t batch) {
+    const MatmulKey key = {int64_t(p.dtype),
+                           batch,
+                           p.m,
+                           p.n,
+                           p.k,
+                           p.a.batch_stride,
+                           p.a.row_stride,
+                           p.a.col_stride,
+                           p.b.batch_stride,
+                           p.b.row_stride,
+                           p.b.col_stride,
+                           std::bit_cast<int64_t>(p.alpha),
+                           std::bit_cast<int64_t>(p.beta),
+                           omp_get_max_threads()};
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto found = entries_.find(key);
+    if (found != entries_.end()) return found->second;
+    // A program that cycles through endless shapes must not grow the cache without bound.
+    if (entries_.size() >= kMaxEntries) entries_.clear();
+    auto made = create_matmul(p, batch);
+    entries_.emplace(key, made);
+    return made;
+  }
+
+  int64_t size() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return int64_t(entries_.size());
+  }
+
+ private:
+  static constexpr size_t kMaxEntries = 4096;
+  std::mutex mutex_;
+  std::map<MatmulKey, std::shared_ptr<const CachedMatmul>> entries_;
+};
+
+MatmulCache& matmul_cache() {
+  static MatmulCache cache;
+  return cache;
+}
+
+// Runs p on oneDNN with p's layouts; false when oneDNN has no usable kernel for them.
+bool onednn_gemm_as_is(const Problem& p) {
+  const bool both_broadcast = p.a.broadcast() && p.b.broadcast();
+  const std::shared_ptr<const CachedMatmul> matmul =
+      matmul_cache().get(p, both_broadcast ? 1 : p.batch);
+  if (!matmul->usable) return false;
+  const dnnl::engine& engine = cpu_engine();
+  const size_t out_matrix_bytes = size_t(p.m * p.n) * element_size(p.dtype);
+  const int64_t launches = both_broadcast ? p.batch : 1;
+  try {
+    std::unordered_map<int, dnnl::memory> args;
+    args.emplace(DNNL_ARG_SRC, dnnl::memory(matmul->a_desc, engine, const_cast<char*>(p.a.data)));
+    args.emplace(DNNL_ARG_WEIGHTS,
+                 dnnl::memory(matmul->b_desc, engine, const_cast<char*>(p.b.data)));
+    args.emplace(DNNL_ARG_DST, dnnl::memory(matmul->out_desc, engine, p.out));
+    const size_t scratchpad_bytes = matmul->scratchpad_desc.get_size();
+    if (scratchpad_bytes > 0) {
+      args.emplace(DNNL_ARG_SCRATCHPAD,
+                   dnnl::memory(matmul->scratchpad_desc, engine,
+                                thread_buffer(kScratchpadSlot, scratchpad_bytes)));
+    }
+    dnnl::stream& stream = thread_stream();
+    for (int64_t i = 0; i < launches; ++i) {
+      if (i > 0) args.at(DNNL_ARG_DST).set_data_handle(p.out + i * out_matrix_bytes);
+      matmul->primitive.execute(stream, args);
+    }
+    stream.wait();
+  } catch (const dnnl::error& e) {
+    HG_ERROR("gemm: oneDNN's matmul ({}) failed on {} [{}, {}, {}] x [{}, {}, {}]: {}",
+             matmul->implementation, p.dtype, p.batch, p.m, p.k, p.batch, p.k, p.n, e.what());
+  }
+  return true;
+}
+
+// Runs p on oneDNN, copying the operands to dense row-major when oneDNN has no usable kernel
+// for their layouts; false when it has none for the dense layout either.
+bool onednn_gemm(const Problem& p) {
+  if (onednn_gemm_as_is(p)) return true;
+  const bool dense_already =
+      p.a.row_major() && p.a.row_stride == p.k && p.b.row_major() && p.b.row_stride == p.n;
+  if (dense_already) return false;
+  Tensor a_copy, b_copy;
+  Problem dense = p;
+  dense.a = densify(p.a, p.dtype, p.batch, p.m, p.k, a_copy);
+  dense.b = densify(p.b, p.dtype, p.batch, p.k, p.n, b_copy);
+  return onednn_gemm_as_is(dense);
+}
+
+// The implementation oneDNN picks for a row-major 1024^3 GEMM of dtype.
+std::string onednn_probe(DType dtype) {
+  const int64_t size = 1024;
+  const MatrixOperand dense{nullptr, size * size, size, 1};
+  const Problem p{dtype, 1, size, size, size, dense, dense, nullptr, 1.0, 0.0};
+  const std::shared_ptr<const CachedMatmul> matmul = matmul_cache().get(p, 1);
+  return matmul->usable ? matmul->implementation : "none";
+}
+
+bool onednn_runs_bf16() {
+  static const bool runs = onednn_probe(kBFloat16) != "none";
+  return runs;
+}
+
+#else
+
+bool onednn_gemm(const Problem&) {
+  return false;
+}
+bool onednn_runs_bf16() {
+  return false;
+}
+
+#endif  // HALFGRAD_HAS_ONEDNN
+
+void float32_gemm(const Problem& p, GemmImpl impl) {
+  if (impl == GemmImpl::OneDNN && onednn_gemm(p)) return;
+  eigen_gemm<float>(p);
+}
+
+// ---- float16 (and bfloat16 without oneDNN) through float32 tiles -------------------------
+
+#if defined(__x86_64__)
+__attribute__((target("avx,f16c"))) void half_to_float_f16c(const uint16_t* src, float* dst,
+                                                            int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i));
+    _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(h));
+  }
+  for (; i < n; ++i) dst[i] = static_cast<float>(Half::from_bits(src[i]));
+}
+
+// _MM_FROUND_TO_NEAREST_INT: round to nearest even, as Half(float) does.
+__attribute__((target("avx,f16c"))) void float_to_half_f16c(const float* src, uint16_t* dst,
+                                                            int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m128i h = _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i), h);
+  }
+  for (; i < n; ++i) dst[i] = Half(src[i]).bits;
+}
+
+bool cpu_has_f16c() {
+  static const bool has = __builtin_cpu_supports("avx") && __builtin_cpu_supports("f16c");
+  return has;
+}
+#endif
+
+// n contiguous float16/bfloat16 values to float.
+void widen_run(DType dtype, const char* src, float* dst, int64_t n) {
+  const auto* bits = reinterpret_cast<const uint16_t*>(src);
+  if (dtype == kFloat16) {
+#if defined(__x86_64__)
+    if (cpu_has_f16c()) return half_to_float_f16c(bits, dst, n);
+#endif
+    for (int64_t i = 0; i < n; ++i) dst[i] = static_cast<float>(Half::from_bits(bits[i]));
+  } else {
+    for (int64_t i = 0; i < n; ++i) dst[i] = static_cast<float>(BFloat16::from_bits(bits[i]));
+  }
+}
+
+// n floats to contiguous float16/bfloat16, rounded to nearest even.
+void narrow_run(DType dtype, const float* src, char* dst, int64_t n) {
+  auto* bits = reinterpret_cast<uint16_t*>(dst);
+  if (dtype == kFloat16) {
+#if defined(__x86_64__)
+    if (cpu_has_f16c()) return float_to_half_f16c(src, bits, n);
+#endif
+    for (int64_t i = 0; i < n; ++i) bits[i] = Half(src[i]).bits;
+  } else {
+    for (int64_t i = 0; i < n; ++i) bits[i] = BFloat16(src[i]).bits;
+  }
+}
+
+// The rows x cols block of matrix `batch` of a 16-bit operand starting at (row0, col0),
+// widened into dst as a dense float32 block of the same orientation (rows stay rows of a
+// row-major operand, columns stay columns of a column-major one).
+MatrixOperand widen_block(DType dtype, const MatrixOperand& src, int64_t batch, int64_t row0,
+                          int64_t rows, int64_t col0, int64_t cols, float* dst) {
+  const char* first = element(src, 2, batch, row0, col0);
+  const bool row_major = src.row_major();
+  const int64_t lines = row_major ? rows : cols, length = row_major ? cols : rows;
+  const int64_t line_bytes = (row_major ? src.row_stride : src.col_stride) * 2;
+  for_each_line(lines, length, [&](int64_t line) {
+    widen_run(dtype, first + line * line_bytes, dst + line * length, length);
+  });
+  return *matrix_operand(dst, 0, rows, cols, row_major ? cols : 1, row_major ? 1 : rows);
+}
+
+// NOTE [fp16 GEMM through fp32 tiles] For each batch, b is widened N-block by N-block
+// (K x Nb) and a M-block by M-block (Mb x K), each block covering the whole K, so the float32
+// GEMM accumulates every product of an output element in float32 and the result is rounded
+// to 16 bits once. With beta != 0 the out block is widened too and the float32 GEMM applies
+// alpha and beta. Blocks are at most `reduced_tile_budget` floats each (16 MiB by default):
+// big enough that the conversions (one per element of a per N-block, of b per M-block, of
+// out once) cost little against the 2K flops per output element, small enough to bound the
+// memory. A block already widened is reused when the next one is the same (a broadcast
+// operand, or a single block along M or N).
+void reduced_gemm_via_float32(const Problem& p, GemmImpl float32_impl) {
+  const int64_t budget = std::max<int64_t>(reduced_tile_budget.load(), 1);
+  const int64_t n_block = std::min(p.n, std::max<int64_t>(16, budget / p.k));
+  const int64_t m_block = std::min(p.m, std::max<int64_t>(16, budget / std::max(p.k, n_block)));
+  auto* const a_buffer =
+      static_cast<float*>(thread_buffer(kATileSlot, size_t(m_block * p.k) * sizeof(float)));
+  auto* const b_buffer =
+      static_cast<float*>(thread_buffer(kBTileSlot, size_t(p.k * n_block) * sizeof(float)));
+  auto* const out_buffer =
+      static_cast<float*>(thread_buffer(kOutTileSlot, size_t(m_block * n_block) * sizeof(float)));
+  const MatrixOperand out_matrix{p.out, p.m * p.n, p.n, 1};
+
+  std::array<int64_t, 2> a_held = {-1, -1}, b_held = {-1, -1};  // (batch, first row/col)
+  MatrixOperand a_block{}, b_block{};
+  for (int64_t i = 0; i < p.batch; ++i) {
+    for (int64_t n0 = 0; n0 < p.n; n0 += n_block) {
+      const int64_t nt = std::min(n_block, p.n - n0);
+      const std::array<int64_t, 2> b_wanted = {p.b.broadcast() ? 0 : i, n0};
+      if (b_held != b_wanted) {
+        b_block = widen_block(p.dtype, p.b, b_wanted[0], 0, p.k, n0, nt, b_buffer);
+        b_held = b_wanted;
+      }
+      for (int64_t m0 = 0; m0 < p.m; m0 += m_block) {
+        const int64_t mt = std::min(m_block, p.m - m0);
+        const std::array<int64_t, 2> a_wanted = {p.a.broadcast() ? 0 : i, m0};
+        if (a_held != a_wanted) {
+          a_block = widen_block(p.dtype, p.a, a_wanted[0], m0, mt, 0, p.k, a_buffer);
+          a_held = a_wanted;
+        }
+        MatrixOperand out_block = *matrix_operand(out_buffer, 0, mt, nt, nt, 1);
+        if (p.beta != 0) {
+          out_block = widen_block(p.dtype, out_matrix, i, m0, mt, n0, nt, out_buffer);
+        }
+        const Problem tile{kFloat32, 1,       mt,      nt,
+                           p.k,      a_block, b_block, reinterpret_cast<char*>(out_buffer),
+                           p.alpha,  p.beta};
+        float32_gemm(tile, float32_impl);
+        for_each_line(mt, nt, [&](int64_t r) {
+          char* row = p.out + ((i * p.m + m0 + r) * p.n + n0) * 2;
+          narrow_run(p.dtype, out_buffer + r * nt, row, nt);
+        });
+      }
+    }
+  }
+}
+
+// ---- the entry --------------------------------------------------------------------------
+
+void run(const Problem& p, GemmImpl impl) {
+  switch (p.dtype) {
+    case kFloat64:
+      eigen_gemm<double>(p);
+      return;
+    case kFloat32:
+      float32_gemm(p, impl == GemmImpl::Auto ? kFloat32Impl : impl);
+      return;
+    case kBFloat16:
+      if (impl == GemmImpl::Eigen) return reduced_gemm_via_float32(p, GemmImpl::Eigen);
+      if (onednn_runs_bf16() && onednn_gemm(p)) return;
+      return reduced_gemm_via_float32(p, kFloat32Impl);
+    case kFloat16:
+      return reduced_gemm_via_float32(p, impl == GemmImpl::Auto ? kFloat32Impl : impl);
+    default:
+      HG_ERROR("gemm: no kernel for {}", p.dtype);
+  }
+}
+
+// out = beta * out, for K == 0 (beta == 0 writes zeros, whatever out held).
+void scale_out(const Tensor& out, double beta) {
+  visit_dtype(out.dtype(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    if constexpr (is_floating_v<T>) {
+      T* data = static_cast<T*>(out.data_ptr());
+      for (int64_t i = 0; i < out.numel(); ++i) {
+        const double old = beta == 0 ? 0.0 : static_cast<double>(data[i]);
+        data[i] = cast_value<T>(static_cast<compute_t<T>>(beta * old));
+      }
+    }
+  });
+}
+
+// [first byte, last byte] of the memory t's elements occupy (numel > 0).
+std::array<uintptr_t, 2> byte_span(const Tensor& t) {
+  int64_t last = 0;
+  for (int64_t d = 0; d < t.dim(); ++d) last += (t.size(d) - 1) * t.stride(d);
+  const auto first = reinterpret_cast<uintptr_t>(t.data_ptr());
+  return {first, first + uintptr_t((last + 1) * int64_t(t.element_size())) - 1};
+}
+
+bool spans_overlap(const Tensor& x, const Tensor& y) {
+  if (x.numel() == 0 || y.numel() == 0) return false;
+  const auto xs = byte_span(x), ys = byte_span(y);
+  return xs[0] <= ys[1] && ys[0] <= xs[1];
+}
+
+void check_arguments(GemmImpl impl, const Tensor& a, const Tensor& b, const Tensor& out) {
+  HG_CHECK(a.defined() && b.defined() && out.defined(),
+           "gemm: expected defined tensors a, b and out, got an undefined one");
+  HG_CHECK(a.dim() == 3 && b.dim() == 3 && out.dim() == 3,
+           "gemm: expected 3-D tensors a [B, M, K], b [B, K, N] and out [B, M, N], got a of "
+           "shape {}, b of shape {} and out of shape {}",
+           a.sizes(), b.sizes(), out.sizes());
+  HG_CHECK(a.is_cpu() && b.is_cpu() && out.is_cpu(),
+           "gemm: expected CPU tensors, got a on {}, b on {} and out on {}", a.device(), b.device(),
+           out.device());
+  HG_CHECK(a.dtype() == b.dtype() && a.dtype() == out.dtype() && a.is_floating_point(),
+           "gemm: expected a, b and out of one floating dtype, got a {} {}, b {} {} and out "
+           "{} {}",
+           a.dtype(), a.sizes(), b.dtype(), b.sizes(), out.dtype(), out.sizes());
+  HG_CHECK(a.size(2) == b.size(1),
+           "gemm: a of shape {} and b of shape {} cannot be multiplied: a has K = {} columns, "
+           "b has {} rows",
+           a.sizes(), b.sizes(), a.size(2), b.size(1));
+  const int64_t batch = out.size(0);
+  HG_CHECK(out.size(1) == a.size(1) && out.size(2) == b.size(2) &&
+               (a.size(0) == batch || a.size(0) == 1) && (b.size(0) == batch || b.size(0) == 1),
+           "gemm: out of shape {} does not fit a of shape {} times b of shape {}: expected out "
+           "[B, {}, {}] with a's and b's batch size B or 1",
+           out.sizes(), a.sizes(), b.sizes(), a.size(1), b.size(2));
+  HG_CHECK(out.is_contiguous(), "gemm: out (shape {}, strides {}) must be contiguous", out.sizes(),
+           out.strides());
+  HG_CHECK(!spans_overlap(out, a) && !spans_overlap(out, b),
+           "gemm: out (shape {}) overlaps a (shape {}) or b (shape {}) in memory", out.sizes(),
+           a.sizes(), b.sizes());
+  HG_CHECK(!(impl == GemmImpl::OneDNN && a.dtype() == kFloat64),
+           "gemm: oneDNN has no float64 matmul (use GemmImpl::Eigen or Auto)");
+  HG_CHECK(!(impl == GemmImpl::OneDNN && !HALFGRAD_HAS_ONEDNN),
+           "gemm: GemmImpl::OneDNN asked for, but this halfgrad was built without oneDNN");
+}
+
+// The operand for t [B or 1, rows, cols]; copies t to contiguous (into `keep`) when its
+// matrices are neither row- nor column-major.
+MatrixOperand operand_of(const Tensor& t, Tensor& keep) {
+  const bool broadcast = t.size(0) == 1 || t.stride(0) == 0;
+  const int64_t rows = t.size(1), cols = t.size(2);
+  if (auto op = matrix_operand(t.data_ptr(), broadcast ? 0 : t.stride(0), rows, cols, t.stride(1),
+                               t.stride(2))) {
+    return *op;
+  }
+  keep = (broadcast ? t.narrow(0, 0, 1) : t).contiguous();
+  return *matrix_operand(keep.data_ptr(), broadcast ? 0 : rows * cols, rows, cols, cols, 1);
+}
+
+}  // namespace
+
+void gemm_with(GemmImpl impl, const Tensor& a, const Tensor& b, const Tensor& out, double alpha,
+               double beta) {
+  check_arguments(impl, a, b, out);
+  const int64_t batch = out.size(0), m = out.size(1), n = out.size(2), k = a.size(2);
+  if (batch == 0 || m == 0 || n == 0) return;
+  if (k == 0) return scale_out(out, beta);
+  Tensor a_copy, b_copy;
+  const Problem p{a.dtype(),
+                  batch,
+                  m,
+                  n,
+                  k,
+                  operand_of(a, a_copy),
+                  operand_of(b, b_copy),
+                  static_cast<char*>(out.data_ptr()),
+                  alpha,
+                  beta};
+  run(p, impl);
+}
+
+void gemm(const Tensor& a, const Tensor& b, const Tensor& out, double alpha, double beta) {
+  gemm_with(GemmImpl::Auto, a, b, out, alpha, beta);
+}
+
+std::string gemm_backend(DType dtype) {
+  const char* float32 = kFloat32Impl == GemmImpl::OneDNN ? "onednn" : "eigen";
+  switch (dtype) {
+    case kFloat64:
+      return "eigen";
+    case kFloat32:
+      return float32;
+    case kBFloat16:
+      return onednn_runs_bf16() ? "onednn" : fmt::format("{}(bf16 via fp32 tiles)", float32);
+    case kFloat16:
+      return fmt::format("{}(fp16 via fp32 tiles)", float32);
+    default:
+      HG_ERROR("gemm_backend: expected a floating dtype, got {}", dtype);
+  }
+}
+
+std::string gemm_kernel_name(DType dtype) {
+#if HALFGRAD_HAS_ONEDNN
+  switch (dtype) {
+    case kFloat32:
+      return onednn_probe(kFloat32);
+    case kBFloat16:
+      return onednn_runs_bf16() ? onednn_probe(kBFloat16)
+                                : onednn_probe(kFloat32) + " (fp32 tiles)";
+    case kFloat16:
+      return onednn_probe(kFloat32) + " (fp32 tiles)";
+    default:
+      break;
+  }
+#endif
+  HG_CHECK(is_floating_point(dtype), "gemm_kernel_name: expected a floating dtype, got {}", dtype);
+  return dtype == kFloat64 || dtype == kFloat32 ? "eigen" : "eigen (fp32 tiles)";
+}
+
+namespace detail {
+
+int64_t set_reduced_gemm_tile_budget(int64_t elements) {
+  HG_CHECK(elements > 0, "set_reduced_gemm_tile_budget: expected a positive budget, got {}",
+           elements);
+  return reduced_tile_budget.exchange(elements);
+}
+
+int64_t onednn_matmul_cache_size() {
+#if HALFGRAD_HAS_ONEDNN
+  return matmul_cache().size();
+#else
+  return 0;
+#endif
+}
+
+}  // namespace detail
+
+}  // namespace hg::cpu

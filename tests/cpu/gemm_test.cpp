@@ -1,0 +1,391 @@
+// The CPU GEMM against a float64 reference computed here by a triple loop over the inputs as
+// stored (already rounded to their dtype), on every implementation each dtype can run.
+//
+// Dims: B batch, M rows of a and out, K the reduced dim, N columns of b and out.
+#include <catch2/catch.hpp>
+
+#include <omp.h>
+
+#include <array>
+#include <cmath>
+#include <cstring>
+#include <thread>
+#include <vector>
+
+#include "halfgrad/cpu/gemm.h"
+#include "halfgrad/halfgrad.h"
+
+using namespace hg;
+using Catch::Contains;
+using cpu::GemmImpl;
+
+namespace {
+
+constexpr std::array<DType, 4> kFloating = {kFloat32, kFloat64, kFloat16, kBFloat16};
+
+// Error allowed per output element, relative to alpha * sum_k |a b| + |beta out|: float32
+// accumulation, plus for 16-bit outputs the one rounding at the output (half an ulp is
+// 2^-11 for float16, 2^-8 for bfloat16).
+double relative_tolerance(DType dtype) {
+  switch (dtype) {
+    case kFloat64:
+      return 1e-12;
+    case kFloat32:
+      return 1e-5;
+    case kFloat16:
+      return 1e-3;
+    default:
+      return 8e-3;
+  }
+}
+
+// The implementations worth checking for a dtype: gemm's own choice and each one forced.
+std::vector<GemmImpl> impls_for(DType dtype) {
+  std::vector<GemmImpl> impls = {GemmImpl::Auto};
+  if (dtype == kFloat64) return impls;
+  if (HALFGRAD_HAS_ONEDNN) impls.push_back(GemmImpl::OneDNN);
+  impls.push_back(GemmImpl::Eigen);
+  return impls;
+}
+
+const char* impl_name(GemmImpl impl) {
+  switch (impl) {
+    case GemmImpl::Auto:
+      return "auto";
+    case GemmImpl::OneDNN:
+      return "onednn";
+    default:
+      return "eigen";
+  }
+}
+
+struct Expected {
+  std::vector<double> value;
+  std::vector<double> magnitude;  // the scale the error is measured against
+};
+
+// alpha * a[i] @ b[i] + beta * out_before[i] in float64; a [B or 1, M, K], b [B or 1, K, N].
+Expected reference_gemm(const Tensor& a, const Tensor& b, const Tensor& out_before, double alpha,
+                        double beta) {
+  const int64_t batch = out_before.size(0), m = out_before.size(1), n = out_before.size(2);
+  const int64_t k = a.size(2);
+  const std::vector<double> av = a.to_vector<double>(), bv = b.to_vector<double>();
+  const std::vector<double> old = out_before.to_vector<double>();
+  Expected e{std::vector<double>(old.size()), std::vector<double>(old.size())};
+  for (int64_t i = 0; i < batch; ++i) {
+    const int64_t ia = a.size(0) == 1 ? 0 : i, ib = b.size(0) == 1 ? 0 : i;
+    for (int64_t r = 0; r < m; ++r) {
+      for (int64_t c = 0; c < n; ++c) {
+        double sum = 0, magnitude = 0;
+        for (int64_t j = 0; j < k; ++j) {
+          const double product = av[(ia * m + r) * k + j] * bv[(ib * k + j) * n + c];
+          sum += product;
+          magnitude += std::fabs(product);
+        }
+        const int64_t index = (i * m + r) * n + c;
+        const double kept = beta == 0 ? 0.0 : beta * old[index];
+        e.value[index] = alpha * sum + kept;
+        e.magnitude[index] = std::fabs(alpha) * magnitude + std::fabs(kept);
+      }
+    }
+  }
+  return e;
+}
+
+// Runs gemm_with(impl) on copies of out and checks every element against the reference.
+void check_gemm(GemmImpl impl, const Tensor& a, const Tensor& b, const Tensor& out_before,
+                double alpha = 1.0, double beta = 0.0) {
+  const DType dtype = out_before.dtype();
+  INFO("dtype " << dtype << ", impl " << impl_name(impl) << ", a " << a.sizes() << " strides "
+                << a.strides() << ", b " << b.sizes() << " strides " << b.strides() << ", alpha "
+                << alpha << ", beta " << beta);
+  const Expected expected = reference_gemm(a, b, out_before, alpha, beta);
+  const Tensor out = out_before.clone();
+  cpu::gemm_with(impl, a, b, out, alpha, beta);
+  const std::vector<double> got = out.to_vector<double>();
+  const double tolerance = relative_tolerance(dtype);
+  const double floor = finfo(dtype).smallest_subnormal;
+  int64_t bad = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    const double allowed = tolerance * expected.magnitude[i] + floor;
+    if (!(std::fabs(got[i] - expected.value[i]) <= allowed)) {
+      if (bad++ < 5) {
+        UNSCOPED_INFO("element " << i << ": got " << got[i] << ", expected " << expected.value[i]
+                                 << " (allowed error " << allowed << ")");
+      }
+    }
+  }
+  CHECK(bad == 0);
+}
+
+void check_all_impls(const Tensor& a, const Tensor& b, const Tensor& out_before, double alpha = 1.0,
+                     double beta = 0.0) {
+  for (GemmImpl impl : impls_for(out_before.dtype()))
+    check_gemm(impl, a, b, out_before, alpha, beta);
+}
+
+// Restores the float16 tile budget when a test ends.
+struct TileBudget {
+  explicit TileBudget(int64_t elements)
+      : previous(cpu::detail::set_reduced_gemm_tile_budget(elements)) {}
+  ~TileBudget() { cpu::detail::set_reduced_gemm_tile_budget(previous); }
+  int64_t previous;
+};
+
+}  // namespace
+
+TEST_CASE("gemm matches a float64 reference across shapes", "[gemm]") {
+  struct Case {
+    int64_t batch, m, k, n;
+  };
+  const std::vector<Case> cases = {{1, 1, 1, 1},    {1, 1, 5, 7},     {1, 6, 1, 4},
+                                   {1, 5, 9, 1},    {1, 17, 33, 65},  {3, 17, 33, 65},
+                                   {2, 64, 48, 80}, {1, 130, 70, 90}, {4, 8, 300, 12}};
+  uint64_t seed = 1;
+  for (DType dtype : kFloating) {
+    for (const Case& c : cases) {
+      manual_seed(seed++);
+      const Tensor a = randn({c.batch, c.m, c.k}, dtype);
+      const Tensor b = randn({c.batch, c.k, c.n}, dtype);
+      check_all_impls(a, b, empty({c.batch, c.m, c.n}, dtype));
+    }
+  }
+}
+
+TEST_CASE("gemm with K = 0 leaves beta times out", "[gemm]") {
+  for (DType dtype : kFloating) {
+    manual_seed(7);
+    const Tensor a = empty({2, 3, 0}, dtype), b = empty({2, 0, 4}, dtype);
+    const Tensor old = randn({2, 3, 4}, dtype);
+    check_all_impls(a, b, old, 1.0, 0.5);
+    const Tensor nan_out = full({2, 3, 4}, NAN, dtype);
+    for (GemmImpl impl : impls_for(dtype)) {
+      const Tensor out = nan_out.clone();
+      cpu::gemm_with(impl, a, b, out, 2.0, 0.0);
+      for (double v : out.to_vector<double>()) CHECK(v == 0.0);
+    }
+  }
+}
+
+TEST_CASE("gemm broadcasts a batch of size 1 or stride 0", "[gemm]") {
+  for (DType dtype : kFloating) {
+    manual_seed(11);
+    const int64_t batch = 3, m = 9, k = 21, n = 14;
+    const Tensor a = randn({batch, m, k}, dtype), b = randn({batch, k, n}, dtype);
+    const Tensor a_one = randn({1, m, k}, dtype), b_one = randn({1, k, n}, dtype);
+    const Tensor out = randn({batch, m, n}, dtype);
+    SECTION("b of stride 0") {
+      check_all_impls(a, b_one.expand({batch, k, n}), out, 1.0, 0.25);
+    }
+    SECTION("a of stride 0") {
+      check_all_impls(a_one.expand({batch, m, k}), b, out);
+    }
+    SECTION("batch size 1") {
+      check_all_impls(a, b_one, out);
+    }
+    SECTION("both broadcast") {
+      check_all_impls(a_one.expand({batch, m, k}), b_one.expand({batch, k, n}), out, 0.5, 2.0);
+    }
+  }
+}
+
+TEST_CASE("gemm reads transposed views of a and b", "[gemm]") {
+  for (DType dtype : kFloating) {
+    manual_seed(13);
+    const int64_t batch = 2, m = 19, k = 37, n = 23;
+    const Tensor a_t = randn({batch, k, m}, dtype).transpose(1, 2);  // column-major [B, M, K]
+    const Tensor b_t = randn({batch, n, k}, dtype).transpose(1, 2);  // column-major [B, K, N]
+    const Tensor a = randn({batch, m, k}, dtype), b = randn({batch, k, n}, dtype);
+    const Tensor out = empty({batch, m, n}, dtype);
+    check_all_impls(a_t, b, out);
+    check_all_impls(a, b_t, out);
+    check_all_impls(a_t, b_t, out);
+    // Transposed and broadcast: the weight of a linear layer read as w.t().
+    const Tensor w = randn({n, k}, dtype);
+    check_all_impls(a, w.t().unsqueeze(0).expand({batch, k, n}), out);
+  }
+}
+
+TEST_CASE("gemm handles strided layouts and copies the ones it cannot read", "[gemm]") {
+  for (DType dtype : kFloating) {
+    manual_seed(17);
+    const int64_t batch = 3, m = 10, k = 12, n = 7;
+    const Tensor a = randn({batch, m, k}, dtype), b = randn({batch, k, n}, dtype);
+    const Tensor out = randn({batch, m, n}, dtype);
+    SECTION("padded rows (a leading dim larger than the row)") {
+      check_all_impls(randn({batch, m, k + 5}, dtype).narrow(2, 2, k),
+                      randn({batch, k, n + 3}, dtype).narrow(2, 0, n), out);
+    }
+    SECTION("every second column of a and every second row of b") {
+      check_all_impls(randn({batch, m, 2 * k}, dtype).slice(2, 0, std::nullopt, 2),
+                      randn({batch, 2 * k, n}, dtype).slice(1, 1, std::nullopt, 2), out, 1.0, -1.0);
+    }
+    SECTION("the batch dim innermost") {
+      check_all_impls(randn({m, k, batch}, dtype).permute({2, 0, 1}),
+                      randn({k, n, batch}, dtype).permute({2, 0, 1}), out);
+    }
+    SECTION("rows of different batches interleaved") {
+      check_all_impls(randn({m, batch, k}, dtype).permute({1, 0, 2}),
+                      randn({k, batch, n}, dtype).permute({1, 0, 2}), out);
+    }
+    SECTION("every second batch") {
+      check_all_impls(randn({2 * batch, m, k}, dtype).slice(0, 0, std::nullopt, 2), b, out);
+    }
+  }
+}
+
+TEST_CASE("gemm applies alpha and beta", "[gemm]") {
+  for (DType dtype : kFloating) {
+    manual_seed(19);
+    const Tensor a = randn({2, 17, 33}, dtype), b = randn({2, 33, 65}, dtype);
+    const Tensor old = randn({2, 17, 65}, dtype);
+    check_all_impls(a, b, old, 0.5, -1.5);
+    check_all_impls(a, b, old, -2.0, 1.0);
+    check_all_impls(a, b, old, 1.0, 1.0);
+    check_all_impls(a, b, old, 0.0, 3.0);
+    // beta == 0: out's old contents are never read, so NaN in them does not propagate.
+    const Tensor nan_out = full({2, 17, 65}, NAN, dtype);
+    for (GemmImpl impl : impls_for(dtype)) {
+      const Tensor out = nan_out.clone();
+      cpu::gemm_with(impl, a, b, out, 0.75, 0.0);
+      for (double v : out.to_vector<double>()) REQUIRE(std::isfinite(v));
+    }
+    check_all_impls(a, b, randn({2, 17, 65}, dtype), 0.75, 0.0);
+  }
+}
+
+TEST_CASE("gemm accumulates 16-bit inputs in float32 over the whole K", "[gemm]") {
+  // a is all ones and b's column is (big, 1, 1, ..., 1): summed in float32 the ones count
+  // (big + K - 1); summed in the 16-bit type each 1 is below half an ulp of big and vanishes.
+  struct Case {
+    DType dtype;
+    double big;
+    int64_t k;
+    double expected;  // big + k - 1 rounded once to dtype
+  };
+  for (const Case& c : {Case{kFloat16, 2048, 4096, 6144}, Case{kBFloat16, 256, 512, 768}}) {
+    std::vector<double> column(size_t(c.k), 1.0);
+    column[0] = c.big;
+    const Tensor a = ones({1, 2, c.k}, c.dtype);
+    const Tensor b = tensor(column, {1, c.k, 1}, c.dtype);
+    for (GemmImpl impl : impls_for(c.dtype)) {
+      for (int64_t tile_budget : {int64_t(1) << 22, int64_t(64)}) {
+        INFO("dtype " << c.dtype << ", impl " << impl_name(impl) << ", tile budget "
+                      << tile_budget);
+        const TileBudget budget(tile_budget);
+        const Tensor out = empty({1, 2, 1}, c.dtype);
+        cpu::gemm_with(impl, a, b, out);
+        CHECK(out.to_vector<double>() == std::vector<double>{c.expected, c.expected});
+      }
+    }
+  }
+}
+
+TEST_CASE("gemm float16 tiles cover every block edge", "[gemm]") {
+  // A tiny budget makes blocks of 16 rows and columns, so these shapes have partial blocks.
+  const TileBudget budget(256);
+  for (DType dtype : {kFloat16, kBFloat16}) {
+    manual_seed(23);
+    const int64_t batch = 2, m = 50, k = 33, n = 37;
+    const Tensor a = randn({batch, m, k}, dtype), b = randn({batch, k, n}, dtype);
+    const Tensor old = randn({batch, m, n}, dtype);
+    check_all_impls(a, b, old, 1.0, 0.0);
+    check_all_impls(a, b, old, -0.5, 2.0);
+    check_all_impls(randn({batch, k, m}, dtype).transpose(1, 2),
+                    randn({1, n, k}, dtype).transpose(1, 2).expand({batch, k, n}), old, 1.0, 1.0);
+  }
+}
+
+TEST_CASE("gemm rejects bad shapes and dtypes with a message naming them", "[gemm]") {
+  const Tensor a = randn({2, 3, 4}), b = randn({2, 4, 5}), out = empty({2, 3, 5});
+  CHECK_THROWS_WITH(cpu::gemm(randn({3, 4}), b, out),
+                    Contains("[3, 4]") && Contains("[2, 4, 5]") && Contains("3-D"));
+  CHECK_THROWS_WITH(cpu::gemm(a, randn({2, 5, 6}), empty({2, 3, 6})),
+                    Contains("[2, 3, 4]") && Contains("[2, 5, 6]") && Contains("K = 4"));
+  CHECK_THROWS_WITH(cpu::gemm(a, b, empty({2, 3, 6})),
+                    Contains("[2, 3, 6]") && Contains("[2, 3, 4]") && Contains("[2, 4, 5]"));
+  CHECK_THROWS_WITH(cpu::gemm(randn({3, 3, 4}), b, empty({3, 3, 5})),
+                    Contains("[3, 3, 4]") && Contains("[2, 4, 5]") && Contains("[3, 3, 5]"));
+  CHECK_THROWS_WITH(cpu::gemm(a, randn({2, 4, 5}, kFloat16), out),
+                    Contains("float32") && Contains("float16") && Contains("[2, 4, 5]"));
+  CHECK_THROWS_WITH(
+      cpu::gemm(ones({2, 3, 4}, kInt64), ones({2, 4, 5}, kInt64), empty({2, 3, 5}, kInt64)),
+      Contains("int64") && Contains("floating"));
+  CHECK_THROWS_WITH(cpu::gemm(a, b, empty({2, 5, 3}).transpose(1, 2)),
+                    Contains("contiguous") && Contains("[2, 3, 5]"));
+  const Tensor square = randn({2, 4, 4});
+  CHECK_THROWS_WITH(cpu::gemm(square, square, square), Contains("overlaps"));
+  CHECK_THROWS_WITH(cpu::gemm_with(GemmImpl::OneDNN, randn({2, 3, 4}, kFloat64),
+                                   randn({2, 4, 5}, kFloat64), empty({2, 3, 5}, kFloat64)),
+                    Contains("float64"));
+  CHECK_THROWS_AS(cpu::gemm(a, b, Tensor()), Error);
+}
+
+TEST_CASE("gemm gives identical bits on repeated calls", "[gemm]") {
+  for (DType dtype : kFloating) {
+    manual_seed(29);
+    const Tensor a = randn({2, 33, 65}, dtype), b = randn({1, 65, 17}, dtype);
+    const Tensor first = empty({2, 33, 17}, dtype), again = empty({2, 33, 17}, dtype);
+    cpu::gemm(a, b, first, 0.5, 0.0);
+    const int64_t cached = cpu::detail::onednn_matmul_cache_size();
+    for (int rep = 0; rep < 3; ++rep) {
+      cpu::gemm(a, b, again, 0.5, 0.0);
+      CHECK(std::memcmp(first.data_ptr(), again.data_ptr(), first.nbytes()) == 0);
+    }
+    // The repeats found their primitive in the cache instead of creating another.
+    CHECK(cpu::detail::onednn_matmul_cache_size() == cached);
+  }
+}
+
+TEST_CASE("gemm follows omp_set_num_threads", "[gemm]") {
+  const int threads = omp_get_max_threads();
+  for (DType dtype : kFloating) {
+    manual_seed(37);
+    const Tensor a = randn({2, 40, 70}, dtype), b = randn({2, 70, 30}, dtype);
+    const Tensor out = empty({2, 40, 30}, dtype);
+    for (int t : {1, 2, 3}) {
+      omp_set_num_threads(t);
+      INFO("threads " << t);
+      check_all_impls(a, b, out);
+    }
+  }
+  omp_set_num_threads(threads);
+}
+
+TEST_CASE("gemm runs from several threads at once", "[gemm]") {
+  for (DType dtype : {kFloat32, kBFloat16, kFloat16}) {
+    manual_seed(31);
+    const Tensor a = randn({2, 48, 96}, dtype), b = randn({2, 96, 40}, dtype);
+    const Tensor expected = empty({2, 48, 40}, dtype);
+    cpu::gemm(a, b, expected);
+    std::vector<Tensor> outs;
+    for (int t = 0; t < 4; ++t) outs.push_back(empty({2, 48, 40}, dtype));
+    std::vector<std::thread> threads;
+    for (int t = 0; t < 4; ++t) {
+      threads.emplace_back([&, t] {
+        for (int rep = 0; rep < 20; ++rep) cpu::gemm(a, b, outs[size_t(t)]);
+      });
+    }
+    for (std::thread& thread : threads) thread.join();
+    for (const Tensor& out : outs) {
+      CHECK(std::memcmp(out.data_ptr(), expected.data_ptr(), out.nbytes()) == 0);
+    }
+  }
+}
+
+TEST_CASE("gemm_backend names the path of each dtype", "[gemm]") {
+  CHECK(cpu::gemm_backend(kFloat64) == "eigen");
+  if (HALFGRAD_HAS_ONEDNN) {
+    CHECK(cpu::gemm_backend(kFloat32) == "onednn");
+    CHECK(cpu::gemm_backend(kFloat16) == "onednn(fp16 via fp32 tiles)");
+  } else {
+    CHECK(cpu::gemm_backend(kFloat32) == "eigen");
+    CHECK(cpu::gemm_backend(kBFloat16) == "eigen(bf16 via fp32 tiles)");
+  }
+  for (DType dtype : kFloating) {
+    UNSCOPED_INFO(dtype << ": " << cpu::gemm_backend(dtype) << ", kernel "
+                        << cpu::gemm_kernel_name(dtype));
+    CHECK_FALSE(cpu::gemm_kernel_name(dtype).empty());
+  }
+  CHECK_THROWS_WITH(cpu::gemm_backend(kInt32), Contains("int32"));
+}
