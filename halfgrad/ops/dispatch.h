@@ -207,19 +207,21 @@ auto run(Op op, Inputs inputs) {
   std::vector<Tensor*> outputs;
   collect_outputs(result, outputs);
 
-  // 4. autograd
-  if (record) {
-    auto node = std::make_shared<OpNode<Op>>(std::move(op), std::move(ctx));
-    node->next_edges = collect_edges(input_span);
-    uint32_t output_nr = 0;
-    for (Tensor* out : outputs) {
-      if (!out->defined() || !out->is_floating_point()) continue;  // indices get no gradient
-      node->outputs.push_back({out->sizes(), out->dtype(), out->device()});
-      autograd::set_history(*out, node, output_nr++);
-    }
-    node->context().bind_outputs(node, outputs);
-    if (autograd::is_anomaly_enabled()) {
-      node->creation_context = autograd::describe_call(op_name(id), input_span);
+  // 4. autograd (a composite records the ops it called instead)
+  if constexpr (!composite) {
+    if (record) {
+      auto node = std::make_shared<OpNode<Op>>(std::move(op), std::move(ctx));
+      node->next_edges = collect_edges(input_span);
+      uint32_t output_nr = 0;
+      for (Tensor* out : outputs) {
+        if (!out->defined() || !out->is_floating_point()) continue;  // indices get no gradient
+        node->outputs.push_back({out->sizes(), out->dtype(), out->device()});
+        autograd::set_history(*out, node, output_nr++);
+      }
+      node->context().bind_outputs(node, outputs);
+      if (autograd::is_anomaly_enabled()) {
+        node->creation_context = autograd::describe_call(op_name(id), input_span);
+      }
     }
   }
 

@@ -106,5 +106,6 @@ Tensor sum_to_size(const Tensor& x, const Shape& sizes);
 }  // namespace hg
 
 #include "halfgrad/ops/index_ops.h"
+#include "halfgrad/ops/linalg.h"
 #include "halfgrad/ops/loss.h"
 #include "halfgrad/ops/nn_ops.h"

@@ -1,0 +1,244 @@
+// The GEMM family: forward through cpu::gemm, backward written with the same ops
+// (dA = dC @ B^T, dB = A^T @ dC), so higher-order gradients work. matmul and linear are
+// composites: they autocast once, at the outermost call, and record the ops they call.
+#include "halfgrad/ops/linalg.h"
+
+#include "halfgrad/core/factory.h"
+#include "halfgrad/core/format.h"
+#include "halfgrad/core/view.h"
+#include "halfgrad/cpu/gemm.h"
+#include "halfgrad/ops/dispatch.h"
+#include "halfgrad/ops/ops.h"
+
+namespace hg {
+
+namespace {
+
+using ops::dispatch;
+using ops::OpContext;
+using Grads = std::vector<Tensor>;
+
+void check_operands(const char* op, const Tensor& a, const Tensor& b, int64_t rank) {
+  HG_CHECK(a.dim() == rank && b.dim() == rank,
+           "{}: expected two {}-D tensors, got shapes {} and {}", op, rank, a.sizes(), b.sizes());
+  HG_CHECK(a.is_floating_point() && a.dtype() == b.dtype(),
+           "{}: expected two floating tensors of one dtype, got {} and {}", op, a.dtype(),
+           b.dtype());
+  HG_CHECK(a.size(-1) == b.size(-2),
+           "{}: the shapes {} and {} cannot be multiplied ({} columns against {} rows)", op,
+           a.sizes(), b.sizes(), a.size(-1), b.size(-2));
+}
+
+// a [B, M, K] @ b [B, K, N] into a new [B, M, N], plus beta * input when given.
+Tensor product(const Tensor& a, const Tensor& b, const Tensor& input, double beta, double alpha) {
+  const Shape shape{a.size(0), a.size(1), b.size(2)};
+  Tensor out;
+  if (input.defined() && beta != 0.0) {
+    out = core::clone(core::expand(core::to_dtype(input, a.dtype()), shape));
+  } else {
+    out = empty(shape, a.options());
+    beta = 0.0;
+  }
+  cpu::gemm(a, b, out, alpha, beta);
+  return out;
+}
+
+// ---- mm / addmm ------------------------------------------------------------------------------
+
+struct AddMm {
+  static constexpr OpId id = OpId::addmm;
+  double beta = 1.0, alpha = 1.0;
+  Shape input_sizes{};
+  DType input_dtype = kFloat32;
+  Tensor forward(OpContext& ctx, const Tensor& input, const Tensor& a, const Tensor& b) {
+    check_operands("addmm", a, b, 2);
+    HG_CHECK(broadcasts_to(input.sizes(), {a.size(0), b.size(1)}),
+             "addmm: the input of shape {} does not broadcast to the product's shape [{}, {}]",
+             input.sizes(), a.size(0), b.size(1));
+    input_sizes = input.sizes();
+    input_dtype = input.dtype();
+    ctx.save({a, b});
+    return core::squeeze(product(core::unsqueeze(a, 0), core::unsqueeze(b, 0), input, beta, alpha),
+                         0);
+  }
+  Grads backward(OpContext& ctx, const Grads& grads) {
+    const Tensor a = ctx.saved(0), b = ctx.saved(1);
+    const Tensor& g = grads[0];
+    Grads out(3);
+    if (ctx.needs_input_grad(0)) {
+      out[0] = sum_to_size(beta == 1.0 ? g : mul(g, beta), input_sizes).to(input_dtype);
+    }
+    if (ctx.needs_input_grad(1)) out[1] = scaled(mm(g, b.t()), alpha);
+    if (ctx.needs_input_grad(2)) out[2] = scaled(mm(a.t(), g), alpha);
+    return out;
+  }
+  static Tensor scaled(const Tensor& t, double s) { return s == 1.0 ? t : mul(t, s); }
+};
+
+struct Mm {
+  static constexpr OpId id = OpId::mm;
+  Tensor forward(OpContext& ctx, const Tensor& a, const Tensor& b) {
+    check_operands("mm", a, b, 2);
+    ctx.save({a, b});
+    return core::squeeze(product(core::unsqueeze(a, 0), core::unsqueeze(b, 0), {}, 0.0, 1.0), 0);
+  }
+  Grads backward(OpContext& ctx, const Grads& grads) {
+    const Tensor a = ctx.saved(0), b = ctx.saved(1);
+    Grads out(2);
+    if (ctx.needs_input_grad(0)) out[0] = mm(grads[0], b.t());
+    if (ctx.needs_input_grad(1)) out[1] = mm(a.t(), grads[0]);
+    return out;
+  }
+};
+
+// ---- bmm / baddbmm ---------------------------------------------------------------------------
+
+struct BaddBmm {
+  static constexpr OpId id = OpId::baddbmm;
+  double beta = 1.0, alpha = 1.0;
+  Shape input_sizes{};
+  DType input_dtype = kFloat32;
+  Tensor forward(OpContext& ctx, const Tensor& input, const Tensor& a, const Tensor& b) {
+    check_operands("baddbmm", a, b, 3);
+    HG_CHECK(a.size(0) == b.size(0), "baddbmm: batch sizes differ: {} and {}", a.size(0),
+             b.size(0));
+    HG_CHECK(
+        broadcasts_to(input.sizes(), {a.size(0), a.size(1), b.size(2)}),
+        "baddbmm: the input of shape {} does not broadcast to the product's shape [{}, {}, {}]",
+        input.sizes(), a.size(0), a.size(1), b.size(2));
+    input_sizes = input.sizes();
+    input_dtype = input.dtype();
+    ctx.save({a, b});
+    return product(a, b, input, beta, alpha);
+  }
+  Grads backward(OpContext& ctx, const Grads& grads) {
+    const Tensor a = ctx.saved(0), b = ctx.saved(1);
+    const Tensor& g = grads[0];
+    Grads out(3);
+    if (ctx.needs_input_grad(0)) {
+      out[0] = sum_to_size(beta == 1.0 ? g : mul(g, beta), input_sizes).to(input_dtype);
+    }
+    if (ctx.needs_input_grad(1)) out[1] = AddMm::scaled(bmm(g, b.transpose(1, 2)), alpha);
+    if (ctx.needs_input_grad(2)) out[2] = AddMm::scaled(bmm(a.transpose(1, 2), g), alpha);
+    return out;
+  }
+};
+
+struct Bmm {
+  static constexpr OpId id = OpId::bmm;
+  Tensor forward(OpContext& ctx, const Tensor& a, const Tensor& b) {
+    check_operands("bmm", a, b, 3);
+    HG_CHECK(a.size(0) == b.size(0), "bmm: batch sizes differ: {} and {}", a.size(0), b.size(0));
+    ctx.save({a, b});
+    return product(a, b, {}, 0.0, 1.0);
+  }
+  Grads backward(OpContext& ctx, const Grads& grads) {
+    const Tensor a = ctx.saved(0), b = ctx.saved(1);
+    Grads out(2);
+    if (ctx.needs_input_grad(0)) out[0] = bmm(grads[0], b.transpose(1, 2));
+    if (ctx.needs_input_grad(1)) out[1] = bmm(a.transpose(1, 2), grads[0]);
+    return out;
+  }
+};
+
+// ---- matmul (composite) ----------------------------------------------------------------------
+
+struct Matmul {
+  static constexpr OpId id = OpId::matmul;
+  static constexpr bool kComposite = true;
+  Tensor forward(OpContext&, const Tensor& a, const Tensor& b) {
+    HG_CHECK(a.dim() >= 1 && b.dim() >= 1,
+             "matmul: expected tensors of at least 1 dim, got shapes {} and {}", a.sizes(),
+             b.sizes());
+    if (a.dim() == 1 && b.dim() == 1) return dot(a, b);
+    if (a.dim() == 2 && b.dim() == 2) return mm(a, b);
+    if (a.dim() == 1 && b.dim() == 2) return mm(a.unsqueeze(0), b).squeeze(0);
+    if (a.dim() == 2 && b.dim() == 1) return mm(a, b.unsqueeze(1)).squeeze(1);
+    // Batched: broadcast the batch dims, fold them into one, bmm, unfold.
+    const Tensor a3 = a.dim() == 1 ? a.unsqueeze(0) : a;
+    const Tensor b3 = b.dim() == 1 ? b.unsqueeze(1) : b;
+    const Shape a_batch(std::span<const int64_t>(a3.sizes().begin(), a3.sizes().end() - 2));
+    const Shape b_batch(std::span<const int64_t>(b3.sizes().begin(), b3.sizes().end() - 2));
+    const Shape batch = broadcast_shapes(a_batch, b_batch);
+    const int64_t m = a3.size(-2), k = a3.size(-1), n = b3.size(-1);
+    HG_CHECK(k == b3.size(-2), "matmul: the shapes {} and {} cannot be multiplied", a.sizes(),
+             b.sizes());
+    Shape a_shape = batch, b_shape = batch;
+    a_shape.push_back(m);
+    a_shape.push_back(k);
+    b_shape.push_back(k);
+    b_shape.push_back(n);
+    const int64_t folded = shape_numel(batch);
+    Tensor out =
+        bmm(a3.expand(a_shape).reshape({folded, m, k}), b3.expand(b_shape).reshape({folded, k, n}));
+    Shape out_shape = batch;
+    if (a.dim() > 1) out_shape.push_back(m);
+    if (b.dim() > 1) out_shape.push_back(n);
+    return out.reshape(out_shape);
+  }
+};
+
+// ---- linear (composite) ----------------------------------------------------------------------
+
+struct Linear {
+  static constexpr OpId id = OpId::linear;
+  static constexpr bool kComposite = true;
+  Tensor forward(OpContext&, const Tensor& x, const Tensor& weight, const Tensor& bias) {
+    HG_CHECK(weight.dim() == 2,
+             "linear: expected a 2-D weight [out_features, in_features], got shape {}",
+             weight.sizes());
+    HG_CHECK(x.dim() >= 1 && x.size(-1) == weight.size(1),
+             "linear: the input's last dim ({}) must equal in_features ({}); input shape {}, "
+             "weight shape {}",
+             x.dim() >= 1 ? x.size(-1) : 0, weight.size(1), x.sizes(), weight.sizes());
+    HG_CHECK(!bias.defined() || (bias.dim() == 1 && bias.size(0) == weight.size(0)),
+             "linear: expected a bias of shape [{}], got {}", weight.size(0),
+             bias.defined() ? bias.sizes() : Shape{});
+    if (x.dim() == 2 && bias.defined()) return addmm(bias, x, weight.t());
+    const Tensor out = matmul(x, weight.t());
+    return bias.defined() ? add(out, bias) : out;
+  }
+};
+
+// ---- dot -------------------------------------------------------------------------------------
+
+struct Dot {
+  static constexpr OpId id = OpId::dot;
+  Tensor forward(OpContext& ctx, const Tensor& a, const Tensor& b) {
+    HG_CHECK(a.dim() == 1 && b.dim() == 1 && a.size(0) == b.size(0),
+             "dot: expected two 1-D tensors of one length, got shapes {} and {}", a.sizes(),
+             b.sizes());
+    HG_CHECK(a.is_floating_point() && a.dtype() == b.dtype(),
+             "dot: expected two floating tensors of one dtype, got {} and {}", a.dtype(),
+             b.dtype());
+    ctx.save({a, b});
+    const Tensor out =
+        product(core::view(a, {1, 1, a.size(0)}), core::view(b, {1, b.size(0), 1}), {}, 0.0, 1.0);
+    return core::view(out, {});
+  }
+  Grads backward(OpContext& ctx, const Grads& grads) {
+    const Tensor a = ctx.saved(0), b = ctx.saved(1);
+    Grads out(2);
+    if (ctx.needs_input_grad(0)) out[0] = mul(b, grads[0]);
+    if (ctx.needs_input_grad(1)) out[1] = mul(a, grads[0]);
+    return out;
+  }
+};
+
+}  // namespace
+
+Tensor mm(const Tensor& a, const Tensor& b) { return dispatch(Mm{}, a, b); }
+Tensor bmm(const Tensor& a, const Tensor& b) { return dispatch(Bmm{}, a, b); }
+Tensor addmm(const Tensor& input, const Tensor& a, const Tensor& b, Scalar beta, Scalar alpha) {
+  return dispatch(AddMm{.beta = beta.to_double(), .alpha = alpha.to_double()}, input, a, b);
+}
+Tensor baddbmm(const Tensor& input, const Tensor& a, const Tensor& b, Scalar beta, Scalar alpha) {
+  return dispatch(BaddBmm{.beta = beta.to_double(), .alpha = alpha.to_double()}, input, a, b);
+}
+Tensor matmul(const Tensor& a, const Tensor& b) { return dispatch(Matmul{}, a, b); }
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  return dispatch(Linear{}, x, weight, bias);
+}
+Tensor dot(const Tensor& a, const Tensor& b) { return dispatch(Dot{}, a, b); }
+
+}  // namespace hg

@@ -1,0 +1,31 @@
+// Linear algebra: the GEMM family (ops/linalg.cpp). Under autocast these run in the lower
+// precision dtype (tensor-core / AMX semantics: 16-bit inputs, float32 accumulation, one
+// rounding at the output).
+//
+//   B batch, M rows, K the reduced dim, N columns.
+#pragma once
+
+#include "halfgrad/core/scalar.h"
+#include "halfgrad/core/tensor.h"
+
+namespace hg {
+
+// [M, K] @ [K, N] -> [M, N].
+Tensor mm(const Tensor& a, const Tensor& b);
+// [B, M, K] @ [B, K, N] -> [B, M, N].
+Tensor bmm(const Tensor& a, const Tensor& b);
+// beta * input + alpha * (a @ b); input broadcasts to [M, N].
+Tensor addmm(const Tensor& input, const Tensor& a, const Tensor& b, Scalar beta = 1,
+             Scalar alpha = 1);
+// beta * input + alpha * bmm(a, b); input broadcasts to [B, M, N].
+Tensor baddbmm(const Tensor& input, const Tensor& a, const Tensor& b, Scalar beta = 1,
+               Scalar alpha = 1);
+// torch.matmul: vector . vector, matrix @ vector, vector @ matrix, and batched products with
+// the batch dims broadcast.
+Tensor matmul(const Tensor& a, const Tensor& b);
+// x @ weight^T + bias: x [*, in], weight [out, in] (PyTorch's layout), bias [out] or undefined.
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor());
+// The inner product of two 1-D tensors (a 0-d tensor).
+Tensor dot(const Tensor& a, const Tensor& b);
+
+}  // namespace hg

@@ -1,0 +1,44 @@
+// Gradcheck samples of the GEMM family.
+#include "../gradcheck_samples.h"
+
+namespace hg::testing {
+namespace {
+
+const bool registered = register_samples([](std::map<OpId, Sample>& s) {
+  s[OpId::mm] = two([](auto& a, auto& b) { return mm(a, b); },
+                    [] {
+                      return Inputs{input({2, 3}), input({3, 4})};
+                    });
+  s[OpId::bmm] = two([](auto& a, auto& b) { return bmm(a, b); },
+                     [] {
+                       return Inputs{input({2, 2, 3}), input({2, 3, 2})};
+                     });
+  s[OpId::addmm] = Sample{[](const Inputs& in) { return addmm(in[0], in[1], in[2], 0.5, 2.0); },
+                          [] {
+                            return Inputs{input({3}), input({2, 4}), input({4, 3})};
+                          }};
+  s[OpId::baddbmm] = Sample{[](const Inputs& in) { return baddbmm(in[0], in[1], in[2], 1.5, 0.5); },
+                            [] {
+                              return Inputs{input({1, 2, 1}), input({2, 2, 3}), input({2, 3, 2})};
+                            }};
+  // Batched with broadcast batch dims, a matrix-vector and a vector-vector product.
+  s[OpId::matmul] =
+      Sample{[](const Inputs& in) {
+               return add(sum(matmul(in[0], in[1])),
+                          add(sum(matmul(in[1].select(0, 0), in[2])), matmul(in[2], in[2])));
+             },
+             [] {
+               return Inputs{input({2, 1, 2, 3}), input({3, 3, 2}), input({2})};
+             }};
+  s[OpId::linear] = Sample{[](const Inputs& in) { return linear(in[0], in[1], in[2]); },
+                           [] {
+                             return Inputs{input({2, 3, 4}), input({5, 4}), input({5})};
+                           }};
+  s[OpId::dot] = two([](auto& a, auto& b) { return dot(a, b); },
+                     [] {
+                       return Inputs{input({5}), input({5})};
+                     });
+});
+
+}  // namespace
+}  // namespace hg::testing

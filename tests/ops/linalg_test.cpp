@@ -1,0 +1,127 @@
+// The GEMM family's forward against float64 loops, in every floating dtype, and its
+// behaviour under autocast.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+
+#include "halfgrad/halfgrad.h"
+
+using namespace hg;
+using Catch::Contains;
+
+namespace {
+
+// C = A @ B in float64 from the (already rounded) inputs; A [M, K], B [K, N] row-major.
+std::vector<double> reference_mm(const std::vector<double>& a, const std::vector<double>& b,
+                                 int64_t m, int64_t k, int64_t n) {
+  std::vector<double> c(size_t(m * n), 0.0);
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j)
+      for (int64_t p = 0; p < k; ++p) c[i * n + j] += a[i * k + p] * b[p * n + j];
+  return c;
+}
+
+double tolerance(DType dtype) {
+  return dtype == kFloat16 ? 2e-3 : dtype == kBFloat16 ? 1e-2 : 1e-5;  // output rounding
+}
+
+void check_close(const std::vector<double>& got, const std::vector<double>& want, DType dtype,
+                 double scale) {
+  REQUIRE(got.size() == want.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    CAPTURE(i, got[i], want[i]);
+    REQUIRE(std::isfinite(got[i]));
+    REQUIRE(std::abs(got[i] - want[i]) <= tolerance(dtype) * (std::abs(want[i]) + scale));
+  }
+}
+
+}  // namespace
+
+TEST_CASE("mm addmm and linear match float64 loops in every floating dtype", "[linalg]") {
+  manual_seed(11);
+  const int64_t m = 17, k = 33, n = 9;
+  for (DType dtype : {kFloat32, kFloat16, kBFloat16, kFloat64}) {
+    CAPTURE(dtype);
+    const Tensor a = randn({m, k}, dtype), b = randn({k, n}, dtype), bias = randn({n}, dtype);
+    const std::vector<double> av = a.to_vector<double>(), bv = b.to_vector<double>(),
+                              biasv = bias.to_vector<double>();
+    std::vector<double> want = reference_mm(av, bv, m, k, n);
+    const double scale = std::sqrt(double(k));  // typical size of a sum of k products
+    check_close(mm(a, b).to_vector<double>(), want, dtype, scale);
+    check_close(matmul(a, b).to_vector<double>(), want, dtype, scale);
+    std::vector<double> with_bias = want;
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < n; ++j) with_bias[i * n + j] += biasv[j];
+    check_close(addmm(bias, a, b).to_vector<double>(), with_bias, dtype, scale);
+    check_close(linear(a, b.t(), bias).to_vector<double>(), with_bias, dtype, scale);
+    CHECK(mm(a, b).dtype() == dtype);
+  }
+}
+
+TEST_CASE("matmul covers vectors and broadcast batches", "[linalg]") {
+  manual_seed(3);
+  const Tensor v = randn({4}, kFloat64), w = randn({4}, kFloat64);
+  double expected = 0;
+  for (int i = 0; i < 4; ++i) expected += v.to_vector<double>()[i] * w.to_vector<double>()[i];
+  CHECK(matmul(v, w).dim() == 0);
+  CHECK(matmul(v, w).item<double>() == Approx(expected));
+  const Tensor m = randn({3, 4}, kFloat64);
+  CHECK(matmul(m, v).sizes() == Shape{3});
+  CHECK(matmul(v, m.t()).sizes() == Shape{3});
+  const Tensor batched = matmul(randn({2, 1, 3, 4}), randn({5, 4, 6}));
+  CHECK(batched.sizes() == Shape{2, 5, 3, 6});
+  // Each batch entry equals the 2-D product of its operands.
+  const Tensor a = randn({2, 3, 4}, kFloat64), b = randn({4, 2}, kFloat64);
+  const Tensor c = matmul(a, b);
+  for (int64_t i = 0; i < 2; ++i) {
+    const std::vector<double> got = c.select(0, i).to_vector<double>();
+    const std::vector<double> want = mm(a.select(0, i), b).to_vector<double>();
+    for (size_t j = 0; j < got.size(); ++j) CHECK(got[j] == Approx(want[j]));
+  }
+}
+
+TEST_CASE("linear autocasts once and sends float32 gradients to float32 weights",
+          "[linalg][autocast]") {
+  manual_seed(5);
+  Tensor weight = randn({4, 3}).requires_grad_();
+  Tensor bias = randn({4}).requires_grad_();
+  const Tensor x = randn({2, 3});
+  Tensor y;
+  amp::AutocastTrace trace;
+  {
+    amp::Autocast autocast(kCPU);  // bfloat16
+    y = linear(x, weight, bias);
+  }
+  CHECK(y.dtype() == kBFloat16);
+  REQUIRE(trace.entries().size() == 1);  // linear only: its addmm ran below autocast
+  CHECK(trace.entries()[0].op == OpId::linear);
+  CHECK(trace.entries()[0].policy == CastPolicy::LowerPrecision);
+  sum(y.to(kFloat32)).backward();
+  CHECK(weight.grad().dtype() == kFloat32);
+  CHECK(bias.grad().dtype() == kFloat32);
+  // d sum(x W^T + b) / dW[o][i] = sum over the batch of x[., i] (in bfloat16).
+  const std::vector<float> xs = x.to(kBFloat16).to_vector<float>();
+  const std::vector<float> g = weight.grad().to_vector<float>();
+  for (int64_t o = 0; o < 4; ++o)
+    for (int64_t i = 0; i < 3; ++i) CHECK(g[o * 3 + i] == Approx(xs[i] + xs[3 + i]).epsilon(1e-2));
+}
+
+TEST_CASE("bad operands to the GEMM family", "[linalg][errors]") {
+  const Tensor a = ones({2, 3}), b = ones({4, 5});
+  CHECK_THROWS_WITH(mm(a, b), Contains("mm: the shapes [2, 3] and [4, 5] cannot be multiplied"));
+  CHECK_THROWS_WITH(
+      mm(a, ones({3, 2}, kFloat16)),
+      Contains("expected two floating tensors of one dtype, got float32 and float16"));
+  CHECK_THROWS_WITH(mm(ones({2}), ones({2, 2})), Contains("mm: expected two 2-D tensors"));
+  CHECK_THROWS_WITH(bmm(ones({2, 2, 3}), ones({3, 3, 2})),
+                    Contains("bmm: batch sizes differ: 2 and 3"));
+  CHECK_THROWS_WITH(linear(ones({2, 3}), ones({4, 2})),
+                    Contains("linear: the input's last dim (3) must equal in_features (2)"));
+  CHECK_THROWS_WITH(linear(ones({2, 3}), ones({4, 3}), ones({3})),
+                    Contains("expected a bias of shape [4]"));
+  CHECK_THROWS_WITH(addmm(ones({3}), ones({2, 2}), ones({2, 2})), Contains("does not broadcast"));
+  CHECK_THROWS_WITH(dot(ones({2}), ones({3})),
+                    Contains("dot: expected two 1-D tensors of one length"));
+  CHECK_THROWS_WITH(mm(full({2, 2}, 1, kInt64), full({2, 2}, 1, kInt64)), Contains("floating"));
+  CHECK_THROWS_WITH(matmul(scalar_tensor(1.0), ones({2})), Contains("at least 1 dim"));
+}
