@@ -13,14 +13,17 @@
 // innermost dim then decides the walk:
 //   - reduced ("inner" walk): each output folds runs along that dim, read contiguously when
 //     its stride is 1, with several partial accumulators (fold_row) so the loop vectorizes;
-//   - kept ("outer" walk): a block of up to kBlock neighbouring outputs is accumulated one
-//     input row at a time (acc[j] = combine(acc[j], x[r, j])), so memory is read in rows.
+//   - kept ("outer" walk): a block of up to kMaxColumns neighbouring outputs is accumulated
+//     one input row at a time (acc[j] = combine(acc[j], x[r, j])), so memory is read in rows.
 //
-// NOTE [Deterministic reductions] Work is cut into tasks that depend only on the shapes:
-// an output (inner) or a block of outputs (outer), and when there are few outputs
-// (< kFewOutputs) each output's elements are further cut into pieces of about kPiece
-// elements whose partial results are combined in piece order afterwards. Each task runs on
-// one thread in a fixed order, so the result is the same for any number of OpenMP threads.
+// NOTE [Deterministic reductions] The order in which an output's elements are combined
+// depends only on the shapes, strides and dtypes, never on the number of OpenMP threads:
+// each output is folded by one thread in a fixed order, except that an output of a
+// reduction with few outputs (< kFewOutputs) is cut into pieces of kPiece elements (inner
+// walk; rows totalling about as many in the outer walk) that threads fold separately and
+// that are combined in piece order afterwards, so that a full reduction still uses every
+// thread. The outer walk's column blocks are narrowed to give every thread work; that
+// changes which thread folds an output, not how.
 #include "halfgrad/cpu/reduce.h"
 
 #include <omp.h>
@@ -28,7 +31,6 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
-#include <cstring>
 #include <limits>
 #include <type_traits>
 #include <vector>
@@ -43,8 +45,12 @@ namespace hg::cpu {
 
 namespace {
 
-// Values converted at a time, and outputs accumulated together by the outer walk.
+// Values converted at a time by the inner walk and cumsum.
 constexpr int64_t kBlock = 512;
+// Outputs accumulated together by the outer walk: at most a row of this many (the
+// accumulators stay in L1/L2), at least this few per block when splitting for threads.
+constexpr int64_t kMaxColumns = 4096;
+constexpr int64_t kMinColumns = 256;
 // Fewer outputs than this split their elements into pieces (NOTE [Deterministic reductions]).
 constexpr int64_t kFewOutputs = 64;
 constexpr int64_t kPiece = 32768;
@@ -55,11 +61,6 @@ constexpr int kPartials = 16;
 template <class T>
 using value_t = std::conditional_t<std::is_same_v<T, double>, double,
                                    std::conditional_t<is_floating_v<T>, float, int64_t>>;
-
-DType value_dtype(DType dtype) {
-  if (dtype == kFloat64) return kFloat64;
-  return is_floating_point(dtype) ? kFloat32 : kInt64;
-}
 
 // int64 arithmetic that wraps on overflow (as unsigned arithmetic does) instead of being
 // undefined; float and double use the plain operators.
@@ -235,20 +236,40 @@ struct VarFold {
 };
 
 // Folds n contiguous values with kPartials independent accumulators (combined as a tree at
-// the end), so the compiler can keep them in vector registers.
+// the end, unrolled so that they stay in registers), so the loop vectorizes. Which path a
+// row takes depends only on n, so results stay deterministic.
 template <class V, class Fold>
 V fold_row(const Fold& fold, const V* x, int64_t n, V shift) {
+  if (n < 4 * kPartials) {
+    // Short rows: four accumulators in named variables (an array's tree, spilled to the
+    // stack, would cost more than the fold).
+    V a0 = fold.identity(), a1 = a0, a2 = a0, a3 = a0;
+    int64_t i = 0;
+    for (; i + 4 <= n; i += 4) {
+      a0 = fold.combine(a0, fold.map(x[i], shift));
+      a1 = fold.combine(a1, fold.map(x[i + 1], shift));
+      a2 = fold.combine(a2, fold.map(x[i + 2], shift));
+      a3 = fold.combine(a3, fold.map(x[i + 3], shift));
+    }
+    for (; i < n; ++i) a0 = fold.combine(a0, fold.map(x[i], shift));
+    return fold.combine(fold.combine(a0, a1), fold.combine(a2, a3));
+  }
   std::array<V, kPartials> part;
   part.fill(fold.identity());
   int64_t i = 0;
   for (; i + kPartials <= n; i += kPartials) {
     for (int k = 0; k < kPartials; ++k) part[k] = fold.combine(part[k], fold.map(x[i + k], shift));
   }
-  for (int k = 0; i < n; ++i, ++k) part[k] = fold.combine(part[k], fold.map(x[i], shift));
+  // The tail goes to its own accumulator: indexing the partials with a runtime k would keep
+  // them in memory.
+  V tail = fold.identity();
+  for (; i < n; ++i) tail = fold.combine(tail, fold.map(x[i], shift));
+#pragma GCC unroll 16
   for (int width = kPartials / 2; width > 0; width /= 2) {
+#pragma GCC unroll 16
     for (int k = 0; k < width; ++k) part[k] = fold.combine(part[k], part[k + width]);
   }
-  return part[0];
+  return fold.combine(part[0], tail);
 }
 
 // ---- Ops: what the engine calls -----------------------------------------------------------
@@ -424,6 +445,10 @@ class Odometer {
 
   void seek(int64_t flat) {
     in_ = out_ = 0;
+    if (flat == 0) {
+      std::fill(index_.begin(), index_.end(), 0);
+      return;
+    }
     for (int64_t d = int64_t(index_.size()) - 1; d >= 0; --d) {
       index_[d] = flat % dims_.sizes[d];
       flat /= dims_.sizes[d];
@@ -527,13 +552,15 @@ void run_reduction(const Tensor& x, const ReducePlan& plan, const Op& op) {
       Odometer kept(plan.kept), reduced(plan.reduced);
       kept.seek(first / pieces);
       for (int64_t t = first; t < last; ++t) {
-        if (t > first && t % pieces == 0) kept.next();
-        const int64_t piece = t % pieces;
+        // (Divisions only when there are pieces: they would dominate short rows.)
+        const int64_t piece = pieces == 1 ? 0 : t % pieces;
+        if (t > first && piece == 0) kept.next();
         const int64_t begin = piece * piece_length, end = std::min(count, begin + piece_length);
         const V shift = op.shift_at(kept.out());
         Acc acc = op.identity();
-        reduced.seek(begin / row_size);
-        for (int64_t position = begin, i = begin % row_size; position < end; i = 0) {
+        reduced.seek(piece == 0 ? 0 : begin / row_size);
+        for (int64_t position = begin, i = piece == 0 ? 0 : begin % row_size; position < end;
+             i = 0) {
           const int64_t n = std::min(row_size - i, end - position);
           acc = fold_run(op, data + kept.in() + reduced.in() + i * stride, stride, n, shift,
                          position, acc);
@@ -545,20 +572,30 @@ void run_reduction(const Tensor& x, const ReducePlan& plan, const Op& op) {
     });
   } else {
     // Task t: piece t % pieces of column block (t / pieces) % blocks of the outputs at
-    // kept index t / (pieces * blocks).
-    const int64_t blocks = (row_size + kBlock - 1) / kBlock;
+    // kept index t / (pieces * blocks). Blocks are as wide as kMaxColumns allows (whole rows
+    // read contiguously), narrower when that leaves threads idle. Their width does not
+    // change any output's order of accumulation, so it may depend on the thread count.
+    const int64_t kept_count = plan.kept.numel();
+    int64_t width = std::min(row_size, kMaxColumns);
+    const int64_t threads = omp_get_max_threads();
+    if (kept_count * pieces < threads) {
+      const int64_t split = (threads + kept_count * pieces - 1) / (kept_count * pieces);
+      width = std::min(width, std::max(kMinColumns, (row_size + split - 1) / split));
+    }
+    const int64_t blocks = (row_size + width - 1) / width;
     const int64_t rows = plan.reduced.numel();
     const int64_t in_stride = plan.row_in_stride, out_stride = plan.row_out_stride;
-    run_tasks(plan.kept.numel() * blocks * pieces, work, [&](int64_t first, int64_t last) {
+    run_tasks(kept_count * blocks * pieces, work, [&](int64_t first, int64_t last) {
       Odometer kept(plan.kept), reduced(plan.reduced);
       kept.seek(first / (pieces * blocks));
-      std::array<Acc, kBlock> acc;
-      std::array<V, kBlock> shifts, buffer;
+      std::vector<Acc> acc(static_cast<size_t>(width));
+      std::vector<V> shifts(Op::kUsesShift ? static_cast<size_t>(width) : 0);
+      std::vector<V> buffer(static_cast<size_t>(width));
       for (int64_t t = first; t < last; ++t) {
         if (t > first && t % (pieces * blocks) == 0) kept.next();
         const int64_t piece = t % pieces;
-        const int64_t j0 = (t / pieces) % blocks * kBlock;
-        const int64_t n = std::min(kBlock, row_size - j0);
+        const int64_t j0 = (t / pieces) % blocks * width;
+        const int64_t n = std::min(width, row_size - j0);
         const int64_t out0 = kept.out() + j0 * out_stride;
         for (int64_t j = 0; j < n; ++j) {
           acc[j] = op.identity();
