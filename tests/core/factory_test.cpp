@@ -128,3 +128,18 @@ TEST_CASE("the CPU allocator aligns to 64 bytes and counts live storage", "[fact
   CHECK(cpu_allocator_stats().live_allocations == before.live_allocations);
   CHECK(cpu_allocator_stats().live_bytes == before.live_bytes);
 }
+
+TEST_CASE("set_num_threads sets the CPU thread count", "[parallel]") {
+  const int before = get_num_threads();
+  set_num_threads(1);
+  CHECK(get_num_threads() == 1);
+  // Results do not depend on the thread count (each element is a pure function).
+  manual_seed(9);
+  const std::vector<float> one = randn({100000}).to_vector<float>();
+  set_num_threads(2);
+  CHECK(get_num_threads() == 2);
+  manual_seed(9);
+  CHECK(randn({100000}).to_vector<float>() == one);
+  CHECK_THROWS_WITH(set_num_threads(0), Contains("expected at least 1 thread, got 0"));
+  set_num_threads(before);
+}

@@ -1,0 +1,182 @@
+// Custom autograd functions, as libtorch's torch::autograd::Function:
+//
+//   struct ScaledSquare : autograd::Function<ScaledSquare> {
+//     // custom_fwd(cast_inputs=float32): under autocast, floating inputs are cast to float32
+//     // and forward runs with autocast off (the op is numerically delicate in 16 bits).
+//     static constexpr std::optional<DType> kCastInputs = kFloat32;
+//     // custom_bwd: backward runs with the autocast state forward saw.
+//     static constexpr bool kCustomBwd = true;
+//
+//     static Tensor forward(FunctionContext& ctx, const Tensor& x, double scale) {
+//       ctx.save_for_backward({x});
+//       ctx.saved_data["scale"] = scale;
+//       return mul(mul(x, x), scale);
+//     }
+//     static std::vector<Tensor> backward(FunctionContext& ctx, const std::vector<Tensor>& grads) {
+//       const Tensor x = ctx.saved(0);
+//       return {mul(mul(grads[0], x), 2 * std::any_cast<double>(ctx.saved_data["scale"]))};
+//     }
+//   };
+//   Tensor y = ScaledSquare::apply(x, 3.0);
+//
+// forward runs without recording (the function is one node); backward returns one gradient
+// per Tensor argument of forward, in order (undefined where none is needed).
+#pragma once
+
+#include <any>
+#include <optional>
+#include <string>
+#include <tuple>
+#include <type_traits>
+#include <unordered_map>
+#include <vector>
+
+#include "halfgrad/amp/autocast_state.h"
+#include "halfgrad/autograd/grad_mode.h"
+#include "halfgrad/autograd/node.h"
+
+namespace hg::autograd {
+
+class FunctionContext {
+ public:
+  void save_for_backward(std::initializer_list<Tensor> tensors) {
+    for (const Tensor& t : tensors) saved_.emplace_back(t, /*is_output=*/false);
+  }
+  Tensor saved(size_t i) const { return saved_.at(i).unpack(name_); }
+  size_t num_saved() const { return saved_.size(); }
+  bool needs_input_grad(size_t i) const { return i < needs_.size() && needs_[i]; }
+  // Anything else backward needs (attributes, shapes).
+  std::unordered_map<std::string, std::any> saved_data;
+
+  // For Function<Derived>.
+  void start(std::string name, std::vector<bool> needs) {
+    name_ = std::move(name);
+    needs_ = std::move(needs);
+  }
+  void release() {
+    for (SavedTensor& s : saved_) s.release();
+  }
+
+ private:
+  std::string name_;
+  std::vector<bool> needs_;
+  std::vector<SavedTensor> saved_;
+};
+
+namespace detail {
+
+// The autocast state of every device type, to replay it in backward (custom_bwd).
+struct AutocastSnapshot {
+  bool cpu_enabled = false, cuda_enabled = false;
+  DType cpu_dtype = kBFloat16, cuda_dtype = kFloat16;
+  static AutocastSnapshot take() {
+    return {amp::is_autocast_enabled(kCPU), amp::is_autocast_enabled(kCUDA),
+            amp::get_autocast_dtype(kCPU), amp::get_autocast_dtype(kCUDA)};
+  }
+};
+
+template <class Derived>
+class FunctionNode final : public Node {
+ public:
+  std::string name() const override { return Derived::kName; }
+  std::vector<Tensor> apply(std::vector<Tensor>&& grads) override {
+    if constexpr (requires { Derived::kCustomBwd; }) {
+      if (Derived::kCustomBwd) {
+        amp::Autocast cpu(kCPU, autocast.cpu_dtype, autocast.cpu_enabled);
+        amp::Autocast cuda(kCUDA, autocast.cuda_dtype, autocast.cuda_enabled);
+        return Derived::backward(ctx, grads);
+      }
+    }
+    return Derived::backward(ctx, grads);
+  }
+  void release_saved() override { ctx.release(); }
+
+  FunctionContext ctx;
+  AutocastSnapshot autocast;
+};
+
+inline void collect(std::vector<Tensor>& out, const Tensor& t) { out.push_back(t); }
+template <class T>
+void collect(std::vector<Tensor>&, const T&) {}
+
+}  // namespace detail
+
+template <class Derived>
+struct Function {
+  // Node name in messages; a Derived may define its own `static constexpr const char* kName`.
+  static constexpr const char* kName = "CustomFunctionBackward";
+
+  template <class... Args>
+  static auto apply(Args&&... args) {
+    std::vector<Tensor> given;
+    (detail::collect(given, args), ...);
+
+    // custom_fwd(cast_inputs=...): cast floating inputs (recorded, so gradients flow back
+    // through the casts in each input's dtype) and run forward with autocast off.
+    std::optional<DeviceType> device_type;
+    for (const Tensor& t : given) {
+      if (t.defined()) {
+        device_type = t.device().type;
+        break;
+      }
+    }
+    bool cast = false;
+    DType cast_to = kFloat32;
+    if constexpr (requires { Derived::kCastInputs; }) {
+      if (Derived::kCastInputs && device_type && amp::is_autocast_enabled(*device_type)) {
+        cast = true;
+        cast_to = *Derived::kCastInputs;
+      }
+    }
+    const auto prepare = [&](auto&& arg) {
+      if constexpr (std::is_same_v<std::remove_cvref_t<decltype(arg)>, Tensor>) {
+        return cast ? amp::autocast_input(arg, cast_to, *device_type) : Tensor(arg);
+      } else {
+        return std::remove_cvref_t<decltype(arg)>(std::forward<decltype(arg)>(arg));
+      }
+    };
+    auto prepared = std::make_tuple(prepare(std::forward<Args>(args))...);
+    std::vector<Tensor> inputs;
+    std::apply([&](const auto&... a) { (detail::collect(inputs, a), ...); }, prepared);
+
+    std::vector<bool> needs;
+    bool record = is_grad_enabled();
+    bool any = false;
+    for (const Tensor& t : inputs) {
+      needs.push_back(record && t.defined() && t.requires_grad());
+      any = any || needs.back();
+    }
+    record = record && any;
+
+    auto node = std::make_shared<detail::FunctionNode<Derived>>();
+    node->autocast = detail::AutocastSnapshot::take();
+    node->ctx.start(Derived::kName, needs);
+    auto result = [&] {
+      NoGradGuard no_grad;
+      std::optional<amp::Autocast> off;
+      if (cast) off.emplace(*device_type, std::nullopt, /*enabled=*/false);
+      return std::apply([&](auto&... a) { return Derived::forward(node->ctx, a...); }, prepared);
+    }();
+
+    if (record) {
+      for (const Tensor& t : inputs) {
+        node->next_edges.push_back(t.defined() ? gradient_edge(t) : Edge{});
+      }
+      std::vector<Tensor*> outputs;
+      if constexpr (std::is_same_v<decltype(result), Tensor>) {
+        outputs.push_back(&result);
+      } else {
+        for (Tensor& t : result) outputs.push_back(&t);
+      }
+      uint32_t output_nr = 0;
+      for (Tensor* out : outputs) {
+        if (!out->defined() || !out->is_floating_point()) continue;
+        node->outputs.push_back({out->sizes(), out->dtype(), out->device()});
+        set_history(*out, node, output_nr++);
+      }
+    }
+    return result;
+  }
+};
+
+}  // namespace hg::autograd
