@@ -81,13 +81,16 @@ C unary_fn(C x) {
   } else if constexpr (Op == Unary::Erf) {
     return std::erf(x);
   } else if constexpr (Op == Unary::Gelu) {
-    return C(0.5) * x * (C(1) + std::erf(x * C(kSqrtHalf)));
+    // x Phi(x) with Phi(x) = erfc(-x / sqrt 2) / 2: 1 + erf(x / sqrt 2) would cancel for
+    // negative x and keep only a few correct digits in float.
+    return C(0.5) * x * std::erfc(-x * C(kSqrtHalf));
   } else if constexpr (Op == Unary::GeluGrad) {
-    const C cdf = C(0.5) * (C(1) + std::erf(x * C(kSqrtHalf)));
+    const C cdf = C(0.5) * std::erfc(-x * C(kSqrtHalf));
     return cdf + x * C(kInvSqrt2Pi) * std::exp(C(-0.5) * x * x);
   } else if constexpr (Op == Unary::GeluTanh) {
+    // 0.5 x (1 + tanh u) = x sigmoid(2u), which does not cancel for negative u.
     const C inner = C(kSqrt2OverPi) * (x + C(kGeluCoef) * x * x * x);
-    return C(0.5) * x * (C(1) + std::tanh(inner));
+    return x / (C(1) + std::exp(C(-2) * inner));
   } else {  // GeluTanhGrad
     const C inner = C(kSqrt2OverPi) * (x + C(kGeluCoef) * x * x * x);
     const C t = std::tanh(inner);

@@ -32,6 +32,13 @@ std::string backward_node_name(OpId op) {
 
 namespace detail {
 
+void rethrow_naming(OpId op, const Error& error) {
+  const std::string_view message = error.what();
+  const std::string_view name = op_name(op);
+  if (message.starts_with(name) && message.substr(name.size()).starts_with(":")) throw;
+  throw Error(fmt::format("{}: {}", name, message), error.file(), error.line());
+}
+
 DeviceType common_device_type(OpId op, std::span<const Tensor> inputs) {
   const Tensor* first = nullptr;
   for (size_t i = 0; i < inputs.size(); ++i) {

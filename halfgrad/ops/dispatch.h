@@ -158,7 +158,7 @@ auto call_forward(Op& op, OpContext& ctx, Inputs& inputs) {
 }
 
 template <class Op, class Inputs>
-auto run(Op op, Inputs inputs) {
+auto run_unnamed(Op op, Inputs inputs) {
   constexpr OpId id = Op::id;
   const std::span<Tensor> input_span(inputs.data(), inputs.size());
 
@@ -235,6 +235,20 @@ auto run(Op op, Inputs inputs) {
   // 6. trace
   if (trace) record_trace(id, device_type, policy, traced_inputs, outputs);
   return result;
+}
+
+// Rethrows an error from inside an op with the op's name in front, unless the message already
+// starts with it ("mul: shapes [2, 3] and [4, 3] cannot be broadcast ..."), so every op's
+// errors name the op, whichever helper found the problem.
+[[noreturn]] void rethrow_naming(OpId op, const Error& error);
+
+template <class Op, class Inputs>
+auto run(Op op, Inputs inputs) {
+  try {
+    return run_unnamed(std::move(op), std::move(inputs));
+  } catch (const Error& error) {
+    rethrow_naming(Op::id, error);
+  }
 }
 
 }  // namespace detail

@@ -1,0 +1,166 @@
+// Elementwise ops: forward in every floating dtype against float64 math on the (already
+// rounded) inputs, PyTorch's type promotion, and bad input.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <functional>
+#include <numbers>
+
+#include "halfgrad/halfgrad.h"
+
+using namespace hg;
+using Catch::Contains;
+
+namespace {
+
+// Relative tolerance of an op computed in float and rounded once to dtype.
+double tolerance(DType dtype) {
+  switch (dtype) {
+    case kFloat16:
+      return 1e-3;  // 2^-11 output rounding, plus float's own error
+    case kBFloat16:
+      return 8e-3;  // 2^-8 output rounding
+    case kFloat32:
+      return 5e-6;
+    default:
+      return 1e-13;
+  }
+}
+
+struct UnaryCase {
+  const char* name;
+  std::function<Tensor(const Tensor&)> op;
+  std::function<double(double)> reference;
+  double low, high;
+};
+
+double gelu_exact(double x) { return 0.5 * x * (1 + std::erf(x / std::numbers::sqrt2)); }
+double gelu_tanh(double x) {
+  return 0.5 * x * (1 + std::tanh(std::sqrt(2 / std::numbers::pi) * (x + 0.044715 * x * x * x)));
+}
+
+void check_unary(const UnaryCase& c, DType dtype) {
+  CAPTURE(c.name, dtype);
+  Tensor x = rand({257}, dtype);  // odd size: vector loops and their tails
+  x = add(mul(x, c.high - c.low), c.low);
+  const Tensor y = c.op(x);
+  REQUIRE(y.dtype() == dtype);
+  const std::vector<double> in = x.to_vector<double>(), out = y.to_vector<double>();
+  for (size_t i = 0; i < in.size(); ++i) {
+    const double want = c.reference(in[i]);
+    CAPTURE(in[i], out[i], want);
+    REQUIRE(std::isfinite(out[i]));
+    REQUIRE(std::abs(out[i] - want) <= tolerance(dtype) * std::abs(want) + tolerance(dtype) * 1e-3);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("unary ops match float64 math in every floating dtype", "[elementwise]") {
+  manual_seed(1);
+  const std::vector<UnaryCase> cases = {
+      {"neg", [](auto& x) { return neg(x); }, [](double v) { return -v; }, -3, 3},
+      {"exp", [](auto& x) { return exp(x); }, [](double v) { return std::exp(v); }, -4, 4},
+      {"log", [](auto& x) { return log(x); }, [](double v) { return std::log(v); }, 0.1, 10},
+      {"log1p", [](auto& x) { return log1p(x); }, [](double v) { return std::log1p(v); }, 0, 5},
+      {"sqrt", [](auto& x) { return sqrt(x); }, [](double v) { return std::sqrt(v); }, 0.01, 9},
+      {"rsqrt", [](auto& x) { return rsqrt(x); }, [](double v) { return 1 / std::sqrt(v); }, 0.1,
+       9},
+      {"reciprocal", [](auto& x) { return reciprocal(x); }, [](double v) { return 1 / v; }, 0.2, 5},
+      {"abs", [](auto& x) { return abs(x); }, [](double v) { return std::abs(v); }, -3, 3},
+      {"sin", [](auto& x) { return sin(x); }, [](double v) { return std::sin(v); }, -3, 3},
+      {"cos", [](auto& x) { return cos(x); }, [](double v) { return std::cos(v); }, -3, 3},
+      {"tanh", [](auto& x) { return tanh(x); }, [](double v) { return std::tanh(v); }, -3, 3},
+      {"sigmoid", [](auto& x) { return sigmoid(x); },
+       [](double v) { return 1 / (1 + std::exp(-v)); }, -6, 6},
+      {"relu", [](auto& x) { return relu(x); }, [](double v) { return v > 0 ? v : 0; }, -3, 3},
+      {"gelu", [](auto& x) { return gelu(x); }, gelu_exact, -4, 4},
+      {"gelu_tanh", [](auto& x) { return gelu(x, "tanh"); }, gelu_tanh, -4, 4},
+      {"silu", [](auto& x) { return silu(x); }, [](double v) { return v / (1 + std::exp(-v)); }, -5,
+       5},
+      {"softplus", [](auto& x) { return softplus(x); },
+       [](double v) { return std::log1p(std::exp(v)); }, -5, 5},
+      {"erf", [](auto& x) { return erf(x); }, [](double v) { return std::erf(v); }, -2, 2},
+      {"clamp", [](auto& x) { return clamp(x, -0.5, 0.75); },
+       [](double v) { return std::min(std::max(v, -0.5), 0.75); }, -2, 2},
+  };
+  for (const UnaryCase& c : cases) {
+    for (DType dtype : {kFloat32, kFloat16, kBFloat16, kFloat64}) check_unary(c, dtype);
+  }
+}
+
+TEST_CASE("binary ops broadcast and match float64 math", "[elementwise]") {
+  manual_seed(2);
+  for (DType dtype : {kFloat32, kFloat16, kBFloat16, kFloat64}) {
+    CAPTURE(dtype);
+    const Tensor a = add(rand({3, 1, 5}, dtype), 0.5);
+    const Tensor b = add(rand({4, 5}, dtype), 0.5);
+    const std::vector<double> av = a.to_vector<double>(), bv = b.to_vector<double>();
+    const auto check = [&](const Tensor& got, const std::function<double(double, double)>& f) {
+      REQUIRE(got.sizes() == Shape{3, 4, 5});
+      const std::vector<double> out = got.to_vector<double>();
+      for (int64_t i = 0; i < 3; ++i)
+        for (int64_t j = 0; j < 4; ++j)
+          for (int64_t k = 0; k < 5; ++k) {
+            const double want = f(av[i * 5 + k], bv[j * 5 + k]);
+            REQUIRE(std::abs(out[(i * 4 + j) * 5 + k] - want) <=
+                    tolerance(dtype) * (std::abs(want) + 1e-3));
+          }
+    };
+    check(add(a, b, 2.0), [](double x, double y) { return x + 2 * y; });
+    check(sub(a, b), [](double x, double y) { return x - y; });
+    check(mul(a, b), [](double x, double y) { return x * y; });
+    check(div(a, b), [](double x, double y) { return x / y; });
+    check(pow(a, b), [](double x, double y) { return std::pow(x, y); });
+    check(maximum(a, b), [](double x, double y) { return std::max(x, y); });
+    check(addcmul(a, a, b, 0.5), [](double x, double y) { return x + 0.5 * x * y; });
+    check(addcdiv(a, a, b, 0.5), [](double x, double y) { return x + 0.5 * x / y; });
+  }
+}
+
+TEST_CASE("type promotion follows PyTorch", "[elementwise][promotion]") {
+  const Tensor h = ones({2}, kFloat16), b = ones({2}, kBFloat16), f = ones({2}, kFloat32);
+  const Tensor i = full({2}, 3, kInt64);
+  CHECK(add(h, b).dtype() == kFloat32);
+  CHECK(add(h, f).dtype() == kFloat32);
+  CHECK(mul(h, 2.0).dtype() == kFloat16);  // a number does not promote a tensor
+  CHECK(mul(i, 2).dtype() == kInt64);
+  CHECK(mul(i, 2.5).dtype() == kFloat32);  // a floating number lifts an integer tensor
+  CHECK(add(h, scalar_tensor(1.0, kFloat64)).dtype() == kFloat16);  // 0-d does not promote
+  CHECK(add(i, scalar_tensor(1.5, kFloat64)).dtype() == kFloat64);  // unless of a higher kind
+  CHECK(div(i, i).dtype() == kFloat32);                             // true division
+  CHECK(div(i, i).to_vector<float>() == std::vector<float>{1.0f, 1.0f});
+  CHECK(exp(i).dtype() == kFloat32);  // float ops compute integers in float32
+  CHECK(neg(i).dtype() == kInt64);
+  CHECK(gt(h, 0.5).dtype() == kBool);
+  CHECK((i * 2 + 1).to_vector<int64_t>() == std::vector<int64_t>{7, 7});
+  CHECK((2.0 - f).to_vector<float>() == std::vector<float>{1.0f, 1.0f});
+}
+
+TEST_CASE("bad input to elementwise ops names the op and changes nothing",
+          "[elementwise][errors]") {
+  Tensor a = ones({2, 3});
+  const uint64_t version = a.version();
+  CHECK_THROWS_WITH(mul(a, ones({4, 3})),
+                    Contains("mul: shapes [2, 3] and [4, 3] cannot be broadcast"));
+  CHECK_THROWS_WITH(a.add_(ones({4, 3})), Contains("cannot be broadcast to the shape [2, 3]"));
+  CHECK_THROWS_WITH(
+      gelu(a, "fast"),
+      Contains("gelu: expected approximate to be \"none\" or \"tanh\", got \"fast\""));
+  CHECK_THROWS_WITH(clamp(a, std::nullopt, std::nullopt),
+                    Contains("clamp: expected at least one of min and max"));
+  CHECK_THROWS_WITH(mul(ones({2}, kBool), ones({2}, kBool)), Contains("mul:") && Contains("bool"));
+  CHECK(a.version() == version);
+  CHECK(a.to_vector<float>() == std::vector<float>(6, 1.0f));
+}
+
+TEST_CASE("in-place arithmetic writes through and bumps the version", "[elementwise]") {
+  Tensor a = arange(4.0);
+  const uint64_t version = a.version();
+  a.add_(1.0).mul_(2.0).sub_(ones({4}), 0.5).div_(2.0);
+  CHECK(a.to_vector<float>() == std::vector<float>{0.75f, 1.75f, 2.75f, 3.75f});
+  CHECK(a.version() == version + 4);
+  Tensor view = a.narrow(0, 1, 2);
+  view.mul_(0.0);
+  CHECK(a.to_vector<float>() == std::vector<float>{0.75f, 0.0f, 0.0f, 3.75f});
+}
