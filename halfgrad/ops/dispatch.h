@@ -183,13 +183,13 @@ auto run_unnamed(Op op, Inputs inputs) {
   // 3. kernel
   constexpr bool composite = is_composite<Op>();
   bool record = false;
-  std::vector<bool> needs_grad;
+  std::vector<bool> needs_grad;  // allocated only when a node will be recorded
   if constexpr (!composite) {
     if (autograd::is_grad_enabled()) {
-      needs_grad.resize(inputs.size());
-      for (size_t i = 0; i < inputs.size(); ++i) {
-        needs_grad[i] = inputs[i].defined() && inputs[i].requires_grad();
-        record = record || needs_grad[i];
+      for (const Tensor& t : inputs) record = record || (t.defined() && t.requires_grad());
+      if (record) {
+        needs_grad.reserve(inputs.size());
+        for (const Tensor& t : inputs) needs_grad.push_back(t.defined() && t.requires_grad());
       }
     }
   }
@@ -204,8 +204,9 @@ auto run_unnamed(Op op, Inputs inputs) {
       return call_forward(op, ctx, inputs);
     }
   }();
+  const bool anomaly = autograd::is_anomaly_enabled() && !autograd::forward_checks_suspended();
   std::vector<Tensor*> outputs;
-  collect_outputs(result, outputs);
+  if (record || anomaly || trace) collect_outputs(result, outputs);
 
   // 4. autograd (a composite records the ops it called instead)
   if constexpr (!composite) {
@@ -226,7 +227,7 @@ auto run_unnamed(Op op, Inputs inputs) {
   }
 
   // 5. anomaly
-  if (autograd::is_anomaly_enabled() && !autograd::forward_checks_suspended()) {
+  if (anomaly) {
     std::vector<Tensor> values;
     for (Tensor* out : outputs) values.push_back(*out);
     autograd::check_forward_outputs(op_name(id), input_span, values);
