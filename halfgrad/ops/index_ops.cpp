@@ -55,12 +55,6 @@ void check_same_dtype(const Tensor& operand, const Tensor& self, const char* op,
            what, self.dtype(), operand.dtype(), self.dtype());
 }
 
-// A composite op has no node of its own, but ops::detail::run still instantiates one for
-// every op type, so each composite names this (never called: nothing is recorded for it).
-Grads no_backward(OpId op) {
-  HG_ERROR("{}: internal error: a composite op has no backward of its own", op_name(op));
-}
-
 // ---- where --------------------------------------------------------------------------------------
 
 struct Where {
@@ -137,7 +131,6 @@ struct MaskedFillTensor {
              mask.dtype());
     return where(mask, value.to(input.dtype()), input);
   }
-  Grads backward(OpContext&, const Grads&) { return no_backward(id); }
 };
 
 // ---- cat / stack --------------------------------------------------------------------------------
@@ -257,7 +250,6 @@ struct Split {
              size, d, x.sizes(), fmt::join(split_sizes, ", "), total);
     return narrow_pieces(x, d, split_sizes);
   }
-  Grads backward(OpContext&, const Grads&) { return no_backward(id); }
 };
 
 struct Chunk {
@@ -270,7 +262,6 @@ struct Chunk {
     const int64_t d = split_dim(x, dim, "chunk");
     return narrow_pieces(x, d, cpu::chunk_sizes(x.size(d), chunks));
   }
-  Grads backward(OpContext&, const Grads&) { return no_backward(id); }
 };
 
 // ---- gather / scatter_add -----------------------------------------------------------------------
