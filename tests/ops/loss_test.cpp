@@ -1,0 +1,713 @@
+// Losses (ops/loss.cpp): each forward in float32, float16 and bfloat16 against a float64
+// reference computed here from the rounded inputs; gradients against finite differences, option
+// by option; cross_entropy's fused backward against its op formula; torch's conventions on small
+// cases worked by hand; bad inputs; and the autocast policies of the losses.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "halfgrad/halfgrad.h"
+
+using namespace hg;
+using Catch::Contains;
+using Values = std::vector<double>;
+
+namespace {
+
+const DType kLossDtypes[] = {kFloat32, kFloat16, kBFloat16};
+const char* const kReductions[] = {"none", "mean", "sum"};
+
+// A loss is computed in float32 and rounded once to its dtype (NOTE [Loss kernels]): the error
+// is half an ulp of the dtype (2^-11 for float16, 2^-8 for bfloat16) plus float32 arithmetic.
+double tolerance(DType dtype) {
+  switch (dtype) {
+    case kFloat16:
+      return 2e-3;
+    case kBFloat16:
+      return 1e-2;
+    default:
+      return 1e-5;
+  }
+}
+
+// actual (of `dtype`) against the reference. Values below 0.1 in magnitude are held to the
+// tolerance at 0.1: the terms a loss adds are of order one, so a small result is a cancellation
+// and its float32 error is absolute, not relative.
+void check_close(const Tensor& actual, const Values& expected, DType dtype) {
+  REQUIRE(actual.dtype() == dtype);
+  const Values got = actual.to_vector<double>();
+  REQUIRE(got.size() == expected.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    CAPTURE(i, got[i], expected[i]);
+    if (std::isnan(expected[i])) {  // "mean" of nothing but ignored targets
+      CHECK(std::isnan(got[i]));
+      continue;
+    }
+    CHECK(std::abs(got[i] - expected[i]) <=
+          tolerance(dtype) * std::max(std::abs(expected[i]), 0.1));
+  }
+}
+
+Values values(const Tensor& t) { return t.to_vector<double>(); }
+
+// Seeded draws, rounded to dtype.
+Tensor normal(const Shape& sizes, DType dtype) { return randn(sizes, kFloat32).to(dtype); }
+Tensor uniform(const Shape& sizes, double low, double high, DType dtype) {
+  return (rand(sizes, kFloat32) * (high - low) + low).to(dtype);
+}
+Tensor class_indices(const Shape& sizes, int64_t C) {
+  std::vector<int64_t> indices;
+  for (double u : values(rand(sizes, kFloat64))) {
+    indices.push_back(std::min<int64_t>(int64_t(u * double(C)), C - 1));
+  }
+  return tensor(indices, sizes, kInt64);
+}
+
+Values reduce_reference(const Values& losses, const std::string& reduction, double divisor) {
+  if (reduction == "none") return losses;
+  double total = 0.0;
+  for (double l : losses) total += l;
+  return {reduction == "sum" ? total : total / divisor};
+}
+
+// Calls f, which must throw an hg::Error containing every fragment, and checks that the tensors
+// kept their values and versions.
+void check_rejects(const std::vector<Tensor>& tensors, const std::function<void()>& f,
+                   const std::vector<std::string>& fragments) {
+  std::vector<Values> before;
+  std::vector<uint64_t> versions;
+  for (const Tensor& t : tensors) {
+    before.push_back(values(t));
+    versions.push_back(t.version());
+  }
+  std::string message;
+  try {
+    f();
+  } catch (const Error& e) {
+    message = e.what();
+  }
+  INFO("message: " << message);
+  CHECK_FALSE(message.empty());
+  for (const std::string& fragment : fragments) CHECK_THAT(message, Contains(fragment));
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    CHECK(values(tensors[i]) == before[i]);
+    CHECK(tensors[i].version() == versions[i]);
+  }
+}
+
+// Rows of a classification input [N, C, S] (flattened: (n C + c) S + s).
+struct Rows {
+  int64_t N, C, S;
+  size_t at(int64_t r, int64_t c) const { return size_t(((r / S) * C + c) * S + r % S); }
+};
+
+Values log_softmax_reference(const Values& x, const Rows& rows) {
+  Values out(x.size());
+  for (int64_t r = 0; r < rows.N * rows.S; ++r) {
+    double max = -INFINITY, total = 0.0;
+    for (int64_t c = 0; c < rows.C; ++c) max = std::max(max, x[rows.at(r, c)]);
+    for (int64_t c = 0; c < rows.C; ++c) total += std::exp(x[rows.at(r, c)] - max);
+    for (int64_t c = 0; c < rows.C; ++c)
+      out[rows.at(r, c)] = x[rows.at(r, c)] - max - std::log(total);
+  }
+  return out;
+}
+
+// torch's cross_entropy with class indices, from log-probabilities: nll_loss when eps = 0.
+// `total_weight` gets the weight of the targets not ignored.
+Values class_loss_reference(const Values& logp, const std::vector<int64_t>& t, const Values& w,
+                            int64_t ignore_index, double eps, const Rows& rows,
+                            double& total_weight) {
+  Values out;
+  total_weight = 0.0;
+  const auto weight = [&](int64_t c) { return w.empty() ? 1.0 : w[size_t(c)]; };
+  for (int64_t r = 0; r < rows.N * rows.S; ++r) {
+    const int64_t k = t[size_t(r)];
+    if (k == ignore_index) {
+      out.push_back(0.0);
+      continue;
+    }
+    total_weight += weight(k);
+    double smooth = 0.0;
+    for (int64_t c = 0; c < rows.C; ++c) smooth += weight(c) * logp[rows.at(r, c)];
+    out.push_back(-(1 - eps) * weight(k) * logp[rows.at(r, k)] - eps / double(rows.C) * smooth);
+  }
+  return out;
+}
+
+// torch's cross_entropy with class probabilities y.
+Values probability_loss_reference(const Values& logp, const Values& y, const Values& w, double eps,
+                                  const Rows& rows) {
+  Values out;
+  for (int64_t r = 0; r < rows.N * rows.S; ++r) {
+    double total = 0.0;
+    for (int64_t c = 0; c < rows.C; ++c) {
+      const size_t i = rows.at(r, c);
+      total +=
+          (w.empty() ? 1.0 : w[size_t(c)]) * ((1 - eps) * y[i] + eps / double(rows.C)) * logp[i];
+    }
+    out.push_back(-total);
+  }
+  return out;
+}
+
+Rows rows_of(const Shape& sizes) {
+  if (sizes.size() == 1) return {1, sizes[0], 1};
+  int64_t S = 1;
+  for (size_t d = 2; d < sizes.size(); ++d) S *= sizes[d];
+  return {sizes[0], sizes[1], S};
+}
+
+Shape without_class_dim(const Shape& sizes) {
+  Shape out{};
+  for (size_t d = 0; d < sizes.size(); ++d) {
+    if (d != (sizes.size() == 1 ? 0 : 1)) out.push_back(sizes[d]);
+  }
+  return out;
+}
+
+// Restores op_list.def's policies however the test ends.
+struct ResetPoliciesAtExit {
+  ~ResetPoliciesAtExit() { amp::reset_cast_policies(); }
+};
+
+}  // namespace
+
+// ---- forward against float64 references -----------------------------------------------------
+
+TEST_CASE("mse_loss l1_loss and smooth_l1_loss match a float64 reference", "[loss]") {
+  manual_seed(101);
+  for (DType dtype : kLossDtypes) {
+    const Tensor x = normal({4, 5}, dtype), y = normal({4, 5}, dtype);
+    const Values xv = values(x), yv = values(y);
+    for (const char* reduction : kReductions) {
+      CAPTURE(dtype, reduction);
+      Values squared, absolute;
+      for (size_t i = 0; i < xv.size(); ++i) {
+        squared.push_back((xv[i] - yv[i]) * (xv[i] - yv[i]));
+        absolute.push_back(std::abs(xv[i] - yv[i]));
+      }
+      check_close(mse_loss(x, y, reduction), reduce_reference(squared, reduction, 20), dtype);
+      check_close(l1_loss(x, y, reduction), reduce_reference(absolute, reduction, 20), dtype);
+      for (double beta : {1.0, 0.5, 0.0}) {
+        CAPTURE(beta);
+        Values smooth;
+        for (double d : absolute) smooth.push_back(d < beta ? 0.5 * d * d / beta : d - 0.5 * beta);
+        check_close(smooth_l1_loss(x, y, reduction, beta), reduce_reference(smooth, reduction, 20),
+                    dtype);
+      }
+    }
+  }
+}
+
+TEST_CASE("nll_loss and cross_entropy with class indices match a float64 reference", "[loss]") {
+  manual_seed(202);
+  const Shape shapes[] = {{6, 5}, {2, 4, 3}, {5}};
+  for (DType dtype : kLossDtypes) {
+    for (const Shape& sizes : shapes) {
+      const Rows rows = rows_of(sizes);
+      const Tensor x = normal(sizes, dtype);
+      Tensor t = class_indices(without_class_dim(sizes), rows.C);
+      std::vector<int64_t> tv = t.to_vector<int64_t>();
+      tv[0] = 1;  // so that ignore_index = 1 ignores at least one target
+      t = tensor(tv, t.sizes(), kInt64);
+      const Tensor weight = uniform({rows.C}, 0.5, 2.0, dtype);
+      const Values xv = values(x), logp = log_softmax_reference(xv, rows);
+      for (const bool weighted : {false, true}) {
+        for (const int64_t ignore_index : {int64_t(-100), int64_t(1)}) {
+          for (const char* reduction : kReductions) {
+            CAPTURE(dtype, sizes, weighted, ignore_index, reduction);
+            const Tensor w = weighted ? weight : Tensor();
+            const Values wv = weighted ? values(weight) : Values{};
+            double total_weight = 0.0;
+            const Values nll =
+                class_loss_reference(xv, tv, wv, ignore_index, 0.0, rows, total_weight);
+            const Tensor nll_result = nll_loss(x, t, w, ignore_index, reduction);
+            check_close(nll_result, reduce_reference(nll, reduction, total_weight), dtype);
+            if (std::string(reduction) == "none") CHECK(nll_result.sizes() == t.sizes());
+            for (double eps : {0.0, 0.15}) {
+              CAPTURE(eps);
+              const Values ce =
+                  class_loss_reference(logp, tv, wv, ignore_index, eps, rows, total_weight);
+              check_close(cross_entropy(x, t, w, ignore_index, reduction, eps),
+                          reduce_reference(ce, reduction, total_weight), dtype);
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("cross_entropy with class probabilities matches a float64 reference", "[loss]") {
+  manual_seed(303);
+  const Shape shapes[] = {{6, 5}, {2, 4, 3}, {5}};
+  for (DType dtype : kLossDtypes) {
+    for (const Shape& sizes : shapes) {
+      const Rows rows = rows_of(sizes);
+      const Tensor x = normal(sizes, dtype), y = uniform(sizes, 0.0, 1.0, dtype);
+      const Tensor weight = uniform({rows.C}, 0.5, 2.0, dtype);
+      const Values logp = log_softmax_reference(values(x), rows), yv = values(y);
+      for (const bool weighted : {false, true}) {
+        for (double eps : {0.0, 0.2}) {
+          for (const char* reduction : kReductions) {
+            CAPTURE(dtype, sizes, weighted, eps, reduction);
+            const Values losses = probability_loss_reference(
+                logp, yv, weighted ? values(weight) : Values{}, eps, rows);
+            // "mean" divides by the number of rows, whatever the weights (as torch).
+            check_close(cross_entropy(x, y, weighted ? weight : Tensor(), -100, reduction, eps),
+                        reduce_reference(losses, reduction, double(rows.N * rows.S)), dtype);
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("binary cross entropies match a float64 reference", "[loss]") {
+  manual_seed(404);
+  for (DType dtype : kLossDtypes) {
+    const Tensor p = uniform({3, 4}, 0.02, 0.98, dtype), logits = normal({3, 4}, dtype) * 3.0;
+    const Tensor y = uniform({3, 4}, 0.0, 1.0, dtype);
+    const Tensor weight = uniform({3, 1}, 0.5, 2.0, dtype);
+    const Tensor pos_weight = uniform({4}, 0.5, 3.0, dtype);
+    const Values pv = values(p), xv = values(logits), yv = values(y);
+    const Values wv = values(weight), posv = values(pos_weight);
+    for (const bool weighted : {false, true}) {
+      for (const char* reduction : kReductions) {
+        CAPTURE(dtype, weighted, reduction);
+        Values bce, with_logits, with_pos_weight;
+        for (size_t i = 0; i < pv.size(); ++i) {
+          const double w = weighted ? wv[i / 4] : 1.0, pos = posv[i % 4];
+          bce.push_back(-w * (yv[i] * std::max(std::log(pv[i]), -100.0) +
+                              (1 - yv[i]) * std::max(std::log1p(-pv[i]), -100.0)));
+          const double s = 1.0 / (1.0 + std::exp(-xv[i]));
+          with_logits.push_back(-w * (yv[i] * std::log(s) + (1 - yv[i]) * std::log(1 - s)));
+          with_pos_weight.push_back(-w *
+                                    (pos * yv[i] * std::log(s) + (1 - yv[i]) * std::log(1 - s)));
+        }
+        const Tensor w = weighted ? weight : Tensor();
+        check_close(binary_cross_entropy(p, y, w, reduction), reduce_reference(bce, reduction, 12),
+                    dtype);
+        check_close(binary_cross_entropy_with_logits(logits, y, w, reduction),
+                    reduce_reference(with_logits, reduction, 12), dtype);
+        check_close(binary_cross_entropy_with_logits(logits, y, w, reduction, pos_weight),
+                    reduce_reference(with_pos_weight, reduction, 12), dtype);
+      }
+    }
+  }
+}
+
+TEST_CASE("kl_div matches a float64 reference", "[loss]") {
+  manual_seed(505);
+  for (DType dtype : kLossDtypes) {
+    const Tensor x = normal({3, 4}, dtype), y = uniform({3, 4}, 0.05, 1.0, dtype);
+    const Tensor log_y = normal({3, 4}, dtype);
+    const Values xv = values(x), yv = values(y), log_yv = values(log_y);
+    Values plain, from_log;
+    for (size_t i = 0; i < xv.size(); ++i) {
+      plain.push_back(yv[i] * (std::log(yv[i]) - xv[i]));
+      from_log.push_back(std::exp(log_yv[i]) * (log_yv[i] - xv[i]));
+    }
+    for (const char* reduction : {"none", "mean", "sum", "batchmean"}) {
+      CAPTURE(dtype, reduction);
+      const bool batchmean = std::string(reduction) == "batchmean";
+      const std::string reference_reduction = batchmean ? "mean" : reduction;
+      const double divisor = batchmean ? 3.0 : 12.0;  // "mean" is over all elements, as torch
+      check_close(kl_div(x, y, reduction), reduce_reference(plain, reference_reduction, divisor),
+                  dtype);
+      check_close(kl_div(x, log_y, reduction, /*log_target=*/true),
+                  reduce_reference(from_log, reference_reduction, divisor), dtype);
+    }
+  }
+}
+
+// ---- torch's conventions, on cases worked by hand ------------------------------------------
+
+TEST_CASE("nll_loss mean divides by the weights of the targets not ignored", "[loss]") {
+  const Tensor logp = tensor({-1.0, -2.0, -3.0, -4.0, -5.0, -6.0}, {3, 2});
+  const Tensor t = tensor(std::vector<int64_t>{0, 1, 1}, {3}, kInt64);
+  const Tensor weight = tensor({1.0, 3.0});
+  // Losses 1 * 1, 3 * 4, 3 * 6 (ignoring nothing); ignore_index 1 leaves the first alone.
+  CHECK(nll_loss(logp, t, weight).item<double>() == Approx((1.0 + 12.0 + 18.0) / 7.0));
+  CHECK(nll_loss(logp, t, weight, /*ignore_index=*/1).item<double>() == Approx(1.0));
+  CHECK(nll_loss(logp, t, {}, -100, "sum").item<double>() == Approx(1.0 + 4.0 + 6.0));
+  CHECK(values(nll_loss(logp, t, weight, 0, "none")) == Values{0.0, 12.0, 18.0});
+}
+
+TEST_CASE("nll_loss and cross_entropy with every target ignored", "[loss]") {
+  Tensor x = randn({3, 4}, kFloat64).requires_grad_();
+  const Tensor t = full({3}, int64_t(-100), kInt64);
+  // mean is 0 / 0 (NaN, as torch); sum is 0; the gradient is zero, not NaN.
+  CHECK(std::isnan(nll_loss(x, t).item<double>()));
+  CHECK(std::isnan(cross_entropy(x, t).item<double>()));
+  CHECK(cross_entropy(x, t, {}, -100, "sum").item<double>() == 0.0);
+  for (bool create_graph : {false, true}) {
+    CAPTURE(create_graph);
+    const Tensor g_nll = autograd::grad({nll_loss(x, t)}, {x}, {}, false, create_graph)[0];
+    const Tensor g_ce = autograd::grad({cross_entropy(x, t)}, {x}, {}, false, create_graph)[0];
+    CHECK(values(g_nll) == Values(12, 0.0));
+    CHECK(values(g_ce) == Values(12, 0.0));
+  }
+}
+
+TEST_CASE("cross_entropy of equal logits is log C and matches one-hot probabilities", "[loss]") {
+  manual_seed(606);
+  CHECK(cross_entropy(zeros({2, 5}), tensor(std::vector<int64_t>{1, 4}, {2}, kInt64))
+            .item<double>() == Approx(std::log(5.0)));
+  // Class indices and their one-hot distribution give the same loss and the same gradient,
+  // with label smoothing too (unweighted, nothing ignored).
+  const Tensor x = randn({4, 3}, kFloat64).requires_grad_();
+  const std::vector<int64_t> tv = {2, 0, 1, 2};
+  const Tensor t = tensor(tv, {4}, kInt64);
+  Values one_hot(12, 0.0);
+  for (size_t i = 0; i < tv.size(); ++i) one_hot[i * 3 + size_t(tv[i])] = 1.0;
+  const Tensor y = tensor(one_hot, {4, 3}, kFloat64);
+  for (double eps : {0.0, 0.3}) {
+    const Tensor from_indices = cross_entropy(x, t, {}, -100, "mean", eps);
+    const Tensor from_probabilities = cross_entropy(x, y, {}, -100, "mean", eps);
+    CHECK(from_indices.item<double>() == Approx(from_probabilities.item<double>()));
+    const Values g1 = values(autograd::grad({from_indices}, {x})[0]);
+    const Values g2 = values(autograd::grad({from_probabilities}, {x})[0]);
+    for (size_t i = 0; i < g1.size(); ++i) CHECK(g1[i] == Approx(g2[i]).margin(1e-12));
+  }
+}
+
+TEST_CASE("binary_cross_entropy clamps its logs at -100", "[loss]") {
+  const Tensor p = tensor({0.0, 1.0, 0.0, 1.0});
+  const Tensor y = tensor({1.0, 0.0, 0.0, 1.0});
+  CHECK(values(binary_cross_entropy(p, y, {}, "none")) == Values{100.0, 100.0, 0.0, 0.0});
+}
+
+TEST_CASE("binary_cross_entropy_with_logits stays finite for large logits", "[loss]") {
+  Tensor x = tensor({100.0, -100.0, 100.0, -100.0}).requires_grad_();
+  const Tensor y = tensor({0.0, 1.0, 1.0, 0.0});
+  const Tensor losses = binary_cross_entropy_with_logits(x, y, {}, "none");
+  const Values v = values(losses);  // 100 + log1p(exp(-100)), ..., log1p(exp(-100)) in float32
+  CHECK(v[0] == 100.0);
+  CHECK(v[1] == 100.0);
+  CHECK(v[2] == Approx(0.0).margin(1e-40));
+  CHECK(v[3] == Approx(0.0).margin(1e-40));
+  losses.backward(ones({4}));
+  CHECK(values(x.grad()) == Values{1.0, -1.0, 0.0, 0.0});  // sigmoid(x) - y
+}
+
+TEST_CASE("kl_div gives a zero target no loss and batchmean divides by the batch", "[loss]") {
+  const Tensor x = tensor({-1.0, -2.0, -0.5, -3.0}, {2, 2});
+  const Tensor y = tensor({0.0, 1.0, 0.5, 0.5}, {2, 2});
+  const Values none = values(kl_div(x, y, "none"));
+  CHECK(none[0] == 0.0);
+  CHECK(none[1] == Approx(2.0));
+  const double total = kl_div(x, y, "sum").item<double>();
+  CHECK(kl_div(x, y, "batchmean").item<double>() == Approx(total / 2.0));
+  CHECK(kl_div(x, y, "mean").item<double>() == Approx(total / 4.0));
+}
+
+TEST_CASE("losses promote mixed dtypes and give each input a gradient of its dtype", "[loss]") {
+  Tensor x = randn({3}, kFloat16).requires_grad_();
+  Tensor y = randn({3}, kFloat32).requires_grad_();
+  const Tensor loss = mse_loss(x, y);
+  CHECK(loss.dtype() == kFloat32);
+  loss.backward();
+  CHECK(x.grad().dtype() == kFloat16);
+  CHECK(y.grad().dtype() == kFloat32);
+  // Class indices: the result has input's dtype.
+  Tensor logits = randn({2, 3}, kBFloat16).requires_grad_();
+  const Tensor ce = cross_entropy(logits, tensor(std::vector<int64_t>{0, 2}, {2}, kInt64));
+  CHECK(ce.dtype() == kBFloat16);
+  ce.backward();
+  CHECK(logits.grad().dtype() == kBFloat16);
+}
+
+// ---- gradients ---------------------------------------------------------------------------------
+
+TEST_CASE("loss gradients match finite differences option by option", "[loss][gradcheck]") {
+  manual_seed(707);
+  const auto in = [](const Shape& sizes, double low = -2.0, double high = 2.0) {
+    return (rand(sizes, kFloat64) * (high - low) + low).requires_grad_();
+  };
+  const Tensor weight = tensor({0.5, 2.0, 1.0, 1.5}, kFloat64);
+  const Tensor t = tensor(std::vector<int64_t>{3, 1, 0, 1, 2, 1}, {2, 3}, kInt64);  // [N, d1]
+  using Fn = std::function<Tensor(const std::vector<Tensor>&)>;
+  struct Case {
+    const char* name;
+    Fn fn;
+    std::vector<Tensor> inputs;
+  };
+  const std::vector<Case> cases = {
+      {"smooth_l1_loss beta 0",
+       [](auto& v) { return smooth_l1_loss(v[0], v[1], "none", 0.0); },
+       {in({5}), in({5})}},
+      {"nll_loss [N C d1] weighted, ignoring 1",
+       [&](auto& v) { return nll_loss(v[0], t, weight, 1, "none"); },
+       {in({2, 4, 3})}},
+      {"nll_loss [C]",
+       [](auto& v) { return nll_loss(v[0], tensor(std::vector<int64_t>{2}, Shape{}, kInt64)); },
+       {in({4})}},
+      {"cross_entropy [N C d1] weighted smoothed ignoring 1 mean",
+       [&](auto& v) { return cross_entropy(v[0], t, weight, 1, "mean", 0.25); },
+       {in({2, 4, 3})}},
+      {"cross_entropy [N C d1] none",
+       [&](auto& v) { return cross_entropy(v[0], t, {}, -100, "none"); },
+       {in({2, 4, 3})}},
+      {"cross_entropy [C] with probabilities",
+       [](auto& v) { return cross_entropy(v[0], v[1], {}, -100, "mean", 0.1); },
+       {in({4}), in({4}, 0.0, 1.0)}},
+      {"cross_entropy [N C d1] with probabilities weighted none",
+       [&](auto& v) { return cross_entropy(v[0], v[1], weight, -100, "none"); },
+       {in({2, 4, 3}), in({2, 4, 3}, 0.0, 1.0)}},
+      {"binary_cross_entropy sum",
+       [](auto& v) { return binary_cross_entropy(v[0], v[1], v[2], "sum"); },
+       {in({2, 3}, 0.1, 0.9), in({2, 3}, 0.0, 1.0), in({2, 1}, 0.5, 1.5)}},
+      {"binary_cross_entropy_with_logits mean with pos_weight",
+       [](auto& v) { return binary_cross_entropy_with_logits(v[0], v[1], {}, "mean", v[2]); },
+       {in({2, 3}), in({2, 3}, 0.0, 1.0), in({3}, 0.5, 3.0)}},
+      {"kl_div log_target none",
+       [](auto& v) { return kl_div(v[0], v[1], "none", true); },
+       {in({2, 3}), in({2, 3})}},
+      {"kl_div sum",
+       [](auto& v) { return kl_div(v[0], v[1], "sum"); },
+       {in({2, 3}), in({2, 3}, 0.2, 1.5)}},
+  };
+  for (const Case& c : cases) {
+    CAPTURE(c.name);
+    CHECK_NOTHROW(autograd::gradcheck(c.fn, c.inputs));
+  }
+}
+
+TEST_CASE("cross_entropy's fused backward equals its op formula", "[loss][gradcheck]") {
+  manual_seed(808);
+  const Tensor x = randn({3, 5, 2}, kFloat64).requires_grad_();
+  const Tensor y = rand({3, 5, 2}, kFloat64).requires_grad_();
+  const Tensor t = tensor(std::vector<int64_t>{4, 0, 2, 2, 1, 3}, {3, 2}, kInt64);
+  const Tensor weight = rand({5}, kFloat64) + 0.5;
+  const Tensor g = randn({3, 2}, kFloat64);
+  for (const char* reduction : kReductions) {
+    for (double eps : {0.0, 0.2}) {
+      CAPTURE(reduction, eps);
+      const std::vector<Tensor> grad_output =
+          std::string(reduction) == "none" ? std::vector<Tensor>{g} : std::vector<Tensor>{};
+      // First order: the fused pass. create_graph: the op formula.
+      const auto both = [&](const std::function<Tensor()>& loss, const std::vector<Tensor>& wrt) {
+        const auto fused = autograd::grad({loss()}, wrt, grad_output, false, false);
+        const auto with_ops = autograd::grad({loss()}, wrt, grad_output, false, true);
+        for (size_t k = 0; k < wrt.size(); ++k) {
+          const Values a = values(fused[k]), b = values(with_ops[k]);
+          REQUIRE(a.size() == b.size());
+          for (size_t i = 0; i < a.size(); ++i) CHECK(a[i] == Approx(b[i]).margin(1e-12));
+        }
+      };
+      both([&] { return cross_entropy(x, t, weight, 2, reduction, eps); }, {x});
+      both([&] { return cross_entropy(x, y, weight, -100, reduction, eps); }, {x, y});
+    }
+  }
+}
+
+TEST_CASE("second derivatives of losses through create_graph", "[loss][gradcheck]") {
+  manual_seed(909);
+  const Tensor t = tensor(std::vector<int64_t>{1, 0, 3}, {3}, kInt64);
+  const Tensor weight = tensor({0.5, 2.0, 1.0, 1.5}, kFloat64);
+  const auto gradient_of = [](const std::function<Tensor(const std::vector<Tensor>&)>& loss) {
+    return [loss](const std::vector<Tensor>& in) {
+      return autograd::grad({loss(in)}, {in[0]}, {}, true, true)[0];
+    };
+  };
+  const Tensor x = randn({3, 4}, kFloat64).requires_grad_();
+  const Tensor y = rand({3, 4}, kFloat64).requires_grad_();
+  CHECK_NOTHROW(autograd::gradcheck(
+      gradient_of([&](auto& in) { return cross_entropy(in[0], t, weight, 0, "mean", 0.2); }), {x}));
+  CHECK_NOTHROW(autograd::gradcheck(
+      gradient_of([](auto& in) { return cross_entropy(in[0], in[1], {}, -100, "sum", 0.1); }),
+      {x, y}));
+  CHECK_NOTHROW(autograd::gradcheck(
+      gradient_of([](auto& in) { return binary_cross_entropy_with_logits(in[0], in[1]); }),
+      {x, y}));
+  CHECK_NOTHROW(autograd::gradcheck(
+      gradient_of([](auto& in) { return smooth_l1_loss(in[0], in[1], "sum", 0.8); }), {x, y}));
+}
+
+TEST_CASE("nll_loss and cross_entropy do not differentiate weight", "[loss][errors]") {
+  Tensor x = randn({2, 3}, kFloat64).requires_grad_();
+  Tensor weight = ones({3}, kFloat64).requires_grad_();
+  const Tensor t = tensor(std::vector<int64_t>{0, 2}, {2}, kInt64);
+  CHECK_THROWS_WITH(nll_loss(x, t, weight).backward(),
+                    Contains("nll_loss: expected a weight that does not require grad"));
+  CHECK_THROWS_WITH(cross_entropy(x, t, weight).backward(),
+                    Contains("cross_entropy: expected a weight that does not require grad"));
+  CHECK_NOTHROW(cross_entropy(x, t, weight.detach()).backward());
+}
+
+// ---- bad inputs ------------------------------------------------------------------------------
+
+TEST_CASE("pointwise losses reject bad inputs and leave them unchanged", "[loss][errors]") {
+  manual_seed(1001);
+  const Tensor x = randn({2, 3}), y = randn({2, 3}), column = randn({2, 1});
+  const Tensor integers = tensor(std::vector<int64_t>{1, 2, 3, 4, 5, 6}, {2, 3}, kInt64);
+  check_rejects({x, column}, [&] { mse_loss(x, column); },
+                {"mse_loss: expected target of input's shape [2, 3], got [2, 1]"});
+  check_rejects({x, y}, [&] { l1_loss(x, y.t()); },
+                {"l1_loss: expected target of input's shape [2, 3], got [3, 2]"});
+  check_rejects({integers, y}, [&] { mse_loss(integers, y); },
+                {"mse_loss: expected a floating input, got int64"});
+  check_rejects({x, integers}, [&] { smooth_l1_loss(x, integers); },
+                {"smooth_l1_loss: expected a floating target, got int64"});
+  check_rejects({x, y}, [&] { smooth_l1_loss(x, y, "mean", -0.5); },
+                {"smooth_l1_loss: expected beta >= 0, got -0.5"});
+  check_rejects({x, y}, [&] { mse_loss(x, y, "avg"); },
+                {"mse_loss: expected reduction \"none\", \"mean\", or \"sum\", got \"avg\""});
+  check_rejects({x, y}, [&] { l1_loss(x, y, "batchmean"); },
+                {"l1_loss: expected reduction", "got \"batchmean\""});
+  check_rejects({x, y}, [&] { kl_div(x, y, "batch"); },
+                {"kl_div: expected reduction \"none\", \"mean\", \"batchmean\" or \"sum\", got "
+                 "\"batch\""});
+  check_rejects({x, column}, [&] { kl_div(x, column); },
+                {"kl_div: expected target of input's shape [2, 3], got [2, 1]"});
+}
+
+TEST_CASE("binary cross entropies reject bad inputs and leave them unchanged", "[loss][errors]") {
+  manual_seed(1002);
+  const Tensor p = rand({2, 3}), y = rand({2, 3}), logits = randn({2, 3});
+  const Tensor outside = tensor({0.5, 1.5, 0.25, -0.25, 0.5, 0.5}, {2, 3});
+  check_rejects({outside, y}, [&] { binary_cross_entropy(outside, y); },
+                {"binary_cross_entropy: expected every element of input in [0, 1]",
+                 "got values from -0.25 to 1.5"});
+  const Tensor with_nan = tensor({0.5, NAN, 0.25, 0.5, 0.5, 0.5}, {2, 3});
+  CHECK_THROWS_WITH(binary_cross_entropy(with_nan, y),
+                    Contains("binary_cross_entropy: expected every element of input in [0, 1]"));
+  const Tensor bad_weight = ones({2});
+  check_rejects({p, y, bad_weight}, [&] { binary_cross_entropy(p, y, bad_weight); },
+                {"binary_cross_entropy: expected weight broadcastable to input's shape [2, 3], "
+                 "got [2]"});
+  check_rejects({logits, y, bad_weight},
+                [&] { binary_cross_entropy_with_logits(logits, y, {}, "mean", bad_weight); },
+                {"binary_cross_entropy_with_logits: expected pos_weight broadcastable to input's "
+                 "shape [2, 3], got [2]"});
+  const Tensor labels = tensor(std::vector<int64_t>{0, 1, 1, 0, 1, 0}, {2, 3}, kInt64);
+  check_rejects({logits, labels}, [&] { binary_cross_entropy_with_logits(logits, labels); },
+                {"binary_cross_entropy_with_logits: expected a floating target, got int64"});
+  check_rejects({p, y},
+                [&] {
+                  binary_cross_entropy(p, y.reshape({3, 2}));
+                },
+                {"binary_cross_entropy: expected target of input's shape [2, 3], got [3, 2]"});
+}
+
+TEST_CASE("nll_loss and cross_entropy reject bad targets and leave inputs unchanged",
+          "[loss][errors]") {
+  manual_seed(1003);
+  const Tensor x = randn({3, 4});
+  const Tensor t = tensor(std::vector<int64_t>{0, 3, 1}, {3}, kInt64);
+  const Tensor too_large = tensor(std::vector<int64_t>{0, 7, 1}, {3}, kInt64);
+  const Tensor negative = tensor(std::vector<int64_t>{0, -1, 1}, {3}, kInt64);
+  check_rejects({x, too_large}, [&] { nll_loss(x, too_large); },
+                {"nll_loss: expected class indices in [0, C) with C = 4 (or ignore_index -100)",
+                 "got 7 at target element 1"});
+  check_rejects({x, negative}, [&] { cross_entropy(x, negative); },
+                {"cross_entropy: expected class indices in [0, C) with C = 4", "got -1"});
+  CHECK_NOTHROW(cross_entropy(x, negative, {}, /*ignore_index=*/-1));
+  const Tensor float_target = tensor({0.0, 3.0, 1.0});
+  check_rejects({x, float_target}, [&] { nll_loss(x, float_target); },
+                {"nll_loss: expected an int64 target of class indices, got float32"});
+  const Tensor int32_target = tensor(std::vector<int32_t>{0, 3, 1}, {3}, kInt32);
+  check_rejects({x, int32_target}, [&] { cross_entropy(x, int32_target); },
+                {"cross_entropy: expected an int64 target of class indices, got int32"});
+  const Tensor long_target = tensor(std::vector<int64_t>{0, 3, 1, 2}, {4}, kInt64);
+  check_rejects({x, long_target}, [&] { nll_loss(x, long_target); },
+                {"nll_loss: expected a target of shape [3] for input of shape [3, 4], got [4]"});
+  const Tensor probabilities = rand({3, 5});
+  check_rejects({x, probabilities}, [&] { cross_entropy(x, probabilities); },
+                {"cross_entropy: expected a target of class probabilities of input's shape [3, 4], "
+                 "got [3, 5]"});
+  const Tensor weight = ones({5});
+  check_rejects({x, t, weight}, [&] { nll_loss(x, t, weight); },
+                {"nll_loss: expected a weight of shape [4] (one per class), got [5]"});
+  const Tensor scalar = tensor({1.0}).reshape({});
+  check_rejects({scalar},
+                [&] { nll_loss(scalar, tensor(std::vector<int64_t>{0}, Shape{}, kInt64)); },
+                {"nll_loss: expected input of shape [C], [N, C] or [N, C, d1, ...], got a 0-d "
+                 "tensor"});
+  const Tensor integer_input = tensor(std::vector<int64_t>{1, 2, 3, 4}, {1, 4}, kInt64);
+  check_rejects({integer_input}, [&] { cross_entropy(integer_input, t.slice(0, 0, 1)); },
+                {"cross_entropy: expected a floating input, got int64"});
+  check_rejects({x, t}, [&] { cross_entropy(x, t, {}, -100, "mean", 1.5); },
+                {"cross_entropy: expected label_smoothing in [0, 1], got 1.5"});
+  check_rejects({x, t}, [&] { nll_loss(x, t, {}, -100, "Mean"); },
+                {"nll_loss: expected reduction", "got \"Mean\""});
+}
+
+// ---- autocast ----------------------------------------------------------------------------------
+
+TEST_CASE("the losses' cast policies are torch's", "[loss][autocast]") {
+  for (OpId op : {OpId::mse_loss, OpId::l1_loss, OpId::smooth_l1_loss, OpId::nll_loss,
+                  OpId::cross_entropy, OpId::binary_cross_entropy_with_logits, OpId::kl_div}) {
+    CAPTURE(op_name(op));
+    CHECK(amp::cast_policy(op, kCUDA) == CastPolicy::Fp32);
+    CHECK(amp::cast_policy(op, kCPU) == CastPolicy::Fp32);
+  }
+  CHECK(amp::cast_policy(OpId::binary_cross_entropy, kCUDA) == CastPolicy::Banned);
+  CHECK(amp::cast_policy(OpId::binary_cross_entropy, kCPU) == CastPolicy::Fp32);
+}
+
+TEST_CASE("a banned binary_cross_entropy names the with-logits form", "[loss][autocast]") {
+  ResetPoliciesAtExit reset;
+  const Tensor p = rand({2, 3}), y = rand({2, 3});
+  amp::set_cast_policy(OpId::binary_cross_entropy, kCPU, CastPolicy::Banned);
+  {
+    amp::Autocast autocast(kCPU);
+    check_rejects({p, y}, [&] { binary_cross_entropy(p, y); },
+                  {"binary_cross_entropy is unsafe to autocast on cpu",
+                   "Use binary_cross_entropy_with_logits"});
+    CHECK_NOTHROW(binary_cross_entropy_with_logits(p, y));
+  }
+  CHECK_NOTHROW(binary_cross_entropy(p, y));  // outside autocast it runs
+  amp::reset_cast_policies();
+  CHECK(amp::cast_policy(OpId::binary_cross_entropy, kCPU) == CastPolicy::Fp32);
+}
+
+TEST_CASE("losses run in float32 under CPU autocast", "[loss][autocast]") {
+  manual_seed(1101);
+  Tensor x = randn({3, 4}, kBFloat16).requires_grad_();
+  const Tensor y = rand({3, 4}, kBFloat16);
+  const Tensor p = (rand({3, 4}, kFloat32) * 0.9 + 0.05).to(kBFloat16);
+  const Tensor t = tensor(std::vector<int64_t>{0, 3, 1}, {3}, kInt64);
+  const Tensor weight = rand({4}, kBFloat16) + 0.5;
+  // Each loss of its inputs converted to d (nothing to convert for bfloat16).
+  using Loss = std::function<Tensor(DType)>;
+  const std::vector<std::pair<const char*, Loss>> losses = {
+      {"mse_loss", [&](DType d) { return mse_loss(x.to(d), y.to(d)); }},
+      {"l1_loss", [&](DType d) { return l1_loss(x.to(d), y.to(d)); }},
+      {"smooth_l1_loss", [&](DType d) { return smooth_l1_loss(x.to(d), y.to(d)); }},
+      {"nll_loss", [&](DType d) { return nll_loss(x.to(d), t, weight.to(d)); }},
+      {"cross_entropy", [&](DType d) { return cross_entropy(x.to(d), t, weight.to(d)); }},
+      {"cross_entropy with probabilities",
+       [&](DType d) { return cross_entropy(x.to(d), y.to(d)); }},
+      {"binary_cross_entropy", [&](DType d) { return binary_cross_entropy(p.to(d), y.to(d)); }},
+      {"binary_cross_entropy_with_logits",
+       [&](DType d) {
+         return binary_cross_entropy_with_logits(x.to(d), y.to(d), weight.to(d), "mean",
+                                                 weight.to(d));
+       }},
+      {"kl_div", [&](DType d) { return kl_div(x.to(d), y.to(d), "batchmean"); }},
+  };
+  for (const auto& [name, loss] : losses) {
+    CAPTURE(name);
+    Tensor under_autocast;
+    {
+      amp::Autocast autocast(kCPU, kBFloat16);
+      under_autocast = loss(kBFloat16);
+    }
+    CHECK(under_autocast.dtype() == kFloat32);
+    // Autocast widens the inputs to float32 exactly: the loss of float32 copies.
+    CHECK(under_autocast.item<double>() == loss(kFloat32).item<double>());
+    if (under_autocast.requires_grad()) {
+      x.mutable_grad() = Tensor();
+      under_autocast.backward();
+      CHECK(x.grad().dtype() == kBFloat16);  // the gradient flows back through the cast
+    }
+  }
+}
