@@ -105,6 +105,7 @@ Tensor sum_to_size(const Tensor& x, const Shape& sizes);
 
 }  // namespace hg
 
+#include "halfgrad/ops/attention.h"
 #include "halfgrad/ops/index_ops.h"
 #include "halfgrad/ops/linalg.h"
 #include "halfgrad/ops/loss.h"

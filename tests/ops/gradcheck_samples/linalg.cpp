@@ -42,3 +42,22 @@ const bool registered = register_samples([](std::map<OpId, Sample>& s) {
 
 }  // namespace
 }  // namespace hg::testing
+
+namespace hg::testing {
+namespace {
+
+const bool attention_registered = register_samples([](std::map<OpId, Sample>& s) {
+  // Causal, and with an additive float mask.
+  s[OpId::scaled_dot_product_attention] = Sample{
+      [](const Inputs& in) {
+        const Tensor causal = scaled_dot_product_attention(in[0], in[1], in[2], {}, 0.0, true);
+        const Tensor masked = scaled_dot_product_attention(in[0], in[1], in[2], in[3]);
+        return add(causal, masked);
+      },
+      [] {
+        return Inputs{input({2, 3, 4}), input({2, 3, 4}), input({2, 3, 2}), input({3, 3})};
+      }};
+});
+
+}  // namespace
+}  // namespace hg::testing
