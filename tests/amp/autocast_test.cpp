@@ -210,3 +210,20 @@ TEST_CASE("the trace records each outermost op with its policy and dtypes", "[au
   CHECK(table.find("fp32") != std::string::npos);
   CHECK(table.find("(autocast off)") != std::string::npos);
 }
+
+TEST_CASE("the README example runs as it says", "[autocast][readme]") {
+  Tensor w = randn({256, 784}).requires_grad_();
+  Tensor x = randn({64, 784});
+  Tensor loss;
+  Tensor h;
+  {
+    amp::Autocast autocast(kCPU);
+    h = gelu(linear(x, w));
+    loss = mse_loss(h, zeros_like(h));
+  }
+  CHECK(h.dtype() == kBFloat16);
+  CHECK(loss.dtype() == kFloat32);
+  loss.backward();
+  CHECK(w.grad().dtype() == kFloat32);
+  CHECK(w.grad().sizes() == Shape{256, 784});
+}
