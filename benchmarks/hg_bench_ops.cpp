@@ -39,19 +39,37 @@ struct Options {
   std::string only = "all";
 };
 
-// The median time of one call of f, in microseconds.
-double median_us(const Options& options, const std::function<void()>& f) {
-  for (int i = 0; i < options.warmup; ++i) f();
-  std::vector<double> times;
-  for (int i = 0; i < options.reps; ++i) {
-    const auto start = std::chrono::steady_clock::now();
-    f();
-    const auto stop = std::chrono::steady_clock::now();
-    times.push_back(std::chrono::duration<double, std::micro>(stop - start).count());
+// A function under measurement and what it measured.
+struct Candidate {
+  std::string impl;    // "halfgrad", "onednn", ...
+  std::string kernel;  // the kernel it ran, for the record
+  std::function<void()> call;
+  double us = 0;  // median time of one call
+};
+
+double median(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  const size_t mid = values.size() / 2;
+  return values.size() % 2 ? values[mid] : 0.5 * (values[mid - 1] + values[mid]);
+}
+
+// Times every candidate: --warmup calls each, then --reps rounds that call each candidate
+// once, so that a machine whose load changes during the run slows all of them alike (the
+// ratios stay fair). Sets each candidate's median time.
+void time_interleaved(const Options& options, std::vector<Candidate>& candidates) {
+  for (Candidate& c : candidates) {
+    for (int i = 0; i < options.warmup; ++i) c.call();
   }
-  std::sort(times.begin(), times.end());
-  const size_t mid = times.size() / 2;
-  return times.size() % 2 ? times[mid] : 0.5 * (times[mid - 1] + times[mid]);
+  std::vector<std::vector<double>> times(candidates.size());
+  for (int rep = 0; rep < options.reps; ++rep) {
+    for (size_t i = 0; i < candidates.size(); ++i) {
+      const auto start = std::chrono::steady_clock::now();
+      candidates[i].call();
+      const auto stop = std::chrono::steady_clock::now();
+      times[i].push_back(std::chrono::duration<double, std::micro>(stop - start).count());
+    }
+  }
+  for (size_t i = 0; i < candidates.size(); ++i) candidates[i].us = median(times[i]);
 }
 
 // ---- gemm ---------------------------------------------------------------------------------
@@ -62,52 +80,11 @@ struct GemmShape {
   double flops() const { return 2.0 * double(m) * double(k) * double(n); }
 };
 
-void print_gemm(const std::string& impl, hg::DType dtype, const GemmShape& shape, double us,
-                const std::string& kernel) {
+void print_gemm(const Candidate& c, hg::DType dtype, const GemmShape& shape) {
   fmt::print(
       "{{\"bench\": \"gemm\", \"impl\": \"{}\", \"dtype\": \"{}\", \"shape\": \"{}\", "
       "\"gflops\": {:.1f}, \"us\": {:.1f}, \"kernel\": \"{}\"}}\n",
-      impl, hg::dtype_name(dtype), shape.name(), shape.flops() / us * 1e-3, us, kernel);
-  std::fflush(stdout);
-}
-
-#if HALFGRAD_HAS_ONEDNN
-// The peer: a oneDNN matmul primitive made and run the way a oneDNN user would, on the same
-// inputs (2-D, row-major, default attributes). Returns its median time, or nullopt (with a
-// JSON line saying why) when oneDNN has no matmul for the dtype.
-std::optional<double> time_raw_onednn(const Options& options, const hg::Tensor& a,
-                                      const hg::Tensor& b, const GemmShape& shape) {
-  using dnnl::memory;
-  memory::data_type type = a.dtype() == hg::kFloat32    ? memory::data_type::f32
-                           : a.dtype() == hg::kBFloat16 ? memory::data_type::bf16
-                                                        : memory::data_type::f16;
-  const dnnl::engine engine(dnnl::engine::kind::cpu, 0);
-  dnnl::stream stream(engine);
-  const memory::desc a_desc({shape.m, shape.k}, type, memory::format_tag::ab);
-  const memory::desc b_desc({shape.k, shape.n}, type, memory::format_tag::ab);
-  const memory::desc out_desc({shape.m, shape.n}, type, memory::format_tag::ab);
-  dnnl::matmul::primitive_desc pd;
-  try {
-    pd = dnnl::matmul::primitive_desc(dnnl::matmul::desc(a_desc, b_desc, out_desc), engine);
-  } catch (const dnnl::error& e) {
-    fmt::print(
-        "{{\"bench\": \"gemm\", \"impl\": \"onednn\", \"dtype\": \"{}\", \"shape\": \"{}\", "
-        "\"error\": \"no matmul for this dtype on this CPU\"}}\n",
-        hg::dtype_name(a.dtype()), shape.name());
-    return std::nullopt;
-  }
-  const dnnl::matmul matmul(pd);
-  memory a_memory(a_desc, engine), b_memory(b_desc, engine), out_memory(out_desc, engine);
-  std::memcpy(a_memory.get_data_handle(), a.data_ptr(), a.nbytes());
-  std::memcpy(b_memory.get_data_handle(), b.data_ptr(), b.nbytes());
-  const std::unordered_map<int, memory> args = {
-      {DNNL_ARG_SRC, a_memory}, {DNNL_ARG_WEIGHTS, b_memory}, {DNNL_ARG_DST, out_memory}};
-  const double us = median_us(options, [&] {
-    matmul.execute(stream, args);
-    stream.wait();
-  });
-  print_gemm("onednn", a.dtype(), shape, us, pd.impl_info_str());
-  return us;
+      c.impl, hg::dtype_name(dtype), shape.name(), shape.flops() / c.us * 1e-3, c.us, c.kernel);
 }
 
 void print_ratio(hg::DType dtype, const GemmShape& shape, double halfgrad_us, double peer_us,
@@ -119,41 +96,93 @@ void print_ratio(hg::DType dtype, const GemmShape& shape, double halfgrad_us, do
       "{{\"bench\": \"gemm_ratio\", \"dtype\": \"{}\", \"shape\": \"{}\", \"ratio\": {:.3f}{}}}\n",
       hg::dtype_name(dtype), shape.name(), peer_us / halfgrad_us, peer);
 }
+
+#if HALFGRAD_HAS_ONEDNN
+// The peer: a oneDNN matmul primitive made and run the way a oneDNN user would (2-D,
+// row-major, default attributes, memory allocated by oneDNN), on copies of the same inputs.
+// nullopt when oneDNN has no matmul for the dtype on this CPU.
+std::optional<Candidate> raw_onednn(dnnl::memory::data_type type, const hg::Tensor& a,
+                                    const hg::Tensor& b, const GemmShape& shape) {
+  using dnnl::memory;
+  const dnnl::engine engine(dnnl::engine::kind::cpu, 0);
+  const memory::desc a_desc({shape.m, shape.k}, type, memory::format_tag::ab);
+  const memory::desc b_desc({shape.k, shape.n}, type, memory::format_tag::ab);
+  const memory::desc out_desc({shape.m, shape.n}, type, memory::format_tag::ab);
+  dnnl::matmul::primitive_desc pd;
+  try {
+    pd = dnnl::matmul::primitive_desc(dnnl::matmul::desc(a_desc, b_desc, out_desc), engine);
+  } catch (const dnnl::error&) {
+    return std::nullopt;
+  }
+  const std::unordered_map<int, memory> args = {{DNNL_ARG_SRC, memory(a_desc, engine)},
+                                                {DNNL_ARG_WEIGHTS, memory(b_desc, engine)},
+                                                {DNNL_ARG_DST, memory(out_desc, engine)}};
+  std::memcpy(args.at(DNNL_ARG_SRC).get_data_handle(), a.data_ptr(), a.nbytes());
+  std::memcpy(args.at(DNNL_ARG_WEIGHTS).get_data_handle(), b.data_ptr(), b.nbytes());
+  const dnnl::matmul matmul(pd);
+  auto call = [matmul, args, stream = dnnl::stream(engine)]() mutable {
+    matmul.execute(stream, args);
+    stream.wait();
+  };
+  return Candidate{"onednn", pd.impl_info_str(), call};
+}
+
+dnnl::memory::data_type onednn_type(hg::DType dtype) {
+  return dtype == hg::kFloat32    ? dnnl::memory::data_type::f32
+         : dtype == hg::kBFloat16 ? dnnl::memory::data_type::bf16
+                                  : dnnl::memory::data_type::f16;
+}
 #endif
 
+// halfgrad's gemm on [1, M, K] x [1, K, N] for float32, bfloat16 and float16, against raw
+// oneDNN of the same dtype (for float16, which oneDNN lacks on CPUs without AVX512-FP16,
+// against raw oneDNN float32: the ratio then says what the fp32 tiles cost). float32 also
+// times the implementation gemm did not pick.
 void run_gemm_benchmarks(const Options& options) {
+  using hg::cpu::GemmImpl;
   const std::vector<GemmShape> shapes = {{1024, 1024, 1024}, {4096, 768, 3072}};
   for (const GemmShape& shape : shapes) {
-    std::optional<double> onednn_float32_us;
     for (hg::DType dtype : {hg::kFloat32, hg::kBFloat16, hg::kFloat16}) {
       hg::manual_seed(1);
       const hg::Tensor a = hg::randn({1, shape.m, shape.k}, dtype);
       const hg::Tensor b = hg::randn({1, shape.k, shape.n}, dtype);
       const hg::Tensor out = hg::empty({1, shape.m, shape.n}, dtype);
-      const double us = median_us(options, [&] { hg::cpu::gemm(a, b, out); });
-      print_gemm("halfgrad", dtype, shape, us, hg::cpu::gemm_kernel_name(dtype));
+      std::vector<Candidate> candidates;
+      candidates.push_back(
+          {"halfgrad", hg::cpu::gemm_kernel_name(dtype), [&] { hg::cpu::gemm(a, b, out); }});
       if (dtype == hg::kFloat32) {
-        // The implementation gemm does not use for float32, for the record.
-        const hg::cpu::GemmImpl other = hg::cpu::gemm_backend(dtype) == "onednn"
-                                            ? hg::cpu::GemmImpl::Eigen
-                                            : hg::cpu::GemmImpl::OneDNN;
-        if (other == hg::cpu::GemmImpl::Eigen || HALFGRAD_HAS_ONEDNN) {
-          const double other_us = median_us(options, [&] { hg::cpu::gemm_with(other, a, b, out); });
-          const bool eigen = other == hg::cpu::GemmImpl::Eigen;
-          print_gemm(eigen ? "halfgrad-eigen" : "halfgrad-onednn", dtype, shape, other_us,
-                     eigen ? "eigen" : "onednn");
+        const bool picked_onednn = hg::cpu::gemm_backend(dtype) == "onednn";
+        if (picked_onednn) {
+          candidates.push_back(
+              {"halfgrad-eigen", "eigen", [&] { hg::cpu::gemm_with(GemmImpl::Eigen, a, b, out); }});
+        } else if (HALFGRAD_HAS_ONEDNN) {
+          candidates.push_back({"halfgrad-onednn", "onednn",
+                                [&] { hg::cpu::gemm_with(GemmImpl::OneDNN, a, b, out); }});
         }
       }
+      hg::DType peer_dtype = dtype;
 #if HALFGRAD_HAS_ONEDNN
-      std::optional<double> peer_us = time_raw_onednn(options, a, b, shape);
-      if (dtype == hg::kFloat32) onednn_float32_us = peer_us;
-      if (peer_us) {
-        print_ratio(dtype, shape, us, *peer_us, dtype);
-      } else if (onednn_float32_us) {
-        // No 16-bit matmul of this dtype in oneDNN here: compare with its float32 GEMM.
-        print_ratio(dtype, shape, us, *onednn_float32_us, hg::kFloat32);
+      std::optional<Candidate> peer = raw_onednn(onednn_type(dtype), a, b, shape);
+      if (!peer) {
+        fmt::print(
+            "{{\"bench\": \"gemm\", \"impl\": \"onednn\", \"dtype\": \"{}\", \"shape\": \"{}\", "
+            "\"error\": \"oneDNN has no {} matmul on this CPU\"}}\n",
+            hg::dtype_name(dtype), shape.name(), hg::dtype_name(dtype));
+        peer_dtype = hg::kFloat32;
+        peer =
+            raw_onednn(dnnl::memory::data_type::f32, a.to(hg::kFloat32), b.to(hg::kFloat32), shape);
+        peer->impl = "onednn-float32";
       }
+      candidates.push_back(*peer);
 #endif
+      time_interleaved(options, candidates);
+      for (const Candidate& c : candidates) {
+        print_gemm(c, c.impl == "onednn-float32" ? hg::kFloat32 : dtype, shape);
+      }
+      if (candidates.back().impl.starts_with("onednn")) {
+        print_ratio(dtype, shape, candidates.front().us, candidates.back().us, peer_dtype);
+      }
+      std::fflush(stdout);
     }
   }
 }

@@ -24,8 +24,9 @@
 //             a and b are widened to float32 (F16C), multiplied by the float32 path over the
 //             whole K, and rounded once to float16 at the output.
 //
-// oneDNN primitives are cached (NOTE [oneDNN matmul cache]); alpha and beta are oneDNN's
-// output scale and sum post-op, so they cost no extra pass over out.
+// Problems under kTinyGemm multiply-adds run on Eigen whatever their dtype (oneDNN's fixed cost
+// per call is larger). oneDNN primitives are cached (NOTE [oneDNN matmul cache]); alpha and beta
+// are oneDNN's output scale and sum post-op, so they cost no extra pass over out.
 #include "halfgrad/cpu/gemm.h"
 
 #include <omp.h>
@@ -71,6 +72,12 @@ namespace {
 
 // The float32 implementation gemm uses (see NOTE [CPU GEMM paths] for the measurement).
 constexpr GemmImpl kFloat32Impl = HALFGRAD_HAS_ONEDNN ? GemmImpl::OneDNN : GemmImpl::Eigen;
+
+// Below this many multiply-adds in all, gemm's own choice (GemmImpl::Auto) is Eigen for every
+// dtype: a oneDNN call costs about 1.6 us here whatever its size, more than Eigen needs for
+// the whole product up to about 32^3 (measured: 16^3 0.5 us Eigen, 1.6 us oneDNN; 32^3 2.2
+// vs 2.8 us; 48^3 5.3 vs 3.6 us, float32, 2 threads).
+constexpr int64_t kTinyGemm = int64_t(1) << 15;
 
 // Below this many multiply-adds per matrix, Eigen runs the batch's matrices on separate
 // threads instead of splitting each matrix across threads.
@@ -573,6 +580,7 @@ void reduced_gemm_via_float32(const Problem& p, GemmImpl float32_impl) {
 // ---- the entry --------------------------------------------------------------------------
 
 void run(const Problem& p, GemmImpl impl) {
+  if (impl == GemmImpl::Auto && p.batch * p.m * p.n * p.k < kTinyGemm) impl = GemmImpl::Eigen;
   switch (p.dtype) {
     case kFloat64:
       eigen_gemm<double>(p);

@@ -28,7 +28,9 @@ void gemm(const Tensor& a, const Tensor& b, const Tensor& out, double alpha = 1.
           double beta = 0.0);
 
 // Which implementation gemm uses for a floating dtype: "onednn", "eigen",
-// "onednn(fp16 via fp32 tiles)", ... (for hg-info and the benchmarks).
+// "onednn(fp16 via fp32 tiles)", ... (for hg-info and the benchmarks). Tiny products (under
+// 2^15 multiply-adds in all) run on Eigen whatever the dtype: oneDNN's fixed cost per call
+// is larger than their whole work.
 std::string gemm_backend(DType dtype);
 
 // The kernel oneDNN picks for a row-major 1024 x 1024 x 1024 GEMM of `dtype`, as its
