@@ -4,6 +4,7 @@
 //   {"bench": "gemm", "impl": "halfgrad", "dtype": "bfloat16", "shape": "1024x1024x1024",
 //    "gflops": ..., "us": ..., "kernel": "brg:avx512_core_amx"}
 //   {"bench": "gemm_ratio", "dtype": "bfloat16", "shape": "1024x1024x1024", "ratio": ...}
+//   {"bench": "dispatch", "case": "add_no_grad", "us": ..., "target_us": 0.3, "met": true}
 //
 // Each section is a run_*_benchmarks(options) function listed in kSections; --only picks one.
 // Times are the median of --reps calls after --warmup calls, on std::chrono::steady_clock.
@@ -189,6 +190,45 @@ void run_gemm_benchmarks(const Options& options) {
 
 // ---- main ---------------------------------------------------------------------------------
 
+// ---- dispatch overhead -----------------------------------------------------------------------
+//
+// The cost of one op call on a 1-element tensor, where the kernel is negligible: validation,
+// the autocast lookup, the output allocation and, when recording, the autograd node. Each
+// measurement is the median over --reps batches of kDispatchCalls calls.
+
+constexpr int kDispatchCalls = 20000;
+
+double per_call_us(const Options& options, const std::function<void()>& call) {
+  for (int i = 0; i < kDispatchCalls / 10; ++i) call();
+  std::vector<double> batches;
+  for (int r = 0; r < std::max(options.reps, 5); ++r) {
+    const auto start = std::chrono::steady_clock::now();
+    for (int i = 0; i < kDispatchCalls; ++i) call();
+    const std::chrono::duration<double, std::micro> took = std::chrono::steady_clock::now() - start;
+    batches.push_back(took.count() / kDispatchCalls);
+  }
+  return median(batches);
+}
+
+void run_dispatch_benchmarks(const Options& options) {
+  using namespace hg;
+  const Tensor a = ones({1}), b = ones({1});
+  const Tensor w = ones({1}).requires_grad_();
+  const auto report = [](const char* name, double us, double target) {
+    fmt::print(
+        "{{\"bench\": \"dispatch\", \"case\": \"{}\", \"dtype\": \"float32\", "
+        "\"shape\": \"1\", \"us\": {:.4f}, \"target_us\": {}, \"met\": {}}}\n",
+        name, us, target, us <= target ? "true" : "false");
+    std::fflush(stdout);
+  };
+  report("add_no_grad", per_call_us(options, [&] { (void)add(a, b); }), 0.3);
+  {
+    amp::Autocast autocast(kCPU);
+    report("add_autocast_on", per_call_us(options, [&] { (void)add(a, b); }), 0.3);
+  }
+  report("add_recording_node", per_call_us(options, [&] { (void)add(w, b); }), 1.0);
+}
+
 struct Section {
   const char* name;
   void (*run)(const Options&);
@@ -196,6 +236,7 @@ struct Section {
 
 constexpr Section kSections[] = {
     {"gemm", run_gemm_benchmarks},
+    {"dispatch", run_dispatch_benchmarks},
 };
 
 }  // namespace
