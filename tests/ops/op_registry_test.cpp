@@ -1,0 +1,88 @@
+// The op registry against DESIGN §2's policy tables (torch.amp's lists, restricted to
+// halfgrad's ops), written out here independently of op_list.def.
+#include <catch2/catch.hpp>
+
+#include <set>
+#include <string>
+
+#include "halfgrad/halfgrad.h"
+#include "halfgrad/ops/dispatch.h"
+
+using namespace hg;
+
+namespace {
+
+const std::set<std::string> kCudaLower = {"matmul", "mm",      "bmm",
+                                          "addmm",  "baddbmm", "linear",
+                                          "conv2d", "prelu",   "scaled_dot_product_attention"};
+const std::set<std::string> kCudaFp32 = {"pow",        "exp",
+                                         "log",        "log1p",
+                                         "rsqrt",      "reciprocal",
+                                         "softmax",    "log_softmax",
+                                         "logsumexp",  "sum",
+                                         "prod",       "cumsum",
+                                         "norm",       "layer_norm",
+                                         "group_norm", "mse_loss",
+                                         "l1_loss",    "smooth_l1_loss",
+                                         "nll_loss",   "cross_entropy",
+                                         "kl_div",     "binary_cross_entropy_with_logits",
+                                         "softplus"};
+const std::set<std::string> kCudaPromote = {"addcmul",     "addcdiv", "dot",  "index_put",
+                                            "scatter_add", "cat",     "stack"};
+const std::set<std::string> kCudaBanned = {"binary_cross_entropy"};
+const std::set<std::string> kCpuLower = kCudaLower;
+const std::set<std::string> kCpuFp32 = {"prod",
+                                        "mse_loss",
+                                        "l1_loss",
+                                        "smooth_l1_loss",
+                                        "nll_loss",
+                                        "cross_entropy",
+                                        "kl_div",
+                                        "binary_cross_entropy",
+                                        "binary_cross_entropy_with_logits"};
+const std::set<std::string> kCpuPromote = {"cat", "stack"};
+
+CastPolicy expected(const std::string& name, const std::set<std::string>& lower,
+                    const std::set<std::string>& fp32, const std::set<std::string>& promote,
+                    const std::set<std::string>& banned) {
+  if (lower.count(name)) return CastPolicy::LowerPrecision;
+  if (fp32.count(name)) return CastPolicy::Fp32;
+  if (promote.count(name)) return CastPolicy::Promote;
+  if (banned.count(name)) return CastPolicy::Banned;
+  return CastPolicy::Unlisted;
+}
+
+}  // namespace
+
+TEST_CASE("the registry's cast policies are torch.amp's tables", "[registry]") {
+  std::set<std::string> names;
+  for (const OpInfo& op : all_ops()) {
+    const std::string name(op.name);
+    CAPTURE(name);
+    CHECK(names.insert(name).second);  // one line per op
+    CHECK(op_name(op.id) == op.name);
+    CHECK(op.cuda_policy == expected(name, kCudaLower, kCudaFp32, kCudaPromote, kCudaBanned));
+    CHECK(op.cpu_policy == expected(name, kCpuLower, kCpuFp32, kCpuPromote, {}));
+    CHECK(amp::cast_policy(op.id, kCUDA) == op.cuda_policy);
+    CHECK(amp::cast_policy(op.id, kCPU) == op.cpu_policy);
+  }
+  // Every op the tables name is in the registry.
+  for (const auto* table : {&kCudaLower, &kCudaFp32, &kCudaPromote, &kCudaBanned, &kCpuFp32}) {
+    for (const std::string& name : *table) {
+      CAPTURE(name);
+      CHECK(names.count(name) == 1);
+    }
+  }
+  CHECK(int(all_ops().size()) == kNumOps);
+}
+
+TEST_CASE("policies can be overridden at run time and reset", "[registry]") {
+  CHECK(amp::cast_policy(OpId::layer_norm, kCUDA) == CastPolicy::Fp32);
+  amp::set_cast_policy(OpId::layer_norm, kCUDA, CastPolicy::LowerPrecision);
+  CHECK(amp::cast_policy(OpId::layer_norm, kCUDA) == CastPolicy::LowerPrecision);
+  CHECK(amp::cast_policy(OpId::layer_norm, kCPU) == CastPolicy::Unlisted);  // per device type
+  amp::reset_cast_policies();
+  CHECK(amp::cast_policy(OpId::layer_norm, kCUDA) == CastPolicy::Fp32);
+  CHECK(cast_policy_name(CastPolicy::LowerPrecision) == "lower_precision_fp");
+  CHECK(ops::backward_node_name(OpId::layer_norm) == "LayerNormBackward");
+}
