@@ -53,6 +53,11 @@ DType promote_types(DType a, DType b) {
   return kTable[index(a)][index(b)];
 }
 
+void throw_not_floating(const char* op, DType dtype) {
+  HG_ERROR("{}: expected a floating dtype (float32, float16, bfloat16 or float64), got {}", op,
+           dtype_name(dtype));
+}
+
 FInfo finfo(DType dtype) {
   HG_CHECK(is_floating_point(dtype), "finfo: expected a floating dtype, got {}", dtype_name(dtype));
   switch (dtype) {

@@ -105,6 +105,9 @@ struct TypeTag {
   using type = T;
 };
 
+// Throws the hg::Error of visit_floating_dtype (out of line: dtype.h does not format).
+[[noreturn]] void throw_not_floating(const char* op, DType dtype);
+
 // Calls f(TypeTag<T>{}) with T the C++ type of dtype.
 template <class F>
 decltype(auto) visit_dtype(DType dtype, F&& f) {
@@ -116,6 +119,24 @@ decltype(auto) visit_dtype(DType dtype, F&& f) {
 #undef HG_VISIT_CASE
   }
   __builtin_unreachable();
+}
+
+// Calls f(TypeTag<T>{}) for the four floating dtypes; any other dtype is an hg::Error naming
+// `op` and the dtype given.
+template <class F>
+decltype(auto) visit_floating_dtype(const char* op, DType dtype, F&& f) {
+  switch (dtype) {
+    case DType::Float32:
+      return f(TypeTag<float>{});
+    case DType::Float16:
+      return f(TypeTag<Half>{});
+    case DType::BFloat16:
+      return f(TypeTag<BFloat16>{});
+    case DType::Float64:
+      return f(TypeTag<double>{});
+    default:
+      throw_not_floating(op, dtype);
+  }
 }
 
 }  // namespace hg

@@ -98,23 +98,6 @@ T next_above(T value) {
   }
 }
 
-// Calls f(TypeTag<T>{}) for the four floating dtypes; anything else is an error naming it.
-template <class F>
-void dispatch_floating(const char* op, DType dtype, F&& f) {
-  switch (dtype) {
-    case DType::Float32:
-      return f(TypeTag<float>{});
-    case DType::Float16:
-      return f(TypeTag<Half>{});
-    case DType::BFloat16:
-      return f(TypeTag<BFloat16>{});
-    case DType::Float64:
-      return f(TypeTag<double>{});
-    default:
-      HG_ERROR("{}: expected a floating dtype (float32, float16, bfloat16 or float64), got {}", op,
-               dtype_name(dtype));
-  }
-}
 
 // Runs emit(begin, words, count) for every block of a draw: words is block first + b, and
 // it fills elements [begin, begin + count) of the draw. Blocks are independent, so the
@@ -139,7 +122,7 @@ Generator::State reserve_for(DType dtype, int64_t n, Generator& gen) {
 }  // namespace
 
 void fill_uniform(DType dtype, void* dst, int64_t n, double low, double high, Generator& gen) {
-  dispatch_floating("uniform", dtype, [&](auto tag) {
+  visit_floating_dtype("uniform", dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
     HG_CHECK(n >= 0, "uniform: expected n >= 0, got n={}", n);
     HG_CHECK(dst != nullptr || n == 0, "uniform: got a null destination for n={} elements", n);
@@ -186,7 +169,7 @@ void fill_uniform(DType dtype, void* dst, int64_t n, double low, double high, Ge
 }
 
 void fill_normal(DType dtype, void* dst, int64_t n, double mean, double stddev, Generator& gen) {
-  dispatch_floating("normal", dtype, [&](auto tag) {
+  visit_floating_dtype("normal", dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
     HG_CHECK(n >= 0, "normal: expected n >= 0, got n={}", n);
     HG_CHECK(dst != nullptr || n == 0, "normal: got a null destination for n={} elements", n);

@@ -46,23 +46,6 @@ T store(A value) {
 // The dtype the kernels accumulate in, and in which norms save their statistics.
 DType acc_dtype(DType dtype) { return dtype == kFloat64 ? kFloat64 : kFloat32; }
 
-// Calls f(TypeTag<T>{}) for the floating dtypes; other dtypes are an error naming the op.
-template <class F>
-auto dispatch_floating(const char* op, DType dtype, F&& f) {
-  switch (dtype) {
-    case DType::Float32:
-      return f(TypeTag<float>{});
-    case DType::Float16:
-      return f(TypeTag<Half>{});
-    case DType::BFloat16:
-      return f(TypeTag<BFloat16>{});
-    case DType::Float64:
-      return f(TypeTag<double>{});
-    default:
-      HG_ERROR("{}: expected a floating dtype (float32, float16, bfloat16 or float64), got {}", op,
-               dtype);
-  }
-}
 
 // Calls f(TypeTag<A>{}) for an accumulation dtype: float32 or float64.
 template <class F>
@@ -264,7 +247,7 @@ Tensor softmax_forward(const Tensor& x, int64_t dim, const char* op) {
   const DimSplit split = split_at(x, dim, op);
   const Tensor xc = x.contiguous();
   Tensor y = empty(x.sizes(), x.dtype());
-  dispatch_floating(op, x.dtype(), [&](auto tag) {
+  visit_floating_dtype(op, x.dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     softmax_forward_kernel<T, kLog>(xc.data_ptr<T>(), y.data_ptr<T>(), split);
   });
@@ -282,7 +265,7 @@ Tensor softmax_backward_impl(const Tensor& dy, const Tensor& y, int64_t dim, con
   const DimSplit split = split_at(y, dim, op);
   const Tensor dyc = dy.contiguous(), yc = y.contiguous();
   Tensor dx = empty(y.sizes(), y.dtype());
-  dispatch_floating(op, y.dtype(), [&](auto tag) {
+  visit_floating_dtype(op, y.dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     softmax_backward_kernel<T, kLog>(dyc.data_ptr<T>(), yc.data_ptr<T>(), dx.data_ptr<T>(), split);
   });
@@ -358,7 +341,7 @@ NormForward layer_norm(const Tensor& x, const Shape& normalized_shape, const Ten
   const DType acc = acc_dtype(x.dtype());
   NormForward result{empty(x.sizes(), x.dtype()), empty({rows}, acc), empty({rows}, acc)};
   const Tensor xc = x.contiguous();
-  dispatch_floating(op, x.dtype(), [&](auto tag) {
+  visit_floating_dtype(op, x.dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     using A = acc_t<T>;
     const std::vector<A> w = values_or<A>(weight, M, 1), b = values_or<A>(bias, M, 0);
@@ -395,7 +378,7 @@ NormBackward layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor
   NormBackward result{empty(x.sizes(), x.dtype()), Tensor(), Tensor()};
   Tensor dweight = weight.defined() ? empty(normalized_shape, acc) : Tensor();
   Tensor dbias = has_bias ? empty(normalized_shape, acc) : Tensor();
-  dispatch_floating(op, x.dtype(), [&](auto tag) {
+  visit_floating_dtype(op, x.dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     using A = acc_t<T>;
     const std::vector<A> mu = saved_stat<A>(op, "mean", mean, {rows});
@@ -478,7 +461,7 @@ NormForward group_norm(const Tensor& x, int64_t num_groups, const Tensor& weight
   NormForward result{empty(x.sizes(), x.dtype()), empty({gn.N, gn.G}, acc),
                      empty({gn.N, gn.G}, acc)};
   const Tensor xc = x.contiguous();
-  dispatch_floating(op, x.dtype(), [&](auto tag) {
+  visit_floating_dtype(op, x.dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     using A = acc_t<T>;
     const std::vector<A> w = values_or<A>(weight, gn.C, 1), b = values_or<A>(bias, gn.C, 0);
@@ -522,7 +505,7 @@ NormBackward group_norm_backward(const Tensor& dy, const Tensor& x, const Tensor
   NormBackward result{empty(x.sizes(), x.dtype()), Tensor(), Tensor()};
   // Per (n, c): sum of dy * xhat and of dy, reduced over n afterwards in order.
   Tensor channel_gx = empty({gn.N, gn.C}, acc), channel_g = empty({gn.N, gn.C}, acc);
-  dispatch_floating(op, x.dtype(), [&](auto tag) {
+  visit_floating_dtype(op, x.dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     using A = acc_t<T>;
     const std::vector<A> mu = saved_stat<A>(op, "mean", mean, {gn.N, gn.G});
@@ -626,7 +609,7 @@ NormForward batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor
   NormForward result{empty(x.sizes(), x.dtype()), empty({bn.C}, acc), empty({bn.C}, acc)};
   const Tensor xc = x.contiguous();
   std::vector<double> batch_var(size_t(bn.C));  // biased, for the running_var update
-  dispatch_floating(op, x.dtype(), [&](auto tag) {
+  visit_floating_dtype(op, x.dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     using A = acc_t<T>;
     const std::vector<A> w = values_or<A>(weight, bn.C, 1), b = values_or<A>(bias, bn.C, 0);
@@ -692,7 +675,7 @@ NormBackward batch_norm_backward(const Tensor& dy, const Tensor& x, const Tensor
   const Tensor xc = x.contiguous(), dyc = dy.contiguous();
   NormBackward result{empty(x.sizes(), x.dtype()), Tensor(), Tensor()};
   Tensor dweight = empty({bn.C}, acc), dbias = empty({bn.C}, acc);
-  dispatch_floating(op, x.dtype(), [&](auto tag) {
+  visit_floating_dtype(op, x.dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     using A = acc_t<T>;
     const std::vector<A> mu = saved_stat<A>(op, "mean", mean, {bn.C});
@@ -1082,7 +1065,7 @@ MaxPoolForward max_pool2d(const Tensor& x, const Pool2dParams& p) {
   const PoolGeometry g = pool_geometry(op, x.sizes(), p);
   const Tensor xc = x.contiguous();
   MaxPoolForward result{empty(g.out_shape, x.dtype()), empty(g.out_shape, kInt64)};
-  dispatch_floating(op, x.dtype(), [&](auto tag) {
+  visit_floating_dtype(op, x.dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     using A = acc_t<T>;
     const T* xp = xc.data_ptr<T>();
@@ -1145,7 +1128,7 @@ Tensor max_pool2d_backward(const Tensor& dy, const Tensor& indices, const Shape&
   }
   const DType acc = acc_dtype(dy.dtype());
   Tensor dxa = zeros(input_shape, acc);
-  dispatch_floating(op, dy.dtype(), [&](auto tag) {
+  visit_floating_dtype(op, dy.dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     using A = acc_t<T>;
     const T* g = dyc.data_ptr<T>();
@@ -1166,7 +1149,7 @@ Tensor avg_pool2d(const Tensor& x, const Pool2dParams& p) {
   const PoolGeometry g = pool_geometry(op, x.sizes(), p);
   const Tensor xc = x.contiguous();
   Tensor out = empty(g.out_shape, x.dtype());
-  dispatch_floating(op, x.dtype(), [&](auto tag) {
+  visit_floating_dtype(op, x.dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     using A = acc_t<T>;
     const T* xp = xc.data_ptr<T>();
@@ -1197,7 +1180,7 @@ Tensor avg_pool2d_backward(const Tensor& dy, const Shape& input_shape, const Poo
   const Tensor dyc = dy.contiguous();
   const DType acc = acc_dtype(dy.dtype());
   Tensor dxa = zeros(input_shape, acc);
-  dispatch_floating(op, dy.dtype(), [&](auto tag) {
+  visit_floating_dtype(op, dy.dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     using A = acc_t<T>;
     const T* gp = dyc.data_ptr<T>();
@@ -1250,7 +1233,7 @@ Tensor embedding_backward(const Tensor& dy, const Tensor& indices, int64_t num_e
   const Tensor dyc = dy.contiguous();
   const DType acc = acc_dtype(dy.dtype());
   Tensor dwa = zeros({num_embeddings, D}, acc);
-  dispatch_floating(op, dy.dtype(), [&](auto tag) {
+  visit_floating_dtype(op, dy.dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     using A = acc_t<T>;
     const T* g = dyc.data_ptr<T>();
@@ -1284,7 +1267,7 @@ DropoutForward dropout(const Tensor& x, double p, Generator& gen) {
   const Tensor xc = x.contiguous();
   DropoutForward result{empty(x.sizes(), x.dtype()), empty(x.sizes(), x.dtype())};
   const double keep = 1.0 - p;
-  dispatch_floating(op, x.dtype(), [&](auto tag) {
+  visit_floating_dtype(op, x.dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     // out = x * mask with the mask value as stored, so forward and the backward's dy * mask
     // scale by the same number (and a dropped NaN stays NaN, as x * 0 does in torch).
