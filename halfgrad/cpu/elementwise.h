@@ -2,6 +2,11 @@
 // ternary addcmul/addcdiv. No autograd, no type promotion: the op layer decides the dtype.
 // float16/bfloat16 compute in float and round once per element (NOTE [Storage dtype is not
 // compute dtype] in core/cast.h).
+//
+// NOTE [Loops, not Eigen] DESIGN names Eigen for fp32/fp64 kernels. Elementwise ops and
+// reductions here are plain loops over for_each_row's contiguous runs instead: they handle
+// halfgrad's strides, broadcasting and 16-bit storage directly, and the compiler vectorizes
+// the contiguous case. Eigen is used where it wins: float64 GEMM and tiny GEMMs (cpu/gemm.cpp).
 #pragma once
 
 #include <cstdint>
