@@ -13,6 +13,27 @@ uint64_t next_sequence_nr() {
   return counter.fetch_add(1, std::memory_order_relaxed);
 }
 
+// NOTE [Graph teardown] Freeing the last tensor of a long graph would free node after node
+// recursively (each node owns its edges' nodes) and overflow the stack for deep graphs. So a
+// dying node takes over the edges of every node it holds the last reference to, and frees
+// them in a loop. Saved tensors are members of the derived node and are gone by the time
+// this runs, so they add no recursion either.
+Node::~Node() {
+  std::vector<std::shared_ptr<Node>> pending;
+  for (Edge& edge : next_edges) {
+    if (edge.node) pending.push_back(std::move(edge.node));
+  }
+  while (!pending.empty()) {
+    std::shared_ptr<Node> node = std::move(pending.back());
+    pending.pop_back();
+    if (node.use_count() == 1) {
+      for (Edge& edge : node->next_edges) {
+        if (edge.node) pending.push_back(std::move(edge.node));
+      }
+    }
+  }  // each node is freed here with no edges left to follow
+}
+
 // ---- AccumulateGrad -----------------------------------------------------------------------------
 
 AccumulateGrad::AccumulateGrad(Tensor leaf) : leaf_(std::move(leaf)) {

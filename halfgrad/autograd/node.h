@@ -55,7 +55,8 @@ uint64_t next_sequence_nr();
 class Node : public std::enable_shared_from_this<Node> {
  public:
   Node() : sequence_nr_(next_sequence_nr()) {}
-  virtual ~Node() = default;
+  // Tears down the nodes this one alone keeps alive iteratively (NOTE [Graph teardown]).
+  virtual ~Node();
   Node(const Node&) = delete;
   Node& operator=(const Node&) = delete;
 

@@ -45,7 +45,13 @@ Tensor& inplace(Tensor& self, const Tensor& other, const char* op, cpu::Binary k
            op, self.sizes());
   // The op reads a copy of self's old value: the node may save it, and self is about to be
   // overwritten. The copy is recorded (clone), so the gradient still reaches self's history.
-  Tensor result = out_of_place(self.clone());
+  // An operand that shares self's memory (self itself, or a view of it) is read from a copy
+  // too: it is overwritten as well, and saving it would tie self's new history to itself.
+  const Tensor old = self.clone();
+  const Tensor operand = other.is_same(self)          ? old
+                         : other.shares_storage(self) ? other.clone()
+                                                      : other;
+  Tensor result = out_of_place(old, operand);
   if (result.dtype() != self.dtype()) result = result.to(self.dtype());
   self.copy_(result.detach());
   autograd::set_history(self, result.grad_fn(), result.output_nr());
@@ -59,25 +65,27 @@ Tensor operand(Scalar value, const Tensor& like) {
 }  // namespace
 
 Tensor& Tensor::add_(const Tensor& other, Scalar alpha) {
-  return inplace(*this, other, "add_", cpu::Binary::Add, alpha.to_double(),
-                 [&](const Tensor& old) { return add(old, other, alpha); });
+  return inplace(
+      *this, other, "add_", cpu::Binary::Add, alpha.to_double(),
+      [&](const Tensor& old, const Tensor& operand) { return add(old, operand, alpha); });
 }
 Tensor& Tensor::add_(Scalar other, Scalar alpha) { return add_(operand(other, *this), alpha); }
 Tensor& Tensor::sub_(const Tensor& other, Scalar alpha) {
-  return inplace(*this, other, "sub_", cpu::Binary::Sub, alpha.to_double(),
-                 [&](const Tensor& old) { return sub(old, other, alpha); });
+  return inplace(
+      *this, other, "sub_", cpu::Binary::Sub, alpha.to_double(),
+      [&](const Tensor& old, const Tensor& operand) { return sub(old, operand, alpha); });
 }
 Tensor& Tensor::sub_(Scalar other, Scalar alpha) { return sub_(operand(other, *this), alpha); }
 Tensor& Tensor::mul_(const Tensor& other) {
   return inplace(*this, other, "mul_", cpu::Binary::Mul, 1.0,
-                 [&](const Tensor& old) { return mul(old, other); });
+                 [&](const Tensor& old, const Tensor& operand) { return mul(old, operand); });
 }
 Tensor& Tensor::mul_(Scalar other) { return mul_(operand(other, *this)); }
 Tensor& Tensor::div_(const Tensor& other) {
   HG_CHECK(is_floating_point(), "div_: true division needs a floating tensor to write into, got {}",
            dtype());
   return inplace(*this, other, "div_", cpu::Binary::Div, 1.0,
-                 [&](const Tensor& old) { return div(old, other); });
+                 [&](const Tensor& old, const Tensor& operand) { return div(old, operand); });
 }
 Tensor& Tensor::div_(Scalar other) { return div_(operand(other, *this)); }
 
