@@ -83,6 +83,9 @@ class Module : public std::enable_shared_from_this<Module> {
   // PyTorch's repr: the name, extra_repr and children, indented.
   std::string to_string() const;
 
+  // NOTE [Module forward signature] C++ has no *args: the virtual forward, and with it
+  // operator() and the hooks, take one tensor. A module with more inputs (MultiheadAttention's
+  // forward(query, key, value)) adds overloads; those are called directly and run no hooks.
   virtual Tensor forward(const Tensor& input);
   // forward with the forward pre-hooks and hooks, in registration order.
   Tensor operator()(const Tensor& input);
@@ -124,7 +127,6 @@ class Module : public std::enable_shared_from_this<Module> {
   Module& to(DType dtype);
   Module& half() { return to(kFloat16); }
   Module& bfloat16() { return to(kBFloat16); }
-  Module& float_() { return to(kFloat32); }
   // C++ cannot name a method `float`; float32() is the spelling here.
   Module& float32() { return to(kFloat32); }
   // CPU only for now: the same device is a no-op, another is the Tensor::to error.

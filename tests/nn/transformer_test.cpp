@@ -142,3 +142,41 @@ TEST_CASE("a GPT loss sends a gradient to every parameter", "[nn][gpt]") {
     CHECK(std::isfinite(largest));
   }
 }
+
+TEST_CASE("a GPT converted to bfloat16 runs and trains in bfloat16", "[nn][gpt]") {
+  manual_seed(15);
+  auto gpt = std::make_shared<nn::GPT>(7, 4, 1, 2, 8);
+  const auto params = gpt->parameters();
+  gpt->bfloat16();
+  Tensor idx = tensor(std::vector<int64_t>{0, 1, 2, 3, 4, 5}, Shape{2, 3});
+  Tensor logits = (*gpt)(idx);
+  CHECK(logits.dtype() == kBFloat16);
+  CHECK(logits.sizes() == Shape{2, 3, 7});
+  sum(logits.to(kFloat32)).backward();
+  for (const Tensor& p : params) {
+    CHECK(p.dtype() == kBFloat16);
+    REQUIRE(p.grad().defined());
+    CHECK(p.grad().dtype() == kBFloat16);
+  }
+}
+
+TEST_CASE("a float32 GPT under CPU autocast gives bfloat16 logits and float32 grads", "[nn][gpt]") {
+  manual_seed(16);
+  auto gpt = std::make_shared<nn::GPT>(7, 4, 1, 2, 8);
+  Tensor idx = tensor(std::vector<int64_t>{0, 1, 2, 3, 4, 5}, Shape{2, 3});
+  Tensor targets = tensor(std::vector<int64_t>{1, 2, 3, 4, 5, 6}, Shape{6});
+  Tensor loss;
+  {
+    amp::Autocast autocast(kCPU, kBFloat16);
+    Tensor logits = (*gpt)(idx);
+    CHECK(logits.dtype() == kBFloat16);
+    loss = nn::functional::cross_entropy(logits.reshape({6, 7}), targets);
+  }
+  CHECK(loss.dtype() == kFloat32);  // cross_entropy runs in float32 under autocast
+  loss.backward();
+  for (auto& [name, p] : gpt->named_parameters()) {
+    INFO(name);
+    REQUIRE(p.grad().defined());
+    CHECK(p.grad().dtype() == kFloat32);
+  }
+}
