@@ -1,0 +1,204 @@
+// The standard layers: Linear, LayerNorm, Embedding, Dropout, the activations, Sequential,
+// Conv2d, GroupNorm, BatchNorm2d. Parameter names, layouts and initialisation follow
+// torch.nn, so state dicts map one to one.
+//
+//   B batch, C channels / features, H, W image height and width.
+#pragma once
+
+#include <array>
+#include <memory>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "halfgrad/nn/module.h"
+
+namespace hg::nn {
+
+// y = x W^T + b. weight [out_features, in_features] ~ kaiming_uniform(a = sqrt(5)), i.e.
+// U(-1/sqrt(in), 1/sqrt(in)); bias [out_features] ~ U(-1/sqrt(in), 1/sqrt(in)).
+class Linear : public Module {
+ public:
+  Linear(int64_t in_features, int64_t out_features, bool bias = true);
+  std::string name() const override { return "Linear"; }
+  std::string extra_repr() const override;
+  Tensor forward(const Tensor& input) override;
+  void reset_parameters();
+
+  int64_t in_features, out_features;
+  Tensor weight, bias;  // bias undefined when bias = false
+};
+
+// Normalises over the trailing dims normalized_shape; weight ones, bias zeros.
+class LayerNorm : public Module {
+ public:
+  explicit LayerNorm(Shape normalized_shape, double eps = 1e-5, bool elementwise_affine = true,
+                     bool bias = true);
+  explicit LayerNorm(int64_t normalized_size, double eps = 1e-5, bool elementwise_affine = true,
+                     bool bias = true)
+      : LayerNorm(Shape{normalized_size}, eps, elementwise_affine, bias) {}
+  std::string name() const override { return "LayerNorm"; }
+  std::string extra_repr() const override;
+  Tensor forward(const Tensor& input) override;
+
+  Shape normalized_shape;
+  double eps;
+  Tensor weight, bias;
+};
+
+// A lookup table: weight [num_embeddings, embedding_dim] ~ N(0, 1); the row padding_idx (when
+// given; negative counts from the end) starts at zero and gets no gradient.
+class Embedding : public Module {
+ public:
+  Embedding(int64_t num_embeddings, int64_t embedding_dim,
+            std::optional<int64_t> padding_idx = std::nullopt);
+  std::string name() const override { return "Embedding"; }
+  std::string extra_repr() const override;
+  Tensor forward(const Tensor& indices) override;
+
+  int64_t num_embeddings, embedding_dim;
+  std::optional<int64_t> padding_idx;
+  Tensor weight;
+};
+
+// Zeroes elements with probability p while training (scaling the rest by 1/(1-p)); the
+// identity in eval mode.
+class Dropout : public Module {
+ public:
+  explicit Dropout(double p = 0.5);
+  std::string name() const override { return "Dropout"; }
+  std::string extra_repr() const override;
+  Tensor forward(const Tensor& input) override;
+  double p;
+};
+
+class ReLU : public Module {
+ public:
+  std::string name() const override { return "ReLU"; }
+  Tensor forward(const Tensor& input) override;
+};
+
+// approximate: "none" (erf) or "tanh".
+class GELU : public Module {
+ public:
+  explicit GELU(std::string approximate = "none");
+  std::string name() const override { return "GELU"; }
+  std::string extra_repr() const override;
+  Tensor forward(const Tensor& input) override;
+  std::string approximate;
+};
+
+class SiLU : public Module {
+ public:
+  std::string name() const override { return "SiLU"; }
+  Tensor forward(const Tensor& input) override;
+};
+
+class Tanh : public Module {
+ public:
+  std::string name() const override { return "Tanh"; }
+  Tensor forward(const Tensor& input) override;
+};
+
+// Runs its children in order; they are named "0", "1", ... (so keys are "0.weight").
+//
+//   nn::Sequential mlp(nn::Linear(4, 8), nn::GELU(), std::make_shared<nn::Linear>(8, 2));
+//
+// Arguments are module values (moved into a new shared_ptr) or shared_ptrs to modules (held
+// as they are).
+class Sequential : public Module {
+ public:
+  Sequential() = default;
+  template <class... Modules>
+  requires(sizeof...(Modules) > 0 &&
+           !(sizeof...(Modules) == 1 && (std::is_same_v<std::remove_cvref_t<Modules>, Sequential> &&
+                                         ...))) explicit Sequential(Modules&&... modules) {
+    (push_back(std::forward<Modules>(modules)), ...);
+  }
+
+  std::string name() const override { return "Sequential"; }
+  Tensor forward(const Tensor& input) override;
+
+  template <class M>
+  void push_back(std::shared_ptr<M> module) {
+    static_assert(std::is_base_of_v<Module, M>, "Sequential holds nn::Module subclasses");
+    register_module(std::to_string(size()), std::move(module));
+  }
+  template <class M>
+  requires std::is_base_of_v<Module, std::remove_cvref_t<M>>
+  void push_back(M&& module) {
+    push_back(std::make_shared<std::remove_cvref_t<M>>(std::forward<M>(module)));
+  }
+
+  size_t size() const { return children().size(); }
+  std::shared_ptr<Module> operator[](size_t index) const;
+  // The child at index as an M (an error when it is not one).
+  template <class M>
+  std::shared_ptr<M> at(size_t index) const {
+    auto typed = std::dynamic_pointer_cast<M>((*this)[index]);
+    HG_CHECK(typed != nullptr, "Sequential::at({}): the child is a {}, not the type asked for",
+             index, (*this)[index]->name());
+    return typed;
+  }
+};
+
+struct Conv2dOptions {
+  std::array<int64_t, 2> stride = {1, 1};
+  std::array<int64_t, 2> padding = {0, 0};
+  std::array<int64_t, 2> dilation = {1, 1};
+  int64_t groups = 1;
+  bool bias = true;
+};
+
+// weight [out_channels, in_channels / groups, kH, kW] ~ kaiming_uniform(a = sqrt(5)); bias
+// [out_channels] ~ U(-1/sqrt(fan_in), 1/sqrt(fan_in)), fan_in = in_channels / groups * kH * kW.
+// Padding is zeros.
+class Conv2d : public Module {
+ public:
+  Conv2d(int64_t in_channels, int64_t out_channels, std::array<int64_t, 2> kernel_size,
+         Conv2dOptions options = {});
+  Conv2d(int64_t in_channels, int64_t out_channels, int64_t kernel_size, Conv2dOptions options = {})
+      : Conv2d(in_channels, out_channels, {kernel_size, kernel_size}, options) {}
+  std::string name() const override { return "Conv2d"; }
+  std::string extra_repr() const override;
+  Tensor forward(const Tensor& input) override;
+
+  int64_t in_channels, out_channels;
+  std::array<int64_t, 2> kernel_size;
+  Conv2dOptions options;
+  Tensor weight, bias;
+};
+
+// weight ones, bias zeros, both [num_channels] (when affine).
+class GroupNorm : public Module {
+ public:
+  GroupNorm(int64_t num_groups, int64_t num_channels, double eps = 1e-5, bool affine = true);
+  std::string name() const override { return "GroupNorm"; }
+  std::string extra_repr() const override;
+  Tensor forward(const Tensor& input) override;
+
+  int64_t num_groups, num_channels;
+  double eps;
+  Tensor weight, bias;
+};
+
+// x [B, C, H, W]. Training: batch statistics, and (track_running_stats) the buffers
+// running_mean / running_var move by momentum and num_batches_tracked counts the batches.
+// Eval: the running statistics. Buffers: running_mean zeros, running_var ones (float32),
+// num_batches_tracked int64 0.
+class BatchNorm2d : public Module {
+ public:
+  explicit BatchNorm2d(int64_t num_features, double eps = 1e-5, double momentum = 0.1,
+                       bool affine = true, bool track_running_stats = true);
+  std::string name() const override { return "BatchNorm2d"; }
+  std::string extra_repr() const override;
+  Tensor forward(const Tensor& input) override;
+
+  int64_t num_features;
+  double eps, momentum;
+  bool track_running_stats;
+  Tensor weight, bias;
+  Tensor running_mean, running_var, num_batches_tracked;
+};
+
+}  // namespace hg::nn

@@ -1,0 +1,102 @@
+#include "halfgrad/nn/transformer.h"
+
+#include "halfgrad/core/factory.h"
+#include "halfgrad/core/format.h"
+#include "halfgrad/nn/init.h"
+#include "halfgrad/ops/ops.h"
+
+namespace hg::nn {
+
+// ---- MultiheadAttention ---------------------------------------------------------------------
+
+MultiheadAttention::MultiheadAttention(int64_t embed_dim_, int64_t num_heads_, bool causal_,
+                                       bool bias, double dropout_)
+    : embed_dim(embed_dim_), num_heads(num_heads_), causal(causal_), dropout(dropout_) {
+  HG_CHECK(num_heads > 0 && embed_dim % num_heads == 0,
+           "MultiheadAttention: expected embed_dim ({}) divisible by num_heads ({})", embed_dim,
+           num_heads);
+  in_proj_weight = register_parameter("in_proj_weight", empty({3 * embed_dim, embed_dim}));
+  init::xavier_uniform_(in_proj_weight);
+  if (bias) in_proj_bias = register_parameter("in_proj_bias", zeros({3 * embed_dim}));
+  out_proj = register_module("out_proj", std::make_shared<Linear>(embed_dim, embed_dim, bias));
+  if (bias) init::zeros_(out_proj->bias);
+}
+
+std::string MultiheadAttention::extra_repr() const {
+  return fmt::format("embed_dim={}, num_heads={}, causal={}", embed_dim, num_heads,
+                     causal ? "True" : "False");
+}
+
+Tensor MultiheadAttention::forward(const Tensor& x) { return forward(x, x, x); }
+
+Tensor MultiheadAttention::forward(const Tensor& query, const Tensor& key, const Tensor& value) {
+  const int64_t C = embed_dim, H = num_heads, D = C / H;
+  HG_CHECK(query.dim() == 3 && query.size(2) == C,
+           "MultiheadAttention: expected query of shape [B, L, {}], got {}", C, query.sizes());
+  HG_CHECK(key.dim() == 3 && value.dim() == 3 && key.size(2) == C && value.size(2) == C &&
+               key.sizes() == value.sizes() && key.size(0) == query.size(0),
+           "MultiheadAttention: expected key and value of shape [{}, S, {}], got {} and {}",
+           query.size(0), C, key.sizes(), value.sizes());
+  const int64_t B = query.size(0), L = query.size(1), S = key.size(1);
+  auto project = [&](const Tensor& x, int64_t which, int64_t length) {
+    Tensor w = in_proj_weight.narrow(0, which * C, C);
+    Tensor b = in_proj_bias.defined() ? in_proj_bias.narrow(0, which * C, C) : Tensor();
+    return linear(x, w, b).reshape({B, length, H, D}).transpose(1, 2);  // [B, H, len, D]
+  };
+  Tensor q = project(query, 0, L), k = project(key, 1, S), v = project(value, 2, S);
+  Tensor y = scaled_dot_product_attention(q, k, v, Tensor(), is_training() ? dropout : 0.0,
+                                          causal);  // [B, H, L, D]
+  y = y.transpose(1, 2).reshape({B, L, C});         // [B, L, C]
+  return (*out_proj)(y);
+}
+
+// ---- Block ----------------------------------------------------------------------------------
+
+Block::Block(int64_t n_embd, int64_t n_head) {
+  ln_1 = register_module("ln_1", std::make_shared<LayerNorm>(n_embd));
+  attn = register_module("attn", std::make_shared<MultiheadAttention>(n_embd, n_head, true));
+  ln_2 = register_module("ln_2", std::make_shared<LayerNorm>(n_embd));
+  mlp =
+      register_module("mlp", std::make_shared<Sequential>(Linear(n_embd, 4 * n_embd), GELU("tanh"),
+                                                          Linear(4 * n_embd, n_embd)));
+}
+
+Tensor Block::forward(const Tensor& x) {
+  Tensor y = x + (*attn)((*ln_1)(x));
+  return y + (*mlp)((*ln_2)(y));
+}
+
+// ---- GPT ------------------------------------------------------------------------------------
+
+GPT::GPT(int64_t vocab_size_, int64_t block_size_, int64_t n_layer, int64_t n_head, int64_t n_embd)
+    : vocab_size(vocab_size_), block_size(block_size_) {
+  wte = register_module("wte", std::make_shared<Embedding>(vocab_size, n_embd));
+  wpe = register_module("wpe", std::make_shared<Embedding>(block_size, n_embd));
+  h = register_module("h", std::make_shared<Sequential>());
+  for (int64_t i = 0; i < n_layer; ++i) h->push_back(std::make_shared<Block>(n_embd, n_head));
+  ln_f = register_module("ln_f", std::make_shared<LayerNorm>(n_embd));
+  lm_head = register_module("lm_head", std::make_shared<Linear>(n_embd, vocab_size, false));
+  // nanoGPT's _init_weights: N(0, 0.02) weights for Linear and Embedding, zero biases (the
+  // attention's in_proj keeps MultiheadAttention's own init).
+  apply([](Module& module) {
+    if (auto* lin = dynamic_cast<Linear*>(&module)) {
+      init::normal_(lin->weight, 0.0, 0.02);
+      if (lin->bias.defined()) init::zeros_(lin->bias);
+    } else if (auto* emb = dynamic_cast<Embedding*>(&module)) {
+      init::normal_(emb->weight, 0.0, 0.02);
+    }
+  });
+}
+
+Tensor GPT::forward(const Tensor& idx) {
+  HG_CHECK(idx.dim() == 2, "GPT: expected idx of shape [B, T], got {}", idx.sizes());
+  const int64_t T = idx.size(1);
+  HG_CHECK(T <= block_size, "GPT: expected a sequence of at most block_size = {}, got T = {}",
+           block_size, T);
+  Tensor pos = arange(T, kInt64);        // [T]
+  Tensor x = (*wte)(idx) + (*wpe)(pos);  // [B, T, C]
+  x = (*h)(x);
+  return (*lm_head)((*ln_f)(x));  // [B, T, V]
+}
+
+}  // namespace hg::nn

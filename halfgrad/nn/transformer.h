@@ -1,0 +1,66 @@
+// Attention and a GPT: MultiheadAttention (torch.nn.MultiheadAttention with batch_first=true),
+// Block (pre-LayerNorm attention + MLP) and GPT (token + position embeddings, blocks, final
+// LayerNorm, lm_head), as in nanoGPT.
+//
+//   B batch, T sequence length, C = embed_dim, H heads, D = C / H head width, V vocabulary.
+#pragma once
+
+#include <memory>
+
+#include "halfgrad/nn/modules.h"
+
+namespace hg::nn {
+
+// PyTorch's parameter layout: in_proj_weight [3C, C] (q, k, v stacked; xavier_uniform),
+// in_proj_bias [3C] (zeros), out_proj a Linear(C, C) whose bias starts at zero.
+// forward(x) is self-attention; causal masks the future. Returns the output only (PyTorch
+// also returns the averaged attention weights).
+class MultiheadAttention : public Module {
+ public:
+  MultiheadAttention(int64_t embed_dim, int64_t num_heads, bool causal = false, bool bias = true,
+                     double dropout = 0.0);
+  std::string name() const override { return "MultiheadAttention"; }
+  std::string extra_repr() const override;
+  // x [B, T, C] -> [B, T, C]
+  Tensor forward(const Tensor& x) override;
+  // query [B, L, C], key and value [B, S, C] -> [B, L, C]
+  Tensor forward(const Tensor& query, const Tensor& key, const Tensor& value);
+
+  int64_t embed_dim, num_heads;
+  bool causal;
+  double dropout;
+  Tensor in_proj_weight, in_proj_bias;
+  std::shared_ptr<Linear> out_proj;
+};
+
+// x + attn(ln_1(x)), then x + mlp(ln_2(x)); mlp = Linear(C, 4C), GELU(tanh), Linear(4C, C).
+// Keys: ln_1.*, attn.in_proj_weight, attn.out_proj.*, ln_2.*, mlp.0.*, mlp.2.*.
+class Block : public Module {
+ public:
+  Block(int64_t n_embd, int64_t n_head);
+  std::string name() const override { return "Block"; }
+  Tensor forward(const Tensor& x) override;  // [B, T, C] -> [B, T, C]
+
+  std::shared_ptr<LayerNorm> ln_1, ln_2;
+  std::shared_ptr<MultiheadAttention> attn;
+  std::shared_ptr<Sequential> mlp;
+};
+
+// idx [B, T] (int64, T <= block_size) -> logits [B, T, V].
+// Keys: wte.weight, wpe.weight, h.<i>.*, ln_f.*, lm_head.weight (no bias). Weights start as
+// nanoGPT's: N(0, 0.02) for Linear and Embedding weights, zero biases; lm_head is not tied to
+// wte.
+class GPT : public Module {
+ public:
+  GPT(int64_t vocab_size, int64_t block_size, int64_t n_layer, int64_t n_head, int64_t n_embd);
+  std::string name() const override { return "GPT"; }
+  Tensor forward(const Tensor& idx) override;
+
+  int64_t vocab_size, block_size;
+  std::shared_ptr<Embedding> wte, wpe;
+  std::shared_ptr<Sequential> h;
+  std::shared_ptr<LayerNorm> ln_f;
+  std::shared_ptr<Linear> lm_head;
+};
+
+}  // namespace hg::nn
