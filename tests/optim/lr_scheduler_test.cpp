@@ -35,7 +35,7 @@ TEST_CASE("StepLR: decays by gamma every step_size steps") {
   }
 }
 
-TEST_CASE("StepLR: each group decays from its own base lr; gamma defaults to 0.1") {
+TEST_CASE("StepLR: each group decays from its own base lr and gamma defaults to 0.1") {
   Tensor a = param(), b = param();
   optim::SGD opt(std::vector<optim::ParamGroup>{{{a}, {}}, {{b}, {{"lr", 0.5}}}}, {.lr = 2.0});
   optim::StepLR schedule(opt, 1);

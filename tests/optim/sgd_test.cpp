@@ -203,3 +203,14 @@ TEST_CASE("SGD: a scaled step equals a step on the divided gradients") {
     CHECK(bytes_of(scaled_param) == bytes_of(plain_param));
   }
 }
+
+TEST_CASE("SGD: a non-contiguous gradient and the version counter") {
+  Tensor p = make_param({1.0, 2.0, 3.0}, kFloat32);
+  optim::SGD opt({p}, {.lr = 0.5});
+  p.mutable_grad() = make_tensor({2.0}, kFloat32).expand({3});  // stride 0
+  const uint64_t version = p.version();
+  opt.step();
+  CHECK(values_of(p) == Values{0, 1, 2});
+  // The update is an in-place write: autograd sees it.
+  CHECK(p.version() > version);
+}
