@@ -22,6 +22,16 @@ void LRScheduler::step(bool optimizer_stepped) {
   apply();
 }
 
+void LRScheduler::load_state_dict(const LRSchedulerStateDict& state_dict) {
+  HG_CHECK(state_dict.base_lrs.size() == base_lrs_.size() && state_dict.last_epoch >= 0,
+           "lr scheduler load_state_dict: expected {} base lrs and last_epoch >= 0, got {} and "
+           "{}",
+           base_lrs_.size(), state_dict.base_lrs.size(), state_dict.last_epoch);
+  base_lrs_ = state_dict.base_lrs;
+  last_epoch_ = state_dict.last_epoch;
+  apply();
+}
+
 void LRScheduler::apply() {
   std::vector<ParamGroup>& groups = optimizer_.param_groups();
   HG_CHECK(groups.size() == base_lrs_.size(),

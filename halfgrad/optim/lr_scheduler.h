@@ -22,6 +22,13 @@
 
 namespace hg::optim {
 
+// A scheduler's state (torch's scheduler.state_dict() keys last_epoch, base_lrs, _last_lr).
+struct LRSchedulerStateDict {
+  int64_t last_epoch = 0;
+  std::vector<double> base_lrs;
+  std::vector<double> last_lr;
+};
+
 class LRScheduler {
  public:
   virtual ~LRScheduler() = default;
@@ -37,6 +44,11 @@ class LRScheduler {
   // Steps taken since construction (torch's last_epoch).
   int64_t last_epoch() const { return last_epoch_; }
   const std::vector<double>& base_lrs() const { return base_lrs_; }
+
+  // Saves / restores the step count and base lrs; loading sets each group's lr to the lr of
+  // the loaded step. The number of groups must match (hg::Error otherwise, nothing changed).
+  LRSchedulerStateDict state_dict() const { return {last_epoch_, base_lrs_, last_lr_}; }
+  void load_state_dict(const LRSchedulerStateDict& state_dict);
 
  protected:
   explicit LRScheduler(Optimizer& optimizer);

@@ -406,3 +406,20 @@ TEST_CASE("load_state_dict: checks keys and shapes and changes nothing on error"
   opt.load_state_dict(good);
   expect_unchanged();
 }
+
+TEST_CASE("AdamW: the result does not depend on the number of threads") {
+  const int threads = get_num_threads();
+  std::vector<std::vector<unsigned char>> results;
+  for (int t : {1, std::max(2, threads)}) {
+    set_num_threads(t);
+    Tensor p = make_param(random_values(8, 70001, kFloat32), kFloat32);
+    optim::AdamW opt({p}, {.lr = 0.01, .amsgrad = true});
+    for (uint32_t s = 0; s < 2; ++s) {
+      set_grad(p, random_values(300 + s, 70001, kFloat32));
+      opt.step();
+    }
+    results.push_back(bytes_of(p));
+  }
+  set_num_threads(threads);
+  CHECK(results[0] == results[1]);
+}

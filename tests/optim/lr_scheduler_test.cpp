@@ -108,3 +108,27 @@ TEST_CASE("LR schedulers: bad arguments are errors") {
   CHECK_THROWS_WITH(optim::CosineWithWarmup(opt, 0, 4, -1), Contains("expected min_lr >= 0"));
   CHECK(opt.param_groups()[0].options.at("lr") == 1.0);
 }
+
+TEST_CASE("LR schedulers: state_dict round trip resumes the schedule") {
+  Tensor p = param();
+  optim::SGD opt({p}, {.lr = 1.0});
+  optim::CosineWithWarmup schedule(opt, 2, 10, 0.01);
+  for (int s = 0; s < 5; ++s) schedule.step();
+  const optim::LRSchedulerStateDict saved = schedule.state_dict();
+  CHECK(saved.last_epoch == 5);
+  CHECK(saved.base_lrs == std::vector<double>{1.0});
+
+  optim::SGD opt2({p}, {.lr = 0.3});
+  optim::CosineWithWarmup resumed(opt2, 2, 10, 0.01);
+  resumed.load_state_dict(saved);
+  CHECK(opt2.param_groups()[0].options.at("lr") == opt.param_groups()[0].options.at("lr"));
+  schedule.step();
+  resumed.step();
+  CHECK(resumed.get_last_lr() == schedule.get_last_lr());
+  CHECK(resumed.last_epoch() == 6);
+
+  optim::LRSchedulerStateDict bad = saved;
+  bad.base_lrs.push_back(1.0);
+  CHECK_THROWS_WITH(resumed.load_state_dict(bad), Contains("expected 1 base lrs"));
+  CHECK(resumed.last_epoch() == 6);
+}
