@@ -1,7 +1,12 @@
 #include "halfgrad/optim/optimizer.h"
 
+#include <algorithm>
+
 #include "halfgrad/autograd/grad_mode.h"
+#include "halfgrad/core/factory.h"
 #include "halfgrad/core/format.h"
+
+#include <fmt/ranges.h>
 
 namespace hg::optim {
 
@@ -12,8 +17,7 @@ Optimizer::Optimizer(std::vector<ParamGroup> groups, std::map<std::string, doubl
 
 void Optimizer::add_param_group(ParamGroup group) {
   for (const auto& [name, value] : group.options) {
-    HG_CHECK(defaults_.count(name) == 1, "optimizer: unknown option \"{}\" in a param group",
-             name);
+    HG_CHECK(defaults_.count(name) == 1, "optimizer: unknown option \"{}\" in a param group", name);
   }
   for (const auto& [name, value] : defaults_) group.options.emplace(name, value);
   for (size_t i = 0; i < group.params.size(); ++i) {
@@ -37,6 +41,164 @@ void Optimizer::zero_grad(bool set_to_none) {
       }
     }
   }
+}
+
+void Optimizer::step_scaled(const Tensor& /*grad_scale*/, const Tensor& /*found_inf*/) {
+  HG_CHECK(false,
+           "step_scaled: expected an optimizer that supports the scaled step (SGD, Adam, "
+           "AdamW), got one that does not");
+}
+
+const ParamState& Optimizer::state(size_t group, size_t index) const {
+  HG_CHECK(group < groups_.size() && index < groups_[group].params.size(),
+           "optimizer state: expected a group below {} and a parameter index in it, got group "
+           "{} index {}",
+           groups_.size(), group, index);
+  static const ParamState kEmpty;
+  if (group >= state_.size() || index >= state_[group].size()) return kEmpty;
+  return state_[group][index];
+}
+
+ParamState& Optimizer::mutable_state(size_t group, size_t index) {
+  if (state_.size() < groups_.size()) state_.resize(groups_.size());
+  std::vector<ParamState>& states = state_[group];
+  if (states.size() < groups_[group].params.size()) states.resize(groups_[group].params.size());
+  return states[index];
+}
+
+double Optimizer::read_grad_scale(const Tensor& grad_scale) {
+  if (!grad_scale.defined()) return 1.0;
+  HG_CHECK(grad_scale.numel() == 1 && grad_scale.is_floating_point(),
+           "step_scaled: expected grad_scale to be a one-element floating tensor, got {} "
+           "elements of {}",
+           grad_scale.numel(), grad_scale.dtype());
+  return grad_scale.item<double>();
+}
+
+bool Optimizer::read_found_inf(const Tensor& found_inf) {
+  if (!found_inf.defined()) return false;
+  HG_CHECK(found_inf.numel() == 1 && found_inf.is_floating_point(),
+           "step_scaled: expected found_inf to be a one-element floating tensor, got {} "
+           "elements of {}",
+           found_inf.numel(), found_inf.dtype());
+  return found_inf.item<double>() != 0.0;
+}
+
+Tensor Optimizer::checked_grad(const char* optimizer, const Tensor& param) {
+  const Tensor& grad = param.grad();
+  HG_CHECK(param.is_cpu() && param.is_contiguous(),
+           "{}: expected a contiguous CPU parameter, got a {} one", optimizer,
+           param.is_cpu() ? "non-contiguous" : "non-CPU");
+  HG_CHECK(grad.dtype() == param.dtype() && grad.sizes() == param.sizes(),
+           "{}: expected a gradient of the parameter's dtype {} and shape {}, got {} {}", optimizer,
+           param.dtype(), param.sizes(), grad.dtype(), grad.sizes());
+  HG_CHECK(grad.is_cpu(), "{}: expected a CPU gradient, got a {} one", optimizer, grad.device());
+  return grad.is_contiguous() ? grad : grad.contiguous();
+}
+
+OptimizerStateDict Optimizer::state_dict() const {
+  OptimizerStateDict result;
+  int64_t index = 0;
+  for (size_t g = 0; g < groups_.size(); ++g) {
+    OptimizerStateDict::Group group{groups_[g].options, {}};
+    for (size_t i = 0; i < groups_[g].params.size(); ++i, ++index) {
+      group.params.push_back(index);
+      const ParamState& s = state(g, i);
+      if (s.empty()) continue;
+      std::map<std::string, Tensor>& entry = result.state[index];
+      for (const auto& [name, buffer] : s.buffers) entry[name] = buffer.clone();
+      if (keeps_step()) entry["step"] = scalar_tensor(double(s.step), kFloat32);
+    }
+    result.param_groups.push_back(std::move(group));
+  }
+  return result;
+}
+
+void Optimizer::load_state_dict(const OptimizerStateDict& state_dict) {
+  // Checks everything first, so that a bad state dict changes nothing.
+  HG_CHECK(state_dict.param_groups.size() == groups_.size(),
+           "load_state_dict: expected {} param groups, got {}", groups_.size(),
+           state_dict.param_groups.size());
+  std::vector<std::pair<size_t, size_t>> location;  // parameter index -> (group, index)
+  for (size_t g = 0; g < groups_.size(); ++g) {
+    const OptimizerStateDict::Group& loaded = state_dict.param_groups[g];
+    HG_CHECK(loaded.params.size() == groups_[g].params.size(),
+             "load_state_dict: expected group {} to hold {} parameters, got {}", g,
+             groups_[g].params.size(), loaded.params.size());
+    for (const auto& [name, value] : loaded.options) {
+      HG_CHECK(defaults_.count(name) == 1,
+               "load_state_dict: unknown option \"{}\" in param group {}", name, g);
+    }
+    for (size_t i = 0; i < loaded.params.size(); ++i) location.emplace_back(g, i);
+  }
+  std::map<int64_t, std::pair<size_t, size_t>> index_of;  // loaded index -> (group, index)
+  {
+    size_t flat = 0;
+    for (size_t g = 0; g < groups_.size(); ++g) {
+      for (int64_t loaded_index : state_dict.param_groups[g].params) {
+        HG_CHECK(index_of.count(loaded_index) == 0,
+                 "load_state_dict: expected each parameter index once, got {} twice", loaded_index);
+        index_of[loaded_index] = location[flat++];
+      }
+    }
+  }
+  std::vector<std::vector<ParamState>> new_state(groups_.size());
+  for (size_t g = 0; g < groups_.size(); ++g) new_state[g].resize(groups_[g].params.size());
+  for (const auto& [loaded_index, entries] : state_dict.state) {
+    auto found = index_of.find(loaded_index);
+    HG_CHECK(found != index_of.end(),
+             "load_state_dict: expected state only for the parameters of the param groups, "
+             "got state for index {}",
+             loaded_index);
+    const auto [g, i] = found->second;
+    const Tensor& param = groups_[g].params[i];
+    // Options as loaded decide which buffers are allowed (amsgrad, momentum).
+    ParamGroup probe{{}, state_dict.param_groups[g].options};
+    for (const auto& [name, value] : groups_[g].options) probe.options.emplace(name, value);
+    const std::vector<std::string> names = state_buffer_names(probe);
+    ParamState& s = new_state[g][i];
+    for (const auto& [name, tensor] : entries) {
+      HG_CHECK(tensor.defined(), "load_state_dict: state \"{}\" of parameter {} is undefined", name,
+               loaded_index);
+      if (name == "step" && keeps_step()) {
+        HG_CHECK(tensor.numel() == 1,
+                 "load_state_dict: expected \"step\" of parameter {} to hold one element, got "
+                 "{}",
+                 loaded_index, tensor.numel());
+        const double step = tensor.item<double>();
+        HG_CHECK(step >= 0 && step == double(int64_t(step)),
+                 "load_state_dict: expected \"step\" of parameter {} to be a whole number >= 0, "
+                 "got {}",
+                 loaded_index, step);
+        s.step = int64_t(step);
+        continue;
+      }
+      HG_CHECK(std::find(names.begin(), names.end(), name) != names.end(),
+               "load_state_dict: expected state keys {}{} for parameter {}, got \"{}\"",
+               fmt::join(names, ", "), keeps_step() ? ", step" : "", loaded_index, name);
+      HG_CHECK(tensor.sizes() == param.sizes() && tensor.is_floating_point(),
+               "load_state_dict: expected \"{}\" of parameter {} to be a floating tensor of "
+               "shape {}, got {} {}",
+               name, loaded_index, param.sizes(), tensor.dtype(), tensor.sizes());
+      Tensor copy = empty(param.sizes(), {.dtype = state_dtype(param), .device = param.device()});
+      {
+        NoGradGuard no_grad;
+        copy.copy_(tensor);
+      }
+      s.buffers[name] = copy;
+    }
+    if (keeps_step()) {
+      HG_CHECK(s.buffers.empty() || s.step > 0,
+               "load_state_dict: expected a \"step\" with the buffers of parameter {}, got none",
+               loaded_index);
+    }
+  }
+  for (size_t g = 0; g < groups_.size(); ++g) {
+    for (const auto& [name, value] : state_dict.param_groups[g].options) {
+      groups_[g].options[name] = value;
+    }
+  }
+  state_ = std::move(new_state);
 }
 
 }  // namespace hg::optim

@@ -7,6 +7,7 @@
 // PyTorch. GradScaler (amp/) reaches every parameter's gradient through param_groups().
 #pragma once
 
+#include <cstdint>
 #include <map>
 #include <string>
 #include <vector>
@@ -22,6 +23,30 @@ struct ParamGroup {
   std::map<std::string, double> options;
 };
 
+// What an optimizer keeps for one parameter: the number of steps taken (Adam, AdamW) and
+// named buffers of the parameter's shape ("momentum_buffer", "exp_avg", ...). Empty until
+// the parameter's first step.
+struct ParamState {
+  int64_t step = 0;
+  std::map<std::string, Tensor> buffers;
+  bool empty() const { return step == 0 && buffers.empty(); }
+};
+
+// PyTorch's optimizer.state_dict() layout as a plain struct (no file format):
+//   state:        parameter index -> {"step" (a 0-dim float32 tensor, as torch), "exp_avg",
+//                 "exp_avg_sq", "max_exp_avg_sq", "momentum_buffer"}; only parameters that
+//                 have state appear. Indices count the parameters of all groups in order.
+//   param_groups: each group's options and the indices of its parameters.
+// state_dict() returns copies of the buffers; load_state_dict() copies them in.
+struct OptimizerStateDict {
+  struct Group {
+    std::map<std::string, double> options;
+    std::vector<int64_t> params;
+  };
+  std::map<int64_t, std::map<std::string, Tensor>> state;
+  std::vector<Group> param_groups;
+};
+
 class Optimizer {
  public:
   virtual ~Optimizer() = default;
@@ -31,6 +56,21 @@ class Optimizer {
   // One update of every parameter that has a gradient (no gradient: no update).
   virtual void step() = 0;
 
+  // NOTE [Scaled step] The fused step GradScaler uses (torch's `grad_scale` / `found_inf`
+  // arguments of the fused optimizers):
+  //   step_scaled(grad_scale, found_inf)
+  // - grad_scale: the loss scale S (NOT its inverse), a one-element floating tensor. Every
+  //   gradient is divided by S inside the update pass (the stored .grad is left as it is).
+  //   An undefined Tensor means "the gradients are already unscaled" (GradScaler's
+  //   UNSCALED stage, where torch passes grad_scale=None).
+  // - found_inf: a one-element floating tensor; nonzero skips the whole step: parameters
+  //   and optimizer state (step counts included) stay bit-identical. An undefined Tensor
+  //   means "no check".
+  // step_scaled(Tensor(), Tensor()) is step(). Optimizers that implement it answer true to
+  // supports_scaled_step(); the base throws.
+  virtual bool supports_scaled_step() const { return false; }
+  virtual void step_scaled(const Tensor& grad_scale, const Tensor& found_inf);
+
   // Clears the gradients: undefined (set_to_none, PyTorch's default) or zero-filled.
   void zero_grad(bool set_to_none = true);
 
@@ -39,11 +79,39 @@ class Optimizer {
   // Adds a group; options it does not set take the optimizer's defaults.
   void add_param_group(ParamGroup group);
 
+  // The state of parameter `index` of group `group` (empty before its first step).
+  const ParamState& state(size_t group, size_t index) const;
+
+  // PyTorch's state_dict / load_state_dict (see OptimizerStateDict). load_state_dict checks
+  // the number of groups and of parameters per group, the option names, the state keys and
+  // every buffer's shape, and changes nothing when a check fails; buffers are converted to
+  // the dtype this optimizer keeps them in. Group options are replaced by the loaded ones.
+  OptimizerStateDict state_dict() const;
+  void load_state_dict(const OptimizerStateDict& state_dict);
+
  protected:
   // `defaults`: every option the optimizer knows, with its default value.
   Optimizer(std::vector<ParamGroup> groups, std::map<std::string, double> defaults);
+
+  // The state of a parameter, created empty on first use.
+  ParamState& mutable_state(size_t group, size_t index);
+  // The buffer names a parameter of `group` may hold, and whether "step" is kept.
+  virtual std::vector<std::string> state_buffer_names(const ParamGroup& group) const = 0;
+  virtual bool keeps_step() const = 0;
+  // The dtype the buffers of `param` are kept in (the param's dtype unless overridden).
+  virtual DType state_dtype(const Tensor& param) const { return param.dtype(); }
+
+  // For step_scaled: the scale as a double (1 for an undefined tensor) and whether found_inf
+  // is set (false for an undefined tensor); both check for a one-element floating tensor.
+  static double read_grad_scale(const Tensor& grad_scale);
+  static bool read_found_inf(const Tensor& found_inf);
+  // Checks a parameter and its gradient for a fused update: CPU, contiguous parameter,
+  // gradient of the same dtype and shape. Returns the gradient, made contiguous.
+  static Tensor checked_grad(const char* optimizer, const Tensor& param);
+
   std::map<std::string, double> defaults_;
   std::vector<ParamGroup> groups_;
+  std::vector<std::vector<ParamState>> state_;
 };
 
 }  // namespace hg::optim

@@ -1,0 +1,174 @@
+#include "halfgrad/optim/adam.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "halfgrad/autograd/grad_mode.h"
+#include "halfgrad/core/factory.h"
+#include "halfgrad/core/format.h"
+#include "halfgrad/optim/fused.h"
+
+namespace hg::optim {
+namespace {
+
+template <class Options>
+std::map<std::string, double> adam_defaults(const Options& o) {
+  return {{"lr", o.lr},
+          {"beta1", o.beta1},
+          {"beta2", o.beta2},
+          {"eps", o.eps},
+          {"weight_decay", o.weight_decay},
+          {"amsgrad", o.amsgrad ? 1.0 : 0.0},
+          {"maximize", o.maximize ? 1.0 : 0.0}};
+}
+
+void check_adam_options(const char* name, const std::map<std::string, double>& o) {
+  HG_CHECK(o.at("lr") >= 0, "{}: expected lr >= 0, got {}", name, o.at("lr"));
+  HG_CHECK(o.at("eps") >= 0, "{}: expected eps >= 0, got {}", name, o.at("eps"));
+  HG_CHECK(o.at("beta1") >= 0 && o.at("beta1") < 1, "{}: expected beta1 in [0, 1), got {}", name,
+           o.at("beta1"));
+  HG_CHECK(o.at("beta2") >= 0 && o.at("beta2") < 1, "{}: expected beta2 in [0, 1), got {}", name,
+           o.at("beta2"));
+  HG_CHECK(o.at("weight_decay") >= 0, "{}: expected weight_decay >= 0, got {}", name,
+           o.at("weight_decay"));
+}
+
+struct AdamStep {
+  double lr, beta1, beta2, eps, weight_decay, inv_scale;
+  int64_t step;  // after the increment: 1 on the first step
+  bool decoupled, amsgrad, maximize;
+};
+
+// T: parameter/gradient storage type; S: state storage type.
+template <class T, class S>
+void adam_pass(T* param, const T* grad, S* exp_avg, S* exp_avg_sq, S* max_exp_avg_sq, int64_t n,
+               const AdamStep& s) {
+  using C = detail::compute_t<T>;
+  // The scalars are computed in double, as torch does on the host.
+  const double bias_correction1 = 1 - std::pow(s.beta1, double(s.step));
+  const double bias_correction2 = 1 - std::pow(s.beta2, double(s.step));
+  const C step_size = C(s.lr / bias_correction1);
+  const C bias_correction2_sqrt = C(std::sqrt(bias_correction2));
+  const C one_minus_beta1 = C(1 - s.beta1), beta2 = C(s.beta2), one_minus_beta2 = C(1 - s.beta2);
+  const C eps = C(s.eps), weight_decay = C(s.weight_decay);
+  const C decay_factor = C(1 - s.lr * s.weight_decay), inv_scale = C(s.inv_scale);
+  const bool scaled = s.inv_scale != 1.0;
+#pragma omp parallel for schedule(static) if (n >= detail::kParallelGrain)
+  for (int64_t i = 0; i < n; ++i) {
+    C p = detail::load<C>(param, i);
+    C g = detail::load<C>(grad, i);
+    if (scaled) g *= inv_scale;
+    if (s.maximize) g = -g;
+    if (weight_decay != 0) {
+      if (s.decoupled) {
+        p *= decay_factor;
+      } else {
+        g += weight_decay * p;
+      }
+    }
+    C m = detail::load<C>(exp_avg, i);
+    m += one_minus_beta1 * (g - m);
+    C v = beta2 * detail::load<C>(exp_avg_sq, i) + one_minus_beta2 * g * g;
+    detail::store(exp_avg, i, m);
+    detail::store(exp_avg_sq, i, v);
+    m = detail::load<C>(exp_avg, i);  // the stored (rounded) state, as torch uses
+    v = detail::load<C>(exp_avg_sq, i);
+    if (s.amsgrad) {
+      const C vmax = std::max(detail::load<C>(max_exp_avg_sq, i), v);
+      detail::store(max_exp_avg_sq, i, vmax);
+      v = detail::load<C>(max_exp_avg_sq, i);
+    }
+    const C denom = std::sqrt(v) / bias_correction2_sqrt + eps;
+    detail::store(param, i, p - step_size * (m / denom));
+  }
+}
+
+}  // namespace
+
+AdamBase::AdamBase(std::vector<ParamGroup> groups, std::map<std::string, double> defaults,
+                   bool decoupled_weight_decay, bool float32_state, const char* name)
+    : Optimizer(std::move(groups), std::move(defaults)),
+      decoupled_weight_decay_(decoupled_weight_decay),
+      float32_state_(float32_state),
+      name_(name) {
+  check_adam_options(name_, defaults_);
+  for (const ParamGroup& group : groups_) check_adam_options(name_, group.options);
+}
+
+std::vector<std::string> AdamBase::state_buffer_names(const ParamGroup& group) const {
+  if (group.options.at("amsgrad") != 0) return {"exp_avg", "exp_avg_sq", "max_exp_avg_sq"};
+  return {"exp_avg", "exp_avg_sq"};
+}
+
+DType AdamBase::state_dtype(const Tensor& param) const {
+  return float32_state_ && is_reduced_precision(param.dtype()) ? kFloat32 : param.dtype();
+}
+
+void AdamBase::step_scaled(const Tensor& grad_scale, const Tensor& found_inf) {
+  const double scale = read_grad_scale(grad_scale);
+  if (read_found_inf(found_inf)) return;
+  HG_CHECK(scale != 0, "{}: expected a nonzero grad_scale, got 0", name_);
+  NoGradGuard no_grad;
+  for (size_t g = 0; g < groups_.size(); ++g) {
+    const ParamGroup& group = groups_[g];
+    check_adam_options(name_, group.options);
+    AdamStep s{group.options.at("lr"),
+               group.options.at("beta1"),
+               group.options.at("beta2"),
+               group.options.at("eps"),
+               group.options.at("weight_decay"),
+               1.0 / scale,
+               0,
+               decoupled_weight_decay_,
+               group.options.at("amsgrad") != 0,
+               group.options.at("maximize") != 0};
+    for (size_t i = 0; i < group.params.size(); ++i) {
+      const Tensor& param = group.params[i];
+      if (!param.grad().defined()) continue;
+      const Tensor grad = checked_grad(name_, param);
+      ParamState& state = mutable_state(g, i);
+      const TensorOptions state_options{state_dtype(param), param.device()};
+      for (const std::string& name : state_buffer_names(group)) {
+        // A missing buffer starts at zero (max_exp_avg_sq too when amsgrad is switched on
+        // later, as torch does on the first step).
+        if (state.buffers.count(name) == 0)
+          state.buffers[name] = zeros(param.sizes(), state_options);
+      }
+      s.step = state.step + 1;
+      Tensor& exp_avg = state.buffers.at("exp_avg");
+      Tensor& exp_avg_sq = state.buffers.at("exp_avg_sq");
+      Tensor max_exp_avg_sq = s.amsgrad ? state.buffers.at("max_exp_avg_sq") : Tensor();
+      visit_floating_dtype(name_, param.dtype(), [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        auto run = [&](auto state_tag) {
+          using S = typename decltype(state_tag)::type;
+          adam_pass<T, S>(param.data_ptr<T>(), grad.data_ptr<T>(), exp_avg.data_ptr<S>(),
+                          exp_avg_sq.data_ptr<S>(),
+                          s.amsgrad ? max_exp_avg_sq.data_ptr<S>() : nullptr, param.numel(), s);
+        };
+        if (exp_avg.dtype() == kFloat32 && param.dtype() != kFloat32) {
+          run(TypeTag<float>{});
+        } else {
+          run(TypeTag<T>{});
+        }
+      });
+      state.step = s.step;
+      param.bump_version();
+      exp_avg.bump_version();
+      exp_avg_sq.bump_version();
+      if (s.amsgrad) max_exp_avg_sq.bump_version();
+    }
+  }
+}
+
+Adam::Adam(std::vector<Tensor> params, AdamOptions options)
+    : Adam(std::vector<ParamGroup>{ParamGroup{std::move(params), {}}}, options) {}
+Adam::Adam(std::vector<ParamGroup> groups, AdamOptions options)
+    : AdamBase(std::move(groups), adam_defaults(options), false, options.float32_state, "Adam") {}
+
+AdamW::AdamW(std::vector<Tensor> params, AdamWOptions options)
+    : AdamW(std::vector<ParamGroup>{ParamGroup{std::move(params), {}}}, options) {}
+AdamW::AdamW(std::vector<ParamGroup> groups, AdamWOptions options)
+    : AdamBase(std::move(groups), adam_defaults(options), true, options.float32_state, "AdamW") {}
+
+}  // namespace hg::optim

@@ -1,0 +1,44 @@
+// Helpers shared by the fused optimizer passes (optim/ internal).
+//
+// NOTE [Fused optimizer pass] Each optimizer updates a parameter in ONE loop over its
+// elements that reads the parameter, its gradient and the state buffers, computes the whole
+// update in the compute type (float for float32/float16/bfloat16 storage, double for
+// float64) and writes each value back once. PyTorch's for-each path runs one kernel per
+// formula term and, for 16-bit parameters, rounds to the storage dtype after each term;
+// here a 16-bit value is rounded once per step, so 16-bit results can differ from torch's in
+// the last bit (never by more than the rounding of the stored value). Float32 and float64
+// follow torch's formulas term by term. Elements are independent, so the loop is split over
+// OpenMP threads for large parameters and the result does not depend on the thread count.
+#pragma once
+
+#include <cstdint>
+
+#include "halfgrad/core/dtype.h"
+#include "halfgrad/core/half.h"
+
+namespace hg::optim::detail {
+
+// Parameters smaller than this run on one thread.
+inline constexpr int64_t kParallelGrain = 1 << 15;
+
+template <class T>
+struct ComputeTypeOf {
+  using type = float;
+};
+template <>
+struct ComputeTypeOf<double> {
+  using type = double;
+};
+template <class T>
+using compute_t = typename ComputeTypeOf<T>::type;
+
+template <class C, class T>
+inline C load(const T* data, int64_t i) {
+  return static_cast<C>(data[i]);
+}
+template <class T, class C>
+inline void store(T* data, int64_t i, C value) {
+  data[i] = T(value);
+}
+
+}  // namespace hg::optim::detail

@@ -1,0 +1,42 @@
+// SGD: torch.optim.SGD (momentum, dampening, weight decay, Nesterov, maximize).
+//
+//   optim::SGD opt(params, {.lr = 0.1, .momentum = 0.9, .nesterov = true});
+//
+// Per parameter with a gradient g (PyTorch's update, `buf` the momentum buffer):
+//   g = maximize ? -g : g;   g += weight_decay * p
+//   buf = first step ? g : momentum * buf + (1 - dampening) * g     (only when momentum != 0)
+//   g = nesterov ? g + momentum * buf : buf                         (only when momentum != 0)
+//   p -= lr * g
+// The whole update is one pass over p, grad and buf (NOTE [Fused optimizer pass]).
+#pragma once
+
+#include "halfgrad/optim/optimizer.h"
+
+namespace hg::optim {
+
+struct SGDOptions {
+  double lr = 1e-3;
+  double momentum = 0;
+  double dampening = 0;
+  double weight_decay = 0;
+  bool nesterov = false;
+  bool maximize = false;
+};
+
+class SGD : public Optimizer {
+ public:
+  // Nesterov needs momentum > 0 and dampening 0; lr, momentum, weight_decay must be >= 0
+  // (hg::Error otherwise, for the defaults and for every group's options).
+  SGD(std::vector<Tensor> params, SGDOptions options = {});
+  SGD(std::vector<ParamGroup> groups, SGDOptions options = {});
+
+  void step() override { step_scaled(Tensor(), Tensor()); }
+  bool supports_scaled_step() const override { return true; }
+  void step_scaled(const Tensor& grad_scale, const Tensor& found_inf) override;
+
+ protected:
+  std::vector<std::string> state_buffer_names(const ParamGroup& group) const override;
+  bool keeps_step() const override { return false; }
+};
+
+}  // namespace hg::optim

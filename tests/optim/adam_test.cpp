@@ -1,0 +1,425 @@
+// optim::Adam and optim::AdamW: updates against a float64 reference of PyTorch's formulas
+// (tests/optim/reference.h) for float64, float32 and bfloat16 parameters and every option;
+// a first step worked by hand; float32 state for 16-bit parameters; skipped and scaled steps;
+// state_dict round trips and the checks of load_state_dict.
+#include <catch2/catch.hpp>
+
+#include "reference.h"
+
+using namespace hg;
+using namespace optim_test;
+using Catch::Contains;
+
+namespace {
+
+std::unique_ptr<optim::Optimizer> make_adam(const Tensor& p, const AdamConfig& c,
+                                            bool float32_state = false) {
+  if (c.decoupled) {
+    return std::make_unique<optim::AdamW>(std::vector<Tensor>{p},
+                                          optim::AdamWOptions{.lr = c.lr,
+                                                              .beta1 = c.beta1,
+                                                              .beta2 = c.beta2,
+                                                              .eps = c.eps,
+                                                              .weight_decay = c.weight_decay,
+                                                              .amsgrad = c.amsgrad,
+                                                              .maximize = c.maximize,
+                                                              .float32_state = float32_state});
+  }
+  return std::make_unique<optim::Adam>(std::vector<Tensor>{p},
+                                       optim::AdamOptions{.lr = c.lr,
+                                                          .beta1 = c.beta1,
+                                                          .beta2 = c.beta2,
+                                                          .eps = c.eps,
+                                                          .weight_decay = c.weight_decay,
+                                                          .amsgrad = c.amsgrad,
+                                                          .maximize = c.maximize,
+                                                          .float32_state = float32_state});
+}
+
+void check_adam(const AdamConfig& c, DType dtype, bool float32_state = false, int64_t n = 37,
+                int steps = 6) {
+  const DType state_dtype = float32_state && dtype != kFloat64 ? kFloat32 : dtype;
+  const Values initial = random_values(2, n, dtype);
+  Tensor p = make_param(initial, dtype);
+  auto opt = make_adam(p, c, float32_state);
+  ReferenceAdam reference{c, dtype, state_dtype, initial, {}, {}, {}};
+  for (int s = 0; s < steps; ++s) {
+    // Gradients of varied magnitudes so that the second moment matters.
+    const Values grad = random_values(200 + uint32_t(s), n, dtype, -1.0 - s, 1.0 + s);
+    set_grad(p, grad);
+    opt->step();
+    reference.step(grad);
+  }
+  CHECK(close(values_of(p), reference.p, tolerance(dtype)));
+  const optim::ParamState& state = opt->state(0, 0);
+  CHECK(state.step == steps);
+  REQUIRE(state.buffers.count("exp_avg") == 1);
+  CHECK(state.buffers.at("exp_avg").dtype() == state_dtype);
+  CHECK(close(values_of(state.buffers.at("exp_avg")), reference.exp_avg, tolerance(dtype)));
+  CHECK(close(values_of(state.buffers.at("exp_avg_sq")), reference.exp_avg_sq, tolerance(dtype)));
+  CHECK(state.buffers.count("max_exp_avg_sq") == (c.amsgrad ? 1u : 0u));
+  if (c.amsgrad) {
+    CHECK(close(values_of(state.buffers.at("max_exp_avg_sq")), reference.max_exp_avg_sq,
+                tolerance(dtype)));
+  }
+}
+
+}  // namespace
+
+TEST_CASE("Adam: the first step worked by hand") {
+  // Step 1: m = 0.1 g, v = 0.001 g^2, bias corrections 0.1 and 0.001, so the update is
+  // lr * g / (|g| + eps): p = 1 - 0.1 * 0.5 / (0.5 + 1e-8).
+  for (bool decoupled : {false, true}) {
+    Tensor p = make_param({1.0}, kFloat64);
+    auto opt = make_adam(p, {.lr = 0.1, .decoupled = decoupled});
+    set_grad(p, {0.5});
+    opt->step();
+    // AdamW's default-free config here has weight_decay 0 (set explicitly by make_adam).
+    CHECK(p.item<double>() == Approx(1 - 0.1 * 0.5 / (0.5 + 1e-8)).epsilon(1e-14));
+    CHECK(opt->state(0, 0).buffers.at("exp_avg").item<double>() == Approx(0.05));
+    CHECK(opt->state(0, 0).buffers.at("exp_avg_sq").item<double>() == Approx(0.00025));
+  }
+  // AdamW's weight decay is decoupled: p = 1 * (1 - 0.1 * 0.5) - 0.1 * 0.5 / (0.5 + 1e-8).
+  Tensor p = make_param({1.0}, kFloat64);
+  optim::AdamW opt({p}, {.lr = 0.1, .weight_decay = 0.5});
+  set_grad(p, {0.5});
+  opt.step();
+  CHECK(p.item<double>() == Approx(0.95 - 0.1 * 0.5 / (0.5 + 1e-8)).epsilon(1e-14));
+  // Adam's is L2 added to the gradient: g = 0.5 + 0.5 * 1 = 1, p = 1 - 0.1 * 1 / (1 + 1e-8).
+  Tensor q = make_param({1.0}, kFloat64);
+  optim::Adam adam({q}, {.lr = 0.1, .weight_decay = 0.5});
+  set_grad(q, {0.5});
+  adam.step();
+  CHECK(q.item<double>() == Approx(1 - 0.1 / (1 + 1e-8)).epsilon(1e-14));
+}
+
+TEST_CASE("Adam and AdamW: defaults are torch's") {
+  Tensor p = make_param({1.0}, kFloat32);
+  optim::Adam adam({p});
+  optim::AdamW adamw({p});
+  const auto& a = adam.param_groups()[0].options;
+  const auto& w = adamw.param_groups()[0].options;
+  CHECK(a.at("lr") == 1e-3);
+  CHECK(a.at("beta1") == 0.9);
+  CHECK(a.at("beta2") == 0.999);
+  CHECK(a.at("eps") == 1e-8);
+  CHECK(a.at("weight_decay") == 0);
+  CHECK(w.at("weight_decay") == 0.01);
+  CHECK(a.at("amsgrad") == 0);
+  CHECK(w.at("maximize") == 0);
+}
+
+TEST_CASE("Adam and AdamW: every option against the float64 reference") {
+  std::vector<AdamConfig> configs;
+  for (bool decoupled : {false, true}) {
+    configs.push_back({.lr = 0.01, .decoupled = decoupled});
+    configs.push_back({.lr = 0.01, .weight_decay = 0.1, .decoupled = decoupled});
+    configs.push_back({.lr = 0.01, .amsgrad = true, .decoupled = decoupled});
+    configs.push_back({.lr = 0.02,
+                       .beta1 = 0.8,
+                       .beta2 = 0.99,
+                       .eps = 1e-3,
+                       .weight_decay = 0.05,
+                       .amsgrad = true,
+                       .maximize = true,
+                       .decoupled = decoupled});
+  }
+  for (DType dtype : {kFloat64, kFloat32, kBFloat16}) {
+    for (const AdamConfig& c : configs) {
+      INFO(dtype_name(dtype) << (c.decoupled ? " AdamW" : " Adam") << " weight_decay "
+                             << c.weight_decay << " amsgrad " << c.amsgrad << " maximize "
+                             << c.maximize);
+      check_adam(c, dtype);
+    }
+  }
+}
+
+TEST_CASE("Adam: float32 state for 16-bit parameters") {
+  for (DType dtype : {kBFloat16, kFloat16}) {
+    INFO(dtype_name(dtype));
+    check_adam({.lr = 0.01, .weight_decay = 0.1, .amsgrad = true, .decoupled = true}, dtype,
+               /*float32_state=*/true);
+  }
+  // A float32 parameter keeps float32 state either way, a float64 one float64 state.
+  check_adam({.lr = 0.01}, kFloat64, true);
+}
+
+TEST_CASE("AdamW: a large parameter runs on every thread with the same result") {
+  check_adam({.lr = 0.01, .weight_decay = 0.01, .decoupled = true}, kFloat32, false, 100003, 3);
+}
+
+TEST_CASE("Adam: a parameter without a gradient keeps no state") {
+  Tensor a = make_param({1.0}, kFloat32);
+  Tensor b = make_param({1.0}, kFloat32);
+  optim::Adam opt({a, b}, {.lr = 0.1});
+  set_grad(a, {1.0});
+  opt.step();
+  opt.step();
+  CHECK(opt.state(0, 0).step == 2);
+  CHECK(opt.state(0, 1).empty());
+  CHECK(b.item<double>() == 1.0);
+  set_grad(b, {1.0});
+  opt.step();
+  CHECK(opt.state(0, 0).step == 3);
+  CHECK(opt.state(0, 1).step == 1);
+}
+
+TEST_CASE("Adam: per-group lr") {
+  Tensor a = make_param({1.0}, kFloat64);
+  Tensor b = make_param({1.0}, kFloat64);
+  optim::Adam opt(std::vector<optim::ParamGroup>{{{a}, {}}, {{b}, {{"lr", 0.01}}}}, {.lr = 0.1});
+  set_grad(a, {2.0});
+  set_grad(b, {2.0});
+  opt.step();
+  CHECK(a.item<double>() == Approx(1 - 0.1 * 2 / (2 + 1e-8)).epsilon(1e-14));
+  CHECK(b.item<double>() == Approx(1 - 0.01 * 2 / (2 + 1e-8)).epsilon(1e-14));
+}
+
+TEST_CASE("Adam: bad options are errors") {
+  Tensor p = make_param({1.0}, kFloat32);
+  CHECK_THROWS_WITH(optim::Adam({p}, {.lr = -0.1}), Contains("Adam: expected lr >= 0"));
+  CHECK_THROWS_WITH(optim::AdamW({p}, {.beta1 = 1.0}),
+                    Contains("AdamW: expected beta1 in [0, 1), got 1"));
+  CHECK_THROWS_WITH(optim::Adam({p}, {.beta2 = -0.1}), Contains("expected beta2 in [0, 1)"));
+  CHECK_THROWS_WITH(optim::Adam({p}, {.eps = -1}), Contains("expected eps >= 0"));
+  CHECK_THROWS_WITH(optim::AdamW({p}, {.weight_decay = -1}),
+                    Contains("expected weight_decay >= 0"));
+}
+
+TEST_CASE("Adam and AdamW: found_inf skips the step leaving everything bit-identical") {
+  for (DType dtype : {kFloat32, kBFloat16, kFloat64}) {
+    for (bool decoupled : {false, true}) {
+      INFO(dtype_name(dtype) << " decoupled " << decoupled);
+      Tensor p = make_param(random_values(5, 64, dtype), dtype);
+      auto opt =
+          make_adam(p, {.lr = 0.01, .weight_decay = 0.1, .amsgrad = true, .decoupled = decoupled});
+      for (uint32_t s = 0; s < 2; ++s) {
+        set_grad(p, random_values(50 + s, 64, dtype));
+        opt->step();
+      }
+      const optim::ParamState before = opt->state(0, 0);
+      std::map<std::string, std::vector<unsigned char>> state_bytes;
+      for (const auto& [name, buffer] : before.buffers) state_bytes[name] = bytes_of(buffer);
+      const auto param_bytes = bytes_of(p);
+      set_grad(p, random_values(60, 64, dtype));
+      opt->step_scaled(scalar_tensor(8.0, kFloat32), scalar_tensor(1.0, kFloat32));
+      // An inf found by the scaler is also a skip (found_inf holds 1.0 in torch; any nonzero).
+      opt->step_scaled(Tensor(), scalar_tensor(2.0, kFloat32));
+      CHECK(bytes_of(p) == param_bytes);
+      const optim::ParamState& after = opt->state(0, 0);
+      CHECK(after.step == 2);
+      for (const auto& [name, buffer] : after.buffers) {
+        CHECK(bytes_of(buffer) == state_bytes.at(name));
+      }
+    }
+  }
+}
+
+TEST_CASE("Adam and AdamW: a scaled step equals a step on the divided gradients") {
+  for (DType dtype : {kFloat32, kBFloat16, kFloat64}) {
+    for (bool decoupled : {false, true}) {
+      INFO(dtype_name(dtype) << " decoupled " << decoupled);
+      const Values initial = random_values(6, 48, dtype);
+      Tensor scaled_param = make_param(initial, dtype);
+      Tensor plain_param = make_param(initial, dtype);
+      const AdamConfig c{.lr = 0.01, .weight_decay = 0.1, .amsgrad = true, .decoupled = decoupled};
+      auto scaled = make_adam(scaled_param, c);
+      auto plain = make_adam(plain_param, c);
+      for (uint32_t s = 0; s < 3; ++s) {
+        const Values grad = random_values(70 + s, 48, dtype);
+        Values grad_times_scale = grad;
+        for (double& g : grad_times_scale) g *= 1024;  // exact: a power of two
+        set_grad(scaled_param, grad_times_scale);
+        set_grad(plain_param, grad);
+        scaled->step_scaled(scalar_tensor(1024.0, kFloat32), scalar_tensor(0.0, kFloat32));
+        plain->step();
+        // The stored gradient is not unscaled in place.
+        CHECK(values_of(scaled_param.grad()) == grad_times_scale);
+      }
+      CHECK(bytes_of(scaled_param) == bytes_of(plain_param));
+      for (const auto& [name, buffer] : plain->state(0, 0).buffers) {
+        CHECK(bytes_of(scaled->state(0, 0).buffers.at(name)) == bytes_of(buffer));
+      }
+    }
+  }
+}
+
+TEST_CASE("Optimizer: the base has no scaled step") {
+  // An optimizer written without step_scaled answers false and throws.
+  struct Plain : optim::Optimizer {
+    explicit Plain(std::vector<Tensor> params)
+        : Optimizer({optim::ParamGroup{std::move(params), {}}}, {{"lr", 0.1}}) {}
+    void step() override {}
+    std::vector<std::string> state_buffer_names(const optim::ParamGroup&) const override {
+      return {};
+    }
+    bool keeps_step() const override { return false; }
+  };
+  Tensor p = make_param({1.0}, kFloat32);
+  Plain plain({p});
+  CHECK_FALSE(plain.supports_scaled_step());
+  CHECK_THROWS_WITH(plain.step_scaled(Tensor(), Tensor()),
+                    Contains("expected an optimizer that supports the scaled step"));
+}
+
+TEST_CASE("state_dict: torch's layout") {
+  Tensor a = make_param({1.0, 2.0}, kFloat32);
+  Tensor b = make_param({3.0}, kFloat32);
+  Tensor c = make_param({4.0, 5.0, 6.0}, kFloat32);
+  optim::Adam opt(std::vector<optim::ParamGroup>{{{a, b}, {}}, {{c}, {{"amsgrad", 1.0}}}},
+                  {.lr = 0.1});
+  set_grad(a, {1.0, 1.0});
+  set_grad(c, {1.0, 1.0, 1.0});
+  opt.step();
+  opt.step();
+  optim::OptimizerStateDict sd = opt.state_dict();
+  REQUIRE(sd.param_groups.size() == 2);
+  CHECK(sd.param_groups[0].params == std::vector<int64_t>{0, 1});
+  CHECK(sd.param_groups[1].params == std::vector<int64_t>{2});
+  CHECK(sd.param_groups[0].options.at("lr") == 0.1);
+  CHECK(sd.param_groups[1].options.at("amsgrad") == 1.0);
+  REQUIRE(sd.state.size() == 2);  // b has no gradient, so no state
+  CHECK(sd.state.count(1) == 0);
+  const auto& s0 = sd.state.at(0);
+  CHECK(s0.size() == 3);
+  CHECK(s0.at("step").dim() == 0);
+  CHECK(s0.at("step").dtype() == kFloat32);
+  CHECK(s0.at("step").item<double>() == 2.0);
+  CHECK(s0.at("exp_avg").sizes() == Shape{2});
+  CHECK(sd.state.at(2).count("max_exp_avg_sq") == 1);
+  // The buffers are copies: changing them changes nothing in the optimizer.
+  sd.state.at(0).at("exp_avg").fill_(100);
+  CHECK(values_of(opt.state(0, 0).buffers.at("exp_avg"))[0] != 100);
+
+  optim::SGD sgd({a}, {.lr = 0.1, .momentum = 0.9});
+  sgd.step();
+  const optim::OptimizerStateDict sgd_sd = sgd.state_dict();
+  CHECK(sgd_sd.state.at(0).size() == 1);
+  CHECK(sgd_sd.state.at(0).count("momentum_buffer") == 1);
+}
+
+TEST_CASE("state_dict: a round trip reproduces the next step exactly") {
+  for (DType dtype : {kFloat32, kBFloat16}) {
+    INFO(dtype_name(dtype));
+    const Values initial = random_values(7, 33, dtype);
+    Tensor p = make_param(initial, dtype);
+    optim::AdamW first({p}, {.lr = 0.01, .amsgrad = true});
+    for (uint32_t s = 0; s < 3; ++s) {
+      set_grad(p, random_values(80 + s, 33, dtype));
+      first.step();
+    }
+    Tensor q = make_param(values_of(p), dtype);
+    optim::AdamW second({q}, {.lr = 0.5});  // options come from the state dict
+    second.load_state_dict(first.state_dict());
+    CHECK(second.param_groups()[0].options.at("lr") == 0.01);
+    CHECK(second.param_groups()[0].options.at("amsgrad") == 1.0);
+    CHECK(second.state(0, 0).step == 3);
+    const Values grad = random_values(90, 33, dtype);
+    set_grad(p, grad);
+    set_grad(q, grad);
+    first.step();
+    second.step();
+    CHECK(bytes_of(p) == bytes_of(q));
+
+    // SGD's momentum buffer too.
+    Tensor r = make_param(initial, dtype);
+    optim::SGD sgd({r}, {.lr = 0.1, .momentum = 0.9, .nesterov = true});
+    set_grad(r, grad);
+    sgd.step();
+    Tensor u = make_param(values_of(r), dtype);
+    optim::SGD sgd2({u}, {.lr = 0.1, .momentum = 0.9, .nesterov = true});
+    sgd2.load_state_dict(sgd.state_dict());
+    set_grad(r, initial);
+    set_grad(u, initial);
+    sgd.step();
+    sgd2.step();
+    CHECK(bytes_of(r) == bytes_of(u));
+  }
+}
+
+TEST_CASE("load_state_dict: buffers are converted to the state dtype") {
+  Tensor p = make_param({1.0, 2.0}, kBFloat16);
+  optim::Adam opt({p}, {.lr = 0.1, .float32_state = true});
+  optim::OptimizerStateDict sd;
+  sd.param_groups.push_back({opt.param_groups()[0].options, {0}});
+  sd.state[0] = {{"step", scalar_tensor(4.0, kFloat32)},
+                 {"exp_avg", make_tensor({0.1, 0.2}, kFloat64)},
+                 {"exp_avg_sq", make_tensor({0.01, 0.04}, kFloat64)}};
+  opt.load_state_dict(sd);
+  CHECK(opt.state(0, 0).step == 4);
+  CHECK(opt.state(0, 0).buffers.at("exp_avg").dtype() == kFloat32);
+  CHECK(values_of(opt.state(0, 0).buffers.at("exp_avg")) == Values{double(0.1f), double(0.2f)});
+}
+
+TEST_CASE("load_state_dict: checks keys and shapes and changes nothing on error") {
+  Tensor a = make_param({1.0, 2.0}, kFloat32);
+  optim::Adam opt({a}, {.lr = 0.1});
+  set_grad(a, {1.0, 1.0});
+  opt.step();
+  const optim::OptimizerStateDict good = opt.state_dict();
+  const auto exp_avg_bytes = bytes_of(opt.state(0, 0).buffers.at("exp_avg"));
+
+  auto expect_unchanged = [&] {
+    CHECK(opt.state(0, 0).step == 1);
+    CHECK(bytes_of(opt.state(0, 0).buffers.at("exp_avg")) == exp_avg_bytes);
+    CHECK(opt.param_groups()[0].options.at("lr") == 0.1);
+  };
+
+  optim::OptimizerStateDict bad = good;
+  bad.param_groups.push_back(bad.param_groups[0]);
+  CHECK_THROWS_WITH(opt.load_state_dict(bad), Contains("expected 1 param groups, got 2"));
+
+  bad = good;
+  bad.param_groups[0].params.push_back(1);
+  CHECK_THROWS_WITH(opt.load_state_dict(bad),
+                    Contains("expected group 0 to hold 1 parameters, got 2"));
+
+  bad = good;
+  bad.param_groups[0].options["lr"] = 0.5;
+  bad.state[0]["exp_avg"] = zeros({3});
+  CHECK_THROWS_WITH(opt.load_state_dict(bad), Contains("of shape [2], got float32 [3]"));
+  expect_unchanged();
+
+  bad = good;
+  bad.param_groups[0].options["lr"] = 0.5;
+  bad.state[0]["momentum_buffer"] = zeros({2});
+  CHECK_THROWS_WITH(opt.load_state_dict(bad), Contains("got \"momentum_buffer\""));
+  expect_unchanged();
+
+  bad = good;
+  bad.state[0]["max_exp_avg_sq"] = zeros({2});  // amsgrad is off
+  CHECK_THROWS_WITH(opt.load_state_dict(bad), Contains("got \"max_exp_avg_sq\""));
+
+  bad = good;
+  bad.state[5] = good.state.at(0);
+  CHECK_THROWS_WITH(opt.load_state_dict(bad), Contains("got state for index 5"));
+
+  bad = good;
+  bad.param_groups[0].options["momentum"] = 0.9;
+  CHECK_THROWS_WITH(opt.load_state_dict(bad), Contains("unknown option \"momentum\""));
+
+  bad = good;
+  bad.state[0].erase("step");
+  CHECK_THROWS_WITH(opt.load_state_dict(bad), Contains("expected a \"step\""));
+  expect_unchanged();
+
+  opt.load_state_dict(good);
+  expect_unchanged();
+}
+
+TEST_CASE("AdamW: the result does not depend on the number of threads") {
+  const int threads = get_num_threads();
+  std::vector<std::vector<unsigned char>> results;
+  for (int t : {1, std::max(2, threads)}) {
+    set_num_threads(t);
+    Tensor p = make_param(random_values(8, 70001, kFloat32), kFloat32);
+    optim::AdamW opt({p}, {.lr = 0.01, .amsgrad = true});
+    for (uint32_t s = 0; s < 2; ++s) {
+      set_grad(p, random_values(300 + s, 70001, kFloat32));
+      opt.step();
+    }
+    results.push_back(bytes_of(p));
+  }
+  set_num_threads(threads);
+  CHECK(results[0] == results[1]);
+}
