@@ -1,0 +1,350 @@
+#include "halfgrad/amp/grad_scaler.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <utility>
+
+#include "halfgrad/autograd/grad_mode.h"
+#include "halfgrad/core/dtype.h"
+#include "halfgrad/core/error.h"
+#include "halfgrad/core/factory.h"
+#include "halfgrad/core/format.h"
+#include "halfgrad/core/half.h"
+#include "halfgrad/ops/ops.h"
+#include "halfgrad/optim/optimizer.h"
+
+namespace hg::amp {
+
+namespace {
+
+// NOTE [Unscale in one pass] For each (device, dtype) group of gradients, each gradient is
+// read once and written once: the loop multiplies by inv_scale and records whether the
+// value it read was finite (PyTorch checks the scaled value, before the multiply). The
+// multiply runs in float32 for float16/bfloat16/float32 gradients and in float64 for
+// float64 ones, with inv_scale the float32 rounding of 1/scale computed in float64.
+template <class T>
+bool unscale_contiguous(T* data, int64_t n, float inv_scale) {
+  bool non_finite = false;
+  if constexpr (std::is_same_v<T, double>) {
+    const double factor = inv_scale;
+    for (int64_t i = 0; i < n; ++i) {
+      non_finite |= !std::isfinite(data[i]);
+      data[i] *= factor;
+    }
+  } else if constexpr (std::is_same_v<T, float>) {
+    for (int64_t i = 0; i < n; ++i) {
+      non_finite |= !std::isfinite(data[i]);
+      data[i] *= inv_scale;
+    }
+  } else {
+    for (int64_t i = 0; i < n; ++i) {
+      const float value = static_cast<float>(data[i]);
+      non_finite |= !std::isfinite(value);
+      data[i] = T(value * inv_scale);
+    }
+  }
+  return non_finite;
+}
+
+// Unscales every gradient of one (device, dtype) group; returns whether any was not finite.
+bool unscale_group(const std::vector<Tensor*>& grads, DType dtype, float inv_scale) {
+  return visit_floating_dtype("unscale_", dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    bool non_finite = false;
+    for (Tensor* grad : grads) {
+      if (grad->is_contiguous()) {
+        non_finite |= unscale_contiguous(grad->data_ptr<T>(), grad->numel(), inv_scale);
+        grad->bump_version();
+      } else {
+        // A strided gradient (rare: the engine makes contiguous ones) goes through a
+        // contiguous copy, still one multiply per element.
+        Tensor dense = grad->contiguous();
+        non_finite |= unscale_contiguous(dense.data_ptr<T>(), dense.numel(), inv_scale);
+        grad->copy_(dense);
+      }
+    }
+    return non_finite;
+  });
+}
+
+void print_to_stderr(std::string_view message) {
+  std::fprintf(stderr, "halfgrad warning: %.*s\n", int(message.size()), message.data());
+}
+
+}  // namespace
+
+GradScaler::GradScaler(GradScalerOptions options)
+    : options_(std::move(options)), warning_handler_(print_to_stderr) {
+  if (!options_.enabled) return;
+  HG_CHECK(options_.growth_factor > 1.0, "GradScaler: the growth factor must be > 1.0, got {}",
+           options_.growth_factor);
+  HG_CHECK(options_.backoff_factor < 1.0, "GradScaler: the backoff factor must be < 1.0, got {}",
+           options_.backoff_factor);
+  HG_CHECK(options_.growth_interval >= 1, "GradScaler: the growth interval must be >= 1, got {}",
+           options_.growth_interval);
+  HG_CHECK(options_.hysteresis >= 0, "GradScaler: hysteresis must be >= 0, got {}",
+           options_.hysteresis);
+  HG_CHECK(std::isfinite(options_.init_scale) && options_.init_scale > 0.0,
+           "GradScaler: init_scale must be finite and > 0, got {}", options_.init_scale);
+  if (options_.min_scale) {
+    HG_CHECK(*options_.min_scale > 0.0 && *options_.min_scale <= options_.init_scale,
+             "GradScaler: min_scale must be in (0, init_scale = {}], got {}", options_.init_scale,
+             *options_.min_scale);
+  }
+  if (options_.max_scale) {
+    HG_CHECK(*options_.max_scale >= options_.init_scale,
+             "GradScaler: max_scale must be >= init_scale = {}, got {}", options_.init_scale,
+             *options_.max_scale);
+  }
+}
+
+void GradScaler::lazy_init_scale(Device device) {
+  // PyTorch creates the scale on the device of the first outputs it scales.
+  scale_ = full({1}, options_.init_scale, {.dtype = kFloat32, .device = device});
+  growth_tracker_ = full({1}, init_growth_tracker_, {.dtype = kInt32, .device = device});
+}
+
+void GradScaler::check_scale_initialized(const char* method) const {
+  HG_CHECK(scale_.defined(),
+           "GradScaler: {} was called but the scale is not initialized yet (expected "
+           "scaler.scale(loss) earlier in the iteration, got no call to scale())",
+           method);
+}
+
+Tensor GradScaler::scale_one(const Tensor& output) {
+  HG_CHECK(output.defined(), "GradScaler.scale: expected a defined tensor, got an undefined one");
+  if (!scale_.defined()) lazy_init_scale(output.device());
+  if (output.dtype() == kBFloat16 && !warned_bfloat16_) {
+    warned_bfloat16_ = true;
+    warning_handler_(
+        "GradScaler.scale: the loss is bfloat16, whose exponent range is float32's; bfloat16 "
+        "gradients do not underflow, so loss scaling is not needed (GradScaler(enabled=false))");
+  }
+  return output * scale_.to(output.device());
+}
+
+Tensor GradScaler::scale(const Tensor& outputs) {
+  if (!options_.enabled) return outputs;
+  return scale_one(outputs);
+}
+
+std::vector<Tensor> GradScaler::scale(const std::vector<Tensor>& outputs) {
+  if (!options_.enabled) return outputs;
+  std::vector<Tensor> scaled;
+  scaled.reserve(outputs.size());
+  for (const Tensor& output : outputs) scaled.push_back(scale_one(output));
+  return scaled;
+}
+
+void GradScaler::unscale_(optim::Optimizer& optimizer) {
+  if (!options_.enabled) return;
+  check_scale_initialized("unscale_()");
+  OptimizerState& state = per_optimizer_states_[&optimizer];
+  HG_CHECK(state.stage != Stage::kUnscaled,
+           "GradScaler: unscale_() has already been called on this optimizer since the last "
+           "update() (expected one unscale_() per optimizer per iteration, got a second)");
+  HG_CHECK(state.stage != Stage::kStepped,
+           "GradScaler: unscale_() is being called after step() (expected unscale_() before "
+           "step() in an iteration, got it after)");
+
+  // Collect the grads by (device, dtype), checking them all before any is modified.
+  std::map<std::pair<std::pair<int, int>, int>, std::vector<Tensor*>> groups;
+  std::map<std::pair<int, int>, Device> devices;
+  for (optim::ParamGroup& group : optimizer.param_groups()) {
+    for (Tensor& param : group.params) {
+      Tensor& grad = param.mutable_grad();
+      if (!grad.defined()) continue;
+      HG_CHECK(grad.dtype() != kFloat16,
+               "GradScaler.unscale_: attempting to unscale float16 gradients (expected "
+               "float32 parameters, as autocast keeps them, got a float16 parameter of "
+               "shape {})",
+               param.sizes());
+      HG_CHECK(grad.is_floating_point(), "GradScaler.unscale_: expected floating gradients, got {}",
+               dtype_name(grad.dtype()));
+      HG_CHECK(grad.device().is_cpu(),
+               "GradScaler.unscale_: gradients on {} are not supported by this build's "
+               "unscale kernel (expected cpu gradients, got {})",
+               grad.device(), grad.device());
+      const std::pair<int, int> device_key{int(grad.device().type), int(grad.device().index)};
+      devices.emplace(device_key, grad.device());
+      groups[{device_key, int(grad.dtype())}].push_back(&grad);
+    }
+  }
+
+  // The reciprocal in float64, then rounded to float32 (PyTorch's
+  // scale.double().reciprocal().float()).
+  const float inv_scale = static_cast<float>(1.0 / double(scale_.item<float>()));
+  NoGradGuard no_grad;
+  std::map<std::pair<int, int>, bool> found_inf_by_device;
+  for (const auto& [key, grads] : groups) {
+    const bool found = unscale_group(grads, DType(key.second), inv_scale);
+    found_inf_by_device[key.first] = found_inf_by_device[key.first] || found;
+  }
+  state.found_inf_per_device.clear();
+  for (const auto& [device_key, found] : found_inf_by_device) {
+    const Device device = devices.at(device_key);
+    state.found_inf_per_device.emplace_back(
+        device, full({1}, found ? 1.0 : 0.0, {.dtype = kFloat32, .device = device}));
+  }
+  state.stage = Stage::kUnscaled;
+}
+
+bool GradScaler::step(optim::Optimizer& optimizer) {
+  if (!options_.enabled) {
+    optimizer.step();
+    last_step_skipped_ = false;
+    return true;
+  }
+  check_scale_initialized("step()");
+  HG_CHECK(per_optimizer_states_[&optimizer].stage != Stage::kStepped,
+           "GradScaler: step() has already been called since the last update() (expected one "
+           "step() per optimizer per iteration, got a second)");
+  if (per_optimizer_states_[&optimizer].stage == Stage::kReady) unscale_(optimizer);
+  OptimizerState& state = per_optimizer_states_[&optimizer];
+  HG_CHECK(!state.found_inf_per_device.empty(),
+           "GradScaler.step: no inf checks were recorded for this optimizer (expected at "
+           "least one parameter with a gradient, got none)");
+
+  // An optimizer that takes (grad_scale, found_inf) on the device (a fused AdamW) would be
+  // handed the flags here and step without this host read; optim::Optimizer has no such
+  // entry point yet, so the flags are read and step() is called or skipped.
+  double found_inf = 0.0;
+  for (const auto& [device, flag] : state.found_inf_per_device) found_inf += flag.item<float>();
+  const bool stepped = found_inf == 0.0;
+  if (stepped) optimizer.step();
+  state.stage = Stage::kStepped;
+  last_step_skipped_ = !stepped;
+  return stepped;
+}
+
+double GradScaler::found_inf_sum() const {
+  double sum = 0.0;
+  for (const auto& [optimizer, state] : per_optimizer_states_) {
+    for (const auto& [device, flag] : state.found_inf_per_device) sum += flag.item<float>();
+  }
+  return sum;
+}
+
+// PyTorch's _amp_update_scale_, in float32 for the scale, plus the optional hysteresis and
+// bounds.
+void GradScaler::apply_update_rule(bool found_inf) {
+  const float scale = scale_.item<float>();
+  const int32_t tracker = growth_tracker_.item<int32_t>();
+  float new_scale = scale;
+  int32_t new_tracker = tracker;
+  if (found_inf) {
+    new_tracker = 0;
+    ++overflow_tracker_;
+    if (overflow_tracker_ > options_.hysteresis) {
+      new_scale = static_cast<float>(double(scale) * options_.backoff_factor);
+      if (options_.min_scale && double(new_scale) < *options_.min_scale) {
+        new_scale = static_cast<float>(*options_.min_scale);
+      }
+    }
+  } else {
+    overflow_tracker_ = 0;
+    const int64_t successful = int64_t(tracker) + 1;
+    if (successful == options_.growth_interval) {
+      float grown = static_cast<float>(double(scale) * options_.growth_factor);
+      if (options_.max_scale && double(grown) > *options_.max_scale) {
+        grown = std::max(scale, static_cast<float>(*options_.max_scale));
+      }
+      if (std::isfinite(grown)) new_scale = grown;
+      new_tracker = 0;
+    } else {
+      new_tracker = int32_t(successful);
+    }
+  }
+  NoGradGuard no_grad;
+  scale_.fill_(double(new_scale));
+  growth_tracker_.fill_(int64_t(new_tracker));
+}
+
+void GradScaler::update(std::optional<double> new_scale) {
+  if (!options_.enabled) return;
+  check_scale_initialized("update()");
+  bool any_inf_check = false;
+  for (const auto& [optimizer, state] : per_optimizer_states_) {
+    any_inf_check = any_inf_check || !state.found_inf_per_device.empty();
+  }
+  const double scale_used = options_.record_history ? double(scale_.item<float>()) : 0.0;
+  bool skipped = false;
+  if (new_scale) {
+    if (any_inf_check) skipped = found_inf_sum() != 0.0;
+    NoGradGuard no_grad;
+    scale_.fill_(*new_scale);
+  } else {
+    HG_CHECK(any_inf_check,
+             "GradScaler: no inf checks were recorded prior to update() (expected step() or "
+             "unscale_() on at least one optimizer since the last update(), got none)");
+    skipped = found_inf_sum() != 0.0;
+    apply_update_rule(skipped);
+  }
+  if (options_.record_history) history_.push_back({update_count_, scale_used, skipped});
+  ++update_count_;
+  per_optimizer_states_.clear();
+}
+
+double GradScaler::get_scale() const {
+  if (!options_.enabled) return 1.0;
+  if (!scale_.defined()) return options_.init_scale;
+  return double(scale_.item<float>());
+}
+
+std::map<std::string, double> GradScaler::state_dict() const {
+  if (!options_.enabled) return {};
+  std::map<std::string, double> state{
+      {"scale", get_scale()},
+      {"growth_factor", options_.growth_factor},
+      {"backoff_factor", options_.backoff_factor},
+      {"growth_interval", double(options_.growth_interval)},
+      {"_growth_tracker", growth_tracker_.defined() ? double(growth_tracker_.item<int32_t>())
+                                                    : double(init_growth_tracker_)},
+  };
+  if (options_.hysteresis > 0) state["_overflow_tracker"] = double(overflow_tracker_);
+  return state;
+}
+
+void GradScaler::load_state_dict(const std::map<std::string, double>& state) {
+  if (!options_.enabled) return;
+  HG_CHECK(!state.empty(),
+           "GradScaler.load_state_dict: the state dict is empty, possibly saved from a disabled "
+           "GradScaler (expected the keys scale, growth_factor, backoff_factor, growth_interval, "
+           "_growth_tracker, got none)");
+  for (const char* key :
+       {"scale", "growth_factor", "backoff_factor", "growth_interval", "_growth_tracker"}) {
+    HG_CHECK(state.count(key) == 1,
+             "GradScaler.load_state_dict: expected the key \"{}\", got a state dict without it",
+             key);
+  }
+  options_.init_scale = state.at("scale");
+  options_.growth_factor = state.at("growth_factor");
+  options_.backoff_factor = state.at("backoff_factor");
+  options_.growth_interval = int64_t(state.at("growth_interval"));
+  // Before the first scale() the values wait for the lazy initialization, as in PyTorch.
+  init_growth_tracker_ = int64_t(state.at("_growth_tracker"));
+  NoGradGuard no_grad;
+  if (scale_.defined()) scale_.fill_(state.at("scale"));
+  if (growth_tracker_.defined()) growth_tracker_.fill_(init_growth_tracker_);
+  const auto overflow = state.find("_overflow_tracker");
+  overflow_tracker_ = overflow != state.end() ? int64_t(overflow->second) : 0;
+}
+
+void GradScaler::write_history_csv(const std::string& path) const {
+  std::ofstream out(path);
+  HG_CHECK(out.good(), "GradScaler.write_history_csv: expected a writable path, got \"{}\"", path);
+  out << "step,scale,skipped\n";
+  for (const HistoryEntry& entry : history_) {
+    out << fmt::format("{},{},{}\n", entry.step, entry.scale, entry.skipped ? 1 : 0);
+  }
+  HG_CHECK(out.good(), "GradScaler.write_history_csv: writing \"{}\" failed", path);
+}
+
+void GradScaler::set_warning_handler(std::function<void(std::string_view)> handler) {
+  warning_handler_ =
+      handler ? std::move(handler) : std::function<void(std::string_view)>(print_to_stderr);
+}
+
+}  // namespace hg::amp

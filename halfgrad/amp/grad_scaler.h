@@ -1,0 +1,150 @@
+// GradScaler: dynamic loss scaling with torch.amp.GradScaler's semantics.
+//
+//   amp::GradScaler scaler;                      // init_scale 65536, growth 2, backoff 0.5
+//   for (...) {
+//     opt.zero_grad();
+//     Tensor loss;
+//     { amp::Autocast autocast(kCUDA, kFloat16); loss = mse_loss(model(x), y); }
+//     scaler.scale(loss).backward();             // fp16 grads stay above the underflow line
+//     scaler.unscale_(opt);                      // optional: true grads, e.g. for clipping
+//     scaler.step(opt);                          // skipped when a grad is inf or NaN
+//     scaler.update();                           // backoff on inf, growth after clean runs
+//   }
+//
+// NOTE [Scaler state machine] Each optimizer (identified by its address) goes through
+// READY -> UNSCALED -> STEPPED between two update() calls; unscale_ twice, unscale_ after
+// step, and step twice are errors, as in PyTorch. update() combines the found_inf flags
+// of every optimizer of the iteration and resets them all to READY.
+//
+// The scale and the growth tracker live in one-element tensors (float32, int32) on the
+// device of the first tensor scale() sees; found_inf is a one-element float32 tensor per
+// device. With enabled = false every method is a pass-through: scale() returns its input,
+// step() calls optimizer.step(), the rest do nothing.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "halfgrad/core/device.h"
+#include "halfgrad/core/tensor.h"
+
+namespace hg::optim {
+class Optimizer;
+}
+
+namespace hg::amp {
+
+struct GradScalerOptions {
+  // PyTorch's parameters and defaults.
+  double init_scale = 65536.0;
+  double growth_factor = 2.0;      // must be > 1
+  double backoff_factor = 0.5;     // must be < 1
+  int64_t growth_interval = 2000;  // clean steps in a row before the scale grows
+  bool enabled = true;
+
+  // Beyond PyTorch; the defaults leave PyTorch's behaviour unchanged.
+  // Bounds the scale that update() computes (growth stops at max_scale, backoff stops at
+  // min_scale). A scale set explicitly by update(new_scale) is not bounded.
+  std::optional<double> min_scale = std::nullopt;
+  std::optional<double> max_scale = std::nullopt;
+  // Overflowing steps in a row that are skipped without backing off; the next one backs
+  // off (and each one after it). Every overflowing step is skipped and resets the growth
+  // tracker; a clean step resets the count. 0: back off on every overflow (PyTorch).
+  int64_t hysteresis = 0;
+  // Keep one HistoryEntry per update() (a host read of the flags each iteration).
+  bool record_history = false;
+};
+
+// One iteration as update() saw it: the scale the iteration ran with and whether any
+// optimizer step of it was skipped.
+struct HistoryEntry {
+  int64_t step;  // 0 for the first update()
+  double scale;
+  bool skipped;
+};
+
+class GradScaler {
+ public:
+  explicit GradScaler(GradScalerOptions options = {});
+  GradScaler(const GradScaler&) = delete;
+  GradScaler& operator=(const GradScaler&) = delete;
+
+  // outputs * scale (the result is float32 or wider, as PyTorch's promotion of a
+  // one-element float32 tensor makes it). Disabled: the input itself.
+  Tensor scale(const Tensor& outputs);
+  std::vector<Tensor> scale(const std::vector<Tensor>& outputs);
+
+  // Multiplies every gradient of the optimizer's parameters by 1/scale (the reciprocal in
+  // float64, applied in float32) and records, per device, whether any gradient held an inf
+  // or a NaN. float16 gradients are an error (the parameters the optimizer updates should
+  // be float32), as in PyTorch.
+  void unscale_(optim::Optimizer& optimizer);
+
+  // Unscales (unless unscale_ already did) and calls optimizer.step() unless a gradient was
+  // not finite, in which case the parameters are left untouched. Returns whether the
+  // optimizer stepped (PyTorch returns step()'s value, or None when skipped).
+  bool step(optim::Optimizer& optimizer);
+
+  // Updates the scale from this iteration's found_inf flags, or sets it to new_scale.
+  void update(std::optional<double> new_scale = std::nullopt);
+
+  // The current scale (init_scale before the first scale(); 1 when disabled).
+  double get_scale() const;
+  double get_growth_factor() const { return options_.growth_factor; }
+  void set_growth_factor(double growth_factor) { options_.growth_factor = growth_factor; }
+  double get_backoff_factor() const { return options_.backoff_factor; }
+  void set_backoff_factor(double backoff_factor) { options_.backoff_factor = backoff_factor; }
+  int64_t get_growth_interval() const { return options_.growth_interval; }
+  void set_growth_interval(int64_t growth_interval) { options_.growth_interval = growth_interval; }
+  bool is_enabled() const { return options_.enabled; }
+
+  // Keys "scale", "growth_factor", "backoff_factor", "growth_interval", "_growth_tracker"
+  // (and "_overflow_tracker" when hysteresis is on); empty when disabled, as in PyTorch.
+  std::map<std::string, double> state_dict() const;
+  // A missing key is an error naming it (before anything changes). Disabled: does nothing.
+  void load_state_dict(const std::map<std::string, double>& state);
+
+  // ---- beyond PyTorch ----------------------------------------------------------------------
+
+  // Whether the most recent step() skipped the optimizer step.
+  bool last_step_skipped() const { return last_step_skipped_; }
+  const std::vector<HistoryEntry>& history() const { return history_; }
+  // "step,scale,skipped" and one line per entry.
+  void write_history_csv(const std::string& path) const;
+  // Where the one-time warning about scaling a bfloat16 loss goes (stderr by default).
+  void set_warning_handler(std::function<void(std::string_view)> handler);
+
+ private:
+  enum class Stage { kReady, kUnscaled, kStepped };
+  struct OptimizerState {
+    Stage stage = Stage::kReady;
+    std::vector<std::pair<Device, Tensor>> found_inf_per_device;
+  };
+
+  void lazy_init_scale(Device device);
+  void check_scale_initialized(const char* method) const;
+  Tensor scale_one(const Tensor& output);
+  // Sum of every found_inf flag recorded since the last update (a host read).
+  double found_inf_sum() const;
+  void apply_update_rule(bool found_inf);
+
+  GradScalerOptions options_;
+  Tensor scale_;                     // [1] float32
+  Tensor growth_tracker_;            // [1] int32
+  int64_t init_growth_tracker_ = 0;  // the tracker lazy_init_scale starts from
+  int64_t overflow_tracker_ = 0;     // consecutive overflowing steps (hysteresis)
+  std::unordered_map<const optim::Optimizer*, OptimizerState> per_optimizer_states_;
+  bool last_step_skipped_ = false;
+  bool warned_bfloat16_ = false;
+  int64_t update_count_ = 0;
+  std::vector<HistoryEntry> history_;
+  std::function<void(std::string_view)> warning_handler_;
+};
+
+}  // namespace hg::amp
