@@ -11,6 +11,7 @@
 #pragma once
 
 #include "halfgrad/amp/autocast_state.h"
+#include "halfgrad/amp/grad_scaler.h"
 #include "halfgrad/amp/trace.h"
 #include "halfgrad/autograd/anomaly.h"
 #include "halfgrad/autograd/engine.h"
@@ -42,4 +43,5 @@
 #include "halfgrad/nn/transformer.h"
 #include "halfgrad/nn/utils.h"
 #include "halfgrad/ops/op.h"
+#include "halfgrad/optim/optim.h"
 #include "halfgrad/ops/ops.h"

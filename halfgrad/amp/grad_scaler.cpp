@@ -207,13 +207,21 @@ bool GradScaler::step(optim::Optimizer& optimizer) {
            "GradScaler.step: no inf checks were recorded for this optimizer (expected at "
            "least one parameter with a gradient, got none)");
 
-  // An optimizer that takes (grad_scale, found_inf) on the device (a fused AdamW) would be
-  // handed the flags here and step without this host read; optim::Optimizer has no such
-  // entry point yet, so the flags are read and step() is called or skipped.
+  // An optimizer with a scaled step (SGD, Adam, AdamW) is handed the flag and skips by itself,
+  // so its decision reads no host value; the grads are already unscaled (grad_scale undefined).
+  // The bool returned here is read on the host. (Handing it grad_scale instead, and skipping
+  // the separate unscale pass, is torch's fused path: one pass over the grads fewer.)
   double found_inf = 0.0;
   for (const auto& [device, flag] : state.found_inf_per_device) found_inf += flag.item<float>();
   const bool stepped = found_inf == 0.0;
-  if (stepped) optimizer.step();
+  if (optimizer.supports_scaled_step()) {
+    const Tensor& flag = state.found_inf_per_device.size() == 1
+                             ? state.found_inf_per_device.front().second
+                             : full({1}, found_inf, kFloat32);
+    optimizer.step_scaled(Tensor(), flag);
+  } else if (stepped) {
+    optimizer.step();
+  }
   state.stage = Stage::kStepped;
   last_step_skipped_ = !stepped;
   return stepped;

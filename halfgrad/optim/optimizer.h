@@ -96,8 +96,9 @@ class Optimizer {
   // The state of a parameter, created empty on first use.
   ParamState& mutable_state(size_t group, size_t index);
   // The buffer names a parameter of `group` may hold, and whether "step" is kept.
-  virtual std::vector<std::string> state_buffer_names(const ParamGroup& group) const = 0;
-  virtual bool keeps_step() const = 0;
+  // Defaults for an optimizer without per-parameter state (no buffers, no step count).
+  virtual std::vector<std::string> state_buffer_names(const ParamGroup& group) const { return {}; }
+  virtual bool keeps_step() const { return false; }
   // The dtype the buffers of `param` are kept in (the param's dtype unless overridden).
   virtual DType state_dtype(const Tensor& param) const { return param.dtype(); }
 

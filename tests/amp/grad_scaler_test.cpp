@@ -614,3 +614,40 @@ TEST_CASE("GradScaler history records each iteration and writes CSV", "[grad_sca
   amp::GradScaler quiet;
   CHECK(quiet.history().empty());
 }
+
+TEST_CASE("GradScaler drives AdamW's scaled step and skips an overflow on its own",
+          "[grad_scaler][optim]") {
+  // Two identical models; the scaled one sees an inf gradient at iteration 1 and must end
+  // where the control ends after skipping that iteration.
+  manual_seed(31);
+  const Tensor w0 = randn({4, 3});
+  const Tensor x = randn({5, 3});
+  Tensor w = w0.clone().requires_grad_();
+  Tensor control = w0.clone().requires_grad_();
+  optim::AdamW opt({w}, {.lr = 0.01});
+  optim::AdamW control_opt({control}, {.lr = 0.01});
+  REQUIRE(opt.supports_scaled_step());
+  amp::GradScaler scaler(amp::GradScalerOptions{.init_scale = 1024.0});
+  for (int iteration = 0; iteration < 3; ++iteration) {
+    opt.zero_grad();
+    scaler.scale(sum(mul(matmul(x, w.t()), matmul(x, w.t())))).backward();
+    if (iteration == 1) {
+      NoGradGuard no_grad;
+      w.mutable_grad().select(0, 0).select(0, 0).fill_(INFINITY);
+    }
+    const std::vector<float> before = w.to_vector<float>();
+    const bool stepped = scaler.step(opt);
+    scaler.update();
+    CHECK(stepped == (iteration != 1));
+    if (iteration == 1) {
+      CHECK(w.to_vector<float>() == before);  // bit-identical
+      CHECK(scaler.get_scale() == 512.0);
+      continue;
+    }
+    control_opt.zero_grad();
+    sum(mul(matmul(x, control.t()), matmul(x, control.t()))).backward();
+    control_opt.step();
+  }
+  const std::vector<float> a = w.to_vector<float>(), b = control.to_vector<float>();
+  for (size_t i = 0; i < a.size(); ++i) CHECK(a[i] == Approx(b[i]).epsilon(1e-5));
+}
