@@ -1,0 +1,106 @@
+#include "halfgrad/amp/loss_scaler.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "halfgrad/autograd/grad_mode.h"
+#include "halfgrad/core/error.h"
+#include "halfgrad/ops/ops.h"
+
+namespace hg::amp {
+
+bool grads_have_inf_or_nan(const std::vector<Tensor>& params) {
+  NoGradGuard no_grad;
+  for (const Tensor& p : params) {
+    if (!p.defined() || !p.grad().defined()) continue;
+    for (double v : p.grad().detach().to_vector<double>()) {
+      if (!std::isfinite(v)) return true;
+    }
+  }
+  return false;
+}
+
+LossScaler::LossScaler(double scale) : cur_scale_(scale) {
+  HG_CHECK(std::isfinite(scale) && scale > 0,
+           "LossScaler: expected a positive finite scale, got {}", scale);
+}
+
+bool LossScaler::has_overflow(const std::vector<Tensor>& /*params*/) const { return false; }
+
+void LossScaler::update_scale(bool /*overflow*/) { ++cur_iter_; }
+
+void LossScaler::set_loss_scale(double scale) {
+  HG_CHECK(std::isfinite(scale) && scale > 0,
+           "loss_scale: expected a positive finite scale, got {}", scale);
+  cur_scale_ = scale;
+}
+
+Tensor LossScaler::scale_loss(const Tensor& loss) const {
+  HG_CHECK(loss.defined(), "scale_loss: expected a defined loss tensor, got an undefined one");
+  return loss.to(kFloat32) * Scalar(cur_scale_);
+}
+
+namespace {
+double need(const std::map<std::string, double>& state, const char* key) {
+  auto it = state.find(key);
+  HG_CHECK(it != state.end(), "LossScaler.load_state_dict: expected key '{}', missing", key);
+  return it->second;
+}
+}  // namespace
+
+std::map<std::string, double> LossScaler::state_dict() const {
+  return {{"cur_scale", cur_scale_}, {"cur_iter", double(cur_iter_)}};
+}
+
+void LossScaler::load_state_dict(const std::map<std::string, double>& state) {
+  double scale = need(state, "cur_scale");
+  double iter = need(state, "cur_iter");
+  HG_CHECK(std::isfinite(scale) && scale > 0,
+           "LossScaler.load_state_dict: expected a positive finite cur_scale, got {}", scale);
+  cur_scale_ = scale;
+  cur_iter_ = int64_t(iter);
+}
+
+DynamicLossScaler::DynamicLossScaler(double init_scale, double scale_factor, int64_t scale_window)
+    : LossScaler(init_scale), scale_factor_(scale_factor), scale_window_(scale_window) {
+  HG_CHECK(scale_factor > 1, "DynamicLossScaler: expected scale_factor > 1, got {}", scale_factor);
+  HG_CHECK(scale_window > 0, "DynamicLossScaler: expected scale_window > 0, got {}", scale_window);
+}
+
+bool DynamicLossScaler::has_overflow(const std::vector<Tensor>& params) const {
+  return grads_have_inf_or_nan(params);
+}
+
+void DynamicLossScaler::update_scale(bool overflow) {
+  if (overflow) {
+    cur_scale_ = std::max(cur_scale_ / scale_factor_, 1.0);
+    last_overflow_iter_ = cur_iter_;
+  } else if ((cur_iter_ - last_overflow_iter_) % scale_window_ == 0) {
+    cur_scale_ *= scale_factor_;
+  }
+  ++cur_iter_;
+}
+
+std::map<std::string, double> DynamicLossScaler::state_dict() const {
+  std::map<std::string, double> out = LossScaler::state_dict();
+  out["last_overflow_iter"] = double(last_overflow_iter_);
+  out["scale_factor"] = scale_factor_;
+  out["scale_window"] = double(scale_window_);
+  return out;
+}
+
+void DynamicLossScaler::load_state_dict(const std::map<std::string, double>& state) {
+  double last = need(state, "last_overflow_iter");
+  double factor = need(state, "scale_factor");
+  double window = need(state, "scale_window");
+  HG_CHECK(factor > 1, "DynamicLossScaler.load_state_dict: expected scale_factor > 1, got {}",
+           factor);
+  HG_CHECK(window >= 1, "DynamicLossScaler.load_state_dict: expected scale_window >= 1, got {}",
+           window);
+  LossScaler::load_state_dict(state);
+  last_overflow_iter_ = int64_t(last);
+  scale_factor_ = factor;
+  scale_window_ = int64_t(window);
+}
+
+}  // namespace hg::amp
