@@ -264,3 +264,50 @@ TEST_CASE("FP16Optimizer state_dict round trip", "[amp][apex]") {
   CHECK(opt2.loss_scale() == scale);
   CHECK(values(opt2.optimizer().param_groups()[0].params[0]) == master0);
 }
+
+TEST_CASE("FP16Optimizer wraps an optimizer with mixed-dtype param groups", "[amp][apex]") {
+  auto half_lin = std::make_shared<nn::Linear>(3, 2);
+  auto float_lin = std::make_shared<nn::Linear>(2, 1);
+  half_lin->half();
+  auto sgd = std::make_unique<optim::SGD>(
+      std::vector<optim::ParamGroup>{{half_lin->parameters(), {{"lr", 0.5}}},
+                                     {float_lin->parameters(), {{"lr", 0.25}}}},
+      optim::SGDOptions{.lr = 0.1});
+  amp::FP16Optimizer opt(std::move(sgd), {.static_loss_scale = 4.0});
+  auto& groups = opt.optimizer().param_groups();
+  REQUIRE(groups.size() == 2);
+  CHECK(groups[0].params[0].dtype() == kFloat32);
+  CHECK_FALSE(groups[0].params[0].is_same(half_lin->weight));
+  CHECK(groups[1].params[0].is_same(float_lin->weight));  // float32 params are their own masters
+
+  std::vector<double> hw = values(half_lin->weight), fw = values(float_lin->weight);
+  // the fp16 backward sees float_lin's weight rounded to fp16; x and the scale are powers of
+  // two, so the fp16 grads are exact products
+  std::vector<double> fw16 = values(float_lin->weight.to(kFloat16));
+  Tensor x = tensor({1.0, -2.0, 0.5}, {1, 3});
+  Tensor out = (*float_lin)((*half_lin)(x.to(kFloat16)).to(kFloat32));
+  opt.backward(sum(out));
+  std::vector<std::vector<Tensor>> grads = opt.inspect_master_grad_data();
+  // d out / d float_lin.weight = hidden (unscaled: the float32 grad was divided by 4 too)
+  std::vector<double> hidden = values((*half_lin)(x.to(kFloat16)));
+  CHECK(values(grads[1][0]) == hidden);
+  REQUIRE(opt.step());
+  for (size_t i = 0; i < fw.size(); ++i)
+    CHECK(values(float_lin->weight)[i] == Approx(fw[i] - 0.25 * hidden[i]));
+  // d out / d half_lin.weight[j][k] = fp16(float_lin.weight[j]) * x[k], step lr 0.5 on the master
+  std::vector<double> xs{1.0, -2.0, 0.5};
+  std::vector<double> master = values(groups[0].params[0]);
+  for (size_t j = 0; j < 2; ++j) {
+    for (size_t k = 0; k < 3; ++k) {
+      CHECK(master[j * 3 + k] == Approx(hw[j * 3 + k] - 0.5 * fw16[j] * xs[k]).epsilon(1e-6));
+    }
+  }
+  CHECK(values(half_lin->weight) == values(groups[0].params[0].to(kFloat16)));
+
+  // an optimizer that has already stepped is refused
+  auto lin = std::make_shared<nn::Linear>(2, 2);
+  auto stepped = std::make_unique<optim::Adam>(lin->parameters());
+  sum((*lin)(ones({1, 2}))).backward();
+  stepped->step();
+  CHECK_THROWS_WITH(amp::FP16Optimizer(std::move(stepped)), Contains("has not stepped yet"));
+}
