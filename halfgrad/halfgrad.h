@@ -11,7 +11,10 @@
 #pragma once
 
 #include "halfgrad/amp/autocast_state.h"
+#include "halfgrad/amp/fp16_optimizer.h"
 #include "halfgrad/amp/grad_scaler.h"
+#include "halfgrad/amp/loss_scaler.h"
+#include "halfgrad/amp/master_params.h"
 #include "halfgrad/amp/trace.h"
 #include "halfgrad/autograd/anomaly.h"
 #include "halfgrad/autograd/engine.h"
