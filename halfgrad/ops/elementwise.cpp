@@ -10,6 +10,7 @@
 #include "halfgrad/core/factory.h"
 #include "halfgrad/core/format.h"
 #include "halfgrad/cpu/elementwise.h"
+#include "halfgrad/ops/backward_helpers.h"
 #include "halfgrad/ops/dispatch.h"
 #include "halfgrad/ops/ops.h"
 #include "halfgrad/ops/type_promotion.h"
@@ -24,8 +25,7 @@ using Grads = std::vector<Tensor>;
 
 // The gradient for an input of `input`'s shape and dtype from a gradient of the result.
 Tensor grad_for(const Tensor& grad, const Tensor& input) {
-  const Tensor reduced = grad.sizes() == input.sizes() ? grad : sum_to_size(grad, input.sizes());
-  return reduced.dtype() == input.dtype() ? reduced : reduced.to(input.dtype());
+  return ops::reduce_grad(grad, input.sizes(), input.dtype());
 }
 
 Tensor as_operand(Scalar value, DType dtype) { return scalar_tensor(value, dtype); }
@@ -52,16 +52,12 @@ struct AddSub {
   Grads backward(OpContext& ctx, const Grads& grads) {
     const Tensor& g = grads[0];
     Grads out(2);
-    if (ctx.needs_input_grad(0)) out[0] = reduce_to(g, a_sizes, a_dtype);
+    if (ctx.needs_input_grad(0)) out[0] = ops::reduce_grad(g, a_sizes, a_dtype);
     if (ctx.needs_input_grad(1)) {
       const double scale = Id == OpId::add ? alpha : -alpha;
-      out[1] = reduce_to(scale == 1.0 ? g : mul(g, scale), b_sizes, b_dtype);
+      out[1] = ops::reduce_grad(scale == 1.0 ? g : mul(g, scale), b_sizes, b_dtype);
     }
     return out;
-  }
-  static Tensor reduce_to(const Tensor& g, const Shape& sizes, DType dtype) {
-    const Tensor reduced = g.sizes() == sizes ? g : sum_to_size(g, sizes);
-    return reduced.dtype() == dtype ? reduced : reduced.to(dtype);
   }
 };
 

@@ -7,6 +7,7 @@
 #include "halfgrad/core/format.h"
 #include "halfgrad/core/view.h"
 #include "halfgrad/cpu/gemm.h"
+#include "halfgrad/ops/backward_helpers.h"
 #include "halfgrad/ops/dispatch.h"
 #include "halfgrad/ops/ops.h"
 
@@ -66,7 +67,7 @@ struct AddMm {
     const Tensor& g = grads[0];
     Grads out(3);
     if (ctx.needs_input_grad(0)) {
-      out[0] = sum_to_size(beta == 1.0 ? g : mul(g, beta), input_sizes).to(input_dtype);
+      out[0] = ops::reduce_grad(beta == 1.0 ? g : mul(g, beta), input_sizes, input_dtype);
     }
     if (ctx.needs_input_grad(1)) out[1] = scaled(mm(g, b.t()), alpha);
     if (ctx.needs_input_grad(2)) out[2] = scaled(mm(a.t(), g), alpha);
@@ -116,7 +117,7 @@ struct BaddBmm {
     const Tensor& g = grads[0];
     Grads out(3);
     if (ctx.needs_input_grad(0)) {
-      out[0] = sum_to_size(beta == 1.0 ? g : mul(g, beta), input_sizes).to(input_dtype);
+      out[0] = ops::reduce_grad(beta == 1.0 ? g : mul(g, beta), input_sizes, input_dtype);
     }
     if (ctx.needs_input_grad(1)) out[1] = AddMm::scaled(bmm(g, b.transpose(1, 2)), alpha);
     if (ctx.needs_input_grad(2)) out[2] = AddMm::scaled(bmm(a.transpose(1, 2), g), alpha);

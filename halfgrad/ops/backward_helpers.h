@@ -1,0 +1,16 @@
+// Helpers shared by ops' backward formulas.
+#pragma once
+
+#include "halfgrad/ops/ops.h"
+
+namespace hg::ops {
+
+// The gradient of an input of `sizes` and `dtype` from a gradient of the op's (possibly
+// broadcast, possibly promoted) result: summed over the broadcast dims, cast back to the
+// input's dtype. Both steps are ops, so the result can be differentiated again.
+inline Tensor reduce_grad(const Tensor& grad, const Shape& sizes, DType dtype) {
+  const Tensor reduced = grad.sizes() == sizes ? grad : sum_to_size(grad, sizes);
+  return reduced.dtype() == dtype ? reduced : reduced.to(dtype);
+}
+
+}  // namespace hg::ops
