@@ -23,7 +23,7 @@ namespace {
 using CastRow = void (*)(char* dst, int64_t dst_step, const char* src, int64_t src_step, int64_t n);
 
 // Contiguous float32 <-> float16/bfloat16 rows go through the vector conversions (same
-// bits as cast_value, several times faster). Returns false for other pairs.
+// bits as cast_value, whole vectors at a time). Returns false for other pairs.
 template <class To, class From>
 bool vector_cast(char* dst, const char* src, int64_t n) {
   if constexpr (std::is_same_v<To, Half> && std::is_same_v<From, float>) {
