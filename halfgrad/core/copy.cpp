@@ -69,13 +69,6 @@ CastRow cast_row_for(DType to, DType from) {
   });
 }
 
-std::array<Shape, 2> byte_strides(const Tensor& a, const Tensor& b) {
-  std::array<Shape, 2> out{a.strides(), b.strides()};
-  for (int64_t& s : out[0]) s *= int64_t(a.element_size());
-  for (int64_t& s : out[1]) s *= int64_t(b.element_size());
-  return out;
-}
-
 // Floating -> integer conversion is defined only for values whose truncation fits; NaN, inf
 // and out-of-range values are an error. Checked over the whole source before anything is
 // written, so a failed copy leaves the destination untouched.
@@ -95,8 +88,7 @@ void check_fits_integer(const Tensor& src, DType to) {
           if (!fits && !found.exchange(true)) offending = static_cast<double>(value);
         }
       };
-      Shape strides = src.strides();
-      for (int64_t& s : strides) s *= int64_t(src.element_size());
+      const Shape strides = byte_strides(src);
       for_each_row<1>(src.sizes(), {static_cast<char*>(src.data_ptr())}, {strides}, scan);
     }
   });
@@ -121,7 +113,7 @@ void copy_elements(const Tensor& dst, const Tensor& src) {
   const CastRow row = cast_row_for(dst.dtype(), src.dtype());
   for_each_row<2>(dst.sizes(),
                   {static_cast<char*>(dst.data_ptr()), static_cast<char*>(src.data_ptr())},
-                  byte_strides(dst, src),
+                  {byte_strides(dst), byte_strides(src)},
                   [row](std::array<char*, 2> ptrs, std::array<int64_t, 2> step, int64_t n) {
                     row(ptrs[0], step[0], ptrs[1], step[1], n);
                   });
@@ -169,8 +161,7 @@ Tensor& Tensor::fill_(Scalar value) {
   visit_dtype(dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     const T fill = scalar_as<T>(value, dtype(), "fill_");
-    Shape strides = this->strides();
-    for (int64_t& s : strides) s *= int64_t(sizeof(T));
+    const Shape strides = byte_strides(*this);
     for_each_row<1>(sizes(), {static_cast<char*>(data_ptr())}, {strides},
                     [fill](std::array<char*, 1> ptrs, std::array<int64_t, 1> step, int64_t n) {
                       for (int64_t i = 0; i < n; ++i) {

@@ -16,8 +16,16 @@
 #include <cstdint>
 
 #include "halfgrad/core/shape.h"
+#include "halfgrad/core/tensor.h"
 
 namespace hg {
+
+// A tensor's strides in bytes, as for_each_row takes them.
+inline Shape byte_strides(const Tensor& t) {
+  Shape strides = t.strides();
+  for (int64_t& s : strides) s *= int64_t(t.element_size());
+  return strides;
+}
 
 // Work below this many elements runs on the calling thread.
 inline constexpr int64_t kParallelGrain = 32768;

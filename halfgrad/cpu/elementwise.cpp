@@ -14,16 +14,6 @@ namespace hg::cpu {
 
 namespace {
 
-template <size_t N>
-std::array<Shape, N> byte_strides(const std::array<const Tensor*, N>& tensors) {
-  std::array<Shape, N> out;
-  for (size_t k = 0; k < N; ++k) {
-    out[k] = tensors[k]->strides();
-    for (int64_t& s : out[k]) s *= int64_t(tensors[k]->element_size());
-  }
-  return out;
-}
-
 // Byte strides of t read as `shape` (t broadcasts to it): 0 along broadcast dims. Cheaper
 // than an expand() view on this hot path (no TensorImpl is made).
 Shape broadcast_byte_strides(const Tensor& t, const Shape& shape) {
@@ -32,12 +22,6 @@ Shape broadcast_byte_strides(const Tensor& t, const Shape& shape) {
   for (size_t d = lead; d < shape.size(); ++d) {
     if (t.sizes()[d - lead] != 1) strides[d] = t.strides()[d - lead] * int64_t(t.element_size());
   }
-  return strides;
-}
-
-Shape own_byte_strides(const Tensor& t) {
-  Shape strides = t.strides();
-  for (int64_t& s : strides) s *= int64_t(t.element_size());
   return strides;
 }
 
@@ -133,7 +117,7 @@ Tensor run_unary(const Tensor& x) {
     } else {
       for_each_row<2>(x.sizes(),
                       {static_cast<char*>(out.data_ptr()), static_cast<char*>(x.data_ptr())},
-                      byte_strides<2>({&out, &x}),
+                      {byte_strides(out), byte_strides(x)},
                       [](std::array<char*, 2> p, std::array<int64_t, 2> s, int64_t n) {
                         if (s[0] == sizeof(T) && s[1] == sizeof(T)) {
                           T* o = reinterpret_cast<T*>(p[0]);
@@ -197,26 +181,26 @@ void run_binary(const Tensor& out, const Tensor& a, const Tensor& b, double alph
     } else {
       using C = compute_t<T>;
       const C scale = cast_value<C>(alpha);
-      for_each_row<3>(shape, {address(out), address(a), address(b)},
-                      {own_byte_strides(out), broadcast_byte_strides(a, shape),
-                       broadcast_byte_strides(b, shape)},
-                      [scale](std::array<char*, 3> p, std::array<int64_t, 3> s, int64_t n) {
-                        if (s[0] == sizeof(T) && s[1] == sizeof(T) && s[2] == sizeof(T)) {
-                          T* o = reinterpret_cast<T*>(p[0]);
-                          const T* x = reinterpret_cast<const T*>(p[1]);
-                          const T* y = reinterpret_cast<const T*>(p[2]);
-                          for (int64_t i = 0; i < n; ++i) {
-                            o[i] = cast_value<T>(
-                                binary_fn<Op, C>(cast_value<C>(x[i]), cast_value<C>(y[i]), scale));
-                          }
-                          return;
-                        }
-                        for (int64_t i = 0; i < n; ++i) {
-                          const C x = cast_value<C>(load<T>(p[1] + i * s[1]));
-                          const C y = cast_value<C>(load<T>(p[2] + i * s[2]));
-                          store(p[0] + i * s[0], cast_value<T>(binary_fn<Op, C>(x, y, scale)));
-                        }
-                      });
+      for_each_row<3>(
+          shape, {address(out), address(a), address(b)},
+          {byte_strides(out), broadcast_byte_strides(a, shape), broadcast_byte_strides(b, shape)},
+          [scale](std::array<char*, 3> p, std::array<int64_t, 3> s, int64_t n) {
+            if (s[0] == sizeof(T) && s[1] == sizeof(T) && s[2] == sizeof(T)) {
+              T* o = reinterpret_cast<T*>(p[0]);
+              const T* x = reinterpret_cast<const T*>(p[1]);
+              const T* y = reinterpret_cast<const T*>(p[2]);
+              for (int64_t i = 0; i < n; ++i) {
+                o[i] = cast_value<T>(
+                    binary_fn<Op, C>(cast_value<C>(x[i]), cast_value<C>(y[i]), scale));
+              }
+              return;
+            }
+            for (int64_t i = 0; i < n; ++i) {
+              const C x = cast_value<C>(load<T>(p[1] + i * s[1]));
+              const C y = cast_value<C>(load<T>(p[2] + i * s[2]));
+              store(p[0] + i * s[0], cast_value<T>(binary_fn<Op, C>(x, y, scale)));
+            }
+          });
     }
   });
 }
@@ -308,7 +292,7 @@ Tensor compare(Compare op, const Tensor& a, const Tensor& b, DType dtype) {
     for_each_row<3>(shape,
                     {static_cast<char*>(out.data_ptr()), static_cast<char*>(x.data_ptr()),
                      static_cast<char*>(y.data_ptr())},
-                    byte_strides<3>({&out, &x, &y}),
+                    {byte_strides(out), byte_strides(x), byte_strides(y)},
                     [op](std::array<char*, 3> p, std::array<int64_t, 3> s, int64_t n) {
                       for (int64_t i = 0; i < n; ++i) {
                         const C u = cast_value<C>(load<T>(p[1] + i * s[1]));
@@ -354,7 +338,7 @@ Tensor clamp(const Tensor& x, std::optional<double> low, std::optional<double> h
       const C hi = has_high ? cast_value<C>(*high) : C(0);
       for_each_row<2>(x.sizes(),
                       {static_cast<char*>(out.data_ptr()), static_cast<char*>(x.data_ptr())},
-                      byte_strides<2>({&out, &x}),
+                      {byte_strides(out), byte_strides(x)},
                       [=](std::array<char*, 2> p, std::array<int64_t, 2> s, int64_t n) {
                         for (int64_t i = 0; i < n; ++i) {
                           C v = cast_value<C>(load<T>(p[1] + i * s[1]));
@@ -387,7 +371,7 @@ Tensor addc(const Tensor& self, const Tensor& t1, const Tensor& t2, double value
       for_each_row<4>(shape,
                       {static_cast<char*>(out.data_ptr()), static_cast<char*>(a.data_ptr()),
                        static_cast<char*>(b.data_ptr()), static_cast<char*>(c.data_ptr())},
-                      byte_strides<4>({&out, &a, &b, &c}),
+                      {byte_strides(out), byte_strides(a), byte_strides(b), byte_strides(c)},
                       [v](std::array<char*, 4> p, std::array<int64_t, 4> s, int64_t n) {
                         for (int64_t i = 0; i < n; ++i) {
                           const C x = cast_value<C>(load<T>(p[1] + i * s[1]));

@@ -45,12 +45,6 @@ void store(char* p, T value) {
 
 char* bytes(const Tensor& t) { return static_cast<char*>(t.data_ptr()); }
 
-Shape byte_strides(const Tensor& t) {
-  Shape strides = t.strides();
-  for (int64_t& s : strides) s *= int64_t(t.element_size());
-  return strides;
-}
-
 int64_t product(const Shape& sizes, size_t begin, size_t end) {
   int64_t n = 1;
   for (size_t d = begin; d < end; ++d) n *= sizes[d];
