@@ -86,6 +86,10 @@ GradScaler::GradScaler(GradScalerOptions options)
            options_.growth_interval);
   HG_CHECK(options_.hysteresis >= 0, "GradScaler: hysteresis must be >= 0, got {}",
            options_.hysteresis);
+  HG_CHECK(options_.warn_after_consecutive_skips >= 0,
+           "GradScaler: warn_after_consecutive_skips must be >= 0 (0 disables the warning), "
+           "got {}",
+           options_.warn_after_consecutive_skips);
   HG_CHECK(std::isfinite(options_.init_scale) && options_.init_scale > 0.0,
            "GradScaler: init_scale must be finite and > 0, got {}", options_.init_scale);
   if (options_.min_scale) {
@@ -291,8 +295,23 @@ void GradScaler::update(std::optional<double> new_scale) {
     apply_update_rule(skipped);
   }
   if (options_.record_history) history_.push_back({update_count_, scale_used, skipped});
+  count_skip(skipped);
   ++update_count_;
   per_optimizer_states_.clear();
+}
+
+void GradScaler::count_skip(bool skipped) {
+  consecutive_skips_ = skipped ? consecutive_skips_ + 1 : 0;
+  if (options_.warn_after_consecutive_skips > 0 &&
+      consecutive_skips_ == options_.warn_after_consecutive_skips) {
+    warning_handler_(fmt::format(
+        "GradScaler: {} iterations in a row skipped their optimizer step because a gradient "
+        "was inf or NaN (expected a few at the start while the scale comes down, got {} and "
+        "the scale is now {:g}). The loss or the gradients are likely non-finite for a reason "
+        "that no loss scale fixes: check the loss for NaN and find the op that produced it "
+        "(autograd::DetectAnomalyGuard, or a forward hook that checks each module's output)",
+        consecutive_skips_, consecutive_skips_, get_scale()));
+  }
 }
 
 double GradScaler::get_scale() const {

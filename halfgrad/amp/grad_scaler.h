@@ -59,6 +59,12 @@ struct GradScalerOptions {
   int64_t hysteresis = 0;
   // Keep one HistoryEntry per update() (a host read of the flags each iteration).
   bool record_history = false;
+  // Iterations in a row with a skipped step after which update() warns (once per run of
+  // skips; a clean iteration rearms it). A healthy float16 run skips a few steps while the
+  // scale comes down from init_scale; dozens in a row mean the loss or the gradients are
+  // inf/NaN for a reason no scale fixes. 0: never warn. A warning only; the steps are still
+  // skipped exactly as in PyTorch.
+  int64_t warn_after_consecutive_skips = 25;
 };
 
 // One iteration as update() saw it: the scale the iteration ran with and whether any
@@ -114,10 +120,13 @@ class GradScaler {
 
   // Whether the most recent step() skipped the optimizer step.
   bool last_step_skipped() const { return last_step_skipped_; }
+  // Iterations in a row, up to the last update(), in which a step was skipped.
+  int64_t consecutive_skipped_iterations() const { return consecutive_skips_; }
   const std::vector<HistoryEntry>& history() const { return history_; }
   // "step,scale,skipped" and one line per entry.
   void write_history_csv(const std::string& path) const;
-  // Where the one-time warning about scaling a bfloat16 loss goes (stderr by default).
+  // Where the warnings go (stderr by default): the one-time warning about scaling a bfloat16
+  // loss, and the one about consecutive skipped steps.
   void set_warning_handler(std::function<void(std::string_view)> handler);
 
  private:
@@ -133,12 +142,14 @@ class GradScaler {
   // Sum of every found_inf flag recorded since the last update (a host read).
   double found_inf_sum() const;
   void apply_update_rule(bool found_inf);
+  void count_skip(bool skipped);
 
   GradScalerOptions options_;
   Tensor scale_;                     // [1] float32
   Tensor growth_tracker_;            // [1] int32
   int64_t init_growth_tracker_ = 0;  // the tracker lazy_init_scale starts from
   int64_t overflow_tracker_ = 0;     // consecutive overflowing steps (hysteresis)
+  int64_t consecutive_skips_ = 0;    // iterations in a row with a skipped step
   std::unordered_map<const optim::Optimizer*, OptimizerState> per_optimizer_states_;
   bool last_step_skipped_ = false;
   bool warned_bfloat16_ = false;

@@ -518,6 +518,45 @@ TEST_CASE("GradScaler NaN from the start skips every step and shrinks the scale"
   CHECK(bit_identical(model.bias, bias_before));
 }
 
+TEST_CASE("GradScaler warns once after N iterations in a row are skipped", "[grad_scaler]") {
+  Linear model(3, 2, 17);
+  const Tensor weight_before = model.weight.detach().clone();
+  TestSGD opt(model.parameters(), 0.1);
+  amp::GradScaler scaler({.init_scale = 65536.0, .warn_after_consecutive_skips = 4});
+  std::vector<std::string> warnings;
+  scaler.set_warning_handler([&](std::string_view message) { warnings.emplace_back(message); });
+  const Tensor nan_x = full({4, 3}, double(kNaN));
+  const Tensor x = ones({4, 3});
+  const Tensor y = zeros({4, 2});
+  auto iteration = [&](const Tensor& input) {
+    opt.zero_grad();
+    scaler.scale(mse_loss(model(input), y)).backward();
+    scaler.step(opt);
+    scaler.update();
+  };
+  for (int i = 1; i <= 3; ++i) {
+    iteration(nan_x);
+    CHECK(scaler.consecutive_skipped_iterations() == i);
+  }
+  CHECK(warnings.empty());
+  iteration(nan_x);
+  REQUIRE(warnings.size() == 1);
+  CHECK_THAT(warnings[0], Contains("4 iterations in a row") && Contains("scale is now 4096"));
+  for (int i = 0; i < 6; ++i) iteration(nan_x);  // the same run of skips warns once
+  CHECK(warnings.size() == 1);
+  CHECK(opt.steps == 0);
+  CHECK(bit_identical(model.weight, weight_before));
+
+  iteration(x);  // a clean step ends the run and rearms the warning
+  CHECK(scaler.consecutive_skipped_iterations() == 0);
+  CHECK(opt.steps == 1);
+  for (int i = 0; i < 4; ++i) iteration(nan_x);
+  CHECK(warnings.size() == 2);
+
+  CHECK_THROWS_WITH(amp::GradScaler({.warn_after_consecutive_skips = -1}),
+                    Contains("warn_after_consecutive_skips must be >= 0") && Contains("-1"));
+}
+
 // ---- beyond PyTorch ----------------------------------------------------------------------
 
 namespace {
