@@ -165,7 +165,8 @@ int main(int argc, char** argv) {
     if (plot_png(csv, png)) {
       fmt::print("wrote {}\n", png);
     } else {
-      fmt::print("gnuplot failed: {} was not written\n", png);
+      fmt::print("scaler_sawtooth: FAILED - gnuplot is on PATH but did not write {}\n", png);
+      return 1;
     }
   } else {
     fmt::print("gnuplot is not on PATH: the PNG plot was skipped\n");
