@@ -38,6 +38,8 @@
 #include "halfgrad/core/storage.h"
 #include "halfgrad/core/tensor.h"
 #include "halfgrad/cuda/cuda.h"
+#include "halfgrad/io/atomic_file.h"
+#include "halfgrad/io/safetensors.h"
 #include "halfgrad/nn/functional.h"
 #include "halfgrad/nn/init.h"
 #include "halfgrad/nn/module.h"
