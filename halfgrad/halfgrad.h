@@ -39,6 +39,7 @@
 #include "halfgrad/core/tensor.h"
 #include "halfgrad/cuda/cuda.h"
 #include "halfgrad/io/atomic_file.h"
+#include "halfgrad/io/checkpoint.h"
 #include "halfgrad/io/safetensors.h"
 #include "halfgrad/nn/functional.h"
 #include "halfgrad/nn/init.h"

@@ -1,0 +1,214 @@
+// io::save_checkpoint / io::load_checkpoint: a resumed fp16 + GradScaler run continues
+// bit-identically, and a bad checkpoint changes nothing.
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <sstream>
+
+#include <catch2/catch.hpp>
+
+#include "halfgrad/halfgrad.h"
+#include "halfgrad/io/checkpoint.h"
+
+using namespace hg;
+using Catch::Matchers::Contains;
+
+namespace {
+
+struct TempFolder {
+  std::filesystem::path path;
+  TempFolder() {
+    static int counter = 0;
+    path = std::filesystem::temp_directory_path() /
+           fmt::format("halfgrad-checkpoint-test-{}-{}", ::getpid(), counter++);
+    std::filesystem::create_directories(path);
+  }
+  ~TempFolder() { std::filesystem::remove_all(path); }
+  std::string file(const std::string& name) const { return (path / name).string(); }
+};
+
+bool bit_identical(const Tensor& a, const Tensor& b) {
+  if (a.dtype() != b.dtype() || a.sizes() != b.sizes()) return false;
+  const Tensor x = a.contiguous(), y = b.contiguous();
+  return std::memcmp(x.data_ptr(), y.data_ptr(), x.nbytes()) == 0;
+}
+
+// A small fp16-autocast training run whose data and dropout masks come from the default
+// generator, with an AdamW and a GradScaler that grows every 3 clean steps.
+struct Run {
+  std::shared_ptr<nn::Sequential> model;
+  std::unique_ptr<optim::AdamW> opt;
+  std::unique_ptr<amp::GradScaler> scaler;
+  int64_t skipped = 0;
+
+  explicit Run(int64_t hidden = 16) {
+    model = std::make_shared<nn::Sequential>(nn::Linear(8, hidden), nn::GELU(), nn::Dropout(0.2),
+                                             nn::Linear(hidden, 4));
+    opt = std::make_unique<optim::AdamW>(model->parameters(),
+                                         optim::AdamWOptions{.lr = 1e-2, .weight_decay = 0.01});
+    scaler = std::make_unique<amp::GradScaler>(
+        amp::GradScalerOptions{.init_scale = 256.0, .growth_interval = 3});
+  }
+
+  // Iteration i: every fifth one (i % 5 == 3) gets an inf gradient and is skipped.
+  void iteration(int64_t i) {
+    const Tensor x = randn({32, 8});
+    const Tensor y = randn({32, 4});
+    opt->zero_grad();
+    Tensor loss;
+    {
+      amp::Autocast autocast(kCPU, kFloat16);
+      loss = nn::functional::mse_loss(model->forward(x), y);
+    }
+    scaler->scale(loss).backward();
+    if (i % 5 == 3) model->parameters()[0].mutable_grad().data_ptr<float>()[0] = INFINITY;
+    if (!scaler->step(*opt)) ++skipped;
+    scaler->update();
+  }
+};
+
+// Everything a resume must restore, as tensors and numbers.
+struct Snapshot {
+  nn::StateDict model;
+  optim::OptimizerStateDict optimizer;
+  std::map<std::string, double> scaler;
+};
+
+Snapshot snapshot(const Run& run) {
+  Snapshot s;
+  for (const auto& [key, tensor] : run.model->state_dict()) s.model[key] = tensor.clone();
+  s.optimizer = run.opt->state_dict();
+  s.scaler = run.scaler->state_dict();
+  return s;
+}
+
+void check_same(const Snapshot& a, const Snapshot& b) {
+  REQUIRE(a.model.size() == b.model.size());
+  for (const auto& [key, tensor] : a.model) {
+    INFO("model key " << key);
+    CHECK(bit_identical(tensor, b.model.at(key)));
+  }
+  REQUIRE(a.optimizer.state.size() == b.optimizer.state.size());
+  for (const auto& [index, entries] : a.optimizer.state) {
+    for (const auto& [name, tensor] : entries) {
+      INFO("optimizer state " << index << "." << name);
+      CHECK(bit_identical(tensor, b.optimizer.state.at(index).at(name)));
+    }
+  }
+  CHECK(a.scaler == b.scaler);
+}
+
+}  // namespace
+
+TEST_CASE("a resumed fp16 GradScaler run continues bit-identically", "[io][checkpoint]") {
+  const int64_t n = 7, m = 6;  // skips at iterations 3 (before the save) and 8 (after)
+  manual_seed(5);
+  Run straight;
+  for (int64_t i = 0; i < n + m; ++i) straight.iteration(i);
+
+  TempFolder folder;
+  const std::string path = folder.file("ckpt.safetensors");
+  manual_seed(5);
+  {
+    Run first;
+    for (int64_t i = 0; i < n; ++i) first.iteration(i);
+    CHECK(first.skipped == 1);
+    io::save_checkpoint(path, *first.model, *first.opt, *first.scaler, {{"iteration", "7"}});
+  }
+  manual_seed(12345);  // another process: other weights, another generator state
+  Run resumed;
+  const auto extra = io::load_checkpoint(path, *resumed.model, *resumed.opt, *resumed.scaler);
+  CHECK(extra == std::map<std::string, std::string>{{"iteration", "7"}});
+  for (int64_t i = std::stoll(extra.at("iteration")); i < n + m; ++i) resumed.iteration(i);
+
+  CHECK(resumed.skipped == 1);
+  CHECK(straight.skipped == 2);
+  check_same(snapshot(straight), snapshot(resumed));
+  CHECK(resumed.scaler->get_scale() == straight.scaler->get_scale());
+  CHECK(resumed.opt->state(0, 0).step == n + m - 2);  // the two skipped steps did not count
+}
+
+TEST_CASE("the checkpoint is a safetensors file with torch's names", "[io][checkpoint]") {
+  manual_seed(1);
+  Run run;
+  run.iteration(0);
+  TempFolder folder;
+  io::save_checkpoint(folder.file("c.safetensors"), *run.model, *run.opt, *run.scaler);
+  const io::SafetensorsContents contents = io::load_safetensors(folder.file("c.safetensors"));
+  CHECK(contents.tensors.count("model.0.weight") == 1);
+  CHECK(contents.tensors.count("model.3.bias") == 1);
+  CHECK(contents.tensors.count("optimizer.state.0.exp_avg") == 1);
+  CHECK(contents.tensors.count("optimizer.state.3.exp_avg_sq") == 1);
+  CHECK(contents.tensors.at("optimizer.state.0.step").item<double>() == 1.0);
+  CHECK(contents.metadata.at("format") == "halfgrad-checkpoint");
+  CHECK_THAT(contents.metadata.at("scaler"),
+             Contains("\"scale\":256.0") && Contains("\"_growth_tracker\":1.0"));
+  CHECK_THAT(contents.metadata.at("optimizer.param_groups"),
+             Contains("\"lr\":0.01") && Contains("\"params\":[0,1,2,3]"));
+}
+
+TEST_CASE("a bad checkpoint leaves model optimizer and scaler unchanged",
+          "[io][checkpoint][errors]") {
+  TempFolder folder;
+  const std::string path = folder.file("ckpt.safetensors");
+  manual_seed(2);
+  Run saved;
+  for (int64_t i = 0; i < 4; ++i) saved.iteration(i);
+  io::save_checkpoint(path, *saved.model, *saved.opt, *saved.scaler);
+
+  manual_seed(3);
+  Run target;
+  target.iteration(0);
+  const Snapshot before = snapshot(target);
+  auto check_unchanged = [&] { check_same(before, snapshot(target)); };
+
+  SECTION("truncated") {
+    std::filesystem::resize_file(path, std::filesystem::file_size(path) - 10);
+    CHECK_THROWS_WITH(io::load_checkpoint(path, *target.model, *target.opt, *target.scaler),
+                      Contains("ckpt.safetensors") && Contains("truncated"));
+    check_unchanged();
+  }
+  SECTION("another model shape") {
+    Run wider(32);
+    wider.iteration(0);
+    const Snapshot wider_before = snapshot(wider);
+    CHECK_THROWS_WITH(
+        io::load_checkpoint(path, *wider.model, *wider.opt, *wider.scaler),
+        Contains("key \"model.0.bias\"") && Contains("shape [32]") && Contains("shape [16]"));
+    check_same(wider_before, snapshot(wider));
+  }
+  SECTION("another model dtype") {
+    target.model->to(kBFloat16);
+    const Snapshot bf16_before = snapshot(target);
+    CHECK_THROWS_WITH(io::load_checkpoint(path, *target.model, *target.opt, *target.scaler),
+                      Contains("expected bfloat16") && Contains("got float32"));
+    check_same(bf16_before, snapshot(target));
+  }
+  SECTION("another optimizer") {
+    // SGD's options are not AdamW's: the optimizer refuses after the scaler was loaded, and
+    // the scaler is put back.
+    optim::SGD sgd(target.model->parameters(), {.lr = 0.1, .momentum = 0.9});
+    const std::map<std::string, double> scaler_before = target.scaler->state_dict();
+    CHECK_THROWS_WITH(io::load_checkpoint(path, *target.model, sgd, *target.scaler),
+                      Contains("optimizer") && Contains("unknown option"));
+    CHECK(target.scaler->state_dict() == scaler_before);
+    check_unchanged();
+  }
+  SECTION("not a checkpoint") {
+    save(path, {{"w", ones({2})}});
+    CHECK_THROWS_WITH(io::load_checkpoint(path, *target.model, *target.opt, *target.scaler),
+                      Contains("expected a halfgrad checkpoint"));
+    check_unchanged();
+  }
+  SECTION("a write that fails keeps the previous checkpoint") {
+    {
+      io::testing::WriteFaultGuard fault(300);
+      CHECK_THROWS_WITH(io::save_checkpoint(path, *target.model, *target.opt, *target.scaler),
+                        Contains("No space left on device"));
+    }
+    Run reloaded;
+    io::load_checkpoint(path, *reloaded.model, *reloaded.opt, *reloaded.scaler);
+    check_same(snapshot(saved), snapshot(reloaded));
+  }
+}
