@@ -15,3 +15,16 @@ if(HALFGRAD_SANITIZE)
     $<$<COMPILE_LANGUAGE:CXX>:${_hg_san} -fno-omit-frame-pointer -fno-sanitize-recover=all>)
   target_link_options(halfgrad_build_flags INTERFACE ${_hg_san})
 endif()
+
+# The fuzz targets link libFuzzer (-fsanitize=fuzzer); everything else is compiled with its
+# coverage instrumentation, so the fuzzer sees which branches of the library an input reaches.
+if(HALFGRAD_FUZZ)
+  if(NOT CMAKE_CXX_COMPILER_ID STREQUAL "Clang")
+    message(FATAL_ERROR "HALFGRAD_FUZZ needs clang (libFuzzer), got ${CMAKE_CXX_COMPILER_ID}")
+  endif()
+  if(NOT HALFGRAD_SANITIZE)
+    message(FATAL_ERROR "HALFGRAD_FUZZ needs HALFGRAD_SANITIZE (e.g. address,undefined), got none")
+  endif()
+  target_compile_options(halfgrad_build_flags INTERFACE
+    $<$<COMPILE_LANGUAGE:CXX>:-fsanitize=fuzzer-no-link>)
+endif()

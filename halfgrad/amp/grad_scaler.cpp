@@ -86,10 +86,13 @@ GradScaler::GradScaler(GradScalerOptions options)
            options_.growth_interval);
   HG_CHECK(options_.hysteresis >= 0, "GradScaler: hysteresis must be >= 0, got {}",
            options_.hysteresis);
-  HG_CHECK(options_.warn_after_consecutive_skips >= 0,
-           "GradScaler: warn_after_consecutive_skips must be >= 0 (0 disables the warning), "
-           "got {}",
-           options_.warn_after_consecutive_skips);
+  HG_CHECK(options_.alarm_after_consecutive_skips >= 0,
+           "GradScaler: alarm_after_consecutive_skips must be >= 0 (0 disables the alarm), got {}",
+           options_.alarm_after_consecutive_skips);
+  if (options_.alarm_scale_floor) {
+    HG_CHECK(*options_.alarm_scale_floor > 0.0, "GradScaler: alarm_scale_floor must be > 0, got {}",
+             *options_.alarm_scale_floor);
+  }
   HG_CHECK(std::isfinite(options_.init_scale) && options_.init_scale > 0.0,
            "GradScaler: init_scale must be finite and > 0, got {}", options_.init_scale);
   if (options_.min_scale) {
@@ -295,23 +298,51 @@ void GradScaler::update(std::optional<double> new_scale) {
     apply_update_rule(skipped);
   }
   if (options_.record_history) history_.push_back({update_count_, scale_used, skipped});
-  count_skip(skipped);
   ++update_count_;
   per_optimizer_states_.clear();
+  check_collapse(skipped);  // last: in error mode it throws with the update done
 }
 
-void GradScaler::count_skip(bool skipped) {
+void GradScaler::check_collapse(bool skipped) {
   consecutive_skips_ = skipped ? consecutive_skips_ + 1 : 0;
-  if (options_.warn_after_consecutive_skips > 0 &&
-      consecutive_skips_ == options_.warn_after_consecutive_skips) {
-    warning_handler_(fmt::format(
-        "GradScaler: {} iterations in a row skipped their optimizer step because a gradient "
-        "was inf or NaN (expected a few at the start while the scale comes down, got {} and "
-        "the scale is now {:g}). The loss or the gradients are likely non-finite for a reason "
-        "that no loss scale fixes: check the loss for NaN and find the op that produced it "
-        "(autograd::DetectAnomalyGuard, or a forward hook that checks each module's output)",
-        consecutive_skips_, consecutive_skips_, get_scale()));
+  std::string alarm;
+  if (options_.alarm_after_consecutive_skips > 0 &&
+      consecutive_skips_ == options_.alarm_after_consecutive_skips) {
+    alarm = fmt::format(
+        "{} iterations in a row skipped their optimizer step because a gradient was inf or NaN "
+        "(expected a few at the start while the scale comes down, got {}; the scale is now {:g})",
+        consecutive_skips_, consecutive_skips_, get_scale());
   }
+  if (options_.alarm_scale_floor) {
+    const double scale = get_scale();
+    if (scale < *options_.alarm_scale_floor && !below_floor_) {
+      below_floor_ = true;
+      if (alarm.empty()) {
+        alarm = fmt::format(
+            "the loss scale fell to {:g}, below the floor {:g} (expected it to "
+            "settle above it)",
+            scale, *options_.alarm_scale_floor);
+      }
+    } else if (scale >= *options_.alarm_scale_floor) {
+      below_floor_ = false;
+    }
+  }
+  if (alarm.empty()) return;
+  alarm = fmt::format(
+      "GradScaler: {}. The loss or the gradients are likely non-finite for a reason no loss "
+      "scale fixes. Try: bfloat16 instead of float16 (amp::Autocast with kBFloat16 needs no "
+      "loss scaling); a lower learning rate; the op that overflows in float32 "
+      "(amp::OverflowWatch names it, scaler.overflow_report(optimizer, &model) names the "
+      "parameters whose gradients overflowed); checking the data for NaN "
+      "(autograd::DetectAnomalyGuard finds the op that made the first one)",
+      alarm);
+  if (options_.alarm_action == GradScalerOptions::AlarmAction::kError) HG_ERROR("{}", alarm);
+  warning_handler_(alarm);
+}
+
+OverflowReport GradScaler::overflow_report(const optim::Optimizer& optimizer,
+                                           const nn::Module* model) const {
+  return amp::overflow_report(optimizer, model);
 }
 
 double GradScaler::get_scale() const {

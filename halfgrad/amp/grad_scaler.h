@@ -31,6 +31,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "halfgrad/amp/overflow_report.h"
 #include "halfgrad/core/device.h"
 #include "halfgrad/core/tensor.h"
 
@@ -59,12 +60,19 @@ struct GradScalerOptions {
   int64_t hysteresis = 0;
   // Keep one HistoryEntry per update() (a host read of the flags each iteration).
   bool record_history = false;
-  // Iterations in a row with a skipped step after which update() warns (once per run of
-  // skips; a clean iteration rearms it). A healthy float16 run skips a few steps while the
-  // scale comes down from init_scale; dozens in a row mean the loss or the gradients are
-  // inf/NaN for a reason no scale fixes. 0: never warn. A warning only; the steps are still
-  // skipped exactly as in PyTorch.
-  int64_t warn_after_consecutive_skips = 25;
+  // NOTE [Scale collapse alarm] A healthy float16 run skips a few steps while the scale
+  // comes down from init_scale, then rarely. Many skips in a row, or a scale that keeps
+  // falling, mean the loss or the gradients are inf/NaN for a reason no scale fixes. update()
+  // then raises the alarm, once per run of skips (a clean iteration rearms it) and once per
+  // fall below the floor (growing back above it rearms it): a warning through the warning
+  // handler, or an hg::Error thrown by update() after the scale was updated. The message says
+  // what to try. The steps are skipped and the scale updated exactly as in PyTorch either way.
+  // Iterations in a row with a skipped step that raise the alarm; 0: never.
+  int64_t alarm_after_consecutive_skips = 25;
+  // A scale below this raises the alarm; nullopt: never.
+  std::optional<double> alarm_scale_floor = std::nullopt;
+  enum class AlarmAction { kWarn, kError };
+  AlarmAction alarm_action = AlarmAction::kWarn;
 };
 
 // One iteration as update() saw it: the scale the iteration ran with and whether any
@@ -122,11 +130,15 @@ class GradScaler {
   bool last_step_skipped() const { return last_step_skipped_; }
   // Iterations in a row, up to the last update(), in which a step was skipped.
   int64_t consecutive_skipped_iterations() const { return consecutive_skips_; }
+  // The parameters of `optimizer` whose gradients hold an inf or a NaN, named by `model`
+  // when given (amp/overflow_report.h): after a skipped step, which ones overflowed.
+  OverflowReport overflow_report(const optim::Optimizer& optimizer,
+                                 const nn::Module* model = nullptr) const;
   const std::vector<HistoryEntry>& history() const { return history_; }
   // "step,scale,skipped" and one line per entry.
   void write_history_csv(const std::string& path) const;
   // Where the warnings go (stderr by default): the one-time warning about scaling a bfloat16
-  // loss, and the one about consecutive skipped steps.
+  // loss, and the scale collapse alarm when it warns.
   void set_warning_handler(std::function<void(std::string_view)> handler);
 
  private:
@@ -142,7 +154,7 @@ class GradScaler {
   // Sum of every found_inf flag recorded since the last update (a host read).
   double found_inf_sum() const;
   void apply_update_rule(bool found_inf);
-  void count_skip(bool skipped);
+  void check_collapse(bool skipped);
 
   GradScalerOptions options_;
   Tensor scale_;                     // [1] float32
@@ -150,6 +162,7 @@ class GradScaler {
   int64_t init_growth_tracker_ = 0;  // the tracker lazy_init_scale starts from
   int64_t overflow_tracker_ = 0;     // consecutive overflowing steps (hysteresis)
   int64_t consecutive_skips_ = 0;    // iterations in a row with a skipped step
+  bool below_floor_ = false;         // the alarm for alarm_scale_floor was raised
   std::unordered_map<const optim::Optimizer*, OptimizerState> per_optimizer_states_;
   bool last_step_skipped_ = false;
   bool warned_bfloat16_ = false;

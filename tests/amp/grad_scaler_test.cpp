@@ -518,11 +518,12 @@ TEST_CASE("GradScaler NaN from the start skips every step and shrinks the scale"
   CHECK(bit_identical(model.bias, bias_before));
 }
 
-TEST_CASE("GradScaler warns once after N iterations in a row are skipped", "[grad_scaler]") {
+TEST_CASE("GradScaler raises the collapse alarm once after N skipped iterations in a row",
+          "[grad_scaler]") {
   Linear model(3, 2, 17);
   const Tensor weight_before = model.weight.detach().clone();
   TestSGD opt(model.parameters(), 0.1);
-  amp::GradScaler scaler({.init_scale = 65536.0, .warn_after_consecutive_skips = 4});
+  amp::GradScaler scaler({.init_scale = 65536.0, .alarm_after_consecutive_skips = 4});
   std::vector<std::string> warnings;
   scaler.set_warning_handler([&](std::string_view message) { warnings.emplace_back(message); });
   const Tensor nan_x = full({4, 3}, double(kNaN));
@@ -541,7 +542,9 @@ TEST_CASE("GradScaler warns once after N iterations in a row are skipped", "[gra
   CHECK(warnings.empty());
   iteration(nan_x);
   REQUIRE(warnings.size() == 1);
-  CHECK_THAT(warnings[0], Contains("4 iterations in a row") && Contains("scale is now 4096"));
+  CHECK_THAT(warnings[0], Contains("4 iterations in a row") && Contains("scale is now 4096") &&
+                              Contains("bfloat16") && Contains("lower learning rate") &&
+                              Contains("OverflowWatch"));
   for (int i = 0; i < 6; ++i) iteration(nan_x);  // the same run of skips warns once
   CHECK(warnings.size() == 1);
   CHECK(opt.steps == 0);
@@ -553,9 +556,12 @@ TEST_CASE("GradScaler warns once after N iterations in a row are skipped", "[gra
   for (int i = 0; i < 4; ++i) iteration(nan_x);
   CHECK(warnings.size() == 2);
 
-  CHECK_THROWS_WITH(amp::GradScaler({.warn_after_consecutive_skips = -1}),
-                    Contains("warn_after_consecutive_skips must be >= 0") && Contains("-1"));
+  CHECK_THROWS_WITH(amp::GradScaler({.alarm_after_consecutive_skips = -1}),
+                    Contains("alarm_after_consecutive_skips must be >= 0") && Contains("-1"));
+  CHECK_THROWS_WITH(amp::GradScaler({.alarm_scale_floor = 0.0}),
+                    Contains("alarm_scale_floor must be > 0"));
 }
+
 
 // ---- beyond PyTorch ----------------------------------------------------------------------
 
@@ -689,4 +695,55 @@ TEST_CASE("GradScaler drives AdamW's scaled step and skips an overflow on its ow
   }
   const std::vector<float> a = w.to_vector<float>(), b = control.to_vector<float>();
   for (size_t i = 0; i < a.size(); ++i) CHECK(a[i] == Approx(b[i]).epsilon(1e-5));
+}
+
+TEST_CASE("GradScaler collapse alarm on a scale floor can be an error", "[grad_scaler]") {
+  Tensor p = zeros({1}).requires_grad_();
+  TestSGD opt({p}, 0.1);
+  amp::GradScaler scaler({.init_scale = 16.0,
+                          .growth_interval = 1,
+                          .alarm_after_consecutive_skips = 0,
+                          .alarm_scale_floor = 4.0,
+                          .alarm_action = amp::GradScalerOptions::AlarmAction::kError});
+  iterate(scaler, opt, /*inf=*/true);  // 8
+  iterate(scaler, opt, /*inf=*/true);  // 4: not below the floor
+  CHECK_THROWS_WITH(iterate(scaler, opt, /*inf=*/true),
+                    Contains("fell to 2, below the floor 4") && Contains("bfloat16"));
+  // The update was done before the error: the scaler goes on from a consistent state.
+  CHECK(scaler.get_scale() == 2.0);
+  iterate(scaler, opt, /*inf=*/true);  // 1: still below, the alarm is not raised again
+  CHECK(scaler.get_scale() == 1.0);
+  iterate(scaler, opt, /*inf=*/false);  // 2
+  iterate(scaler, opt, /*inf=*/false);  // 4: back at the floor, rearmed
+  CHECK_THROWS_WITH(iterate(scaler, opt, /*inf=*/true), Contains("fell to 2"));
+}
+
+TEST_CASE("GradScaler overflow_report names the parameters whose gradients overflowed",
+          "[grad_scaler]") {
+  auto model = std::make_shared<nn::Sequential>(nn::Linear(3, 4), nn::ReLU(), nn::Linear(4, 2));
+  optim::SGD opt(model->parameters(), {.lr = 0.1});
+  amp::GradScaler scaler;
+  opt.zero_grad();
+  scaler.scale(sum(model->forward(ones({2, 3})))).backward();
+  float* bias_grad = model->parameters()[3].mutable_grad().data_ptr<float>();
+  bias_grad[0] = kInf;
+  bias_grad[1] = -kInf;
+  model->parameters()[0].mutable_grad().data_ptr<float>()[5] = kNaN;
+  CHECK_FALSE(scaler.step(opt));
+  const amp::OverflowReport report = scaler.overflow_report(opt, model.get());
+  CHECK(report.params_checked == 4);
+  REQUIRE(report.params.size() == 2);
+  CHECK(report.params[0].name == "0.weight");
+  CHECK(report.params[0].shape == Shape{4, 3});
+  CHECK(report.params[0].nan == 1);
+  CHECK(report.params[1].name == "2.bias");
+  CHECK(report.params[1].positive_inf == 1);
+  CHECK(report.params[1].negative_inf == 1);
+  CHECK_THAT(report.table(), Contains("2 of 4 parameters") && Contains("2.bias"));
+  // Without the model the parameters are named by their place in the optimizer.
+  CHECK(scaler.overflow_report(opt).params[1].name == "group 0 param 3");
+  scaler.update();
+  model->parameters()[0].mutable_grad().fill_(1.0);
+  model->parameters()[3].mutable_grad().fill_(1.0);
+  CHECK_FALSE(amp::overflow_report(opt, model.get()).found_inf());
 }
