@@ -13,6 +13,7 @@
 #include "halfgrad/amp/autocast_state.h"
 #include "halfgrad/amp/fp16_optimizer.h"
 #include "halfgrad/amp/grad_scaler.h"
+#include "halfgrad/amp/overflow_watch.h"
 #include "halfgrad/amp/loss_scaler.h"
 #include "halfgrad/amp/master_params.h"
 #include "halfgrad/amp/trace.h"

@@ -43,12 +43,9 @@
 #include <optional>
 #include <unordered_map>
 
-#if defined(__x86_64__)
-#include <immintrin.h>
-#endif
-
 #include "halfgrad/config.h"
 #include "halfgrad/core/cast.h"
+#include "halfgrad/core/convert.h"
 #include "halfgrad/core/factory.h"
 #include "halfgrad/core/format.h"
 #include "halfgrad/core/strided_loop.h"
@@ -453,57 +450,22 @@ void float32_gemm(const Problem& p, GemmImpl impl) {
 
 // ---- float16 (and bfloat16 without oneDNN) through float32 tiles -------------------------
 
-#if defined(__x86_64__)
-__attribute__((target("avx,f16c"))) void half_to_float_f16c(const uint16_t* src, float* dst,
-                                                            int64_t n) {
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i));
-    _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(h));
-  }
-  for (; i < n; ++i) dst[i] = static_cast<float>(Half::from_bits(src[i]));
-}
-
-// _MM_FROUND_TO_NEAREST_INT: round to nearest even, as Half(float) does.
-__attribute__((target("avx,f16c"))) void float_to_half_f16c(const float* src, uint16_t* dst,
-                                                            int64_t n) {
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    const __m128i h = _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT);
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i), h);
-  }
-  for (; i < n; ++i) dst[i] = Half(src[i]).bits;
-}
-
-bool cpu_has_f16c() {
-  static const bool has = __builtin_cpu_supports("avx") && __builtin_cpu_supports("f16c");
-  return has;
-}
-#endif
-
-// n contiguous float16/bfloat16 values to float.
+// n contiguous float16/bfloat16 values to float, on the CPU's best vector path
+// (core/convert).
 void widen_run(DType dtype, const char* src, float* dst, int64_t n) {
-  const auto* bits = reinterpret_cast<const uint16_t*>(src);
   if (dtype == kFloat16) {
-#if defined(__x86_64__)
-    if (cpu_has_f16c()) return half_to_float_f16c(bits, dst, n);
-#endif
-    for (int64_t i = 0; i < n; ++i) dst[i] = static_cast<float>(Half::from_bits(bits[i]));
+    convert::half_to_float(reinterpret_cast<const Half*>(src), dst, n);
   } else {
-    for (int64_t i = 0; i < n; ++i) dst[i] = static_cast<float>(BFloat16::from_bits(bits[i]));
+    convert::bfloat16_to_float(reinterpret_cast<const BFloat16*>(src), dst, n);
   }
 }
 
 // n floats to contiguous float16/bfloat16, rounded to nearest even.
 void narrow_run(DType dtype, const float* src, char* dst, int64_t n) {
-  auto* bits = reinterpret_cast<uint16_t*>(dst);
   if (dtype == kFloat16) {
-#if defined(__x86_64__)
-    if (cpu_has_f16c()) return float_to_half_f16c(src, bits, n);
-#endif
-    for (int64_t i = 0; i < n; ++i) bits[i] = Half(src[i]).bits;
+    convert::float_to_half(src, reinterpret_cast<Half*>(dst), n);
   } else {
-    for (int64_t i = 0; i < n; ++i) bits[i] = BFloat16(src[i]).bits;
+    convert::float_to_bfloat16(src, reinterpret_cast<BFloat16*>(dst), n);
   }
 }
 

@@ -25,6 +25,7 @@
 //                 (its attributes and saved tensors) with edges to the inputs' nodes
 //   5. anomaly    in anomaly mode, a non-finite output is an error naming the op
 //   6. trace      in an AutocastTrace, record {op, policy, input dtypes, output dtypes}
+//   7. watch      under an amp::OverflowWatch, check the outputs for inf/NaN
 //
 // Variants an op can declare:
 //   static constexpr bool kComposite = true;    no backward of its own: autograd records the
@@ -41,6 +42,7 @@
 #include <vector>
 
 #include "halfgrad/amp/autocast_state.h"
+#include "halfgrad/amp/overflow_watch.h"
 #include "halfgrad/amp/trace.h"
 #include "halfgrad/autograd/anomaly.h"
 #include "halfgrad/autograd/grad_mode.h"
@@ -205,8 +207,9 @@ auto run_unnamed(Op op, Inputs inputs) {
     }
   }();
   const bool anomaly = autograd::is_anomaly_enabled() && !autograd::forward_checks_suspended();
+  amp::OverflowWatch* watch = amp::active_overflow_watch();
   std::vector<Tensor*> outputs;
-  if (record || anomaly || trace) collect_outputs(result, outputs);
+  if (record || anomaly || trace || watch) collect_outputs(result, outputs);
 
   // 4. autograd (a composite records the ops it called instead)
   if constexpr (!composite) {
@@ -235,6 +238,9 @@ auto run_unnamed(Op op, Inputs inputs) {
 
   // 6. trace
   if (trace) record_trace(id, device_type, policy, traced_inputs, outputs);
+
+  // 7. overflow watch (amp/overflow_watch.h): the inputs as the kernel received them
+  if (watch) watch->check(id, input_span, outputs);
   return result;
 }
 

@@ -1,0 +1,151 @@
+#include "halfgrad/amp/overflow_watch.h"
+
+#include <cmath>
+
+#include "halfgrad/autograd/grad_mode.h"
+#include "halfgrad/core/format.h"
+#include "halfgrad/core/half.h"
+#include "halfgrad/nn/module.h"
+
+namespace hg::amp {
+
+namespace {
+
+thread_local OverflowWatch* active_watch = nullptr;
+
+// float16's largest finite value.
+constexpr double kFloat16Max = 65504.0;
+
+template <class T>
+void scan(const T* data, int64_t n, TensorRange& range) {
+  for (int64_t i = 0; i < n; ++i) {
+    const double value = double(data[i]);
+    if (std::isfinite(value)) {
+      range.max_abs = std::max(range.max_abs, std::abs(value));
+    } else {
+      ++range.non_finite;
+    }
+  }
+  range.all_finite = range.non_finite == 0;
+}
+
+TensorRange range_of(const Tensor& t) {
+  TensorRange range{.dtype = t.dtype(), .shape = t.sizes()};
+  const Tensor host = t.to(kCPU);
+  if (t.dtype() == kFloat64) {
+    const Tensor dense = host.contiguous();
+    scan(dense.data_ptr<double>(), dense.numel(), range);
+  } else {
+    const Tensor dense = host.to(kFloat32).contiguous();
+    scan(dense.data_ptr<float>(), dense.numel(), range);
+  }
+  return range;
+}
+
+std::string describe(const TensorRange& range) {
+  if (!range.all_finite) {
+    return fmt::format("{} {}: {} inf/NaN, max finite |x| = {:g}", dtype_name(range.dtype),
+                       range.shape, range.non_finite, range.max_abs);
+  }
+  return fmt::format("{} {}: finite, max |x| = {:g}", dtype_name(range.dtype), range.shape,
+                     range.max_abs);
+}
+
+std::string describe(const OverflowFinding& finding) {
+  std::string where =
+      finding.module_type.empty()
+          ? std::string("outside any module")
+          : fmt::format("in module \"{}\" ({})", finding.module, finding.module_type);
+  std::string out = fmt::format("{} {} (op #{}), output {}\n", op_name(finding.op), where,
+                                finding.op_index, describe(finding.output));
+  for (size_t i = 0; i < finding.inputs.size(); ++i) {
+    out += fmt::format("  input {}: {}\n", i, describe(finding.inputs[i]));
+  }
+  return out;
+}
+
+}  // namespace
+
+OverflowWatch* active_overflow_watch() { return active_watch; }
+
+OverflowWatch::OverflowWatch(nn::Module* model) : previous_(active_watch) {
+  if (model) {
+    for (auto& [path, module] : model->named_modules()) {
+      const std::string name = path;
+      nn::RemovableHandle pre = module->register_forward_pre_hook(
+          [this, name](nn::Module& m, const Tensor&) -> std::optional<Tensor> {
+            module_stack_.emplace_back(name, m.name());
+            return std::nullopt;
+          });
+      nn::RemovableHandle post = module->register_forward_hook(
+          [this](nn::Module&, const Tensor&, const Tensor&) -> std::optional<Tensor> {
+            if (!module_stack_.empty()) module_stack_.pop_back();
+            return std::nullopt;
+          });
+      remove_hooks_.push_back([pre, post]() mutable {
+        pre.remove();
+        post.remove();
+      });
+    }
+  }
+  active_watch = this;
+}
+
+OverflowWatch::~OverflowWatch() {
+  for (auto& remove : remove_hooks_) remove();
+  active_watch = previous_;
+}
+
+void OverflowWatch::reset() {
+  first_non_finite_.reset();
+  first_beyond_float16_.reset();
+  ops_checked_ = 0;
+}
+
+void OverflowWatch::check(OpId op, std::span<const Tensor> inputs,
+                          std::span<Tensor* const> outputs) {
+  if (checking_) return;
+  if (first_non_finite_ && first_beyond_float16_) {
+    ++ops_checked_;
+    return;  // both answers are in: nothing more to look for
+  }
+  checking_ = true;
+  struct Reset {
+    bool& flag;
+    ~Reset() { flag = false; }
+  } reset_flag{checking_};
+  NoGradGuard no_grad;
+
+  for (Tensor* output : outputs) {
+    if (!output->defined() || !output->is_floating_point() || output->numel() == 0) continue;
+    const TensorRange range = range_of(*output);
+    const bool non_finite = !range.all_finite && !first_non_finite_;
+    const bool beyond = range.all_finite && range.max_abs > kFloat16Max && !first_beyond_float16_;
+    if (!non_finite && !beyond) continue;
+    OverflowFinding finding{.op = op, .op_index = ops_checked_, .output = range};
+    if (!module_stack_.empty()) {
+      finding.module = module_stack_.back().first;
+      finding.module_type = module_stack_.back().second;
+    }
+    for (const Tensor& input : inputs) {
+      if (input.defined() && input.is_floating_point()) finding.inputs.push_back(range_of(input));
+    }
+    (non_finite ? first_non_finite_ : first_beyond_float16_) = std::move(finding);
+  }
+  ++ops_checked_;
+}
+
+std::string OverflowWatch::report() const {
+  std::string out = fmt::format("OverflowWatch: {} ops checked\n", ops_checked_);
+  if (first_non_finite_) {
+    out += "first non-finite output: " + describe(*first_non_finite_);
+  } else {
+    out += "no op produced an inf or a NaN\n";
+  }
+  if (first_beyond_float16_) {
+    out += "first output beyond float16's range: " + describe(*first_beyond_float16_);
+  }
+  return out;
+}
+
+}  // namespace hg::amp

@@ -1,0 +1,95 @@
+// OverflowWatch: which op overflowed. While a watch lives, every op dispatched on this thread
+// has its floating outputs checked, and the first one to hold an inf or a NaN is recorded with
+// the op, the module it ran in and the ranges of its inputs:
+//
+//   amp::OverflowWatch watch(model.get());      // the model names the modules (hooks)
+//   { amp::Autocast autocast(kCPU, kFloat16); loss = loss_fn(model->forward(x), y); }
+//   if (watch.found()) fmt::print("{}", watch.report());
+//   // first non-finite output: linear in module "2" (Linear), float16 [8, 8]: 64 inf/NaN
+//   //   input 0: float16 [8, 8] finite, max |x| = 3.1
+//   //   input 1: float16 [8, 8] finite, max |x| = 2000
+//
+// Ops run in order, so the first op whose output is not finite is where the overflow began;
+// later ops only pass it on. The watch also records the first op whose output is finite but
+// beyond float16's range (|x| > 65504): in a float32 or bfloat16 run, the op that would
+// overflow in float16.
+//
+// NOTE [Overflow watch cost] Off by default. Each checked output is read once more (a pass
+// over its elements on the host), so a watched step runs slower; hg-bench-train prints the
+// measured overhead. Nothing is checked unless a watch is alive on the thread.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "halfgrad/core/shape.h"
+#include "halfgrad/core/tensor.h"
+#include "halfgrad/ops/op.h"
+
+namespace hg::nn {
+class Module;
+}
+
+namespace hg::amp {
+
+// What a tensor held when the watch looked at it.
+struct TensorRange {
+  DType dtype;
+  Shape shape;
+  bool all_finite = true;
+  int64_t non_finite = 0;  // inf and NaN elements
+  double max_abs = 0;      // over the finite elements
+};
+
+struct OverflowFinding {
+  OpId op;
+  std::string module;               // dotted name of the innermost module running ("" for the root)
+  std::string module_type;          // its name(), e.g. "Linear"; empty when no module was running
+  int64_t op_index = 0;             // how many ops the watch had checked before this one
+  std::vector<TensorRange> inputs;  // floating tensor inputs, as the op received them
+  TensorRange output;               // the first offending output
+};
+
+class OverflowWatch {
+ public:
+  // With a model, forward hooks on each of its modules keep the module path; they are
+  // removed when the watch ends.
+  explicit OverflowWatch(nn::Module* model = nullptr);
+  ~OverflowWatch();
+  OverflowWatch(const OverflowWatch&) = delete;
+  OverflowWatch& operator=(const OverflowWatch&) = delete;
+
+  // The first op whose output held an inf or a NaN.
+  bool found() const { return first_non_finite_.has_value(); }
+  const std::optional<OverflowFinding>& first_non_finite() const { return first_non_finite_; }
+  // The first op whose output was finite but beyond float16's range.
+  const std::optional<OverflowFinding>& first_beyond_float16() const {
+    return first_beyond_float16_;
+  }
+  int64_t ops_checked() const { return ops_checked_; }
+  // The findings in words.
+  std::string report() const;
+  // Forgets the findings (the watch keeps running), e.g. at the start of each step.
+  void reset();
+
+  // Called by ops/dispatch for every op while the watch is this thread's active one.
+  void check(OpId op, std::span<const Tensor> inputs, std::span<Tensor* const> outputs);
+
+ private:
+  OverflowWatch* previous_;
+  std::vector<std::function<void()>> remove_hooks_;
+  std::vector<std::pair<std::string, std::string>> module_stack_;  // (path, type)
+  std::optional<OverflowFinding> first_non_finite_;
+  std::optional<OverflowFinding> first_beyond_float16_;
+  int64_t ops_checked_ = 0;
+  bool checking_ = false;  // the checks' own conversions are not checked
+};
+
+// The innermost live watch of this thread, or null.
+OverflowWatch* active_overflow_watch();
+
+}  // namespace hg::amp
