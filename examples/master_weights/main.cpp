@@ -171,7 +171,11 @@ Result run_fp16_manual(const Settings& s) {
   manual_seed(s.seed);
   auto model = make_model();
   amp::network_to_half(*model);
-  auto [model_params, master_params] = amp::prep_param_lists(*model);
+  // Named references, not a structured binding: lambdas capture them (clang 14 cannot capture
+  // a binding).
+  auto lists = amp::prep_param_lists(*model);
+  std::vector<Tensor>& model_params = lists.first;
+  std::vector<Tensor>& master_params = lists.second;
   optim::SGD opt(master_params, {.lr = s.lr});
   amp::DynamicLossScaler scaler;
   return train(
