@@ -124,7 +124,7 @@ def run_memory(args):
         step()
     peak = proc_status_kib("VmHWM")
     emit({"bench": "train_memory", "impl": "pytorch", "mode": "bf16",
-          "definition": "VmHWM after the steps minus VmRSS before the model, HWM reset there",
+          "shape": "x".join(str(s) for s in MLP_SIZES), "definition": "VmHWM after the steps minus VmRSS before the model, HWM reset there",
           "steps": args.memory_steps, "peak_mib": round((peak - baseline) / 1024, 1)})
 
 
