@@ -33,12 +33,28 @@ inline void add_common_options(CLI::App& app, Options& options,
   app.add_option("--only", options.only, "the section to run")->check(CLI::IsMember(names));
 }
 
+// Microseconds since `start` on the steady clock.
+inline double micros_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start)
+      .count();
+}
+
 // A function under measurement and what it measured.
 struct Candidate {
   std::string impl;    // "halfgrad", "onednn", ...
   std::string kernel;  // the kernel it ran, for the record
   std::function<void()> call;
   double us = 0;  // median time of one call
+  // When set, replaces call: runs one call and returns its own time in microseconds (a peer
+  // in another process times itself, leaving out the messages that drive it).
+  std::function<double()> timed_call = nullptr;
+
+  double run() {
+    if (timed_call) return timed_call();
+    const auto start = std::chrono::steady_clock::now();
+    call();
+    return micros_since(start);
+  }
 };
 
 inline double median(std::vector<double> values) {
@@ -47,26 +63,16 @@ inline double median(std::vector<double> values) {
   return values.size() % 2 ? values[mid] : 0.5 * (values[mid - 1] + values[mid]);
 }
 
-// Microseconds since `start` on the steady clock.
-inline double micros_since(std::chrono::steady_clock::time_point start) {
-  return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start)
-      .count();
-}
-
 // Times every candidate: --warmup calls each, then --reps rounds that call each candidate
 // once, so that a machine whose load changes during the run slows all of them alike (the
 // ratios stay fair). Sets each candidate's median time.
 inline void time_interleaved(const Options& options, std::vector<Candidate>& candidates) {
   for (Candidate& c : candidates) {
-    for (int i = 0; i < options.warmup; ++i) c.call();
+    for (int i = 0; i < options.warmup; ++i) c.run();
   }
   std::vector<std::vector<double>> times(candidates.size());
   for (int rep = 0; rep < options.reps; ++rep) {
-    for (size_t i = 0; i < candidates.size(); ++i) {
-      const auto start = std::chrono::steady_clock::now();
-      candidates[i].call();
-      times[i].push_back(micros_since(start));
-    }
+    for (size_t i = 0; i < candidates.size(); ++i) times[i].push_back(candidates[i].run());
   }
   for (size_t i = 0; i < candidates.size(); ++i) candidates[i].us = median(times[i]);
 }

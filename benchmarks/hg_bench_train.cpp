@@ -22,14 +22,19 @@
 //           high-water mark reset at that point (writing 5 to /proc/self/clear_refs). Run only
 //           with --only memory, in a process of its own, so that nothing else raises the mark.
 //
-// Ratios: --twin-json FILE holds the twin's lines (any number of runs; the median per
-// measurement is used). --prior-json FILE holds this program's lines from earlier runs of the
-// same session; its halfgrad measurements are pooled with this run's. benchmarks/run-train
-// alternates the two programs that way, so the ratios compare medians over the same rounds.
-// --small shrinks the models (for the smoke test); its shapes have no twin, so no ratio.
+// Ratios against PyTorch: --twin-cmd CMD starts the twin as a child process
+// (`train_twin.py --serve`) and times its steps interleaved with halfgrad's, step by step, so
+// that a machine whose load changes slows both alike (the twin times its own steps, leaving
+// out the pipe). --twin-json FILE instead reads the twin's lines from an earlier run (the
+// median per measurement); the memory section uses it, since each side must measure its peak
+// in a process of its own. benchmarks/run-train does both. --small shrinks the models (for the
+// smoke tests); its shapes have no twin, so no ratio against PyTorch.
 #include <omp.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <csignal>
 #include <cstdio>
 #include <fstream>
 #include <map>
@@ -57,20 +62,20 @@ struct TrainOptions : hg::bench::Options {
   int memory_steps = 3;
   bool small = false;
   std::vector<std::string> modes = {"fp32", "bf16", "fp16"};
-  std::vector<std::string> twin_json, prior_json;
+  std::vector<std::string> twin_json;
+  std::string twin_cmd;
 };
 
-// The measurements read from earlier runs, keyed by impl, bench, mode and shape.
-using Pool = std::map<std::string, std::vector<double>>;
+// The twin's measurements read from --twin-json, keyed by bench, mode and shape.
+using TwinLines = std::map<std::string, std::vector<double>>;
 
-std::string pool_key(const std::string& impl, const std::string& bench, const std::string& mode,
-                     const std::string& shape) {
-  return fmt::format("{}|{}|{}|{}", impl, bench, mode, shape);
+std::string twin_key(const std::string& bench, const std::string& mode, const std::string& shape) {
+  return fmt::format("{}|{}|{}", bench, mode, shape);
 }
 
-// Adds the timed lines of `path` (train_mlp: ms; train_tiny: us; train_memory: peak_mib) to
-// pool; other lines (ratios, notes) are skipped.
-void read_lines_into(const std::string& path, Pool& pool) {
+// Adds the PyTorch lines of `path` (train_mlp: ms; train_tiny: us; train_memory: peak_mib) to
+// lines; other lines (ratios, halfgrad's) are skipped.
+void read_twin_lines(const std::string& path, TwinLines& lines) {
   std::ifstream in(path);
   HG_CHECK(in.good(), "hg-bench-train: expected a readable JSON-lines file, got '{}'", path);
   std::string line;
@@ -82,46 +87,97 @@ void read_lines_into(const std::string& path, Pool& pool) {
                         : bench == "train_tiny"   ? "us"
                         : bench == "train_memory" ? "peak_mib"
                                                   : nullptr;
-    if (value == nullptr || !record.contains(value) || !record.contains("impl")) continue;
-    pool[pool_key(record["impl"], bench, record.value("mode", ""), record.value("shape", ""))]
-        .push_back(record[value].get<double>());
+    if (value == nullptr || !record.contains(value) || record.value("impl", "") != "pytorch") {
+      continue;
+    }
+    lines[twin_key(bench, record.value("mode", ""), record.value("shape", ""))].push_back(
+        record[value].get<double>());
   }
 }
 
-struct Peers {
-  Pool twin;   // pytorch's lines
-  Pool prior;  // halfgrad's lines from earlier rounds
-};
-
-// The median of halfgrad's value over the earlier rounds and this one, and how many rounds.
-std::pair<double, size_t> pooled(const Peers& peers, const std::string& key, double now) {
-  std::vector<double> values = {now};
-  if (auto found = peers.prior.find(key); found != peers.prior.end()) {
-    values.insert(values.end(), found->second.begin(), found->second.end());
-  }
-  return {median(values), values.size()};
-}
-
-std::optional<double> twin_value(const Peers& peers, const std::string& bench,
-                                 const std::string& mode, const std::string& shape) {
-  auto found = peers.twin.find(pool_key("pytorch", bench, mode, shape));
-  if (found == peers.twin.end() || found->second.empty()) return std::nullopt;
+std::optional<double> twin_line(const TwinLines& lines, const std::string& bench,
+                                const std::string& mode, const std::string& shape) {
+  auto found = lines.find(twin_key(bench, mode, shape));
+  if (found == lines.end() || found->second.empty()) return std::nullopt;
   return median(found->second);
 }
+
+// The twin as a child process (`sh -c CMD`, train_twin.py --serve): one command line in, one
+// JSON line out.
+class TwinProcess {
+ public:
+  explicit TwinProcess(std::string command) : command_(std::move(command)) {
+    std::signal(SIGPIPE, SIG_IGN);  // a twin that died is reported when its answer is missing
+    int to_child[2], from_child[2];
+    HG_CHECK(pipe(to_child) == 0 && pipe(from_child) == 0,
+             "hg-bench-train: could not make the pipes to the twin '{}'", command_);
+    pid_ = fork();
+    HG_CHECK(pid_ >= 0, "hg-bench-train: could not start the twin '{}'", command_);
+    if (pid_ == 0) {
+      dup2(to_child[0], STDIN_FILENO);
+      dup2(from_child[1], STDOUT_FILENO);
+      for (int fd : {to_child[0], to_child[1], from_child[0], from_child[1]}) close(fd);
+      execl("/bin/sh", "sh", "-c", command_.c_str(), static_cast<char*>(nullptr));
+      _exit(127);
+    }
+    close(to_child[0]);
+    close(from_child[1]);
+    to_ = fdopen(to_child[1], "w");
+    from_ = fdopen(from_child[0], "r");
+  }
+  TwinProcess(const TwinProcess&) = delete;
+  TwinProcess& operator=(const TwinProcess&) = delete;
+  ~TwinProcess() {
+    std::fputs("quit\n", to_);
+    std::fclose(to_);
+    std::fclose(from_);
+    int status = 0;
+    waitpid(pid_, &status, 0);
+  }
+
+  // Sends `command`; returns the number `field` of the answer.
+  double request(const std::string& command, const char* field) {
+    std::fprintf(to_, "%s\n", command.c_str());
+    std::fflush(to_);
+    std::string answer;
+    for (int c = std::fgetc(from_); c != EOF && c != '\n'; c = std::fgetc(from_)) {
+      answer += char(c);
+    }
+    HG_CHECK(!answer.empty(), "hg-bench-train: the twin '{}' ended without answering '{}'",
+             command_, command);
+    const nlohmann::json record = nlohmann::json::parse(answer);
+    HG_CHECK(record.contains(field) && record[field].is_number(),
+             "hg-bench-train: expected the twin's answer to '{}' to hold \"{}\", got {}", command,
+             field, answer);
+    return record[field].get<double>();
+  }
+
+ private:
+  std::string command_;
+  pid_t pid_ = -1;
+  FILE* to_ = nullptr;
+  FILE* from_ = nullptr;
+};
+
+struct Peers {
+  TwinLines lines;                    // --twin-json
+  std::unique_ptr<TwinProcess> live;  // --twin-cmd
+};
 
 const char* json_bool(bool value) { return value ? "true" : "false"; }
 
 // {"bench": "<bench>_ratio", ...}: halfgrad's value over the peer's, against `target` when
 // it has one (the target is met when ratio <= target).
 void print_ratio(const std::string& bench, const std::string& mode, const std::string& vs,
-                 double halfgrad, double peer, size_t rounds, std::optional<double> target) {
+                 double halfgrad, double peer, std::optional<double> target) {
   const double ratio = halfgrad / peer;
   std::string line = fmt::format(
       "{{\"bench\": \"{}_ratio\", \"mode\": \"{}\", \"vs\": \"{}\", \"halfgrad\": {:.4g}, "
-      "\"peer\": {:.4g}, \"rounds\": {}, \"ratio\": {:.3f}",
-      bench, mode, vs, halfgrad, peer, rounds, ratio);
-  if (target)
+      "\"peer\": {:.4g}, \"ratio\": {:.3f}",
+      bench, mode, vs, halfgrad, peer, ratio);
+  if (target) {
     line += fmt::format(", \"target\": {}, \"met\": {}", *target, json_bool(ratio <= *target));
+  }
   fmt::print("{}}}\n", line);
 }
 
@@ -200,9 +256,10 @@ MlpConfig mlp_config(const TrainOptions& options) {
 
 // ---- sections -------------------------------------------------------------------------------
 
-void run_mlp(const TrainOptions& options, const Peers& peers) {
+void run_mlp(const TrainOptions& options, Peers& peers) {
   const MlpConfig config = mlp_config(options);
   const std::string shape = shape_name(config.sizes);
+  const bool twin_live = peers.live && !options.small;
   std::vector<std::unique_ptr<MlpRun>> runs;
   std::vector<Candidate> candidates;
   for (Mode mode : {Mode::Fp32, Mode::Bf16, Mode::Fp16}) {
@@ -213,34 +270,45 @@ void run_mlp(const TrainOptions& options, const Peers& peers) {
     runs.push_back(std::make_unique<MlpRun>(mode, config.sizes, config.batch));
     MlpRun* run = runs.back().get();
     candidates.push_back({"halfgrad", mode_name(mode), [run] { run->step(); }});
-  }
-  hg::bench::time_interleaved(options, candidates);
-  std::map<std::string, std::pair<double, size_t>> ms;  // mode -> pooled median, rounds
-  for (const Candidate& c : candidates) {
-    fmt::print(
-        "{{\"bench\": \"train_mlp\", \"impl\": \"halfgrad\", \"mode\": \"{}\", \"shape\": \"{}\", "
-        "\"batch\": {}, \"ms\": {:.3f}{}}}\n",
-        c.kernel, shape, config.batch, c.us * 1e-3,
-        c.kernel == "fp16" ? ", \"note\": \"GradScaler on; PyTorch 1.13 has no fp16 CPU autocast\""
-                           : "");
-    ms[c.kernel] = pooled(peers, pool_key("halfgrad", "train_mlp", c.kernel, shape), c.us * 1e-3);
-  }
-  for (const char* mode : {"fp32", "bf16"}) {
-    if (ms.count(mode) == 0) continue;
-    if (auto torch_ms = twin_value(peers, "train_mlp", mode, shape)) {
-      const std::optional<double> target =
-          std::string(mode) == "bf16" ? std::optional<double>(0.5) : std::nullopt;
-      print_ratio("train_mlp", mode, "pytorch", ms[mode].first, *torch_ms, ms[mode].second, target);
+    if (twin_live && mode != Mode::Fp16) {  // PyTorch 1.13 has no float16 CPU autocast
+      const std::string command = fmt::format("mlp {}", mode_name(mode));
+      TwinProcess* twin = peers.live.get();
+      candidates.push_back({"pytorch", mode_name(mode), nullptr, 0,
+                            [twin, command] { return 1e3 * twin->request(command, "ms"); }});
     }
   }
-  if (ms.count("bf16") && ms.count("fp32")) {
-    print_ratio("train_mlp", "bf16", "halfgrad_fp32", ms["bf16"].first, ms["fp32"].first,
-                ms["bf16"].second, 0.4);
+  hg::bench::time_interleaved(options, candidates);
+  std::map<std::string, double> halfgrad_ms, torch_ms;
+  for (const Candidate& c : candidates) {
+    const double ms = c.us * 1e-3;
+    fmt::print(
+        "{{\"bench\": \"train_mlp\", \"impl\": \"{}\", \"mode\": \"{}\", \"shape\": \"{}\", "
+        "\"batch\": {}, \"ms\": {:.3f}{}}}\n",
+        c.impl, c.kernel, shape, config.batch, ms,
+        c.kernel == "fp16" ? ", \"note\": \"GradScaler on; PyTorch 1.13 has no fp16 CPU autocast\""
+        : c.impl == "pytorch" ? ", \"interleaved\": true"
+                              : "");
+    (c.impl == "halfgrad" ? halfgrad_ms : torch_ms)[c.kernel] = ms;
+  }
+  for (const char* mode : {"fp32", "bf16"}) {
+    if (halfgrad_ms.count(mode) == 0) continue;
+    if (!twin_live) {
+      if (auto ms = twin_line(peers.lines, "train_mlp", mode, shape)) torch_ms[mode] = *ms;
+    }
+    if (torch_ms.count(mode)) {
+      const std::optional<double> target =
+          std::string(mode) == "bf16" ? std::optional<double>(0.5) : std::nullopt;
+      print_ratio("train_mlp", mode, "pytorch", halfgrad_ms[mode], torch_ms[mode], target);
+    }
+  }
+  if (halfgrad_ms.count("bf16") && halfgrad_ms.count("fp32")) {
+    print_ratio("train_mlp", "bf16", "halfgrad_fp32", halfgrad_ms["bf16"], halfgrad_ms["fp32"],
+                0.4);
   }
   std::fflush(stdout);
 }
 
-void run_tiny(const TrainOptions& options, const Peers& peers) {
+void run_tiny(const TrainOptions& options, Peers& peers) {
   const std::vector<int64_t> sizes = {32, 32, 1};
   const int64_t batch = 16;
   hg::manual_seed(0);
@@ -256,6 +324,13 @@ void run_tiny(const TrainOptions& options, const Peers& peers) {
                                             opt.step();
                                           }
                                         }}};
+  if (peers.live) {
+    // The twin runs the same number of steps per call and answers per step.
+    TwinProcess* twin = peers.live.get();
+    const std::string command = fmt::format("tiny {}", steps);
+    candidates.push_back({"pytorch", "tiny", nullptr, 0,
+                          [twin, steps, command] { return steps * twin->request(command, "us"); }});
+  }
   hg::bench::Options timing = options;
   timing.warmup = 1;
   timing.reps = std::max(options.reps, 5);
@@ -267,10 +342,15 @@ void run_tiny(const TrainOptions& options, const Peers& peers) {
       "{{\"bench\": \"train_tiny\", \"impl\": \"halfgrad\", \"shape\": \"{}\", \"batch\": {}, "
       "\"us\": {:.3f}, \"target_us\": {}, \"met\": {}}}\n",
       shape, batch, us, kTargetUs, json_bool(us <= kTargetUs));
-  const auto [pooled_us, rounds] = pooled(peers, pool_key("halfgrad", "train_tiny", "", shape), us);
-  if (auto torch_us = twin_value(peers, "train_tiny", "", shape)) {
-    print_ratio("train_tiny", "fp32", "pytorch", pooled_us, *torch_us, rounds, std::nullopt);
+  std::optional<double> torch_us = twin_line(peers.lines, "train_tiny", "", shape);
+  if (peers.live) {
+    torch_us = candidates[1].us / steps;
+    fmt::print(
+        "{{\"bench\": \"train_tiny\", \"impl\": \"pytorch\", \"shape\": \"{}\", \"batch\": {}, "
+        "\"us\": {:.3f}, \"interleaved\": true}}\n",
+        shape, batch, *torch_us);
   }
+  if (torch_us) print_ratio("train_tiny", "fp32", "pytorch", us, *torch_us, std::nullopt);
   std::fflush(stdout);
 }
 
@@ -284,7 +364,7 @@ int64_t proc_status_kib(const std::string& field) {
   HG_ERROR("hg-bench-train: expected a {} line in /proc/self/status, found none", field);
 }
 
-void run_memory(const TrainOptions& options, const Peers& peers) {
+void run_memory(const TrainOptions& options, Peers& peers) {
   {
     std::ofstream clear_refs("/proc/self/clear_refs");
     clear_refs << "5";  // resets VmHWM to the current VmRSS
@@ -304,21 +384,34 @@ void run_memory(const TrainOptions& options, const Peers& peers) {
       "\"{}\", \"definition\": \"VmHWM after the steps minus VmRSS before the model, HWM reset "
       "there\", \"steps\": {}, \"peak_mib\": {:.1f}}}\n",
       shape, options.memory_steps, peak_mib);
-  const auto [pooled_mib, rounds] =
-      pooled(peers, pool_key("halfgrad", "train_memory", "bf16", shape), peak_mib);
-  if (auto torch_mib = twin_value(peers, "train_memory", "bf16", shape)) {
-    print_ratio("train_memory", "bf16", "pytorch", pooled_mib, *torch_mib, rounds, 1.0);
+  if (auto torch_mib = twin_line(peers.lines, "train_memory", "bf16", shape)) {
+    print_ratio("train_memory", "bf16", "pytorch", peak_mib, *torch_mib, 1.0);
   }
   std::fflush(stdout);
 }
 
 struct Section {
   const char* name;
-  void (*run)(const TrainOptions&, const Peers&);
+  void (*run)(const TrainOptions&, Peers&);
 };
 
 // memory is not part of "all": it must run alone in its process.
 constexpr Section kSections[] = {{"mlp", run_mlp}, {"tiny", run_tiny}, {"memory", run_memory}};
+
+void run_sections(const TrainOptions& options) {
+  Peers peers;
+  for (const std::string& path : options.twin_json) read_twin_lines(path, peers.lines);
+  // The memory section measures this process alone: it never starts the twin.
+  if (!options.twin_cmd.empty() && options.only != "memory") {
+    peers.live = std::make_unique<TwinProcess>(options.twin_cmd);
+  }
+  for (const Section& section : kSections) {
+    const bool alone = std::string(section.name) == "memory";
+    if (options.only == section.name || (options.only == "all" && !alone)) {
+      section.run(options, peers);
+    }
+  }
+}
 
 }  // namespace
 
@@ -335,21 +428,21 @@ int main(int argc, char** argv) {
   app.add_option("--modes", options.modes, "mlp: the modes to time")
       ->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
   app.add_flag("--small", options.small, "mlp and memory: a small MLP (for smoke tests)");
-  app.add_option("--twin-json", options.twin_json, "the PyTorch twin's JSON lines")
-      ->check(CLI::ExistingFile);
-  app.add_option("--prior-json", options.prior_json, "this program's lines from earlier rounds")
-      ->check(CLI::ExistingFile);
+  CLI::Option* twin_json =
+      app.add_option("--twin-json", options.twin_json, "the PyTorch twin's JSON lines")
+          ->check(CLI::ExistingFile);
+  app.add_option("--twin-cmd", options.twin_cmd,
+                 "the PyTorch twin to run interleaved (train_twin.py --serve)")
+      ->excludes(twin_json);
   CLI11_PARSE(app, argc, argv);
 
   omp_set_num_threads(options.threads);
-  Peers peers;
-  for (const std::string& path : options.twin_json) read_lines_into(path, peers.twin);
-  for (const std::string& path : options.prior_json) read_lines_into(path, peers.prior);
-  for (const Section& section : kSections) {
-    const bool alone = std::string(section.name) == "memory";
-    if (options.only == section.name || (options.only == "all" && !alone)) {
-      section.run(options, peers);
-    }
+  try {
+    run_sections(options);
+  } catch (const std::exception& e) {
+    std::fflush(stdout);
+    std::fprintf(stderr, "%s\n", e.what());
+    return 1;
   }
   return 0;
 }

@@ -12,6 +12,10 @@ Sections (hg_bench_train.cpp describes each; keep the two files in step):
           of --reps steps after --warmup steps.
   tiny    MLP 32 -> 32 -> 1 (Linear, ReLU), batch 16, mse_loss, SGD lr 1e-3: --tiny-steps
           steps per rep, microseconds per step, median over reps.
+  --serve reads commands on stdin, one a line, and answers each with one JSON line:
+          "mlp fp32" / "mlp bf16" runs one step of that run ({"ms": ...}), "tiny N" runs
+          N tiny steps ({"us": ...} per step), "quit" ends. hg-bench-train --twin-cmd
+          drives it, alternating its own steps with the twin's so that both see the same load.
   memory  the bf16 MLP run in this process alone: peak resident memory (VmHWM) after
           --memory-steps steps, minus the resident memory (VmRSS) measured just before the
           model is built, with the high-water mark reset there (/proc/self/clear_refs 5).
@@ -88,21 +92,26 @@ def run_mlp(args):
               "batch": MLP_BATCH, "ms": round(ms, 3)})
 
 
-def run_tiny(args):
+def make_tiny_run(steps):
+    """The tiny MLP's model, data and optimizer; returns `steps` training steps."""
     torch.manual_seed(0)
     model = mlp(TINY_SIZES)
     x = torch.randn(TINY_BATCH, TINY_SIZES[0])
     y = torch.randn(TINY_BATCH, TINY_SIZES[-1])
     opt = torch.optim.SGD(model.parameters(), lr=1e-3)
 
-    def steps():
-        for _ in range(args.tiny_steps):
+    def run():
+        for _ in range(steps):
             opt.zero_grad(set_to_none=True)
             loss = F.mse_loss(model(x), y)
             loss.backward()
             opt.step()
 
-    ms = median_ms(steps, max(args.reps, 5), 1)
+    return run
+
+
+def run_tiny(args):
+    ms = median_ms(make_tiny_run(args.tiny_steps), max(args.reps, 5), 1)
     emit({"bench": "train_tiny", "impl": "pytorch", "shape": "32x32x1", "batch": TINY_BATCH,
           "us": round(ms * 1e3 / args.tiny_steps, 3)})
 
@@ -128,6 +137,30 @@ def run_memory(args):
           "steps": args.memory_steps, "peak_mib": round((peak - baseline) / 1024, 1)})
 
 
+def serve(args):
+    runs = {}  # made on first use
+    for line in sys.stdin:
+        command = line.split()
+        if not command or command[0] == "quit":
+            break
+        if command[0] == "mlp" and len(command) == 2 and command[1] in ("fp32", "bf16"):
+            step = runs.get(tuple(command)) or make_mlp_run(command[1])
+            runs[tuple(command)] = step
+            start = time.perf_counter()
+            step()
+            emit({"ms": (time.perf_counter() - start) * 1e3})
+        elif command[0] == "tiny" and len(command) == 2 and command[1].isdigit():
+            count = int(command[1])
+            steps = runs.get(tuple(command)) or make_tiny_run(count)
+            runs[tuple(command)] = steps
+            start = time.perf_counter()
+            steps()
+            emit({"us": (time.perf_counter() - start) * 1e6 / count})
+        else:
+            emit({"error": f"train_twin --serve: unknown command {line.strip()!r} (expected "
+                           "'mlp fp32', 'mlp bf16', 'tiny STEPS' or 'quit')"})
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--threads", type=int, default=2)
@@ -136,8 +169,12 @@ def main():
     parser.add_argument("--tiny-steps", type=int, default=1000)
     parser.add_argument("--memory-steps", type=int, default=3)
     parser.add_argument("--only", choices=["all", "mlp", "tiny", "memory"], default="all")
+    parser.add_argument("--serve", action="store_true", help="run steps on command (stdin)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
+    if args.serve:
+        serve(args)
+        return
     if args.only == "memory":
         run_memory(args)  # alone in its process: the high-water mark is this run's
         return
