@@ -34,6 +34,12 @@ void check_operands(const char* op, const Tensor& a, const Tensor& b, int64_t ra
 Tensor product(const Tensor& a, const Tensor& b, const Tensor& input, double beta, double alpha) {
   const Shape shape{a.size(0), a.size(1), b.size(2)};
   Tensor out;
+  if (input.defined() && beta == 1.0 && alpha == 1.0 && input.dim() == 1 &&
+      input.size(0) == shape[2]) {  // a bias row: linear's case (NOTE [GEMM with bias])
+    out = empty(shape, a.options());
+    cpu::gemm_bias(a, b, core::to_dtype(input, a.dtype()).contiguous(), out);
+    return out;
+  }
   if (input.defined() && beta != 0.0) {
     out = core::clone(core::expand(core::to_dtype(input, a.dtype()), shape));
   } else {
