@@ -12,14 +12,14 @@ Sections (hg_bench_train.cpp describes each; keep the two files in step):
           of --reps steps after --warmup steps.
   tiny    MLP 32 -> 32 -> 1 (Linear, ReLU), batch 16, mse_loss, SGD lr 1e-3: --tiny-steps
           steps per rep, microseconds per step, median over reps.
-  --serve reads commands on stdin, one a line, and answers each with one JSON line:
-          "mlp fp32" / "mlp bf16" runs one step of that run ({"ms": ...}), "tiny N" runs
-          N tiny steps ({"us": ...} per step), "quit" ends. hg-bench-train --twin-cmd
-          drives it, alternating its own steps with the twin's so that both see the same load.
   memory  the bf16 MLP run in this process alone: peak resident memory (VmHWM) after
           --memory-steps steps, minus the resident memory (VmRSS) measured just before the
           model is built, with the high-water mark reset there (/proc/self/clear_refs 5).
           Run it in its own process (--only memory), so that no other section raises the mark.
+  --serve reads commands on stdin, one a line, and answers each with one JSON line:
+          "mlp fp32" / "mlp bf16" runs one step of that run ({"ms": ...}), "tiny N" runs
+          N tiny steps ({"us": ...} per step), "quit" ends. hg-bench-train --twin-cmd
+          drives it, alternating its own steps with the twin's so that both see the same load.
 
 Needs Debian's python3-torch (benchmarks/run-train installs it); the tests do not use it.
 """
