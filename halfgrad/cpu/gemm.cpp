@@ -683,6 +683,22 @@ MatrixOperand operand_of(const Tensor& t, Tensor& keep) {
   return *matrix_operand(keep.data_ptr(), broadcast ? 0 : rows * cols, rows, cols, cols, 1);
 }
 
+// The Problem for checked tensors a [B, M, K], b [B, K, N], out [B, M, N] (K > 0); the
+// copies of operands that needed one are kept in a_copy and b_copy.
+Problem problem_of(const Tensor& a, const Tensor& b, const Tensor& out, double alpha, double beta,
+                   Tensor& a_copy, Tensor& b_copy) {
+  return Problem{a.dtype(),
+                 out.size(0),
+                 out.size(1),
+                 out.size(2),
+                 a.size(2),
+                 operand_of(a, a_copy),
+                 operand_of(b, b_copy),
+                 static_cast<char*>(out.data_ptr()),
+                 alpha,
+                 beta};
+}
+
 }  // namespace
 
 void gemm_with(GemmImpl impl, const Tensor& a, const Tensor& b, const Tensor& out, double alpha,
@@ -692,17 +708,7 @@ void gemm_with(GemmImpl impl, const Tensor& a, const Tensor& b, const Tensor& ou
   if (batch == 0 || m == 0 || n == 0) return;
   if (k == 0) return scale_out(out, beta);
   Tensor a_copy, b_copy;
-  const Problem p{a.dtype(),
-                  batch,
-                  m,
-                  n,
-                  k,
-                  operand_of(a, a_copy),
-                  operand_of(b, b_copy),
-                  static_cast<char*>(out.data_ptr()),
-                  alpha,
-                  beta};
-  run(p, impl);
+  run(problem_of(a, b, out, alpha, beta, a_copy, b_copy), impl);
 }
 
 void gemm(const Tensor& a, const Tensor& b, const Tensor& out, double alpha, double beta) {
@@ -728,16 +734,7 @@ void gemm_bias(const Tensor& a, const Tensor& b, const Tensor& bias, const Tenso
                             (a.dtype() == kBFloat16 && onednn_runs_bf16()));
   if (onednn_runs) {
     Tensor a_copy, b_copy;
-    Problem p{a.dtype(),
-              batch,
-              m,
-              n,
-              k,
-              operand_of(a, a_copy),
-              operand_of(b, b_copy),
-              static_cast<char*>(out.data_ptr()),
-              1.0,
-              0.0};
+    Problem p = problem_of(a, b, out, 1.0, 0.0, a_copy, b_copy);
     p.bias = static_cast<const char*>(bias.data_ptr());
     if (onednn_gemm(p)) return;
   }
