@@ -23,6 +23,7 @@
 #include <fmt/format.h>
 #include <CLI/CLI.hpp>
 
+#include "bench_util.h"
 #include "halfgrad/config.h"
 #include "halfgrad/cpu/gemm.h"
 #include "halfgrad/halfgrad.h"
@@ -33,45 +34,10 @@
 
 namespace {
 
-struct Options {
-  int threads = 2;
-  int reps = 10;
-  int warmup = 3;
-  std::string only = "all";
-};
-
-// A function under measurement and what it measured.
-struct Candidate {
-  std::string impl;    // "halfgrad", "onednn", ...
-  std::string kernel;  // the kernel it ran, for the record
-  std::function<void()> call;
-  double us = 0;  // median time of one call
-};
-
-double median(std::vector<double> values) {
-  std::sort(values.begin(), values.end());
-  const size_t mid = values.size() / 2;
-  return values.size() % 2 ? values[mid] : 0.5 * (values[mid - 1] + values[mid]);
-}
-
-// Times every candidate: --warmup calls each, then --reps rounds that call each candidate
-// once, so that a machine whose load changes during the run slows all of them alike (the
-// ratios stay fair). Sets each candidate's median time.
-void time_interleaved(const Options& options, std::vector<Candidate>& candidates) {
-  for (Candidate& c : candidates) {
-    for (int i = 0; i < options.warmup; ++i) c.call();
-  }
-  std::vector<std::vector<double>> times(candidates.size());
-  for (int rep = 0; rep < options.reps; ++rep) {
-    for (size_t i = 0; i < candidates.size(); ++i) {
-      const auto start = std::chrono::steady_clock::now();
-      candidates[i].call();
-      const auto stop = std::chrono::steady_clock::now();
-      times[i].push_back(std::chrono::duration<double, std::micro>(stop - start).count());
-    }
-  }
-  for (size_t i = 0; i < candidates.size(); ++i) candidates[i].us = median(times[i]);
-}
+using hg::bench::Candidate;
+using hg::bench::median;
+using hg::bench::Options;
+using hg::bench::time_interleaved;
 
 // ---- gemm ---------------------------------------------------------------------------------
 
@@ -244,14 +210,9 @@ constexpr Section kSections[] = {
 int main(int argc, char** argv) {
   CLI::App app{"hg-bench-ops: halfgrad's CPU ops against raw oneDNN, as JSON lines"};
   Options options;
-  std::vector<std::string> names = {"all"};
+  std::vector<std::string> names;
   for (const Section& section : kSections) names.push_back(section.name);
-  app.add_option("--threads", options.threads, "OpenMP threads")->check(CLI::PositiveNumber);
-  app.add_option("--reps", options.reps, "timed calls per measurement (the median is kept)")
-      ->check(CLI::PositiveNumber);
-  app.add_option("--warmup", options.warmup, "untimed calls before timing")
-      ->check(CLI::NonNegativeNumber);
-  app.add_option("--only", options.only, "the section to run")->check(CLI::IsMember(names));
+  hg::bench::add_common_options(app, options, names);
   CLI11_PARSE(app, argc, argv);
 
   omp_set_num_threads(options.threads);

@@ -27,6 +27,11 @@ namespace hg::cpu {
 void gemm(const Tensor& a, const Tensor& b, const Tensor& out, double alpha = 1.0,
           double beta = 0.0);
 
+// out[i] = a[i] @ b[i] + bias, the bias [N] added to every row (linear's forward): a, b and
+// out as for gemm, bias contiguous, of their dtype. On oneDNN the bias is an argument of the
+// matmul, so out is written once (NOTE [GEMM with bias] in gemm.cpp).
+void gemm_bias(const Tensor& a, const Tensor& b, const Tensor& bias, const Tensor& out);
+
 // Which implementation gemm uses for a floating dtype: "onednn", "eigen",
 // "onednn(fp16 via fp32 tiles)", ... (for hg-info and the benchmarks). Tiny products (under
 // 2^15 multiply-adds in all) run on Eigen whatever the dtype: oneDNN's fixed cost per call

@@ -34,6 +34,12 @@ void check_operands(const char* op, const Tensor& a, const Tensor& b, int64_t ra
 Tensor product(const Tensor& a, const Tensor& b, const Tensor& input, double beta, double alpha) {
   const Shape shape{a.size(0), a.size(1), b.size(2)};
   Tensor out;
+  if (input.defined() && beta == 1.0 && alpha == 1.0 && input.dim() == 1 &&
+      input.size(0) == shape[2]) {  // a bias row: linear's case (NOTE [GEMM with bias])
+    out = empty(shape, a.options());
+    cpu::gemm_bias(a, b, core::to_dtype(input, a.dtype()).contiguous(), out);
+    return out;
+  }
   if (input.defined() && beta != 0.0) {
     out = core::clone(core::expand(core::to_dtype(input, a.dtype()), shape));
   } else {
@@ -45,6 +51,26 @@ Tensor product(const Tensor& a, const Tensor& b, const Tensor& input, double bet
 }
 
 // ---- mm / addmm ------------------------------------------------------------------------------
+
+// NOTE [GEMM gradient layout] The gradient of a column-major operand (a transposed view, as
+// linear's weight.t()) is computed transposed, so that it comes out in the operand's own
+// layout: d(b) = (g^T @ a)^T rather than a^T @ g, d(a) = (b @ g^T)^T rather than g @ b^T
+// (PyTorch's mm_mat1_backward / mm_mat2_backward do the same). The same flops either way,
+// but the gradient that flows on through the transpose (to the weight, and through the
+// weight's autocast cast) is then contiguous: no strided copy or cast over a large matrix.
+bool column_major(const Tensor& t) {
+  return t.size(-2) > 1 && t.size(-1) > 1 && t.stride(-2) == 1 && t.stride(-1) == t.size(-2);
+}
+
+// g [M, N] @ b^T for a [M, K], in a's layout.
+Tensor mm_grad_a(const Tensor& g, const Tensor& a, const Tensor& b) {
+  return column_major(a) ? mm(b, g.t()).t() : mm(g, b.t());
+}
+
+// a^T @ g [M, N] for b [K, N], in b's layout.
+Tensor mm_grad_b(const Tensor& g, const Tensor& a, const Tensor& b) {
+  return column_major(b) ? mm(g.t(), a).t() : mm(a.t(), g);
+}
 
 struct AddMm {
   static constexpr OpId id = OpId::addmm;
@@ -69,8 +95,8 @@ struct AddMm {
     if (ctx.needs_input_grad(0)) {
       out[0] = ops::reduce_grad(beta == 1.0 ? g : mul(g, beta), input_sizes, input_dtype);
     }
-    if (ctx.needs_input_grad(1)) out[1] = scaled(mm(g, b.t()), alpha);
-    if (ctx.needs_input_grad(2)) out[2] = scaled(mm(a.t(), g), alpha);
+    if (ctx.needs_input_grad(1)) out[1] = scaled(mm_grad_a(g, a, b), alpha);
+    if (ctx.needs_input_grad(2)) out[2] = scaled(mm_grad_b(g, a, b), alpha);
     return out;
   }
   static Tensor scaled(const Tensor& t, double s) { return s == 1.0 ? t : mul(t, s); }
@@ -86,8 +112,8 @@ struct Mm {
   Grads backward(OpContext& ctx, const Grads& grads) {
     const Tensor a = ctx.saved(0), b = ctx.saved(1);
     Grads out(2);
-    if (ctx.needs_input_grad(0)) out[0] = mm(grads[0], b.t());
-    if (ctx.needs_input_grad(1)) out[1] = mm(a.t(), grads[0]);
+    if (ctx.needs_input_grad(0)) out[0] = mm_grad_a(grads[0], a, b);
+    if (ctx.needs_input_grad(1)) out[1] = mm_grad_b(grads[0], a, b);
     return out;
   }
 };

@@ -78,4 +78,11 @@ class AdamW : public AdamBase {
   AdamW(std::vector<ParamGroup> groups, AdamWOptions options = {});
 };
 
+namespace detail {
+// Switches the vectorized float32 pass (NOTE [Vectorized Adam pass] in adam.cpp) on or off,
+// process-wide; returns the previous setting. For tests, which compare it with the scalar
+// pass. Without AVX-512 the scalar pass runs either way.
+bool set_adam_vector_pass(bool enabled);
+}  // namespace detail
+
 }  // namespace hg::optim

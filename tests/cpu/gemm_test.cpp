@@ -92,16 +92,9 @@ Expected reference_gemm(const Tensor& a, const Tensor& b, const Tensor& out_befo
   return e;
 }
 
-// Runs gemm_with(impl) on copies of out and checks every element against the reference.
-void check_gemm(GemmImpl impl, const Tensor& a, const Tensor& b, const Tensor& out_before,
-                double alpha = 1.0, double beta = 0.0) {
-  const DType dtype = out_before.dtype();
-  INFO("dtype " << dtype << ", impl " << impl_name(impl) << ", a " << a.sizes() << " strides "
-                << a.strides() << ", b " << b.sizes() << " strides " << b.strides() << ", alpha "
-                << alpha << ", beta " << beta);
-  const Expected expected = reference_gemm(a, b, out_before, alpha, beta);
-  const Tensor out = out_before.clone();
-  cpu::gemm_with(impl, a, b, out, alpha, beta);
+// Every element of out within the dtype's tolerance of the reference.
+void check_against(const Tensor& out, const Expected& expected) {
+  const DType dtype = out.dtype();
   const std::vector<double> got = out.to_vector<double>();
   const double tolerance = relative_tolerance(dtype);
   const double floor = finfo(dtype).smallest_subnormal;
@@ -116,6 +109,19 @@ void check_gemm(GemmImpl impl, const Tensor& a, const Tensor& b, const Tensor& o
     }
   }
   CHECK(bad == 0);
+}
+
+// Runs gemm_with(impl) on copies of out and checks every element against the reference.
+void check_gemm(GemmImpl impl, const Tensor& a, const Tensor& b, const Tensor& out_before,
+                double alpha = 1.0, double beta = 0.0) {
+  const DType dtype = out_before.dtype();
+  INFO("dtype " << dtype << ", impl " << impl_name(impl) << ", a " << a.sizes() << " strides "
+                << a.strides() << ", b " << b.sizes() << " strides " << b.strides() << ", alpha "
+                << alpha << ", beta " << beta);
+  const Expected expected = reference_gemm(a, b, out_before, alpha, beta);
+  const Tensor out = out_before.clone();
+  cpu::gemm_with(impl, a, b, out, alpha, beta);
+  check_against(out, expected);
 }
 
 void check_all_impls(const Tensor& a, const Tensor& b, const Tensor& out_before, double alpha = 1.0,
@@ -174,15 +180,9 @@ TEST_CASE("gemm broadcasts a batch of size 1 or stride 0", "[gemm]") {
     const Tensor a = randn({batch, m, k}, dtype), b = randn({batch, k, n}, dtype);
     const Tensor a_one = randn({1, m, k}, dtype), b_one = randn({1, k, n}, dtype);
     const Tensor out = randn({batch, m, n}, dtype);
-    SECTION("b of stride 0") {
-      check_all_impls(a, b_one.expand({batch, k, n}), out, 1.0, 0.25);
-    }
-    SECTION("a of stride 0") {
-      check_all_impls(a_one.expand({batch, m, k}), b, out);
-    }
-    SECTION("batch size 1") {
-      check_all_impls(a, b_one, out);
-    }
+    SECTION("b of stride 0") { check_all_impls(a, b_one.expand({batch, k, n}), out, 1.0, 0.25); }
+    SECTION("a of stride 0") { check_all_impls(a_one.expand({batch, m, k}), b, out); }
+    SECTION("batch size 1") { check_all_impls(a, b_one, out); }
     SECTION("both broadcast") {
       check_all_impls(a_one.expand({batch, m, k}), b_one.expand({batch, k, n}), out, 0.5, 2.0);
     }
@@ -252,6 +252,31 @@ TEST_CASE("gemm applies alpha and beta", "[gemm]") {
     }
     check_all_impls(a, b, randn({2, 17, 65}, dtype), 0.75, 0.0);
   }
+}
+
+TEST_CASE("gemm_bias adds the bias row on every path", "[gemm]") {
+  // oneDNN's bias argument (float32 and bfloat16 above the tiny size) and the beta = 1 form
+  // (float64, float16 tiles, tiny products), with a transposed b and a broadcast batch. out
+  // starts as NaN: its old contents must not be read.
+  for (DType dtype : kFloating) {
+    manual_seed(23);
+    for (const auto& [batch, m, k, n] :
+         {std::array<int64_t, 4>{1, 3, 4, 5}, std::array<int64_t, 4>{2, 33, 65, 47},
+          std::array<int64_t, 4>{1, 64, 96, 128}}) {
+      INFO("dtype " << dtype << ", batch " << batch << ", m " << m << ", k " << k << ", n " << n);
+      const Tensor a = randn({batch, m, k}, dtype);
+      const Tensor b = randn({1, n, k}, dtype).transpose(1, 2);  // column-major, broadcast
+      const Tensor bias = randn({n}, dtype);
+      const Expected expected =
+          reference_gemm(a, b, bias.expand({batch, m, n}).contiguous(), 1.0, 1.0);
+      const Tensor out = full({batch, m, n}, NAN, dtype);
+      cpu::gemm_bias(a, b, bias, out);
+      check_against(out, expected);
+    }
+  }
+  const Tensor a = randn({1, 4, 8}), b = randn({1, 8, 6}), out = empty({1, 4, 6});
+  CHECK_THROWS_WITH(cpu::gemm_bias(a, b, randn({5}), out),
+                    Contains("expected a contiguous CPU bias of shape [6] and dtype float32"));
 }
 
 TEST_CASE("gemm accumulates 16-bit inputs in float32 over the whole K", "[gemm]") {

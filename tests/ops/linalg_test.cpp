@@ -106,6 +106,45 @@ TEST_CASE("linear autocasts once and sends float32 gradients to float32 weights"
     for (int64_t i = 0; i < 3; ++i) CHECK(g[o * 3 + i] == Approx(xs[i] + xs[3 + i]).epsilon(1e-2));
 }
 
+TEST_CASE("mm gradients of transposed operands come out in their layout", "[linalg]") {
+  // C = A @ B with A = P^T and B = Q^T (column-major views); loss = sum(C * G). Then
+  // dA = G @ B^T and dB = A^T @ G, and dP = dA^T, dQ = dB^T must come back contiguous.
+  manual_seed(17);
+  const int64_t m = 6, k = 5, n = 7;
+  for (DType dtype : {kFloat32, kBFloat16, kFloat64}) {
+    CAPTURE(dtype);
+    Tensor p = randn({k, m}, dtype).requires_grad_();
+    Tensor q = randn({n, k}, dtype).requires_grad_();
+    const Tensor g = randn({m, n}, dtype);
+    for (bool with_bias : {false, true}) {
+      p.mutable_grad() = Tensor();
+      q.mutable_grad() = Tensor();
+      const Tensor a = p.t(), b = q.t();
+      const Tensor c = with_bias ? addmm(zeros({n}, dtype), a, b) : mm(a, b);
+      // The gradients reaching the views are column-major like them (their transposes are
+      // dense), so the ones reaching p and q need no copy.
+      const std::vector<Tensor> view_grads = autograd::grad({sum(mul(c, g))}, {a, b},
+                                                            /*grad_outputs=*/{},
+                                                            /*retain_graph=*/true);
+      CHECK(view_grads[0].t().is_contiguous());
+      CHECK(view_grads[1].t().is_contiguous());
+      sum(mul(c, g)).backward();
+      const std::vector<double> pv = p.to_vector<double>(), qv = q.to_vector<double>(),
+                                gv = g.to_vector<double>();
+      std::vector<double> want_p(size_t(k * m), 0.0), want_q(size_t(n * k), 0.0);
+      for (int64_t i = 0; i < m; ++i)
+        for (int64_t j = 0; j < n; ++j)
+          for (int64_t r = 0; r < k; ++r) {
+            want_p[r * m + i] += gv[i * n + j] * qv[j * k + r];  // dA[i][r] = sum_j G[i][j] B[r][j]
+            want_q[j * k + r] += pv[r * m + i] * gv[i * n + j];  // dB[r][j] = sum_i A[i][r] G[i][j]
+          }
+      const double scale = std::sqrt(double(std::max(k, n)));
+      check_close(p.grad().to_vector<double>(), want_p, dtype, scale);
+      check_close(q.grad().to_vector<double>(), want_q, dtype, scale);
+    }
+  }
+}
+
 TEST_CASE("bad operands to the GEMM family", "[linalg][errors]") {
   const Tensor a = ones({2, 3}), b = ones({4, 5});
   CHECK_THROWS_WITH(mm(a, b), Contains("mm: the shapes [2, 3] and [4, 5] cannot be multiplied"));

@@ -148,6 +148,50 @@ TEST_CASE("AdamW: a large parameter runs on every thread with the same result") 
   check_adam({.lr = 0.01, .weight_decay = 0.01, .decoupled = true}, kFloat32, false, 100003, 3);
 }
 
+TEST_CASE("Adam and AdamW: the vectorized float32 pass is bit-identical to the scalar pass") {
+  // Sizes: shorter than one 16-lane block, whole blocks plus a tail, and one large enough to
+  // be split over threads. With the vector pass off both runs are scalar (and still equal).
+  std::vector<AdamConfig> configs;
+  for (bool decoupled : {false, true}) {
+    configs.push_back({.lr = 0.01, .decoupled = decoupled});
+    configs.push_back({.lr = 0.02,
+                       .beta1 = 0.8,
+                       .beta2 = 0.99,
+                       .eps = 1e-3,
+                       .weight_decay = 0.05,
+                       .amsgrad = true,
+                       .maximize = true,
+                       .decoupled = decoupled});
+  }
+  for (int64_t n : {int64_t(5), int64_t(16 * 9 + 7), int64_t(40000 + 3)}) {
+    for (const AdamConfig& c : configs) {
+      INFO("n " << n << (c.decoupled ? " AdamW" : " Adam") << " amsgrad " << c.amsgrad);
+      const Values initial = random_values(11, n, kFloat32);
+      std::vector<std::vector<unsigned char>> params, exp_avg_sqs;
+      for (bool vector_pass : {true, false}) {
+        const bool previous = optim::detail::set_adam_vector_pass(vector_pass);
+        Tensor p = make_param(initial, kFloat32);
+        auto opt = make_adam(p, c);
+        for (uint32_t s = 0; s < 3; ++s) {
+          // Gradients that reach the second moment's extremes, and one scaled step.
+          set_grad(p, random_values(400 + s, n, kFloat32, -10.0 * (s + 1), 10.0 * (s + 1)));
+          if (s == 1) {
+            opt->step_scaled(scalar_tensor(4.0, kFloat32), scalar_tensor(0.0, kFloat32));
+          } else {
+            opt->step();
+          }
+        }
+        optim::detail::set_adam_vector_pass(previous);
+        params.push_back(bytes_of(p));
+        exp_avg_sqs.push_back(
+            bytes_of(opt->state(0, 0).buffers.at(c.amsgrad ? "max_exp_avg_sq" : "exp_avg_sq")));
+      }
+      CHECK(params[0] == params[1]);
+      CHECK(exp_avg_sqs[0] == exp_avg_sqs[1]);
+    }
+  }
+}
+
 TEST_CASE("Adam: a parameter without a gradient keeps no state") {
   Tensor a = make_param({1.0}, kFloat32);
   Tensor b = make_param({1.0}, kFloat32);

@@ -1,0 +1,451 @@
+// hg-bench-train: whole training steps of halfgrad against PyTorch's twin
+// (benchmarks/twin/train_twin.py: the same models, batches, losses and optimizers). One JSON
+// line per measurement on stdout:
+//
+//   {"bench": "train_mlp", "impl": "halfgrad", "mode": "bf16", "shape": "...", "ms": ...}
+//   {"bench": "train_mlp_ratio", "mode": "bf16", "vs": "pytorch", "ratio": ..., "target": 0.5,
+//    "met": ...}
+//   {"bench": "train_tiny", "impl": "halfgrad", "us": ..., "target_us": 5, "met": ...}
+//   {"bench": "train_memory", "impl": "halfgrad", "mode": "bf16", "peak_mib": ...}
+//
+// Sections (--only picks one):
+//   mlp     MLP 1024 -> 4096 -> 4096 -> 10 (Linear, ReLU), batch 512, cross_entropy, AdamW
+//           (lr 1e-3, betas (0.9, 0.999), eps 1e-8, weight_decay 0.01), in three modes: fp32,
+//           bf16 (amp::Autocast(kCPU, kBFloat16)) and fp16 (amp::Autocast(kCPU, kFloat16) with
+//           a GradScaler; PyTorch 1.13 has no float16 CPU autocast, so this line has no twin).
+//           One step = zero_grad, forward, loss, backward, optimizer step; the modes are timed
+//           interleaved, the median of --reps steps after --warmup steps each.
+//   tiny    MLP 32 -> 32 -> 1 (Linear, ReLU), batch 16, mse_loss, SGD lr 1e-3: the median over
+//           reps of --tiny-steps full steps, in microseconds per step (target 5 us).
+//   memory  the bf16 MLP run alone: peak resident memory after --memory-steps steps (VmHWM)
+//           minus the resident memory just before the model is built (VmRSS), with the
+//           high-water mark reset at that point (writing 5 to /proc/self/clear_refs). Run only
+//           with --only memory, in a process of its own, so that nothing else raises the mark.
+//
+// Ratios against PyTorch: --twin-cmd CMD starts the twin as a child process
+// (`train_twin.py --serve`) and times its steps interleaved with halfgrad's, step by step, so
+// that a machine whose load changes slows both alike (the twin times its own steps, leaving
+// out the pipe). --twin-json FILE instead reads the twin's lines from an earlier run (the
+// median per measurement); the memory section uses it, since each side must measure its peak
+// in a process of its own. benchmarks/run-train does both. --small shrinks the models (for the
+// smoke tests); its shapes have no twin, so no ratio against PyTorch.
+#include <omp.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <csignal>
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <optional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include "bench_util.h"
+#include "halfgrad/halfgrad.h"
+
+namespace {
+
+using hg::Tensor;
+using hg::bench::Candidate;
+using hg::bench::median;
+
+struct TrainOptions : hg::bench::Options {
+  int tiny_steps = 1000;
+  int memory_steps = 3;
+  bool small = false;
+  std::vector<std::string> modes = {"fp32", "bf16", "fp16"};
+  std::vector<std::string> twin_json;
+  std::string twin_cmd;
+};
+
+// The twin's measurements read from --twin-json, keyed by bench, mode and shape.
+using TwinLines = std::map<std::string, std::vector<double>>;
+
+std::string twin_key(const std::string& bench, const std::string& mode, const std::string& shape) {
+  return fmt::format("{}|{}|{}", bench, mode, shape);
+}
+
+// Adds the PyTorch lines of `path` (train_mlp: ms; train_tiny: us; train_memory: peak_mib) to
+// lines; other lines (ratios, halfgrad's) are skipped.
+void read_twin_lines(const std::string& path, TwinLines& lines) {
+  std::ifstream in(path);
+  HG_CHECK(in.good(), "hg-bench-train: expected a readable JSON-lines file, got '{}'", path);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.empty() || line[0] != '{') continue;
+    const nlohmann::json record = nlohmann::json::parse(line);
+    const std::string bench = record.value("bench", "");
+    const char* value = bench == "train_mlp"      ? "ms"
+                        : bench == "train_tiny"   ? "us"
+                        : bench == "train_memory" ? "peak_mib"
+                                                  : nullptr;
+    if (value == nullptr || !record.contains(value) || record.value("impl", "") != "pytorch") {
+      continue;
+    }
+    lines[twin_key(bench, record.value("mode", ""), record.value("shape", ""))].push_back(
+        record[value].get<double>());
+  }
+}
+
+std::optional<double> twin_line(const TwinLines& lines, const std::string& bench,
+                                const std::string& mode, const std::string& shape) {
+  auto found = lines.find(twin_key(bench, mode, shape));
+  if (found == lines.end() || found->second.empty()) return std::nullopt;
+  return median(found->second);
+}
+
+// The twin as a child process (`sh -c CMD`, train_twin.py --serve): one command line in, one
+// JSON line out.
+class TwinProcess {
+ public:
+  explicit TwinProcess(std::string command) : command_(std::move(command)) {
+    std::signal(SIGPIPE, SIG_IGN);  // a twin that died is reported when its answer is missing
+    int to_child[2], from_child[2];
+    HG_CHECK(pipe(to_child) == 0 && pipe(from_child) == 0,
+             "hg-bench-train: could not make the pipes to the twin '{}'", command_);
+    pid_ = fork();
+    HG_CHECK(pid_ >= 0, "hg-bench-train: could not start the twin '{}'", command_);
+    if (pid_ == 0) {
+      dup2(to_child[0], STDIN_FILENO);
+      dup2(from_child[1], STDOUT_FILENO);
+      for (int fd : {to_child[0], to_child[1], from_child[0], from_child[1]}) close(fd);
+      execl("/bin/sh", "sh", "-c", command_.c_str(), static_cast<char*>(nullptr));
+      _exit(127);
+    }
+    close(to_child[0]);
+    close(from_child[1]);
+    to_ = fdopen(to_child[1], "w");
+    from_ = fdopen(from_child[0], "r");
+  }
+  TwinProcess(const TwinProcess&) = delete;
+  TwinProcess& operator=(const TwinProcess&) = delete;
+  ~TwinProcess() {
+    std::fputs("quit\n", to_);
+    std::fclose(to_);
+    std::fclose(from_);
+    int status = 0;
+    waitpid(pid_, &status, 0);
+  }
+
+  // Sends `command`; returns the number `field` of the answer.
+  double request(const std::string& command, const char* field) {
+    std::fprintf(to_, "%s\n", command.c_str());
+    std::fflush(to_);
+    std::string answer;
+    for (int c = std::fgetc(from_); c != EOF && c != '\n'; c = std::fgetc(from_)) {
+      answer += char(c);
+    }
+    HG_CHECK(!answer.empty(), "hg-bench-train: the twin '{}' ended without answering '{}'",
+             command_, command);
+    const nlohmann::json record = nlohmann::json::parse(answer);
+    HG_CHECK(record.contains(field) && record[field].is_number(),
+             "hg-bench-train: expected the twin's answer to '{}' to hold \"{}\", got {}", command,
+             field, answer);
+    return record[field].get<double>();
+  }
+
+ private:
+  std::string command_;
+  pid_t pid_ = -1;
+  FILE* to_ = nullptr;
+  FILE* from_ = nullptr;
+};
+
+struct Peers {
+  TwinLines lines;                    // --twin-json
+  std::unique_ptr<TwinProcess> live;  // --twin-cmd
+};
+
+const char* json_bool(bool value) { return value ? "true" : "false"; }
+
+// {"bench": "<bench>_ratio", ...}: halfgrad's value over the peer's, against `target` when
+// it has one (the target is met when ratio <= target).
+void print_ratio(const std::string& bench, const std::string& mode, const std::string& vs,
+                 double halfgrad, double peer, std::optional<double> target) {
+  const double ratio = halfgrad / peer;
+  std::string line = fmt::format(
+      "{{\"bench\": \"{}_ratio\", \"mode\": \"{}\", \"vs\": \"{}\", \"halfgrad\": {:.4g}, "
+      "\"peer\": {:.4g}, \"ratio\": {:.3f}",
+      bench, mode, vs, halfgrad, peer, ratio);
+  if (target) {
+    line += fmt::format(", \"target\": {}, \"met\": {}", *target, json_bool(ratio <= *target));
+  }
+  fmt::print("{}}}\n", line);
+}
+
+// ---- the models -----------------------------------------------------------------------------
+
+std::shared_ptr<hg::nn::Sequential> mlp(const std::vector<int64_t>& sizes) {
+  auto model = std::make_shared<hg::nn::Sequential>();
+  for (size_t i = 0; i + 1 < sizes.size(); ++i) {
+    model->push_back(std::make_shared<hg::nn::Linear>(sizes[i], sizes[i + 1]));
+    if (i + 2 < sizes.size()) model->push_back(std::make_shared<hg::nn::ReLU>());
+  }
+  return model;
+}
+
+std::string shape_name(const std::vector<int64_t>& sizes) {
+  return fmt::format("{}", fmt::join(sizes, "x"));
+}
+
+// Labels uniform in [0, classes).
+Tensor random_labels(int64_t batch, int64_t classes, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::uniform_int_distribution<int64_t> label(0, classes - 1);
+  std::vector<int64_t> labels(static_cast<size_t>(batch));
+  for (int64_t& l : labels) l = label(rng);
+  return hg::tensor(labels, {batch});
+}
+
+enum class Mode { Fp32, Bf16, Fp16 };
+
+const char* mode_name(Mode mode) {
+  return mode == Mode::Fp32 ? "fp32" : mode == Mode::Bf16 ? "bf16" : "fp16";
+}
+
+// The big MLP's model, data and optimizer in one mode; step() is one training step.
+class MlpRun {
+ public:
+  MlpRun(Mode mode, const std::vector<int64_t>& sizes, int64_t batch)
+      : mode_(mode),
+        model_((hg::manual_seed(0), mlp(sizes))),
+        x_(hg::randn({batch, sizes.front()})),
+        y_(random_labels(batch, sizes.back(), 0)),
+        opt_(model_->parameters(),
+             {.lr = 1e-3, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .weight_decay = 0.01}),
+        scaler_({.enabled = mode == Mode::Fp16}) {}
+
+  void step() {
+    opt_.zero_grad();
+    Tensor loss;
+    {
+      hg::amp::Autocast autocast(hg::kCPU, mode_ == Mode::Fp16 ? hg::kFloat16 : hg::kBFloat16,
+                                 /*enabled=*/mode_ != Mode::Fp32);
+      loss = hg::cross_entropy(model_->forward(x_), y_);
+    }
+    scaler_.scale(loss).backward();
+    scaler_.step(opt_);
+    scaler_.update();
+  }
+
+ private:
+  Mode mode_;
+  std::shared_ptr<hg::nn::Sequential> model_;
+  Tensor x_, y_;
+  hg::optim::AdamW opt_;
+  hg::amp::GradScaler scaler_;
+};
+
+struct MlpConfig {
+  std::vector<int64_t> sizes;
+  int64_t batch;
+};
+
+MlpConfig mlp_config(const TrainOptions& options) {
+  if (options.small) return {{64, 128, 128, 10}, 32};
+  return {{1024, 4096, 4096, 10}, 512};
+}
+
+// ---- sections -------------------------------------------------------------------------------
+
+void run_mlp(const TrainOptions& options, Peers& peers) {
+  const MlpConfig config = mlp_config(options);
+  const std::string shape = shape_name(config.sizes);
+  const bool twin_live = peers.live && !options.small;
+  std::vector<std::unique_ptr<MlpRun>> runs;
+  std::vector<Candidate> candidates;
+  for (Mode mode : {Mode::Fp32, Mode::Bf16, Mode::Fp16}) {
+    if (std::find(options.modes.begin(), options.modes.end(), mode_name(mode)) ==
+        options.modes.end()) {
+      continue;
+    }
+    runs.push_back(std::make_unique<MlpRun>(mode, config.sizes, config.batch));
+    MlpRun* run = runs.back().get();
+    candidates.push_back({"halfgrad", mode_name(mode), [run] { run->step(); }});
+    if (twin_live && mode != Mode::Fp16) {  // PyTorch 1.13 has no float16 CPU autocast
+      const std::string command = fmt::format("mlp {}", mode_name(mode));
+      TwinProcess* twin = peers.live.get();
+      candidates.push_back({"pytorch", mode_name(mode), nullptr, 0,
+                            [twin, command] { return 1e3 * twin->request(command, "ms"); }});
+    }
+  }
+  hg::bench::time_interleaved(options, candidates);
+  std::map<std::string, double> halfgrad_ms, torch_ms;
+  for (const Candidate& c : candidates) {
+    const double ms = c.us * 1e-3;
+    fmt::print(
+        "{{\"bench\": \"train_mlp\", \"impl\": \"{}\", \"mode\": \"{}\", \"shape\": \"{}\", "
+        "\"batch\": {}, \"ms\": {:.3f}{}}}\n",
+        c.impl, c.kernel, shape, config.batch, ms,
+        c.kernel == "fp16" ? ", \"note\": \"GradScaler on; PyTorch 1.13 has no fp16 CPU autocast\""
+        : c.impl == "pytorch" ? ", \"interleaved\": true"
+                              : "");
+    (c.impl == "halfgrad" ? halfgrad_ms : torch_ms)[c.kernel] = ms;
+  }
+  for (const char* mode : {"fp32", "bf16"}) {
+    if (halfgrad_ms.count(mode) == 0) continue;
+    if (!twin_live) {
+      if (auto ms = twin_line(peers.lines, "train_mlp", mode, shape)) torch_ms[mode] = *ms;
+    }
+    if (torch_ms.count(mode)) {
+      const std::optional<double> target =
+          std::string(mode) == "bf16" ? std::optional<double>(0.5) : std::nullopt;
+      print_ratio("train_mlp", mode, "pytorch", halfgrad_ms[mode], torch_ms[mode], target);
+    }
+  }
+  if (halfgrad_ms.count("bf16") && halfgrad_ms.count("fp32")) {
+    print_ratio("train_mlp", "bf16", "halfgrad_fp32", halfgrad_ms["bf16"], halfgrad_ms["fp32"],
+                0.4);
+  }
+  std::fflush(stdout);
+}
+
+void run_tiny(const TrainOptions& options, Peers& peers) {
+  const std::vector<int64_t> sizes = {32, 32, 1};
+  const int64_t batch = 16;
+  hg::manual_seed(0);
+  auto model = mlp(sizes);
+  const Tensor x = hg::randn({batch, sizes.front()});
+  const Tensor y = hg::randn({batch, sizes.back()});
+  hg::optim::SGD opt(model->parameters(), {.lr = 1e-3});
+  const int steps = options.tiny_steps;
+  std::vector<Candidate> candidates = {{"halfgrad", "tiny", [&] {
+                                          for (int i = 0; i < steps; ++i) {
+                                            opt.zero_grad();
+                                            hg::mse_loss(model->forward(x), y).backward();
+                                            opt.step();
+                                          }
+                                        }}};
+  if (peers.live) {
+    // The twin runs the same number of steps per call and answers per step.
+    TwinProcess* twin = peers.live.get();
+    const std::string command = fmt::format("tiny {}", steps);
+    candidates.push_back({"pytorch", "tiny", nullptr, 0,
+                          [twin, steps, command] { return steps * twin->request(command, "us"); }});
+  }
+  hg::bench::Options timing = options;
+  timing.warmup = 1;
+  timing.reps = std::max(options.reps, 5);
+  hg::bench::time_interleaved(timing, candidates);
+  const double us = candidates[0].us / steps;
+  const std::string shape = shape_name(sizes);
+  constexpr double kTargetUs = 5;
+  fmt::print(
+      "{{\"bench\": \"train_tiny\", \"impl\": \"halfgrad\", \"shape\": \"{}\", \"batch\": {}, "
+      "\"us\": {:.3f}, \"target_us\": {}, \"met\": {}}}\n",
+      shape, batch, us, kTargetUs, json_bool(us <= kTargetUs));
+  std::optional<double> torch_us = twin_line(peers.lines, "train_tiny", "", shape);
+  if (peers.live) {
+    torch_us = candidates[1].us / steps;
+    fmt::print(
+        "{{\"bench\": \"train_tiny\", \"impl\": \"pytorch\", \"shape\": \"{}\", \"batch\": {}, "
+        "\"us\": {:.3f}, \"interleaved\": true}}\n",
+        shape, batch, *torch_us);
+  }
+  if (torch_us) print_ratio("train_tiny", "fp32", "pytorch", us, *torch_us, std::nullopt);
+  std::fflush(stdout);
+}
+
+// A field of /proc/self/status in KiB ("VmRSS", "VmHWM").
+int64_t proc_status_kib(const std::string& field) {
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.starts_with(field + ":")) return std::stoll(line.substr(field.size() + 1));
+  }
+  HG_ERROR("hg-bench-train: expected a {} line in /proc/self/status, found none", field);
+}
+
+// Resets VmHWM to the current VmRSS; false where the kernel refuses (the peak then also covers
+// what the process reached before, in a fresh process its start-up; the line says so).
+bool reset_peak_rss() {
+  std::ofstream clear_refs("/proc/self/clear_refs");
+  clear_refs << "5" << std::flush;
+  return clear_refs.good();
+}
+
+void run_memory(const TrainOptions& options, Peers& peers) {
+  const bool hwm_reset = reset_peak_rss();
+  const int64_t baseline = proc_status_kib("VmRSS");
+  const MlpConfig config = mlp_config(options);
+  const std::string shape = shape_name(config.sizes);
+  {
+    MlpRun run(Mode::Bf16, config.sizes, config.batch);
+    for (int i = 0; i < options.memory_steps; ++i) run.step();
+  }
+  const double peak_mib = double(proc_status_kib("VmHWM") - baseline) / 1024;
+  fmt::print(
+      "{{\"bench\": \"train_memory\", \"impl\": \"halfgrad\", \"mode\": \"bf16\", \"shape\": "
+      "\"{}\", \"definition\": \"VmHWM after the steps minus VmRSS before the model, HWM reset "
+      "there\", \"hwm_reset\": {}, \"steps\": {}, \"peak_mib\": {:.1f}}}\n",
+      shape, json_bool(hwm_reset), options.memory_steps, peak_mib);
+  if (auto torch_mib = twin_line(peers.lines, "train_memory", "bf16", shape)) {
+    print_ratio("train_memory", "bf16", "pytorch", peak_mib, *torch_mib, 1.0);
+  }
+  std::fflush(stdout);
+}
+
+struct Section {
+  const char* name;
+  void (*run)(const TrainOptions&, Peers&);
+};
+
+// memory is not part of "all": it must run alone in its process.
+constexpr Section kSections[] = {{"mlp", run_mlp}, {"tiny", run_tiny}, {"memory", run_memory}};
+
+void run_sections(const TrainOptions& options) {
+  Peers peers;
+  for (const std::string& path : options.twin_json) read_twin_lines(path, peers.lines);
+  // The memory section measures this process alone: it never starts the twin.
+  if (!options.twin_cmd.empty() && options.only != "memory") {
+    peers.live = std::make_unique<TwinProcess>(options.twin_cmd);
+  }
+  for (const Section& section : kSections) {
+    const bool alone = std::string(section.name) == "memory";
+    if (options.only == section.name || (options.only == "all" && !alone)) {
+      section.run(options, peers);
+    }
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"hg-bench-train: training steps of halfgrad against its PyTorch twin"};
+  TrainOptions options;
+  std::vector<std::string> names;
+  for (const Section& section : kSections) names.push_back(section.name);
+  hg::bench::add_common_options(app, options, names);
+  app.add_option("--tiny-steps", options.tiny_steps, "tiny: steps per timed rep")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--memory-steps", options.memory_steps, "memory: training steps run")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--modes", options.modes, "mlp: the modes to time")
+      ->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
+  app.add_flag("--small", options.small, "mlp and memory: a small MLP (for smoke tests)");
+  CLI::Option* twin_json =
+      app.add_option("--twin-json", options.twin_json, "the PyTorch twin's JSON lines")
+          ->check(CLI::ExistingFile);
+  app.add_option("--twin-cmd", options.twin_cmd,
+                 "the PyTorch twin to run interleaved (train_twin.py --serve)")
+      ->excludes(twin_json);
+  CLI11_PARSE(app, argc, argv);
+
+  omp_set_num_threads(options.threads);
+  try {
+    run_sections(options);
+  } catch (const std::exception& e) {
+    std::fflush(stdout);
+    std::fprintf(stderr, "%s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

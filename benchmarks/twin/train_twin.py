@@ -1,0 +1,196 @@
+#!/usr/bin/env python3
+"""PyTorch twin of hg-bench-train: the same models, batches, losses and optimizers, timed the
+same way, printed as the same JSON lines with "impl": "pytorch".
+
+  python3 benchmarks/twin/train_twin.py --threads 2 [--only mlp|tiny|memory] [--reps 10]
+
+Sections (hg_bench_train.cpp describes each; keep the two files in step):
+  mlp     MLP 1024 -> 4096 -> 4096 -> 10 (Linear, ReLU), batch 512, cross_entropy, AdamW
+          (lr 1e-3, betas (0.9, 0.999), eps 1e-8, weight_decay 0.01; torch 1.13's CPU default,
+          the single-tensor loop), modes fp32 and bf16 (torch.autocast("cpu", bfloat16)).
+          One step = zero_grad(set_to_none=True), forward, loss, backward, step; the median
+          of --reps steps after --warmup steps.
+  tiny    MLP 32 -> 32 -> 1 (Linear, ReLU), batch 16, mse_loss, SGD lr 1e-3: --tiny-steps
+          steps per rep, microseconds per step, median over reps.
+  memory  the bf16 MLP run in this process alone: peak resident memory (VmHWM) after
+          --memory-steps steps, minus the resident memory (VmRSS) measured just before the
+          model is built, with the high-water mark reset there (/proc/self/clear_refs 5).
+          Run it in its own process (--only memory), so that no other section raises the mark.
+  --serve reads commands on stdin, one a line, and answers each with one JSON line:
+          "mlp fp32" / "mlp bf16" runs one step of that run ({"ms": ...}), "tiny N" runs
+          N tiny steps ({"us": ...} per step), "quit" ends. hg-bench-train --twin-cmd
+          drives it, alternating its own steps with the twin's so that both see the same load.
+
+Needs Debian's python3-torch (benchmarks/run-train installs it); the tests do not use it.
+"""
+import argparse
+import json
+import statistics
+import sys
+import time
+
+import torch
+import torch.nn.functional as F
+
+MLP_SIZES = (1024, 4096, 4096, 10)
+MLP_BATCH = 512
+TINY_SIZES = (32, 32, 1)
+TINY_BATCH = 16
+
+
+def emit(record):
+    print(json.dumps(record), flush=True)
+
+
+def mlp(sizes):
+    layers = []
+    for i in range(len(sizes) - 1):
+        layers.append(torch.nn.Linear(sizes[i], sizes[i + 1]))
+        if i + 2 < len(sizes):
+            layers.append(torch.nn.ReLU())
+    return torch.nn.Sequential(*layers)
+
+
+def make_mlp_run(mode, sizes=MLP_SIZES, batch=MLP_BATCH):
+    """The model, data and optimizer of the big MLP; returns one training step."""
+    torch.manual_seed(0)
+    model = mlp(sizes)
+    x = torch.randn(batch, sizes[0])
+    y = torch.randint(0, sizes[-1], (batch,))
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, betas=(0.9, 0.999), eps=1e-8,
+                            weight_decay=0.01)
+    use_autocast = mode == "bf16"
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=use_autocast):
+            loss = F.cross_entropy(model(x), y)
+        loss.backward()
+        opt.step()
+        return loss
+
+    return step
+
+
+def median_ms(call, reps, warmup):
+    for _ in range(warmup):
+        call()
+    times = []
+    for _ in range(reps):
+        start = time.perf_counter()
+        call()
+        times.append((time.perf_counter() - start) * 1e3)
+    return statistics.median(times)
+
+
+def run_mlp(args):
+    shape = "x".join(str(s) for s in MLP_SIZES)
+    for mode in ("fp32", "bf16"):
+        step = make_mlp_run(mode)
+        ms = median_ms(step, args.reps, args.warmup)
+        emit({"bench": "train_mlp", "impl": "pytorch", "mode": mode, "shape": shape,
+              "batch": MLP_BATCH, "ms": round(ms, 3)})
+
+
+def make_tiny_run(steps):
+    """The tiny MLP's model, data and optimizer; returns `steps` training steps."""
+    torch.manual_seed(0)
+    model = mlp(TINY_SIZES)
+    x = torch.randn(TINY_BATCH, TINY_SIZES[0])
+    y = torch.randn(TINY_BATCH, TINY_SIZES[-1])
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+
+    def run():
+        for _ in range(steps):
+            opt.zero_grad(set_to_none=True)
+            loss = F.mse_loss(model(x), y)
+            loss.backward()
+            opt.step()
+
+    return run
+
+
+def run_tiny(args):
+    ms = median_ms(make_tiny_run(args.tiny_steps), max(args.reps, 5), 1)
+    emit({"bench": "train_tiny", "impl": "pytorch", "shape": "32x32x1", "batch": TINY_BATCH,
+          "us": round(ms * 1e3 / args.tiny_steps, 3)})
+
+
+def proc_status_kib(field):
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    raise RuntimeError(f"no {field} in /proc/self/status")
+
+
+def run_memory(args):
+    try:
+        with open("/proc/self/clear_refs", "w") as clear_refs:
+            clear_refs.write("5")  # resets VmHWM to the current VmRSS
+        hwm_reset = True
+    except OSError:  # the peak then also covers the start-up; the line says so
+        hwm_reset = False
+    baseline = proc_status_kib("VmRSS")
+    step = make_mlp_run("bf16")
+    for _ in range(args.memory_steps):
+        step()
+    peak = proc_status_kib("VmHWM")
+    emit({"bench": "train_memory", "impl": "pytorch", "mode": "bf16",
+          "shape": "x".join(str(s) for s in MLP_SIZES),
+          "definition": "VmHWM after the steps minus VmRSS before the model, HWM reset there",
+          "hwm_reset": hwm_reset, "steps": args.memory_steps,
+          "peak_mib": round((peak - baseline) / 1024, 1)})
+
+
+def serve(args):
+    runs = {}  # made on first use
+    for line in sys.stdin:
+        command = line.split()
+        if not command or command[0] == "quit":
+            break
+        if command[0] == "mlp" and len(command) == 2 and command[1] in ("fp32", "bf16"):
+            step = runs.get(tuple(command)) or make_mlp_run(command[1])
+            runs[tuple(command)] = step
+            start = time.perf_counter()
+            step()
+            emit({"ms": (time.perf_counter() - start) * 1e3})
+        elif command[0] == "tiny" and len(command) == 2 and command[1].isdigit():
+            count = int(command[1])
+            steps = runs.get(tuple(command)) or make_tiny_run(count)
+            runs[tuple(command)] = steps
+            start = time.perf_counter()
+            steps()
+            emit({"us": (time.perf_counter() - start) * 1e6 / count})
+        else:
+            emit({"error": f"train_twin --serve: unknown command {line.strip()!r} (expected "
+                           "'mlp fp32', 'mlp bf16', 'tiny STEPS' or 'quit')"})
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--reps", type=int, default=10)
+    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--tiny-steps", type=int, default=1000)
+    parser.add_argument("--memory-steps", type=int, default=3)
+    parser.add_argument("--only", choices=["all", "mlp", "tiny", "memory"], default="all")
+    parser.add_argument("--serve", action="store_true", help="run steps on command (stdin)")
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    if args.serve:
+        serve(args)
+        return
+    if args.only == "memory":
+        run_memory(args)  # alone in its process: the high-water mark is this run's
+        return
+    sections = {"mlp": run_mlp, "tiny": run_tiny}
+    for name, run in sections.items():
+        if args.only in ("all", name):
+            run(args)
+    if args.only == "all":
+        print("train_twin: the memory section runs only with --only memory", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
