@@ -11,7 +11,6 @@
 
 #include <queue>
 #include <unordered_map>
-#include <unordered_set>
 
 #include "halfgrad/amp/autocast_state.h"
 #include "halfgrad/autograd/anomaly.h"
@@ -31,16 +30,68 @@ struct ByRecordingOrder {
   }
 };
 
+// What a pass knows about one node it reached.
+struct NodeState {
+  Node* node = nullptr;
+  int dependencies = 0;        // edges from nodes not run yet
+  bool done = false;           // run already (a root listed twice runs once)
+  std::vector<Tensor> buffer;  // the gradients of its outputs, summed as they arrive
+};
+
+// NOTE [Engine node table] The per-node state of a pass lives in one open-addressing table
+// keyed by the node's address: a training step's graph has a handful of nodes, and a
+// node-based hash map allocated once per node and per lookup structure, which cost more than
+// the small ops themselves. The table grows (doubling) when half full.
+class NodeTable {
+ public:
+  NodeTable() : slots_(32) {}
+
+  // The state of node, added (zeroed) if new; `added` tells which.
+  // The reference lasts until the next node is added.
+  NodeState& at(Node* node, bool* added = nullptr) {
+    NodeState* slot = &probe(slots_, node);
+    if (added) *added = slot->node == nullptr;
+    if (slot->node == nullptr) {
+      if (2 * (size_ + 1) > slots_.size()) {
+        grow();
+        slot = &probe(slots_, node);
+      }
+      slot->node = node;
+      ++size_;
+    }
+    return *slot;
+  }
+
+ private:
+  static NodeState& probe(std::vector<NodeState>& slots, const Node* node) {
+    const size_t mask = slots.size() - 1;
+    size_t i = (reinterpret_cast<uintptr_t>(node) >> 4) * 0x9E3779B97F4A7C15ull >> 32 & mask;
+    while (slots[i].node != nullptr && slots[i].node != node) i = (i + 1) & mask;
+    return slots[i];
+  }
+  void grow() {
+    std::vector<NodeState> bigger(2 * slots_.size());
+    for (NodeState& slot : slots_) {
+      if (slot.node != nullptr) probe(bigger, slot.node) = std::move(slot);
+    }
+    slots_ = std::move(bigger);
+  }
+
+  std::vector<NodeState> slots_;  // a power-of-two count
+  size_t size_ = 0;
+};
+
 struct Pass {
-  std::unordered_map<Node*, int> dependencies;
-  std::unordered_map<Node*, std::vector<Tensor>> buffers;
+  NodeTable nodes;
   std::vector<std::shared_ptr<Node>> keep_alive;  // nodes reached, alive until the pass ends
 
   void count_dependencies(const std::vector<Edge>& roots) {
     std::vector<Node*> stack;
-    std::unordered_set<Node*> seen;
+    bool added = false;
     for (const Edge& root : roots) {
-      if (root.valid() && seen.insert(root.node.get()).second) stack.push_back(root.node.get());
+      if (!root.valid()) continue;
+      nodes.at(root.node.get(), &added);
+      if (added) stack.push_back(root.node.get());
     }
     while (!stack.empty()) {
       Node* node = stack.back();
@@ -48,14 +99,14 @@ struct Pass {
       keep_alive.push_back(node->shared_from_this());
       for (const Edge& edge : node->next_edges) {
         if (!edge.valid()) continue;
-        ++dependencies[edge.node.get()];
-        if (seen.insert(edge.node.get()).second) stack.push_back(edge.node.get());
+        ++nodes.at(edge.node.get(), &added).dependencies;
+        if (added) stack.push_back(edge.node.get());
       }
     }
   }
 
   void add_to_buffer(const Edge& edge, Tensor gradient) {
-    std::vector<Tensor>& buffer = buffers[edge.node.get()];
+    std::vector<Tensor>& buffer = nodes.at(edge.node.get()).buffer;
     if (buffer.size() < edge.node->outputs.size()) buffer.resize(edge.node->outputs.size());
     Tensor& slot = buffer.at(edge.input_nr);
     // The engine accumulates with the add op, so create_graph records the sums too.
@@ -117,15 +168,16 @@ std::vector<Tensor> run(const std::vector<Tensor>& tensors, const std::vector<Te
   amp::AutocastOff autocast_off;
   std::priority_queue<Node*, std::vector<Node*>, ByRecordingOrder> ready;
   for (const Edge& root : roots) {
-    if (pass.dependencies[root.node.get()] == 0) ready.push(root.node.get());
+    if (pass.nodes.at(root.node.get()).dependencies == 0) ready.push(root.node.get());
   }
-  std::unordered_set<Node*> done;
   while (!ready.empty()) {
     Node* node = ready.top();
     ready.pop();
-    if (!done.insert(node).second) continue;  // a root listed twice
+    NodeState& state = pass.nodes.at(node);
+    if (state.done) continue;  // a root listed twice
+    state.done = true;
 
-    std::vector<Tensor> grads = std::move(pass.buffers[node]);
+    std::vector<Tensor> grads = std::move(state.buffer);
     grads.resize(node->outputs.size());
     for (size_t i = 0; i < grads.size(); ++i) {
       if (!grads[i].defined()) {
@@ -138,12 +190,11 @@ std::vector<Tensor> run(const std::vector<Tensor>& tensors, const std::vector<Te
       if (replaced.defined()) grads[output_nr] = std::move(replaced);
     }
 
-    const bool is_accumulator = dynamic_cast<AccumulateGrad*>(node) != nullptr;
     if (auto it = captured_at.find(node); it != captured_at.end()) {
       for (const auto& [k, input_nr] : it->second) captured[k] = grads.at(input_nr);
     }
     std::vector<Tensor> input_grads;
-    if (!(capture && is_accumulator)) {
+    if (!(capture && dynamic_cast<AccumulateGrad*>(node) != nullptr)) {
       SuspendForwardChecks checked_as_a_node;
       input_grads = node->apply(std::move(grads));
     }
@@ -156,7 +207,7 @@ std::vector<Tensor> run(const std::vector<Tensor>& tensors, const std::vector<Te
       if (i < input_grads.size() && input_grads[i].defined()) {
         pass.add_to_buffer(edge, std::move(input_grads[i]));
       }
-      if (--pass.dependencies[edge.node.get()] == 0) ready.push(edge.node.get());
+      if (--pass.nodes.at(edge.node.get()).dependencies == 0) ready.push(edge.node.get());
     }
   }
   return captured;

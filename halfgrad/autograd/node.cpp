@@ -85,6 +85,19 @@ SavedTensor::SavedTensor(const Tensor& tensor, bool is_output) : is_output_(is_o
 }
 
 Tensor SavedTensor::unpack(std::string_view saved_by) const {
+  Tensor data = unpack_data(saved_by);
+  if (!is_output_ || !data.defined()) return data;
+  // Give an output back its place in the graph (for create_graph), if the node still lives.
+  Tensor restored = data.detach();
+  if (std::shared_ptr<Node> node = grad_fn_.lock()) {
+    set_history(restored, node, output_nr_);
+  } else if (requires_grad_) {
+    meta(restored).requires_grad = true;
+  }
+  return restored;
+}
+
+Tensor SavedTensor::unpack_data(std::string_view saved_by) const {
   HG_CHECK(!released_,
            "autograd: trying to run backward through {} a second time, but its saved tensors "
            "were freed after the first backward; pass retain_graph=true to the first backward "
@@ -95,15 +108,7 @@ Tensor SavedTensor::unpack(std::string_view saved_by) const {
            "autograd: a {} tensor of shape {} needed by {} was modified by an in-place "
            "operation: it is at version {}, expected version {}; clone it before modifying it",
            data_.dtype(), data_.sizes(), saved_by, data_.version(), version_);
-  if (!is_output_) return data_;
-  // Give an output back its place in the graph (for create_graph), if the node still lives.
-  Tensor restored = data_.detach();
-  if (std::shared_ptr<Node> node = grad_fn_.lock()) {
-    set_history(restored, node, output_nr_);
-  } else if (requires_grad_) {
-    meta(restored).requires_grad = true;
-  }
-  return restored;
+  return data_;
 }
 
 // ---- tensor <-> graph ---------------------------------------------------------------------------
@@ -111,7 +116,7 @@ Tensor SavedTensor::unpack(std::string_view saved_by) const {
 AutogradMeta& meta(const Tensor& t) {
   TensorImpl* impl = t.impl();
   HG_CHECK(impl != nullptr, "autograd: expected a defined tensor, got an undefined one");
-  if (!impl->autograd_meta) impl->autograd_meta = std::make_shared<AutogradMeta>();
+  if (!impl->autograd_meta) impl->autograd_meta = make_pooled<AutogradMeta>();
   return *impl->autograd_meta;
 }
 
@@ -128,7 +133,7 @@ Edge gradient_edge(const Tensor& t) {
   if (!accumulator) {
     // The accumulator holds the leaf; the leaf holds the accumulator weakly (no cycle).
     Tensor leaf(t.impl_ptr());
-    accumulator = std::make_shared<AccumulateGrad>(leaf);
+    accumulator = make_pooled<AccumulateGrad>(leaf);
     m->grad_accumulator = accumulator;
   }
   return {accumulator, 0};

@@ -104,6 +104,9 @@ class SavedTensor {
   // The saved tensor; throws if it was modified in place since it was saved, or if the
   // graph was already freed. `saved_by` names the node for the message.
   Tensor unpack(std::string_view saved_by) const;
+  // The same checks, but the data alone, without autograd history (for a kernel that only
+  // reads it; cheaper than unpack for an output).
+  Tensor unpack_data(std::string_view saved_by) const;
   void release() {
     data_ = Tensor();
     released_ = true;

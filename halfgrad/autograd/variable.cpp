@@ -50,8 +50,8 @@ void Tensor::backward(const Tensor& gradient, bool retain_graph, bool create_gra
 
 Tensor Tensor::detach() const {
   const TensorImpl& self = *impl();
-  return Tensor(std::make_shared<TensorImpl>(self.storage(), self.dtype(), self.sizes(),
-                                             self.strides(), self.storage_offset()));
+  return Tensor(make_pooled<TensorImpl>(self.storage(), self.dtype(), self.sizes(), self.strides(),
+                                        self.storage_offset()));
 }
 
 Tensor& Tensor::detach_() {

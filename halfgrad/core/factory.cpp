@@ -51,8 +51,8 @@ Tensor generate(const Shape& sizes, DType dtype, const char* op, F&& f) {
 Tensor empty(const Shape& sizes, TensorOptions options) {
   const int64_t numel = shape_numel(sizes);
   const size_t nbytes = size_t(numel) * element_size(options.dtype);
-  return Tensor(std::make_shared<TensorImpl>(make_storage(nbytes, options.device), options.dtype,
-                                             sizes, contiguous_strides(sizes), 0));
+  return Tensor(make_pooled<TensorImpl>(make_storage(nbytes, options.device), options.dtype, sizes,
+                                        contiguous_strides(sizes), 0));
 }
 
 Tensor zeros(const Shape& sizes, TensorOptions options) {
@@ -203,7 +203,7 @@ Tensor from_blob(void* data, const Shape& sizes, DType dtype, std::optional<Shap
   }
   Storage storage =
       wrap_storage(data, size_t(extent) * element_size(dtype), Device(kCPU), std::move(deleter));
-  return Tensor(std::make_shared<TensorImpl>(std::move(storage), dtype, sizes, layout, 0));
+  return Tensor(make_pooled<TensorImpl>(std::move(storage), dtype, sizes, layout, 0));
 }
 
 }  // namespace hg

@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "halfgrad/core/error.h"
+#include "halfgrad/core/parallel.h"
 
 namespace hg {
 
@@ -60,9 +61,6 @@ namespace random {
 
 namespace {
 
-// Below this many elements a draw runs on the calling thread: forking costs more than it saves.
-constexpr int64_t kParallelElements = int64_t(1) << 15;
-
 template <class T>
 T round_to(double value) {
   if constexpr (std::is_same_v<T, double>) {
@@ -98,7 +96,6 @@ T next_above(T value) {
   }
 }
 
-
 // Runs emit(begin, words, count) for every block of a draw: words is block first + b, and
 // it fills elements [begin, begin + count) of the draw. Blocks are independent, so the
 // split across threads cannot change the result.
@@ -106,12 +103,11 @@ template <class Emit>
 void for_each_block(DType dtype, Generator::State reserved, int64_t n, Emit emit) {
   const int per_block = elements_per_block(dtype);
   const int64_t blocks = (n + per_block - 1) / per_block;
-#pragma omp parallel for schedule(static) if (n >= kParallelElements)
-  for (int64_t b = 0; b < blocks; ++b) {
+  parallel_for(blocks, n, [&](int64_t b) {
     const PhiloxBlock words = philox_block(reserved.seed, reserved.offset + uint64_t(b));
     const int64_t begin = b * per_block;
     emit(begin, words, int(std::min<int64_t>(per_block, n - begin)));
-  }
+  });
 }
 
 Generator::State reserve_for(DType dtype, int64_t n, Generator& gen) {

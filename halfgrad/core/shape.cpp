@@ -39,12 +39,10 @@ bool is_contiguous_layout(const Shape& sizes, const Shape& strides) {
   return true;
 }
 
-int64_t wrap_dim(int64_t dim, int64_t ndim, const char* op) {
+void detail::throw_dim_out_of_range(int64_t dim, int64_t ndim, const char* op) {
   const int64_t n = std::max<int64_t>(ndim, 1);
-  HG_CHECK(dim >= -n && dim < n,
-           "{}: dim out of range (expected in [{}, {}] for a {}-D tensor, got {})", op, -n, n - 1,
+  HG_ERROR("{}: dim out of range (expected in [{}, {}] for a {}-D tensor, got {})", op, -n, n - 1,
            ndim, dim);
-  return dim < 0 ? dim + n : dim;
 }
 
 Shape broadcast_shapes(const Shape& a, const Shape& b) {

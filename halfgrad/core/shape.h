@@ -23,9 +23,18 @@ Shape contiguous_strides(const Shape& sizes);
 // any stride, as in PyTorch).
 bool is_contiguous_layout(const Shape& sizes, const Shape& strides);
 
+namespace detail {
+[[noreturn]] void throw_dim_out_of_range(int64_t dim, int64_t ndim, const char* op);
+}
+
 // Maps dim in [-ndim, ndim) to [0, ndim); otherwise throws an hg::Error naming `op`, the
 // valid range and the dim given. ndim 0 is treated as 1 (a scalar has dims 0 and -1).
-int64_t wrap_dim(int64_t dim, int64_t ndim, const char* op);
+inline int64_t wrap_dim(int64_t dim, int64_t ndim, const char* op) {
+  const int64_t n = ndim > 1 ? ndim : 1;
+  if (dim < -n || dim >= n) [[unlikely]]
+    detail::throw_dim_out_of_range(dim, ndim, op);
+  return dim < 0 ? dim + n : dim;
+}
 
 // The broadcast shape of a and b (PyTorch / NumPy rules: align trailing dims; each pair
 // must be equal or contain a 1). Throws naming both shapes and the offending dim.

@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "halfgrad/core/device.h"
+#include "halfgrad/core/object_pool.h"
 
 namespace hg {
 
@@ -55,18 +56,31 @@ class Allocator {
   virtual DataPtr allocate(size_t nbytes) = 0;
 };
 
-// The CPU allocator: 64-byte aligned blocks (a cache line, and a full AVX-512 vector).
+// The CPU allocator: 64-byte aligned blocks (a cache line, and a full AVX-512 vector). Freed
+// blocks of up to kMaxCachedBlock bytes are kept for reuse, kMaxCachedBytes in all (NOTE [CPU
+// caching allocator] in storage.cpp).
 inline constexpr size_t kCpuAlignment = 64;
+inline constexpr size_t kMaxCachedBlock = size_t(1) << 20;
+inline constexpr size_t kMaxCachedBytes = size_t(64) << 20;
 Allocator* cpu_allocator();
 
-// Counters of the CPU allocator, for memory reports and leak tests.
+// Counters of the CPU allocator, for memory reports and leak tests. "Live" blocks are the ones
+// tensors hold (counted at their size class); cached blocks are free ones kept for reuse.
 struct AllocatorStats {
   int64_t live_allocations = 0;
   int64_t live_bytes = 0;
   int64_t peak_bytes = 0;
   int64_t total_allocations = 0;
+  int64_t cached_blocks = 0;
+  int64_t cached_bytes = 0;
 };
 AllocatorStats cpu_allocator_stats();
+// Returns the CPU allocator's cached free blocks to the system (torch.cuda.empty_cache's
+// counterpart); live blocks are untouched.
+void cpu_empty_cache();
+// The size class a request of nbytes is served from (a multiple of kCpuAlignment, at least
+// nbytes); requests above kMaxCachedBlock are only rounded to the alignment.
+size_t cpu_allocation_size(size_t nbytes);
 
 class StorageImpl {
  public:

@@ -15,6 +15,7 @@
 #include <array>
 #include <cstdint>
 
+#include "halfgrad/core/parallel.h"
 #include "halfgrad/core/shape.h"
 #include "halfgrad/core/tensor.h"
 
@@ -26,9 +27,6 @@ inline Shape byte_strides(const Tensor& t) {
   for (int64_t& s : strides) s *= int64_t(t.element_size());
   return strides;
 }
-
-// Work below this many elements runs on the calling thread.
-inline constexpr int64_t kParallelGrain = 32768;
 
 template <size_t N>
 struct RowLayout {
@@ -62,12 +60,42 @@ RowLayout<N> simplify_layout(const Shape& sizes, const std::array<Shape, N>& byt
   return out;
 }
 
+// True when every operand walks `sizes` as one run with a fixed step (contiguous, or a
+// broadcast scalar: step 0); the steps go to `steps`. The common case, checked without
+// building a RowLayout.
+template <size_t N>
+bool is_single_run(const Shape& sizes, const std::array<Shape, N>& byte_strides,
+                   std::array<int64_t, N>& steps) {
+  for (size_t k = 0; k < N; ++k) {
+    steps[k] = 0;
+    bool first = true;
+    int64_t next = 0;  // the stride the next outer dim needs to continue the run
+    for (size_t d = sizes.size(); d-- > 0;) {
+      if (sizes[d] == 1) continue;
+      if (first) {
+        steps[k] = byte_strides[k][d];
+        first = false;
+      } else if (byte_strides[k][d] != next) {
+        return false;
+      }
+      next = byte_strides[k][d] * sizes[d];
+    }
+  }
+  return true;
+}
+
 // Calls row(ptrs, inner_byte_strides, n) for every innermost run. Rows run on OpenMP
 // threads when the shape has at least kParallelGrain elements and `parallel` is true; the
 // kernel must then be safe to run on distinct rows at once (it must not throw).
 template <size_t N, class Row>
 void for_each_row(const Shape& sizes, const std::array<char*, N>& data,
                   const std::array<Shape, N>& byte_strides, Row&& row, bool parallel = true) {
+  const int64_t numel = shape_numel(sizes);
+  const bool serial = !parallel || numel < kParallelGrain;
+  if (std::array<int64_t, N> steps; serial && is_single_run(sizes, byte_strides, steps)) {
+    if (numel > 0) row(data, steps, numel);
+    return;
+  }
   const RowLayout<N> layout = simplify_layout(sizes, byte_strides);
   const int64_t ndim = int64_t(layout.sizes.size());
   const int64_t inner = layout.sizes[ndim - 1];

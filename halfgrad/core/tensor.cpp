@@ -17,12 +17,6 @@ TensorImpl::TensorImpl(Storage storage, DType dtype, Shape sizes, Shape strides,
       numel_(shape_numel(sizes_)),
       is_contiguous_(is_contiguous_layout(sizes_, strides_)) {}
 
-int64_t Tensor::size(int64_t dim) const { return sizes()[wrap_dim(dim, this->dim(), "size")]; }
-
-int64_t Tensor::stride(int64_t dim) const {
-  return strides()[wrap_dim(dim, this->dim(), "stride")];
-}
-
 bool Tensor::shares_storage(const Tensor& other) const {
   return defined() && other.defined() && impl_->storage() == other.impl_->storage();
 }

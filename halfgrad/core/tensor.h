@@ -85,8 +85,14 @@ class Tensor {
   const Shape& sizes() const { return checked().sizes(); }
   const Shape& strides() const { return checked().strides(); }
   Shape shape() const { return sizes(); }
-  int64_t size(int64_t dim) const;  // negative dims count from the end
-  int64_t stride(int64_t dim) const;
+  int64_t size(int64_t dim) const {  // negative dims count from the end
+    const Shape& s = sizes();
+    return s[wrap_dim(dim, int64_t(s.size()), "size")];
+  }
+  int64_t stride(int64_t dim) const {
+    const Shape& s = strides();
+    return s[wrap_dim(dim, int64_t(s.size()), "stride")];
+  }
   int64_t dim() const { return int64_t(sizes().size()); }
   int64_t numel() const { return checked().numel(); }
   int64_t storage_offset() const { return checked().storage_offset(); }

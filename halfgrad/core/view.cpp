@@ -11,8 +11,8 @@ namespace hg::core {
 
 Tensor make_view(const Tensor& self, Shape sizes, Shape strides, int64_t storage_offset) {
   const std::shared_ptr<TensorImpl>& impl = self.impl_ptr();
-  auto view = std::make_shared<TensorImpl>(impl->storage(), self.dtype(), std::move(sizes),
-                                           std::move(strides), storage_offset);
+  auto view = make_pooled<TensorImpl>(impl->storage(), self.dtype(), std::move(sizes),
+                                      std::move(strides), storage_offset);
   view->set_view_base(impl->is_view() ? impl->view_base() : impl);
   return Tensor(std::move(view));
 }
@@ -181,8 +181,8 @@ Tensor reshape(const Tensor& self, const Shape& sizes) {
   // No view exists: copy, and give the copy the new shape. The result is not a view of
   // anything (as in PyTorch), so it can be a leaf for the weight-cast cache.
   const Tensor copy = clone(self);
-  return Tensor(std::make_shared<TensorImpl>(copy.impl()->storage(), self.dtype(), inferred,
-                                             contiguous_strides(inferred), 0));
+  return Tensor(make_pooled<TensorImpl>(copy.impl()->storage(), self.dtype(), inferred,
+                                        contiguous_strides(inferred), 0));
 }
 
 }  // namespace hg::core

@@ -325,6 +325,43 @@ Tensor compare(Compare op, const Tensor& a, const Tensor& b, DType dtype) {
   return out;
 }
 
+Tensor threshold_backward(const Tensor& grad, const Tensor& x, double threshold) {
+  HG_CHECK(grad.sizes() == x.sizes() && grad.dtype() == x.dtype(),
+           "threshold_backward: expected a gradient of the input's shape {} and dtype {}, got {} "
+           "and {}",
+           x.sizes(), x.dtype(), grad.sizes(), grad.dtype());
+  Tensor out = empty(x.sizes(), x.options());
+  visit_dtype(x.dtype(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    if constexpr (std::is_same_v<T, bool>) {
+      HG_ERROR("threshold_backward: bool tensors are not supported");
+    } else {
+      using C = compute_t<T>;
+      const C limit = cast_value<C>(threshold);
+      for_each_row<3>(
+          x.sizes(), {address(out), address(grad), address(x)},
+          {byte_strides(out), byte_strides(grad), byte_strides(x)},
+          [limit](std::array<char*, 3> p, std::array<int64_t, 3> s, int64_t n) {
+            if (s[0] == sizeof(T) && s[1] == sizeof(T) && s[2] == sizeof(T)) {
+              T* o = reinterpret_cast<T*>(p[0]);
+              const T* g = reinterpret_cast<const T*>(p[1]);
+              const T* v = reinterpret_cast<const T*>(p[2]);
+              for (int64_t i = 0; i < n; ++i) {
+                o[i] = cast_value<T>(cast_value<C>(g[i]) * C(cast_value<C>(v[i]) > limit ? 1 : 0));
+              }
+              return;
+            }
+            for (int64_t i = 0; i < n; ++i) {
+              const C g = cast_value<C>(load<T>(p[1] + i * s[1]));
+              const C v = cast_value<C>(load<T>(p[2] + i * s[2]));
+              store(p[0] + i * s[0], cast_value<T>(g * C(v > limit ? 1 : 0)));
+            }
+          });
+    }
+  });
+  return out;
+}
+
 Tensor clamp(const Tensor& x, std::optional<double> low, std::optional<double> high) {
   Tensor out = empty(x.sizes(), x.options());
   visit_dtype(x.dtype(), [&](auto tag) {

@@ -1,6 +1,8 @@
 #include "halfgrad/ops/dispatch.h"
 
+#include <array>
 #include <cctype>
+#include <string>
 
 #include "halfgrad/core/format.h"
 
@@ -16,18 +18,25 @@ void OpContext::bind_outputs(const std::shared_ptr<autograd::Node>& node,
   (void)node;
 }
 
-std::string backward_node_name(OpId op) {
-  std::string name;
-  bool upper = true;
-  for (char c : op_name(op)) {
-    if (c == '_') {
-      upper = true;
-      continue;
+std::string_view backward_node_name(OpId op) {
+  static const std::array<std::string, kNumOps> names = [] {
+    std::array<std::string, kNumOps> made;
+    for (const OpInfo& info : all_ops()) {
+      std::string& name = made[size_t(info.id)];
+      bool upper = true;
+      for (char c : info.name) {
+        if (c == '_') {
+          upper = true;
+          continue;
+        }
+        name.push_back(upper ? char(std::toupper(static_cast<unsigned char>(c))) : c);
+        upper = false;
+      }
+      name += "Backward";
     }
-    name.push_back(upper ? char(std::toupper(static_cast<unsigned char>(c))) : c);
-    upper = false;
-  }
-  return name + "Backward";
+    return made;
+  }();
+  return names[size_t(op)];
 }
 
 namespace detail {

@@ -47,6 +47,7 @@
 #include "halfgrad/autograd/anomaly.h"
 #include "halfgrad/autograd/grad_mode.h"
 #include "halfgrad/autograd/node.h"
+#include "halfgrad/core/small_vector.h"
 #include "halfgrad/ops/op.h"
 
 namespace hg::ops {
@@ -73,12 +74,19 @@ class OpContext {
   }
   // The i-th saved tensor, checked against in-place modification.
   Tensor saved(size_t i) const { return saved_.at(i).unpack(node_name_); }
+  // Its data alone, checked the same way, without autograd history: for kernels that only
+  // read it (cheaper for a saved output, which saved() gives back its place in the graph).
+  Tensor saved_data(size_t i) const { return saved_.at(i).unpack_data(node_name_); }
 
-  // For dispatch.
-  void start(bool recording, std::vector<bool> needs_input_grad, std::string node_name) {
-    recording_ = recording;
-    needs_input_grad_ = std::move(needs_input_grad);
-    node_name_ = std::move(node_name);
+  // For dispatch: the inputs' requires_grad flags (recording when any is set).
+  template <class Inputs>
+  void start(const Inputs& inputs, std::string_view node_name) {
+    needs_input_grad_.resize(inputs.size());
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      needs_input_grad_[i] = inputs[i].defined() && inputs[i].requires_grad();
+      recording_ = recording_ || needs_input_grad_[i];
+    }
+    node_name_ = node_name;
   }
   void bind_outputs(const std::shared_ptr<autograd::Node>& node,
                     std::span<const Tensor* const> outputs);
@@ -88,20 +96,20 @@ class OpContext {
 
  private:
   bool recording_ = false;
-  std::vector<bool> needs_input_grad_;
+  SmallVector<bool, 8> needs_input_grad_;
   std::vector<autograd::SavedTensor> saved_;
   std::vector<std::pair<size_t, const TensorImpl*>> saved_outputs_;
-  std::string node_name_;
+  std::string_view node_name_;  // from backward_node_name's table: lives as long as the program
 };
 
-// "mul" -> "MulBackward", "layer_norm" -> "LayerNormBackward".
-std::string backward_node_name(OpId op);
+// "mul" -> "MulBackward", "layer_norm" -> "LayerNormBackward". The names are made once.
+std::string_view backward_node_name(OpId op);
 
 template <class Op>
 class OpNode final : public autograd::Node {
  public:
   OpNode(Op op, OpContext ctx) : op_(std::move(op)), ctx_(std::move(ctx)) {}
-  std::string name() const override { return backward_node_name(Op::id); }
+  std::string name() const override { return std::string(backward_node_name(Op::id)); }
   std::vector<Tensor> apply(std::vector<Tensor>&& grad_outputs) override {
     return op_.backward(ctx_, grad_outputs);
   }
@@ -130,12 +138,13 @@ constexpr bool is_composite() {
 }
 
 // The outputs of a forward as a list of pointers, whatever shape the result has.
-inline void collect_outputs(Tensor& t, std::vector<Tensor*>& out) { out.push_back(&t); }
-inline void collect_outputs(std::vector<Tensor>& ts, std::vector<Tensor*>& out) {
+using OutputList = SmallVector<Tensor*, 4>;
+inline void collect_outputs(Tensor& t, OutputList& out) { out.push_back(&t); }
+inline void collect_outputs(std::vector<Tensor>& ts, OutputList& out) {
   for (Tensor& t : ts) out.push_back(&t);
 }
 template <class... Ts>
-void collect_outputs(std::tuple<Ts...>& ts, std::vector<Tensor*>& out) {
+void collect_outputs(std::tuple<Ts...>& ts, OutputList& out) {
   std::apply([&](auto&... t) { (collect_outputs(t, out), ...); }, ts);
 }
 
@@ -184,19 +193,11 @@ auto run_unnamed(Op op, Inputs inputs) {
 
   // 3. kernel
   constexpr bool composite = is_composite<Op>();
-  bool record = false;
-  std::vector<bool> needs_grad;  // allocated only when a node will be recorded
-  if constexpr (!composite) {
-    if (autograd::is_grad_enabled()) {
-      for (const Tensor& t : inputs) record = record || (t.defined() && t.requires_grad());
-      if (record) {
-        needs_grad.reserve(inputs.size());
-        for (const Tensor& t : inputs) needs_grad.push_back(t.defined() && t.requires_grad());
-      }
-    }
-  }
   OpContext ctx;
-  ctx.start(record, std::move(needs_grad), record ? backward_node_name(id) : std::string());
+  if constexpr (!composite) {
+    if (autograd::is_grad_enabled()) ctx.start(inputs, backward_node_name(id));
+  }
+  const bool record = ctx.recording();
   auto result = [&] {
     amp::BelowAutocastGuard below;
     if constexpr (composite) {
@@ -208,13 +209,13 @@ auto run_unnamed(Op op, Inputs inputs) {
   }();
   const bool anomaly = autograd::is_anomaly_enabled() && !autograd::forward_checks_suspended();
   amp::OverflowWatch* watch = amp::active_overflow_watch();
-  std::vector<Tensor*> outputs;
+  OutputList outputs;
   if (record || anomaly || trace || watch) collect_outputs(result, outputs);
 
   // 4. autograd (a composite records the ops it called instead)
   if constexpr (!composite) {
     if (record) {
-      auto node = std::make_shared<OpNode<Op>>(std::move(op), std::move(ctx));
+      auto node = make_pooled<OpNode<Op>>(std::move(op), std::move(ctx));
       node->next_edges = collect_edges(input_span);
       uint32_t output_nr = 0;
       for (Tensor* out : outputs) {

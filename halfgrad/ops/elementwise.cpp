@@ -156,7 +156,16 @@ struct UnaryOp {
     return y;
   }
   Grads backward(OpContext& ctx, const Grads& grads) {
-    const Tensor x = ctx.saved(0), y = ctx.saved(1);
+    const Tensor x = ctx.saved(0);
+    if constexpr (Id == OpId::relu) {
+      // One fused pass with the same products as the formula below, unless the backward pass
+      // is recorded (create_graph): then the formula's ops are.
+      if (!autograd::is_grad_enabled() && grads[0].dtype() == x.dtype()) {
+        const Tensor y = ctx.saved_data(1);  // relu(x) > 0 exactly where x > 0 (NaN: neither)
+        return {cpu::threshold_backward(grads[0], y, 0.0)};
+      }
+    }
+    const Tensor y = ctx.saved(1);
     return {grad_for(mul(grads[0], derivative(x.to(y.dtype()), y)), x)};
   }
   static Tensor derivative(const Tensor& x, const Tensor& y);

@@ -1,6 +1,7 @@
 // The GEMM family: forward through cpu::gemm, backward written with the same ops
-// (dA = dC @ B^T, dB = A^T @ dC), so higher-order gradients work. matmul and linear are
-// composites: they autocast once, at the outermost call, and record the ops they call.
+// (dA = dC @ B^T, dB = A^T @ dC), so higher-order gradients work. matmul is a composite: it
+// autocasts once, at the outermost call, and records the ops it calls. linear is one node
+// (NOTE [Linear is one node]).
 #include "halfgrad/ops/linalg.h"
 
 #include "halfgrad/core/factory.h"
@@ -30,9 +31,12 @@ void check_operands(const char* op, const Tensor& a, const Tensor& b, int64_t ra
            a.sizes(), b.sizes(), a.size(-1), b.size(-2));
 }
 
-// a [B, M, K] @ b [B, K, N] into a new [B, M, N], plus beta * input when given.
-Tensor product(const Tensor& a, const Tensor& b, const Tensor& input, double beta, double alpha) {
-  const Shape shape{a.size(0), a.size(1), b.size(2)};
+// a [B, M, K] @ b [B, K, N], plus beta * input when given, into a new tensor of `shape`
+// ([B, M, N], or the same elements without the unit dims, as mm and dot return them). The
+// result is a tensor of its own, not a view of a [B, M, N] one, so that autograd can take it
+// as a leaf's gradient without a copy (NOTE [Gradient accumulation]).
+Tensor product(const Tensor& a, const Tensor& b, const Tensor& input, double beta, double alpha,
+               const Shape& shape) {
   Tensor out;
   if (input.defined() && beta == 1.0 && alpha == 1.0 && input.dim() == 1 &&
       input.size(0) == shape[2]) {  // a bias row: linear's case (NOTE [GEMM with bias])
@@ -46,7 +50,8 @@ Tensor product(const Tensor& a, const Tensor& b, const Tensor& input, double bet
     out = empty(shape, a.options());
     beta = 0.0;
   }
-  cpu::gemm(a, b, out, alpha, beta);
+  const Shape batched{a.size(0), a.size(1), b.size(2)};
+  cpu::gemm(a, b, out.sizes() == batched ? out : core::view(out, batched), alpha, beta);
   return out;
 }
 
@@ -85,8 +90,8 @@ struct AddMm {
     input_sizes = input.sizes();
     input_dtype = input.dtype();
     ctx.save({a, b});
-    return core::squeeze(product(core::unsqueeze(a, 0), core::unsqueeze(b, 0), input, beta, alpha),
-                         0);
+    return product(core::unsqueeze(a, 0), core::unsqueeze(b, 0), input, beta, alpha,
+                   {a.size(0), b.size(1)});
   }
   Grads backward(OpContext& ctx, const Grads& grads) {
     const Tensor a = ctx.saved(0), b = ctx.saved(1);
@@ -107,7 +112,8 @@ struct Mm {
   Tensor forward(OpContext& ctx, const Tensor& a, const Tensor& b) {
     check_operands("mm", a, b, 2);
     ctx.save({a, b});
-    return core::squeeze(product(core::unsqueeze(a, 0), core::unsqueeze(b, 0), {}, 0.0, 1.0), 0);
+    return product(core::unsqueeze(a, 0), core::unsqueeze(b, 0), {}, 0.0, 1.0,
+                   {a.size(0), b.size(1)});
   }
   Grads backward(OpContext& ctx, const Grads& grads) {
     const Tensor a = ctx.saved(0), b = ctx.saved(1);
@@ -136,7 +142,7 @@ struct BaddBmm {
     input_sizes = input.sizes();
     input_dtype = input.dtype();
     ctx.save({a, b});
-    return product(a, b, input, beta, alpha);
+    return product(a, b, input, beta, alpha, {a.size(0), a.size(1), b.size(2)});
   }
   Grads backward(OpContext& ctx, const Grads& grads) {
     const Tensor a = ctx.saved(0), b = ctx.saved(1);
@@ -157,7 +163,7 @@ struct Bmm {
     check_operands("bmm", a, b, 3);
     HG_CHECK(a.size(0) == b.size(0), "bmm: batch sizes differ: {} and {}", a.size(0), b.size(0));
     ctx.save({a, b});
-    return product(a, b, {}, 0.0, 1.0);
+    return product(a, b, {}, 0.0, 1.0, {a.size(0), a.size(1), b.size(2)});
   }
   Grads backward(OpContext& ctx, const Grads& grads) {
     const Tensor a = ctx.saved(0), b = ctx.saved(1);
@@ -205,12 +211,21 @@ struct Matmul {
   }
 };
 
-// ---- linear (composite) ----------------------------------------------------------------------
+// ---- linear: x [*, K] @ weight [N, K]^T + bias [N] -> [*, N] ----------------------------------
 
+// NOTE [Linear is one node] torch's linear is a composite (t() then addmm); halfgrad records it
+// as one node instead. Its backward forms the weight's gradient g^T x directly in weight's
+// [N, K] layout, a tensor of its own that autograd hands to weight.grad() without a copy,
+// where the composite made x^T g, transposed it back through a TransposeBackward node (a
+// view) and copied it into grad(). It autocasts once, at linear, as the composite did. The
+// result has x's dtype; a bias of another dtype is converted to it (as the composite's 2-D
+// path did; its N-D path promoted instead, and torch refuses mixed dtypes).
 struct Linear {
   static constexpr OpId id = OpId::linear;
-  static constexpr bool kComposite = true;
-  Tensor forward(OpContext&, const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  Shape x_sizes{};
+  DType bias_dtype = kFloat32;
+
+  Tensor forward(OpContext& ctx, const Tensor& x, const Tensor& weight, const Tensor& bias) {
     HG_CHECK(weight.dim() == 2,
              "linear: expected a 2-D weight [out_features, in_features], got shape {}",
              weight.sizes());
@@ -221,9 +236,41 @@ struct Linear {
     HG_CHECK(!bias.defined() || (bias.dim() == 1 && bias.size(0) == weight.size(0)),
              "linear: expected a bias of shape [{}], got {}", weight.size(0),
              bias.defined() ? bias.sizes() : Shape{});
-    if (x.dim() == 2 && bias.defined()) return addmm(bias, x, weight.t());
-    const Tensor out = matmul(x, weight.t());
-    return bias.defined() ? add(out, bias) : out;
+    HG_CHECK(x.is_floating_point() && x.dtype() == weight.dtype(),
+             "linear: expected an input and a weight of one floating dtype, got {} and {}",
+             x.dtype(), weight.dtype());
+    if (ctx.recording()) {
+      x_sizes = x.sizes();
+      bias_dtype = bias.defined() ? bias.dtype() : x.dtype();
+    }
+    ctx.save({x, weight});
+    Shape out_sizes = x.sizes();
+    out_sizes.back() = weight.size(0);
+    const Tensor x2 = x.dim() == 2 ? x : core::reshape(x, {rows(x.sizes()), weight.size(1)});
+    return product(core::unsqueeze(x2, 0), core::unsqueeze(core::transpose(weight, 0, 1), 0), bias,
+                   1.0, 1.0, out_sizes);
+  }
+  Grads backward(OpContext& ctx, const Grads& grads) {
+    const Tensor x = ctx.saved(0), weight = ctx.saved(1);
+    const int64_t M = rows(x_sizes), N = weight.size(0), K = weight.size(1);
+    const Tensor g = grads[0].dim() == 2 ? grads[0] : grads[0].reshape({M, N});
+    Grads out(3);
+    if (ctx.needs_input_grad(0)) {
+      const Tensor dx = mm(g, weight);  // [M, K]
+      out[0] = x.dim() == 2 ? dx : dx.reshape(x_sizes);
+    }
+    if (ctx.needs_input_grad(1)) out[1] = mm(g.t(), x.dim() == 2 ? x : x.reshape({M, K}));
+    if (ctx.needs_input_grad(2)) {
+      const Tensor db = sum(g, {0});
+      out[2] = db.dtype() == bias_dtype ? db : db.to(bias_dtype);
+    }
+    return out;
+  }
+  // M: the product of all but the last dim.
+  static int64_t rows(const Shape& sizes) {
+    int64_t m = 1;
+    for (size_t d = 0; d + 1 < sizes.size(); ++d) m *= sizes[d];
+    return m;
   }
 };
 
@@ -239,9 +286,8 @@ struct Dot {
              "dot: expected two floating tensors of one dtype, got {} and {}", a.dtype(),
              b.dtype());
     ctx.save({a, b});
-    const Tensor out =
-        product(core::view(a, {1, 1, a.size(0)}), core::view(b, {1, b.size(0), 1}), {}, 0.0, 1.0);
-    return core::view(out, {});
+    return product(core::view(a, {1, 1, a.size(0)}), core::view(b, {1, b.size(0), 1}), {}, 0.0, 1.0,
+                   {});
   }
   Grads backward(OpContext& ctx, const Grads& grads) {
     const Tensor a = ctx.saved(0), b = ctx.saved(1);

@@ -26,6 +26,7 @@
 #include <numeric>
 
 #include "halfgrad/autograd/grad_mode.h"
+#include "halfgrad/core/cast.h"
 #include "halfgrad/core/factory.h"
 #include "halfgrad/core/format.h"
 #include "halfgrad/core/strided_loop.h"
@@ -85,8 +86,7 @@ const A* data_or_null(const Tensor& t) {
 // out[i] = f(i) for i in [0, n), on OpenMP threads when n is large (f must not throw).
 template <class A, class F>
 void fill_elements(A* out, int64_t n, F&& f) {
-#pragma omp parallel for schedule(static) if (n >= kParallelGrain)
-  for (int64_t i = 0; i < n; ++i) out[i] = f(i);
+  parallel_for(n, n, [&](int64_t i) { out[i] = f(i); });
 }
 
 // Per-element losses (in the accumulation dtype) reduced and rounded once to `dtype`. Mean and
@@ -184,11 +184,55 @@ struct MseLoss {
   }
   Grads backward(OpContext& ctx, const Grads& grads) {
     const Tensor input = ctx.saved(0), target = ctx.saved(1);
+    if (Grads fused = fused_backward(ctx, grads[0], input, target); !fused.empty()) return fused;
     const Tensor g = loss_grad(grads[0], reduction, double(input.numel()), input.sizes());
     const Tensor d_input = mul(mul(g, sub(input, target)), 2.0);  // 2 (x - y)
     Grads out(2);
     if (ctx.needs_input_grad(0)) out[0] = grad_for(d_input, input);
     if (ctx.needs_input_grad(1)) out[1] = grad_for(neg(d_input), target);
+    return out;
+  }
+
+  // NOTE [Fused mse_loss backward] Unless the backward pass is recorded (create_graph), a
+  // "mean" or "sum" mse_loss over contiguous input and target of the gradient's dtype runs its
+  // backward as one pass that computes, element by element, what the formula's ops compute,
+  // rounding to the dtype where each op rounds: 2 ((g / N) (x - y)), and its negation for the
+  // target. No temporaries, one tensor per input. Returns nothing where it does not apply.
+  Grads fused_backward(const OpContext& ctx, const Tensor& grad, const Tensor& input,
+                       const Tensor& target) const {
+    if (autograd::is_grad_enabled() || reduction == Reduction::None) return {};
+    const DType dtype = input.dtype();
+    if (target.dtype() != dtype || grad.dtype() != dtype || grad.numel() != 1 ||
+        !input.is_contiguous() || !target.is_contiguous()) {
+      return {};
+    }
+    const bool wants_input = ctx.needs_input_grad(0), wants_target = ctx.needs_input_grad(1);
+    Grads out(2);
+    if (wants_input) out[0] = empty(input.sizes(), input.options());
+    if (wants_target) out[1] = empty(target.sizes(), target.options());
+    visit_dtype(dtype, [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      if constexpr (is_floating_v<T>) {
+        using C = compute_t<T>;
+        const auto rounded = [](C v) {
+          return cast_value<C>(cast_value<T>(v));
+        };  // as an op stores it
+        C g = cast_value<C>(*grad.data_ptr<T>());
+        if (reduction == Reduction::Mean) {
+          g = rounded(g / cast_value<C>(cast_value<T>(double(input.numel()))));
+        }
+        const T* x = input.data_ptr<T>();
+        const T* y = target.data_ptr<T>();
+        T* dx = wants_input ? out[0].data_ptr<T>() : nullptr;
+        T* dy = wants_target ? out[1].data_ptr<T>() : nullptr;
+        parallel_for(input.numel(), input.numel(), [&](int64_t i) {
+          const C diff = rounded(cast_value<C>(x[i]) - cast_value<C>(y[i]));
+          const C d = rounded(rounded(g * diff) * C(2));
+          if (dx) dx[i] = cast_value<T>(d);
+          if (dy) dy[i] = cast_value<T>(-d);
+        });
+      }
+    });
     return out;
   }
 };
@@ -347,16 +391,15 @@ Tensor class_coefficients(const Tensor& target, const Tensor& weight, const Shap
     A* ap = a.data_ptr<A>();
     const int64_t N = layout.N, C = layout.C, S = layout.S;
     const A uniform = A(eps / double(C)), target_share = A(1.0 - eps);
-#pragma omp parallel for schedule(static) if (N * C * S >= kParallelGrain)
-    for (int64_t r = 0; r < N * S; ++r) {
+    parallel_for(N * S, N * C * S, [&](int64_t r) {
       const int64_t k = tp[r];
-      if (k == ignore_index) continue;
+      if (k == ignore_index) return;
       A* row = ap + (r / S) * C * S + r % S;
       if (eps > 0) {
         for (int64_t c = 0; c < C; ++c) row[c * S] = uniform * (wp ? wp[c] : A(1));
       }
       row[k * S] += target_share * (wp ? wp[k] : A(1));
-    }
+    });
   });
   return core::to_dtype(a, dtype);
 }
@@ -460,8 +503,7 @@ void cross_entropy_backward_rows(const A* logp, const int64_t* t, const A* y, co
   const A uniform = A(eps / double(C)), target_share = A(1.0 - eps);
   A weight_sum = A(C);  // sum_c w[c]
   if (w) weight_sum = std::accumulate(w, w + C, A(0));
-#pragma omp parallel for schedule(static) if (N * C * S >= kParallelGrain)
-  for (int64_t r = 0; r < N * S; ++r) {
+  parallel_for(N * S, N * C * S, [&](int64_t r) {
     const int64_t base = (r / S) * C * S + r % S;
     const A grad = g[r];
     if (y) {
@@ -475,12 +517,12 @@ void cross_entropy_backward_rows(const A* logp, const int64_t* t, const A* y, co
         if (dx) dx[i] = grad * (a_sum * std::exp(logp[i]) - w_c * (target_share * y[i] + uniform));
         if (dy) dy[i] = -grad * target_share * w_c * logp[i];
       }
-      continue;
+      return;
     }
     const int64_t k = t[r];
     if (k == ignore_index) {
       for (int64_t c = 0; c < C; ++c) dx[base + c * S] = A(0);
-      continue;
+      return;
     }
     const A w_k = w ? w[k] : A(1);
     const A a_sum = target_share * w_k + uniform * weight_sum;
@@ -489,7 +531,7 @@ void cross_entropy_backward_rows(const A* logp, const int64_t* t, const A* y, co
       const A a_c = uniform * (w ? w[c] : A(1)) + (c == k ? target_share * w_k : A(0));
       dx[i] = grad * (a_sum * std::exp(logp[i]) - a_c);
     }
-  }
+  });
 }
 
 struct CrossEntropy {

@@ -73,8 +73,8 @@ Shape channel_shape(int64_t C, int64_t ndim) {
 // A fresh contiguous kernel result given another shape of the same numel, as a tensor of its
 // own (not a view of an internal temporary).
 Tensor reshaped_result(const Tensor& fresh, const Shape& sizes) {
-  return Tensor(std::make_shared<TensorImpl>(fresh.impl()->storage(), fresh.dtype(), sizes,
-                                             contiguous_strides(sizes), fresh.storage_offset()));
+  return Tensor(make_pooled<TensorImpl>(fresh.impl()->storage(), fresh.dtype(), sizes,
+                                        contiguous_strides(sizes), fresh.storage_offset()));
 }
 
 // ---- op formulas for the norms' backward (create_graph) ------------------------------------

@@ -235,10 +235,18 @@ Tensor sum_to_size(const Tensor& x, const Shape& sizes) {
            "sum_to_size: shape {} does not broadcast to the tensor's shape {}", sizes, x.sizes());
   const size_t lead = x.sizes().size() - sizes.size();
   Shape dims{};
+  bool only_leading = true;  // all summed dims are leading ones that `sizes` does not have
   for (size_t d = 0; d < x.sizes().size(); ++d) {
-    if (d < lead || (sizes[d - lead] == 1 && x.sizes()[d] != 1)) dims.push_back(int64_t(d));
+    if (d < lead || (sizes[d - lead] == 1 && x.sizes()[d] != 1)) {
+      dims.push_back(int64_t(d));
+      only_leading = only_leading && d < lead;
+    }
   }
   if (dims.empty()) return x.reshape(sizes);
+  // The sum in `sizes` directly where it can be (a tensor of its own, not a view: a leaf can
+  // take it as its gradient without a copy, NOTE [Gradient accumulation]).
+  if (lead == 0) return sum(x, dims, /*keepdim=*/true);
+  if (only_leading) return sum(x, dims, /*keepdim=*/false);
   return sum(x, dims, /*keepdim=*/true).reshape(sizes);
 }
 

@@ -4,6 +4,9 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <functional>
+#include <limits>
+#include <string_view>
 
 #include "halfgrad/halfgrad.h"
 
@@ -192,4 +195,72 @@ TEST_CASE("backward ops run in the dtype forward saved", "[autograd]") {
   CHECK(w.grad().dtype() == kFloat16);
   const std::vector<float> gx = x.to_vector<float>(), gw = w.grad().to_vector<float>();
   for (size_t i = 0; i < gx.size(); ++i) CHECK(gw[i] == gx[i]);
+}
+
+namespace {
+
+// a and b hold the same values bit for bit (NaN for NaN, the sign of zero included).
+void check_same_bits(const Tensor& a, const Tensor& b) {
+  REQUIRE(a.dtype() == b.dtype());
+  REQUIRE(a.sizes() == b.sizes());
+  const std::vector<double> x = values(a), y = values(b);  // exact for every floating dtype
+  for (size_t i = 0; i < x.size(); ++i) {
+    CAPTURE(i, x[i], y[i]);
+    if (std::isnan(x[i])) {
+      CHECK(std::isnan(y[i]));
+    } else {
+      CHECK(x[i] == y[i]);
+      CHECK(std::signbit(x[i]) == std::signbit(y[i]));
+    }
+  }
+}
+
+// The gradients of f's output w.r.t. inputs, for `seed` as the output's gradient: once as a
+// plain backward (fused kernels) and once recorded (create_graph: the formulas' ops).
+std::pair<std::vector<Tensor>, std::vector<Tensor>> fused_and_recorded(
+    const std::function<Tensor()>& f, const std::vector<Tensor>& inputs, const Tensor& seed) {
+  std::vector<Tensor> fused = autograd::grad({f()}, inputs, {seed});
+  std::vector<Tensor> recorded =
+      autograd::grad({f()}, inputs, {seed}, /*retain_graph=*/false, /*create_graph=*/true);
+  return {fused, recorded};
+}
+
+}  // namespace
+
+TEST_CASE("relu's fused backward gives its formula's bits", "[autograd][fused]") {
+  const double inf = std::numeric_limits<double>::infinity(), nan = std::nan("");
+  for (DType dtype : {kFloat32, kFloat64, kFloat16, kBFloat16}) {
+    CAPTURE(dtype);
+    Tensor x = tensor({-2.0, -0.0, 0.0, 1.5, nan, 3.0, -1.0, 2.0, 1e-3, -5.0}, dtype);
+    x.requires_grad_();
+    // An infinite or NaN gradient where relu is flat gives NaN (inf * 0), as the formula does;
+    // a negative one gives -0.
+    const Tensor seed = tensor({1.0, -3.0, inf, -0.5, 2.0, -inf, inf, nan, 4.0, -2.0}, dtype);
+    const auto [fused, recorded] = fused_and_recorded([&] { return relu(x); }, {x}, seed);
+    check_same_bits(fused[0], recorded[0]);
+    CHECK(std::isnan(values(fused[0])[6]));
+    CHECK(std::signbit(values(fused[0])[1]));
+  }
+}
+
+TEST_CASE("mse_loss's fused backward gives its formula's bits", "[autograd][fused]") {
+  manual_seed(11);
+  for (DType dtype : {kFloat32, kFloat64, kFloat16, kBFloat16}) {
+    for (const char* reduction : {"mean", "sum"}) {
+      CAPTURE(dtype, reduction);
+      Tensor input = mul(randn({37, 3}, dtype), 3.0).requires_grad_();
+      Tensor target = randn({37, 3}, dtype).requires_grad_();
+      const Tensor seed = scalar_tensor(0.7, dtype);
+      const auto [fused, recorded] = fused_and_recorded(
+          [&] { return mse_loss(input, target, reduction); }, {input, target}, seed);
+      check_same_bits(fused[0], recorded[0]);
+      check_same_bits(fused[1], recorded[1]);
+      // d/dx = 2 (x - y) g / N for "mean" (float64: checked against that directly).
+      if (dtype == kFloat64) {
+        const double scale = std::string_view(reduction) == "mean" ? 0.7 / (37 * 3) : 0.7;
+        const std::vector<double> x = values(input), y = values(target), dx = values(fused[0]);
+        for (size_t i = 0; i < x.size(); ++i) CHECK(dx[i] == Approx(2 * (x[i] - y[i]) * scale));
+      }
+    }
+  }
 }

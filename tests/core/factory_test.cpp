@@ -129,6 +129,63 @@ TEST_CASE("the CPU allocator aligns to 64 bytes and counts live storage", "[fact
   CHECK(cpu_allocator_stats().live_bytes == before.live_bytes);
 }
 
+TEST_CASE("the CPU allocator's size classes round up by at most a quarter", "[storage]") {
+  size_t previous = 0;
+  for (size_t n = 0; n <= 3 * kMaxCachedBlock; n += (n < 4096 ? 1 : 4093)) {
+    const size_t size = cpu_allocation_size(n);
+    CHECK(size >= std::max<size_t>(n, 1));
+    CHECK(size % kCpuAlignment == 0);
+    CHECK(size >= previous);  // monotonic
+    if (n <= 512) CHECK(size == std::max<size_t>(64, (n + 63) / 64 * 64));
+    if (n > 512 && n <= kMaxCachedBlock) CHECK(4 * size <= 5 * n);
+    if (n > kMaxCachedBlock) CHECK(size == (n + 63) / 64 * 64);
+    previous = size;
+  }
+  CHECK(cpu_allocation_size(kMaxCachedBlock) == kMaxCachedBlock);
+}
+
+TEST_CASE("the CPU allocator reuses freed blocks and bounds its cache", "[storage]") {
+  cpu_empty_cache();
+  const AllocatorStats start = cpu_allocator_stats();
+  CHECK(start.cached_bytes == 0);
+  CHECK(start.cached_blocks == 0);
+  void* first = nullptr;
+  {
+    Tensor a = empty({1000}, kFloat32);
+    first = a.data_ptr();
+    CHECK(cpu_allocator_stats().live_bytes ==
+          start.live_bytes + int64_t(cpu_allocation_size(4000)));
+  }
+  const AllocatorStats freed = cpu_allocator_stats();
+  CHECK(freed.live_bytes == start.live_bytes);
+  CHECK(freed.live_allocations == start.live_allocations);
+  CHECK(freed.cached_bytes == int64_t(cpu_allocation_size(4000)));
+  CHECK(freed.cached_blocks == 1);
+  {
+    Tensor b = empty({990}, kFloat32);  // the same size class: the same block again
+    CHECK(b.data_ptr() == first);
+    CHECK(cpu_allocator_stats().cached_bytes == 0);
+  }
+  CHECK(cpu_allocator_stats().cached_bytes == int64_t(cpu_allocation_size(4000)));  // b's block
+  cpu_empty_cache();
+  {
+    // Blocks of the largest class fill the cache up to its bound; the rest go back.
+    std::vector<Tensor> blocks;
+    const int64_t count = int64_t(kMaxCachedBytes / kMaxCachedBlock) + 8;
+    for (int64_t i = 0; i < count; ++i) blocks.push_back(empty({int64_t(kMaxCachedBlock)}, kBool));
+    blocks.clear();
+    CHECK(cpu_allocator_stats().cached_bytes == int64_t(kMaxCachedBytes));
+    // A block above the largest class is never cached.
+    Tensor huge = empty({int64_t(kMaxCachedBlock) + 1}, kBool);
+    huge = Tensor();
+    CHECK(cpu_allocator_stats().cached_bytes == int64_t(kMaxCachedBytes));
+    CHECK(cpu_allocator_stats().live_bytes == start.live_bytes);
+  }
+  cpu_empty_cache();
+  CHECK(cpu_allocator_stats().cached_bytes == 0);
+  CHECK(cpu_allocator_stats().cached_blocks == 0);
+}
+
 TEST_CASE("set_num_threads sets the CPU thread count", "[parallel]") {
   const int before = get_num_threads();
   set_num_threads(1);
