@@ -122,7 +122,12 @@ void OverflowWatch::check(OpId op, std::span<const Tensor> inputs,
     const bool non_finite = !range.all_finite && !first_non_finite_;
     const bool beyond = range.all_finite && range.max_abs > kFloat16Max && !first_beyond_float16_;
     if (!non_finite && !beyond) continue;
-    OverflowFinding finding{.op = op, .op_index = ops_checked_, .output = range};
+    OverflowFinding finding{.op = op,
+                            .module = {},
+                            .module_type = {},
+                            .op_index = ops_checked_,
+                            .inputs = {},
+                            .output = range};
     if (!module_stack_.empty()) {
       finding.module = module_stack_.back().first;
       finding.module_type = module_stack_.back().second;

@@ -5,13 +5,14 @@
 //   amp::OverflowWatch watch(model.get());      // the model names the modules (hooks)
 //   { amp::Autocast autocast(kCPU, kFloat16); loss = loss_fn(model->forward(x), y); }
 //   if (watch.found()) fmt::print("{}", watch.report());
-//   // first non-finite output: addmm in module "2" (Linear) (op #3), output float16 [8, 8]:
+//   // first non-finite output: linear in module "2" (Linear) (op #3), output float16 [8, 8]:
 //   //   64 inf/NaN, max finite |x| = 0
-//   //   input 0: float16 [8]: finite, max |x| = 0.5
-//   //   input 1: float16 [8, 8]: finite, max |x| = 3.1
-//   //   input 2: float16 [8, 8]: finite, max |x| = 2000
+//   //   input 0: float16 [8, 8]: finite, max |x| = 3.1
+//   //   input 1: float16 [8, 8]: finite, max |x| = 2000
+//   //   input 2: float16 [8]: finite, max |x| = 0.5
 //
-// Ops run in order, so the first op whose output is not finite is where the overflow began;
+// Ops run in order, so the first op whose output is not finite is where the overflow began
+// (inside a composite op, the innermost op that produced it);
 // later ops only pass it on. The watch also records the first op whose output is finite but
 // beyond float16's range (|x| > 65504): in a float32 or bfloat16 run, the op that would
 // overflow in float16.

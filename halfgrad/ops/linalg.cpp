@@ -37,11 +37,15 @@ void check_operands(const char* op, const Tensor& a, const Tensor& b, int64_t ra
 // as a leaf's gradient without a copy (NOTE [Gradient accumulation]).
 Tensor product(const Tensor& a, const Tensor& b, const Tensor& input, double beta, double alpha,
                const Shape& shape) {
+  const Shape batched{a.size(0), a.size(1), b.size(2)};
+  auto as_batched = [&](const Tensor& out) {
+    return out.sizes() == batched ? out : core::view(out, batched);
+  };
   Tensor out;
   if (input.defined() && beta == 1.0 && alpha == 1.0 && input.dim() == 1 &&
-      input.size(0) == shape[2]) {  // a bias row: linear's case (NOTE [GEMM with bias])
+      input.size(0) == b.size(2)) {  // a bias row: linear's case (NOTE [GEMM with bias])
     out = empty(shape, a.options());
-    cpu::gemm_bias(a, b, core::to_dtype(input, a.dtype()).contiguous(), out);
+    cpu::gemm_bias(a, b, core::to_dtype(input, a.dtype()).contiguous(), as_batched(out));
     return out;
   }
   if (input.defined() && beta != 0.0) {
@@ -50,8 +54,7 @@ Tensor product(const Tensor& a, const Tensor& b, const Tensor& input, double bet
     out = empty(shape, a.options());
     beta = 0.0;
   }
-  const Shape batched{a.size(0), a.size(1), b.size(2)};
-  cpu::gemm(a, b, out.sizes() == batched ? out : core::view(out, batched), alpha, beta);
+  cpu::gemm(a, b, as_batched(out), alpha, beta);
   return out;
 }
 
