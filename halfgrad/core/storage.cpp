@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <iterator>
 #include <limits>
+#include <map>
 #include <mutex>
 #include <new>
 
@@ -20,7 +21,12 @@ namespace {
 // caches do not serve) cost more than the arithmetic. So a freed block of up to
 // kMaxCachedBlock bytes is kept on a free list of its size class and handed out again; at
 // most kMaxCachedBytes are kept in all (a block freed beyond that goes back to the system),
-// so caching adds at most that to a run's memory, and bigger blocks are never cached.
+// so caching adds at most that to a run's memory.
+// Bigger blocks are kept by exact size (a training step frees and asks again for the same
+// activation, cast and gradient sizes every iteration), up to kMaxCachedLargeBytes in all:
+// without that, each step takes its large tensors as fresh pages from the kernel, and the page
+// faults (zeroing included) cost more than some of the ops. A block that would pass the bound
+// goes back to the system.
 // Classes: multiples of 64 bytes up to 512, then four per power of two (a request is rounded
 // up by at most 25%). One mutex guards the lists and the counters (kernels rarely allocate
 // inside their parallel regions, so it is rarely contended). cpu_empty_cache() gives the
@@ -62,6 +68,15 @@ void poison(void* data, size_t nbytes) {
 #endif
 }
 
+// Poisons a whole cached block (a large one: its address is kept outside it).
+void poison_all(void* data, size_t nbytes) {
+#if HG_ASAN
+  __asan_poison_memory_region(data, nbytes);
+#else
+  (void)data, (void)nbytes;
+#endif
+}
+
 void unpoison(void* data, size_t nbytes) {
 #if HG_ASAN
   __asan_unpoison_memory_region(data, nbytes);
@@ -86,6 +101,16 @@ class CpuAllocator final : public Allocator {
         stats_.cached_blocks -= 1;
         stats_.cached_bytes -= int64_t(cls.bytes);
         data = block;
+      } else if (cls.index == kNumClasses) {
+        const auto found = large_free_.find(cls.bytes);
+        if (found != large_free_.end()) {
+          data = found->second;
+          large_free_.erase(found);
+          unpoison(data, cls.bytes);
+          stats_.cached_blocks -= 1;
+          stats_.cached_bytes -= int64_t(cls.bytes);
+          large_cached_bytes_ -= cls.bytes;
+        }
       }
       if (data) record_allocation(int64_t(cls.bytes));
     }
@@ -110,13 +135,17 @@ class CpuAllocator final : public Allocator {
 
   void empty_cache() {
     FreeBlock* lists[kNumClasses];
+    std::multimap<size_t, void*> large;
     {
       std::lock_guard lock(mutex_);
       std::copy(std::begin(free_lists_), std::end(free_lists_), std::begin(lists));
       std::fill(std::begin(free_lists_), std::end(free_lists_), nullptr);
+      large.swap(large_free_);
+      large_cached_bytes_ = 0;
       stats_.cached_blocks = 0;
       stats_.cached_bytes = 0;
     }
+    for (const auto& [bytes, block] : large) std::free(block);
     for (FreeBlock* block : lists) {
       while (block != nullptr) {
         FreeBlock* next = block->next;
@@ -155,6 +184,14 @@ class CpuAllocator final : public Allocator {
         self.stats_.cached_bytes += int64_t(bytes);
         return;
       }
+      if (index == kNumClasses && self.large_cached_bytes_ + bytes <= kMaxCachedLargeBytes) {
+        poison_all(data, bytes);
+        self.large_free_.emplace(bytes, data);
+        self.large_cached_bytes_ += bytes;
+        self.stats_.cached_blocks += 1;
+        self.stats_.cached_bytes += int64_t(bytes);
+        return;
+      }
     }
     std::free(data);
   }
@@ -169,6 +206,8 @@ class CpuAllocator final : public Allocator {
 
   std::mutex mutex_;
   FreeBlock* free_lists_[kNumClasses] = {};
+  std::multimap<size_t, void*> large_free_;  // blocks above kMaxCachedBlock, by size
+  size_t large_cached_bytes_ = 0;
   AllocatorStats stats_;
 };
 

@@ -57,11 +57,13 @@ class Allocator {
 };
 
 // The CPU allocator: 64-byte aligned blocks (a cache line, and a full AVX-512 vector). Freed
-// blocks of up to kMaxCachedBlock bytes are kept for reuse, kMaxCachedBytes in all (NOTE [CPU
-// caching allocator] in storage.cpp).
+// blocks of up to kMaxCachedBlock bytes are kept for reuse by size class, kMaxCachedBytes in
+// all; bigger ones by exact size, kMaxCachedLargeBytes in all (NOTE [CPU caching allocator]
+// in storage.cpp).
 inline constexpr size_t kCpuAlignment = 64;
 inline constexpr size_t kMaxCachedBlock = size_t(1) << 20;
 inline constexpr size_t kMaxCachedBytes = size_t(64) << 20;
+inline constexpr size_t kMaxCachedLargeBytes = size_t(256) << 20;
 Allocator* cpu_allocator();
 
 // Counters of the CPU allocator, for memory reports and leak tests. "Live" blocks are the ones

@@ -175,10 +175,34 @@ TEST_CASE("the CPU allocator reuses freed blocks and bounds its cache", "[storag
     for (int64_t i = 0; i < count; ++i) blocks.push_back(empty({int64_t(kMaxCachedBlock)}, kBool));
     blocks.clear();
     CHECK(cpu_allocator_stats().cached_bytes == int64_t(kMaxCachedBytes));
-    // A block above the largest class is never cached.
-    Tensor huge = empty({int64_t(kMaxCachedBlock) + 1}, kBool);
-    huge = Tensor();
-    CHECK(cpu_allocator_stats().cached_bytes == int64_t(kMaxCachedBytes));
+    CHECK(cpu_allocator_stats().live_bytes == start.live_bytes);
+  }
+  cpu_empty_cache();
+  {
+    // A block above the largest class is kept by its exact size and handed out again only for
+    // that size; they fill their own bound, kMaxCachedLargeBytes.
+    const size_t large = kMaxCachedBlock + 4096;
+    Tensor big = empty({int64_t(large)}, kBool);
+    void* block = big.data_ptr();
+    big = Tensor();
+    CHECK(cpu_allocator_stats().cached_bytes == int64_t(large));
+    Tensor other = empty({int64_t(large) + 64}, kBool);  // another size: a new block
+    CHECK(other.data_ptr() != block);
+    Tensor same = empty({int64_t(large) - 10}, kBool);  // the same 64-byte rounded size
+    CHECK(same.data_ptr() == block);
+    CHECK(cpu_allocator_stats().cached_bytes == 0);
+    same = Tensor();
+    other = Tensor();
+    CHECK(cpu_allocator_stats().cached_blocks == 2);
+    std::vector<Tensor> blocks;
+    const int64_t count = int64_t(kMaxCachedLargeBytes / (4 * kMaxCachedBlock)) + 4;
+    for (int64_t i = 0; i < count; ++i) {
+      blocks.push_back(empty({int64_t(4 * kMaxCachedBlock)}, kBool));
+    }
+    blocks.clear();
+    CHECK(cpu_allocator_stats().cached_bytes <= int64_t(kMaxCachedLargeBytes));
+    CHECK(cpu_allocator_stats().cached_bytes >=
+          int64_t(kMaxCachedLargeBytes - 4 * kMaxCachedBlock));
     CHECK(cpu_allocator_stats().live_bytes == start.live_bytes);
   }
   cpu_empty_cache();
