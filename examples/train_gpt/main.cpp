@@ -166,7 +166,7 @@ int main(int argc, char** argv) {
     fmt::print("train_gpt: {}\n", task->describe());
     fmt::print(
         "train_gpt: GPT n_layer={} n_head={} n_embd={}, block_size {}, batch {}, {} steps, "
-        "lr {:g}, {} threads\n",
+        "lr {:g}, threads {}\n",
         options.n_layer, options.n_head, options.n_embd, task->block_size(), options.batch,
         options.steps, options.lr, get_num_threads());
 

@@ -1,7 +1,7 @@
 // train_gpt's training loop, shared by the example and by tests/nn/train_gpt_test.cpp.
 //
 //   AdditionTask task(/*digits=*/2, /*seed=*/0);
-//   TrainMetrics m = train(task, {.dtype = kFloat16, .steps = 500});
+//   TrainMetrics m = train(task, {.dtype = kFloat16, .steps = 800});
 //   // m.accuracy, m.tokens_per_s, m.skipped_steps, m.final_scale, ...
 //
 // The loop is DESIGN §7's (the one amp_loop runs), on an nn::GPT:
@@ -49,11 +49,13 @@ inline std::string_view precision_name(DType dtype) {
 
 struct TrainOptions {
   DType dtype = kFloat32;  // of the forward; kFloat32 turns autocast off
-  int64_t steps = 1000;
+  // The defaults learn 2-digit addition (accuracy >= 0.9 on held-out problems in every dtype,
+  // tests/nn/train_gpt_test.cpp) in about 10 s per dtype on one core.
+  int64_t steps = 800;
   int64_t batch = 64;
   int64_t n_layer = 2;
   int64_t n_head = 4;
-  int64_t n_embd = 64;
+  int64_t n_embd = 48;
   double lr = 3e-3;  // peak lr: linear warmup over warmup_fraction of the steps, then cosine
   double min_lr_fraction = 0.1;
   double warmup_fraction = 0.1;

@@ -35,11 +35,19 @@ struct TempFile {
   std::string path;
 };
 
-// The configuration the accuracy bar is set for (its margin: see the report in the test).
+// The configuration the accuracy bar is set for. With seeds 0 to 3, every dtype reached an
+// accuracy of at least 0.998 after 800 steps (and most of them at least 0.93 after 500): the
+// bar of 0.9 leaves room for rounding changes in the kernels, which change the trajectory.
 TrainMetrics train_addition(DType dtype) {
   set_num_threads(1);  // tiny tensors: one thread is fastest, and ctest runs tests side by side
   const AdditionTask task(/*digits=*/2, /*seed=*/0);
-  return train(task, {.dtype = dtype, .steps = 600, .seed = 0});
+  return train(task, {.dtype = dtype,
+                      .steps = 800,
+                      .n_layer = 2,
+                      .n_head = 4,
+                      .n_embd = 48,
+                      .lr = 3e-3,
+                      .seed = 0});
 }
 
 constexpr double kAccuracyBar = 0.9;
