@@ -92,9 +92,10 @@ inline TrainMetrics train(const Task& task, const TrainOptions& options,
                           const std::function<void(const StepReport&)>& on_step = {}) {
   HG_CHECK(options.steps >= 1, "train: expected at least 1 step, got {}", options.steps);
   HG_CHECK(options.batch >= 1, "train: expected a batch of at least 1, got {}", options.batch);
+  HG_CHECK(options.dtype == kFloat32 || options.dtype == kFloat16 || options.dtype == kBFloat16,
+           "train: expected the dtype float32, float16 or bfloat16, got {}", options.dtype);
   const bool use_autocast = options.dtype != kFloat32;
   const DType autocast_dtype = use_autocast ? options.dtype : kBFloat16;  // unused when off
-  precision_name(options.dtype);                                          // checks the dtype
 
   manual_seed(options.seed);
   std::mt19937_64 batch_rng(options.seed);
@@ -104,6 +105,7 @@ inline TrainMetrics train(const Task& task, const TrainOptions& options,
   std::vector<Tensor> decay, no_decay;
   for (const Tensor& param : model.parameters())
     (param.dim() >= 2 ? decay : no_decay).push_back(param);
+  // beta2 0.99 as nanoGPT's small character models (few tokens per step).
   optim::AdamW opt({{.params = decay, .options = {{"weight_decay", options.weight_decay}}},
                     {.params = no_decay, .options = {{"weight_decay", 0.0}}}},
                    {.lr = options.lr, .beta1 = 0.9, .beta2 = 0.99});

@@ -39,7 +39,7 @@ struct TempFile {
 // accuracy of at least 0.998 after 800 steps (and most of them at least 0.93 after 500): the
 // bar of 0.9 leaves room for rounding changes in the kernels, which change the trajectory.
 TrainMetrics train_addition(DType dtype) {
-  set_num_threads(1);  // tiny tensors: one thread is fastest, and ctest runs tests side by side
+  set_num_threads(1);  // ctest runs tests side by side; the smoke tests use one thread too
   const AdditionTask task(/*digits=*/2, /*seed=*/0);
   return train(task, {.dtype = dtype,
                       .steps = 800,
