@@ -50,7 +50,8 @@ inline std::string_view precision_name(DType dtype) {
 struct TrainOptions {
   DType dtype = kFloat32;  // of the forward; kFloat32 turns autocast off
   // The defaults learn 2-digit addition (accuracy >= 0.9 on held-out problems in every dtype,
-  // tests/nn/train_gpt_test.cpp) in about 10 s per dtype on one core.
+  // tests/nn/train_gpt_test.cpp) in 9 s (fp32), 22 s (fp16) and 10 s (bf16) of one core of
+  // an AVX512-BF16 EPYC.
   int64_t steps = 800;
   int64_t batch = 64;
   int64_t n_layer = 2;
