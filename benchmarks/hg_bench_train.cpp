@@ -7,6 +7,7 @@
 //    "met": ...}
 //   {"bench": "train_tiny", "impl": "halfgrad", "us": ..., "target_us": 5, "met": ...}
 //   {"bench": "train_memory", "impl": "halfgrad", "mode": "bf16", "peak_mib": ...}
+//   {"bench": "overflow_watch", "mode": "bf16", "ms_off": ..., "ms_on": ..., "overhead": ...}
 //
 // Sections (--only picks one):
 //   mlp     MLP 1024 -> 4096 -> 4096 -> 10 (Linear, ReLU), batch 512, cross_entropy, AdamW
@@ -17,6 +18,8 @@
 //           interleaved, the median of --reps steps after --warmup steps each.
 //   tiny    MLP 32 -> 32 -> 1 (Linear, ReLU), batch 16, mse_loss, SGD lr 1e-3: the median over
 //           reps of --tiny-steps full steps, in microseconds per step (target 5 us).
+//   watch   the cost of amp::OverflowWatch: the MLP's bf16 and fp16 steps with and without a
+//           watch over the whole step, as "overhead" = watched time / plain time.
 //   memory  the bf16 MLP run alone: peak resident memory after --memory-steps steps (VmHWM)
 //           minus the resident memory just before the model is built (VmRSS), with the
 //           high-water mark reset at that point (writing 5 to /proc/self/clear_refs). Run only
@@ -223,7 +226,10 @@ class MlpRun {
              {.lr = 1e-3, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .weight_decay = 0.01}),
         scaler_({.enabled = mode == Mode::Fp16}) {}
 
-  void step() {
+  // watched: the whole step under an amp::OverflowWatch (the watch section).
+  void step(bool watched = false) {
+    std::optional<hg::amp::OverflowWatch> watch;
+    if (watched) watch.emplace(model_.get());
     opt_.zero_grad();
     Tensor loss;
     {
@@ -398,8 +404,33 @@ struct Section {
   void (*run)(const TrainOptions&, Peers&);
 };
 
+// The cost of amp::OverflowWatch: the MLP's bf16 and fp16 steps with and without a watch over
+// the whole step (every op's outputs checked), interleaved.
+void run_watch(const TrainOptions& options, Peers&) {
+  const MlpConfig config = mlp_config(options);
+  const std::string shape = shape_name(config.sizes);
+  std::vector<std::unique_ptr<MlpRun>> runs;
+  std::vector<Candidate> candidates;
+  for (Mode mode : {Mode::Bf16, Mode::Fp16}) {
+    runs.push_back(std::make_unique<MlpRun>(mode, config.sizes, config.batch));
+    MlpRun* run = runs.back().get();
+    candidates.push_back({"off", mode_name(mode), [run] { run->step(false); }});
+    candidates.push_back({"on", mode_name(mode), [run] { run->step(true); }});
+  }
+  hg::bench::time_interleaved(options, candidates);
+  for (size_t i = 0; i + 1 < candidates.size(); i += 2) {
+    const double off = candidates[i].us * 1e-3, on = candidates[i + 1].us * 1e-3;
+    fmt::print(
+        "{{\"bench\": \"overflow_watch\", \"mode\": \"{}\", \"shape\": \"{}\", \"batch\": {}, "
+        "\"ms_off\": {:.3f}, \"ms_on\": {:.3f}, \"overhead\": {:.3f}}}\n",
+        candidates[i].kernel, shape, config.batch, off, on, on / off);
+  }
+  std::fflush(stdout);
+}
+
 // memory is not part of "all": it must run alone in its process.
-constexpr Section kSections[] = {{"mlp", run_mlp}, {"tiny", run_tiny}, {"memory", run_memory}};
+constexpr Section kSections[] = {
+    {"mlp", run_mlp}, {"tiny", run_tiny}, {"watch", run_watch}, {"memory", run_memory}};
 
 void run_sections(const TrainOptions& options) {
   Peers peers;
