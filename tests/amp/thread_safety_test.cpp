@@ -11,8 +11,10 @@
 #include <catch2/catch.hpp>
 
 #include "halfgrad/halfgrad.h"
+#include "test_util.h"
 
 using namespace hg;
+using hg::testing::bit_identical;
 
 namespace {
 
@@ -60,11 +62,6 @@ Result train(Mode mode, uint64_t seed, int steps) {
   for (const Tensor& p : model->parameters()) result.params.push_back(p.detach().clone());
   result.scale = scaler.get_scale();
   return result;
-}
-
-bool bit_identical(const Tensor& a, const Tensor& b) {
-  return a.dtype() == b.dtype() && a.sizes() == b.sizes() &&
-         std::memcmp(a.data_ptr(), b.data_ptr(), a.nbytes()) == 0;
 }
 
 }  // namespace

@@ -10,29 +10,14 @@
 
 #include "halfgrad/halfgrad.h"
 #include "halfgrad/io/checkpoint.h"
+#include "test_util.h"
 
 using namespace hg;
 using Catch::Matchers::Contains;
+using hg::testing::bit_identical;
+using hg::testing::TempFolder;
 
 namespace {
-
-struct TempFolder {
-  std::filesystem::path path;
-  TempFolder() {
-    static int counter = 0;
-    path = std::filesystem::temp_directory_path() /
-           fmt::format("halfgrad-checkpoint-test-{}-{}", ::getpid(), counter++);
-    std::filesystem::create_directories(path);
-  }
-  ~TempFolder() { std::filesystem::remove_all(path); }
-  std::string file(const std::string& name) const { return (path / name).string(); }
-};
-
-bool bit_identical(const Tensor& a, const Tensor& b) {
-  if (a.dtype() != b.dtype() || a.sizes() != b.sizes()) return false;
-  const Tensor x = a.contiguous(), y = b.contiguous();
-  return std::memcmp(x.data_ptr(), y.data_ptr(), x.nbytes()) == 0;
-}
 
 // A small fp16-autocast training run whose data and dropout masks come from the default
 // generator, with an AdamW and a GradScaler that grows every 3 clean steps.

@@ -10,9 +10,12 @@
 #include <catch2/catch.hpp>
 
 #include "halfgrad/halfgrad.h"
+#include "test_util.h"
 
 using namespace hg;
 using Catch::Matchers::Contains;
+using hg::testing::bit_identical;
+using hg::testing::TempFolder;
 
 namespace {
 
@@ -32,35 +35,12 @@ void write_file(const std::filesystem::path& path, const std::string& bytes) {
   REQUIRE(out.good());
 }
 
-// A fresh folder under the system's temporary folder, removed at the end of the test.
-struct TempFolder {
-  std::filesystem::path path;
-  TempFolder() {
-    static int counter = 0;
-    path = std::filesystem::temp_directory_path() /
-           fmt::format("halfgrad-io-test-{}-{}", ::getpid(), counter++);
-    std::filesystem::create_directories(path);
-  }
-  ~TempFolder() { std::filesystem::remove_all(path); }
-  std::string file(const std::string& name) const { return (path / name).string(); }
-  size_t entries() const {
-    return size_t(std::distance(std::filesystem::directory_iterator(path),
-                                std::filesystem::directory_iterator()));
-  }
-};
-
 // A file built by hand: the 8-byte little-endian length, the header text, the data.
 std::string file_bytes(const std::string& header, const std::string& data) {
   std::string out(8, '\0');
   uint64_t length = header.size();
   for (int i = 0; i < 8; ++i, length >>= 8) out[size_t(i)] = char(length & 0xff);
   return out + header + data;
-}
-
-bool bit_identical(const Tensor& a, const Tensor& b) {
-  if (a.dtype() != b.dtype() || a.sizes() != b.sizes()) return false;
-  const Tensor x = a.contiguous(), y = b.contiguous();
-  return std::memcmp(x.data_ptr(), y.data_ptr(), x.nbytes()) == 0;
 }
 
 // The tensors of all_dtypes.safetensors, made here from the same literals.
