@@ -1,5 +1,7 @@
 #include "halfgrad/optim/adam.h"
 
+#include <omp.h>
+
 #include <algorithm>
 #include <atomic>
 #include <cmath>
@@ -111,12 +113,20 @@ void adam_pass(T* param, const T* grad, S* exp_avg, S* exp_avg_sq, S* max_exp_av
 std::atomic<bool> vector_pass_enabled{true};
 
 #if defined(__x86_64__)
+#if !defined(__clang__)
 #pragma GCC push_options
 #pragma GCC optimize("fp-contract=off")
-__attribute__((target("avx512f"))) void adam_pass_float_avx512(float* param, const float* grad,
-                                                               float* exp_avg, float* exp_avg_sq,
-                                                               float* max_exp_avg_sq, int64_t n,
-                                                               const AdamStep& s) {
+#endif
+// Blocks [first_block, last_block) of 16 elements of the n. The OpenMP loop is the caller's:
+// an outlined parallel region would not carry this function's target attribute.
+__attribute__((target("avx512f"))) void adam_blocks_avx512(float* param, const float* grad,
+                                                           float* exp_avg, float* exp_avg_sq,
+                                                           float* max_exp_avg_sq, int64_t n,
+                                                           int64_t first_block, int64_t last_block,
+                                                           const AdamStep& s) {
+#if defined(__clang__)
+#pragma clang fp contract(off)
+#endif
   const AdamConstants<float> k(s);
   const __m512 step_size = _mm512_set1_ps(k.step_size);
   const __m512 bias_correction2_sqrt = _mm512_set1_ps(k.bias_correction2_sqrt);
@@ -128,9 +138,7 @@ __attribute__((target("avx512f"))) void adam_pass_float_avx512(float* param, con
   const __m512 decay_factor = _mm512_set1_ps(k.decay_factor);
   const __m512 inv_scale = _mm512_set1_ps(k.inv_scale);
   const bool decay = k.weight_decay != 0;
-  const int64_t blocks = (n + 15) / 16;
-#pragma omp parallel for schedule(static) if (n >= detail::kParallelGrain)
-  for (int64_t b = 0; b < blocks; ++b) {
+  for (int64_t b = first_block; b < last_block; ++b) {
     const int64_t i = b * 16;
     const __mmask16 lanes = n - i >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (n - i)) - 1);
     __m512 p = _mm512_maskz_loadu_ps(lanes, param + i);
@@ -162,7 +170,24 @@ __attribute__((target("avx512f"))) void adam_pass_float_avx512(float* param, con
     _mm512_mask_storeu_ps(param + i, lanes, p);
   }
 }
+#if !defined(__clang__)
 #pragma GCC pop_options
+#endif
+
+void adam_pass_float_avx512(float* param, const float* grad, float* exp_avg, float* exp_avg_sq,
+                            float* max_exp_avg_sq, int64_t n, const AdamStep& s) {
+  const int64_t blocks = (n + 15) / 16;
+  if (n < detail::kParallelGrain) {
+    adam_blocks_avx512(param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, n, 0, blocks, s);
+    return;
+  }
+#pragma omp parallel
+  {
+    const int64_t threads = omp_get_num_threads(), thread = omp_get_thread_num();
+    adam_blocks_avx512(param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, n,
+                       blocks * thread / threads, blocks * (thread + 1) / threads, s);
+  }
+}
 #endif
 
 // The float32 pass: vectorized where the CPU allows (NOTE [Vectorized Adam pass]).
