@@ -12,28 +12,24 @@ using Catch::Contains;
 
 namespace {
 
+// Adam and AdamW take option structs of the same fields; Options is the one Opt takes.
+template <class Opt, class Options>
+std::unique_ptr<optim::Optimizer> make_adam_like(const Tensor& p, const AdamConfig& c,
+                                                 bool float32_state) {
+  return std::make_unique<Opt>(std::vector<Tensor>{p}, Options{.lr = c.lr,
+                                                               .beta1 = c.beta1,
+                                                               .beta2 = c.beta2,
+                                                               .eps = c.eps,
+                                                               .weight_decay = c.weight_decay,
+                                                               .amsgrad = c.amsgrad,
+                                                               .maximize = c.maximize,
+                                                               .float32_state = float32_state});
+}
+
 std::unique_ptr<optim::Optimizer> make_adam(const Tensor& p, const AdamConfig& c,
                                             bool float32_state = false) {
-  if (c.decoupled) {
-    return std::make_unique<optim::AdamW>(std::vector<Tensor>{p},
-                                          optim::AdamWOptions{.lr = c.lr,
-                                                              .beta1 = c.beta1,
-                                                              .beta2 = c.beta2,
-                                                              .eps = c.eps,
-                                                              .weight_decay = c.weight_decay,
-                                                              .amsgrad = c.amsgrad,
-                                                              .maximize = c.maximize,
-                                                              .float32_state = float32_state});
-  }
-  return std::make_unique<optim::Adam>(std::vector<Tensor>{p},
-                                       optim::AdamOptions{.lr = c.lr,
-                                                          .beta1 = c.beta1,
-                                                          .beta2 = c.beta2,
-                                                          .eps = c.eps,
-                                                          .weight_decay = c.weight_decay,
-                                                          .amsgrad = c.amsgrad,
-                                                          .maximize = c.maximize,
-                                                          .float32_state = float32_state});
+  return c.decoupled ? make_adam_like<optim::AdamW, optim::AdamWOptions>(p, c, float32_state)
+                     : make_adam_like<optim::Adam, optim::AdamOptions>(p, c, float32_state);
 }
 
 void check_adam(const AdamConfig& c, DType dtype, bool float32_state = false, int64_t n = 37,
