@@ -24,8 +24,9 @@
 //             a and b are widened to float32 (F16C), multiplied by the float32 path over the
 //             whole K, and rounded once to float16 at the output.
 //
-// Problems under kTinyGemm multiply-adds run on Eigen whatever their dtype (oneDNN's fixed cost
-// per call is larger). oneDNN primitives are cached (NOTE [oneDNN matmul cache]); alpha and beta
+// Problems under kTinyGemm multiply-adds run on halfgrad's small kernel (NOTE [Small GEMM
+// kernel]; float64 on Eigen): oneDNN's fixed cost per call, and Eigen's packing, are larger
+// than their whole work. oneDNN primitives are cached (NOTE [oneDNN matmul cache]); alpha and beta
 // are oneDNN's output scale and sum post-op, so they cost no extra pass over out.
 #include "halfgrad/cpu/gemm.h"
 
@@ -49,6 +50,7 @@
 #include "halfgrad/core/factory.h"
 #include "halfgrad/core/format.h"
 #include "halfgrad/core/strided_loop.h"
+#include "halfgrad/core/view.h"
 
 #if HALFGRAD_HAS_ONEDNN
 #include <dnnl.hpp>
@@ -143,7 +145,7 @@ void* thread_buffer(int slot, size_t bytes) {
     std::unique_ptr<void, FreeDeleter> memory;
     size_t capacity = 0;
   };
-  thread_local std::array<Buffer, 4> buffers;
+  thread_local std::array<Buffer, 5> buffers;
   Buffer& buffer = buffers.at(size_t(slot));
   if (bytes > buffer.capacity) {
     buffer.memory.reset();
@@ -155,7 +157,7 @@ void* thread_buffer(int slot, size_t bytes) {
   return buffer.memory.get();
 }
 
-enum BufferSlot { kScratchpadSlot, kATileSlot, kBTileSlot, kOutTileSlot };
+enum BufferSlot { kScratchpadSlot, kATileSlot, kBTileSlot, kOutTileSlot, kSmallPackSlot };
 
 // Runs f(line) for lines [0, lines), on OpenMP threads when there is enough work.
 template <class F>
@@ -220,6 +222,238 @@ void eigen_gemm(const Problem& p) {
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic pop
 #endif
+
+// ---- the small kernel -------------------------------------------------------------------
+
+// NOTE [Small GEMM kernel] A tiny product (a layer of a 32-wide MLP: 16 x 32 x 32 is 16K
+// multiply-adds, about 1K AVX-512 FMAs) costs less than the machinery around it in Eigen
+// (packing into its own panels, blocking for caches it will not fill) or in oneDNN (a
+// primitive call, ~1.6 us). This kernel does only what such a product needs:
+//   - b is read in place when it is row-major with whole vectors per row; otherwise it is
+//     made a dense row-major K x Np block (Np: N rounded up to the vector width, zero
+//     padded), copied or transposed;
+//   - for every block of kRows rows of a, up to 4 vectors of output columns are accumulated
+//     over the whole K (one fma per element of b, a's element broadcast), kRows x 4
+//     independent fma chains that hide the fma latency, and written once, with alpha, beta
+//     and the bias applied at the store;
+//   - a narrow product (N below the vector width) whose a and b are both contiguous along K
+//     (linear's x @ weight^T into one output column) is a dot product per output instead:
+//     vectors along K, summed across lanes at the end, so nothing is padded.
+// The vectors are GCC/clang vector types, sized per ISA: AVX-512 (16 lanes, 4 rows), AVX2+FMA
+// (8 lanes, 2 rows: 16 ymm registers) and the baseline SSE2 (4 lanes, 2 rows), chosen at run
+// time. Each copy sums in its own fixed order, so results are the same on every call.
+using SmallVec4 = float __attribute__((vector_size(16)));
+using SmallVec8 = float __attribute__((vector_size(32)));
+using SmallVec16 = float __attribute__((vector_size(64)));
+
+// Vectors read and written at any float alignment (memcpy compiles to one unaligned move).
+// They take the vector by reference: GCC notes an ABI change for a vector wider than the
+// baseline's registers passed or returned by value.
+template <class V>
+inline __attribute__((always_inline)) void load_vector(V& v, const float* p) {
+  std::memcpy(&v, p, sizeof(V));
+}
+template <class V>
+inline __attribute__((always_inline)) void store_vector(float* p, const V& v) {
+  std::memcpy(p, &v, sizeof(V));
+}
+
+// Rows [i0, i0 + kRows) of out's columns [n0, n0 + kVectors * lanes) (the last vector may run
+// past n into the padding; only columns < n are written). b_rows: row k of b at
+// b_rows + k * b_stride.
+template <class V, int kRows, int kVectors>
+inline __attribute__((always_inline)) void small_gemm_block(const Problem& p, int64_t batch,
+                                                            const float* b_rows, int64_t b_stride,
+                                                            int64_t i0, int64_t n0) {
+  constexpr int kLanes = sizeof(V) / sizeof(float);
+  const float* a =
+      reinterpret_cast<const float*>(p.a.data) + batch * p.a.batch_stride + i0 * p.a.row_stride;
+  V acc[kRows][kVectors];
+  for (int r = 0; r < kRows; ++r) {
+    for (int v = 0; v < kVectors; ++v) acc[r][v] = V{};  // (= {} on the array became a rep stos)
+  }
+  const float* b_row = b_rows + n0;
+  for (int64_t k = 0; k < p.k; ++k, b_row += b_stride) {
+    V b[kVectors];
+    for (int v = 0; v < kVectors; ++v) load_vector(b[v], b_row + v * kLanes);
+    for (int r = 0; r < kRows; ++r) {
+      const float ak = a[r * p.a.row_stride + k * p.a.col_stride];
+      for (int v = 0; v < kVectors; ++v) acc[r][v] += ak * b[v];
+    }
+  }
+  const float* bias = reinterpret_cast<const float*>(p.bias);
+  const float alpha = float(p.alpha), beta = float(p.beta);
+  const int64_t full = std::min<int64_t>(kVectors, (p.n - n0) / kLanes);  // whole vectors
+  for (int r = 0; r < kRows; ++r) {
+    float* out_row = reinterpret_cast<float*>(p.out) + (batch * p.m + i0 + r) * p.n + n0;
+    for (int v = 0; v < kVectors; ++v) {
+      V result = acc[r][v];
+      if (alpha != 1) result *= alpha;
+      if (v < full) {
+        V other;
+        if (beta != 0) {
+          load_vector(other, out_row + v * kLanes);
+          result += beta * other;
+        }
+        if (bias != nullptr) {
+          load_vector(other, bias + n0 + v * kLanes);
+          result += other;
+        }
+        store_vector(out_row + v * kLanes, result);
+      } else {  // the columns of the last, partial vector
+        for (int64_t j = 0; j < p.n - n0 - v * kLanes; ++j) {
+          const int64_t col = v * kLanes + j;
+          float value = result[j];
+          if (beta != 0) value += beta * out_row[col];
+          if (bias != nullptr) value += bias[n0 + col];
+          out_row[col] = value;
+        }
+      }
+    }
+  }
+}
+
+// All rows of out's columns [n0, n0 + kVectors * lanes): blocks of kRows rows, then single
+// rows.
+template <class V, int kRows, int kVectors>
+inline __attribute__((always_inline)) void small_gemm_columns(const Problem& p, int64_t batch,
+                                                              const float* b_rows, int64_t b_stride,
+                                                              int64_t n0) {
+  int64_t i = 0;
+  for (; i + kRows <= p.m; i += kRows) {
+    small_gemm_block<V, kRows, kVectors>(p, batch, b_rows, b_stride, i, n0);
+  }
+  for (; i < p.m; ++i) small_gemm_block<V, 1, kVectors>(p, batch, b_rows, b_stride, i, n0);
+}
+
+// b's matrix `batch` as a dense row-major K x np block in the thread's pack buffer, zero
+// padded from column n. A column-major b is transposed in blocks of 8 x 8, so that every
+// cache line read or written is used whole.
+const float* small_pack_b(const Problem& p, int64_t batch, int64_t np) {
+  auto* packed =
+      static_cast<float*>(thread_buffer(kSmallPackSlot, size_t(p.k * np) * sizeof(float)));
+  const float* b = reinterpret_cast<const float*>(p.b.data) + batch * p.b.batch_stride;
+  if (p.b.row_major()) {
+    for (int64_t k = 0; k < p.k; ++k) {
+      std::memcpy(packed + k * np, b + k * p.b.row_stride, size_t(p.n) * sizeof(float));
+    }
+  } else {
+    constexpr int64_t kTile = 8;
+    const int64_t ld = p.b.col_stride;  // b[k][j] = b[k + j * ld]
+    for (int64_t j0 = 0; j0 < p.n; j0 += kTile) {
+      const int64_t jn = std::min(kTile, p.n - j0);
+      for (int64_t k0 = 0; k0 < p.k; k0 += kTile) {
+        const int64_t kn = std::min(kTile, p.k - k0);
+        for (int64_t k = k0; k < k0 + kn; ++k) {
+          for (int64_t j = j0; j < j0 + jn; ++j) packed[k * np + j] = b[k + j * ld];
+        }
+      }
+    }
+  }
+  for (int64_t k = 0; k < p.k; ++k) std::fill(packed + k * np + p.n, packed + (k + 1) * np, 0.0f);
+  return packed;
+}
+
+// out[i, j] = alpha * dot(a row i, b column j) + beta * out[i, j] (+ bias[j]), for a and b
+// both contiguous along K: vectors along K, then the lanes summed.
+template <class V>
+inline __attribute__((always_inline)) void small_gemm_dots(const Problem& p, int64_t batch) {
+  constexpr int kLanes = sizeof(V) / sizeof(float);
+  const float* a = reinterpret_cast<const float*>(p.a.data) + batch * p.a.batch_stride;
+  const float* b = reinterpret_cast<const float*>(p.b.data) + batch * p.b.batch_stride;
+  const float* bias = reinterpret_cast<const float*>(p.bias);
+  const int64_t whole = p.k / kLanes * kLanes;
+  for (int64_t i = 0; i < p.m; ++i) {
+    const float* a_row = a + i * p.a.row_stride;
+    for (int64_t j = 0; j < p.n; ++j) {
+      const float* b_col = b + j * p.b.col_stride;
+      V acc{}, x, y;
+      for (int64_t k = 0; k < whole; k += kLanes) {
+        load_vector(x, a_row + k);
+        load_vector(y, b_col + k);
+        acc += x * y;
+      }
+      float sum = 0;
+      for (int l = 0; l < kLanes; ++l) sum += acc[l];
+      for (int64_t k = whole; k < p.k; ++k) sum += a_row[k] * b_col[k];
+      float& out = reinterpret_cast<float*>(p.out)[(batch * p.m + i) * p.n + j];
+      float value = float(p.alpha) * sum;
+      if (p.beta != 0) value += float(p.beta) * out;
+      if (bias != nullptr) value += bias[j];
+      out = value;
+    }
+  }
+}
+
+template <class V, int kRows>
+inline __attribute__((always_inline)) void small_gemm_body(const Problem& p) {
+  constexpr int64_t kLanes = sizeof(V) / sizeof(float);
+  const bool dots = p.n < kLanes && p.a.col_stride == 1 && p.b.row_stride == 1;
+  const int64_t np = (p.n + kLanes - 1) / kLanes * kLanes;
+  for (int64_t i = 0; i < p.batch; ++i) {
+    if (dots) {
+      small_gemm_dots<V>(p, i);
+      continue;
+    }
+    const bool in_place = p.b.row_major() && p.n % kLanes == 0;
+    const float* b_rows = in_place ? reinterpret_cast<const float*>(p.b.data) + i * p.b.batch_stride
+                                   : small_pack_b(p, i, np);
+    const int64_t b_stride = in_place ? p.b.row_stride : np;
+    for (int64_t n0 = 0; n0 < np; n0 += 4 * kLanes) {
+      switch (std::min<int64_t>(4, (np - n0) / kLanes)) {
+        case 1:
+          small_gemm_columns<V, kRows, 1>(p, i, b_rows, b_stride, n0);
+          break;
+        case 2:
+          small_gemm_columns<V, kRows, 2>(p, i, b_rows, b_stride, n0);
+          break;
+        case 3:
+          small_gemm_columns<V, kRows, 3>(p, i, b_rows, b_stride, n0);
+          break;
+        default:
+          small_gemm_columns<V, kRows, 4>(p, i, b_rows, b_stride, n0);
+      }
+    }
+  }
+}
+
+void small_gemm_baseline(const Problem& p) { small_gemm_body<SmallVec4, 2>(p); }
+
+#if defined(__x86_64__)
+__attribute__((target("avx512f,avx2,fma"))) void small_gemm_avx512(const Problem& p) {
+  small_gemm_body<SmallVec16, 4>(p);
+}
+__attribute__((target("avx2,fma"))) void small_gemm_avx2(const Problem& p) {
+  small_gemm_body<SmallVec8, 2>(p);
+}
+#endif
+
+// The widest copy of the small kernel this CPU runs: 2 AVX-512, 1 AVX2+FMA, 0 baseline.
+int small_gemm_cpu_level() {
+#if defined(__x86_64__)
+  static const int level =
+      __builtin_cpu_supports("avx512f")
+          ? 2
+          : (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") ? 1 : 0);
+  return level;
+#else
+  return 0;
+#endif
+}
+
+// The widest copy the small kernel may use (tests lower it to run every copy).
+std::atomic<int> small_gemm_level_limit{2};
+
+// float32 p (k > 0) on the small kernel, in the widest copy allowed.
+void small_gemm(const Problem& p) {
+  const int level =
+      std::min(small_gemm_cpu_level(), small_gemm_level_limit.load(std::memory_order_relaxed));
+#if defined(__x86_64__)
+  if (level == 2) return small_gemm_avx512(p);
+  if (level == 1) return small_gemm_avx2(p);
+#endif
+  small_gemm_baseline(p);
+}
 
 // ---- oneDNN -----------------------------------------------------------------------------
 
@@ -452,6 +686,7 @@ bool onednn_runs_bf16() { return false; }
 #endif  // HALFGRAD_HAS_ONEDNN
 
 void float32_gemm(const Problem& p, GemmImpl impl) {
+  if (impl == GemmImpl::Small) return small_gemm(p);
   if (impl == GemmImpl::OneDNN && onednn_gemm(p)) return;
   eigen_gemm<float>(p);
 }
@@ -550,7 +785,9 @@ void reduced_gemm_via_float32(const Problem& p, GemmImpl float32_impl) {
 // ---- the entry --------------------------------------------------------------------------
 
 void run(const Problem& p, GemmImpl impl) {
-  if (impl == GemmImpl::Auto && p.batch * p.m * p.n * p.k < kTinyGemm) impl = GemmImpl::Eigen;
+  if (impl == GemmImpl::Auto && p.batch * p.m * p.n * p.k < kTinyGemm) {
+    impl = p.dtype == kFloat64 ? GemmImpl::Eigen : GemmImpl::Small;
+  }
   switch (p.dtype) {
     case kFloat64:
       eigen_gemm<double>(p);
@@ -559,7 +796,9 @@ void run(const Problem& p, GemmImpl impl) {
       float32_gemm(p, impl == GemmImpl::Auto ? kFloat32Impl : impl);
       return;
     case kBFloat16:
-      if (impl == GemmImpl::Eigen) return reduced_gemm_via_float32(p, GemmImpl::Eigen);
+      if (impl == GemmImpl::Eigen || impl == GemmImpl::Small) {
+        return reduced_gemm_via_float32(p, impl);
+      }
       if (onednn_runs_bf16() && onednn_gemm(p)) return;
       return reduced_gemm_via_float32(p, kFloat32Impl);
     case kFloat16:
@@ -628,6 +867,8 @@ void check_arguments(GemmImpl impl, const Tensor& a, const Tensor& b, const Tens
            a.sizes(), b.sizes());
   HG_CHECK(!(impl == GemmImpl::OneDNN && a.dtype() == kFloat64),
            "gemm: oneDNN has no float64 matmul (use GemmImpl::Eigen or Auto)");
+  HG_CHECK(!(impl == GemmImpl::Small && a.dtype() == kFloat64),
+           "gemm: the small kernel has no float64 path (use GemmImpl::Eigen or Auto)");
   HG_CHECK(!(impl == GemmImpl::OneDNN && !HALFGRAD_HAS_ONEDNN),
            "gemm: GemmImpl::OneDNN asked for, but this halfgrad was built without oneDNN");
 }
@@ -677,31 +918,115 @@ void gemm(const Tensor& a, const Tensor& b, const Tensor& out, double alpha, dou
   gemm_with(GemmImpl::Auto, a, b, out, alpha, beta);
 }
 
+namespace {
+
+// out's rows, every one set to the bias row (all of p.dtype).
+void fill_rows(const Problem& p, const char* bias) {
+  const size_t row_bytes = size_t(p.n) * element_size(p.dtype);
+  for (int64_t r = 0; r < p.batch * p.m; ++r) std::memcpy(p.out + r * row_bytes, bias, row_bytes);
+}
+
+// Runs p (alpha 1, beta 0, K > 0) with the bias row added to every output row.
+void run_with_bias(Problem p, const char* bias) {
+  const int64_t macs = p.batch * p.m * p.n * p.k;
+  const bool small_runs = macs < kTinyGemm && p.dtype == kFloat32;
+  const bool onednn_runs =
+      macs >= kTinyGemm && ((p.dtype == kFloat32 && kFloat32Impl == GemmImpl::OneDNN) ||
+                            (p.dtype == kBFloat16 && onednn_runs_bf16()));
+  if (small_runs || onednn_runs) {
+    p.bias = bias;
+    if (small_runs) return small_gemm(p);
+    if (onednn_gemm(p)) return;
+    p.bias = nullptr;
+  }
+  fill_rows(p, bias);
+  p.beta = 1.0;
+  run(p, GemmImpl::Auto);
+}
+
+void check_bias(const char* fn, const Tensor& bias, int64_t n, DType dtype) {
+  HG_CHECK(bias.dim() == 1 && bias.size(0) == n && bias.dtype() == dtype && bias.is_cpu() &&
+               bias.is_contiguous(),
+           "{}: expected a contiguous CPU bias of shape [{}] and dtype {}, got {} {}", fn, n, dtype,
+           bias.dtype(), bias.sizes());
+}
+
+// The operand for op(t), t 2-D (op: transpose or not); copies t to contiguous (into `keep`)
+// when its layout is neither row- nor column-major.
+MatrixOperand operand_2d(const Tensor& t, bool transpose, Tensor& keep) {
+  const int64_t rows = t.size(transpose ? 1 : 0), cols = t.size(transpose ? 0 : 1);
+  const int64_t row_stride = t.stride(transpose ? 1 : 0), col_stride = t.stride(transpose ? 0 : 1);
+  if (auto op = matrix_operand(t.data_ptr(), 0, rows, cols, row_stride, col_stride)) return *op;
+  keep = (transpose ? core::transpose(t, 0, 1) : t).contiguous();
+  return *matrix_operand(keep.data_ptr(), 0, rows, cols, cols, 1);
+}
+
+}  // namespace
+
 // NOTE [GEMM with bias] linear's forward adds a bias row to every output row. Written into out
 // first and added by the GEMM's beta = 1, it costs a pass that writes out and one that reads it
 // back (12 ms of a 138 ms 512 x 4096 x 4096 bfloat16 addmm here, measured under load); oneDNN's
 // matmul takes it as a bias argument instead, added to the float32 accumulator before the one
 // rounding, which gives the same value as the beta = 1 form. Where oneDNN does not run the
-// product (float64, float16 tiles, tiny products, no oneDNN), the beta = 1 form runs.
+// product (float64, float16 tiles, no oneDNN), the beta = 1 form runs; the small kernel (NOTE
+// [Small GEMM kernel]) adds the bias at its one store, as oneDNN does.
 void gemm_bias(const Tensor& a, const Tensor& b, const Tensor& bias, const Tensor& out) {
   check_arguments(GemmImpl::Auto, a, b, out);
   const int64_t batch = out.size(0), m = out.size(1), n = out.size(2), k = a.size(2);
-  HG_CHECK(bias.defined() && bias.dim() == 1 && bias.size(0) == n && bias.dtype() == out.dtype() &&
-               bias.is_cpu() && bias.is_contiguous(),
-           "gemm_bias: expected a contiguous CPU bias of shape [{}] and dtype {}, got {}", n,
-           out.dtype(), bias.defined() ? fmt::format("{} {}", bias.dtype(), bias.sizes()) : "none");
+  HG_CHECK(bias.defined(), "gemm_bias: expected a bias of shape [{}], got an undefined tensor", n);
+  check_bias("gemm_bias", bias, n, out.dtype());
   if (batch == 0 || m == 0 || n == 0) return;
-  const bool onednn_runs = batch * m * n * k >= kTinyGemm && k > 0 &&
-                           ((a.dtype() == kFloat32 && kFloat32Impl == GemmImpl::OneDNN) ||
-                            (a.dtype() == kBFloat16 && onednn_runs_bf16()));
-  if (onednn_runs) {
-    Tensor a_copy, b_copy;
-    Problem p = problem_of(a, b, out, 1.0, 0.0, a_copy, b_copy);
-    p.bias = static_cast<const char*>(bias.data_ptr());
-    if (onednn_gemm(p)) return;
+  Tensor a_copy, b_copy;
+  const Problem p = problem_of(a, b, out, 1.0, 0.0, a_copy, b_copy);
+  const auto* bias_data = static_cast<const char*>(bias.data_ptr());
+  if (k == 0) return fill_rows(p, bias_data);
+  run_with_bias(p, bias_data);
+}
+
+void gemm_2d(const Tensor& a, bool transpose_a, const Tensor& b, bool transpose_b,
+             const Tensor& out, const Tensor& bias) {
+  HG_CHECK(a.defined() && b.defined() && out.defined(),
+           "gemm_2d: expected defined tensors a, b and out, got an undefined one");
+  HG_CHECK(a.dim() == 2 && b.dim() == 2 && out.dim() == 2,
+           "gemm_2d: expected 2-D tensors a, b and out, got shapes {}, {} and {}", a.sizes(),
+           b.sizes(), out.sizes());
+  HG_CHECK(a.is_cpu() && b.is_cpu() && out.is_cpu(),
+           "gemm_2d: expected CPU tensors, got a on {}, b on {} and out on {}", a.device(),
+           b.device(), out.device());
+  HG_CHECK(a.dtype() == b.dtype() && a.dtype() == out.dtype() && a.is_floating_point(),
+           "gemm_2d: expected a, b and out of one floating dtype, got {}, {} and {}", a.dtype(),
+           b.dtype(), out.dtype());
+  const int64_t m = a.size(transpose_a ? 1 : 0), k = a.size(transpose_a ? 0 : 1);
+  const int64_t n = b.size(transpose_b ? 0 : 1);
+  HG_CHECK(b.size(transpose_b ? 1 : 0) == k && out.size(0) == m && out.size(1) == n,
+           "gemm_2d: a of shape {}{} times b of shape {}{} does not fit out of shape {}", a.sizes(),
+           transpose_a ? " (transposed)" : "", b.sizes(), transpose_b ? " (transposed)" : "",
+           out.sizes());
+  HG_CHECK(out.is_contiguous(), "gemm_2d: out (shape {}, strides {}) must be contiguous",
+           out.sizes(), out.strides());
+  HG_CHECK(!spans_overlap(out, a) && !spans_overlap(out, b),
+           "gemm_2d: out (shape {}) overlaps a (shape {}) or b (shape {}) in memory", out.sizes(),
+           a.sizes(), b.sizes());
+  if (bias.defined()) check_bias("gemm_2d", bias, n, out.dtype());
+  if (m == 0 || n == 0) return;
+  Tensor a_copy, b_copy;
+  const Problem p{a.dtype(),
+                  1,
+                  m,
+                  n,
+                  k,
+                  k == 0 ? MatrixOperand{} : operand_2d(a, transpose_a, a_copy),
+                  k == 0 ? MatrixOperand{} : operand_2d(b, transpose_b, b_copy),
+                  static_cast<char*>(out.data_ptr()),
+                  1.0,
+                  0.0};
+  const auto* bias_data = bias.defined() ? static_cast<const char*>(bias.data_ptr()) : nullptr;
+  if (k == 0) {
+    if (bias_data != nullptr) return fill_rows(p, bias_data);
+    return scale_out(out, 0.0);
   }
-  Tensor(out).copy_(bias.expand(out.sizes()));  // a handle to out's storage
-  gemm(a, b, out, 1.0, 1.0);
+  if (bias_data != nullptr) return run_with_bias(p, bias_data);
+  run(p, GemmImpl::Auto);
 }
 
 std::string gemm_backend(DType dtype) {
@@ -744,6 +1069,15 @@ int64_t set_reduced_gemm_tile_budget(int64_t elements) {
   HG_CHECK(elements > 0, "set_reduced_gemm_tile_budget: expected a positive budget, got {}",
            elements);
   return reduced_tile_budget.exchange(elements);
+}
+
+int small_gemm_levels() { return small_gemm_cpu_level() + 1; }
+
+int set_small_gemm_level(int level) {
+  HG_CHECK(level >= 0 && level <= 2,
+           "set_small_gemm_level: expected a level from 0 to 2 (this CPU runs 0 to {}), got {}",
+           small_gemm_cpu_level(), level);
+  return small_gemm_level_limit.exchange(level);
 }
 
 int64_t onednn_matmul_cache_size() {

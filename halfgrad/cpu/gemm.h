@@ -32,10 +32,19 @@ void gemm(const Tensor& a, const Tensor& b, const Tensor& out, double alpha = 1.
 // matmul, so out is written once (NOTE [GEMM with bias] in gemm.cpp).
 void gemm_bias(const Tensor& a, const Tensor& b, const Tensor& bias, const Tensor& out);
 
+// out = op(a) @ op(b), plus the bias [N] on every row when bias is defined, for 2-D a, b and
+// out: op(t) is t, or t^T when transpose_a / transpose_b say so (read in place, as a
+// transposed view would be). The same paths, checks and bits as gemm and gemm_bias on the
+// 3-D views of these operands, without making the views: mm and linear call it.
+//   a: [M, K] ([K, M] when transposed), b: [K, N] ([N, K] when transposed), out: [M, N]
+//   contiguous, bias: [N] contiguous; all of one floating dtype.
+void gemm_2d(const Tensor& a, bool transpose_a, const Tensor& b, bool transpose_b,
+             const Tensor& out, const Tensor& bias = {});
+
 // Which implementation gemm uses for a floating dtype: "onednn", "eigen",
 // "onednn(fp16 via fp32 tiles)", ... (for hg-info and the benchmarks). Tiny products (under
-// 2^15 multiply-adds in all) run on Eigen whatever the dtype: oneDNN's fixed cost per call
-// is larger than their whole work.
+// 2^15 multiply-adds in all) run on halfgrad's own small kernel whatever the dtype (float64 on
+// Eigen): oneDNN's fixed cost per call is larger than their whole work.
 std::string gemm_backend(DType dtype);
 
 // The kernel oneDNN picks for a row-major 1024 x 1024 x 1024 GEMM of `dtype`, as its
@@ -46,8 +55,9 @@ std::string gemm_kernel_name(DType dtype);
 // ---- for tests and benchmarks ---------------------------------------------------------------
 
 // The implementations gemm can run; Auto is gemm's own choice for the dtype. float16 (and
-// bfloat16 under Eigen) goes through float32 tiles on the chosen float32 implementation.
-enum class GemmImpl { Auto, OneDNN, Eigen };
+// bfloat16 under Eigen or Small) goes through float32 tiles on the chosen float32
+// implementation. Small is halfgrad's own kernel for tiny products (no float64).
+enum class GemmImpl { Auto, OneDNN, Eigen, Small };
 
 // gemm on a given implementation. Throws hg::Error when that implementation cannot run the
 // dtype (OneDNN for float64, or OneDNN in a build without oneDNN).
@@ -58,6 +68,12 @@ namespace detail {
 // The float32 tile budget of the float16 path, in elements per tile buffer (default 2^22).
 // Returns the previous budget; tests lower it to exercise the tile edges on small shapes.
 int64_t set_reduced_gemm_tile_budget(int64_t elements);
+// The copies of the small kernel (NOTE [Small GEMM kernel]) this CPU runs: levels 0
+// (baseline) to small_gemm_levels() - 1 (1 AVX2+FMA, 2 AVX-512). set_small_gemm_level caps
+// the level used (0 to 2; the CPU's own level caps it too) and returns the previous cap;
+// tests run every copy with it.
+int small_gemm_levels();
+int set_small_gemm_level(int level);
 // Primitives in the oneDNN matmul cache (0 without oneDNN).
 int64_t onednn_matmul_cache_size();
 }  // namespace detail

@@ -218,8 +218,7 @@ void apply_row_groups(const Tensor& out, int64_t O, int64_t S, int64_t R, const 
   const int64_t tasks = O * group_count * blocks;
   const int64_t work = O * (int64_t(groups.rows.size()) + group_count) * R;
   char* const out_data = bytes(out);
-#pragma omp parallel for schedule(guided) if (work >= kParallelGrain && !omp_in_parallel())
-  for (int64_t task = 0; task < tasks; ++task) {
+  const auto run_task = [&](int64_t task) {
     const int64_t o = task / (group_count * blocks);
     const int64_t g = task / blocks % group_count;
     const int64_t first = (task % blocks) * kRowBlock;
@@ -233,7 +232,7 @@ void apply_row_groups(const Tensor& out, int64_t O, int64_t S, int64_t R, const 
       } else {
         for (int64_t k = 0; k < length; ++k) store<T>(dst + k * sizeof(T), load<T>(src));
       }
-      continue;
+      return;
     }
     std::array<Acc, kRowBlock> sums;
     for (int64_t k = 0; k < length; ++k) {
@@ -248,6 +247,12 @@ void apply_row_groups(const Tensor& out, int64_t O, int64_t S, int64_t R, const 
     for (int64_t k = 0; k < length; ++k) {
       store<T>(dst + k * int64_t(sizeof(T)), cast_value<T>(sums[k]));
     }
+  };
+  if (work >= kParallelGrain && omp_get_max_threads() > 1 && !omp_in_parallel()) {
+#pragma omp parallel for schedule(guided)
+    for (int64_t task = 0; task < tasks; ++task) run_task(task);
+  } else {
+    for (int64_t task = 0; task < tasks; ++task) run_task(task);
   }
 }
 
@@ -546,13 +551,12 @@ Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index) {
         product(x1.sizes(), size_t(d) + 1, x1.sizes().size()) * int64_t(x1.element_size());
     const char* const x_data = bytes(x1);
     char* const out_data = bytes(out1);
-#pragma omp parallel for if (out.numel() >= kParallelGrain && !omp_in_parallel())
-    for (int64_t row = 0; row < O * N; ++row) {
+    parallel_for(O * N, out.numel(), [&](int64_t row) {
       const int64_t o = row / N, n = row % N;
       const int64_t j = load<I>(where + n * index_stride);
       std::memcpy(out_data + row * slice_bytes, x_data + (o * S + j) * slice_bytes,
                   size_t(slice_bytes));
-    }
+    });
   });
   return out;
 }
@@ -735,8 +739,7 @@ Tensor one_hot(const Tensor& x, int64_t num_classes) {
   Tensor out = zeros(out_sizes, kInt64);
   int64_t* const data = out.data_ptr<int64_t>();
   const int64_t n = int64_t(classes.size());
-#pragma omp parallel for if (n >= kParallelGrain && !omp_in_parallel())
-  for (int64_t m = 0; m < n; ++m) data[m * num_classes + classes[m]] = 1;
+  parallel_for(n, n, [&](int64_t m) { data[m * num_classes + classes[m]] = 1; });
   return out;
 }
 

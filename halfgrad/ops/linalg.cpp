@@ -8,6 +8,7 @@
 #include "halfgrad/core/format.h"
 #include "halfgrad/core/view.h"
 #include "halfgrad/cpu/gemm.h"
+#include "halfgrad/cpu/reduce.h"
 #include "halfgrad/ops/backward_helpers.h"
 #include "halfgrad/ops/dispatch.h"
 #include "halfgrad/ops/ops.h"
@@ -110,13 +111,21 @@ struct AddMm {
   static Tensor scaled(const Tensor& t, double s) { return s == 1.0 ? t : mul(t, s); }
 };
 
+// op(a) @ op(b) (+ bias) for 2-D operands, into a new tensor, on the kernel directly (no 3-D
+// views): what mm and linear compute, bit for bit.
+Tensor product_2d(const Tensor& a, bool transpose_a, const Tensor& b, bool transpose_b,
+                  const Tensor& bias = {}) {
+  Tensor out = empty({a.size(transpose_a ? 1 : 0), b.size(transpose_b ? 0 : 1)}, a.options());
+  cpu::gemm_2d(a, transpose_a, b, transpose_b, out, bias);
+  return out;
+}
+
 struct Mm {
   static constexpr OpId id = OpId::mm;
   Tensor forward(OpContext& ctx, const Tensor& a, const Tensor& b) {
     check_operands("mm", a, b, 2);
     ctx.save({a, b});
-    return product(core::unsqueeze(a, 0), core::unsqueeze(b, 0), {}, 0.0, 1.0,
-                   {a.size(0), b.size(1)});
+    return product_2d(a, false, b, false);
   }
   Grads backward(OpContext& ctx, const Grads& grads) {
     const Tensor a = ctx.saved(0), b = ctx.saved(1);
@@ -247,16 +256,22 @@ struct Linear {
       bias_dtype = bias.defined() ? bias.dtype() : x.dtype();
     }
     ctx.save({x, weight});
+    // The bias in x's dtype, contiguous (or undefined).
+    const Tensor bias_as_x = !bias.defined() ? bias : core::to_dtype(bias, x.dtype()).contiguous();
+    if (x.dim() == 2) return product_2d(x, false, weight, true, bias_as_x);
     Shape out_sizes = x.sizes();
     out_sizes.back() = weight.size(0);
-    const Tensor x2 = x.dim() == 2 ? x : core::reshape(x, {rows(x.sizes()), weight.size(1)});
-    return product(core::unsqueeze(x2, 0), core::unsqueeze(core::transpose(weight, 0, 1), 0), bias,
-                   1.0, 1.0, out_sizes);
+    const int64_t M = rows(x.sizes());
+    Tensor out = empty(out_sizes, x.options());
+    cpu::gemm_2d(core::reshape(x, {M, weight.size(1)}), false, weight, true,
+                 core::view(out, {M, weight.size(0)}), bias_as_x);
+    return out;
   }
   Grads backward(OpContext& ctx, const Grads& grads) {
     const Tensor x = ctx.saved(0), weight = ctx.saved(1);
     const int64_t M = rows(x_sizes), N = weight.size(0), K = weight.size(1);
     const Tensor g = grads[0].dim() == 2 ? grads[0] : grads[0].reshape({M, N});
+    if (!autograd::is_grad_enabled()) return backward_kernels(ctx, x, weight, g);
     Grads out(3);
     if (ctx.needs_input_grad(0)) {
       const Tensor dx = mm(g, weight);  // [M, K]
@@ -266,6 +281,26 @@ struct Linear {
     if (ctx.needs_input_grad(2)) {
       const Tensor db = sum(g, {0});
       out[2] = db.dtype() == bias_dtype ? db : db.to(bias_dtype);
+    }
+    return out;
+  }
+  // NOTE [Linear backward without a graph] A backward pass that records nothing (grad mode
+  // off: not create_graph) calls the kernels the ops below would call, on the same operands,
+  // so the gradients are the same bits, without the dispatch, the transposed views and the
+  // nodes' bookkeeping of three ops (the most of a small layer's backward). Under
+  // create_graph the ops run, and are recorded.
+  Grads backward_kernels(const OpContext& ctx, const Tensor& x, const Tensor& weight,
+                         const Tensor& g) const {
+    const Tensor x2 = x.dim() == 2 ? x : x.reshape({g.size(0), weight.size(1)});
+    Grads out(3);
+    if (ctx.needs_input_grad(0)) {
+      const Tensor dx = product_2d(g, false, weight, false);  // mm(g, weight)
+      out[0] = x.dim() == 2 ? dx : dx.reshape(x_sizes);
+    }
+    if (ctx.needs_input_grad(1)) out[1] = product_2d(g, true, x2, false);  // mm(g.t(), x2)
+    if (ctx.needs_input_grad(2)) {
+      const Tensor db = cpu::reduce(cpu::Reduction::Sum, g, {0}, false, g.dtype());  // sum(g, {0})
+      out[2] = db.dtype() == bias_dtype ? db : core::to_dtype(db, bias_dtype);
     }
     return out;
   }

@@ -14,6 +14,7 @@
 #include "halfgrad/core/convert.h"
 #include "halfgrad/core/factory.h"
 #include "halfgrad/core/format.h"
+#include "halfgrad/core/parallel.h"
 #include "halfgrad/optim/fused.h"
 
 namespace hg::optim {
@@ -73,8 +74,7 @@ void adam_pass(T* param, const T* grad, S* exp_avg, S* exp_avg_sq, S* max_exp_av
                const AdamStep& s) {
   using C = detail::compute_t<T>;
   const AdamConstants<C> k(s);
-#pragma omp parallel for schedule(static) if (n >= detail::kParallelGrain)
-  for (int64_t i = 0; i < n; ++i) {
+  parallel_for(n, n, [&](int64_t i) {
     C p = detail::load<C>(param, i);
     C g = detail::load<C>(grad, i);
     if (k.scaled) g *= k.inv_scale;
@@ -100,7 +100,7 @@ void adam_pass(T* param, const T* grad, S* exp_avg, S* exp_avg_sq, S* max_exp_av
     }
     const C denom = std::sqrt(v) / k.bias_correction2_sqrt + k.eps;
     detail::store(param, i, p - k.step_size * (m / denom));
-  }
+  });
 }
 
 // NOTE [Vectorized Adam pass] float32 parameters with float32 state (the fp32 master weights
@@ -177,7 +177,7 @@ __attribute__((target("avx512f"))) void adam_blocks_avx512(float* param, const f
 void adam_pass_float_avx512(float* param, const float* grad, float* exp_avg, float* exp_avg_sq,
                             float* max_exp_avg_sq, int64_t n, const AdamStep& s) {
   const int64_t blocks = (n + 15) / 16;
-  if (n < detail::kParallelGrain) {
+  if (n < kParallelGrain) {
     adam_blocks_avx512(param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, n, 0, blocks, s);
     return;
   }

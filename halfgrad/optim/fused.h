@@ -18,9 +18,6 @@
 
 namespace hg::optim::detail {
 
-// Parameters smaller than this run on one thread.
-inline constexpr int64_t kParallelGrain = 1 << 15;
-
 template <class T>
 struct ComputeTypeOf {
   using type = float;

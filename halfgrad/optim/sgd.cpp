@@ -3,6 +3,7 @@
 #include "halfgrad/autograd/grad_mode.h"
 #include "halfgrad/core/factory.h"
 #include "halfgrad/core/format.h"
+#include "halfgrad/core/parallel.h"
 #include "halfgrad/optim/fused.h"
 
 namespace hg::optim {
@@ -40,8 +41,22 @@ void sgd_pass(T* param, const T* grad, T* buffer, int64_t n, const SGDStep& s) {
   const C lr = C(s.lr), momentum = C(s.momentum), damp = C(1 - s.dampening);
   const C weight_decay = C(s.weight_decay), inv_scale = C(s.inv_scale);
   const bool scaled = s.inv_scale != 1.0;
-#pragma omp parallel for schedule(static) if (n >= detail::kParallelGrain)
-  for (int64_t i = 0; i < n; ++i) {
+  if (buffer == nullptr && !s.maximize && weight_decay == 0) {
+    // Plain SGD, the general loop's arithmetic without its per-element branches (so it
+    // vectorizes): p - lr * g, g unscaled first when scaled.
+    if (scaled) {
+      parallel_for(n, n, [&](int64_t i) {
+        const C g = detail::load<C>(grad, i) * inv_scale;
+        detail::store(param, i, detail::load<C>(param, i) - lr * g);
+      });
+    } else {
+      parallel_for(n, n, [&](int64_t i) {
+        detail::store(param, i, detail::load<C>(param, i) - lr * detail::load<C>(grad, i));
+      });
+    }
+    return;
+  }
+  parallel_for(n, n, [&](int64_t i) {
     const C p = detail::load<C>(param, i);
     C g = detail::load<C>(grad, i);
     if (scaled) g *= inv_scale;
@@ -54,7 +69,7 @@ void sgd_pass(T* param, const T* grad, T* buffer, int64_t n, const SGDStep& s) {
       g = s.nesterov ? g + momentum * b : b;
     }
     detail::store(param, i, p - lr * g);
-  }
+  });
 }
 
 }  // namespace

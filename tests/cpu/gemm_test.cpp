@@ -45,6 +45,7 @@ std::vector<GemmImpl> impls_for(DType dtype) {
   if (dtype == kFloat64) return impls;
   if (HALFGRAD_HAS_ONEDNN) impls.push_back(GemmImpl::OneDNN);
   impls.push_back(GemmImpl::Eigen);
+  impls.push_back(GemmImpl::Small);
   return impls;
 }
 
@@ -54,6 +55,8 @@ const char* impl_name(GemmImpl impl) {
       return "auto";
     case GemmImpl::OneDNN:
       return "onednn";
+    case GemmImpl::Small:
+      return "small";
     default:
       return "eigen";
   }
@@ -124,10 +127,26 @@ void check_gemm(GemmImpl impl, const Tensor& a, const Tensor& b, const Tensor& o
   check_against(out, expected);
 }
 
+// Caps the small kernel's copy for a scope (cpu::detail::set_small_gemm_level).
+struct SmallGemmLevel {
+  explicit SmallGemmLevel(int level) : previous(cpu::detail::set_small_gemm_level(level)) {}
+  ~SmallGemmLevel() { cpu::detail::set_small_gemm_level(previous); }
+  int previous;
+};
+
 void check_all_impls(const Tensor& a, const Tensor& b, const Tensor& out_before, double alpha = 1.0,
                      double beta = 0.0) {
-  for (GemmImpl impl : impls_for(out_before.dtype()))
-    check_gemm(impl, a, b, out_before, alpha, beta);
+  for (GemmImpl impl : impls_for(out_before.dtype())) {
+    if (impl != GemmImpl::Small) {
+      check_gemm(impl, a, b, out_before, alpha, beta);
+      continue;
+    }
+    for (int level = 0; level < cpu::detail::small_gemm_levels(); ++level) {  // every copy
+      INFO("small kernel level " << level);
+      const SmallGemmLevel capped(level);
+      check_gemm(impl, a, b, out_before, alpha, beta);
+    }
+  }
 }
 
 // Restores the float16 tile budget when a test ends.
@@ -203,6 +222,12 @@ TEST_CASE("gemm reads transposed views of a and b", "[gemm]") {
     // Transposed and broadcast: the weight of a linear layer read as w.t().
     const Tensor w = randn({n, k}, dtype);
     check_all_impls(a, w.t().unsqueeze(0).expand({batch, k, n}), out);
+    // Narrower than a vector: the small kernel's dot products along K (37: two 16-lane
+    // vectors and a tail), for 3 columns and for 1.
+    for (int64_t narrow : {3, 1}) {
+      const Tensor w_narrow = randn({narrow, k}, dtype);
+      check_all_impls(a, w_narrow.t().unsqueeze(0), empty({batch, m, narrow}, dtype));
+    }
   }
 }
 
@@ -255,13 +280,15 @@ TEST_CASE("gemm applies alpha and beta", "[gemm]") {
 }
 
 TEST_CASE("gemm_bias adds the bias row on every path", "[gemm]") {
-  // oneDNN's bias argument (float32 and bfloat16 above the tiny size) and the beta = 1 form
-  // (float64, float16 tiles, tiny products), with a transposed b and a broadcast batch. out
-  // starts as NaN: its old contents must not be read.
+  // oneDNN's bias argument (float32 and bfloat16 above the tiny size), the small kernel's
+  // (tiny float32 products: a partial last vector, whole vectors, a batch of 2 sharing b) and
+  // the beta = 1 form (float64, float16 tiles, tiny 16-bit products), with a transposed b and
+  // a broadcast batch. out starts as NaN: its old contents must not be read.
   for (DType dtype : kFloating) {
     manual_seed(23);
     for (const auto& [batch, m, k, n] :
-         {std::array<int64_t, 4>{1, 3, 4, 5}, std::array<int64_t, 4>{2, 33, 65, 47},
+         {std::array<int64_t, 4>{1, 3, 4, 5}, std::array<int64_t, 4>{2, 5, 16, 20},
+          std::array<int64_t, 4>{1, 7, 9, 64}, std::array<int64_t, 4>{2, 33, 65, 47},
           std::array<int64_t, 4>{1, 64, 96, 128}}) {
       INFO("dtype " << dtype << ", batch " << batch << ", m " << m << ", k " << k << ", n " << n);
       const Tensor a = randn({batch, m, k}, dtype);
@@ -343,6 +370,9 @@ TEST_CASE("gemm rejects bad shapes and dtypes with a message naming them", "[gem
   CHECK_THROWS_WITH(cpu::gemm_with(GemmImpl::OneDNN, randn({2, 3, 4}, kFloat64),
                                    randn({2, 4, 5}, kFloat64), empty({2, 3, 5}, kFloat64)),
                     Contains("float64"));
+  CHECK_THROWS_WITH(cpu::gemm_with(GemmImpl::Small, randn({2, 3, 4}, kFloat64),
+                                   randn({2, 4, 5}, kFloat64), empty({2, 3, 5}, kFloat64)),
+                    Contains("float64") && Contains("small kernel"));
   CHECK_THROWS_AS(cpu::gemm(a, b, Tensor()), Error);
 }
 
