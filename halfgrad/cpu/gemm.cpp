@@ -43,6 +43,7 @@
 #include <mutex>
 #include <optional>
 #include <unordered_map>
+#include <utility>
 
 #include "halfgrad/config.h"
 #include "halfgrad/core/cast.h"
@@ -326,10 +327,30 @@ inline __attribute__((always_inline)) void small_gemm_columns(const Problem& p, 
   for (; i < p.m; ++i) small_gemm_block<V, 1, kVectors>(p, batch, b_rows, b_stride, i, n0);
 }
 
+// One stage of an 8 x 8 transpose held in rows: x and y are rows r and r + d (r & d == 0);
+// the d x d blocks off the diagonal of their 2d x 2d block swap places.
+template <int d, int... J>
+inline __attribute__((always_inline)) void transpose_stage(SmallVec8& x, SmallVec8& y,
+                                                           std::integer_sequence<int, J...>) {
+  const SmallVec8 low = __builtin_shufflevector(x, y, ((J & d) ? J - d + 8 : J)...);
+  const SmallVec8 high = __builtin_shufflevector(x, y, ((J & d) ? J + 8 : J + d)...);
+  x = low;
+  y = high;
+}
+
+template <int d>
+inline __attribute__((always_inline)) void transpose_stage(SmallVec8 (&rows)[8]) {
+  for (int r = 0; r < 8; ++r) {
+    if ((r & d) == 0)
+      transpose_stage<d>(rows[r], rows[r + d], std::make_integer_sequence<int, 8>{});
+  }
+}
+
 // b's matrix `batch` as a dense row-major K x np block in the thread's pack buffer, zero
-// padded from column n. A column-major b is transposed in blocks of 8 x 8, so that every
-// cache line read or written is used whole.
-const float* small_pack_b(const Problem& p, int64_t batch, int64_t np) {
+// padded from column n. A column-major b is transposed 8 x 8 in vector registers (three
+// stages of shuffles), its edges element by element.
+inline __attribute__((always_inline)) const float* small_pack_b(const Problem& p, int64_t batch,
+                                                                int64_t np) {
   auto* packed =
       static_cast<float*>(thread_buffer(kSmallPackSlot, size_t(p.k * np) * sizeof(float)));
   const float* b = reinterpret_cast<const float*>(p.b.data) + batch * p.b.batch_stride;
@@ -338,16 +359,23 @@ const float* small_pack_b(const Problem& p, int64_t batch, int64_t np) {
       std::memcpy(packed + k * np, b + k * p.b.row_stride, size_t(p.n) * sizeof(float));
     }
   } else {
-    constexpr int64_t kTile = 8;
     const int64_t ld = p.b.col_stride;  // b[k][j] = b[k + j * ld]
-    for (int64_t j0 = 0; j0 < p.n; j0 += kTile) {
-      const int64_t jn = std::min(kTile, p.n - j0);
-      for (int64_t k0 = 0; k0 < p.k; k0 += kTile) {
-        const int64_t kn = std::min(kTile, p.k - k0);
-        for (int64_t k = k0; k < k0 + kn; ++k) {
-          for (int64_t j = j0; j < j0 + jn; ++j) packed[k * np + j] = b[k + j * ld];
-        }
+    const int64_t n8 = p.n / 8 * 8, k8 = p.k / 8 * 8;
+    for (int64_t j0 = 0; j0 < n8; j0 += 8) {
+      for (int64_t k0 = 0; k0 < k8; k0 += 8) {
+        SmallVec8 rows[8];
+        for (int r = 0; r < 8; ++r) load_vector(rows[r], b + k0 + (j0 + r) * ld);
+        transpose_stage<1>(rows);
+        transpose_stage<2>(rows);
+        transpose_stage<4>(rows);
+        for (int r = 0; r < 8; ++r) store_vector(packed + (k0 + r) * np + j0, rows[r]);
       }
+      for (int64_t k = k8; k < p.k; ++k) {
+        for (int64_t j = j0; j < j0 + 8; ++j) packed[k * np + j] = b[k + j * ld];
+      }
+    }
+    for (int64_t k = 0; k < p.k; ++k) {
+      for (int64_t j = n8; j < p.n; ++j) packed[k * np + j] = b[k + j * ld];
     }
   }
   for (int64_t k = 0; k < p.k; ++k) std::fill(packed + k * np + p.n, packed + (k + 1) * np, 0.0f);
