@@ -891,3 +891,29 @@ TEST_CASE("results are bitwise the same with 1 and 2 threads", "[reduce]") {
     CHECK(std::memcmp(one[i].data_ptr(), two[i].data_ptr(), one[i].nbytes()) == 0);
   }
 }
+
+TEST_CASE("a column sum folds each column row after row from 0 on both paths", "[reduce]") {
+  // NOTE [Column sums]: a small contiguous float32 matrix takes a direct loop, a larger one
+  // the outer walk in one piece (64 columns are not "few outputs"); both must give the bits
+  // of a float fold of each column in row order, starting from 0.
+  for (const auto& [rows, cols] : {std::pair<int64_t, int64_t>{16, 32},
+                                   std::pair<int64_t, int64_t>{1, 5},
+                                   std::pair<int64_t, int64_t>{600, 64}}) {
+    INFO("shape [" << rows << ", " << cols << "]");
+    manual_seed(uint64_t(rows * cols));
+    const Tensor x = randn({rows, cols});
+    const std::vector<float> values = x.to_vector<float>();
+    for (bool keepdim : {false, true}) {
+      const Tensor sums = cpu::reduce(Reduction::Sum, x, {0}, keepdim, kFloat32);
+      CHECK(sums.sizes() == (keepdim ? Shape{1, cols} : Shape{cols}));
+      const std::vector<float> got = sums.to_vector<float>();
+      int64_t different = 0;
+      for (int64_t j = 0; j < cols; ++j) {
+        float expected = 0.0f;
+        for (int64_t r = 0; r < rows; ++r) expected += values[size_t(r * cols + j)];
+        if (std::memcmp(&expected, &got[size_t(j)], sizeof(float)) != 0) ++different;
+      }
+      CHECK(different == 0);
+    }
+  }
+}
