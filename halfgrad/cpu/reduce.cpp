@@ -786,6 +786,22 @@ Tensor column_sums(const Tensor& x, bool keepdim) {
   return out;
 }
 
+// The sum of every element of a small contiguous float32 tensor (a mean loss over a batch)
+// without the plan: for at most kPiece elements the inner walk folds them as one row into
+// the identity, fold_row's order, which is what this does (same bits); the result is the
+// float accumulator converted once to out_dtype.
+Tensor full_sum(const Tensor& x, bool keepdim, DType out_dtype) {
+  const SumFold<float> fold;
+  const float sum =
+      fold.combine(fold.identity(), fold_row(fold, x.data_ptr<float>(), x.numel(), 0.0f));
+  Tensor out = empty(keepdim ? Shape(size_t(x.dim()), 1) : Shape{}, out_dtype);
+  visit_floating_dtype("sum", out_dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    *out.data_ptr<T>() = cast_value<T>(sum);
+  });
+  return out;
+}
+
 }  // namespace
 
 Tensor reduce(Reduction op, const Tensor& x, const Shape& dims, bool keepdim, DType out_dtype,
@@ -806,6 +822,11 @@ Tensor reduce(Reduction op, const Tensor& x, const Shape& dims, bool keepdim, DT
   if (op == Reduction::Sum && x.dtype() == kFloat32 && out_dtype == kFloat32 && x.dim() == 2 &&
       reduced[0] && !reduced[1] && x.is_contiguous() && x.numel() <= kPiece) {
     return column_sums(x, keepdim);
+  }
+  if (op == Reduction::Sum && x.dtype() == kFloat32 && is_floating_point(out_dtype) &&
+      x.is_contiguous() && x.numel() > 0 && x.numel() <= kPiece &&
+      std::find(reduced.begin(), reduced.end(), false) == reduced.end()) {
+    return full_sum(x, keepdim, out_dtype);
   }
   const ReducePlan plan = make_plan(x, reduced);
   const Shape out_shape = reduced_shape(x, reduced, keepdim);

@@ -896,9 +896,9 @@ TEST_CASE("a column sum folds each column row after row from 0 on both paths", "
   // NOTE [Column sums]: a small contiguous float32 matrix takes a direct loop, a larger one
   // the outer walk in one piece (64 columns are not "few outputs"); both must give the bits
   // of a float fold of each column in row order, starting from 0.
-  for (const auto& [rows, cols] : {std::pair<int64_t, int64_t>{16, 32},
-                                   std::pair<int64_t, int64_t>{1, 5},
-                                   std::pair<int64_t, int64_t>{600, 64}}) {
+  for (const auto& [rows, cols] :
+       {std::pair<int64_t, int64_t>{16, 32}, std::pair<int64_t, int64_t>{1, 5},
+        std::pair<int64_t, int64_t>{600, 64}}) {
     INFO("shape [" << rows << ", " << cols << "]");
     manual_seed(uint64_t(rows * cols));
     const Tensor x = randn({rows, cols});
@@ -916,4 +916,25 @@ TEST_CASE("a column sum folds each column row after row from 0 on both paths", "
       CHECK(different == 0);
     }
   }
+}
+
+TEST_CASE("a full float32 sum gives the strided walk's bits", "[reduce]") {
+  // A small contiguous float32 tensor is summed without the plan (reduce.cpp's full_sum); the
+  // same values read through a stride of 2 take the walk (gathered into a block of up to 512,
+  // then the same row fold): short rows (under 64), a long row with a tail, a whole block.
+  for (int64_t n : {2, 20, 100, 512}) {
+    INFO("n = " << n);
+    manual_seed(uint64_t(n));
+    const Tensor wide = randn({2 * n});
+    const Tensor strided = wide.slice(0, 0, std::nullopt, 2);
+    const Tensor dense = strided.contiguous();
+    REQUIRE(!strided.is_contiguous());
+    for (DType out_dtype : {kFloat32, kFloat64}) {
+      const Tensor walked = cpu::reduce(Reduction::Sum, strided, {}, false, out_dtype);
+      const Tensor direct = cpu::reduce(Reduction::Sum, dense, {}, false, out_dtype);
+      CHECK(walked.item<double>() == direct.item<double>());
+    }
+  }
+  const Tensor kept = cpu::reduce(Reduction::Sum, randn({16, 1}), {}, true, kFloat32);
+  CHECK(kept.sizes() == Shape{1, 1});
 }
