@@ -60,7 +60,13 @@ std::vector<Tensor> AccumulateGrad::apply(std::vector<Tensor>&& grad_outputs) {
     const bool sole_owner = gradient.impl_ptr().use_count() == 1 &&
                             gradient.impl()->storage().use_count() == 1 &&
                             gradient.is_contiguous() && !gradient.is_view();
-    m.grad = sole_owner ? gradient.detach() : gradient.detach().clone();
+    if (!sole_owner) {
+      m.grad = gradient.detach().clone();
+    } else if (meta_or_null(gradient) == nullptr) {
+      m.grad = std::move(gradient);  // no history to cut: the tensor itself, no new handle
+    } else {
+      m.grad = gradient.detach();
+    }
   } else {
     m.grad.add_(gradient);
   }

@@ -15,6 +15,7 @@
 #include <string_view>
 #include <vector>
 
+#include "halfgrad/core/object_pool.h"
 #include "halfgrad/core/tensor.h"
 
 namespace hg::autograd {
@@ -30,6 +31,10 @@ struct Edge {
 };
 
 // A gradient hook: returns a replacement for the gradient, or an undefined tensor to keep it.
+// A node's edges (and its outputs' metadata) come from the object pool: every recorded op
+// makes a few such short lists (NOTE [Object pool]).
+using EdgeList = std::vector<Edge, PoolAllocator<Edge>>;
+
 using Hook = std::function<Tensor(const Tensor&)>;
 
 // What autograd knows about a tensor. Tensors that never took part in autograd have none.
@@ -70,8 +75,8 @@ class Node : public std::enable_shared_from_this<Node> {
 
   uint64_t sequence_nr() const { return sequence_nr_; }
 
-  std::vector<Edge> next_edges;
-  std::vector<OutputInfo> outputs;
+  EdgeList next_edges;
+  std::vector<OutputInfo, PoolAllocator<OutputInfo>> outputs;
   // Hooks on the gradient of output `output_nr`, run before apply.
   std::vector<std::pair<uint32_t, Hook>> pre_hooks;
   // For anomaly mode: the forward op and its inputs, recorded when the node was made.

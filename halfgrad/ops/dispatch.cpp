@@ -101,8 +101,8 @@ void apply_cast_policy(OpId op, CastPolicy policy, DeviceType device_type,
   }
 }
 
-std::vector<autograd::Edge> collect_edges(std::span<const Tensor> inputs) {
-  std::vector<autograd::Edge> edges;
+autograd::EdgeList collect_edges(std::span<const Tensor> inputs) {
+  autograd::EdgeList edges;
   edges.reserve(inputs.size());
   for (const Tensor& t : inputs) {
     edges.push_back(t.defined() ? autograd::gradient_edge(t) : autograd::Edge{});

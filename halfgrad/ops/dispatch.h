@@ -97,7 +97,7 @@ class OpContext {
  private:
   bool recording_ = false;
   SmallVector<bool, 8> needs_input_grad_;
-  std::vector<autograd::SavedTensor> saved_;
+  std::vector<autograd::SavedTensor, PoolAllocator<autograd::SavedTensor>> saved_;
   std::vector<std::pair<size_t, const TensorImpl*>> saved_outputs_;
   std::string_view node_name_;  // from backward_node_name's table: lives as long as the program
 };
@@ -154,7 +154,7 @@ DeviceType common_device_type(OpId op, std::span<const Tensor> inputs);
 void apply_cast_policy(OpId op, CastPolicy policy, DeviceType device_type,
                        std::span<Tensor> inputs);
 // Steps 4-6 helpers.
-std::vector<autograd::Edge> collect_edges(std::span<const Tensor> inputs);
+autograd::EdgeList collect_edges(std::span<const Tensor> inputs);
 void record_trace(OpId op, DeviceType device_type, std::optional<CastPolicy> policy,
                   const std::vector<DType>& input_dtypes, std::span<Tensor* const> outputs);
 std::vector<DType> dtypes_of(std::span<const Tensor> inputs);

@@ -18,21 +18,24 @@ std::map<std::string, double> sgd_defaults(const SGDOptions& o) {
           {"maximize", o.maximize ? 1.0 : 0.0}};
 }
 
-void check_sgd_options(const std::map<std::string, double>& o) {
-  HG_CHECK(o.at("lr") >= 0, "SGD: expected lr >= 0, got {}", o.at("lr"));
-  HG_CHECK(o.at("momentum") >= 0, "SGD: expected momentum >= 0, got {}", o.at("momentum"));
-  HG_CHECK(o.at("weight_decay") >= 0, "SGD: expected weight_decay >= 0, got {}",
-           o.at("weight_decay"));
-  HG_CHECK(o.at("nesterov") == 0 || (o.at("momentum") > 0 && o.at("dampening") == 0),
-           "SGD: Nesterov momentum expects momentum > 0 and dampening 0, got momentum {} and "
-           "dampening {}",
-           o.at("momentum"), o.at("dampening"));
-}
-
 struct SGDStep {
   double lr, momentum, dampening, weight_decay, inv_scale;
   bool nesterov, maximize, first;
 };
+
+// A group's options, each looked up once (the step runs every iteration), checked.
+SGDStep sgd_step_of(const std::map<std::string, double>& o, double inv_scale) {
+  const SGDStep s{o.at("lr"), o.at("momentum"),      o.at("dampening"),     o.at("weight_decay"),
+                  inv_scale,  o.at("nesterov") != 0, o.at("maximize") != 0, false};
+  HG_CHECK(s.lr >= 0, "SGD: expected lr >= 0, got {}", s.lr);
+  HG_CHECK(s.momentum >= 0, "SGD: expected momentum >= 0, got {}", s.momentum);
+  HG_CHECK(s.weight_decay >= 0, "SGD: expected weight_decay >= 0, got {}", s.weight_decay);
+  HG_CHECK(!s.nesterov || (s.momentum > 0 && s.dampening == 0),
+           "SGD: Nesterov momentum expects momentum > 0 and dampening 0, got momentum {} and "
+           "dampening {}",
+           s.momentum, s.dampening);
+  return s;
+}
 
 // T: parameter/gradient/buffer storage type.
 template <class T>
@@ -79,8 +82,8 @@ SGD::SGD(std::vector<Tensor> params, SGDOptions options)
 
 SGD::SGD(std::vector<ParamGroup> groups, SGDOptions options)
     : Optimizer(std::move(groups), sgd_defaults(options)) {
-  check_sgd_options(defaults_);
-  for (const ParamGroup& group : groups_) check_sgd_options(group.options);
+  sgd_step_of(defaults_, 1.0);
+  for (const ParamGroup& group : groups_) sgd_step_of(group.options, 1.0);
 }
 
 std::vector<std::string> SGD::state_buffer_names(const ParamGroup& /*group*/) const {
@@ -94,15 +97,7 @@ void SGD::step_scaled(const Tensor& grad_scale, const Tensor& found_inf) {
   NoGradGuard no_grad;
   for (size_t g = 0; g < groups_.size(); ++g) {
     const ParamGroup& group = groups_[g];
-    check_sgd_options(group.options);
-    SGDStep s{group.options.at("lr"),
-              group.options.at("momentum"),
-              group.options.at("dampening"),
-              group.options.at("weight_decay"),
-              1.0 / scale,
-              group.options.at("nesterov") != 0,
-              group.options.at("maximize") != 0,
-              false};
+    SGDStep s = sgd_step_of(group.options, 1.0 / scale);
     for (size_t i = 0; i < group.params.size(); ++i) {
       const Tensor& param = group.params[i];
       if (!param.grad().defined()) continue;
