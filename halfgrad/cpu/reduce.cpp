@@ -787,13 +787,10 @@ Tensor column_sums(const Tensor& x, bool keepdim) {
 }
 
 // The sum of every element of a small contiguous float32 tensor (a mean loss over a batch)
-// without the plan: for at most kPiece elements the inner walk folds them as one row into
-// the identity, fold_row's order, which is what this does (same bits); the result is the
-// float accumulator converted once to out_dtype.
+// without the plan (sum_floats' order, the walk's); the result is the float accumulator
+// converted once to out_dtype.
 Tensor full_sum(const Tensor& x, bool keepdim, DType out_dtype) {
-  const SumFold<float> fold;
-  const float sum =
-      fold.combine(fold.identity(), fold_row(fold, x.data_ptr<float>(), x.numel(), 0.0f));
+  const float sum = sum_floats(x.data_ptr<float>(), x.numel());
   Tensor out = empty(keepdim ? Shape(size_t(x.dim()), 1) : Shape{}, out_dtype);
   visit_floating_dtype("sum", out_dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
@@ -803,6 +800,20 @@ Tensor full_sum(const Tensor& x, bool keepdim, DType out_dtype) {
 }
 
 }  // namespace
+
+// The inner walk's order for one output over a contiguous float run (NOTE [Deterministic
+// reductions]): pieces of kPiece elements, each folded by fold_row into the identity, then
+// combined in piece order.
+float sum_floats(const float* x, int64_t n) {
+  const SumFold<float> fold;
+  float total = fold.identity();
+  for (int64_t begin = 0; begin < n; begin += kPiece) {
+    const float piece =
+        fold.combine(fold.identity(), fold_row(fold, x + begin, std::min(kPiece, n - begin), 0.0f));
+    total = begin == 0 ? piece : fold.combine(total, piece);
+  }
+  return total;
+}
 
 Tensor reduce(Reduction op, const Tensor& x, const Shape& dims, bool keepdim, DType out_dtype,
               double p) {

@@ -40,6 +40,11 @@ const char* reduction_name(Reduction op);
 Tensor reduce(Reduction op, const Tensor& x, const Shape& dims, bool keepdim, DType out_dtype,
               double p = 2.0);
 
+// The float sum reduce(Sum) gives for a contiguous float32 tensor of these n values, bit for
+// bit (its order of accumulation, pieces included), computed on the calling thread: for
+// callers that hold the values in a buffer of their own (a loss's per-element terms).
+float sum_floats(const float* x, int64_t n);
+
 // The extreme value along one dim and its index there (int64). Ties give the first
 // occurrence; NaN counts as beyond every number, so the first NaN wins (as in PyTorch).
 // Values keep x's dtype. Any dtype; the dim must not be empty.

@@ -24,6 +24,7 @@
 #include <algorithm>
 #include <cmath>
 #include <numeric>
+#include <vector>
 
 #include "halfgrad/autograd/grad_mode.h"
 #include "halfgrad/core/cast.h"
@@ -88,6 +89,9 @@ template <class A, class F>
 void fill_elements(A* out, int64_t n, F&& f) {
   parallel_for(n, n, [&](int64_t i) { out[i] = f(i); });
 }
+
+// Losses of at most this many elements are summed on the calling thread from a buffer.
+constexpr int64_t kSmallLoss = 4096;
 
 // Per-element losses (in the accumulation dtype) reduced and rounded once to `dtype`. Mean and
 // batchmean divide the sum by `divisor`.
@@ -160,6 +164,20 @@ Tensor elementwise_forward(const Tensor& input, const Tensor& target, const Tens
   const Tensor x = dense(input, acc), y = dense(target, acc);
   const Tensor w = weight.defined() ? dense(weight, acc, input.sizes()) : Tensor();
   const Tensor p = pos_weight.defined() ? dense(pos_weight, acc, input.sizes()) : Tensor();
+  if (acc == kFloat32 && reduction != Reduction::None && x.numel() <= kSmallLoss) {
+    // A small float loss: the terms in a per-thread buffer, summed in reduce's order
+    // (cpu::sum_floats), without a tensor for them or the reduction's set-up.
+    thread_local std::vector<float> terms;
+    terms.resize(size_t(x.numel()));
+    const float *xp = x.data_ptr<float>(), *yp = y.data_ptr<float>();
+    const float *wp = data_or_null<float>(w), *pp = data_or_null<float>(p);
+    for (size_t i = 0; i < terms.size(); ++i) {
+      terms[i] = f(xp[i], yp[i], wp ? wp[i] : 1.0f, pp ? pp[i] : 1.0f);
+    }
+    const float sum = cpu::sum_floats(terms.data(), int64_t(terms.size()));
+    // (double(sum) is the float exactly: rounding it to dtype rounds the float, as reduce does.)
+    return scalar_tensor(reduction == Reduction::Sum ? double(sum) : double(sum) / divisor, dtype);
+  }
   Tensor losses = empty(input.sizes(), acc);
   visit_acc(acc, [&](auto tag) {
     using A = typename decltype(tag)::type;
