@@ -9,7 +9,8 @@
 // dtypes forward saved, never re-cast (DESIGN §3).
 #include "halfgrad/autograd/engine.h"
 
-#include <queue>
+#include <algorithm>
+#include <memory>
 #include <unordered_map>
 
 #include "halfgrad/amp/autocast_state.h"
@@ -79,16 +80,48 @@ class NodeTable {
 
   std::vector<NodeState> slots_;  // a power-of-two count
   size_t size_ = 0;
+
+ public:
+  // Empties the table, keeping its slots.
+  void clear() {
+    if (size_ == 0) return;
+    for (NodeState& slot : slots_) {
+      if (slot.node != nullptr) slot = NodeState{};
+    }
+    size_ = 0;
+  }
 };
 
 struct Pass {
   NodeTable nodes;
   std::vector<std::shared_ptr<Node>> keep_alive;  // nodes reached, alive until the pass ends
+  std::vector<Edge> roots;
+  std::vector<Node*> stack;  // count_dependencies' walk
+  std::vector<Node*> ready;  // a heap by ByRecordingOrder: the node recorded last on top
 
-  void count_dependencies(const std::vector<Edge>& roots) {
-    std::vector<Node*> stack;
+  // Forgets the pass (releasing the nodes it kept alive), keeping the memory.
+  void clear() {
+    nodes.clear();
+    keep_alive.clear();
+    roots.clear();
+    stack.clear();
+    ready.clear();
+  }
+
+  void push_ready(Node* node) {
+    ready.push_back(node);
+    std::push_heap(ready.begin(), ready.end(), ByRecordingOrder{});
+  }
+  Node* pop_ready() {
+    std::pop_heap(ready.begin(), ready.end(), ByRecordingOrder{});
+    Node* node = ready.back();
+    ready.pop_back();
+    return node;
+  }
+
+  void count_dependencies(const std::vector<Edge>& from) {
     bool added = false;
-    for (const Edge& root : roots) {
+    for (const Edge& root : from) {
       if (!root.valid()) continue;
       nodes.at(root.node.get(), &added);
       if (added) stack.push_back(root.node.get());
@@ -114,6 +147,39 @@ struct Pass {
   }
 };
 
+// NOTE [Reused pass state] A backward pass needs a node table, a walk stack, a ready heap and
+// the list of nodes it keeps alive: for a small step's graph, making and freeing them cost
+// more than the bookkeeping in them. Each thread keeps the state of its finished passes and
+// leases it to the next one (a pass started inside a pass, from a hook, gets its own).
+class PassLease {
+ public:
+  PassLease() {
+    std::vector<std::unique_ptr<Pass>>& free = free_passes();
+    if (free.empty()) {
+      pass_ = std::make_unique<Pass>();
+    } else {
+      pass_ = std::move(free.back());
+      free.pop_back();
+    }
+  }
+  ~PassLease() {
+    pass_->clear();
+    std::vector<std::unique_ptr<Pass>>& free = free_passes();
+    if (free.size() < 4) free.push_back(std::move(pass_));
+  }
+  PassLease(const PassLease&) = delete;
+  PassLease& operator=(const PassLease&) = delete;
+  Pass& operator*() { return *pass_; }
+  Pass* operator->() { return pass_.get(); }
+
+ private:
+  static std::vector<std::unique_ptr<Pass>>& free_passes() {
+    thread_local std::vector<std::unique_ptr<Pass>> free;
+    return free;
+  }
+  std::unique_ptr<Pass> pass_;
+};
+
 Tensor root_gradient(const Tensor& tensor, const Tensor& given) {
   if (given.defined()) {
     HG_CHECK(given.sizes() == tensor.sizes(),
@@ -135,7 +201,9 @@ std::vector<Tensor> run(const std::vector<Tensor>& tensors, const std::vector<Te
   HG_CHECK(grad_tensors.empty() || grad_tensors.size() == tensors.size(),
            "backward: expected one gradient per tensor ({}), got {}", tensors.size(),
            grad_tensors.size());
-  std::vector<Edge> roots;
+  PassLease lease;
+  Pass& pass = *lease;
+  std::vector<Edge>& roots = pass.roots;
   for (size_t i = 0; i < tensors.size(); ++i) {
     Edge edge = gradient_edge(tensors[i]);
     HG_CHECK(edge.valid(),
@@ -145,7 +213,6 @@ std::vector<Tensor> run(const std::vector<Tensor>& tensors, const std::vector<Te
     roots.push_back(std::move(edge));
   }
 
-  Pass pass;
   pass.count_dependencies(roots);
   for (size_t i = 0; i < roots.size(); ++i) {
     AutoGradMode mode(create_graph);
@@ -166,13 +233,11 @@ std::vector<Tensor> run(const std::vector<Tensor>& tensors, const std::vector<Te
 
   AutoGradMode mode(create_graph);
   amp::AutocastOff autocast_off;
-  std::priority_queue<Node*, std::vector<Node*>, ByRecordingOrder> ready;
   for (const Edge& root : roots) {
-    if (pass.nodes.at(root.node.get()).dependencies == 0) ready.push(root.node.get());
+    if (pass.nodes.at(root.node.get()).dependencies == 0) pass.push_ready(root.node.get());
   }
-  while (!ready.empty()) {
-    Node* node = ready.top();
-    ready.pop();
+  while (!pass.ready.empty()) {
+    Node* node = pass.pop_ready();
     NodeState& state = pass.nodes.at(node);
     if (state.done) continue;  // a root listed twice
     state.done = true;
@@ -207,7 +272,7 @@ std::vector<Tensor> run(const std::vector<Tensor>& tensors, const std::vector<Te
       if (i < input_grads.size() && input_grads[i].defined()) {
         pass.add_to_buffer(edge, std::move(input_grads[i]));
       }
-      if (--pass.nodes.at(edge.node.get()).dependencies == 0) ready.push(edge.node.get());
+      if (--pass.nodes.at(edge.node.get()).dependencies == 0) pass.push_ready(edge.node.get());
     }
   }
   return captured;

@@ -15,25 +15,11 @@ constexpr std::array<std::string_view, kNumDTypes> kNames = {
 #undef HG_DTYPE_NAME
 };
 
-constexpr std::array<size_t, kNumDTypes> kSizes = {
-#define HG_DTYPE_SIZE(cpp, name, str) sizeof(cpp),
-    HG_FORALL_DTYPES(HG_DTYPE_SIZE)
-#undef HG_DTYPE_SIZE
-};
-
-constexpr std::array<bool, kNumDTypes> kFloating = {
-#define HG_DTYPE_FLOATING(cpp, name, str) !std::is_integral_v<cpp>,
-    HG_FORALL_DTYPES(HG_DTYPE_FLOATING)
-#undef HG_DTYPE_FLOATING
-};
-
 int index(DType dtype) { return static_cast<int>(dtype); }
 
 }  // namespace
 
 std::string_view dtype_name(DType dtype) { return kNames[index(dtype)]; }
-size_t element_size(DType dtype) { return kSizes[index(dtype)]; }
-bool is_floating_point(DType dtype) { return kFloating[index(dtype)]; }
 
 DType promote_types(DType a, DType b) {
   // NOTE [Type promotion] PyTorch's table (c10's promoteTypes) for halfgrad's dtypes.

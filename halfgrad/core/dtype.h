@@ -48,9 +48,23 @@ inline constexpr DType kInt = kInt32;
 // The printed name: "float32", "bfloat16", ...
 std::string_view dtype_name(DType dtype);
 // Bytes per element.
-size_t element_size(DType dtype);
+constexpr size_t element_size(DType dtype) {
+  constexpr size_t kSizes[] = {
+#define HG_DTYPE_SIZE(cpp, name, str) sizeof(cpp),
+      HG_FORALL_DTYPES(HG_DTYPE_SIZE)
+#undef HG_DTYPE_SIZE
+  };
+  return kSizes[static_cast<int>(dtype)];
+}
 // True for float32, float16, bfloat16, float64.
-bool is_floating_point(DType dtype);
+constexpr bool is_floating_point(DType dtype) {
+  constexpr bool kFloating[] = {
+#define HG_DTYPE_FLOATING(cpp, name, str) !std::is_integral_v<cpp>,
+      HG_FORALL_DTYPES(HG_DTYPE_FLOATING)
+#undef HG_DTYPE_FLOATING
+  };
+  return kFloating[static_cast<int>(dtype)];
+}
 // True for the 16-bit floating types autocast computes in.
 constexpr bool is_reduced_precision(DType dtype) { return dtype == kFloat16 || dtype == kBFloat16; }
 

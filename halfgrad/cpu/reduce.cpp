@@ -778,8 +778,8 @@ namespace {
 Tensor column_sums(const Tensor& x, bool keepdim) {
   const int64_t rows = x.size(0), cols = x.size(1);
   Tensor out = zeros(keepdim ? Shape{1, cols} : Shape{cols}, kFloat32);
-  float* const sums = out.data_ptr<float>();
-  const float* data = x.data_ptr<float>();
+  float* __restrict const sums = out.data_ptr<float>();  // a new tensor: no alias of x
+  const float* __restrict const data = x.data_ptr<float>();
   for (int64_t r = 0; r < rows; ++r) {
     for (int64_t j = 0; j < cols; ++j) sums[j] += data[r * cols + j];
   }
