@@ -853,8 +853,10 @@ void scale_out(const Tensor& out, double beta) {
 
 // [first byte, last byte] of the memory t's elements occupy (numel > 0).
 std::array<uintptr_t, 2> byte_span(const Tensor& t) {
+  const Shape& sizes = t.sizes();
+  const Shape& strides = t.strides();
   int64_t last = 0;
-  for (int64_t d = 0; d < t.dim(); ++d) last += (t.size(d) - 1) * t.stride(d);
+  for (size_t d = 0; d < sizes.size(); ++d) last += (sizes[d] - 1) * strides[d];
   const auto first = reinterpret_cast<uintptr_t>(t.data_ptr());
   return {first, first + uintptr_t((last + 1) * int64_t(t.element_size())) - 1};
 }

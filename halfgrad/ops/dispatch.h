@@ -64,6 +64,7 @@ class OpContext {
   // Saves inputs (or any tensor that is not an output of this op).
   void save(std::initializer_list<Tensor> tensors) {
     if (!recording_) return;
+    saved_.reserve(saved_.size() + tensors.size());
     for (const Tensor& t : tensors) saved_.emplace_back(t, /*is_output=*/false);
   }
   // Saves an output of this op (held without creating a reference cycle).
