@@ -34,9 +34,9 @@ struct ByRecordingOrder {
 // What a pass knows about one node it reached.
 struct NodeState {
   Node* node = nullptr;
-  int dependencies = 0;        // edges from nodes not run yet
-  bool done = false;           // run already (a root listed twice runs once)
-  std::vector<Tensor> buffer;  // the gradients of its outputs, summed as they arrive
+  int dependencies = 0;  // edges from nodes not run yet
+  bool done = false;     // run already (a root listed twice runs once)
+  GradList buffer;       // the gradients of its outputs, summed as they arrive
 };
 
 // NOTE [Engine node table] The per-node state of a pass lives in one open-addressing table
@@ -139,7 +139,7 @@ struct Pass {
   }
 
   void add_to_buffer(const Edge& edge, Tensor gradient) {
-    std::vector<Tensor>& buffer = nodes.at(edge.node.get()).buffer;
+    GradList& buffer = nodes.at(edge.node.get()).buffer;
     if (buffer.size() < edge.node->outputs.size()) buffer.resize(edge.node->outputs.size());
     Tensor& slot = buffer.at(edge.input_nr);
     // The engine accumulates with the add op, so create_graph records the sums too.
@@ -242,7 +242,7 @@ std::vector<Tensor> run(const std::vector<Tensor>& tensors, const std::vector<Te
     if (state.done) continue;  // a root listed twice
     state.done = true;
 
-    std::vector<Tensor> grads = std::move(state.buffer);
+    GradList grads = std::move(state.buffer);
     grads.resize(node->outputs.size());
     for (size_t i = 0; i < grads.size(); ++i) {
       if (!grads[i].defined()) {
@@ -258,7 +258,7 @@ std::vector<Tensor> run(const std::vector<Tensor>& tensors, const std::vector<Te
     if (auto it = captured_at.find(node); it != captured_at.end()) {
       for (const auto& [k, input_nr] : it->second) captured[k] = grads.at(input_nr);
     }
-    std::vector<Tensor> input_grads;
+    GradList input_grads;
     if (!(capture && dynamic_cast<AccumulateGrad*>(node) != nullptr)) {
       SuspendForwardChecks checked_as_a_node;
       input_grads = node->apply(std::move(grads));

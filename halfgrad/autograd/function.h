@@ -24,6 +24,7 @@
 #pragma once
 
 #include <any>
+#include <iterator>
 #include <optional>
 #include <string>
 #include <tuple>
@@ -79,15 +80,22 @@ template <class Derived>
 class FunctionNode final : public Node {
  public:
   std::string name() const override { return Derived::kName; }
-  std::vector<Tensor> apply(std::vector<Tensor>&& grads) override {
+  GradList apply(GradList&& grad_list) override {
+    // A user's backward takes and returns std::vector<Tensor> (the public API).
+    const std::vector<Tensor> grads(std::make_move_iterator(grad_list.begin()),
+                                    std::make_move_iterator(grad_list.end()));
+    std::vector<Tensor> result;
     if constexpr (requires { Derived::kCustomBwd; }) {
       if (Derived::kCustomBwd) {
         amp::Autocast cpu(kCPU, autocast.cpu_dtype, autocast.cpu_enabled);
         amp::Autocast cuda(kCUDA, autocast.cuda_dtype, autocast.cuda_enabled);
-        return Derived::backward(ctx, grads);
+        result = Derived::backward(ctx, grads);
+        return GradList(std::make_move_iterator(result.begin()),
+                        std::make_move_iterator(result.end()));
       }
     }
-    return Derived::backward(ctx, grads);
+    result = Derived::backward(ctx, grads);
+    return GradList(std::make_move_iterator(result.begin()), std::make_move_iterator(result.end()));
   }
   void release_saved() override { ctx.release(); }
 

@@ -40,7 +40,7 @@ AccumulateGrad::AccumulateGrad(Tensor leaf) : leaf_(std::move(leaf)) {
   outputs.push_back({leaf_.sizes(), leaf_.dtype(), leaf_.device()});
 }
 
-std::vector<Tensor> AccumulateGrad::apply(std::vector<Tensor>&& grad_outputs) {
+GradList AccumulateGrad::apply(GradList&& grad_outputs) {
   Tensor gradient = std::move(grad_outputs.at(0));
   AutogradMeta& m = meta(leaf_);
   for (const Hook& hook : m.leaf_hooks) {

@@ -34,6 +34,8 @@ struct Edge {
 // A node's edges (and its outputs' metadata) come from the object pool: every recorded op
 // makes a few such short lists (NOTE [Object pool]).
 using EdgeList = std::vector<Edge, PoolAllocator<Edge>>;
+// The gradients a node takes and returns, from the pool for the same reason.
+using GradList = std::vector<Tensor, PoolAllocator<Tensor>>;
 
 using Hook = std::function<Tensor(const Tensor&)>;
 
@@ -69,7 +71,7 @@ class Node : public std::enable_shared_from_this<Node> {
   virtual std::string name() const = 0;
   // Gradients of the outputs (one per output, each defined) -> gradients of the inputs (one
   // per edge; undefined where an input needs none).
-  virtual std::vector<Tensor> apply(std::vector<Tensor>&& grad_outputs) = 0;
+  virtual GradList apply(GradList&& grad_outputs) = 0;
   // Frees saved tensors once a backward pass without retain_graph has used them.
   virtual void release_saved() {}
 
@@ -91,7 +93,7 @@ class AccumulateGrad final : public Node {
  public:
   explicit AccumulateGrad(Tensor leaf);
   std::string name() const override { return "AccumulateGrad"; }
-  std::vector<Tensor> apply(std::vector<Tensor>&& grad_outputs) override;
+  GradList apply(GradList&& grad_outputs) override;
   const Tensor& leaf() const { return leaf_; }
 
  private:

@@ -51,8 +51,8 @@ Tensor generate(const Shape& sizes, DType dtype, const char* op, F&& f) {
 Tensor empty(const Shape& sizes, TensorOptions options) {
   const int64_t numel = shape_numel(sizes);
   const size_t nbytes = size_t(numel) * element_size(options.dtype);
-  return Tensor(make_pooled<TensorImpl>(make_storage(nbytes, options.device), options.dtype, sizes,
-                                        contiguous_strides(sizes), 0));
+  return Tensor(
+      make_pooled<TensorImpl>(make_storage(nbytes, options.device), options.dtype, sizes, numel));
 }
 
 Tensor zeros(const Shape& sizes, TensorOptions options) {

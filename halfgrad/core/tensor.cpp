@@ -17,6 +17,15 @@ TensorImpl::TensorImpl(Storage storage, DType dtype, Shape sizes, Shape strides,
       numel_(shape_numel(sizes_)),
       is_contiguous_(is_contiguous_layout(sizes_, strides_)) {}
 
+TensorImpl::TensorImpl(Storage storage, DType dtype, const Shape& sizes, int64_t numel)
+    : storage_(std::move(storage)),
+      dtype_(dtype),
+      sizes_(sizes),
+      strides_(contiguous_strides(sizes)),
+      storage_offset_(0),
+      numel_(numel),
+      is_contiguous_(true) {}
+
 bool Tensor::shares_storage(const Tensor& other) const {
   return defined() && other.defined() && impl_->storage() == other.impl_->storage();
 }

@@ -33,6 +33,9 @@ struct TensorOptions {
 class TensorImpl {
  public:
   TensorImpl(Storage storage, DType dtype, Shape sizes, Shape strides, int64_t storage_offset);
+  // A contiguous tensor of `numel` (the product of sizes, already checked) at the start of
+  // storage: what empty() makes, without recomputing what it knows.
+  TensorImpl(Storage storage, DType dtype, const Shape& sizes, int64_t numel);
 
   const Storage& storage() const { return storage_; }
   DType dtype() const { return dtype_; }

@@ -9,7 +9,7 @@
 //       ctx.save({a, b});                         // exactly what backward needs
 //       return cpu::binary(cpu::Binary::Mul, a, b, result_dtype);
 //     }
-//     std::vector<Tensor> backward(OpContext& ctx, const std::vector<Tensor>& grads) {
+//     autograd::GradList backward(OpContext& ctx, const autograd::GradList& grads) {
 //       ...                                       // halfgrad ops: differentiable again
 //     }
 //   };
@@ -111,7 +111,7 @@ class OpNode final : public autograd::Node {
  public:
   OpNode(Op op, OpContext ctx) : op_(std::move(op)), ctx_(std::move(ctx)) {}
   std::string name() const override { return std::string(backward_node_name(Op::id)); }
-  std::vector<Tensor> apply(std::vector<Tensor>&& grad_outputs) override {
+  autograd::GradList apply(autograd::GradList&& grad_outputs) override {
     return op_.backward(ctx_, grad_outputs);
   }
   void release_saved() override { ctx_.release(); }

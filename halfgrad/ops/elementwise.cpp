@@ -21,7 +21,7 @@ namespace {
 
 using ops::dispatch;
 using ops::OpContext;
-using Grads = std::vector<Tensor>;
+using Grads = autograd::GradList;
 
 // The gradient for an input of `input`'s shape and dtype from a gradient of the result.
 Tensor grad_for(const Tensor& grad, const Tensor& input) {

@@ -36,7 +36,7 @@ namespace {
 using ops::dispatch;
 using ops::dispatch_list;
 using ops::OpContext;
-using Grads = std::vector<Tensor>;
+using Grads = autograd::GradList;
 
 // The gradient for an input of shape `sizes` and dtype `dtype` from a gradient of the result
 // (summed over broadcast dims, converted back to the input's dtype).

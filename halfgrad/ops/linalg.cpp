@@ -19,7 +19,7 @@ namespace {
 
 using ops::dispatch;
 using ops::OpContext;
-using Grads = std::vector<Tensor>;
+using Grads = autograd::GradList;
 
 void check_operands(const char* op, const Tensor& a, const Tensor& b, int64_t rank) {
   HG_CHECK(a.dim() == rank && b.dim() == rank,

@@ -44,7 +44,7 @@ namespace {
 
 using ops::dispatch;
 using ops::OpContext;
-using Grads = std::vector<Tensor>;
+using Grads = autograd::GradList;
 
 // ---- shared parts --------------------------------------------------------------------------
 

@@ -36,7 +36,7 @@ namespace {
 
 using ops::dispatch;
 using ops::OpContext;
-using Grads = std::vector<Tensor>;
+using Grads = autograd::GradList;
 
 // The dtype the op formulas compute in (as the kernels): float32 for 16-bit floats.
 DType acc_dtype(DType dtype) { return dtype == kFloat64 ? kFloat64 : kFloat32; }

@@ -16,7 +16,7 @@ namespace {
 
 using ops::dispatch;
 using ops::OpContext;
-using Grads = std::vector<Tensor>;
+using Grads = autograd::GradList;
 
 // The reduced dims of a call, resolved (wrapped, sorted); all dims when `dims` is empty.
 Shape resolve_dims(const Shape& dims, int64_t ndim, const char* op) {

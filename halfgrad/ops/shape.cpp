@@ -13,7 +13,7 @@ namespace {
 
 using ops::dispatch;
 using ops::OpContext;
-using Grads = std::vector<Tensor>;
+using Grads = autograd::GradList;
 
 // view and reshape: the gradient takes the input's shape back.
 template <OpId Id>
