@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <memory>
+#include <span>
 #include <unordered_map>
 
 #include "halfgrad/amp/autocast_state.h"
@@ -196,7 +197,7 @@ Tensor root_gradient(const Tensor& tensor, const Tensor& given) {
 
 // Runs the graph from `roots`. With `capture`, gradients reaching the captured edges are
 // returned (in order) and leaves' grad() is left alone.
-std::vector<Tensor> run(const std::vector<Tensor>& tensors, const std::vector<Tensor>& grad_tensors,
+std::vector<Tensor> run(std::span<const Tensor> tensors, std::span<const Tensor> grad_tensors,
                         bool retain_graph, bool create_graph, const std::vector<Edge>* capture) {
   HG_CHECK(grad_tensors.empty() || grad_tensors.size() == tensors.size(),
            "backward: expected one gradient per tensor ({}), got {}", tensors.size(),
@@ -283,6 +284,11 @@ std::vector<Tensor> run(const std::vector<Tensor>& tensors, const std::vector<Te
 void backward(const std::vector<Tensor>& tensors, const std::vector<Tensor>& grad_tensors,
               bool retain_graph, bool create_graph) {
   run(tensors, grad_tensors, retain_graph || create_graph, create_graph, nullptr);
+}
+
+void backward(const Tensor& tensor, const Tensor& gradient, bool retain_graph, bool create_graph) {
+  run(std::span<const Tensor>(&tensor, 1), std::span<const Tensor>(&gradient, 1),
+      retain_graph || create_graph, create_graph, nullptr);
 }
 
 std::vector<Tensor> grad(const std::vector<Tensor>& outputs, const std::vector<Tensor>& inputs,

@@ -14,6 +14,8 @@ namespace hg::autograd {
 // the backward pass is itself recorded, so the gradients can be differentiated again.
 void backward(const std::vector<Tensor>& tensors, const std::vector<Tensor>& grad_tensors = {},
               bool retain_graph = false, bool create_graph = false);
+// The same for one tensor (Tensor::backward), without building the lists.
+void backward(const Tensor& tensor, const Tensor& gradient, bool retain_graph, bool create_graph);
 
 // The gradients of the outputs w.r.t. the inputs, returned instead of accumulated into
 // grad() (no leaf's grad() changes). An input the outputs do not depend on is an error

@@ -19,7 +19,8 @@ uint64_t next_sequence_nr() {
 // them in a loop. Saved tensors are members of the derived node and are gone by the time
 // this runs, so they add no recursion either.
 Node::~Node() {
-  std::vector<std::shared_ptr<Node>> pending;
+  // (The list is pooled: every node of every step's graph is torn down here.)
+  std::vector<std::shared_ptr<Node>, PoolAllocator<std::shared_ptr<Node>>> pending;
   for (Edge& edge : next_edges) {
     if (edge.node) pending.push_back(std::move(edge.node));
   }

@@ -45,7 +45,7 @@ uint32_t Tensor::output_nr() const {
 }
 
 void Tensor::backward(const Tensor& gradient, bool retain_graph, bool create_graph) const {
-  autograd::backward({*this}, {gradient}, retain_graph, create_graph);
+  autograd::backward(*this, gradient, retain_graph, create_graph);
 }
 
 Tensor Tensor::detach() const {

@@ -145,6 +145,11 @@ class Module : public std::enable_shared_from_this<Module> {
 
  protected:
   void register_child(const std::string& name, std::shared_ptr<Module> module);
+  // The direct children in registration order, without copying the list (a container's
+  // forward walks it on every call).
+  const std::vector<std::pair<std::string, std::shared_ptr<Module>>>& child_entries() const {
+    return children_;
+  }
 
  private:
   void check_new_name(const std::string& name, const char* what) const;

@@ -128,7 +128,7 @@ Tensor Tanh::forward(const Tensor& input) { return tanh(input); }
 
 Tensor Sequential::forward(const Tensor& input) {
   Tensor x = input;
-  for (const auto& child : children()) x = (*child)(x);
+  for (const auto& entry : child_entries()) x = (*entry.second)(x);
   return x;
 }
 
