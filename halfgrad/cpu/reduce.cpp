@@ -820,6 +820,11 @@ Tensor reduce(Reduction op, const Tensor& x, const Shape& dims, bool keepdim, DT
               double p) {
   const char* name = reduction_name(op);
   check_cpu(x, name);
+  if (op == Reduction::Sum && x.dtype() == kFloat32 && out_dtype == kFloat32 && x.dim() == 2 &&
+      dims.size() == 1 && (dims[0] == 0 || dims[0] == -2) && x.is_contiguous() &&
+      x.numel() <= kPiece) {
+    return column_sums(x, keepdim);  // (dims {0} of a matrix: nothing to check)
+  }
   const std::vector<bool> reduced = reduced_dims(x, dims, name);
   if (op == Reduction::Mean || op == Reduction::LogSumExp || op == Reduction::Norm) {
     check_floating_input(x, name);
@@ -830,10 +835,6 @@ Tensor reduce(Reduction op, const Tensor& x, const Shape& dims, bool keepdim, DT
   }
   if (op == Reduction::Amax || op == Reduction::Amin || (op == Reduction::Norm && std::isinf(p))) {
     check_nonempty(x, reduced, op == Reduction::Norm ? "norm (p = inf)" : name);
-  }
-  if (op == Reduction::Sum && x.dtype() == kFloat32 && out_dtype == kFloat32 && x.dim() == 2 &&
-      reduced[0] && !reduced[1] && x.is_contiguous() && x.numel() <= kPiece) {
-    return column_sums(x, keepdim);
   }
   if (op == Reduction::Sum && x.dtype() == kFloat32 && is_floating_point(out_dtype) &&
       x.is_contiguous() && x.numel() > 0 && x.numel() <= kPiece &&

@@ -99,7 +99,9 @@ class OpContext {
   bool recording_ = false;
   SmallVector<bool, 8> needs_input_grad_;
   std::vector<autograd::SavedTensor, PoolAllocator<autograd::SavedTensor>> saved_;
-  std::vector<std::pair<size_t, const TensorImpl*>> saved_outputs_;
+  std::vector<std::pair<size_t, const TensorImpl*>,
+              PoolAllocator<std::pair<size_t, const TensorImpl*>>>
+      saved_outputs_;
   std::string_view node_name_;  // from backward_node_name's table: lives as long as the program
 };
 
