@@ -256,7 +256,7 @@ std::vector<Tensor> run(std::span<const Tensor> tensors, std::span<const Tensor>
       if (replaced.defined()) grads[output_nr] = std::move(replaced);
     }
 
-    if (auto it = captured_at.find(node); it != captured_at.end()) {
+    if (auto it = capture ? captured_at.find(node) : captured_at.end(); it != captured_at.end()) {
       for (const auto& [k, input_nr] : it->second) captured[k] = grads.at(input_nr);
     }
     GradList input_grads;
