@@ -44,7 +44,7 @@ Tensor product(const Tensor& a, const Tensor& b, const Tensor& input, double bet
   };
   Tensor out;
   if (input.defined() && beta == 1.0 && alpha == 1.0 && input.dim() == 1 &&
-      input.size(0) == b.size(2)) {  // a bias row: linear's case (NOTE [GEMM with bias])
+      input.size(0) == b.size(2)) {  // a bias row: addmm(bias, x, w) (NOTE [GEMM with bias])
     out = empty(shape, a.options());
     cpu::gemm_bias(a, b, core::to_dtype(input, a.dtype()).contiguous(), as_batched(out));
     return out;
@@ -267,40 +267,31 @@ struct Linear {
                  core::view(out, {M, weight.size(0)}), bias_as_x);
     return out;
   }
+  // NOTE [Linear backward without a graph] A backward pass that records nothing (grad mode
+  // off: not create_graph) calls the kernels the ops would call, on the same operands, so the
+  // gradients are the same bits, without the dispatch, the transposed views and the nodes'
+  // bookkeeping of three ops (the most of a small layer's backward). Under create_graph the
+  // ops run, and are recorded.
   Grads backward(OpContext& ctx, const Grads& grads) {
     const Tensor x = ctx.saved(0), weight = ctx.saved(1);
     const int64_t M = rows(x_sizes), N = weight.size(0), K = weight.size(1);
     const Tensor g = grads[0].dim() == 2 ? grads[0] : grads[0].reshape({M, N});
-    if (!autograd::is_grad_enabled()) return backward_kernels(ctx, x, weight, g);
+    const Tensor x2 = x.dim() == 2 ? x : x.reshape({M, K});
+    const bool record = autograd::is_grad_enabled();
     Grads out(3);
-    if (ctx.needs_input_grad(0)) {
-      const Tensor dx = mm(g, weight);  // [M, K]
+    if (ctx.needs_input_grad(0)) {  // g @ weight: [M, K]
+      const Tensor dx = record ? mm(g, weight) : product_2d(g, false, weight, false);
       out[0] = x.dim() == 2 ? dx : dx.reshape(x_sizes);
     }
-    if (ctx.needs_input_grad(1)) out[1] = mm(g.t(), x.dim() == 2 ? x : x.reshape({M, K}));
-    if (ctx.needs_input_grad(2)) {
-      const Tensor db = sum(g, {0});
-      out[2] = db.dtype() == bias_dtype ? db : db.to(bias_dtype);
+    if (ctx.needs_input_grad(1)) {  // g^T @ x: [N, K], weight's layout
+      out[1] = record ? mm(g.t(), x2) : product_2d(g, true, x2, false);
     }
-    return out;
-  }
-  // NOTE [Linear backward without a graph] A backward pass that records nothing (grad mode
-  // off: not create_graph) calls the kernels the ops below would call, on the same operands,
-  // so the gradients are the same bits, without the dispatch, the transposed views and the
-  // nodes' bookkeeping of three ops (the most of a small layer's backward). Under
-  // create_graph the ops run, and are recorded.
-  Grads backward_kernels(const OpContext& ctx, const Tensor& x, const Tensor& weight,
-                         const Tensor& g) const {
-    const Tensor x2 = x.dim() == 2 ? x : x.reshape({g.size(0), weight.size(1)});
-    Grads out(3);
-    if (ctx.needs_input_grad(0)) {
-      const Tensor dx = product_2d(g, false, weight, false);  // mm(g, weight)
-      out[0] = x.dim() == 2 ? dx : dx.reshape(x_sizes);
-    }
-    if (ctx.needs_input_grad(1)) out[1] = product_2d(g, true, x2, false);  // mm(g.t(), x2)
-    if (ctx.needs_input_grad(2)) {
-      const Tensor db = cpu::reduce(cpu::Reduction::Sum, g, {0}, false, g.dtype());  // sum(g, {0})
-      out[2] = db.dtype() == bias_dtype ? db : core::to_dtype(db, bias_dtype);
+    if (ctx.needs_input_grad(2)) {  // the sum of g's rows
+      const Tensor db =
+          record ? sum(g, {0}) : cpu::reduce(cpu::Reduction::Sum, g, {0}, false, g.dtype());
+      out[2] = db.dtype() == bias_dtype ? db
+               : record                 ? db.to(bias_dtype)
+                                        : core::to_dtype(db, bias_dtype);
     }
     return out;
   }
