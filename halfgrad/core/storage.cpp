@@ -59,15 +59,6 @@ SizeClass size_class(size_t nbytes) {
   return {kSmallClasses + 4 * size_t(log2 - 10) + (steps - 5), steps * step};
 }
 
-// Poisons a cached block of nbytes but its link.
-void poison(void* data, size_t nbytes) {
-#if HG_ASAN
-  __asan_poison_memory_region(static_cast<char*>(data) + sizeof(void*), nbytes - sizeof(void*));
-#else
-  (void)data, (void)nbytes;
-#endif
-}
-
 // Poisons a whole cached block (a large one: its address is kept outside it).
 void poison_all(void* data, size_t nbytes) {
 #if HG_ASAN
@@ -75,6 +66,11 @@ void poison_all(void* data, size_t nbytes) {
 #else
   (void)data, (void)nbytes;
 #endif
+}
+
+// Poisons a cached block of nbytes but its link.
+void poison(void* data, size_t nbytes) {
+  poison_all(static_cast<char*>(data) + sizeof(void*), nbytes - sizeof(void*));
 }
 
 void unpoison(void* data, size_t nbytes) {
