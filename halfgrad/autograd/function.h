@@ -84,17 +84,14 @@ class FunctionNode final : public Node {
     // A user's backward takes and returns std::vector<Tensor> (the public API).
     const std::vector<Tensor> grads(std::make_move_iterator(grad_list.begin()),
                                     std::make_move_iterator(grad_list.end()));
-    std::vector<Tensor> result;
+    std::optional<amp::Autocast> cpu, cuda;  // custom_bwd: the forward's autocast state
     if constexpr (requires { Derived::kCustomBwd; }) {
       if (Derived::kCustomBwd) {
-        amp::Autocast cpu(kCPU, autocast.cpu_dtype, autocast.cpu_enabled);
-        amp::Autocast cuda(kCUDA, autocast.cuda_dtype, autocast.cuda_enabled);
-        result = Derived::backward(ctx, grads);
-        return GradList(std::make_move_iterator(result.begin()),
-                        std::make_move_iterator(result.end()));
+        cpu.emplace(kCPU, autocast.cpu_dtype, autocast.cpu_enabled);
+        cuda.emplace(kCUDA, autocast.cuda_dtype, autocast.cuda_enabled);
       }
     }
-    result = Derived::backward(ctx, grads);
+    std::vector<Tensor> result = Derived::backward(ctx, grads);
     return GradList(std::make_move_iterator(result.begin()), std::make_move_iterator(result.end()));
   }
   void release_saved() override { ctx.release(); }
