@@ -5,6 +5,7 @@
 //    "gflops": ..., "us": ..., "kernel": "brg:avx512_core_amx"}
 //   {"bench": "gemm_ratio", "dtype": "bfloat16", "shape": "1024x1024x1024", "ratio": ...}
 //   {"bench": "dispatch", "case": "add_no_grad", "us": ..., "target_us": 0.3, "met": true}
+//   {"bench": "gemm_tiny", "impl": "small", "shape": "16x32x32", "b": "weight^T", "us": ...}
 //
 // Each section is a run_*_benchmarks(options) function listed in kSections; --only picks one.
 // Times are the median of --reps calls after --warmup calls, on std::chrono::steady_clock.
@@ -195,6 +196,39 @@ void run_dispatch_benchmarks(const Options& options) {
   report("add_recording_node", per_call_us(options, [&] { (void)add(w, b); }), 1.0);
 }
 
+// ---- tiny GEMMs ------------------------------------------------------------------------------
+//
+// The products of a small layer (NOTE [Small GEMM kernel] in cpu/gemm.cpp): a 16-row batch
+// times a 32-wide weight, read transposed as linear reads it or row-major, and into one output
+// column, on each float32 implementation gemm has. Each is the median over --reps batches of
+// kDispatchCalls calls (one call is under a microsecond).
+void run_tiny_gemm_benchmarks(const Options& options) {
+  using hg::cpu::GemmImpl;
+  struct Case {
+    int64_t m, k, n;
+    bool transposed_b;  // b read as weight^T, weight [N, K] row-major
+  };
+  std::vector<std::pair<const char*, GemmImpl>> impls = {{"small", GemmImpl::Small},
+                                                         {"eigen", GemmImpl::Eigen}};
+  if (HALFGRAD_HAS_ONEDNN) impls.push_back({"onednn", GemmImpl::OneDNN});
+  for (const Case& c : {Case{16, 32, 32, true}, Case{16, 32, 32, false}, Case{16, 32, 1, true}}) {
+    hg::manual_seed(1);
+    const hg::Tensor a = hg::randn({1, c.m, c.k});
+    const hg::Tensor b =
+        c.transposed_b ? hg::randn({1, c.n, c.k}).transpose(1, 2) : hg::randn({1, c.k, c.n});
+    const hg::Tensor out = hg::empty({1, c.m, c.n});
+    for (const auto& [name, impl] : impls) {
+      const double us =
+          per_call_us(options, [&, impl = impl] { hg::cpu::gemm_with(impl, a, b, out); });
+      fmt::print(
+          "{{\"bench\": \"gemm_tiny\", \"impl\": \"{}\", \"dtype\": \"float32\", \"shape\": "
+          "\"{}x{}x{}\", \"b\": \"{}\", \"us\": {:.3f}}}\n",
+          name, c.m, c.k, c.n, c.transposed_b ? "weight^T" : "row-major", us);
+      std::fflush(stdout);
+    }
+  }
+}
+
 struct Section {
   const char* name;
   void (*run)(const Options&);
@@ -203,6 +237,7 @@ struct Section {
 constexpr Section kSections[] = {
     {"gemm", run_gemm_benchmarks},
     {"dispatch", run_dispatch_benchmarks},
+    {"tiny_gemm", run_tiny_gemm_benchmarks},
 };
 
 }  // namespace
