@@ -24,6 +24,7 @@
 #include <algorithm>
 #include <cmath>
 #include <numeric>
+#include <type_traits>
 #include <vector>
 
 #include "halfgrad/autograd/grad_mode.h"
@@ -164,28 +165,26 @@ Tensor elementwise_forward(const Tensor& input, const Tensor& target, const Tens
   const Tensor x = dense(input, acc), y = dense(target, acc);
   const Tensor w = weight.defined() ? dense(weight, acc, input.sizes()) : Tensor();
   const Tensor p = pos_weight.defined() ? dense(pos_weight, acc, input.sizes()) : Tensor();
+  // out[i] = f(x, y, w, p) at element i, in the accumulation type A of out.
+  const auto fill_terms = [&](auto* out) {
+    using A = std::remove_pointer_t<decltype(out)>;
+    const A *xp = x.data_ptr<A>(), *yp = y.data_ptr<A>();
+    const A *wp = data_or_null<A>(w), *pp = data_or_null<A>(p);
+    fill_elements(out, x.numel(),
+                  [&](int64_t i) { return f(xp[i], yp[i], wp ? wp[i] : A(1), pp ? pp[i] : A(1)); });
+  };
   if (acc == kFloat32 && reduction != Reduction::None && x.numel() <= kSmallLoss) {
     // A small float loss: the terms in a per-thread buffer, summed in reduce's order
     // (cpu::sum_floats), without a tensor for them or the reduction's set-up.
     thread_local std::vector<float> terms;
     terms.resize(size_t(x.numel()));
-    const float *xp = x.data_ptr<float>(), *yp = y.data_ptr<float>();
-    const float *wp = data_or_null<float>(w), *pp = data_or_null<float>(p);
-    for (size_t i = 0; i < terms.size(); ++i) {
-      terms[i] = f(xp[i], yp[i], wp ? wp[i] : 1.0f, pp ? pp[i] : 1.0f);
-    }
+    fill_terms(terms.data());
     const float sum = cpu::sum_floats(terms.data(), int64_t(terms.size()));
     // (double(sum) is the float exactly: rounding it to dtype rounds the float, as reduce does.)
     return scalar_tensor(reduction == Reduction::Sum ? double(sum) : double(sum) / divisor, dtype);
   }
   Tensor losses = empty(input.sizes(), acc);
-  visit_acc(acc, [&](auto tag) {
-    using A = typename decltype(tag)::type;
-    const A *xp = x.data_ptr<A>(), *yp = y.data_ptr<A>();
-    const A *wp = data_or_null<A>(w), *pp = data_or_null<A>(p);
-    fill_elements(losses.data_ptr<A>(), losses.numel(),
-                  [&](int64_t i) { return f(xp[i], yp[i], wp ? wp[i] : A(1), pp ? pp[i] : A(1)); });
-  });
+  visit_acc(acc, [&](auto tag) { fill_terms(losses.data_ptr<typename decltype(tag)::type>()); });
   return reduce_losses(losses, reduction, dtype, divisor);
 }
 
