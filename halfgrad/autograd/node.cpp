@@ -37,20 +37,30 @@ Node::~Node() {
 
 // ---- AccumulateGrad -----------------------------------------------------------------------------
 
-AccumulateGrad::AccumulateGrad(Tensor leaf) : leaf_(std::move(leaf)) {
-  outputs.push_back({leaf_.sizes(), leaf_.dtype(), leaf_.device()});
+// NOTE [Kept AccumulateGrad] A leaf's AccumulateGrad is made the first time an op records
+// the leaf and is kept by the leaf's meta, so a training step does not make and free one per
+// parameter (with its output list, its sequence number and its teardown). It holds the leaf
+// weakly, so the leaf -> meta -> node chain is no cycle: a gradient that arrives after the
+// leaf is gone has nowhere to go and is dropped (the same as adding it into a tensor no one
+// can reach). nn::set_data, which may change a leaf's dtype in place, drops the kept node, so
+// its output metadata is never stale.
+AccumulateGrad::AccumulateGrad(const Tensor& leaf) : leaf_(leaf.impl_ptr()) {
+  outputs.push_back({leaf.sizes(), leaf.dtype(), leaf.device()});
 }
 
 GradList AccumulateGrad::apply(GradList&& grad_outputs) {
   Tensor gradient = std::move(grad_outputs.at(0));
-  AutogradMeta& m = meta(leaf_);
+  const std::shared_ptr<TensorImpl> held = leaf_.lock();
+  if (!held) return {};
+  const Tensor leaf(held);
+  AutogradMeta& m = meta(leaf);
   for (const Hook& hook : m.leaf_hooks) {
     Tensor replaced = hook(gradient);
     if (replaced.defined()) gradient = std::move(replaced);
   }
-  HG_CHECK(gradient.sizes() == leaf_.sizes() && gradient.dtype() == leaf_.dtype(),
+  HG_CHECK(gradient.sizes() == leaf.sizes() && gradient.dtype() == leaf.dtype(),
            "autograd: the gradient of a leaf of shape {} and dtype {} has shape {} and dtype {}",
-           leaf_.sizes(), leaf_.dtype(), gradient.sizes(), gradient.dtype());
+           leaf.sizes(), leaf.dtype(), gradient.sizes(), gradient.dtype());
   // NOTE [Gradient accumulation] Gradients add into grad(), never overwrite it. The first
   // gradient is taken as it is when no one else holds it (no copy), and copied otherwise,
   // so grad() never aliases another tensor. With create_graph the sum is itself recorded
@@ -136,14 +146,8 @@ Edge gradient_edge(const Tensor& t) {
   if (m == nullptr) return {};
   if (m->grad_fn) return {m->grad_fn, m->output_nr};
   if (!m->requires_grad) return {};
-  std::shared_ptr<Node> accumulator = m->grad_accumulator.lock();
-  if (!accumulator) {
-    // The accumulator holds the leaf; the leaf holds the accumulator weakly (no cycle).
-    Tensor leaf(t.impl_ptr());
-    accumulator = make_pooled<AccumulateGrad>(leaf);
-    m->grad_accumulator = accumulator;
-  }
-  return {accumulator, 0};
+  if (!m->grad_accumulator) m->grad_accumulator = make_pooled<AccumulateGrad>(t);
+  return {m->grad_accumulator, 0};
 }
 
 void set_history(const Tensor& t, const std::shared_ptr<Node>& node, uint32_t output_nr) {

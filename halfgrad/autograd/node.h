@@ -42,11 +42,12 @@ using Hook = std::function<Tensor(const Tensor&)>;
 // What autograd knows about a tensor. Tensors that never took part in autograd have none.
 struct AutogradMeta {
   bool requires_grad = false;
-  Tensor grad;                           // accumulated gradient (leaves, or retain_grad)
-  std::shared_ptr<Node> grad_fn;         // the node that produced this tensor (null for leaves)
-  uint32_t output_nr = 0;                // which output of grad_fn this tensor is
-  std::weak_ptr<Node> grad_accumulator;  // a leaf's AccumulateGrad, while some node uses it
-  std::vector<Hook> leaf_hooks;          // hooks of a leaf, run before accumulation
+  Tensor grad;                    // accumulated gradient (leaves, or retain_grad)
+  std::shared_ptr<Node> grad_fn;  // the node that produced this tensor (null for leaves)
+  uint32_t output_nr = 0;         // which output of grad_fn this tensor is
+  // A leaf's AccumulateGrad, made on first use and kept (NOTE [Kept AccumulateGrad]).
+  std::shared_ptr<Node> grad_accumulator;
+  std::vector<Hook> leaf_hooks;  // hooks of a leaf, run before accumulation
   bool retains_grad = false;
 };
 
@@ -89,15 +90,15 @@ class Node : public std::enable_shared_from_this<Node> {
 };
 
 // The node of a leaf that requires grad: adds the incoming gradient into the leaf's grad.
+// It holds the leaf weakly: the leaf's meta holds it (NOTE [Kept AccumulateGrad]).
 class AccumulateGrad final : public Node {
  public:
-  explicit AccumulateGrad(Tensor leaf);
+  explicit AccumulateGrad(const Tensor& leaf);
   std::string name() const override { return "AccumulateGrad"; }
   GradList apply(GradList&& grad_outputs) override;
-  const Tensor& leaf() const { return leaf_; }
 
  private:
-  Tensor leaf_;
+  std::weak_ptr<TensorImpl> leaf_;
 };
 
 // A tensor saved for backward, with the version it had when saved (NOTE [Version counter]).

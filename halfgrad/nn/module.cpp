@@ -4,6 +4,7 @@
 #include <set>
 
 #include "halfgrad/autograd/grad_mode.h"
+#include "halfgrad/autograd/node.h"
 #include "halfgrad/core/format.h"
 
 namespace hg::nn {
@@ -29,6 +30,8 @@ void set_data(const Tensor& tensor, const Tensor& data) {
            tensor.sizes(), data.sizes());
   TensorImpl* impl = tensor.impl();
   auto autograd_meta = impl->autograd_meta;
+  // Its kept AccumulateGrad knows the old dtype (NOTE [Kept AccumulateGrad]).
+  if (autograd_meta) autograd_meta->grad_accumulator.reset();
   const TensorImpl& source = *data.impl();
   *impl = TensorImpl(source.storage(), source.dtype(), source.sizes(), source.strides(),
                      source.storage_offset());

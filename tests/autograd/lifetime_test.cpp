@@ -112,3 +112,55 @@ TEST_CASE("a training loop does not grow the live allocations", "[autograd][life
   for (int i = 0; i < 5; ++i) step();
   CHECK(live() == after_two);
 }
+
+TEST_CASE("a leaf keeps one AccumulateGrad across graphs without keeping itself alive",
+          "[autograd][lifetime]") {
+  manual_seed(4);
+  Tensor w = randn({3}).requires_grad_();
+  std::weak_ptr<autograd::Node> accumulator;
+  uint64_t sequence_nr = 0;
+  {
+    const Tensor y1 = mul(w, 2.0);
+    const std::shared_ptr<autograd::Node> node = y1.grad_fn()->next_edges.at(0).node;
+    REQUIRE(node != nullptr);
+    CHECK(node->name() == "AccumulateGrad");
+    accumulator = node;
+    sequence_nr = node->sequence_nr();
+    sum(y1).backward();
+  }
+  // The first graph is gone; the leaf still holds its node, and the next graph uses it.
+  REQUIRE_FALSE(accumulator.expired());
+  const Tensor y2 = mul(w, 3.0);
+  CHECK(y2.grad_fn()->next_edges.at(0).node == accumulator.lock());
+  CHECK(y2.grad_fn()->next_edges.at(0).node->sequence_nr() == sequence_nr);
+  sum(y2).backward();
+  for (int64_t i = 0; i < 3; ++i) CHECK(w.grad()[i].item<double>() == 5.0);
+
+  // A graph does not keep its leaves alive through their AccumulateGrad: a gradient that
+  // arrives after the leaf is gone is dropped.
+  const std::weak_ptr<TensorImpl> weak = w.impl_ptr();
+  const Tensor y3 = sum(w);
+  w = Tensor();
+  CHECK(weak.expired());
+  CHECK_NOTHROW(y3.backward());
+}
+
+TEST_CASE("set_data drops the kept AccumulateGrad, whose dtype would be stale",
+          "[autograd][lifetime]") {
+  manual_seed(5);
+  const Tensor p = randn({4}).requires_grad_();
+  sum(mul(p, 2.0)).backward();
+  const std::shared_ptr<autograd::Node> before = autograd::gradient_edge(p).node;
+  REQUIRE(before != nullptr);
+  CHECK(before->outputs.at(0).dtype == kFloat32);
+
+  nn::set_data(p, p.detach().to(kFloat16));
+  p.mutable_grad() = Tensor();
+  const std::shared_ptr<autograd::Node> after = autograd::gradient_edge(p).node;
+  CHECK(after != before);
+  CHECK(after->outputs.at(0).dtype == kFloat16);
+  sum(mul(p, 2.0)).backward();
+  REQUIRE(p.grad().defined());
+  CHECK(p.grad().dtype() == kFloat16);
+  for (int64_t i = 0; i < 4; ++i) CHECK(p.grad()[i].item<double>() == 2.0);
+}
