@@ -39,4 +39,11 @@ class SGD : public Optimizer {
   bool keeps_step() const override { return false; }
 };
 
+namespace detail {
+// Switches the vectorized float32 pass (NOTE [Vectorized SGD pass] in sgd.cpp) on or off,
+// process-wide; returns the previous setting. For tests, which compare it with the scalar
+// pass. Without AVX-512 the scalar pass runs either way.
+bool set_sgd_vector_pass(bool enabled);
+}  // namespace detail
+
 }  // namespace hg::optim
