@@ -385,6 +385,23 @@ inline __attribute__((always_inline)) const float* small_pack_b(const Problem& p
   return packed;
 }
 
+// The sum of a vector's lanes, halves added pairwise (a fixed order, log2(lanes) dependent
+// adds rather than one per lane).
+template <class V>
+inline __attribute__((always_inline)) float lane_sum(const V& v) {
+  if constexpr (sizeof(V) == sizeof(SmallVec16)) {
+    const SmallVec8 low = __builtin_shufflevector(v, v, 0, 1, 2, 3, 4, 5, 6, 7);
+    const SmallVec8 high = __builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15);
+    return lane_sum(SmallVec8(low + high));
+  } else if constexpr (sizeof(V) == sizeof(SmallVec8)) {
+    const SmallVec4 low = __builtin_shufflevector(v, v, 0, 1, 2, 3);
+    const SmallVec4 high = __builtin_shufflevector(v, v, 4, 5, 6, 7);
+    return lane_sum(SmallVec4(low + high));
+  } else {
+    return (v[0] + v[2]) + (v[1] + v[3]);
+  }
+}
+
 // out[i, j] = alpha * dot(a row i, b column j) + beta * out[i, j] (+ bias[j]), for a and b
 // both contiguous along K: vectors along K, then the lanes summed.
 template <class V>
@@ -404,8 +421,7 @@ inline __attribute__((always_inline)) void small_gemm_dots(const Problem& p, int
         load_vector(y, b_col + k);
         acc += x * y;
       }
-      float sum = 0;
-      for (int l = 0; l < kLanes; ++l) sum += acc[l];
+      float sum = lane_sum(acc);
       for (int64_t k = whole; k < p.k; ++k) sum += a_row[k] * b_col[k];
       float& out = reinterpret_cast<float*>(p.out)[(batch * p.m + i) * p.n + j];
       float value = float(p.alpha) * sum;
