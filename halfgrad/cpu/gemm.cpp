@@ -871,10 +871,13 @@ void scale_out(const Tensor& out, double beta) {
 
 // [first byte, last byte] of the memory t's elements occupy (numel > 0).
 std::array<uintptr_t, 2> byte_span(const Tensor& t) {
-  const Shape& sizes = t.sizes();
-  const Shape& strides = t.strides();
-  int64_t last = 0;
-  for (size_t d = 0; d < sizes.size(); ++d) last += (sizes[d] - 1) * strides[d];
+  int64_t last = t.numel() - 1;  // the element farthest from the first
+  if (!t.is_contiguous()) {
+    const Shape& sizes = t.sizes();
+    const Shape& strides = t.strides();
+    last = 0;
+    for (size_t d = 0; d < sizes.size(); ++d) last += (sizes[d] - 1) * strides[d];
+  }
   const auto first = reinterpret_cast<uintptr_t>(t.data_ptr());
   return {first, first + uintptr_t((last + 1) * int64_t(t.element_size())) - 1};
 }
