@@ -898,7 +898,8 @@ TEST_CASE("a column sum folds each column row after row from 0 on both paths", "
   // of a float fold of each column in row order, starting from 0.
   for (const auto& [rows, cols] :
        {std::pair<int64_t, int64_t>{16, 32}, std::pair<int64_t, int64_t>{1, 5},
-        std::pair<int64_t, int64_t>{600, 64}}) {
+        std::pair<int64_t, int64_t>{16, 1}, std::pair<int64_t, int64_t>{7, 21},
+        std::pair<int64_t, int64_t>{0, 3}, std::pair<int64_t, int64_t>{600, 64}}) {
     INFO("shape [" << rows << ", " << cols << "]");
     manual_seed(uint64_t(rows * cols));
     const Tensor x = randn({rows, cols});
