@@ -54,7 +54,7 @@ C unary_fn(C x) {
   } else if constexpr (Op == Unary::Sign) {
     return C((C(0) < x) - (x < C(0)));
   } else if constexpr (Op == Unary::Relu) {
-    return x > C(0) ? x : C(0);
+    return x <= C(0) ? C(0) : x;  // NaN stays NaN, as in torch
   } else if constexpr (Op == Unary::Square) {
     return x * x;
   } else if constexpr (Op == Unary::Exp) {
@@ -338,25 +338,26 @@ Tensor threshold_backward(const Tensor& grad, const Tensor& x, double threshold)
     } else {
       using C = compute_t<T>;
       const C limit = cast_value<C>(threshold);
-      for_each_row<3>(
-          x.sizes(), {address(out), address(grad), address(x)},
-          {byte_strides(out), byte_strides(grad), byte_strides(x)},
-          [limit](std::array<char*, 3> p, std::array<int64_t, 3> s, int64_t n) {
-            if (s[0] == sizeof(T) && s[1] == sizeof(T) && s[2] == sizeof(T)) {
-              T* o = reinterpret_cast<T*>(p[0]);
-              const T* g = reinterpret_cast<const T*>(p[1]);
-              const T* v = reinterpret_cast<const T*>(p[2]);
-              for (int64_t i = 0; i < n; ++i) {
-                o[i] = cast_value<T>(cast_value<C>(g[i]) * C(cast_value<C>(v[i]) > limit ? 1 : 0));
-              }
-              return;
-            }
-            for (int64_t i = 0; i < n; ++i) {
-              const C g = cast_value<C>(load<T>(p[1] + i * s[1]));
-              const C v = cast_value<C>(load<T>(p[2] + i * s[2]));
-              store(p[0] + i * s[0], cast_value<T>(g * C(v > limit ? 1 : 0)));
-            }
-          });
+      const T zero = cast_value<T>(C(0));
+      for_each_row<3>(x.sizes(), {address(out), address(grad), address(x)},
+                      {byte_strides(out), byte_strides(grad), byte_strides(x)},
+                      [limit, zero](std::array<char*, 3> p, std::array<int64_t, 3> s, int64_t n) {
+                        if (s[0] == sizeof(T) && s[1] == sizeof(T) && s[2] == sizeof(T)) {
+                          T* o = reinterpret_cast<T*>(p[0]);
+                          const T* g = reinterpret_cast<const T*>(p[1]);
+                          const T* v = reinterpret_cast<const T*>(p[2]);
+                          for (int64_t i = 0; i < n; ++i) {
+                            const T gi = g[i];  // read either way: a select, not a branch
+                            o[i] = cast_value<C>(v[i]) <= limit ? zero : gi;
+                          }
+                          return;
+                        }
+                        for (int64_t i = 0; i < n; ++i) {
+                          const T g = load<T>(p[1] + i * s[1]);
+                          const C v = cast_value<C>(load<T>(p[2] + i * s[2]));
+                          store(p[0] + i * s[0], v <= limit ? zero : g);
+                        }
+                      });
     }
   });
   return out;

@@ -58,9 +58,9 @@ enum class Compare : uint8_t { Eq, Ne, Lt, Le, Gt, Ge };
 // A bool tensor: op(a, b) broadcast, compared in `dtype`.
 Tensor compare(Compare op, const Tensor& a, const Tensor& b, DType dtype);
 
-// grad * (x > threshold) in one pass: relu's backward. grad and x have one shape and dtype;
-// the product is the one grad * (x > threshold).to(dtype) computes (so an infinite gradient
-// where x <= threshold gives NaN, as that formula does).
+// relu's backward, torch's threshold_backward: 0 where x <= threshold, else grad (also where
+// x is NaN). A select, not a product: an infinite or NaN gradient where x <= threshold gives
+// 0. grad and x have one shape and dtype.
 Tensor threshold_backward(const Tensor& grad, const Tensor& x, double threshold);
 
 // min(max(x, low), high) with either bound absent; NaN stays NaN.

@@ -12,6 +12,7 @@
 #include "halfgrad/cpu/elementwise.h"
 #include "halfgrad/ops/backward_helpers.h"
 #include "halfgrad/ops/dispatch.h"
+#include "halfgrad/ops/index_ops.h"
 #include "halfgrad/ops/ops.h"
 #include "halfgrad/ops/type_promotion.h"
 
@@ -158,15 +159,19 @@ struct UnaryOp {
   Grads backward(OpContext& ctx, const Grads& grads) {
     const Tensor x = ctx.saved(0);
     if constexpr (Id == OpId::relu) {
-      // One fused pass with the same products as the formula below, unless the backward pass
-      // is recorded (create_graph): then the formula's ops are.
+      // torch's threshold_backward on the output: the gradient where y = relu(x) is not <= 0
+      // (y > 0, or NaN), else 0, a select rather than a product (an infinite gradient where
+      // relu is flat gives 0, not NaN). One fused pass, unless the backward pass is recorded
+      // (create_graph): then the same select as ops, which give the same bits.
       if (!autograd::is_grad_enabled() && grads[0].dtype() == x.dtype()) {
-        const Tensor y = ctx.saved_data(1);  // relu(x) > 0 exactly where x > 0 (NaN: neither)
-        return {cpu::threshold_backward(grads[0], y, 0.0)};
+        return {cpu::threshold_backward(grads[0], ctx.saved_data(1), 0.0)};
       }
+      const Tensor y = ctx.saved(1);
+      return {grad_for(where(le(y, 0), 0, grads[0]), x)};
+    } else {
+      const Tensor y = ctx.saved(1);
+      return {grad_for(mul(grads[0], derivative(x.to(y.dtype()), y)), x)};
     }
-    const Tensor y = ctx.saved(1);
-    return {grad_for(mul(grads[0], derivative(x.to(y.dtype()), y)), x)};
   }
   static Tensor derivative(const Tensor& x, const Tensor& y);
 };
@@ -219,10 +224,6 @@ Tensor UnaryOp<OpId::tanh, cpu::Unary::Tanh>::derivative(const Tensor&, const Te
 template <>
 Tensor UnaryOp<OpId::sigmoid, cpu::Unary::Sigmoid>::derivative(const Tensor&, const Tensor& y) {
   return mul(y, 1.0 - y);
-}
-template <>
-Tensor UnaryOp<OpId::relu, cpu::Unary::Relu, true>::derivative(const Tensor& x, const Tensor&) {
-  return gt(x, 0).to(x.dtype());
 }
 template <>
 Tensor UnaryOp<OpId::silu, cpu::Unary::Silu>::derivative(const Tensor& x, const Tensor&) {

@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <functional>
+#include <limits>
 #include <numbers>
 
 #include "halfgrad/halfgrad.h"
@@ -73,7 +74,7 @@ TEST_CASE("unary ops match float64 math in every floating dtype", "[elementwise]
       {"tanh", [](auto& x) { return tanh(x); }, [](double v) { return std::tanh(v); }, -3, 3},
       {"sigmoid", [](auto& x) { return sigmoid(x); },
        [](double v) { return 1 / (1 + std::exp(-v)); }, -6, 6},
-      {"relu", [](auto& x) { return relu(x); }, [](double v) { return v > 0 ? v : 0; }, -3, 3},
+      {"relu", [](auto& x) { return relu(x); }, [](double v) { return v <= 0 ? 0 : v; }, -3, 3},
       {"gelu", [](auto& x) { return gelu(x); }, gelu_exact, -4, 4},
       {"gelu_tanh", [](auto& x) { return gelu(x, "tanh"); }, gelu_tanh, -4, 4},
       {"silu", [](auto& x) { return silu(x); }, [](double v) { return v / (1 + std::exp(-v)); }, -5,
@@ -86,6 +87,22 @@ TEST_CASE("unary ops match float64 math in every floating dtype", "[elementwise]
   };
   for (const UnaryCase& c : cases) {
     for (DType dtype : {kFloat32, kFloat16, kBFloat16, kFloat64}) check_unary(c, dtype);
+  }
+}
+
+TEST_CASE("relu keeps NaN and zeroes what is <= 0, as torch does", "[elementwise]") {
+  const double nan = std::nan(""), inf = std::numeric_limits<double>::infinity();
+  for (DType dtype : {kFloat32, kFloat16, kBFloat16, kFloat64}) {
+    CAPTURE(dtype);
+    const std::vector<double> got =
+        relu(tensor({nan, -inf, -1.5, -0.0, 0.0, 2.5, inf}, dtype)).to_vector<double>();
+    CHECK(std::isnan(got[0]));
+    for (size_t i = 1; i < 5; ++i) {
+      CHECK(got[i] == 0.0);
+      CHECK_FALSE(std::signbit(got[i]));
+    }
+    CHECK(got[5] == 2.5);
+    CHECK(got[6] == inf);
   }
 }
 
