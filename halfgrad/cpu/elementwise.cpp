@@ -3,6 +3,11 @@
 #include <cmath>
 #include <cstring>
 #include <numbers>
+#include <type_traits>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
 
 #include "halfgrad/core/cast.h"
 #include "halfgrad/core/factory.h"
@@ -102,6 +107,42 @@ C unary_fn(C x) {
   }
 }
 
+// NOTE [AVX-512 relu passes] relu and its backward are the activations of small float32
+// MLPs, where the baseline build's 4-lane SSE loops were a visible part of a training step.
+// On CPUs with AVX-512 their contiguous float32 runs take a 16-lane pass instead (masked for
+// the tail). Both are selects, not arithmetic, so the bits are the scalar loops' bits: 0 where
+// the compared value is <= 0 (an ordered compare, false for NaN), else the value passed.
+#if defined(__x86_64__)
+__attribute__((target("avx512f"))) void relu_floats_avx512(float* out, const float* x, int64_t n) {
+  const __m512 zero = _mm512_setzero_ps();
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 lanes = n - i >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (n - i)) - 1);
+    const __m512 v = _mm512_maskz_loadu_ps(lanes, x + i);
+    const __mmask16 flat = _mm512_cmp_ps_mask(v, zero, _CMP_LE_OQ);
+    _mm512_mask_storeu_ps(out + i, lanes, _mm512_mask_mov_ps(v, flat, zero));
+  }
+}
+
+__attribute__((target("avx512f"))) void threshold_backward_floats_avx512(float* out,
+                                                                         const float* grad,
+                                                                         const float* x,
+                                                                         float limit, int64_t n) {
+  const __m512 zero = _mm512_setzero_ps(), bound = _mm512_set1_ps(limit);
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 lanes = n - i >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (n - i)) - 1);
+    const __mmask16 flat =
+        _mm512_cmp_ps_mask(_mm512_maskz_loadu_ps(lanes, x + i), bound, _CMP_LE_OQ);
+    const __m512 g = _mm512_maskz_loadu_ps(lanes, grad + i);
+    _mm512_mask_storeu_ps(out + i, lanes, _mm512_mask_mov_ps(g, flat, zero));
+  }
+}
+
+bool has_avx512() {
+  static const bool supported = __builtin_cpu_supports("avx512f");
+  return supported;
+}
+#endif
+
 template <Unary Op>
 Tensor run_unary(const Tensor& x) {
   Tensor out = empty(x.sizes(), x.options());
@@ -122,6 +163,11 @@ Tensor run_unary(const Tensor& x) {
                         if (s[0] == sizeof(T) && s[1] == sizeof(T)) {
                           T* o = reinterpret_cast<T*>(p[0]);
                           const T* in = reinterpret_cast<const T*>(p[1]);
+#if defined(__x86_64__)
+                          if constexpr (Op == Unary::Relu && std::is_same_v<T, float>) {
+                            if (has_avx512()) return relu_floats_avx512(o, in, n);
+                          }
+#endif
                           for (int64_t i = 0; i < n; ++i) {
                             o[i] = cast_value<T>(unary_fn<Op, C>(cast_value<C>(in[i])));
                           }
@@ -346,6 +392,13 @@ Tensor threshold_backward(const Tensor& grad, const Tensor& x, double threshold)
                           T* o = reinterpret_cast<T*>(p[0]);
                           const T* g = reinterpret_cast<const T*>(p[1]);
                           const T* v = reinterpret_cast<const T*>(p[2]);
+#if defined(__x86_64__)
+                          if constexpr (std::is_same_v<T, float>) {
+                            if (has_avx512()) {
+                              return threshold_backward_floats_avx512(o, g, v, limit, n);
+                            }
+                          }
+#endif
                           for (int64_t i = 0; i < n; ++i) {
                             const T gi = g[i];  // read either way: a select, not a branch
                             o[i] = cast_value<C>(v[i]) <= limit ? zero : gi;

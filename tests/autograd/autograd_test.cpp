@@ -231,11 +231,20 @@ TEST_CASE("relu's fused backward gives its formula's bits", "[autograd][fused]")
   const double inf = std::numeric_limits<double>::infinity(), nan = std::nan("");
   for (DType dtype : {kFloat32, kFloat64, kFloat16, kBFloat16}) {
     CAPTURE(dtype);
-    Tensor x = tensor({-2.0, -0.0, 0.0, 1.5, nan, 3.0, -1.0, 2.0, 1e-3, -5.0}, dtype);
+    // 40 values (two 16-lane blocks and a tail, for a vectorized pass): the pattern below
+    // four times, the gradients rotated so that each meets every kind of input.
+    const std::vector<double> xs0 = {-2.0, -0.0, 0.0, 1.5, nan, 3.0, -1.0, 2.0, 1e-3, -5.0};
+    const std::vector<double> seeds0 = {1.0, -3.0, inf, -0.5, 2.0, -inf, inf, nan, 4.0, -2.0};
+    std::vector<double> xs_all, seeds_all;
+    for (size_t i = 0; i < 40; ++i) {
+      xs_all.push_back(xs0[i % 10]);
+      seeds_all.push_back(seeds0[(i + i / 10) % 10]);
+    }
+    Tensor x = tensor(xs_all, dtype);
     x.requires_grad_();
     // torch's threshold_backward: 0 where relu(x) <= 0, the gradient elsewhere, including
     // where x is NaN. A select: an infinite or NaN gradient where relu is flat gives +0.
-    const Tensor seed = tensor({1.0, -3.0, inf, -0.5, 2.0, -inf, inf, nan, 4.0, -2.0}, dtype);
+    const Tensor seed = tensor(seeds_all, dtype);
     const auto [fused, recorded] = fused_and_recorded([&] { return relu(x); }, {x}, seed);
     check_same_bits(fused[0], recorded[0]);
     const std::vector<double> xs = values(x), seeds = values(seed), got = values(fused[0]);
