@@ -154,13 +154,18 @@ Tensor& Tensor::copy_(const Tensor& src) {
 }
 
 Tensor& Tensor::fill_(Scalar value) {
-  HG_CHECK(!has_internal_overlap(*this),
+  const bool dense = is_contiguous();  // (a contiguous tensor has no element twice)
+  HG_CHECK(dense || !has_internal_overlap(*this),
            "fill_: the tensor (shape {}, strides {}) has elements that share memory (an "
            "expanded tensor); clone() it before writing to it",
            sizes(), strides());
   visit_dtype(dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     const T fill = scalar_as<T>(value, dtype(), "fill_");
+    if (dense) {  // one run, without the walk's set-up (a scalar, a new tensor of ones)
+      std::fill_n(static_cast<T*>(data_ptr()), numel(), fill);
+      return;
+    }
     const Shape strides = byte_strides(*this);
     for_each_row<1>(sizes(), {static_cast<char*>(data_ptr())}, {strides},
                     [fill](std::array<char*, 1> ptrs, std::array<int64_t, 1> step, int64_t n) {
