@@ -8,14 +8,12 @@
 
 namespace hg::ops {
 
-void OpContext::bind_outputs(const std::shared_ptr<autograd::Node>& node,
-                             std::span<const Tensor* const> outputs) {
-  for (const auto& [index, impl] : saved_outputs_) {
-    for (const Tensor* out : outputs) {
-      if (out->impl() == impl) saved_[index] = autograd::SavedTensor(*out, /*is_output=*/true);
-    }
+void OpContext::bind_outputs() {
+  // The handles share the outputs' TensorImpl, whose meta now names the node.
+  for (const auto& [index, output] : saved_outputs_) {
+    saved_[index] = autograd::SavedTensor(output, /*is_output=*/true);
   }
-  (void)node;
+  saved_outputs_.clear();
 }
 
 std::string_view backward_node_name(OpId op) {

@@ -67,11 +67,12 @@ class OpContext {
     saved_.reserve(saved_.size() + tensors.size());
     for (const Tensor& t : tensors) saved_.emplace_back(t, /*is_output=*/false);
   }
-  // Saves an output of this op (held without creating a reference cycle).
+  // Saves an output of this op (held without creating a reference cycle). Its SavedTensor is
+  // made by bind_outputs, once the output has its grad_fn.
   void save_output(const Tensor& output) {
     if (!recording_) return;
-    saved_.emplace_back(output, /*is_output=*/true);
-    saved_outputs_.push_back({saved_.size() - 1, output.impl()});
+    saved_.emplace_back();
+    saved_outputs_.push_back({saved_.size() - 1, output});
   }
   // The i-th saved tensor, checked against in-place modification.
   Tensor saved(size_t i) const { return saved_.at(i).unpack(node_name_); }
@@ -89,8 +90,8 @@ class OpContext {
     }
     node_name_ = node_name;
   }
-  void bind_outputs(const std::shared_ptr<autograd::Node>& node,
-                    std::span<const Tensor* const> outputs);
+  // Makes the saved outputs' SavedTensors (after set_history gave the outputs their node).
+  void bind_outputs();
   void release() {
     for (autograd::SavedTensor& s : saved_) s.release();
   }
@@ -99,9 +100,9 @@ class OpContext {
   bool recording_ = false;
   SmallVector<bool, 8> needs_input_grad_;
   std::vector<autograd::SavedTensor, PoolAllocator<autograd::SavedTensor>> saved_;
-  std::vector<std::pair<size_t, const TensorImpl*>,
-              PoolAllocator<std::pair<size_t, const TensorImpl*>>>
-      saved_outputs_;
+  // Outputs to save, until bind_outputs (which drops these handles: the node must not own
+  // its outputs).
+  std::vector<std::pair<size_t, Tensor>, PoolAllocator<std::pair<size_t, Tensor>>> saved_outputs_;
   std::string_view node_name_;  // from backward_node_name's table: lives as long as the program
 };
 
@@ -226,7 +227,7 @@ auto run_unnamed(Op op, Inputs inputs) {
         node->outputs.push_back({out->sizes(), out->dtype(), out->device()});
         autograd::set_history(*out, node, output_nr++);
       }
-      node->context().bind_outputs(node, outputs);
+      node->context().bind_outputs();
       if (autograd::is_anomaly_enabled()) {
         node->creation_context = autograd::describe_call(op_name(id), input_span);
       }

@@ -164,3 +164,18 @@ TEST_CASE("set_data drops the kept AccumulateGrad, whose dtype would be stale",
   CHECK(p.grad().dtype() == kFloat16);
   for (int64_t i = 0; i < 4; ++i) CHECK(p.grad()[i].item<double>() == 2.0);
 }
+
+TEST_CASE("an op that saves its own output does not keep it alive", "[autograd][lifetime]") {
+  // relu, sigmoid and softmax save their outputs for backward; the node holds them without
+  // owning them (the output owns the node), so nothing stays once the graph is gone.
+  manual_seed(6);
+  const Tensor x = randn({4, 8}).requires_grad_();
+  const int64_t baseline = live();
+  {
+    const Tensor loss = sum(softmax(sigmoid(relu(x)), 1));
+    CHECK(live() > baseline);
+    loss.backward();
+  }
+  x.mutable_grad() = Tensor();
+  CHECK(live() == baseline);
+}
