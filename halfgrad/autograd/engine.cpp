@@ -120,21 +120,28 @@ struct Pass {
     return node;
   }
 
+  // (keep_alive copies the edges' pointers: a plain count increment, where shared_from_this
+  // would lock a weak pointer.)
   void count_dependencies(const std::vector<Edge>& from) {
     bool added = false;
     for (const Edge& root : from) {
       if (!root.valid()) continue;
       nodes.at(root.node.get(), &added);
-      if (added) stack.push_back(root.node.get());
+      if (added) {
+        stack.push_back(root.node.get());
+        keep_alive.push_back(root.node);
+      }
     }
     while (!stack.empty()) {
       Node* node = stack.back();
       stack.pop_back();
-      keep_alive.push_back(node->shared_from_this());
       for (const Edge& edge : node->next_edges) {
         if (!edge.valid()) continue;
         ++nodes.at(edge.node.get(), &added).dependencies;
-        if (added) stack.push_back(edge.node.get());
+        if (added) {
+          stack.push_back(edge.node.get());
+          keep_alive.push_back(edge.node);
+        }
       }
     }
   }
