@@ -10,6 +10,10 @@
 
 namespace hg::amp {
 
+namespace detail {
+thread_local constinit AutocastFlags autocast_flags;
+}  // namespace detail
+
 namespace {
 
 struct CachedCast {
@@ -31,11 +35,9 @@ struct CacheKeyHash {
 
 // The thread's autocast state, one slot per device type (indexed by DeviceType).
 struct State {
-  std::array<bool, 2> enabled{false, false};
   std::array<DType, 2> dtype{kBFloat16, kFloat16};  // CPU, CUDA
   bool cache_enabled = true;
   int nesting = 0;  // open Autocast guards; the cache is cleared when the last one ends
-  bool below_autocast = false;
   std::unordered_map<CacheKey, CachedCast, CacheKeyHash> cache;
 };
 
@@ -63,21 +65,20 @@ DType default_dtype(DeviceType type) { return type == kCUDA ? kFloat16 : kBFloat
 
 }  // namespace
 
-bool is_autocast_enabled(DeviceType device_type) { return state.enabled[slot(device_type)]; }
 DType get_autocast_dtype(DeviceType device_type) { return state.dtype[slot(device_type)]; }
 bool is_autocast_cache_enabled() { return state.cache_enabled; }
 
 Autocast::Autocast(DeviceType device_type, std::optional<DType> dtype, bool enabled,
                    std::optional<bool> cache_enabled)
     : device_type_(device_type),
-      previous_enabled_(state.enabled[slot(device_type)]),
+      previous_enabled_(detail::autocast_flags.enabled[slot(device_type)]),
       previous_dtype_(state.dtype[slot(device_type)]),
       previous_cache_enabled_(state.cache_enabled) {
   const DType chosen = dtype.value_or(default_dtype(device_type));
   HG_CHECK(chosen == kFloat16 || chosen == kBFloat16,
            "Autocast: expected float16 or bfloat16 as the autocast dtype for {}, got {}",
            device_type_name(device_type), chosen);
-  state.enabled[slot(device_type)] = enabled;
+  detail::autocast_flags.enabled[slot(device_type)] = enabled;
   state.dtype[slot(device_type)] = chosen;
   if (cache_enabled) state.cache_enabled = *cache_enabled;
   ++state.nesting;
@@ -85,16 +86,20 @@ Autocast::Autocast(DeviceType device_type, std::optional<DType> dtype, bool enab
 
 Autocast::~Autocast() {
   if (--state.nesting == 0) state.cache.clear();
-  state.enabled[slot(device_type_)] = previous_enabled_;
+  detail::autocast_flags.enabled[slot(device_type_)] = previous_enabled_;
   state.dtype[slot(device_type_)] = previous_dtype_;
   state.cache_enabled = previous_cache_enabled_;
 }
 
-AutocastOff::AutocastOff() : previous_{state.enabled[0], state.enabled[1]} {
-  state.enabled = {false, false};
+AutocastOff::AutocastOff()
+    : previous_{detail::autocast_flags.enabled[0], detail::autocast_flags.enabled[1]} {
+  detail::autocast_flags.enabled[0] = detail::autocast_flags.enabled[1] = false;
 }
 
-AutocastOff::~AutocastOff() { state.enabled = {previous_[0], previous_[1]}; }
+AutocastOff::~AutocastOff() {
+  detail::autocast_flags.enabled[0] = previous_[0];
+  detail::autocast_flags.enabled[1] = previous_[1];
+}
 
 CastPolicy cast_policy(OpId op, DeviceType device_type) {
   return policy_table()[size_t(op)][slot(device_type)].load(std::memory_order_relaxed);
@@ -110,12 +115,6 @@ void reset_cast_policies() {
     set_cast_policy(info.id, kCUDA, info.cuda_policy);
   }
 }
-
-bool is_below_autocast() { return state.below_autocast; }
-BelowAutocastGuard::BelowAutocastGuard() : previous_(state.below_autocast) {
-  state.below_autocast = true;
-}
-BelowAutocastGuard::~BelowAutocastGuard() { state.below_autocast = previous_; }
 
 Tensor autocast_input(const Tensor& input, DType target, DeviceType device_type) {
   if (!input.defined() || !input.is_floating_point() || input.dtype() == kFloat64 ||

@@ -24,7 +24,20 @@ class Tensor;
 
 namespace hg::amp {
 
-bool is_autocast_enabled(DeviceType device_type);
+namespace detail {
+// The thread's autocast flags, which every op reads: constinit, so read inline as plain
+// thread-local loads. The rest of the state (dtypes, the weight-cast cache) is
+// autocast_state.cpp's.
+struct AutocastFlags {
+  bool enabled[2] = {false, false};  // by DeviceType (CPU, CUDA)
+  bool below_autocast = false;
+};
+extern thread_local constinit AutocastFlags autocast_flags;
+}  // namespace detail
+
+inline bool is_autocast_enabled(DeviceType device_type) {
+  return detail::autocast_flags.enabled[static_cast<size_t>(device_type)];
+}
 // The lower-precision dtype of the region (float16 on CUDA, bfloat16 on CPU by default).
 DType get_autocast_dtype(DeviceType device_type);
 bool is_autocast_cache_enabled();
@@ -73,11 +86,13 @@ void reset_cast_policies();
 
 // NOTE [Autocast once] While an op's kernel runs, the ops it calls are "below autocast": they
 // run as called. So a composite op (linear calling matmul) is cast once, at the outermost call.
-bool is_below_autocast();
+inline bool is_below_autocast() { return detail::autocast_flags.below_autocast; }
 class BelowAutocastGuard {
  public:
-  BelowAutocastGuard();
-  ~BelowAutocastGuard();
+  BelowAutocastGuard() : previous_(detail::autocast_flags.below_autocast) {
+    detail::autocast_flags.below_autocast = true;
+  }
+  ~BelowAutocastGuard() { detail::autocast_flags.below_autocast = previous_; }
   BelowAutocastGuard(const BelowAutocastGuard&) = delete;
   BelowAutocastGuard& operator=(const BelowAutocastGuard&) = delete;
 

@@ -9,9 +9,13 @@
 
 namespace hg::amp {
 
-namespace {
+namespace detail {
+thread_local constinit OverflowWatch* active_watch = nullptr;
+}  // namespace detail
 
-thread_local OverflowWatch* active_watch = nullptr;
+using detail::active_watch;
+
+namespace {
 
 // float16's largest finite value.
 constexpr double kFloat16Max = 65504.0;
@@ -65,8 +69,6 @@ std::string describe(const OverflowFinding& finding) {
 }
 
 }  // namespace
-
-OverflowWatch* active_overflow_watch() { return active_watch; }
 
 OverflowWatch::OverflowWatch(nn::Module* model) : previous_(active_watch) {
   if (model) {

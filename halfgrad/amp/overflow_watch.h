@@ -92,7 +92,11 @@ class OverflowWatch {
   bool checking_ = false;  // the checks' own conversions are not checked
 };
 
-// The innermost live watch of this thread, or null.
-OverflowWatch* active_overflow_watch();
+namespace detail {
+extern thread_local constinit OverflowWatch* active_watch;
+}  // namespace detail
+
+// The innermost live watch of this thread, or null (read inline by every op).
+inline OverflowWatch* active_overflow_watch() { return detail::active_watch; }
 
 }  // namespace hg::amp

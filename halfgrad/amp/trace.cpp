@@ -6,8 +6,11 @@
 
 namespace hg::amp {
 
+namespace detail {
+thread_local constinit AutocastTrace* current_trace = nullptr;
+}  // namespace detail
+
 namespace {
-thread_local AutocastTrace* current = nullptr;
 
 std::string join_dtypes(const std::vector<DType>& dtypes) {
   std::string text;
@@ -19,9 +22,8 @@ std::string join_dtypes(const std::vector<DType>& dtypes) {
 }
 }  // namespace
 
-AutocastTrace::AutocastTrace() : previous_(current) { current = this; }
-AutocastTrace::~AutocastTrace() { current = previous_; }
-AutocastTrace* active_trace() { return current; }
+AutocastTrace::AutocastTrace() : previous_(detail::current_trace) { detail::current_trace = this; }
+AutocastTrace::~AutocastTrace() { detail::current_trace = previous_; }
 
 std::string AutocastTrace::table() const {
   struct Row {

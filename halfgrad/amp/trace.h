@@ -49,7 +49,11 @@ class AutocastTrace {
   AutocastTrace* previous_;
 };
 
-// The innermost live trace of this thread, or null.
-AutocastTrace* active_trace();
+namespace detail {
+extern thread_local constinit AutocastTrace* current_trace;
+}  // namespace detail
+
+// The innermost live trace of this thread, or null (read inline by every op).
+inline AutocastTrace* active_trace() { return detail::current_trace; }
 
 }  // namespace hg::amp

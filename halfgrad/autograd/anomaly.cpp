@@ -7,22 +7,16 @@
 
 namespace hg::autograd {
 
-namespace {
-thread_local bool anomaly_enabled = false;
-thread_local bool checks_suspended = false;
-}  // namespace
+namespace detail {
+thread_local constinit bool anomaly_enabled = false;
+thread_local constinit bool checks_suspended = false;
+}  // namespace detail
+
+using detail::anomaly_enabled;
 
 // NOTE [Anomaly in backward] A node's backward is written with ops; a non-finite value made
 // inside it is reported as the node's (with the forward call that created the node), which
 // is what the user can act on, rather than as the inner op's.
-bool forward_checks_suspended() { return checks_suspended; }
-SuspendForwardChecks::SuspendForwardChecks() : previous_(checks_suspended) {
-  checks_suspended = true;
-}
-SuspendForwardChecks::~SuspendForwardChecks() { checks_suspended = previous_; }
-
-bool is_anomaly_enabled() { return anomaly_enabled; }
-
 DetectAnomalyGuard::DetectAnomalyGuard() : previous_(anomaly_enabled) { anomaly_enabled = true; }
 DetectAnomalyGuard::~DetectAnomalyGuard() { anomaly_enabled = previous_; }
 

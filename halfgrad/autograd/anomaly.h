@@ -16,7 +16,13 @@ namespace hg::autograd {
 
 class Node;
 
-bool is_anomaly_enabled();
+namespace detail {
+// The thread's anomaly flags, read inline by every op (constinit: plain thread-local loads).
+extern thread_local constinit bool anomaly_enabled;
+extern thread_local constinit bool checks_suspended;
+}  // namespace detail
+
+inline bool is_anomaly_enabled() { return detail::anomaly_enabled; }
 
 class DetectAnomalyGuard {
  public:
@@ -31,11 +37,11 @@ class DetectAnomalyGuard {
 
 // While a node's backward runs, the ops it calls are not checked one by one: the engine
 // checks the node's outputs and names the node (NOTE [Anomaly in backward]).
-bool forward_checks_suspended();
+inline bool forward_checks_suspended() { return detail::checks_suspended; }
 class SuspendForwardChecks {
  public:
-  SuspendForwardChecks();
-  ~SuspendForwardChecks();
+  SuspendForwardChecks() : previous_(detail::checks_suspended) { detail::checks_suspended = true; }
+  ~SuspendForwardChecks() { detail::checks_suspended = previous_; }
   SuspendForwardChecks(const SuspendForwardChecks&) = delete;
   SuspendForwardChecks& operator=(const SuspendForwardChecks&) = delete;
 

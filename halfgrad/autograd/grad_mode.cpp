@@ -2,11 +2,8 @@
 
 namespace hg::autograd {
 
-namespace {
-thread_local bool grad_enabled = true;
+namespace detail {
+thread_local constinit bool grad_enabled = true;
 }
-
-bool is_grad_enabled() { return grad_enabled; }
-void set_grad_enabled(bool enabled) { grad_enabled = enabled; }
 
 }  // namespace hg::autograd

@@ -7,8 +7,13 @@
 namespace hg {
 
 namespace autograd {
-bool is_grad_enabled();
-void set_grad_enabled(bool enabled);
+namespace detail {
+// The thread's grad mode. Read inline (every op reads it); constinit, so an access is a plain
+// thread-local load, with no initialisation call.
+extern thread_local constinit bool grad_enabled;
+}  // namespace detail
+inline bool is_grad_enabled() { return detail::grad_enabled; }
+inline void set_grad_enabled(bool enabled) { detail::grad_enabled = enabled; }
 }  // namespace autograd
 
 // Sets grad mode for its lifetime and restores the previous mode when it ends (also when

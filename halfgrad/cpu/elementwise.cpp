@@ -387,7 +387,7 @@ Tensor threshold_backward(const Tensor& grad, const Tensor& x, double threshold)
       const T zero = cast_value<T>(C(0));
       for_each_row<3>(x.sizes(), {address(out), address(grad), address(x)},
                       {byte_strides(out), byte_strides(grad), byte_strides(x)},
-                      [limit, zero](std::array<char*, 3> p, std::array<int64_t, 3> s, int64_t n) {
+                      [=](std::array<char*, 3> p, std::array<int64_t, 3> s, int64_t n) {
                         if (s[0] == sizeof(T) && s[1] == sizeof(T) && s[2] == sizeof(T)) {
                           T* o = reinterpret_cast<T*>(p[0]);
                           const T* g = reinterpret_cast<const T*>(p[1]);
