@@ -36,6 +36,7 @@
 #pragma once
 
 #include <array>
+#include <functional>
 #include <span>
 #include <tuple>
 #include <type_traits>
@@ -61,8 +62,9 @@ class OpContext {
     return input < needs_input_grad_.size() && needs_input_grad_[input];
   }
 
-  // Saves inputs (or any tensor that is not an output of this op).
-  void save(std::initializer_list<Tensor> tensors) {
+  // Saves inputs (or any tensor that is not an output of this op). The list refers to the
+  // tensors (no handle copied only to be dropped: a reference count each way).
+  void save(std::initializer_list<std::reference_wrapper<const Tensor>> tensors) {
     if (!recording_) return;
     saved_.reserve(saved_.size() + tensors.size());
     for (const Tensor& t : tensors) saved_.emplace_back(t, /*is_output=*/false);
