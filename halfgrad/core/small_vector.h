@@ -78,8 +78,14 @@ class SmallVector {
   }
   void clear() { size_ = 0; }
 
+  // A plain loop: std::equal on integers becomes a call to memcmp, which costs more than
+  // comparing a shape's few elements (shapes are compared in many ops' checks).
   friend bool operator==(const SmallVector& a, const SmallVector& b) {
-    return std::equal(a.begin(), a.end(), b.begin(), b.end());
+    if (a.size_ != b.size_) return false;
+    for (size_t i = 0; i < a.size_; ++i) {
+      if (!(a.data()[i] == b.data()[i])) return false;
+    }
+    return true;
   }
 
  private:
