@@ -16,23 +16,24 @@ uint64_t next_sequence_nr() {
 // NOTE [Graph teardown] Freeing the last tensor of a long graph would free node after node
 // recursively (each node owns its edges' nodes) and overflow the stack for deep graphs. So a
 // dying node takes over the edges of every node it holds the last reference to, and frees
-// them in a loop. Saved tensors are members of the derived node and are gone by the time
-// this runs, so they add no recursion either.
+// them in a loop. An edge to a node that something else also holds (an output's meta, another
+// node, a leaf's meta for its AccumulateGrad) is only released, without the list. Saved
+// tensors are members of the derived node and are gone by the time this runs, so they add no
+// recursion either.
 Node::~Node() {
-  // (The list is pooled: every node of every step's graph is torn down here.)
+  // (The list is pooled, and used only when a chain of last references is walked.)
   std::vector<std::shared_ptr<Node>, PoolAllocator<std::shared_ptr<Node>>> pending;
-  for (Edge& edge : next_edges) {
-    if (edge.node) pending.push_back(std::move(edge.node));
-  }
+  const auto take_last_references = [&pending](EdgeList& edges) {
+    for (Edge& edge : edges) {
+      if (edge.node && edge.node.use_count() == 1) pending.push_back(std::move(edge.node));
+    }
+  };
+  take_last_references(next_edges);
   while (!pending.empty()) {
     std::shared_ptr<Node> node = std::move(pending.back());
     pending.pop_back();
-    if (node.use_count() == 1) {
-      for (Edge& edge : node->next_edges) {
-        if (edge.node) pending.push_back(std::move(edge.node));
-      }
-    }
-  }  // each node is freed here with no edges left to follow
+    take_last_references(node->next_edges);
+  }  // each node is freed here with no last reference left to follow
 }
 
 // ---- AccumulateGrad -----------------------------------------------------------------------------
