@@ -113,21 +113,16 @@ void adam_pass(T* param, const T* grad, S* exp_avg, S* exp_avg_sq, S* max_exp_av
 std::atomic<bool> vector_pass_enabled{true};
 
 #if defined(__x86_64__)
-#if !defined(__clang__)
-#pragma GCC push_options
-#pragma GCC optimize("fp-contract=off")
-#endif
+HG_NO_FP_CONTRACT_BEGIN
 // Blocks [first_block, last_block) of 16 elements of the n. The OpenMP loop is the caller's:
 // an outlined parallel region would not carry this function's target attribute.
 __attribute__((target("avx512f"))) void adam_blocks_avx512(float* param, const float* grad,
                                                            float* exp_avg, float* exp_avg_sq,
                                                            float* max_exp_avg_sq, int64_t n,
                                                            int64_t first_block, int64_t last_block,
-                                                           const AdamStep& s) {
-#if defined(__clang__)
-#pragma clang fp contract(off)
-#endif
-  const AdamConstants<float> k(s);
+                                                           const AdamStep& s,
+                                                           const AdamConstants<float>& k) {
+  HG_NO_FP_CONTRACT_HERE
   const __m512 step_size = _mm512_set1_ps(k.step_size);
   const __m512 bias_correction2_sqrt = _mm512_set1_ps(k.bias_correction2_sqrt);
   const __m512 one_minus_beta1 = _mm512_set1_ps(k.one_minus_beta1);
@@ -170,22 +165,23 @@ __attribute__((target("avx512f"))) void adam_blocks_avx512(float* param, const f
     _mm512_mask_storeu_ps(param + i, lanes, p);
   }
 }
-#if !defined(__clang__)
-#pragma GCC pop_options
-#endif
+HG_NO_FP_CONTRACT_END
 
 void adam_pass_float_avx512(float* param, const float* grad, float* exp_avg, float* exp_avg_sq,
                             float* max_exp_avg_sq, int64_t n, const AdamStep& s) {
   const int64_t blocks = (n + 15) / 16;
+  // The constants are computed here, as the scalar pass computes them: in the target function
+  // clang contracted `1 - lr * weight_decay` into a fused multiply-add.
+  const AdamConstants<float> k(s);
   if (n < kParallelGrain) {
-    adam_blocks_avx512(param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, n, 0, blocks, s);
+    adam_blocks_avx512(param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, n, 0, blocks, s, k);
     return;
   }
 #pragma omp parallel
   {
     const int64_t threads = omp_get_num_threads(), thread = omp_get_thread_num();
     adam_blocks_avx512(param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, n,
-                       blocks * thread / threads, blocks * (thread + 1) / threads, s);
+                       blocks * thread / threads, blocks * (thread + 1) / threads, s, k);
   }
 }
 #endif

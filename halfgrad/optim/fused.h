@@ -13,6 +13,21 @@
 
 #include <cstdint>
 
+// NOTE [Vector passes without contraction] The optimizers' AVX-512 passes give the scalar
+// loops' bits only if each operation is rounded on its own, as the scalar (SSE) code does: no
+// fused multiply-add. GCC takes that for a region of functions (HG_NO_FP_CONTRACT_BEGIN and
+// _END around them), clang inside a function body (HG_NO_FP_CONTRACT_HERE at its top).
+#if defined(__clang__)
+#define HG_NO_FP_CONTRACT_BEGIN
+#define HG_NO_FP_CONTRACT_END
+#define HG_NO_FP_CONTRACT_HERE _Pragma("clang fp contract(off)")
+#else
+#define HG_NO_FP_CONTRACT_BEGIN \
+  _Pragma("GCC push_options") _Pragma("GCC optimize(\"fp-contract=off\")")
+#define HG_NO_FP_CONTRACT_END _Pragma("GCC pop_options")
+#define HG_NO_FP_CONTRACT_HERE
+#endif
+
 #include "halfgrad/core/dtype.h"
 #include "halfgrad/core/half.h"
 

@@ -93,19 +93,14 @@ void sgd_pass(T* param, const T* grad, T* buffer, int64_t n, const SGDStep& s) {
 std::atomic<bool> vector_pass_enabled{true};
 
 #if defined(__x86_64__)
-#if !defined(__clang__)
-#pragma GCC push_options
-#pragma GCC optimize("fp-contract=off")
-#endif
+HG_NO_FP_CONTRACT_BEGIN
 // Blocks [first_block, last_block) of 16 elements of the n. The OpenMP loop is the caller's:
 // an outlined parallel region would not carry this function's target attribute.
 __attribute__((target("avx512f"))) void sgd_blocks_avx512(float* param, const float* grad,
                                                           float* buffer, int64_t n,
                                                           int64_t first_block, int64_t last_block,
                                                           const SGDStep& s) {
-#if defined(__clang__)
-#pragma clang fp contract(off)
-#endif
+  HG_NO_FP_CONTRACT_HERE
   const __m512 lr = _mm512_set1_ps(float(s.lr));
   const __m512 momentum = _mm512_set1_ps(float(s.momentum));
   const __m512 damp = _mm512_set1_ps(float(1 - s.dampening));
@@ -132,9 +127,7 @@ __attribute__((target("avx512f"))) void sgd_blocks_avx512(float* param, const fl
     _mm512_mask_storeu_ps(param + i, lanes, _mm512_sub_ps(p, _mm512_mul_ps(lr, g)));
   }
 }
-#if !defined(__clang__)
-#pragma GCC pop_options
-#endif
+HG_NO_FP_CONTRACT_END
 
 void sgd_pass_float_avx512(float* param, const float* grad, float* buffer, int64_t n,
                            const SGDStep& s) {

@@ -11,17 +11,22 @@ using Catch::Contains;
 
 namespace {
 
+// SGD with config c over the one parameter p.
+optim::SGD make_sgd(const Tensor& p, const SGDConfig& c) {
+  return optim::SGD({p}, {.lr = c.lr,
+                          .momentum = c.momentum,
+                          .dampening = c.dampening,
+                          .weight_decay = c.weight_decay,
+                          .nesterov = c.nesterov,
+                          .maximize = c.maximize});
+}
+
 // Runs `steps` steps of SGD with config c on a parameter of n elements and compares the
 // parameter and momentum buffer with the reference.
 void check_sgd(const SGDConfig& c, DType dtype, int64_t n = 37, int steps = 5) {
   const Values initial = random_values(1, n, dtype);
   Tensor p = make_param(initial, dtype);
-  optim::SGD opt({p}, {.lr = c.lr,
-                       .momentum = c.momentum,
-                       .dampening = c.dampening,
-                       .weight_decay = c.weight_decay,
-                       .nesterov = c.nesterov,
-                       .maximize = c.maximize});
+  optim::SGD opt = make_sgd(p, c);
   ReferenceSGD reference{c, dtype, initial, {}};
   for (int s = 0; s < steps; ++s) {
     const Values grad = random_values(100 + uint32_t(s), n, dtype);
@@ -101,12 +106,7 @@ TEST_CASE("SGD: the vectorized float32 pass is bit-identical to the scalar pass"
       for (bool vector_pass : {true, false}) {
         const bool previous = optim::detail::set_sgd_vector_pass(vector_pass);
         Tensor p = make_param(initial, kFloat32);
-        optim::SGD opt({p}, {.lr = c.lr,
-                             .momentum = c.momentum,
-                             .dampening = c.dampening,
-                             .weight_decay = c.weight_decay,
-                             .nesterov = c.nesterov,
-                             .maximize = c.maximize});
+        optim::SGD opt = make_sgd(p, c);
         for (uint32_t s = 0; s < 3; ++s) {
           Values grad = random_values(500 + s, n, kFloat32, -5.0, 5.0);
           grad[0] = 0.0, grad[1] = -0.0, grad[2] = 0.0;
