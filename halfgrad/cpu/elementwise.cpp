@@ -10,6 +10,7 @@
 #endif
 
 #include "halfgrad/core/cast.h"
+#include "halfgrad/core/cpu_features.h"
 #include "halfgrad/core/factory.h"
 #include "halfgrad/core/format.h"
 #include "halfgrad/core/strided_loop.h"
@@ -113,33 +114,20 @@ C unary_fn(C x) {
 // the tail). Both are selects, not arithmetic, so the bits are the scalar loops' bits: 0 where
 // the compared value is <= 0 (an ordered compare, false for NaN), else the value passed.
 #if defined(__x86_64__)
-__attribute__((target("avx512f"))) void relu_floats_avx512(float* out, const float* x, int64_t n) {
-  const __m512 zero = _mm512_setzero_ps();
-  for (int64_t i = 0; i < n; i += 16) {
-    const __mmask16 lanes = n - i >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (n - i)) - 1);
-    const __m512 v = _mm512_maskz_loadu_ps(lanes, x + i);
-    const __mmask16 flat = _mm512_cmp_ps_mask(v, zero, _CMP_LE_OQ);
-    _mm512_mask_storeu_ps(out + i, lanes, _mm512_mask_mov_ps(v, flat, zero));
-  }
-}
-
-__attribute__((target("avx512f"))) void threshold_backward_floats_avx512(float* out,
-                                                                         const float* grad,
-                                                                         const float* x,
+// out[i] = keys[i] <= limit ? 0 : values[i]: relu is (values, keys) = (x, x), limit 0; its
+// backward (grad, output).
+__attribute__((target("avx512f"))) void zero_where_at_most_floats_avx512(float* out,
+                                                                         const float* values,
+                                                                         const float* keys,
                                                                          float limit, int64_t n) {
   const __m512 zero = _mm512_setzero_ps(), bound = _mm512_set1_ps(limit);
   for (int64_t i = 0; i < n; i += 16) {
     const __mmask16 lanes = n - i >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (n - i)) - 1);
     const __mmask16 flat =
-        _mm512_cmp_ps_mask(_mm512_maskz_loadu_ps(lanes, x + i), bound, _CMP_LE_OQ);
-    const __m512 g = _mm512_maskz_loadu_ps(lanes, grad + i);
-    _mm512_mask_storeu_ps(out + i, lanes, _mm512_mask_mov_ps(g, flat, zero));
+        _mm512_cmp_ps_mask(_mm512_maskz_loadu_ps(lanes, keys + i), bound, _CMP_LE_OQ);
+    const __m512 v = _mm512_maskz_loadu_ps(lanes, values + i);
+    _mm512_mask_storeu_ps(out + i, lanes, _mm512_mask_mov_ps(v, flat, zero));
   }
-}
-
-bool has_avx512() {
-  static const bool supported = __builtin_cpu_supports("avx512f");
-  return supported;
 }
 #endif
 
@@ -165,7 +153,9 @@ Tensor run_unary(const Tensor& x) {
                           const T* in = reinterpret_cast<const T*>(p[1]);
 #if defined(__x86_64__)
                           if constexpr (Op == Unary::Relu && std::is_same_v<T, float>) {
-                            if (has_avx512()) return relu_floats_avx512(o, in, n);
+                            if (cpu_has_avx512f()) {
+                              return zero_where_at_most_floats_avx512(o, in, in, 0.0f, n);
+                            }
                           }
 #endif
                           for (int64_t i = 0; i < n; ++i) {
@@ -394,8 +384,8 @@ Tensor threshold_backward(const Tensor& grad, const Tensor& x, double threshold)
                           const T* v = reinterpret_cast<const T*>(p[2]);
 #if defined(__x86_64__)
                           if constexpr (std::is_same_v<T, float>) {
-                            if (has_avx512()) {
-                              return threshold_backward_floats_avx512(o, g, v, limit, n);
+                            if (cpu_has_avx512f()) {
+                              return zero_where_at_most_floats_avx512(o, g, v, limit, n);
                             }
                           }
 #endif

@@ -48,6 +48,7 @@
 #include "halfgrad/config.h"
 #include "halfgrad/core/cast.h"
 #include "halfgrad/core/convert.h"
+#include "halfgrad/core/cpu_features.h"
 #include "halfgrad/core/factory.h"
 #include "halfgrad/core/format.h"
 #include "halfgrad/core/strided_loop.h"
@@ -77,9 +78,8 @@ constexpr GemmImpl kFloat32Impl = HALFGRAD_HAS_ONEDNN ? GemmImpl::OneDNN : GemmI
 // (float64: Eigen): a oneDNN call costs about 1.6 us here whatever its size (measured: 16^3
 // 0.5 us Eigen, 1.6 us oneDNN; 32^3 2.2 vs 2.8 us; 48^3 5.3 vs 3.6 us, float32, 2 threads), and
 // the small kernel is faster than Eigen on a small layer's products (hg-bench-ops --only
-// tiny_gemm, AVX-512: 16 x 32 x 32 against a transposed weight 0.47 us, Eigen 1.11, oneDNN
-// 1.88). Into one output column (16 x 32 x 1) Eigen is faster, 0.10 against 0.14 us: the
-// kernel's dot products end in a sum across lanes per output.
+// tiny_gemm, AVX-512, in a noisy period: 16 x 32 x 32 against a transposed weight 0.66 us,
+// Eigen 1.18, oneDNN 2.35; into one output column, 16 x 32 x 1, 0.099 against Eigen's 0.107).
 constexpr int64_t kTinyGemm = int64_t(1) << 15;
 
 // Below this many multiply-adds per matrix, Eigen runs the batch's matrices on separate
@@ -479,9 +479,8 @@ __attribute__((target("avx2,fma"))) void small_gemm_avx2(const Problem& p) {
 int small_gemm_cpu_level() {
 #if defined(__x86_64__)
   static const int level =
-      __builtin_cpu_supports("avx512f")
-          ? 2
-          : (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") ? 1 : 0);
+      cpu_has_avx512f() ? 2
+                        : (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") ? 1 : 0);
   return level;
 #else
   return 0;

@@ -1,7 +1,5 @@
 #include "halfgrad/optim/adam.h"
 
-#include <omp.h>
-
 #include <algorithm>
 #include <atomic>
 #include <cmath>
@@ -12,6 +10,7 @@
 
 #include "halfgrad/autograd/grad_mode.h"
 #include "halfgrad/core/convert.h"
+#include "halfgrad/core/cpu_features.h"
 #include "halfgrad/core/factory.h"
 #include "halfgrad/core/format.h"
 #include "halfgrad/core/parallel.h"
@@ -114,8 +113,8 @@ std::atomic<bool> vector_pass_enabled{true};
 
 #if defined(__x86_64__)
 HG_NO_FP_CONTRACT_BEGIN
-// Blocks [first_block, last_block) of 16 elements of the n. The OpenMP loop is the caller's:
-// an outlined parallel region would not carry this function's target attribute.
+// Blocks [first_block, last_block) of 16 elements of the n (detail::for_blocks_of_16 splits
+// them over the threads).
 __attribute__((target("avx512f"))) void adam_blocks_avx512(float* param, const float* grad,
                                                            float* exp_avg, float* exp_avg_sq,
                                                            float* max_exp_avg_sq, int64_t n,
@@ -169,20 +168,12 @@ HG_NO_FP_CONTRACT_END
 
 void adam_pass_float_avx512(float* param, const float* grad, float* exp_avg, float* exp_avg_sq,
                             float* max_exp_avg_sq, int64_t n, const AdamStep& s) {
-  const int64_t blocks = (n + 15) / 16;
   // The constants are computed here, as the scalar pass computes them: in the target function
   // clang contracted `1 - lr * weight_decay` into a fused multiply-add.
   const AdamConstants<float> k(s);
-  if (n < kParallelGrain) {
-    adam_blocks_avx512(param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, n, 0, blocks, s, k);
-    return;
-  }
-#pragma omp parallel
-  {
-    const int64_t threads = omp_get_num_threads(), thread = omp_get_thread_num();
-    adam_blocks_avx512(param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, n,
-                       blocks * thread / threads, blocks * (thread + 1) / threads, s, k);
-  }
+  detail::for_blocks_of_16(n, [&](int64_t first, int64_t last) {
+    adam_blocks_avx512(param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, n, first, last, s, k);
+  });
 }
 #endif
 
@@ -190,8 +181,7 @@ void adam_pass_float_avx512(float* param, const float* grad, float* exp_avg, flo
 void adam_pass_float(float* param, const float* grad, float* exp_avg, float* exp_avg_sq,
                      float* max_exp_avg_sq, int64_t n, const AdamStep& s) {
 #if defined(__x86_64__)
-  static const bool has_avx512 = __builtin_cpu_supports("avx512f");
-  if (has_avx512 && vector_pass_enabled.load(std::memory_order_relaxed)) {
+  if (cpu_has_avx512f() && vector_pass_enabled.load(std::memory_order_relaxed)) {
     return adam_pass_float_avx512(param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, n, s);
   }
 #endif

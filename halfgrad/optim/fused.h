@@ -11,7 +11,11 @@
 // OpenMP threads for large parameters and the result does not depend on the thread count.
 #pragma once
 
+#include <omp.h>
+
 #include <cstdint>
+
+#include "halfgrad/core/parallel.h"
 
 // NOTE [Vector passes without contraction] The optimizers' AVX-512 passes give the scalar
 // loops' bits only if each operation is rounded on its own, as the scalar (SSE) code does: no
@@ -51,6 +55,21 @@ inline C load(const T* data, int64_t i) {
 template <class T, class C>
 inline void store(T* data, int64_t i, C value) {
   data[i] = T(value);
+}
+
+// blocks(first, last) over the 16-element blocks [0, (n + 15) / 16) of a vector pass: in one
+// call below kParallelGrain elements, else split over the OpenMP threads. The pass's target
+// function is called from here, not inlined into the region: an outlined parallel region would
+// not carry its target attribute.
+template <class Blocks>
+void for_blocks_of_16(int64_t n, Blocks&& blocks) {
+  const int64_t count = (n + 15) / 16;
+  if (n < kParallelGrain) return blocks(int64_t(0), count);
+#pragma omp parallel
+  {
+    const int64_t threads = omp_get_num_threads(), thread = omp_get_thread_num();
+    blocks(count * thread / threads, count * (thread + 1) / threads);
+  }
 }
 
 }  // namespace hg::optim::detail

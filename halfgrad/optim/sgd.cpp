@@ -1,7 +1,5 @@
 #include "halfgrad/optim/sgd.h"
 
-#include <omp.h>
-
 #include <atomic>
 #include <type_traits>
 
@@ -10,6 +8,7 @@
 #endif
 
 #include "halfgrad/autograd/grad_mode.h"
+#include "halfgrad/core/cpu_features.h"
 #include "halfgrad/core/factory.h"
 #include "halfgrad/core/format.h"
 #include "halfgrad/core/parallel.h"
@@ -94,8 +93,8 @@ std::atomic<bool> vector_pass_enabled{true};
 
 #if defined(__x86_64__)
 HG_NO_FP_CONTRACT_BEGIN
-// Blocks [first_block, last_block) of 16 elements of the n. The OpenMP loop is the caller's:
-// an outlined parallel region would not carry this function's target attribute.
+// Blocks [first_block, last_block) of 16 elements of the n (detail::for_blocks_of_16 splits
+// them over the threads).
 __attribute__((target("avx512f"))) void sgd_blocks_avx512(float* param, const float* grad,
                                                           float* buffer, int64_t n,
                                                           int64_t first_block, int64_t last_block,
@@ -131,14 +130,9 @@ HG_NO_FP_CONTRACT_END
 
 void sgd_pass_float_avx512(float* param, const float* grad, float* buffer, int64_t n,
                            const SGDStep& s) {
-  const int64_t blocks = (n + 15) / 16;
-  if (n < kParallelGrain) return sgd_blocks_avx512(param, grad, buffer, n, 0, blocks, s);
-#pragma omp parallel
-  {
-    const int64_t threads = omp_get_num_threads(), thread = omp_get_thread_num();
-    sgd_blocks_avx512(param, grad, buffer, n, blocks * thread / threads,
-                      blocks * (thread + 1) / threads, s);
-  }
+  detail::for_blocks_of_16(n, [&](int64_t first, int64_t last) {
+    sgd_blocks_avx512(param, grad, buffer, n, first, last, s);
+  });
 }
 #endif
 
@@ -148,8 +142,7 @@ template <class T>
 void sgd_update(T* param, const T* grad, T* buffer, int64_t n, const SGDStep& s) {
 #if defined(__x86_64__)
   if constexpr (std::is_same_v<T, float>) {
-    static const bool has_avx512 = __builtin_cpu_supports("avx512f");
-    if (has_avx512 && vector_pass_enabled.load(std::memory_order_relaxed)) {
+    if (cpu_has_avx512f() && vector_pass_enabled.load(std::memory_order_relaxed)) {
       return sgd_pass_float_avx512(param, grad, buffer, n, s);
     }
   }
