@@ -12,41 +12,18 @@
 #include <cstdint>
 #include <optional>
 
+#include "halfgrad/core/kernel_kinds.h"
 #include "halfgrad/core/tensor.h"
 
 namespace hg::cpu {
 
-enum class Unary : uint8_t {
-  Neg,
-  Exp,
-  Log,
-  Log1p,
-  Sqrt,
-  Rsqrt,
-  Reciprocal,
-  Abs,
-  Sin,
-  Cos,
-  Tanh,
-  Sigmoid,
-  Relu,
-  Gelu,      // x * Phi(x), Phi the normal CDF
-  GeluTanh,  // 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
-  Silu,
-  Softplus,
-  Sign,
-  Erf,
-  Square,
-  // Derivatives used by backward formulas, fused so they stay one pass:
-  GeluGrad,      // d/dx of Gelu
-  GeluTanhGrad,  // d/dx of GeluTanh
-};
+using kernel::Unary;  // core/kernel_kinds.h: the kinds every backend implements
 
 // Elementwise f(x), same shape and dtype as x. Integer inputs are allowed for Neg, Abs,
 // Sign, Relu and Square (the op layer converts integers to float32 for the others).
 Tensor unary(Unary op, const Tensor& x);
 
-enum class Binary : uint8_t { Add, Sub, Mul, Div, Pow, Maximum, Minimum };
+using kernel::Binary;
 
 // op(a, b) broadcast to a common shape, computed in `dtype` (a and b are converted to it).
 // `alpha` scales b for Add/Sub (a + alpha * b), as torch.add does.
@@ -54,7 +31,7 @@ Tensor binary(Binary op, const Tensor& a, const Tensor& b, DType dtype, double a
 // self = op(self, other) in place, other broadcast to self's shape, computed in self's dtype.
 void binary_(Binary op, const Tensor& self, const Tensor& other, double alpha = 1.0);
 
-enum class Compare : uint8_t { Eq, Ne, Lt, Le, Gt, Ge };
+using kernel::Compare;
 // A bool tensor: op(a, b) broadcast, compared in `dtype`.
 Tensor compare(Compare op, const Tensor& a, const Tensor& b, DType dtype);
 

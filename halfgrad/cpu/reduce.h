@@ -14,11 +14,12 @@
 #include <cstdint>
 #include <optional>
 
+#include "halfgrad/core/kernel_kinds.h"
 #include "halfgrad/core/tensor.h"
 
 namespace hg::cpu {
 
-enum class Reduction { Sum, Prod, Mean, Amax, Amin, LogSumExp, Norm };
+using kernel::Reduction;  // core/kernel_kinds.h
 
 // "sum", "prod", "mean", "amax", "amin", "logsumexp", "norm": the name errors use.
 const char* reduction_name(Reduction op);

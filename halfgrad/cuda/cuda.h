@@ -1,7 +1,16 @@
-// The CUDA runtime as halfgrad sees it. These functions exist in every build; a build
-// without the CUDA backend answers that no device is available.
+// The CUDA runtime as halfgrad's users see it (torch.cuda's names). These functions exist in
+// every build; a build without the CUDA backend answers that no device is available, and
+// the calls that need a device throw hg::Error saying so.
+//
+//   if (hg::cuda::is_available()) {
+//     Tensor x = hg::randn({1024, 1024}, {.device = hg::kCUDA});
+//     Tensor y = hg::matmul(x, x);              // enqueued on the current stream
+//     hg::cuda::synchronize();                  // the host waits here, and in item()/to(kCPU)
+//     fmt::print("{} MiB\n", hg::cuda::max_memory_allocated() >> 20);
+//   }
 #pragma once
 
+#include <cstdint>
 #include <string>
 
 namespace hg::cuda {
@@ -14,5 +23,27 @@ bool is_available();
 int device_count();
 // Why no device is available, or the name of device 0 ("NVIDIA H100 80GB HBM3").
 std::string describe();
+
+// The calling thread's current device (0 until set_device changes it).
+int current_device();
+void set_device(int device);
+// Waits until everything enqueued on every stream of `device` (-1: the current device) ran.
+void synchronize(int device = -1);
+
+// The caching allocator's counters for `device` (-1: the current device), in bytes:
+// memory_allocated is what live tensors hold, max_memory_allocated its peak since the start
+// or the last reset_peak_memory_stats; memory_reserved adds the cached free blocks.
+int64_t memory_allocated(int device = -1);
+int64_t max_memory_allocated(int device = -1);
+int64_t memory_reserved(int device = -1);
+void reset_peak_memory_stats(int device = -1);
+// Returns the cached free blocks of every device to the driver (live tensors are untouched).
+void empty_cache();
+
+namespace detail {
+// Testing hook: while on, every new allocation (cached or not) is filled with 0xFF bytes on
+// the current stream before it is handed out. Returns the previous setting.
+bool set_allocation_poison(bool on);
+}  // namespace detail
 
 }  // namespace hg::cuda

@@ -15,6 +15,7 @@
 #include "halfgrad/ops/index_ops.h"
 #include "halfgrad/ops/ops.h"
 #include "halfgrad/ops/type_promotion.h"
+#include "halfgrad/ops/kernels.h"
 
 namespace hg {
 
@@ -48,7 +49,7 @@ struct AddSub {
       b_dtype = b.dtype();
     }
     const cpu::Binary kernel = Id == OpId::add ? cpu::Binary::Add : cpu::Binary::Sub;
-    return cpu::binary(kernel, a, b, result_type({a, b}), alpha);
+    return kernels::binary(kernel, a, b, result_type({a, b}), alpha);
   }
   Grads backward(OpContext& ctx, const Grads& grads) {
     const Tensor& g = grads[0];
@@ -68,7 +69,7 @@ struct Mul {
   static constexpr OpId id = OpId::mul;
   Tensor forward(OpContext& ctx, const Tensor& a, const Tensor& b) {
     ctx.save({a, b});
-    return cpu::binary(cpu::Binary::Mul, a, b, result_type({a, b}));
+    return kernels::binary(cpu::Binary::Mul, a, b, result_type({a, b}));
   }
   Grads backward(OpContext& ctx, const Grads& grads) {
     const Tensor a = ctx.saved(0), b = ctx.saved(1);
@@ -85,7 +86,7 @@ struct Div {
   static constexpr OpId id = OpId::div;
   Tensor forward(OpContext& ctx, const Tensor& a, const Tensor& b) {
     ctx.save({a, b});
-    return cpu::binary(cpu::Binary::Div, a, b, floating_result(result_type({a, b})));
+    return kernels::binary(cpu::Binary::Div, a, b, floating_result(result_type({a, b})));
   }
   Grads backward(OpContext& ctx, const Grads& grads) {
     const Tensor a = ctx.saved(0), b = ctx.saved(1);
@@ -101,7 +102,7 @@ struct Div {
 struct Pow {
   static constexpr OpId id = OpId::pow;
   Tensor forward(OpContext& ctx, const Tensor& a, const Tensor& b) {
-    Tensor out = cpu::binary(cpu::Binary::Pow, a, b, result_type({a, b}));
+    Tensor out = kernels::binary(cpu::Binary::Pow, a, b, result_type({a, b}));
     ctx.save({a, b});
     ctx.save_output(out);
     return out;
@@ -126,7 +127,7 @@ struct Extremum {
   static constexpr OpId id = Id;
   Tensor forward(OpContext& ctx, const Tensor& a, const Tensor& b) {
     ctx.save({a, b});
-    return cpu::binary(Id == OpId::maximum ? cpu::Binary::Maximum : cpu::Binary::Minimum, a, b,
+    return kernels::binary(Id == OpId::maximum ? cpu::Binary::Maximum : cpu::Binary::Minimum, a, b,
                        result_type({a, b}));
   }
   Grads backward(OpContext& ctx, const Grads& grads) {
@@ -151,7 +152,7 @@ struct UnaryOp {
   static constexpr OpId id = Id;
   Tensor forward(OpContext& ctx, const Tensor& x) {
     const Tensor in = kKeepsIntegers ? x : x.to(floating_result(x.dtype()));
-    Tensor y = cpu::unary(Kernel, in);
+    Tensor y = kernels::unary(Kernel, in);
     ctx.save({x});
     ctx.save_output(y);
     return y;
@@ -164,7 +165,7 @@ struct UnaryOp {
       // relu is flat gives 0, not NaN). One fused pass, unless the backward pass is recorded
       // (create_graph): then the same select as ops, which give the same bits.
       if (!autograd::is_grad_enabled() && grads[0].dtype() == x.dtype()) {
-        return {cpu::threshold_backward(grads[0], ctx.saved_data(1), 0.0)};
+        return {kernels::threshold_backward(grads[0], ctx.saved_data(1), 0.0)};
       }
       const Tensor y = ctx.saved(1);
       return {grad_for(where(le(y, 0), 0, grads[0]), x)};
@@ -242,7 +243,7 @@ Tensor UnaryOp<OpId::erf, cpu::Unary::Erf>::derivative(const Tensor& x, const Te
 // sign: no gradient (zero almost everywhere).
 struct Sign {
   static constexpr OpId id = OpId::sign;
-  Tensor forward(OpContext&, const Tensor& x) { return cpu::unary(cpu::Unary::Sign, x); }
+  Tensor forward(OpContext&, const Tensor& x) { return kernels::unary(cpu::Unary::Sign, x); }
   Grads backward(OpContext&, const Grads&) { return Grads(1); }
 };
 
@@ -253,7 +254,7 @@ struct Gelu {
   bool tanh_approximation = false;
   Tensor forward(OpContext& ctx, const Tensor& x) {
     ctx.save({x});
-    return cpu::unary(tanh_approximation ? cpu::Unary::GeluTanh : cpu::Unary::Gelu,
+    return kernels::unary(tanh_approximation ? cpu::Unary::GeluTanh : cpu::Unary::Gelu,
                       x.to(floating_result(x.dtype())));
   }
   Grads backward(OpContext& ctx, const Grads& grads) {
@@ -264,7 +265,7 @@ struct Gelu {
     // One fused kernel, unless the backward pass is recorded (create_graph): then the
     // derivative is written with ops so that it can be differentiated again.
     if (!autograd::is_grad_enabled()) {
-      return cpu::unary(tanh_approximation ? cpu::Unary::GeluTanhGrad : cpu::Unary::GeluGrad, x);
+      return kernels::unary(tanh_approximation ? cpu::Unary::GeluTanhGrad : cpu::Unary::GeluGrad, x);
     }
     if (!tanh_approximation) {  // Phi(x) + x phi(x)
       const Tensor cdf = mul(add(erf(mul(x, std::numbers::sqrt2 / 2)), 1), 0.5);
@@ -285,7 +286,7 @@ struct Clamp {
   std::optional<double> low{}, high{};
   Tensor forward(OpContext& ctx, const Tensor& x) {
     ctx.save({x});
-    return cpu::clamp(x, low, high);
+    return kernels::clamp(x, low, high);
   }
   Grads backward(OpContext& ctx, const Grads& grads) {
     const Tensor x = ctx.saved(0);
@@ -306,8 +307,8 @@ struct AddC {
   Tensor forward(OpContext& ctx, const Tensor& self, const Tensor& t1, const Tensor& t2) {
     ctx.save({self, t1, t2});
     const DType dtype = result_type({self, t1, t2});
-    return Id == OpId::addcmul ? cpu::addcmul(self, t1, t2, value, dtype)
-                               : cpu::addcdiv(self, t1, t2, value, floating_result(dtype));
+    return Id == OpId::addcmul ? kernels::addcmul(self, t1, t2, value, dtype)
+                               : kernels::addcdiv(self, t1, t2, value, floating_result(dtype));
   }
   Grads backward(OpContext& ctx, const Grads& grads) {
     const Tensor self = ctx.saved(0), t1 = ctx.saved(1), t2 = ctx.saved(2);
@@ -333,7 +334,7 @@ template <OpId Id, cpu::Compare Kernel>
 struct Comparison {
   static constexpr OpId id = Id;
   Tensor forward(OpContext&, const Tensor& a, const Tensor& b) {
-    return cpu::compare(Kernel, a, b, result_type({a, b}));
+    return kernels::compare(Kernel, a, b, result_type({a, b}));
   }
   Grads backward(OpContext&, const Grads&) { return Grads(2); }
 };

@@ -28,6 +28,7 @@
 #include "halfgrad/ops/dispatch.h"
 #include "halfgrad/ops/ops.h"
 #include "halfgrad/ops/type_promotion.h"
+#include "halfgrad/ops/kernels.h"
 
 namespace hg {
 
@@ -70,7 +71,7 @@ struct Where {
     HG_CHECK(condition.dtype() == kBool, "where: expected a condition of dtype bool, got {}",
              condition.dtype());
     const DType dtype = result_type({input, other});
-    Tensor out = cpu::where(condition, core::to_dtype(input, dtype), core::to_dtype(other, dtype));
+    Tensor out = kernels::where(condition, core::to_dtype(input, dtype), core::to_dtype(other, dtype));
     input_sizes = input.sizes();
     other_sizes = other.sizes();
     input_dtype = input.dtype();
@@ -101,7 +102,7 @@ struct MaskedFill {
   Shape input_sizes{};
 
   Tensor forward(OpContext& ctx, const Tensor& input, const Tensor& mask) {
-    Tensor out = cpu::masked_fill(input, mask, value);
+    Tensor out = kernels::masked_fill(input, mask, value);
     input_sizes = input.sizes();
     ctx.save({mask});
     return out;
@@ -156,7 +157,7 @@ struct Cat {
   std::vector<DType> input_dtypes{};
 
   Tensor forward(OpContext&, std::span<const Tensor> tensors) {
-    Tensor out = cpu::cat(promoted(tensors, "cat"), dim);
+    Tensor out = kernels::cat(promoted(tensors, "cat"), dim);
     dim = wrap_dim(dim, out.dim(), "cat");  // resolved for backward
     for (const Tensor& t : tensors) {
       input_sizes.push_back(t.sizes());
@@ -192,7 +193,7 @@ struct Stack {
   std::vector<DType> input_dtypes{};
 
   Tensor forward(OpContext&, std::span<const Tensor> tensors) {
-    Tensor out = cpu::stack(promoted(tensors, "stack"), dim);
+    Tensor out = kernels::stack(promoted(tensors, "stack"), dim);
     dim = wrap_dim(dim, out.dim(), "stack");
     for (const Tensor& t : tensors) input_dtypes.push_back(t.dtype());
     return out;
@@ -272,7 +273,7 @@ struct Gather {
   Shape input_sizes{};
 
   Tensor forward(OpContext& ctx, const Tensor& x, const Tensor& index) {
-    Tensor out = cpu::gather(x, dim, index);
+    Tensor out = kernels::gather(x, dim, index);
     dim = wrap_dim(dim, x.dim(), "gather");
     input_sizes = x.sizes();
     ctx.save({index});
@@ -308,7 +309,7 @@ struct ScatterAdd {
     check_defined(self, "scatter_add", "self");
     check_defined(src, "scatter_add", "src");
     check_same_dtype(src, self, "scatter_add", "src");
-    Tensor out = cpu::scatter_add(self, dim, index, src);
+    Tensor out = kernels::scatter_add(self, dim, index, src);
     dim = wrap_dim(dim, self.dim(), "scatter_add");
     src_sizes = src.sizes();
     ctx.save({index});
@@ -335,7 +336,7 @@ struct IndexSelect {
   Shape input_sizes{};
 
   Tensor forward(OpContext& ctx, const Tensor& x, const Tensor& index) {
-    Tensor out = cpu::index_select(x, dim, index);
+    Tensor out = kernels::index_select(x, dim, index);
     dim = wrap_dim(dim, x.dim(), "index_select");
     input_sizes = x.sizes();
     ctx.save({index});
@@ -363,7 +364,7 @@ struct IndexAdd {
                self.dtype(), alpha.to_double());
       scaled = core::to_dtype(mul(source, alpha), self.dtype());
     }
-    Tensor out = cpu::index_add(self, dim, index, scaled);
+    Tensor out = kernels::index_add(self, dim, index, scaled);
     dim = wrap_dim(dim, self.dim(), "index_add");
     ctx.save({index});
     return out;
@@ -396,7 +397,7 @@ struct IndexPut {
     check_defined(self, "index_put", "self");
     check_defined(values, "index_put", "values");
     check_same_dtype(values, self, "index_put", "values");
-    Tensor out = cpu::index_put(self, indices, values, accumulate);
+    Tensor out = kernels::index_put(self, indices, values, accumulate);
     index_count = int64_t(indices.size());
     values_sizes = values.sizes();
     values_dtype = values.dtype();
@@ -477,7 +478,7 @@ struct IndexPut {
 struct OneHot {
   static constexpr OpId id = OpId::one_hot;
   int64_t num_classes = -1;
-  Tensor forward(OpContext&, const Tensor& x) { return cpu::one_hot(x, num_classes); }
+  Tensor forward(OpContext&, const Tensor& x) { return kernels::one_hot(x, num_classes); }
   Grads backward(OpContext&, const Grads&) { return Grads(1); }
 };
 
@@ -494,7 +495,7 @@ struct ExtremeDim {
     const char* name = Id == OpId::max ? "max" : "min";
     check_defined(x, name, "input");
     auto [values, indices] =
-        Id == OpId::max ? cpu::max_dim(x, dim, keepdim) : cpu::min_dim(x, dim, keepdim);
+        Id == OpId::max ? kernels::max_dim(x, dim, keepdim) : kernels::min_dim(x, dim, keepdim);
     dim = wrap_dim(dim, x.dim(), name);
     input_sizes = x.sizes();
     ctx.save_output(indices);

@@ -14,6 +14,7 @@
 #include "halfgrad/cpu/elementwise.h"
 #include "halfgrad/ops/ops.h"
 #include "halfgrad/ops/type_promotion.h"
+#include "halfgrad/ops/kernels.h"
 
 namespace hg {
 
@@ -32,7 +33,7 @@ Tensor& inplace(Tensor& self, const Tensor& other, const char* op, cpu::Binary k
   const bool tracked =
       autograd::is_grad_enabled() && (self.requires_grad() || other.requires_grad());
   if (!tracked) {
-    cpu::binary_(kernel, self, other, alpha);
+    kernels::binary_(kernel, self, other, alpha);
     return self;
   }
   HG_CHECK(!(self.is_leaf() && self.requires_grad()),

@@ -12,6 +12,7 @@
 #include "halfgrad/ops/backward_helpers.h"
 #include "halfgrad/ops/dispatch.h"
 #include "halfgrad/ops/ops.h"
+#include "halfgrad/ops/kernels.h"
 
 namespace hg {
 
@@ -46,7 +47,7 @@ Tensor product(const Tensor& a, const Tensor& b, const Tensor& input, double bet
   if (input.defined() && beta == 1.0 && alpha == 1.0 && input.dim() == 1 &&
       input.size(0) == b.size(2)) {  // a bias row: addmm(bias, x, w) (NOTE [GEMM with bias])
     out = empty(shape, a.options());
-    cpu::gemm_bias(a, b, core::to_dtype(input, a.dtype()).contiguous(), as_batched(out));
+    kernels::gemm_bias(a, b, core::to_dtype(input, a.dtype()).contiguous(), as_batched(out));
     return out;
   }
   if (input.defined() && beta != 0.0) {
@@ -55,7 +56,7 @@ Tensor product(const Tensor& a, const Tensor& b, const Tensor& input, double bet
     out = empty(shape, a.options());
     beta = 0.0;
   }
-  cpu::gemm(a, b, as_batched(out), alpha, beta);
+  kernels::gemm(a, b, as_batched(out), alpha, beta);
   return out;
 }
 
@@ -116,7 +117,7 @@ struct AddMm {
 Tensor product_2d(const Tensor& a, bool transpose_a, const Tensor& b, bool transpose_b,
                   const Tensor& bias = {}) {
   Tensor out = empty({a.size(transpose_a ? 1 : 0), b.size(transpose_b ? 0 : 1)}, a.options());
-  cpu::gemm_2d(a, transpose_a, b, transpose_b, out, bias);
+  kernels::gemm_2d(a, transpose_a, b, transpose_b, out, bias);
   return out;
 }
 
@@ -263,7 +264,7 @@ struct Linear {
     out_sizes.back() = weight.size(0);
     const int64_t M = rows(x.sizes());
     Tensor out = empty(out_sizes, x.options());
-    cpu::gemm_2d(core::reshape(x, {M, weight.size(1)}), false, weight, true,
+    kernels::gemm_2d(core::reshape(x, {M, weight.size(1)}), false, weight, true,
                  core::view(out, {M, weight.size(0)}), bias_as_x);
     return out;
   }
@@ -288,7 +289,7 @@ struct Linear {
     }
     if (ctx.needs_input_grad(2)) {  // the sum of g's rows
       const Tensor db =
-          record ? sum(g, {0}) : cpu::reduce(cpu::Reduction::Sum, g, {0}, false, g.dtype());
+          record ? sum(g, {0}) : kernels::reduce(cpu::Reduction::Sum, g, {0}, false, g.dtype());
       out[2] = db.dtype() == bias_dtype ? db
                : record                 ? db.to(bias_dtype)
                                         : core::to_dtype(db, bias_dtype);

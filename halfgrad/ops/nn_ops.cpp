@@ -29,6 +29,7 @@
 #include "halfgrad/cpu/nn_kernels.h"
 #include "halfgrad/ops/dispatch.h"
 #include "halfgrad/ops/ops.h"
+#include "halfgrad/ops/kernels.h"
 
 namespace hg {
 
@@ -147,7 +148,7 @@ struct Softmax {
     dim = wrap_dim(dim, x.dim(), name);
     input_dtype = x.dtype();
     const Tensor in = dtype ? x.to(*dtype) : x;
-    Tensor y = kLog ? cpu::log_softmax(in, dim) : cpu::softmax(in, dim);
+    Tensor y = kLog ? kernels::log_softmax(in, dim) : kernels::softmax(in, dim);
     ctx.save_output(y);
     return y;
   }
@@ -156,7 +157,7 @@ struct Softmax {
     const Tensor& dy = grads[0];
     if (!autograd::is_grad_enabled()) {
       const Tensor dx =
-          kLog ? cpu::log_softmax_backward(dy, y, dim) : cpu::softmax_backward(dy, y, dim);
+          kLog ? kernels::log_softmax_backward(dy, y, dim) : kernels::softmax_backward(dy, y, dim);
       return {as_dtype(dx, input_dtype)};
     }
     // softmax: y (dy - sum(dy y)); log_softmax: dy - exp(y) sum(dy); sums along dim.
@@ -177,7 +178,7 @@ struct LayerNorm {
   ParamDtypes params{};
 
   Tensor forward(OpContext& ctx, const Tensor& x, const Tensor& weight, const Tensor& bias) {
-    cpu::NormForward r = cpu::layer_norm(x, normalized_shape, weight, bias, eps);
+    cpu::NormForward r = kernels::layer_norm(x, normalized_shape, weight, bias, eps);
     params.remember(weight, bias);
     ctx.save({x, weight, r.mean, r.rstd});
     return r.out;
@@ -186,7 +187,7 @@ struct LayerNorm {
     const Tensor x = ctx.saved(0), weight = ctx.saved(1);
     const bool bias_grad = params.has_bias && ctx.needs_input_grad(2);
     if (!autograd::is_grad_enabled()) {
-      cpu::NormBackward r = cpu::layer_norm_backward(grads[0], x, ctx.saved(2), ctx.saved(3),
+      cpu::NormBackward r = kernels::layer_norm_backward(grads[0], x, ctx.saved(2), ctx.saved(3),
                                                      normalized_shape, weight, bias_grad);
       return norm_grads(ctx, 3, 1, {r.dx, r.dweight, as_dtype(r.dbias, params.bias)});
     }
@@ -213,7 +214,7 @@ struct GroupNorm {
   ParamDtypes params{};
 
   Tensor forward(OpContext& ctx, const Tensor& x, const Tensor& weight, const Tensor& bias) {
-    cpu::NormForward r = cpu::group_norm(x, num_groups, weight, bias, eps);
+    cpu::NormForward r = kernels::group_norm(x, num_groups, weight, bias, eps);
     params.remember(weight, bias);
     ctx.save({x, weight, r.mean, r.rstd});
     return r.out;
@@ -222,7 +223,7 @@ struct GroupNorm {
     const Tensor x = ctx.saved(0), weight = ctx.saved(1);
     const bool bias_grad = params.has_bias && ctx.needs_input_grad(2);
     if (!autograd::is_grad_enabled()) {
-      cpu::NormBackward r = cpu::group_norm_backward(grads[0], x, ctx.saved(2), ctx.saved(3),
+      cpu::NormBackward r = kernels::group_norm_backward(grads[0], x, ctx.saved(2), ctx.saved(3),
                                                      num_groups, weight, bias_grad);
       return norm_grads(ctx, 3, 1, {r.dx, r.dweight, as_dtype(r.dbias, params.bias)});
     }
@@ -260,7 +261,7 @@ struct BatchNorm {
   Tensor forward(OpContext& ctx, const Tensor& x, const Tensor& running_mean,
                  const Tensor& running_var, const Tensor& weight, const Tensor& bias) {
     cpu::NormForward r =
-        cpu::batch_norm(x, running_mean, running_var, weight, bias, training, momentum, eps);
+        kernels::batch_norm(x, running_mean, running_var, weight, bias, training, momentum, eps);
     params.remember(weight, bias);
     ctx.save({x, weight, r.mean, r.rstd});
     return r.out;
@@ -271,7 +272,7 @@ struct BatchNorm {
     const bool bias_grad = params.has_bias && ctx.needs_input_grad(4);
     if (!autograd::is_grad_enabled()) {
       cpu::NormBackward r =
-          cpu::batch_norm_backward(grads[0], x, mean_used, rstd_used, weight, bias_grad, training);
+          kernels::batch_norm_backward(grads[0], x, mean_used, rstd_used, weight, bias_grad, training);
       return norm_grads(ctx, 5, 3, {r.dx, r.dweight, as_dtype(r.dbias, params.bias)});
     }
     const int64_t C = x.size(1);
@@ -325,7 +326,7 @@ struct Embedding {
     Shape out_sizes = indices.sizes();
     out_sizes.push_back(weight.size(1));
     ctx.save({indices});
-    return reshaped_result(cpu::index_select(weight, 0, flat), out_sizes);
+    return reshaped_result(kernels::index_select(weight, 0, flat), out_sizes);
   }
   Grads backward(OpContext& ctx, const Grads& grads);
 };
@@ -338,7 +339,7 @@ struct EmbeddingBackward {
 
   Tensor forward(OpContext& ctx, const Tensor& dy, const Tensor& indices) {
     ctx.save({indices});
-    return cpu::embedding_backward(dy, indices, num_embeddings, padding_idx);
+    return kernels::embedding_backward(dy, indices, num_embeddings, padding_idx);
   }
   Grads backward(OpContext& ctx, const Grads& grads) {
     // The adjoint: the rows gathered again, none for tokens of padding_idx.
@@ -362,7 +363,7 @@ struct Dropout {
   Generator* generator = nullptr;
 
   Tensor forward(OpContext& ctx, const Tensor& x) {
-    cpu::DropoutForward r = cpu::dropout(x, p, generator ? *generator : default_generator());
+    cpu::DropoutForward r = kernels::dropout(x, p, generator ? *generator : default_generator());
     ctx.save({r.mask});
     return r.out;
   }
@@ -383,7 +384,7 @@ struct Conv2d {
 
   Tensor forward(OpContext& ctx, const Tensor& x, const Tensor& weight, const Tensor& bias) {
     has_bias = bias.defined();
-    Tensor y = cpu::conv2d(x, weight, bias, params);
+    Tensor y = kernels::conv2d(x, weight, bias, params);
     ctx.save({x, weight});
     return y;
   }
@@ -399,7 +400,7 @@ struct Conv2dInputBackward {
 
   Tensor forward(OpContext& ctx, const Tensor& dy, const Tensor& weight) {
     ctx.save({dy, weight});
-    return cpu::conv2d_backward(dy, shape_only(input_sizes, dy.dtype()), weight, false, params,
+    return kernels::conv2d_backward(dy, shape_only(input_sizes, dy.dtype()), weight, false, params,
                                 {true, false, false})
         .dx;
   }
@@ -415,7 +416,7 @@ struct Conv2dWeightBackward {
 
   Tensor forward(OpContext& ctx, const Tensor& dy, const Tensor& x) {
     ctx.save({dy, x});
-    return cpu::conv2d_backward(dy, x, shape_only(weight_sizes, dy.dtype()), false, params,
+    return kernels::conv2d_backward(dy, x, shape_only(weight_sizes, dy.dtype()), false, params,
                                 {false, true, false})
         .dweight;
   }
@@ -448,7 +449,7 @@ Grads Conv2d::backward(OpContext& ctx, const Grads& grads) {
   const bool bias_grad = has_bias && ctx.needs_input_grad(2);
   if (!autograd::is_grad_enabled()) {
     cpu::Conv2dBackward r =
-        cpu::conv2d_backward(dy, x, weight, has_bias, params,
+        kernels::conv2d_backward(dy, x, weight, has_bias, params,
                              {ctx.needs_input_grad(0), ctx.needs_input_grad(1), bias_grad});
     return {r.dx, r.dweight, r.dbias};
   }
@@ -471,7 +472,7 @@ struct MaxPool2d {
   Shape input_sizes{};
 
   Tensor forward(OpContext& ctx, const Tensor& x) {
-    cpu::MaxPoolForward r = cpu::max_pool2d(x, params);
+    cpu::MaxPoolForward r = kernels::max_pool2d(x, params);
     input_sizes = x.sizes();
     ctx.save({r.indices});
     return r.out;
@@ -480,7 +481,7 @@ struct MaxPool2d {
     const Tensor indices = ctx.saved(0);
     const Tensor& dy = grads[0];
     if (!autograd::is_grad_enabled()) {
-      return {cpu::max_pool2d_backward(dy, indices, input_sizes)};
+      return {kernels::max_pool2d_backward(dy, indices, input_sizes)};
     }
     // Row plane * H * W + index of the flattened input takes each dy value.
     const size_t dims = input_sizes.size();
@@ -504,7 +505,7 @@ struct AvgPool2d {
 
   Tensor forward(OpContext&, const Tensor& x) {
     input_sizes = x.sizes();
-    return cpu::avg_pool2d(x, params);
+    return kernels::avg_pool2d(x, params);
   }
   Grads backward(OpContext& ctx, const Grads& grads);
 };
@@ -517,7 +518,7 @@ struct AvgPool2dBackward {
   Shape input_sizes{};
 
   Tensor forward(OpContext&, const Tensor& dy) {
-    return cpu::avg_pool2d_backward(dy, input_sizes, params);
+    return kernels::avg_pool2d_backward(dy, input_sizes, params);
   }
   Grads backward(OpContext&, const Grads& grads) {
     return {dispatch(AvgPool2d{.params = params}, grads[0])};
@@ -561,10 +562,10 @@ struct Prelu {
     }
     ctx.save({x, weight});
     const Tensor w = core::reshape(weight, prelu_weight_shape(x, weight));
-    const Tensor scaled = cpu::binary(cpu::Binary::Mul, x, w, x.dtype());
+    const Tensor scaled = kernels::binary(cpu::Binary::Mul, x, w, x.dtype());
     const Tensor positive =
-        cpu::compare(cpu::Compare::Gt, x, scalar_tensor(0, x.dtype()), x.dtype());
-    return cpu::where(positive, x, scaled);
+        kernels::compare(cpu::Compare::Gt, x, scalar_tensor(0, x.dtype()), x.dtype());
+    return kernels::where(positive, x, scaled);
   }
   Grads backward(OpContext& ctx, const Grads& grads) {
     const Tensor x = ctx.saved(0), weight = ctx.saved(1);

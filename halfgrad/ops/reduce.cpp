@@ -9,6 +9,7 @@
 #include "halfgrad/ops/dispatch.h"
 #include "halfgrad/ops/ops.h"
 #include "halfgrad/ops/type_promotion.h"
+#include "halfgrad/ops/kernels.h"
 
 namespace hg {
 
@@ -75,7 +76,7 @@ struct SumMean {
     input_dtype = x.dtype();
     if (Id == OpId::mean && !dtype) require_floating(x, name);
     const DType out_dtype = dtype.value_or(is_floating_point(x.dtype()) ? x.dtype() : kInt64);
-    return cpu::reduce(Id == OpId::sum ? cpu::Reduction::Sum : cpu::Reduction::Mean, x, dims,
+    return kernels::reduce(Id == OpId::sum ? cpu::Reduction::Sum : cpu::Reduction::Mean, x, dims,
                        keepdim, out_dtype);
   }
   Grads backward(OpContext&, const Grads& grads) {
@@ -93,7 +94,7 @@ struct Prod {
   bool keepdim = false;
   Tensor forward(OpContext& ctx, const Tensor& x) {
     dims = resolve_dims(dims, x.dim(), "prod");
-    Tensor out = cpu::reduce(cpu::Reduction::Prod, x, dims, keepdim,
+    Tensor out = kernels::reduce(cpu::Reduction::Prod, x, dims, keepdim,
                              is_floating_point(x.dtype()) ? x.dtype() : kInt64);
     ctx.save({x});
     ctx.save_output(out);
@@ -128,7 +129,7 @@ struct Extreme {
   bool keepdim = false;
   Tensor forward(OpContext& ctx, const Tensor& x) {
     dims = resolve_dims(dims, x.dim(), op_name(Id).data());
-    Tensor out = cpu::reduce(Id == OpId::min ? cpu::Reduction::Amin : cpu::Reduction::Amax, x, dims,
+    Tensor out = kernels::reduce(Id == OpId::min ? cpu::Reduction::Amin : cpu::Reduction::Amax, x, dims,
                              keepdim, x.dtype());
     ctx.save({x});
     ctx.save_output(out);
@@ -149,7 +150,7 @@ struct Argmax {
   static constexpr OpId id = OpId::argmax;
   std::optional<int64_t> dim{};
   bool keepdim = false;
-  Tensor forward(OpContext&, const Tensor& x) { return cpu::argmax(x, dim, keepdim); }
+  Tensor forward(OpContext&, const Tensor& x) { return kernels::argmax(x, dim, keepdim); }
   Grads backward(OpContext&, const Grads&) { return Grads(1); }
 };
 
@@ -164,7 +165,7 @@ struct Var {
     require_floating(x, "var");
     dims = resolve_dims(dims, x.dim(), "var");
     ctx.save({x});
-    return cpu::var(x, dims, correction, keepdim, x.dtype());
+    return kernels::var(x, dims, correction, keepdim, x.dtype());
   }
   Grads backward(OpContext& ctx, const Grads& grads) {
     const Tensor x = ctx.saved(0);
@@ -186,7 +187,7 @@ struct Norm {
     require_floating(x, "norm");
     HG_CHECK(p >= 0, "norm: expected p >= 0, got {}", p);
     dims = resolve_dims(dims, x.dim(), "norm");
-    Tensor out = cpu::reduce(cpu::Reduction::Norm, x, dims, keepdim, x.dtype(), p);
+    Tensor out = kernels::reduce(cpu::Reduction::Norm, x, dims, keepdim, x.dtype(), p);
     ctx.save({x});
     ctx.save_output(out);
     return out;
@@ -218,7 +219,7 @@ struct LogSumExp {
   Tensor forward(OpContext& ctx, const Tensor& x) {
     require_floating(x, "logsumexp");
     dims = resolve_dims(dims, x.dim(), "logsumexp");
-    Tensor out = cpu::reduce(cpu::Reduction::LogSumExp, x, dims, keepdim, x.dtype());
+    Tensor out = kernels::reduce(cpu::Reduction::LogSumExp, x, dims, keepdim, x.dtype());
     ctx.save({x});
     ctx.save_output(out);
     return out;
@@ -241,7 +242,7 @@ struct Cumsum {
   Tensor forward(OpContext&, const Tensor& x) {
     dim = wrap_dim(dim, x.dim(), "cumsum");
     input_dtype = x.dtype();
-    return cpu::cumsum(x, dim, dtype.value_or(is_floating_point(x.dtype()) ? x.dtype() : kInt64));
+    return kernels::cumsum(x, dim, dtype.value_or(is_floating_point(x.dtype()) ? x.dtype() : kInt64));
   }
   Grads backward(OpContext&, const Grads& grads) {
     // The gradient of an inclusive prefix sum is the suffix sum: total - prefix + self.

@@ -1,0 +1,42 @@
+// The kinds of elementwise and reduction work a kernel does, shared by every backend (the CPU
+// kernels in cpu/, the CUDA kernels in cuda/): an op picks one, the device picks the kernel.
+// Free of fmt, so .cu files use the same enums.
+#pragma once
+
+#include <cstdint>
+
+namespace hg::kernel {
+
+enum class Unary : uint8_t {
+  Neg,
+  Exp,
+  Log,
+  Log1p,
+  Sqrt,
+  Rsqrt,
+  Reciprocal,
+  Abs,
+  Sin,
+  Cos,
+  Tanh,
+  Sigmoid,
+  Relu,
+  Gelu,      // x * Phi(x), Phi the normal CDF
+  GeluTanh,  // 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
+  Silu,
+  Softplus,
+  Sign,
+  Erf,
+  Square,
+  // Derivatives used by backward formulas, fused so they stay one pass:
+  GeluGrad,      // d/dx of Gelu
+  GeluTanhGrad,  // d/dx of GeluTanh
+};
+
+enum class Binary : uint8_t { Add, Sub, Mul, Div, Pow, Maximum, Minimum };
+
+enum class Compare : uint8_t { Eq, Ne, Lt, Le, Gt, Ge };
+
+enum class Reduction : uint8_t { Sum, Prod, Mean, Amax, Amin, LogSumExp, Norm };
+
+}  // namespace hg::kernel

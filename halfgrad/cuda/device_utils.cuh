@@ -1,0 +1,176 @@
+// Device-side helpers shared by halfgrad's .cu files: the storage type of each dtype and its
+// conversions to the compute type, launch sizes, and a strided indexer.
+//
+// NOTE [Storage dtype is not compute dtype on CUDA] As on the CPU (core/cast.h): a float16 or
+// bfloat16 value is loaded as float, computed in float and rounded once when stored
+// (round to nearest even, overflow to inf, NaN stays NaN: __float2half_rn and
+// __float2bfloat16_rn). float64 computes in double; integers in their own type.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <type_traits>
+
+#include "halfgrad/cuda/kernel_args.h"
+
+namespace hg::cuda::detail {
+
+// ---- dtypes ------------------------------------------------------------------------------
+
+template <DType D>
+struct Storage;
+template <>
+struct Storage<DType::Float32> {
+  using type = float;
+};
+template <>
+struct Storage<DType::Float16> {
+  using type = __half;
+};
+template <>
+struct Storage<DType::BFloat16> {
+  using type = __nv_bfloat16;
+};
+template <>
+struct Storage<DType::Float64> {
+  using type = double;
+};
+template <>
+struct Storage<DType::Int64> {
+  using type = int64_t;
+};
+template <>
+struct Storage<DType::Int32> {
+  using type = int32_t;
+};
+template <>
+struct Storage<DType::Bool> {
+  using type = bool;
+};
+template <DType D>
+using storage_t = typename Storage<D>::type;
+
+// The type a value of storage type T computes in: float for the 16-bit floats.
+template <class T>
+struct Compute {
+  using type = T;
+};
+template <>
+struct Compute<__half> {
+  using type = float;
+};
+template <>
+struct Compute<__nv_bfloat16> {
+  using type = float;
+};
+template <class T>
+using compute_t = typename Compute<T>::type;
+
+// Storage -> compute, and compute (or any arithmetic value) -> storage, rounding once.
+template <class To, class From>
+__host__ __device__ __forceinline__ To convert(From value) {
+  if constexpr (std::is_same_v<To, From>) {
+    return value;
+  } else if constexpr (std::is_same_v<From, __half>) {
+    return convert<To>(__half2float(value));
+  } else if constexpr (std::is_same_v<From, __nv_bfloat16>) {
+    return convert<To>(__bfloat162float(value));
+  } else if constexpr (std::is_same_v<To, __half>) {
+    if constexpr (std::is_same_v<From, double>) {
+      return __double2half(value);  // one rounding from double (not via float)
+    } else {
+      return __float2half_rn(static_cast<float>(value));
+    }
+  } else if constexpr (std::is_same_v<To, __nv_bfloat16>) {
+    if constexpr (std::is_same_v<From, double>) {
+      return __double2bfloat16(value);
+    } else {
+      return __float2bfloat16_rn(static_cast<float>(value));
+    }
+  } else if constexpr (std::is_same_v<To, bool>) {
+    return value != From(0);
+  } else {
+    return static_cast<To>(value);
+  }
+}
+
+template <class T>
+__device__ __forceinline__ compute_t<T> load(const T* p) {
+  return convert<compute_t<T>>(*p);
+}
+
+// Calls f(tag) with tag's `type` the storage type of dtype (host code choosing a kernel).
+template <class T>
+struct TypeTag {
+  using type = T;
+};
+template <class F>
+decltype(auto) visit_storage(DType dtype, F&& f) {
+  switch (dtype) {
+    case DType::Float16: return f(TypeTag<__half>{});
+    case DType::BFloat16: return f(TypeTag<__nv_bfloat16>{});
+    case DType::Float64: return f(TypeTag<double>{});
+    case DType::Int64: return f(TypeTag<int64_t>{});
+    case DType::Int32: return f(TypeTag<int32_t>{});
+    case DType::Bool: return f(TypeTag<bool>{});
+    case DType::Float32: break;
+  }
+  return f(TypeTag<float>{});
+}
+// The same for the floating dtypes only (callers have checked the dtype is floating).
+template <class F>
+decltype(auto) visit_floating_storage(DType dtype, F&& f) {
+  switch (dtype) {
+    case DType::Float16: return f(TypeTag<__half>{});
+    case DType::BFloat16: return f(TypeTag<__nv_bfloat16>{});
+    case DType::Float64: return f(TypeTag<double>{});
+    default: break;
+  }
+  return f(TypeTag<float>{});
+}
+
+// ---- launch sizes ------------------------------------------------------------------------
+
+inline constexpr int kThreads = 256;
+// Blocks for a grid-stride loop over n items: enough to fill the GPU, never more than needed.
+inline unsigned grid_for(int64_t n, int threads = kThreads, int64_t max_blocks = 65535 * 8) {
+  int64_t blocks = (n + threads - 1) / threads;
+  if (blocks < 1) blocks = 1;
+  if (blocks > max_blocks) blocks = max_blocks;
+  return static_cast<unsigned>(blocks);
+}
+
+// ---- indexing ----------------------------------------------------------------------------
+
+// Maps a row-major linear index over `sizes` to an element offset through `strides`.
+struct Indexer {
+  int32_t dim = 0;
+  int64_t sizes[kMaxDims] = {};
+  int64_t strides[kMaxDims] = {};
+
+  Indexer() = default;
+  explicit Indexer(const TensorArg& t) : dim(t.dim) {
+    for (int d = 0; d < t.dim; ++d) {
+      sizes[d] = t.sizes[d];
+      strides[d] = t.strides[d];
+    }
+  }
+  __device__ __forceinline__ int64_t offset(int64_t linear) const {
+    int64_t off = 0;
+#pragma unroll
+    for (int d = kMaxDims - 1; d >= 0; --d) {
+      if (d < dim) {
+        const int64_t size = sizes[d];
+        const int64_t q = linear / size;
+        off += (linear - q * size) * strides[d];
+        linear = q;
+      }
+    }
+    return off;
+  }
+};
+
+}  // namespace hg::cuda::detail
