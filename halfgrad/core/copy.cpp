@@ -16,6 +16,12 @@
 #include "halfgrad/core/tensor.h"
 #include "halfgrad/core/view.h"
 
+#include "halfgrad/config.h"
+#if HALFGRAD_HAS_CUDA
+#include "halfgrad/cuda/copy.h"
+#include "halfgrad/cuda/elementwise.h"
+#endif
+
 namespace hg {
 
 namespace {
@@ -109,6 +115,15 @@ bool has_internal_overlap(const Tensor& t) {
 
 // Copies src (already of dst's shape) into dst; no checks, no version bump.
 void copy_elements(const Tensor& dst, const Tensor& src) {
+#if HALFGRAD_HAS_CUDA
+  if (dst.is_cuda()) {
+    // NOTE [Float to integer on CUDA] The CPU checks that floating values fit the integer
+    // dtype they are copied to; on CUDA that check would read the values on the host (a sync
+    // per copy), so the conversion saturates instead, NaN giving 0.
+    cuda::copy_elements(dst, src);
+    return;
+  }
+#endif
   check_fits_integer(src, dst.dtype());
   const CastRow row = cast_row_for(dst.dtype(), src.dtype());
   for_each_row<2>(dst.sizes(),
@@ -136,8 +151,6 @@ T scalar_as(Scalar value, DType dtype, const char* op) {
 
 Tensor& Tensor::copy_(const Tensor& src) {
   HG_CHECK(src.defined(), "copy_: expected a defined source tensor, got an undefined one");
-  HG_CHECK(device() == src.device(), "copy_: expected a source on {}, got one on {}", device(),
-           src.device());
   const Shape target = sizes();
   HG_CHECK(broadcasts_to(src.sizes(), target),
            "copy_: the source of shape {} cannot be broadcast to the destination's shape {}",
@@ -146,8 +159,11 @@ Tensor& Tensor::copy_(const Tensor& src) {
            "copy_: the destination (shape {}, strides {}) has elements that share memory "
            "(an expanded tensor); clone() it before writing to it",
            sizes(), strides());
-  // A source that shares memory with the destination is read in full before any write.
-  const Tensor source = shares_storage(src) ? core::clone(src) : src;
+  // A source that shares memory with the destination is read in full before any write; one on
+  // another device is first copied to this one.
+  const Tensor source = src.device() != device() ? src.to(device())
+                        : shares_storage(src)    ? core::clone(src)
+                                                 : src;
   copy_elements(*this, core::expand(source, target));
   bump_version();
   return *this;
@@ -159,6 +175,13 @@ Tensor& Tensor::fill_(Scalar value) {
            "fill_: the tensor (shape {}, strides {}) has elements that share memory (an "
            "expanded tensor); clone() it before writing to it",
            sizes(), strides());
+#if HALFGRAD_HAS_CUDA
+  if (is_cuda()) {
+    cuda::fill(*this, value);
+    bump_version();
+    return *this;
+  }
+#endif
   visit_dtype(dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     const T fill = scalar_as<T>(value, dtype(), "fill_");
@@ -193,10 +216,12 @@ Tensor core::to_dtype(const Tensor& self, DType dtype) {
 
 Tensor Tensor::to(Device device) const {
   if (device == this->device()) return *this;
-  HG_ERROR(
-      "to: cannot move a tensor from {} to {}: this version of halfgrad keeps tensors on "
-      "the CPU only",
-      this->device(), device);
+#if HALFGRAD_HAS_CUDA
+  return cuda::copy_to_device(*this, device);
+#else
+  HG_ERROR("to: cannot move a tensor from {} to {}: halfgrad was built without its CUDA backend",
+           this->device(), device);
+#endif
 }
 
 template <class T>

@@ -4,10 +4,14 @@
 #include <cstring>
 #include <memory>
 
+#include "halfgrad/config.h"
 #include "halfgrad/core/cast.h"
 #include "halfgrad/core/format.h"
 #include "halfgrad/core/random.h"
 #include "halfgrad/core/view.h"
+#if HALFGRAD_HAS_CUDA
+#include "halfgrad/cuda/elementwise.h"
+#endif
 
 namespace hg {
 
@@ -57,6 +61,7 @@ Tensor empty(const Shape& sizes, TensorOptions options) {
 
 Tensor zeros(const Shape& sizes, TensorOptions options) {
   Tensor out = empty(sizes, options);
+  if (out.is_cuda()) return out.fill_(0);
   std::memset(out.data_ptr(), 0, out.nbytes());  // all-zero bits are 0 in every dtype
   return out;
 }
@@ -107,15 +112,17 @@ Tensor arange(Scalar start, Scalar end, Scalar step, std::optional<DType> dtype)
 
 Tensor linspace(double start, double end, int64_t steps, TensorOptions options) {
   HG_CHECK(steps >= 0, "linspace: expected steps >= 0, got {}", steps);
-  HG_CHECK(options.device.is_cpu(), "linspace: expected the cpu device, got {}", options.device);
   const double delta = steps > 1 ? (end - start) / double(steps - 1) : 0.0;
   // The first half counts up from start and the second half down from end, so both ends are
   // exact and the error stays symmetric (as PyTorch does).
   const int64_t half = steps / 2;
-  return generate({steps}, options.dtype, "linspace", [=](int64_t i) {
-    if (steps == 1) return start;
-    return i < half ? start + delta * double(i) : end - delta * double(steps - 1 - i);
-  });
+  return generate({steps}, options.dtype, "linspace",
+                  [=](int64_t i) {
+                    if (steps == 1) return start;
+                    return i < half ? start + delta * double(i)
+                                    : end - delta * double(steps - 1 - i);
+                  })
+      .to(options.device);
 }
 
 Tensor eye(int64_t n, std::optional<int64_t> m, TensorOptions options) {
@@ -133,8 +140,14 @@ Tensor rand(const Shape& sizes, TensorOptions options, Generator* generator) {
   HG_CHECK(is_floating_point(options.dtype), "rand: expected a floating dtype, got {}",
            options.dtype);
   Tensor out = empty(sizes, options);
-  random::fill_uniform(options.dtype, out.data_ptr(), out.numel(), 0.0, 1.0,
-                       generator ? *generator : default_generator());
+  Generator& gen = generator ? *generator : default_generator();
+#if HALFGRAD_HAS_CUDA
+  if (out.is_cuda()) {
+    cuda::fill_uniform(out, 0.0, 1.0, gen);
+    return out;
+  }
+#endif
+  random::fill_uniform(options.dtype, out.data_ptr(), out.numel(), 0.0, 1.0, gen);
   return out;
 }
 
@@ -142,8 +155,14 @@ Tensor randn(const Shape& sizes, TensorOptions options, Generator* generator) {
   HG_CHECK(is_floating_point(options.dtype), "randn: expected a floating dtype, got {}",
            options.dtype);
   Tensor out = empty(sizes, options);
-  random::fill_normal(options.dtype, out.data_ptr(), out.numel(), 0.0, 1.0,
-                      generator ? *generator : default_generator());
+  Generator& gen = generator ? *generator : default_generator();
+#if HALFGRAD_HAS_CUDA
+  if (out.is_cuda()) {
+    cuda::fill_normal(out, 0.0, 1.0, gen);
+    return out;
+  }
+#endif
+  random::fill_normal(options.dtype, out.data_ptr(), out.numel(), 0.0, 1.0, gen);
   return out;
 }
 

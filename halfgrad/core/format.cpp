@@ -21,10 +21,12 @@ enum class Style { Integral, Fixed, Scientific, Integer, Boolean };
 class TensorPrinter {
  public:
   explicit TensorPrinter(const Tensor& tensor)
-      : tensor_(tensor), summarize_(tensor.numel() > kSummarizeThreshold) {}
+      : tensor_(tensor),
+        values_(tensor.is_cpu() ? tensor : tensor.to(Device(kCPU))),  // printing waits for it
+        summarize_(tensor.numel() > kSummarizeThreshold) {}
 
   std::string print() {
-    collect(0, static_cast<const char*>(tensor_.data_ptr()));
+    collect(0, static_cast<const char*>(values_.data_ptr()));
     choose_style();
     for (const char* element : elements_) texts_.push_back(format_element(element));
     for (const std::string& text : texts_) width_ = std::max(width_, text.size());
@@ -51,7 +53,7 @@ class TensorPrinter {
   }
 
   const char* element_at(const char* base, int64_t depth, int64_t index) const {
-    return base + index * tensor_.strides()[depth] * int64_t(tensor_.element_size());
+    return base + index * values_.strides()[depth] * int64_t(values_.element_size());
   }
 
   // Gathers the addresses of the elements that will be shown, in print order.
@@ -166,6 +168,7 @@ class TensorPrinter {
   }
 
   const Tensor& tensor_;
+  Tensor values_;  // tensor_ on the CPU
   bool summarize_;
   Style style_ = Style::Fixed;
   std::vector<const char*> elements_;

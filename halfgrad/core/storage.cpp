@@ -9,8 +9,12 @@
 #include <mutex>
 #include <new>
 
+#include "halfgrad/config.h"
 #include "halfgrad/core/error.h"
 #include "halfgrad/core/sanitizer.h"
+#if HALFGRAD_HAS_CUDA
+#include "halfgrad/cuda/allocator.h"
+#endif
 
 namespace hg {
 
@@ -218,10 +222,19 @@ void cpu_empty_cache() { CpuAllocator::instance().empty_cache(); }
 size_t cpu_allocation_size(size_t nbytes) { return size_class(nbytes).bytes; }
 
 Storage make_storage(size_t nbytes, Device device) {
-  HG_CHECK(device.is_cpu(),
-           "cannot allocate {} bytes on cuda:{}: this version of halfgrad "
-           "keeps tensors on the CPU only",
-           nbytes, device.index);
+  if (device.is_cuda()) {
+#if HALFGRAD_HAS_CUDA
+    // NOTE [Core calls into the CUDA backend] CUDA storage comes from the CUDA caching
+    // allocator, and core's copies and fills of CUDA tensors run CUDA kernels: core reaches
+    // down into cuda/ for these few entry points (compiled only with the backend), as the
+    // autograd engine calls the add op.
+    return make_pooled<StorageImpl>(cuda::detail::device_allocator(device.index)->allocate(nbytes),
+                                    nbytes, device);
+#else
+    HG_ERROR("cannot allocate {} bytes on cuda:{}: halfgrad was built without its CUDA backend",
+             nbytes, int(device.index));
+#endif
+  }
   return make_pooled<StorageImpl>(cpu_allocator()->allocate(nbytes), nbytes, device);
 }
 

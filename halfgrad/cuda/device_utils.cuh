@@ -110,13 +110,20 @@ struct TypeTag {
 template <class F>
 decltype(auto) visit_storage(DType dtype, F&& f) {
   switch (dtype) {
-    case DType::Float16: return f(TypeTag<__half>{});
-    case DType::BFloat16: return f(TypeTag<__nv_bfloat16>{});
-    case DType::Float64: return f(TypeTag<double>{});
-    case DType::Int64: return f(TypeTag<int64_t>{});
-    case DType::Int32: return f(TypeTag<int32_t>{});
-    case DType::Bool: return f(TypeTag<bool>{});
-    case DType::Float32: break;
+    case DType::Float16:
+      return f(TypeTag<__half>{});
+    case DType::BFloat16:
+      return f(TypeTag<__nv_bfloat16>{});
+    case DType::Float64:
+      return f(TypeTag<double>{});
+    case DType::Int64:
+      return f(TypeTag<int64_t>{});
+    case DType::Int32:
+      return f(TypeTag<int32_t>{});
+    case DType::Bool:
+      return f(TypeTag<bool>{});
+    case DType::Float32:
+      break;
   }
   return f(TypeTag<float>{});
 }
@@ -124,10 +131,14 @@ decltype(auto) visit_storage(DType dtype, F&& f) {
 template <class F>
 decltype(auto) visit_floating_storage(DType dtype, F&& f) {
   switch (dtype) {
-    case DType::Float16: return f(TypeTag<__half>{});
-    case DType::BFloat16: return f(TypeTag<__nv_bfloat16>{});
-    case DType::Float64: return f(TypeTag<double>{});
-    default: break;
+    case DType::Float16:
+      return f(TypeTag<__half>{});
+    case DType::BFloat16:
+      return f(TypeTag<__nv_bfloat16>{});
+    case DType::Float64:
+      return f(TypeTag<double>{});
+    default:
+      break;
   }
   return f(TypeTag<float>{});
 }
@@ -172,5 +183,19 @@ struct Indexer {
     return off;
   }
 };
+
+// ---- device-side errors ------------------------------------------------------------------
+
+// Records the first bad index of any kernel on this device (NOTE [Index checks on the device]
+// in kernel_args.h); later reports are dropped.
+__device__ __forceinline__ void report_device_error(DeviceErrorSlot* slot, DeviceError code,
+                                                    int32_t dim, int64_t value, int64_t bound) {
+  if (atomicCAS(&slot->code, 0, static_cast<int32_t>(code)) == 0) {
+    slot->dim = dim;
+    slot->value = value;
+    slot->bound = bound;
+    __threadfence_system();
+  }
+}
 
 }  // namespace hg::cuda::detail

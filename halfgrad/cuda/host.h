@@ -32,10 +32,10 @@ void check_cuda_tensor(const Tensor& t, const char* op, const char* what);
 // Checks a cudaError_t-returning call: anything but cudaSuccess throws hg::Error naming the op
 // and the call. Launchers return cudaGetLastError() after their launch, so checking the
 // launcher checks the launch.
-#define HG_CUDA_CHECK(call, op)                                                               \
-  do {                                                                                        \
-    const cudaError_t hg_cuda_status_ = (call);                                               \
-    if (hg_cuda_status_ != cudaSuccess) [[unlikely]] {                                        \
-      ::hg::cuda::detail::throw_cuda_error(hg_cuda_status_, op, #call, __FILE__, __LINE__);   \
-    }                                                                                         \
+#define HG_CUDA_CHECK(call, op)                                                             \
+  do {                                                                                      \
+    const cudaError_t hg_cuda_status_ = (call);                                             \
+    if (hg_cuda_status_ != cudaSuccess) [[unlikely]] {                                      \
+      ::hg::cuda::detail::throw_cuda_error(hg_cuda_status_, op, #call, __FILE__, __LINE__); \
+    }                                                                                       \
   } while (false)

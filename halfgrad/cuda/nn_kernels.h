@@ -21,11 +21,11 @@ cpu::NormBackward layer_norm_backward(const Tensor& dy, const Tensor& x, const T
 cpu::NormForward group_norm(const Tensor& x, int64_t num_groups, const Tensor& weight,
                             const Tensor& bias, double eps);
 cpu::NormBackward group_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& mean,
-                                      const Tensor& rstd, int64_t num_groups,
-                                      const Tensor& weight, bool has_bias);
-cpu::NormForward batch_norm(const Tensor& x, const Tensor& running_mean,
-                            const Tensor& running_var, const Tensor& weight, const Tensor& bias,
-                            bool training, double momentum, double eps);
+                                      const Tensor& rstd, int64_t num_groups, const Tensor& weight,
+                                      bool has_bias);
+cpu::NormForward batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& running_var,
+                            const Tensor& weight, const Tensor& bias, bool training,
+                            double momentum, double eps);
 cpu::NormBackward batch_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& mean,
                                       const Tensor& rstd, const Tensor& weight, bool has_bias,
                                       bool training);

@@ -12,6 +12,8 @@
 
 #include <cuda_runtime.h>
 
+#include "halfgrad/cuda/kernel_args.h"
+
 namespace hg::cuda {
 
 // halfgrad's stream of `device` (-1: the current device), or the one a StreamGuard set.
@@ -51,8 +53,8 @@ class Event {
   Event& operator=(const Event&) = delete;
 
   void record(cudaStream_t stream = nullptr);  // null: the current stream
-  void synchronize() const;                     // the host waits for the recorded work
-  bool query() const;                           // true once the recorded work ran
+  void synchronize() const;                    // the host waits for the recorded work
+  bool query() const;                          // true once the recorded work ran
   // Milliseconds from this event to `end` (both recorded and completed).
   float elapsed_ms(const Event& end) const;
   cudaEvent_t handle() const { return event_; }
@@ -88,9 +90,13 @@ class Graph {
 };
 
 namespace detail {
-// The allocator pool new blocks of `device` come from on this stream: 0 for the shared pool,
-// or a graph's private pool while that graph captures.
-int capture_pool(int device);
+// The device-error slot of `device` (-1: current) for kernels to report into (a pointer
+// valid on the device and the host).
+DeviceErrorSlot* device_error_slot(int device = -1);
+// Throws hg::Error for a report in the slot of `device`, and clears it. Called after the host
+// waited for the device.
+void raise_device_error(int device);
+
 }  // namespace detail
 
 }  // namespace hg::cuda

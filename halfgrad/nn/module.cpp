@@ -204,7 +204,8 @@ void Module::train(bool on) {
 
 // ---- dtype and device -----------------------------------------------------------------------
 
-void Module::convert_tensors(const std::function<Tensor(const Tensor&)>& convert) {
+void Module::convert_tensors(const std::function<Tensor(const Tensor&)>& convert,
+                             bool floating_only) {
   std::vector<Tensor> targets;
   for (auto& [name, t] : named_parameters()) targets.push_back(t);
   for (auto& [name, t] : named_buffers()) targets.push_back(t);
@@ -212,7 +213,7 @@ void Module::convert_tensors(const std::function<Tensor(const Tensor&)>& convert
   {
     NoGradGuard no_grad;
     for (const Tensor& t : targets) {
-      if (!t.is_floating_point()) continue;
+      if (floating_only && !t.is_floating_point()) continue;
       swaps.emplace_back(t, convert(t.detach()));
       if (t.grad().defined()) swaps.emplace_back(t.grad(), convert(t.grad().detach()));
     }
@@ -226,13 +227,15 @@ void Module::convert_tensors(const std::function<Tensor(const Tensor&)>& convert
 Module& Module::to(DType dtype) {
   HG_CHECK(is_floating_point(dtype), "{}.to: expected a floating dtype, got {}", name(),
            dtype_name(dtype));
-  convert_tensors([dtype](const Tensor& t) { return t.to(dtype).contiguous(); });
+  convert_tensors([dtype](const Tensor& t) { return t.to(dtype).contiguous(); },
+                  /*floating_only=*/true);
   return *this;
 }
 
 Module& Module::to(Device device) {
   // Tensor::to raises for a device this build cannot reach; checked before anything moves.
-  convert_tensors([device](const Tensor& t) { return t.to(device); });
+  // Every tensor moves, integer buffers included.
+  convert_tensors([device](const Tensor& t) { return t.to(device); }, /*floating_only=*/false);
   return *this;
 }
 

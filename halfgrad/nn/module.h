@@ -156,9 +156,10 @@ class Module : public std::enable_shared_from_this<Module> {
   void collect(const std::string& prefix, bool recurse, bool want_buffers,
                std::vector<std::pair<std::string, Tensor>>& out,
                std::vector<const TensorImpl*>& seen) const;
-  // Applies convert to every floating parameter and buffer: all conversions first, then the
-  // swaps, so a conversion that throws leaves the module unchanged.
-  void convert_tensors(const std::function<Tensor(const Tensor&)>& convert);
+  // Applies convert to every parameter and buffer (only the floating ones when floating_only):
+  // all conversions first, then the swaps, so a conversion that throws leaves the module
+  // unchanged.
+  void convert_tensors(const std::function<Tensor(const Tensor&)>& convert, bool floating_only);
 
   bool training_ = true;
   std::vector<std::pair<std::string, Tensor>> parameters_;

@@ -13,9 +13,9 @@
 #include "halfgrad/ops/backward_helpers.h"
 #include "halfgrad/ops/dispatch.h"
 #include "halfgrad/ops/index_ops.h"
+#include "halfgrad/ops/kernels.h"
 #include "halfgrad/ops/ops.h"
 #include "halfgrad/ops/type_promotion.h"
-#include "halfgrad/ops/kernels.h"
 
 namespace hg {
 
@@ -30,7 +30,11 @@ Tensor grad_for(const Tensor& grad, const Tensor& input) {
   return ops::reduce_grad(grad, input.sizes(), input.dtype());
 }
 
-Tensor as_operand(Scalar value, DType dtype) { return scalar_tensor(value, dtype); }
+// A scalar as a 0-d tensor on `device` (a CUDA op gets its operand on the GPU, made there by
+// a fill: no copy from the host).
+Tensor as_operand(Scalar value, DType dtype, Device device) {
+  return full({}, value, {.dtype = dtype, .device = device});
+}
 
 // ---- add / sub: a + alpha * b, a - alpha * b ------------------------------------------------
 
@@ -128,7 +132,7 @@ struct Extremum {
   Tensor forward(OpContext& ctx, const Tensor& a, const Tensor& b) {
     ctx.save({a, b});
     return kernels::binary(Id == OpId::maximum ? cpu::Binary::Maximum : cpu::Binary::Minimum, a, b,
-                       result_type({a, b}));
+                           result_type({a, b}));
   }
   Grads backward(OpContext& ctx, const Grads& grads) {
     const Tensor a = ctx.saved(0), b = ctx.saved(1);
@@ -255,7 +259,7 @@ struct Gelu {
   Tensor forward(OpContext& ctx, const Tensor& x) {
     ctx.save({x});
     return kernels::unary(tanh_approximation ? cpu::Unary::GeluTanh : cpu::Unary::Gelu,
-                      x.to(floating_result(x.dtype())));
+                          x.to(floating_result(x.dtype())));
   }
   Grads backward(OpContext& ctx, const Grads& grads) {
     const Tensor x = ctx.saved(0);
@@ -265,7 +269,8 @@ struct Gelu {
     // One fused kernel, unless the backward pass is recorded (create_graph): then the
     // derivative is written with ops so that it can be differentiated again.
     if (!autograd::is_grad_enabled()) {
-      return kernels::unary(tanh_approximation ? cpu::Unary::GeluTanhGrad : cpu::Unary::GeluGrad, x);
+      return kernels::unary(tanh_approximation ? cpu::Unary::GeluTanhGrad : cpu::Unary::GeluGrad,
+                            x);
     }
     if (!tanh_approximation) {  // Phi(x) + x phi(x)
       const Tensor cdf = mul(add(erf(mul(x, std::numbers::sqrt2 / 2)), 1), 0.5);
@@ -341,7 +346,7 @@ struct Comparison {
 
 template <class Op>
 Tensor compare_with_scalar(const Tensor& a, Scalar b) {
-  return dispatch(Op{}, a, as_operand(b, result_type({a}, {b})));
+  return dispatch(Op{}, a, as_operand(b, result_type({a}, {b}), a.device()));
 }
 
 }  // namespace
@@ -352,21 +357,25 @@ Tensor add(const Tensor& a, const Tensor& b, Scalar alpha) {
   return dispatch(AddSub<OpId::add>{.alpha = alpha.to_double()}, a, b);
 }
 Tensor add(const Tensor& a, Scalar b, Scalar alpha) {
-  return add(a, as_operand(b, result_type({a}, {b})), alpha);
+  return add(a, as_operand(b, result_type({a}, {b}), a.device()), alpha);
 }
 Tensor sub(const Tensor& a, const Tensor& b, Scalar alpha) {
   return dispatch(AddSub<OpId::sub>{.alpha = alpha.to_double()}, a, b);
 }
 Tensor sub(const Tensor& a, Scalar b, Scalar alpha) {
-  return sub(a, as_operand(b, result_type({a}, {b})), alpha);
+  return sub(a, as_operand(b, result_type({a}, {b}), a.device()), alpha);
 }
 Tensor mul(const Tensor& a, const Tensor& b) { return dispatch(Mul{}, a, b); }
-Tensor mul(const Tensor& a, Scalar b) { return mul(a, as_operand(b, result_type({a}, {b}))); }
+Tensor mul(const Tensor& a, Scalar b) {
+  return mul(a, as_operand(b, result_type({a}, {b}), a.device()));
+}
 Tensor div(const Tensor& a, const Tensor& b) { return dispatch(Div{}, a, b); }
-Tensor div(const Tensor& a, Scalar b) { return div(a, as_operand(b, result_type({a}, {b}))); }
+Tensor div(const Tensor& a, Scalar b) {
+  return div(a, as_operand(b, result_type({a}, {b}), a.device()));
+}
 Tensor pow(const Tensor& a, const Tensor& exponent) { return dispatch(Pow{}, a, exponent); }
 Tensor pow(const Tensor& a, Scalar exponent) {
-  return pow(a, as_operand(exponent, result_type({a}, {exponent})));
+  return pow(a, as_operand(exponent, result_type({a}, {exponent}), a.device()));
 }
 Tensor maximum(const Tensor& a, const Tensor& b) {
   return dispatch(Extremum<OpId::maximum>{}, a, b);

@@ -26,9 +26,9 @@
 #include "halfgrad/cpu/index.h"
 #include "halfgrad/cpu/reduce.h"
 #include "halfgrad/ops/dispatch.h"
+#include "halfgrad/ops/kernels.h"
 #include "halfgrad/ops/ops.h"
 #include "halfgrad/ops/type_promotion.h"
-#include "halfgrad/ops/kernels.h"
 
 namespace hg {
 
@@ -71,7 +71,8 @@ struct Where {
     HG_CHECK(condition.dtype() == kBool, "where: expected a condition of dtype bool, got {}",
              condition.dtype());
     const DType dtype = result_type({input, other});
-    Tensor out = kernels::where(condition, core::to_dtype(input, dtype), core::to_dtype(other, dtype));
+    Tensor out =
+        kernels::where(condition, core::to_dtype(input, dtype), core::to_dtype(other, dtype));
     input_sizes = input.sizes();
     other_sizes = other.sizes();
     input_dtype = input.dtype();
@@ -82,7 +83,7 @@ struct Where {
   Grads backward(OpContext& ctx, const Grads& grads) {
     const Tensor condition = ctx.saved(0);
     const Tensor& g = grads[0];
-    const Tensor zero = scalar_tensor(0, g.dtype());
+    const Tensor zero = full({}, 0, g.options());
     Grads out(3);
     if (ctx.needs_input_grad(1)) {
       out[1] = grad_for(where(condition, g, zero), input_sizes, input_dtype);
@@ -439,10 +440,11 @@ struct IndexPut {
           seen.insert(at, target[m]);
           survives[m] = 1.0;
         }
-        winners = tensor(survives, B, kBool);
+        winners = tensor(survives, B, kBool).to(self.device());
       }
     }
-    return {tensor(target, B, kInt64), winners};
+    // (Computed on the host: a CUDA self waits here, only when values needs a gradient.)
+    return {tensor(target, B, kInt64).to(self.device()), winners};
   }
 
   Grads backward(OpContext& ctx, const Grads& grads) {
@@ -453,7 +455,7 @@ struct IndexPut {
     Grads out(size_t(2 + K));
     if (ctx.needs_input_grad(0)) {
       // Overwritten positions took nothing from self.
-      out[0] = accumulate ? g : index_put(g, indices, scalar_tensor(0, g.dtype()));
+      out[0] = accumulate ? g : index_put(g, indices, full({}, 0, g.options()));
     }
     if (ctx.needs_input_grad(1)) {
       const Tensor positions = ctx.saved(size_t(K)), winners = ctx.saved(size_t(K) + 1);
@@ -519,11 +521,14 @@ Tensor where(const Tensor& condition, const Tensor& input, const Tensor& other) 
 }
 Tensor where(const Tensor& condition, const Tensor& input, Scalar other) {
   check_defined(input, "where", "input");
-  return where(condition, input, scalar_tensor(other, result_type({input}, {other})));
+  return where(condition, input,
+               full({}, other, {.dtype = result_type({input}, {other}), .device = input.device()}));
 }
 Tensor where(const Tensor& condition, Scalar input, const Tensor& other) {
   check_defined(other, "where", "other");
-  return where(condition, scalar_tensor(input, result_type({other}, {input})), other);
+  return where(condition,
+               full({}, input, {.dtype = result_type({other}, {input}), .device = other.device()}),
+               other);
 }
 
 Tensor masked_fill(const Tensor& input, const Tensor& mask, Scalar value) {

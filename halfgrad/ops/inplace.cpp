@@ -12,9 +12,9 @@
 #include "halfgrad/core/factory.h"
 #include "halfgrad/core/format.h"
 #include "halfgrad/cpu/elementwise.h"
+#include "halfgrad/ops/kernels.h"
 #include "halfgrad/ops/ops.h"
 #include "halfgrad/ops/type_promotion.h"
-#include "halfgrad/ops/kernels.h"
 
 namespace hg {
 
@@ -60,7 +60,7 @@ Tensor& inplace(Tensor& self, const Tensor& other, const char* op, cpu::Binary k
 }
 
 Tensor operand(Scalar value, const Tensor& like) {
-  return scalar_tensor(value, result_type({like}, {value}));
+  return full({}, value, {.dtype = result_type({like}, {value}), .device = like.device()});
 }
 
 }  // namespace

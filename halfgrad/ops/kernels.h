@@ -207,7 +207,9 @@ inline Tensor index_put(const Tensor& self, std::span<const Tensor> indices, con
                         bool accumulate) {
   HG_KERNEL(self, index_put(self, indices, values, accumulate));
 }
-inline Tensor one_hot(const Tensor& x, int64_t num_classes) { HG_KERNEL(x, one_hot(x, num_classes)); }
+inline Tensor one_hot(const Tensor& x, int64_t num_classes) {
+  HG_KERNEL(x, one_hot(x, num_classes));
+}
 
 }  // namespace hg::kernels
 

@@ -11,8 +11,8 @@
 #include "halfgrad/cpu/reduce.h"
 #include "halfgrad/ops/backward_helpers.h"
 #include "halfgrad/ops/dispatch.h"
-#include "halfgrad/ops/ops.h"
 #include "halfgrad/ops/kernels.h"
+#include "halfgrad/ops/ops.h"
 
 namespace hg {
 
@@ -265,7 +265,7 @@ struct Linear {
     const int64_t M = rows(x.sizes());
     Tensor out = empty(out_sizes, x.options());
     kernels::gemm_2d(core::reshape(x, {M, weight.size(1)}), false, weight, true,
-                 core::view(out, {M, weight.size(0)}), bias_as_x);
+                     core::view(out, {M, weight.size(0)}), bias_as_x);
     return out;
   }
   // NOTE [Linear backward without a graph] A backward pass that records nothing (grad mode

@@ -28,8 +28,8 @@
 #include "halfgrad/cpu/index.h"
 #include "halfgrad/cpu/nn_kernels.h"
 #include "halfgrad/ops/dispatch.h"
-#include "halfgrad/ops/ops.h"
 #include "halfgrad/ops/kernels.h"
+#include "halfgrad/ops/ops.h"
 
 namespace hg {
 
@@ -188,7 +188,7 @@ struct LayerNorm {
     const bool bias_grad = params.has_bias && ctx.needs_input_grad(2);
     if (!autograd::is_grad_enabled()) {
       cpu::NormBackward r = kernels::layer_norm_backward(grads[0], x, ctx.saved(2), ctx.saved(3),
-                                                     normalized_shape, weight, bias_grad);
+                                                         normalized_shape, weight, bias_grad);
       return norm_grads(ctx, 3, 1, {r.dx, r.dweight, as_dtype(r.dbias, params.bias)});
     }
     const int64_t leading = x.dim() - int64_t(normalized_shape.size());
@@ -224,7 +224,7 @@ struct GroupNorm {
     const bool bias_grad = params.has_bias && ctx.needs_input_grad(2);
     if (!autograd::is_grad_enabled()) {
       cpu::NormBackward r = kernels::group_norm_backward(grads[0], x, ctx.saved(2), ctx.saved(3),
-                                                     num_groups, weight, bias_grad);
+                                                         num_groups, weight, bias_grad);
       return norm_grads(ctx, 3, 1, {r.dx, r.dweight, as_dtype(r.dbias, params.bias)});
     }
     // Groups as rows: x [N, C, *] -> [N, G, M], M = C / G * prod(*).
@@ -271,8 +271,8 @@ struct BatchNorm {
     const Tensor mean_used = ctx.saved(2), rstd_used = ctx.saved(3);
     const bool bias_grad = params.has_bias && ctx.needs_input_grad(4);
     if (!autograd::is_grad_enabled()) {
-      cpu::NormBackward r =
-          kernels::batch_norm_backward(grads[0], x, mean_used, rstd_used, weight, bias_grad, training);
+      cpu::NormBackward r = kernels::batch_norm_backward(grads[0], x, mean_used, rstd_used, weight,
+                                                         bias_grad, training);
       return norm_grads(ctx, 5, 3, {r.dx, r.dweight, as_dtype(r.dbias, params.bias)});
     }
     const int64_t C = x.size(1);
@@ -317,12 +317,14 @@ struct Embedding {
              "embedding: expected padding_idx in [-1, {}) (-1 for none), got {}", num_embeddings,
              padding_idx);
     const Tensor flat = core::reshape(indices, {indices.numel()});
-    const std::vector<int64_t> rows = flat.to_vector<int64_t>();
-    for (size_t t = 0; t < rows.size(); ++t) {
-      HG_CHECK(rows[t] >= 0 && rows[t] < num_embeddings,
-               "embedding: expected indices in [0, {}) (num_embeddings), got {} at element {}",
-               num_embeddings, rows[t], t);
-    }
+    if (indices.is_cpu()) {
+      const std::vector<int64_t> rows = flat.to_vector<int64_t>();
+      for (size_t t = 0; t < rows.size(); ++t) {
+        HG_CHECK(rows[t] >= 0 && rows[t] < num_embeddings,
+                 "embedding: expected indices in [0, {}) (num_embeddings), got {} at element {}",
+                 num_embeddings, rows[t], t);
+      }
+    }  // (on CUDA, index_select checks them on the device: NOTE [Index checks on the device])
     Shape out_sizes = indices.sizes();
     out_sizes.push_back(weight.size(1));
     ctx.save({indices});
@@ -373,8 +375,8 @@ struct Dropout {
 // ---- conv2d: x [N, C, H, W], weight [O, C / groups, kH, kW], bias [O] -> [N, O, Hout, Wout] ---
 
 // Stands in for a tensor the kernel needs only the shape and dtype of (no memory).
-Tensor shape_only(const Shape& sizes, DType dtype) {
-  return core::expand(scalar_tensor(0, dtype), sizes);
+Tensor shape_only(const Shape& sizes, DType dtype, Device device) {
+  return core::expand(full({}, 0, {.dtype = dtype, .device = device}), sizes);
 }
 
 struct Conv2d {
@@ -400,8 +402,8 @@ struct Conv2dInputBackward {
 
   Tensor forward(OpContext& ctx, const Tensor& dy, const Tensor& weight) {
     ctx.save({dy, weight});
-    return kernels::conv2d_backward(dy, shape_only(input_sizes, dy.dtype()), weight, false, params,
-                                {true, false, false})
+    return kernels::conv2d_backward(dy, shape_only(input_sizes, dy.dtype(), dy.device()), weight,
+                                    false, params, {true, false, false})
         .dx;
   }
   Grads backward(OpContext& ctx, const Grads& grads);
@@ -416,8 +418,8 @@ struct Conv2dWeightBackward {
 
   Tensor forward(OpContext& ctx, const Tensor& dy, const Tensor& x) {
     ctx.save({dy, x});
-    return kernels::conv2d_backward(dy, x, shape_only(weight_sizes, dy.dtype()), false, params,
-                                {false, true, false})
+    return kernels::conv2d_backward(dy, x, shape_only(weight_sizes, dy.dtype(), dy.device()), false,
+                                    params, {false, true, false})
         .dweight;
   }
   Grads backward(OpContext& ctx, const Grads& grads) {
@@ -450,7 +452,7 @@ Grads Conv2d::backward(OpContext& ctx, const Grads& grads) {
   if (!autograd::is_grad_enabled()) {
     cpu::Conv2dBackward r =
         kernels::conv2d_backward(dy, x, weight, has_bias, params,
-                             {ctx.needs_input_grad(0), ctx.needs_input_grad(1), bias_grad});
+                                 {ctx.needs_input_grad(0), ctx.needs_input_grad(1), bias_grad});
     return {r.dx, r.dweight, r.dbias};
   }
   Grads out(3);
@@ -491,7 +493,7 @@ struct MaxPool2d {
     for (size_t i = 0; i < rows.size(); ++i) rows[i] += int64_t(i) / per_plane * plane_size;
     const int64_t input_numel = shape_numel(input_sizes);
     const Tensor dx = dispatch(EmbeddingBackward{input_numel, -1}, dy.reshape({dy.numel(), 1}),
-                               tensor(rows, kInt64));
+                               tensor(rows, kInt64).to(dy.device()));
     return {dx.reshape(input_sizes)};
   }
 };
@@ -564,7 +566,7 @@ struct Prelu {
     const Tensor w = core::reshape(weight, prelu_weight_shape(x, weight));
     const Tensor scaled = kernels::binary(cpu::Binary::Mul, x, w, x.dtype());
     const Tensor positive =
-        kernels::compare(cpu::Compare::Gt, x, scalar_tensor(0, x.dtype()), x.dtype());
+        kernels::compare(cpu::Compare::Gt, x, full({}, 0, x.options()), x.dtype());
     return kernels::where(positive, x, scaled);
   }
   Grads backward(OpContext& ctx, const Grads& grads) {
@@ -577,7 +579,7 @@ struct Prelu {
       out[0] = mul(g, add(positive, mul(1.0 - positive, w)));
     }
     if (ctx.needs_input_grad(1)) {  // min(x, 0), summed over all but the channels
-      const Tensor per_element = mul(g, minimum(x, scalar_tensor(0, x.dtype())));
+      const Tensor per_element = mul(g, minimum(x, full({}, 0, x.options())));
       const Tensor reduced =
           weight.numel() == 1 ? sum(per_element) : sum(per_element, all_but_channels(x.dim()));
       out[1] = reduced.reshape(weight.sizes());

@@ -7,9 +7,9 @@
 #include "halfgrad/core/format.h"
 #include "halfgrad/cpu/reduce.h"
 #include "halfgrad/ops/dispatch.h"
+#include "halfgrad/ops/kernels.h"
 #include "halfgrad/ops/ops.h"
 #include "halfgrad/ops/type_promotion.h"
-#include "halfgrad/ops/kernels.h"
 
 namespace hg {
 
@@ -77,7 +77,7 @@ struct SumMean {
     if (Id == OpId::mean && !dtype) require_floating(x, name);
     const DType out_dtype = dtype.value_or(is_floating_point(x.dtype()) ? x.dtype() : kInt64);
     return kernels::reduce(Id == OpId::sum ? cpu::Reduction::Sum : cpu::Reduction::Mean, x, dims,
-                       keepdim, out_dtype);
+                           keepdim, out_dtype);
   }
   Grads backward(OpContext&, const Grads& grads) {
     Tensor g = expand_back(grads[0], dims, keepdim, input_sizes);
@@ -95,7 +95,7 @@ struct Prod {
   Tensor forward(OpContext& ctx, const Tensor& x) {
     dims = resolve_dims(dims, x.dim(), "prod");
     Tensor out = kernels::reduce(cpu::Reduction::Prod, x, dims, keepdim,
-                             is_floating_point(x.dtype()) ? x.dtype() : kInt64);
+                                 is_floating_point(x.dtype()) ? x.dtype() : kInt64);
     ctx.save({x});
     ctx.save_output(out);
     return out;
@@ -129,8 +129,8 @@ struct Extreme {
   bool keepdim = false;
   Tensor forward(OpContext& ctx, const Tensor& x) {
     dims = resolve_dims(dims, x.dim(), op_name(Id).data());
-    Tensor out = kernels::reduce(Id == OpId::min ? cpu::Reduction::Amin : cpu::Reduction::Amax, x, dims,
-                             keepdim, x.dtype());
+    Tensor out = kernels::reduce(Id == OpId::min ? cpu::Reduction::Amin : cpu::Reduction::Amax, x,
+                                 dims, keepdim, x.dtype());
     ctx.save({x});
     ctx.save_output(out);
     return out;
@@ -242,7 +242,8 @@ struct Cumsum {
   Tensor forward(OpContext&, const Tensor& x) {
     dim = wrap_dim(dim, x.dim(), "cumsum");
     input_dtype = x.dtype();
-    return kernels::cumsum(x, dim, dtype.value_or(is_floating_point(x.dtype()) ? x.dtype() : kInt64));
+    return kernels::cumsum(x, dim,
+                           dtype.value_or(is_floating_point(x.dtype()) ? x.dtype() : kInt64));
   }
   Grads backward(OpContext&, const Grads& grads) {
     // The gradient of an inclusive prefix sum is the suffix sum: total - prefix + self.

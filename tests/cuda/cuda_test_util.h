@@ -8,8 +8,8 @@
 //   }
 #pragma once
 
-#include <catch2/catch.hpp>
 #include <fmt/format.h>
+#include <catch2/catch.hpp>
 
 #include <cmath>
 #include <string>
@@ -19,12 +19,12 @@
 #include "halfgrad/cuda/cuda.h"
 
 // Ends the test case early, with Catch's WARN naming why, when no CUDA device is usable.
-#define HG_REQUIRE_CUDA()                                                        \
-  do {                                                                           \
-    if (!::hg::cuda::is_available()) {                                           \
-      WARN("skipped: no CUDA device (" << ::hg::cuda::describe() << ")");        \
-      return;                                                                    \
-    }                                                                            \
+#define HG_REQUIRE_CUDA()                                                 \
+  do {                                                                    \
+    if (!::hg::cuda::is_available()) {                                    \
+      WARN("skipped: no CUDA device (" << ::hg::cuda::describe() << ")"); \
+      return;                                                             \
+    }                                                                     \
   } while (false)
 
 namespace hg::testing {
@@ -37,10 +37,14 @@ struct Tolerance {
 };
 inline Tolerance tolerance_for(DType dtype) {
   switch (dtype) {
-    case kFloat16: return {2e-3, 1e-3};
-    case kBFloat16: return {1.6e-2, 1e-2};
-    case kFloat64: return {1e-12, 1e-12};
-    default: return {2e-5, 1e-6};
+    case kFloat16:
+      return {2e-3, 1e-3};
+    case kBFloat16:
+      return {1.6e-2, 1e-2};
+    case kFloat64:
+      return {1e-12, 1e-12};
+    default:
+      return {2e-5, 1e-6};
   }
 }
 
@@ -57,8 +61,8 @@ inline std::string mismatch(const Tensor& got, const Tensor& want, Tolerance tol
     const bool both_inf = std::isinf(g[i]) && g[i] == w[i];
     if (both_inf) continue;
     if (!(std::abs(g[i] - w[i]) <= tol.atol + tol.rtol * std::abs(w[i]))) {
-      return fmt::format("element {}: got {}, want {} (rtol {}, atol {})", i, g[i], w[i],
-                         tol.rtol, tol.atol);
+      return fmt::format("element {}: got {}, want {} (rtol {}, atol {})", i, g[i], w[i], tol.rtol,
+                         tol.atol);
     }
   }
   return {};

@@ -1,0 +1,58 @@
+// Host-side helpers of the CUDA backend (host.h).
+#include "halfgrad/cuda/host.h"
+
+#include "halfgrad/core/format.h"
+
+namespace hg::cuda::detail {
+
+void throw_cuda_error(cudaError_t status, const char* op, const char* call, const char* file,
+                      int line) {
+  cudaGetLastError();  // a launch error stays pending otherwise; the next check would see it
+  std::string hint;
+  if (status == cudaErrorNoKernelImageForDevice || status == cudaErrorInvalidDeviceFunction) {
+    hint =
+        " (this build of halfgrad has no kernels for this GPU's architecture: rebuild with "
+        "CMAKE_CUDA_ARCHITECTURES set to it)";
+  } else if (status == cudaErrorStreamCaptureUnsupported ||
+             status == cudaErrorStreamCaptureInvalidated ||
+             status == cudaErrorStreamCaptureImplicit) {
+    hint =
+        " (the work being captured into a CUDA graph needed the host: a copy to the CPU, "
+        "item() or a synchronize)";
+  } else if (status == cudaErrorIllegalAddress || status == cudaErrorLaunchFailure) {
+    hint = " (a kernel failed; the CUDA context is unusable from here on)";
+  }
+  ::hg::detail::throw_error(
+      file, line,
+      fmt::format("{}: {} failed: {} ({}){}", op, call, cudaGetErrorName(status),
+                  cudaGetErrorString(status), hint));
+}
+
+void check_cuda_tensor(const Tensor& t, const char* op, const char* what) {
+  HG_CHECK(t.defined(), "{}: expected {} to be a defined tensor, got an undefined one", op, what);
+  HG_CHECK(t.is_cuda(), "{}: expected {} on a CUDA device, got a tensor on {}", op, what,
+           t.device());
+}
+
+TensorArg tensor_arg(const Tensor& t, const char* op) {
+  check_cuda_tensor(t, op, "the tensor");
+  TensorArg arg;
+  arg.data = t.data_ptr();
+  arg.dtype = t.dtype();
+  arg.numel = t.numel();
+  arg.contiguous = t.is_contiguous();
+  int real_dims = 0;
+  for (int64_t d = 0; d < t.dim(); ++d) real_dims += t.size(d) != 1;
+  HG_CHECK(real_dims <= kMaxDims,
+           "{}: expected a tensor with at most {} dims of size other than 1 on CUDA, got shape {}",
+           op, kMaxDims, t.sizes());
+  for (int64_t d = 0; d < t.dim(); ++d) {
+    if (t.size(d) == 1) continue;
+    arg.sizes[arg.dim] = t.size(d);
+    arg.strides[arg.dim] = t.stride(d);
+    ++arg.dim;
+  }
+  return arg;
+}
+
+}  // namespace hg::cuda::detail
