@@ -28,6 +28,17 @@ std::map<OpId, Sample>& gradcheck_samples();
 //   static const bool registered = register_samples([](auto& s) { s[OpId::add] = ...; });
 bool register_samples(const std::function<void(std::map<OpId, Sample>&)>& add);
 
+// Where, and in which floating dtype, samples make the constant tensors their functions use
+// (indices, masks, weights): the CPU and float64 for gradcheck; the CUDA sweep
+// (tests/cuda/op_sweep_test.cpp) moves them with the inputs.
+struct SamplePlacement {
+  Device device = kCPU;
+  DType dtype = kFloat64;
+};
+SamplePlacement& sample_placement();
+// A sample's constant, placed there (a floating constant also takes the placement's dtype).
+Tensor placed(const Tensor& constant);
+
 // Seeded float64 inputs that require grad, uniform in [low, high).
 Tensor input(const Shape& sizes, double low = -2.0, double high = 2.0);
 // Kept away from 0 (for division, log, reciprocal ...).

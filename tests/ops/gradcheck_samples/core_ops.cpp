@@ -5,7 +5,6 @@ namespace hg::testing {
 namespace {
 
 const bool registered = register_samples([](std::map<OpId, Sample>& s) {
-
   // elementwise (broadcasting [2, 3] with [3])
   s[OpId::add] = two([](auto& a, auto& b) { return add(a, b, 2.5); },
                      [] {
@@ -124,7 +123,7 @@ const bool registered = register_samples([](std::map<OpId, Sample>& s) {
       [] {
         return input({2, 3});
       });
-  });
+});
 
 }  // namespace
 }  // namespace hg::testing

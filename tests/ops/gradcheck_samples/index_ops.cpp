@@ -8,14 +8,14 @@ namespace hg::testing {
 namespace {
 
 Tensor ints(const std::vector<int64_t>& values, const Shape& sizes) {
-  return tensor(values, sizes, kInt64);
+  return placed(tensor(values, sizes, kInt64));
 }
 
 const bool registered = register_samples([](std::map<OpId, Sample>& s) {
   // where / masked_fill: broadcasting condition and mask
   s[OpId::where] = two(
       [](auto& a, auto& b) {
-        const Tensor condition = tensor({1, 0, 0, 1, 1, 0}, {2, 3}, kBool);
+        const Tensor condition = placed(tensor({1, 0, 0, 1, 1, 0}, {2, 3}, kBool));
         return where(condition, a, b);
       },
       [] {
@@ -23,8 +23,8 @@ const bool registered = register_samples([](std::map<OpId, Sample>& s) {
       });
   s[OpId::masked_fill] = two(
       [](auto& x, auto& value) {
-        const Tensor mask = tensor({0, 1, 1}, {3}, kBool);
-        const Tensor other_mask = tensor({1, 0, 0, 0, 1, 1}, {2, 3}, kBool);
+        const Tensor mask = placed(tensor({0, 1, 1}, {3}, kBool));
+        const Tensor other_mask = placed(tensor({1, 0, 0, 0, 1, 1}, {2, 3}, kBool));
         return add(masked_fill(x, mask, 1.5), masked_fill(x, other_mask, value));
       },
       [] {

@@ -6,7 +6,7 @@ namespace hg::testing {
 namespace {
 
 Tensor indices(const std::vector<int64_t>& values, const Shape& sizes) {
-  return tensor(values, sizes, kInt64);
+  return placed(tensor(values, sizes, kInt64));
 }
 
 const bool registered = register_samples([](std::map<OpId, Sample>& s) {
@@ -32,7 +32,7 @@ const bool registered = register_samples([](std::map<OpId, Sample>& s) {
   // nll_loss: [N, C] with a weight and an ignored target, and [N, C, d] without.
   s[OpId::nll_loss] = two(
       [](auto& x, auto& x_spatial) {
-        const Tensor weight = tensor({0.5, 1.0, 2.0, 1.5}, kFloat64);
+        const Tensor weight = placed(tensor({0.5, 1.0, 2.0, 1.5}, kFloat64));
         const Tensor t = indices({0, 3, 2}, {3});
         const Tensor t_spatial = indices({1, 0, 2, 2}, {2, 2});
         return nll_loss(x, t, weight, /*ignore_index=*/2, "none") +
@@ -47,7 +47,7 @@ const bool registered = register_samples([](std::map<OpId, Sample>& s) {
   s[OpId::cross_entropy] =
       Sample{[](const Inputs& in) {
                const Tensor &x = in[0], &probabilities = in[1], &x_spatial = in[2];
-               const Tensor weight = tensor({0.5, 1.0, 2.0, 1.5}, kFloat64);
+               const Tensor weight = placed(tensor({0.5, 1.0, 2.0, 1.5}, kFloat64));
                const Tensor t = indices({0, 3, 2}, {3});
                const Tensor t_spatial = indices({1, 0, 2, 2}, {2, 2});
                return cross_entropy(x, t, weight, /*ignore_index=*/2, "mean", 0.1) +

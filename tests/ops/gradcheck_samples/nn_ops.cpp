@@ -30,8 +30,8 @@ const bool registered = register_samples([](std::map<OpId, Sample>& s) {
   // Training and eval (with constant running statistics) in one sample.
   s[OpId::batch_norm] =
       Sample{[](const Inputs& in) {
-               const Tensor running_mean = tensor({0.3, -0.2}, kFloat64);
-               const Tensor running_var = tensor({0.8, 1.5}, kFloat64);
+               const Tensor running_mean = placed(tensor({0.3, -0.2}, kFloat64));
+               const Tensor running_var = placed(tensor({0.8, 1.5}, kFloat64));
                return add(batch_norm(in[0], {}, {}, in[1], in[2], true),
                           batch_norm(in[0], running_mean, running_var, in[1], in[2], false));
              },
@@ -40,7 +40,7 @@ const bool registered = register_samples([](std::map<OpId, Sample>& s) {
              }};
   s[OpId::embedding] = one(
       [](auto& weight) {
-        return embedding(weight, tensor(std::vector<int64_t>{4, 0, 2, 4, 1, 0}, {2, 3}));
+        return embedding(weight, placed(tensor(std::vector<int64_t>{4, 0, 2, 4, 1, 0}, {2, 3})));
       },
       [] {
         return input({5, 3});
@@ -83,7 +83,7 @@ const bool registered = register_samples([](std::map<OpId, Sample>& s) {
   // Backward ops.
   s[OpId::embedding_backward] = one(
       [](auto& weight) {
-        const Tensor indices = tensor(std::vector<int64_t>{3, 1, 3, 0, 2}, kInt64);
+        const Tensor indices = placed(tensor(std::vector<int64_t>{3, 1, 3, 0, 2}, kInt64));
         return recorded_grad(embedding(weight, indices, /*padding_idx=*/1), weight);
       },
       [] {

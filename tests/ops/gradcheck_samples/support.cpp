@@ -12,6 +12,16 @@ bool register_samples(const std::function<void(std::map<OpId, Sample>&)>& add) {
   return true;
 }
 
+SamplePlacement& sample_placement() {
+  thread_local SamplePlacement placement;
+  return placement;
+}
+
+Tensor placed(const Tensor& constant) {
+  const SamplePlacement& p = sample_placement();
+  return constant.is_floating_point() ? constant.to(p.device, p.dtype) : constant.to(p.device);
+}
+
 namespace {
 Generator& rng() {
   static Generator g(2024);
