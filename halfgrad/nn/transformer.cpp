@@ -93,7 +93,11 @@ Tensor GPT::forward(const Tensor& idx) {
   const int64_t T = idx.size(1);
   HG_CHECK(T <= block_size, "GPT: expected a sequence of at most block_size = {}, got T = {}",
            block_size, T);
-  Tensor pos = arange(T, kInt64);        // [T]
+  // [T]; made on a GPU by a cumulative sum, not copied from the host, so a captured training
+  // step can run it (see causal_future in ops/attention.cpp)
+  const Tensor pos = idx.is_cpu()
+                         ? arange(T, kInt64)
+                         : cumsum(ones({T}, {.dtype = kInt64, .device = idx.device()}), 0) - 1;
   Tensor x = (*wte)(idx) + (*wpe)(pos);  // [B, T, C]
   x = (*h)(x);
   return (*lm_head)((*ln_f)(x));  // [B, T, V]

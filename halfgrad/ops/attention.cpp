@@ -17,6 +17,15 @@ namespace {
 
 using ops::OpContext;
 
+// The bool [L, S] mask of j > i (keys after the query). On a GPU it is made there, by
+// cumulative sums of ones, not copied from the host: a copy from pageable host memory cannot
+// be captured into a CUDA graph, and a training step must be capturable.
+Tensor causal_future(int64_t L, int64_t S, Device device) {
+  if (device.is_cpu()) return gt(arange(S).unsqueeze(0), arange(L).unsqueeze(1));
+  const TensorOptions on{.dtype = kInt64, .device = device};
+  return gt(cumsum(ones({1, S}, on), 1), cumsum(ones({L, 1}, on), 0));
+}
+
 struct ScaledDotProductAttention {
   static constexpr OpId id = OpId::scaled_dot_product_attention;
   static constexpr bool kComposite = true;
@@ -46,8 +55,7 @@ struct ScaledDotProductAttention {
 
     Tensor scores = mul(matmul(q, k.transpose(-2, -1)), factor);  // [N..., L, S]
     if (is_causal) {
-      const Tensor future = gt(arange(S).unsqueeze(0), arange(L).unsqueeze(1));  // j > i
-      scores = masked_fill(scores, future, -INFINITY);
+      scores = masked_fill(scores, causal_future(L, S, q.device()), -INFINITY);
     } else if (attn_mask.defined()) {
       HG_CHECK(broadcasts_to(attn_mask.sizes(), scores.sizes()),
                "attn_mask of shape {} does not broadcast to the scores' shape {}",
