@@ -221,7 +221,10 @@ HG_HOST_DEVICE inline double affine(double offset, double scale, double x) {
 #ifdef __CUDA_ARCH__
   return __dadd_rn(offset, __dmul_rn(scale, x));
 #else
-  return offset + scale * x;
+  // The product is stored before the sum, so no compiler fuses the two into an FMA (clang
+  // does by default when the target has one), which would round once where CUDA rounds twice.
+  volatile double product = scale * x;
+  return offset + product;
 #endif
 }
 

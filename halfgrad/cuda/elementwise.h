@@ -26,7 +26,8 @@ Tensor masked_fill(const Tensor& x, const Tensor& mask, Scalar value);
 
 // dst = src converted to dst's dtype, element by element; both on one CUDA device, src
 // already of dst's shape (expanded if needed), any strides, no overlap between them.
-// Floating -> integer conversions that do not fit are the caller's check (core/copy.cpp).
+// Floating -> integer conversions saturate, NaN giving 0 (NOTE [Float to integer on CUDA] in
+// core/copy.cpp).
 void copy_elements(const Tensor& dst, const Tensor& src);
 // Every element of dst (any strides, no element twice) set to value in dst's dtype.
 void fill(const Tensor& dst, Scalar value);
