@@ -1,0 +1,384 @@
+// CUDA reductions, host side: the checks and shapes of cpu/reduce.cpp (same errors), the [O, N]
+// layout of NOTE [CUDA reduction layout] (reduce_launch.h), and the launches of reduce.cu.
+// Multi-pass reductions (logsumexp, var) run their passes on the stream one after the other;
+// nothing here waits for the GPU.
+#include "halfgrad/cuda/reduce.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <vector>
+
+#include "halfgrad/core/factory.h"
+#include "halfgrad/core/format.h"
+#include "halfgrad/cuda/host.h"
+#include "halfgrad/cuda/reduce_launch.h"
+#include "halfgrad/cuda/stream.h"
+
+namespace hg::cuda {
+
+namespace {
+
+using detail::ReduceKind;
+using kernel::Reduction;
+
+// ---- checks (the CPU kernels' messages) ----------------------------------------------------
+
+void check_input(const Tensor& x, const char* op) { detail::check_cuda_tensor(x, op, "the input"); }
+
+void check_floating_input(const Tensor& x, const char* op) {
+  HG_CHECK(x.is_floating_point(),
+           "{}: expected a floating input (float32, float16, bfloat16 or float64), got {}", op,
+           x.dtype());
+}
+
+// A floating accumulator rounds to a floating dtype only.
+void check_out_dtype(const Tensor& x, DType out_dtype, const char* op) {
+  HG_CHECK(!x.is_floating_point() || is_floating_point(out_dtype),
+           "{}: expected a floating out_dtype for {} input, got {}", op, x.dtype(), out_dtype);
+}
+
+// Which dims of x `dims` reduces (every dim when dims is empty).
+std::vector<bool> reduced_dims(const Tensor& x, const Shape& dims, const char* op) {
+  const int64_t ndim = x.dim();
+  std::vector<bool> reduced(size_t(ndim), dims.empty());
+  std::vector<bool> seen(size_t(std::max<int64_t>(ndim, 1)), false);
+  for (int64_t dim : dims) {
+    const int64_t d = wrap_dim(dim, ndim, op);
+    HG_CHECK(!seen[d], "{}: expected distinct dims, got dim {} more than once in {}", op, d, dims);
+    seen[d] = true;
+    if (ndim > 0) reduced[d] = true;
+  }
+  return reduced;
+}
+
+Shape reduced_shape(const Tensor& x, const std::vector<bool>& reduced, bool keepdim) {
+  Shape out;
+  for (int64_t d = 0; d < x.dim(); ++d) {
+    if (!reduced[d]) {
+      out.push_back(x.sizes()[d]);
+    } else if (keepdim) {
+      out.push_back(1);
+    }
+  }
+  return out;
+}
+
+// For reductions without an identity: throws when a reduced dim is empty.
+void check_nonempty(const Tensor& x, const std::vector<bool>& reduced, const char* op) {
+  for (int64_t d = 0; d < x.dim(); ++d) {
+    HG_CHECK(!reduced[d] || x.sizes()[d] > 0,
+             "{}: expected non-empty reduced dims (the reduction has no identity), got dim {} "
+             "of size 0 in an input of shape {}",
+             op, d, x.sizes());
+  }
+}
+
+// The accumulator's dtype for input of `dtype` (NOTE [Reduction accumulators] in cpu/reduce.cpp).
+DType value_dtype(DType dtype) {
+  if (dtype == kFloat64) return kFloat64;
+  return is_floating_point(dtype) ? kFloat32 : kInt64;
+}
+
+// ---- layout ---------------------------------------------------------------------------------
+
+struct Dim {
+  int64_t size;
+  int64_t stride;
+};
+
+// Merges neighbours (outer first) that are back to back in memory.
+std::vector<Dim> merge_dims(const std::vector<Dim>& dims) {
+  std::vector<Dim> merged;
+  for (const Dim& d : dims) {
+    if (!merged.empty() && merged.back().stride == d.stride * d.size) {
+      merged.back() = {merged.back().size * d.size, d.stride};
+    } else {
+      merged.push_back(d);
+    }
+  }
+  return merged;
+}
+
+bool fill_dim_list(detail::DimList& list, const std::vector<Dim>& dims) {
+  if (dims.size() > size_t(detail::kMaxDims)) return false;
+  list.dim = int32_t(dims.size());
+  for (size_t d = 0; d < dims.size(); ++d) {
+    list.sizes[d] = dims[d].size;
+    list.strides[d] = dims[d].stride;
+  }
+  return true;
+}
+
+// The geometry of NOTE [CUDA reduction layout], or false when the kept or reduced dims do not
+// fit in kMaxDims. sort_reduced: walk the reduced dims by stride (any order is fine for a
+// fold); arg reductions keep the row-major order, their index counts in it.
+bool try_geometry(const Tensor& x, const std::vector<bool>& reduced, bool sort_reduced,
+                  detail::ReduceGeometry& g) {
+  std::vector<Dim> kept, folded;
+  g.outputs = 1;
+  g.count = 1;
+  for (int64_t d = 0; d < x.dim(); ++d) {
+    const int64_t size = x.sizes()[d];
+    if (reduced[d]) {
+      g.count *= size;
+    } else {
+      g.outputs *= size;
+    }
+    if (size == 1) continue;  // never moves the offset
+    (reduced[d] ? folded : kept).push_back({size, x.strides()[d]});
+  }
+  if (sort_reduced) {
+    std::stable_sort(folded.begin(), folded.end(), [](const Dim& a, const Dim& b) {
+      return std::abs(a.stride) > std::abs(b.stride);
+    });
+  }
+  kept = merge_dims(kept);
+  folded = merge_dims(folded);
+  g.data = x.data_ptr();
+  g.dtype = x.dtype();
+  g.column = g.count > 0 && !kept.empty() && kept.back().stride == 1;
+  g.columns = 1;
+  if (g.column) {
+    g.columns = kept.back().size;
+    kept.pop_back();
+  }
+  return fill_dim_list(g.kept, kept) && fill_dim_list(g.reduced, folded);
+}
+
+// A reduction's input and geometry; the input is a contiguous copy of x when x's own strides
+// need more than kMaxDims dims.
+struct Layout {
+  Tensor input;
+  detail::ReduceGeometry geometry;
+};
+
+Layout make_layout(const Tensor& x, const std::vector<bool>& reduced, bool sort_reduced,
+                   const char* op) {
+  Layout layout{x, {}};
+  if (try_geometry(x, reduced, sort_reduced, layout.geometry)) return layout;
+  layout.input = x.contiguous();
+  HG_CHECK(try_geometry(layout.input, reduced, sort_reduced, layout.geometry),
+           "{}: expected at most {} kept and {} reduced dims (after merging neighbours) on CUDA, "
+           "got an input of shape {}",
+           op, detail::kMaxDims, detail::kMaxDims, x.sizes());
+  return layout;
+}
+
+// ---- passes ---------------------------------------------------------------------------------
+
+// One pass over the layout into a new tensor of out_shape. out_dtype is the accumulator's
+// dtype or the input's (then rounded once from the accumulator). shift: per output, in the
+// accumulator's dtype.
+Tensor run_pass(ReduceKind kind, const Layout& layout, const Shape& out_shape, DType out_dtype,
+                const char* op, const Tensor& shift = Tensor(), int64_t correction = 0,
+                double p = 2.0) {
+  const Tensor& x = layout.input;
+  Tensor out = empty(out_shape, {.dtype = out_dtype, .device = x.device()});
+  detail::ReduceOutput target;
+  target.out = out.data_ptr();
+  target.out_as_input = out_dtype == x.dtype();
+  target.shift = shift.defined() ? shift.data_ptr() : nullptr;
+  target.correction = correction;
+  target.p = p;
+  Tensor workspace;
+  const int64_t bytes = detail::reduce_workspace_bytes(layout.geometry);
+  if (bytes > 0) {
+    workspace = empty({(bytes + 7) / 8}, {.dtype = kInt64, .device = x.device()});
+    target.workspace = workspace.data_ptr();
+  }
+  HG_CUDA_CHECK(detail::launch_reduce(kind, layout.geometry, target, current_stream()), op);
+  return out;
+}
+
+ReduceKind norm_kind(double p) {
+  if (p == 0.0) return ReduceKind::NormZero;
+  if (p == 1.0) return ReduceKind::NormOne;
+  if (p == 2.0) return ReduceKind::NormTwo;
+  if (std::isinf(p)) return ReduceKind::NormInf;
+  return ReduceKind::NormP;
+}
+
+template <bool kMax>
+cpu::ValuesIndices arg_reduce(const Tensor& x, const std::vector<bool>& reduced, bool keepdim,
+                              const char* op) {
+  check_nonempty(x, reduced, op);
+  DeviceGuard guard(x.device().index);
+  const Layout layout = make_layout(x, reduced, /*sort_reduced=*/false, op);
+  const Shape out_shape = reduced_shape(x, reduced, keepdim);
+  Tensor values = empty(out_shape, {.dtype = x.dtype(), .device = x.device()});
+  Tensor indices = empty(out_shape, {.dtype = kInt64, .device = x.device()});
+  detail::ReduceOutput target;
+  target.out = values.data_ptr();
+  target.out_as_input = true;
+  target.indices = indices.data_ptr<int64_t>();
+  Tensor workspace;
+  const int64_t bytes = detail::reduce_workspace_bytes(layout.geometry);
+  if (bytes > 0) {
+    workspace = empty({(bytes + 7) / 8}, {.dtype = kInt64, .device = x.device()});
+    target.workspace = workspace.data_ptr();
+  }
+  HG_CUDA_CHECK(detail::launch_reduce(kMax ? ReduceKind::ArgMax : ReduceKind::ArgMin,
+                                      layout.geometry, target, current_stream()),
+                op);
+  return {values, indices};
+}
+
+template <bool kMax>
+cpu::ValuesIndices arg_reduce_dim(const Tensor& x, int64_t dim, bool keepdim, const char* op) {
+  check_input(x, op);
+  const int64_t d = wrap_dim(dim, x.dim(), op);
+  return arg_reduce<kMax>(x, reduced_dims(x, {d}, op), keepdim, op);
+}
+
+}  // namespace
+
+Tensor reduce(Reduction op, const Tensor& x, const Shape& dims, bool keepdim, DType out_dtype,
+              double p) {
+  const char* name = cpu::reduction_name(op);
+  check_input(x, name);
+  const std::vector<bool> reduced = reduced_dims(x, dims, name);
+  if (op == Reduction::Mean || op == Reduction::LogSumExp || op == Reduction::Norm) {
+    check_floating_input(x, name);
+  }
+  check_out_dtype(x, out_dtype, name);
+  if (op == Reduction::Norm) {
+    HG_CHECK(p >= 0.0, "norm: expected p > 0, p = 0 or p = inf, got p = {}", p);
+  }
+  if (op == Reduction::Amax || op == Reduction::Amin || (op == Reduction::Norm && std::isinf(p))) {
+    check_nonempty(x, reduced, op == Reduction::Norm ? "norm (p = inf)" : name);
+  }
+  DeviceGuard guard(x.device().index);
+  const Layout layout = make_layout(x, reduced, /*sort_reduced=*/true, name);
+  const Shape out_shape = reduced_shape(x, reduced, keepdim);
+  const DType value = value_dtype(x.dtype());
+  // Written straight in out_dtype when that is the input's or the accumulator's dtype;
+  // otherwise in the accumulator's, then converted (one rounding either way).
+  const DType written = out_dtype == x.dtype() ? out_dtype : value;
+  Tensor out;
+  switch (op) {
+    case Reduction::Sum:
+      out = run_pass(ReduceKind::Sum, layout, out_shape, written, name);
+      break;
+    case Reduction::Prod:
+      out = run_pass(ReduceKind::Prod, layout, out_shape, written, name);
+      break;
+    case Reduction::Mean:
+      out = run_pass(ReduceKind::Mean, layout, out_shape, written, name);
+      break;
+    case Reduction::Amax:
+      out = run_pass(ReduceKind::Amax, layout, out_shape, written, name);
+      break;
+    case Reduction::Amin:
+      out = run_pass(ReduceKind::Amin, layout, out_shape, written, name);
+      break;
+    case Reduction::LogSumExp: {
+      const Tensor shift = run_pass(ReduceKind::LogSumExpShift, layout, out_shape, value, name);
+      out = run_pass(ReduceKind::LogSumExp, layout, out_shape, written, name, shift);
+      break;
+    }
+    case Reduction::Norm:
+      out = run_pass(norm_kind(p), layout, out_shape, written, name, Tensor(), 0, p);
+      break;
+  }
+  return out.to(out_dtype);
+}
+
+cpu::ValuesIndices max_dim(const Tensor& x, int64_t dim, bool keepdim) {
+  return arg_reduce_dim<true>(x, dim, keepdim, "max");
+}
+
+cpu::ValuesIndices min_dim(const Tensor& x, int64_t dim, bool keepdim) {
+  return arg_reduce_dim<false>(x, dim, keepdim, "min");
+}
+
+Tensor argmax(const Tensor& x, std::optional<int64_t> dim, bool keepdim) {
+  if (dim) return arg_reduce_dim<true>(x, *dim, keepdim, "argmax").indices;
+  check_input(x, "argmax");
+  HG_CHECK(x.numel() > 0, "argmax: expected a non-empty input, got one of shape {}", x.sizes());
+  // Every dim reduced in row-major order: the index into x flattened, with no copy of x.
+  const std::vector<bool> all(size_t(x.dim()), true);
+  return arg_reduce<true>(x, all, keepdim, "argmax").indices;
+}
+
+Tensor var(const Tensor& x, const Shape& dims, int64_t correction, bool keepdim, DType out_dtype) {
+  check_input(x, "var");
+  const std::vector<bool> reduced = reduced_dims(x, dims, "var");
+  check_floating_input(x, "var");
+  check_out_dtype(x, out_dtype, "var");
+  HG_CHECK(correction >= 0, "var: expected correction >= 0, got {}", correction);
+  DeviceGuard guard(x.device().index);
+  const Layout layout = make_layout(x, reduced, /*sort_reduced=*/true, "var");
+  const Shape out_shape = reduced_shape(x, reduced, keepdim);
+  const DType value = value_dtype(x.dtype());
+  const DType written = out_dtype == x.dtype() ? out_dtype : value;
+  // Two passes, as on the CPU: the mean, then the squared deviations from it.
+  const Tensor mean = run_pass(ReduceKind::Mean, layout, out_shape, value, "var");
+  const Tensor out = run_pass(ReduceKind::Var, layout, out_shape, written, "var", mean, correction);
+  return out.to(out_dtype);
+}
+
+Tensor cumsum(const Tensor& x, int64_t dim, DType out_dtype) {
+  check_input(x, "cumsum");
+  const int64_t d = wrap_dim(dim, x.dim(), "cumsum");
+  check_out_dtype(x, out_dtype, "cumsum");
+  if (x.dim() == 0) return cumsum(x.reshape({1}), 0, out_dtype).reshape({});
+  // The lines along d: the other dims, walked with x's strides and the output's (contiguous)
+  // ones; neighbours merge when they are back to back in both.
+  struct Line {
+    int64_t size, x_stride, out_stride;
+  };
+  const Shape out_strides = contiguous_strides(x.sizes());
+  std::vector<Line> lines;
+  for (int64_t i = 0; i < x.dim(); ++i) {
+    if (i == d || x.sizes()[i] == 1) continue;
+    const Line line{x.sizes()[i], x.strides()[i], out_strides[i]};
+    if (!lines.empty() && lines.back().x_stride == line.x_stride * line.size &&
+        lines.back().out_stride == line.out_stride * line.size) {
+      lines.back() = {lines.back().size * line.size, line.x_stride, line.out_stride};
+    } else {
+      lines.push_back(line);
+    }
+  }
+  // A contiguous copy merges them into at most two (before and after d).
+  if (lines.size() > size_t(detail::kMaxDims)) return cumsum(x.contiguous(), d, out_dtype);
+  DeviceGuard guard(x.device().index);
+  const DType written = out_dtype == x.dtype() ? out_dtype : value_dtype(x.dtype());
+  Tensor out = empty(x.sizes(), {.dtype = written, .device = x.device()});
+  if (x.numel() > 0) {
+    detail::CumsumGeometry g;
+    g.x = x.data_ptr();
+    g.dtype = x.dtype();
+    g.out = out.data_ptr();
+    g.out_as_input = written == x.dtype();
+    g.rows = x.numel() / x.sizes()[d];
+    g.length = x.sizes()[d];
+    g.x_step = x.strides()[d];
+    g.out_step = out_strides[d];
+    g.x_rows.dim = g.out_rows.dim = int32_t(lines.size());
+    for (size_t i = 0; i < lines.size(); ++i) {
+      g.x_rows.sizes[i] = g.out_rows.sizes[i] = lines[i].size;
+      g.x_rows.strides[i] = lines[i].x_stride;
+      g.out_rows.strides[i] = lines[i].out_stride;
+    }
+    HG_CUDA_CHECK(detail::launch_cumsum(g, current_stream()), "cumsum");
+  }
+  return out.to(out_dtype);
+}
+
+Tensor sum_to(const Tensor& x, const Shape& target) {
+  check_input(x, "sum_to");
+  HG_CHECK(broadcasts_to(target, x.sizes()),
+           "sum_to: expected a target shape that broadcasts to the input's shape {}, got {}",
+           x.sizes(), target);
+  const int64_t leading = x.dim() - int64_t(target.size());
+  Shape dims;
+  for (int64_t d = 0; d < leading; ++d) dims.push_back(d);
+  for (int64_t i = 0; i < int64_t(target.size()); ++i) {
+    if (target[i] == 1 && x.sizes()[leading + i] != 1) dims.push_back(leading + i);
+  }
+  if (dims.empty()) return x.clone();  // same shape: a new contiguous copy
+  return reduce(Reduction::Sum, x, dims, /*keepdim=*/false, x.dtype()).view(target);
+}
+
+}  // namespace hg::cuda
