@@ -35,6 +35,7 @@
 #include "halfgrad/core/parallel.h"
 #include "halfgrad/core/random.h"
 #include "halfgrad/core/scalar.h"
+#include "halfgrad/core/settings.h"
 #include "halfgrad/core/shape.h"
 #include "halfgrad/core/storage.h"
 #include "halfgrad/core/tensor.h"

@@ -35,6 +35,7 @@ enum class DeviceError : int32_t {
   OneHot,
   Embedding,
   EmbeddingBackward,
+  MaxPool2dBackward,
   NllLossTarget,
   CrossEntropyTarget,
 };

@@ -191,6 +191,8 @@ const char* device_error_op(DeviceError code) {
       return "embedding";
     case DeviceError::EmbeddingBackward:
       return "embedding backward";
+    case DeviceError::MaxPool2dBackward:
+      return "max_pool2d backward";
     case DeviceError::NllLossTarget:
       return "nll_loss";
     case DeviceError::CrossEntropyTarget:
