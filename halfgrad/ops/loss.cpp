@@ -21,6 +21,16 @@
 // to target wherever torch differentiates it (every floating target: not class indices); and
 // to the weights of the binary cross entropies, whose gradient is the unweighted loss. nll_loss
 // and cross_entropy do not differentiate weight, as torch, and say so when asked to.
+//
+// NOTE [Losses on CUDA] For CUDA inputs each forward, and each first-order backward, runs the
+// kernels of cuda/loss.h instead of the host loops here: nothing reads tensor memory on the
+// host and nothing waits for the GPU. "mean" divides on the device; the mean of nll_loss and
+// cross_entropy over class indices divides by the total weight of the targets not ignored,
+// summed on the device and kept there (cuda_divisor) for the backward. Class indices are
+// checked on the device: a bad one is an hg::Error at the next synchronize, naming the op. A
+// backward that is itself recorded (create_graph), or that needs a weight's gradient, takes the
+// op formulas, which run on any device. One exception waits: binary_cross_entropy checks that
+// its input lies in [0, 1] on the host, as its error needs the values.
 #include <algorithm>
 #include <cmath>
 #include <numeric>
@@ -28,6 +38,7 @@
 #include <vector>
 
 #include "halfgrad/autograd/grad_mode.h"
+#include "halfgrad/config.h"
 #include "halfgrad/core/cast.h"
 #include "halfgrad/core/factory.h"
 #include "halfgrad/core/format.h"
@@ -38,6 +49,10 @@
 #include "halfgrad/ops/dispatch.h"
 #include "halfgrad/ops/ops.h"
 #include "halfgrad/ops/type_promotion.h"
+#if HALFGRAD_HAS_CUDA
+#include "halfgrad/cuda/loss.h"
+#include "halfgrad/cuda/reduce.h"
+#endif
 
 namespace hg {
 
@@ -188,6 +203,43 @@ Tensor elementwise_forward(const Tensor& input, const Tensor& target, const Tens
   return reduce_losses(losses, reduction, dtype, divisor);
 }
 
+#if HALFGRAD_HAS_CUDA
+// ---- CUDA paths (NOTE [Losses on CUDA]) -----------------------------------------------------
+
+cuda::LossReduction cuda_reduction(Reduction reduction) {
+  switch (reduction) {
+    case Reduction::None:
+      return cuda::LossReduction::None;
+    case Reduction::Sum:
+      return cuda::LossReduction::Sum;
+    default:
+      return cuda::LossReduction::Mean;
+  }
+}
+
+// The fused CUDA backward of a pointwise loss whose inputs are (input, target, then weights):
+// d_input and d_target in one pass. Empty where it does not apply: a recorded backward, or a
+// weight (input 2 or later) that needs its gradient.
+Grads cuda_pointwise_backward(const OpContext& ctx, cuda::PointwiseLoss kind, const Tensor& grad,
+                              const Tensor& input, const Tensor& target, const Tensor& weight,
+                              const Tensor& pos_weight, Reduction reduction, double divisor,
+                              size_t input_count, double beta = 1.0) {
+  if (autograd::is_grad_enabled()) return {};
+  for (size_t i = 2; i < input_count; ++i) {
+    if (ctx.needs_input_grad(i)) return {};
+  }
+  const double scale_divisor =
+      reduction == Reduction::Mean || reduction == Reduction::BatchMean ? divisor : 1.0;
+  cuda::LossGrads g =
+      cuda::pointwise_loss_backward(kind, grad, input, target, weight, pos_weight, scale_divisor,
+                                    ctx.needs_input_grad(0), ctx.needs_input_grad(1), beta);
+  Grads out(input_count);
+  out[0] = std::move(g.input);
+  out[1] = std::move(g.target);
+  return out;
+}
+#endif
+
 // ---- mse_loss --------------------------------------------------------------------------------
 
 struct MseLoss {
@@ -196,11 +248,24 @@ struct MseLoss {
   Tensor forward(OpContext& ctx, const Tensor& input, const Tensor& target) {
     const DType dtype = check_pair(input, target, "mse_loss");
     ctx.save({input, target});
+#if HALFGRAD_HAS_CUDA
+    if (input.is_cuda()) {
+      return cuda::pointwise_loss(cuda::PointwiseLoss::Mse, input, target, {}, {},
+                                  cuda_reduction(reduction), double(input.numel()), dtype);
+    }
+#endif
     return elementwise_forward(input, target, {}, {}, reduction, dtype, double(input.numel()),
                                [](auto x, auto y, auto, auto) { return (x - y) * (x - y); });
   }
   Grads backward(OpContext& ctx, const Grads& grads) {
     const Tensor input = ctx.saved(0), target = ctx.saved(1);
+#if HALFGRAD_HAS_CUDA
+    if (input.is_cuda()) {
+      Grads fused = cuda_pointwise_backward(ctx, cuda::PointwiseLoss::Mse, grads[0], input, target,
+                                            {}, {}, reduction, double(input.numel()), 2);
+      if (!fused.empty()) return fused;
+    }
+#endif
     if (Grads fused = fused_backward(ctx, grads[0], input, target); !fused.empty()) return fused;
     const Tensor g = loss_grad(grads[0], reduction, double(input.numel()), input.sizes());
     const Tensor d_input = mul(mul(g, sub(input, target)), 2.0);  // 2 (x - y)
@@ -217,7 +282,7 @@ struct MseLoss {
   // target. No temporaries, one tensor per input. Returns nothing where it does not apply.
   Grads fused_backward(const OpContext& ctx, const Tensor& grad, const Tensor& input,
                        const Tensor& target) const {
-    if (autograd::is_grad_enabled() || reduction == Reduction::None) return {};
+    if (autograd::is_grad_enabled() || reduction == Reduction::None || !input.is_cpu()) return {};
     const DType dtype = input.dtype();
     if (target.dtype() != dtype || grad.dtype() != dtype || grad.numel() != 1 ||
         !input.is_contiguous() || !target.is_contiguous()) {
@@ -262,11 +327,24 @@ struct L1Loss {
   Tensor forward(OpContext& ctx, const Tensor& input, const Tensor& target) {
     const DType dtype = check_pair(input, target, "l1_loss");
     ctx.save({input, target});
+#if HALFGRAD_HAS_CUDA
+    if (input.is_cuda()) {
+      return cuda::pointwise_loss(cuda::PointwiseLoss::L1, input, target, {}, {},
+                                  cuda_reduction(reduction), double(input.numel()), dtype);
+    }
+#endif
     return elementwise_forward(input, target, {}, {}, reduction, dtype, double(input.numel()),
                                [](auto x, auto y, auto, auto) { return std::abs(x - y); });
   }
   Grads backward(OpContext& ctx, const Grads& grads) {
     const Tensor input = ctx.saved(0), target = ctx.saved(1);
+#if HALFGRAD_HAS_CUDA
+    if (input.is_cuda()) {
+      Grads fused = cuda_pointwise_backward(ctx, cuda::PointwiseLoss::L1, grads[0], input, target,
+                                            {}, {}, reduction, double(input.numel()), 2);
+      if (!fused.empty()) return fused;
+    }
+#endif
     const Tensor g = loss_grad(grads[0], reduction, double(input.numel()), input.sizes());
     const Tensor d_input = mul(g, sign(sub(input, target)));  // 0 where x == y, as torch
     Grads out(2);
@@ -285,6 +363,12 @@ struct SmoothL1Loss {
   Tensor forward(OpContext& ctx, const Tensor& input, const Tensor& target) {
     const DType dtype = check_pair(input, target, "smooth_l1_loss");
     ctx.save({input, target});
+#if HALFGRAD_HAS_CUDA
+    if (input.is_cuda()) {
+      return cuda::pointwise_loss(cuda::PointwiseLoss::SmoothL1, input, target, {}, {},
+                                  cuda_reduction(reduction), double(input.numel()), dtype, beta);
+    }
+#endif
     const double b = beta;
     return elementwise_forward(input, target, {}, {}, reduction, dtype, double(input.numel()),
                                [b](auto x, auto y, auto, auto) {
@@ -296,6 +380,14 @@ struct SmoothL1Loss {
   }
   Grads backward(OpContext& ctx, const Grads& grads) {
     const Tensor input = ctx.saved(0), target = ctx.saved(1);
+#if HALFGRAD_HAS_CUDA
+    if (input.is_cuda()) {
+      Grads fused =
+          cuda_pointwise_backward(ctx, cuda::PointwiseLoss::SmoothL1, grads[0], input, target, {},
+                                  {}, reduction, double(input.numel()), 2, beta);
+      if (!fused.empty()) return fused;
+    }
+#endif
     const Tensor g = loss_grad(grads[0], reduction, double(input.numel()), input.sizes());
     const Tensor d = sub(input, target);
     // d / beta inside (-beta, beta), sign(d) outside.
@@ -390,6 +482,15 @@ Tensor row_grad(const Tensor& grad, Reduction reduction, double divisor,
   }
 }
 
+#if HALFGRAD_HAS_CUDA
+// row_grad with the divisor of "mean" a 0-d tensor on the device (NOTE [Losses on CUDA]).
+Tensor cuda_row_grad(const Tensor& grad, Reduction reduction, const Tensor& divisor,
+                     const ClassLayout& layout) {
+  if (reduction == Reduction::Mean) return div(grad, divisor);
+  return row_grad(grad, reduction, 1.0, layout);
+}
+#endif
+
 // a[n, c, s], of input's shape: the weight of log-probability c in the loss of row (n, s), so
 // that the row's loss is -sum_c a[n, c, s] logp[n, c, s]: (1 - eps) w[t] at the target class t
 // plus (eps / C) w[c] for label smoothing eps; 0 in ignored rows. A constant (class indices have
@@ -431,11 +532,23 @@ struct NllLoss {
   double total_weight = 0.0;  // what "mean" divides by
   Shape input_sizes{};
   DType input_dtype = kFloat32;
+  Tensor cuda_divisor{};  // on CUDA: what "mean" divides by, on the device (1 if it was 0)
 
   Tensor forward(OpContext& ctx, const Tensor& input, const Tensor& target, const Tensor& weight) {
     layout = class_layout(input, "nll_loss");
     check_class_target(input, target, layout, "nll_loss");
     check_class_weight(weight, layout.C, "nll_loss");
+#if HALFGRAD_HAS_CUDA
+    if (input.is_cuda()) {
+      input_sizes = input.sizes();
+      input_dtype = input.dtype();
+      ctx.save({target, weight});
+      cuda::ClassLossForward r =
+          cuda::nll_loss(input, target, weight, ignore_index, cuda_reduction(reduction));
+      cuda_divisor = std::move(r.divisor);
+      return r.loss;
+    }
+#endif
     total_weight = check_class_indices(target, weight, layout.C, ignore_index, "nll_loss");
     input_sizes = input.sizes();
     input_dtype = input.dtype();
@@ -464,6 +577,21 @@ struct NllLoss {
              "implemented, as in torch), got one that does; pass weight.detach()");
     const Tensor target = ctx.saved(0), weight = ctx.saved(1);
     Grads out(3);
+#if HALFGRAD_HAS_CUDA
+    if (target.is_cuda()) {
+      if (!ctx.needs_input_grad(0)) return out;
+      if (!autograd::is_grad_enabled()) {
+        out[0] = cuda::nll_loss_backward(grads[0], target, weight, input_sizes, input_dtype,
+                                         cuda_divisor, ignore_index, cuda_reduction(reduction));
+        return out;
+      }
+      const Tensor a =
+          cuda::class_coefficients(target, weight, input_sizes, ignore_index, 0.0, input_dtype);
+      out[0] =
+          neg(mul(cuda_row_grad(grads[0], reduction, cuda_divisor, layout), a)).to(input_dtype);
+      return out;
+    }
+#endif
     if (ctx.needs_input_grad(0)) {
       // Every target ignored: the coefficients are all zero and so is the gradient (torch
       // gives zeros there, not 0 * inf).
@@ -557,7 +685,9 @@ struct CrossEntropy {
   Reduction reduction = Reduction::Mean;
   double label_smoothing = 0.0;
   ClassLayout layout{};
-  double divisor = 1.0;  // what "mean" divides by
+  double divisor = 1.0;   // what "mean" divides by
+  Tensor cuda_divisor{};  // on CUDA: the same, on the device (1 if it was 0)
+  Tensor cuda_stats{};    // on CUDA: each row's statistics for the fused backward
 
   Tensor forward(OpContext& ctx, const Tensor& input, const Tensor& target, const Tensor& weight) {
     layout = class_layout(input, "cross_entropy");
@@ -571,6 +701,17 @@ struct CrossEntropy {
       check_class_target(input, target, layout, "cross_entropy");
     }
     check_class_weight(weight, layout.C, "cross_entropy");
+#if HALFGRAD_HAS_CUDA
+    if (input.is_cuda()) {
+      ctx.save({input, target, weight});
+      const DType dtype = probabilities ? result_type({input, target}) : input.dtype();
+      cuda::ClassLossForward r = cuda::cross_entropy(
+          input, target, weight, ignore_index, cuda_reduction(reduction), label_smoothing, dtype);
+      cuda_divisor = std::move(r.divisor);
+      cuda_stats = std::move(r.stats);
+      return r.loss;
+    }
+#endif
     divisor = probabilities
                   ? double(layout.N * layout.S)
                   : check_class_indices(target, weight, layout.C, ignore_index, "cross_entropy");
@@ -597,12 +738,37 @@ struct CrossEntropy {
              "cross_entropy: expected a weight that does not require grad (its gradient is not "
              "implemented, as in torch), got one that does; pass weight.detach()");
     const Tensor input = ctx.saved(0), target = ctx.saved(1), weight = ctx.saved(2);
+#if HALFGRAD_HAS_CUDA
+    if (input.is_cuda()) {
+      if (!autograd::is_grad_enabled()) {
+        cuda::LossGrads g =
+            cuda::cross_entropy_backward(grads[0], input, target, weight, cuda_stats, cuda_divisor,
+                                         ignore_index, cuda_reduction(reduction), label_smoothing,
+                                         ctx.needs_input_grad(0), ctx.needs_input_grad(1));
+        Grads out(3);
+        out[0] = std::move(g.input);
+        out[1] = std::move(g.target);
+        return out;
+      }
+      const Tensor g = cuda_row_grad(grads[0], reduction, cuda_divisor, layout);
+      const Tensor a = target.is_floating_point()
+                           ? Tensor()
+                           : cuda::class_coefficients(target, weight, input.sizes(), ignore_index,
+                                                      label_smoothing, input.dtype());
+      return backward_with_ops(ctx, g, a, input, target, weight);
+    }
+#endif
     // Every target ignored: the coefficients are all zero and so is the gradient.
     const double mean_divisor = divisor != 0.0 ? divisor : 1.0;
     if (!autograd::is_grad_enabled()) {
       return backward_fused(ctx, grads[0], input, target, weight, mean_divisor);
     }
-    return backward_with_ops(ctx, grads[0], input, target, weight, mean_divisor);
+    const Tensor g = row_grad(grads[0], reduction, mean_divisor, layout);
+    const Tensor a = target.is_floating_point()
+                         ? Tensor()
+                         : class_coefficients(target, weight, input.sizes(), layout, ignore_index,
+                                              label_smoothing, input.dtype());
+    return backward_with_ops(ctx, g, a, input, target, weight);
   }
 
   Grads backward_fused(OpContext& ctx, const Tensor& grad, const Tensor& input,
@@ -636,13 +802,14 @@ struct CrossEntropy {
     return out;
   }
 
-  // The same with ops, for create_graph.
-  Grads backward_with_ops(OpContext& ctx, const Tensor& grad, const Tensor& input,
-                          const Tensor& target, const Tensor& weight, double mean_divisor) const {
+  // The same with ops, for create_graph. g: each row's gradient (row_grad);
+  // target_coefficients: class_coefficients of class-index targets (undefined for
+  // probabilities).
+  Grads backward_with_ops(OpContext& ctx, const Tensor& g, const Tensor& target_coefficients,
+                          const Tensor& input, const Tensor& target, const Tensor& weight) const {
     const bool probabilities = target.is_floating_point();
     const int64_t class_dim = layout.class_dim;
     const double eps = label_smoothing;
-    const Tensor g = row_grad(grad, reduction, mean_divisor, layout);
     const Tensor logp = sub(input, logsumexp(input, {class_dim}, /*keepdim=*/true));
     Tensor w;  // weight, viewed to broadcast along the class dim
     if (weight.defined()) {
@@ -655,8 +822,7 @@ struct CrossEntropy {
       a = eps > 0 ? add(mul(target, 1.0 - eps), eps / double(layout.C)) : target;
       if (w.defined()) a = mul(a, w);
     } else {
-      a = class_coefficients(target, weight, input.sizes(), layout, ignore_index, eps,
-                             input.dtype());
+      a = target_coefficients;
     }
     Grads out(3);
     if (ctx.needs_input_grad(0)) {
@@ -680,6 +846,23 @@ struct BinaryCrossEntropy {
   Tensor forward(OpContext& ctx, const Tensor& input, const Tensor& target, const Tensor& weight) {
     const DType dtype = check_pair(input, target, "binary_cross_entropy");
     check_weight(weight, input, "binary_cross_entropy", "weight");
+#if HALFGRAD_HAS_CUDA
+    if (input.is_cuda()) {
+      if (input.numel() > 0) {  // the host waits for the device here (NOTE [Losses on CUDA])
+        const double low =
+            cuda::reduce(kernel::Reduction::Amin, input, {}, false, kFloat64).item<double>();
+        const double high =
+            cuda::reduce(kernel::Reduction::Amax, input, {}, false, kFloat64).item<double>();
+        HG_CHECK(low >= 0.0 && high <= 1.0,
+                 "binary_cross_entropy: expected every element of input in [0, 1] "
+                 "(probabilities), got values from {} to {}",
+                 low, high);
+      }
+      ctx.save({input, target, weight});
+      return cuda::pointwise_loss(cuda::PointwiseLoss::BinaryCrossEntropy, input, target, weight,
+                                  {}, cuda_reduction(reduction), double(input.numel()), dtype);
+    }
+#endif
     if (input.numel() > 0) {  // NaN fails the check too, as in torch
       const double low =
           cpu::reduce(cpu::Reduction::Amin, input, {}, false, kFloat64).item<double>();
@@ -702,6 +885,14 @@ struct BinaryCrossEntropy {
   }
   Grads backward(OpContext& ctx, const Grads& grads) {
     const Tensor input = ctx.saved(0), target = ctx.saved(1), weight = ctx.saved(2);
+#if HALFGRAD_HAS_CUDA
+    if (input.is_cuda()) {
+      Grads fused =
+          cuda_pointwise_backward(ctx, cuda::PointwiseLoss::BinaryCrossEntropy, grads[0], input,
+                                  target, weight, {}, reduction, double(input.numel()), 3);
+      if (!fused.empty()) return fused;
+    }
+#endif
     const Tensor g_unweighted =
         loss_grad(grads[0], reduction, double(input.numel()), input.sizes());
     const Tensor g = weight.defined() ? mul(g_unweighted, weight) : g_unweighted;
@@ -739,6 +930,13 @@ struct BinaryCrossEntropyWithLogits {
     check_weight(weight, input, op, "weight");
     check_weight(pos_weight, input, op, "pos_weight");
     ctx.save({input, target, weight, pos_weight});
+#if HALFGRAD_HAS_CUDA
+    if (input.is_cuda()) {
+      return cuda::pointwise_loss(cuda::PointwiseLoss::BinaryCrossEntropyWithLogits, input, target,
+                                  weight, pos_weight, cuda_reduction(reduction),
+                                  double(input.numel()), dtype);
+    }
+#endif
     return elementwise_forward(
         input, target, weight, pos_weight, reduction, dtype, double(input.numel()),
         [](auto x, auto y, auto w, auto p) {
@@ -751,6 +949,14 @@ struct BinaryCrossEntropyWithLogits {
   Grads backward(OpContext& ctx, const Grads& grads) {
     const Tensor input = ctx.saved(0), target = ctx.saved(1);
     const Tensor weight = ctx.saved(2), pos_weight = ctx.saved(3);
+#if HALFGRAD_HAS_CUDA
+    if (input.is_cuda()) {
+      Grads fused = cuda_pointwise_backward(ctx, cuda::PointwiseLoss::BinaryCrossEntropyWithLogits,
+                                            grads[0], input, target, weight, pos_weight, reduction,
+                                            double(input.numel()), 4);
+      if (!fused.empty()) return fused;
+    }
+#endif
     const Tensor g_unweighted =
         loss_grad(grads[0], reduction, double(input.numel()), input.sizes());
     const Tensor g = weight.defined() ? mul(g_unweighted, weight) : g_unweighted;
@@ -796,6 +1002,13 @@ struct KlDiv {
     const DType dtype = check_pair(input, target, "kl_div");
     ctx.save({input, target});
     const double divisor = mean_divisor(reduction, input);
+#if HALFGRAD_HAS_CUDA
+    if (input.is_cuda()) {
+      return cuda::pointwise_loss(
+          log_target ? cuda::PointwiseLoss::KlDivLogTarget : cuda::PointwiseLoss::KlDiv, input,
+          target, {}, {}, cuda_reduction(reduction), divisor, dtype);
+    }
+#endif
     if (log_target) {
       return elementwise_forward(input, target, {}, {}, reduction, dtype, divisor,
                                  [](auto x, auto y, auto, auto) { return std::exp(y) * (y - x); });
@@ -809,6 +1022,14 @@ struct KlDiv {
   }
   Grads backward(OpContext& ctx, const Grads& grads) {
     const Tensor input = ctx.saved(0), target = ctx.saved(1);
+#if HALFGRAD_HAS_CUDA
+    if (input.is_cuda()) {
+      Grads fused = cuda_pointwise_backward(
+          ctx, log_target ? cuda::PointwiseLoss::KlDivLogTarget : cuda::PointwiseLoss::KlDiv,
+          grads[0], input, target, {}, {}, reduction, mean_divisor(reduction, input), 2);
+      if (!fused.empty()) return fused;
+    }
+#endif
     const Tensor g = loss_grad(grads[0], reduction, mean_divisor(reduction, input), input.sizes());
     Grads out(2);
     if (log_target) {

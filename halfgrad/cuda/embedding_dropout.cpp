@@ -1,0 +1,167 @@
+// CUDA embedding_backward and dropout (nn_kernels.h): the checks and semantics of
+// cpu/nn_kernels.cpp.
+//
+// Dims: T tokens (indices.numel()), D the embedding width.
+#include <algorithm>
+#include <array>
+#include <string>
+
+#include "halfgrad/core/factory.h"
+#include "halfgrad/core/format.h"
+#include "halfgrad/cuda/embedding_dropout_launch.h"
+#include "halfgrad/cuda/host.h"
+#include "halfgrad/cuda/index_launch.h"
+#include "halfgrad/cuda/nn_kernels.h"
+#include "halfgrad/cuda/stream.h"
+
+namespace hg::cuda {
+
+namespace {
+
+using detail::Walk;
+
+void check_input(const char* op, const char* what, const Tensor& t) {
+  HG_CHECK(t.defined(), "{}: expected a tensor for {}, got an undefined tensor", op, what);
+  HG_CHECK(t.is_cuda(), "{}: expected {} on a CUDA device, got a tensor on {}", op, what,
+           t.device());
+  HG_CHECK(t.is_floating_point(),
+           "{}: expected {} of a floating dtype (float32, float16, bfloat16 or float64), got {}",
+           op, what, t.dtype());
+}
+
+Walk make_walk(const char* op, const Shape& sizes, std::initializer_list<Shape> strides) {
+  std::array<const int64_t*, detail::kMaxWalkOperands> lists{};
+  int operands = 0;
+  for (const Shape& s : strides) lists[size_t(operands++)] = s.data();
+  Walk walk;
+  HG_CHECK(detail::build_walk(walk, int(sizes.size()), sizes.data(), operands, lists.data()),
+           "{}: expected at most {} dims on CUDA once dims of size 1 are dropped and dims every "
+           "operand walks as one are merged, got shape {}",
+           op, detail::kMaxDims, sizes);
+  return walk;
+}
+
+// Row-major strides of a dense tensor of `sizes`.
+Shape dense_strides(const Shape& sizes) {
+  Shape strides(sizes.size(), 1);
+  for (size_t d = sizes.size(); d-- > 1;) strides[d - 1] = strides[d] * sizes[d];
+  return strides;
+}
+
+}  // namespace
+
+// ---- embedding ---------------------------------------------------------------------------
+
+// The sorted accumulation of index_add (NOTE [Sorted accumulation on CUDA]) into zeros: key =
+// the token's row (padding_idx and bad rows get the sentinel, which is skipped), value = the
+// token. Every row of dweight sums its tokens' gradients in token order in float and rounds
+// once, as the CPU kernel does.
+Tensor embedding_backward(const Tensor& dy, const Tensor& indices, int64_t num_embeddings,
+                          int64_t padding_idx) {
+  const char* op = "embedding_backward";
+  check_input(op, "grad_output", dy);
+  HG_CHECK(indices.defined() && (indices.dtype() == kInt64 || indices.dtype() == kInt32),
+           "{}: expected int64 or int32 indices, got {}", op,
+           indices.defined() ? std::string(dtype_name(indices.dtype())) : "an undefined tensor");
+  HG_CHECK(indices.device() == dy.device(),
+           "{}: expected indices on {} (grad_output's device), got a tensor on {}", op, dy.device(),
+           indices.device());
+  HG_CHECK(num_embeddings >= 0, "{}: expected num_embeddings >= 0, got {}", op, num_embeddings);
+  HG_CHECK(padding_idx >= -1 && padding_idx < num_embeddings,
+           "{}: expected padding_idx in [-1, {}) (-1 for none), got {}", op, num_embeddings,
+           padding_idx);
+  bool shapes_match = dy.dim() == indices.dim() + 1;
+  for (int64_t d = 0; shapes_match && d < indices.dim(); ++d) {
+    shapes_match = dy.size(d) == indices.size(d);
+  }
+  HG_CHECK(shapes_match,
+           "{}: expected grad_output of shape [*indices' shape, D] for indices of shape {}, got "
+           "shape {}",
+           op, indices.sizes(), dy.sizes());
+  const int64_t D = dy.dim() > 0 ? dy.size(-1) : 1;
+  const int64_t T = indices.numel();
+
+  DeviceGuard guard(dy.device().index);
+  const cudaStream_t stream = current_stream();
+  Tensor dw = empty({num_embeddings, D}, dy.options());
+  if (dw.numel() > 0) {  // all-zero bytes are 0.0 in every floating dtype
+    HG_CUDA_CHECK(cudaMemsetAsync(dw.data_ptr(), 0, dw.nbytes(), stream), op);
+  }
+  if (T == 0) return dw;
+  const Walk keys_walk = make_walk(
+      op, indices.sizes(),
+      {indices.strides(), Shape(indices.sizes().size(), 0), dense_strides(indices.sizes())});
+  const uint64_t sentinel = uint64_t(num_embeddings);
+  const bool int32 = indices.dtype() == kInt32;
+  if (dw.numel() == 0) {  // nothing to add; the indices are still checked, as on the CPU
+    HG_CUDA_CHECK(detail::launch_scatter_keys(
+                      keys_walk, indices.data_ptr(), int32, 1, num_embeddings, padding_idx >= 0,
+                      padding_idx, sentinel, nullptr, nullptr, detail::device_error_slot(),
+                      detail::DeviceError::EmbeddingBackward, 0, stream),
+                  op);
+    return dw;
+  }
+  const TensorOptions index_options{.dtype = kInt64, .device = dy.device()};
+  Tensor keys = empty({T}, index_options), values = empty({T}, index_options);
+  Tensor sorted_keys = empty({T}, index_options), sorted_values = empty({T}, index_options);
+  const auto key_data = [](const Tensor& t) { return reinterpret_cast<uint64_t*>(t.data_ptr()); };
+  const auto value_data = [](const Tensor& t) { return static_cast<int64_t*>(t.data_ptr()); };
+  HG_CUDA_CHECK(detail::launch_scatter_keys(keys_walk, indices.data_ptr(), int32, 1, num_embeddings,
+                                            padding_idx >= 0, padding_idx, sentinel, key_data(keys),
+                                            value_data(values), detail::device_error_slot(),
+                                            detail::DeviceError::EmbeddingBackward, 0, stream),
+                op);
+  const int end_bit = detail::key_bits(sentinel);
+  size_t temp_bytes = 0;
+  HG_CUDA_CHECK(detail::sort_pairs_temp_bytes(T, end_bit, &temp_bytes), op);
+  // Freed on return while the sort may still run: the caching allocator hands it out again
+  // only to work ordered after it on this stream.
+  const Tensor temp = empty({std::max<int64_t>(1, int64_t((temp_bytes + 7) / 8))}, index_options);
+  HG_CUDA_CHECK(
+      detail::launch_sort_pairs(temp.data_ptr(), temp_bytes, key_data(keys), key_data(sorted_keys),
+                                value_data(values), value_data(sorted_values), T, end_bit, stream),
+      op);
+  Tensor rows = dy;  // [T, D] dense
+  if (!dy.is_contiguous()) {
+    rows = empty(dy.sizes(), dy.options());
+    const Walk copy_walk = make_walk(op, dy.sizes(), {rows.strides(), dy.strides()});
+    HG_CUDA_CHECK(detail::launch_copy(copy_walk, rows.data_ptr(), dy.data_ptr(),
+                                      int(dy.element_size()), stream),
+                  op);
+  }
+  HG_CUDA_CHECK(detail::launch_segment_rows(dy.dtype(), dw.data_ptr(), rows.data_ptr(),
+                                            key_data(sorted_keys), value_data(sorted_values), T,
+                                            sentinel, /*O=*/1, /*S=*/num_embeddings, /*R=*/D,
+                                            /*rows_o_stride=*/0, /*accumulate=*/true, stream),
+                op);
+  return dw;
+}
+
+// ---- dropout -----------------------------------------------------------------------------
+
+cpu::DropoutForward dropout(const Tensor& x, double p, Generator& gen) {
+  const char* op = "dropout";
+  check_input(op, "input", x);
+  HG_CHECK(p >= 0.0 && p <= 1.0, "{}: expected a probability p in [0, 1], got p={}", op, p);
+  cpu::DropoutForward result{empty(x.sizes(), x.options()), empty(x.sizes(), x.options())};
+  const int64_t n = x.numel();
+  const double keep = 1.0 - p;
+  detail::DropoutMode mode = detail::DropoutMode::Draw;
+  if (p == 0.0) mode = detail::DropoutMode::KeepAll;
+  if (p == 1.0) mode = detail::DropoutMode::DropAll;
+  // As the CPU kernel: one float32 uniform draw of n elements (ceil(n / 4) Philox blocks), none
+  // for p == 0 or 1. The blocks are reserved here, on the host: no sync.
+  Generator::State reserved{0, 0};
+  if (mode == detail::DropoutMode::Draw) reserved = gen.reserve_with_seed(uint64_t((n + 3) / 4));
+  if (n == 0) return result;
+  DeviceGuard guard(x.device().index);
+  const Walk walk = make_walk(op, x.sizes(), {x.strides()});
+  HG_CUDA_CHECK(detail::launch_dropout(walk, x.dtype(), x.data_ptr(), result.out.data_ptr(),
+                                       result.mask.data_ptr(), mode, keep,
+                                       mode == detail::DropoutMode::Draw ? 1.0 / keep : 1.0,
+                                       reserved.seed, reserved.offset, current_stream()),
+                op);
+  return result;
+}
+
+}  // namespace hg::cuda
