@@ -3,11 +3,17 @@
 #include <utility>
 
 #include "halfgrad/autograd/grad_mode.h"
+#include "halfgrad/config.h"
 #include "halfgrad/core/error.h"
 #include "halfgrad/core/factory.h"
 #include "halfgrad/core/format.h"
 #include "halfgrad/nn/utils.h"
 #include "halfgrad/ops/ops.h"
+#if HALFGRAD_HAS_CUDA
+#include <map>
+
+#include "halfgrad/cuda/multi_tensor.h"
+#endif
 
 namespace hg::amp {
 
@@ -142,9 +148,22 @@ void FP16Optimizer::update_master_grads() {
   }
   double scale = loss_scaler_->loss_scale();
   if (scale != 1.0) {
+#if HALFGRAD_HAS_CUDA
+    std::map<int, std::vector<Tensor>> cuda_grads;  // one multi-tensor launch per device
+#endif
     for (const Tensor& m : all_master_params()) {
-      if (m.grad().defined()) m.mutable_grad().mul_(Scalar(1.0 / scale));
+      if (!m.grad().defined()) continue;
+#if HALFGRAD_HAS_CUDA
+      if (m.grad().is_cuda()) {
+        cuda_grads[m.grad().device().index].push_back(m.grad());
+        continue;
+      }
+#endif
+      m.mutable_grad().mul_(Scalar(1.0 / scale));
     }
+#if HALFGRAD_HAS_CUDA
+    for (const auto& [index, grads] : cuda_grads) cuda::scale_(grads, 1.0 / scale);
+#endif
   }
 }
 

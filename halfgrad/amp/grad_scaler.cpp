@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "halfgrad/autograd/grad_mode.h"
+#include "halfgrad/config.h"
 #include "halfgrad/core/dtype.h"
 #include "halfgrad/core/error.h"
 #include "halfgrad/core/factory.h"
@@ -14,8 +15,28 @@
 #include "halfgrad/core/half.h"
 #include "halfgrad/ops/ops.h"
 #include "halfgrad/optim/optimizer.h"
+#if HALFGRAD_HAS_CUDA
+#include "halfgrad/cuda/multi_tensor.h"
+#endif
 
 namespace hg::amp {
+
+// NOTE [Scale update on the device] With the scale on a CUDA device, update() is one kernel
+// (cuda::update_scale_) doing what apply_update_rule and check_collapse do on the CPU, with the
+// state they keep on the host kept on the device instead (detail::ScalerCounter): the
+// hysteresis's overflow count, the consecutive skips, whether the scale is below the alarm
+// floor, the alarms raised. The kernel publishes each alarm to mapped host memory
+// (cuda::ScalerMonitorSlot), where update() finds it without waiting (NOTE [GradScaler on
+// CUDA] in grad_scaler.h).
+#if HALFGRAD_HAS_CUDA
+struct GradScaler::DeviceState {
+  Tensor counters;  // [detail::kScalerCounters] int32 on the scale's device
+  std::unique_ptr<cuda::ScalerMonitorSlot> monitor;
+  int32_t alarms_reported = 0;
+};
+#else
+struct GradScaler::DeviceState {};
+#endif
 
 namespace {
 
@@ -69,6 +90,20 @@ bool unscale_group(const std::vector<Tensor*>& grads, DType dtype, float inv_sca
   });
 }
 
+std::string skips_alarm(int64_t skips, double scale) {
+  return fmt::format(
+      "{} iterations in a row skipped their optimizer step because a gradient was inf or NaN "
+      "(expected a few at the start while the scale comes down, got {}; the scale is now {:g})",
+      skips, skips, scale);
+}
+
+std::string floor_alarm(double scale, double floor) {
+  return fmt::format(
+      "the loss scale fell to {:g}, below the floor {:g} (expected it to "
+      "settle above it)",
+      scale, floor);
+}
+
 void print_to_stderr(std::string_view message) {
   std::fprintf(stderr, "halfgrad warning: %.*s\n", int(message.size()), message.data());
 }
@@ -107,10 +142,38 @@ GradScaler::GradScaler(GradScalerOptions options)
   }
 }
 
+GradScaler::~GradScaler() = default;
+
 void GradScaler::lazy_init_scale(Device device) {
   // PyTorch creates the scale on the device of the first outputs it scales.
   scale_ = full({1}, options_.init_scale, {.dtype = kFloat32, .device = device});
   growth_tracker_ = full({1}, init_growth_tracker_, {.dtype = kInt32, .device = device});
+#if HALFGRAD_HAS_CUDA
+  if (device.is_cuda()) {
+    // The host's counters so far (a load_state_dict before the first scale()) move over.
+    Tensor counters = empty({int64_t(cuda::detail::kScalerCounters)}, kInt32);
+    int32_t* values = counters.data_ptr<int32_t>();
+    values[cuda::detail::kOverflowTracker] = int32_t(overflow_tracker_);
+    values[cuda::detail::kConsecutiveSkips] = int32_t(consecutive_skips_);
+    values[cuda::detail::kBelowFloor] = below_floor_ ? 1 : 0;
+    values[cuda::detail::kAlarms] = 0;
+    device_ = std::make_unique<DeviceState>();
+    device_->counters = counters.to(device);
+    device_->monitor = std::make_unique<cuda::ScalerMonitorSlot>(device.index);
+  }
+#endif
+}
+
+bool GradScaler::scale_on_cuda() const { return device_ != nullptr; }
+
+StepResult StepResult::pending(Tensor found_inf) {
+  StepResult result;
+  result.found_inf_ = std::move(found_inf);
+  return result;
+}
+
+StepResult::operator bool() const {
+  return found_inf_.defined() ? found_inf_.item<float>() == 0.0f : stepped_;
 }
 
 void GradScaler::check_scale_initialized(const char* method) const {
@@ -170,7 +233,12 @@ void GradScaler::unscale_(optim::Optimizer& optimizer) {
                param.sizes());
       HG_CHECK(grad.is_floating_point(), "GradScaler.unscale_: expected floating gradients, got {}",
                dtype_name(grad.dtype()));
-      HG_CHECK(grad.device().is_cpu(),
+#if HALFGRAD_HAS_CUDA
+      const bool supported = grad.device().is_cpu() || grad.device().is_cuda();
+#else
+      const bool supported = grad.device().is_cpu();
+#endif
+      HG_CHECK(supported,
                "GradScaler.unscale_: gradients on {} are not supported by this build's "
                "unscale kernel (expected cpu gradients, got {})",
                grad.device(), grad.device());
@@ -181,12 +249,30 @@ void GradScaler::unscale_(optim::Optimizer& optimizer) {
   }
 
   // The reciprocal in float64, then rounded to float32 (PyTorch's
-  // scale.double().reciprocal().float()).
-  const float inv_scale = static_cast<float>(1.0 / double(scale_.item<float>()));
+  // scale.double().reciprocal().float()); read on the host for CPU gradients only.
+  std::optional<float> inv_scale;
   NoGradGuard no_grad;
   std::map<std::pair<int, int>, bool> found_inf_by_device;
+#if HALFGRAD_HAS_CUDA
+  // CUDA gradients: a flag and the reciprocal of the scale on each device, written and read by
+  // the kernels (no host read).
+  std::map<std::pair<int, int>, std::pair<Tensor, Tensor>> device_flags;  // flag, inv_scale
+#endif
   for (const auto& [key, grads] : groups) {
-    const bool found = unscale_group(grads, DType(key.second), inv_scale);
+#if HALFGRAD_HAS_CUDA
+    const Device device = devices.at(key.first);
+    if (device.is_cuda()) {
+      auto [entry, created] = device_flags.try_emplace(key.first);
+      if (created) entry->second = {cuda::new_flag(device), inv_scale_on(device)};
+      std::vector<Tensor> list;
+      list.reserve(grads.size());
+      for (Tensor* grad : grads) list.push_back(*grad);
+      cuda::unscale_and_check_(list, entry->second.second, entry->second.first);
+      continue;
+    }
+#endif
+    if (!inv_scale) inv_scale = static_cast<float>(1.0 / double(scale_.item<float>()));
+    const bool found = unscale_group(grads, DType(key.second), *inv_scale);
     found_inf_by_device[key.first] = found_inf_by_device[key.first] || found;
   }
   state.found_inf_per_device.clear();
@@ -195,14 +281,30 @@ void GradScaler::unscale_(optim::Optimizer& optimizer) {
     state.found_inf_per_device.emplace_back(
         device, full({1}, found ? 1.0 : 0.0, {.dtype = kFloat32, .device = device}));
   }
+#if HALFGRAD_HAS_CUDA
+  for (const auto& [device_key, entry] : device_flags) {
+    state.found_inf_per_device.emplace_back(devices.at(device_key), entry.first);
+  }
+#endif
   state.stage = Stage::kUnscaled;
 }
 
-bool GradScaler::step(optim::Optimizer& optimizer) {
+Tensor GradScaler::inv_scale_on(Device device) const {
+#if HALFGRAD_HAS_CUDA
+  if (scale_.is_cuda()) {
+    return cuda::reciprocal_scale(scale_.device() == device ? scale_ : scale_.to(device));
+  }
+#endif
+  // A CPU scale with CUDA gradients: the reciprocal is computed here (no device read).
+  return full({1}, double(static_cast<float>(1.0 / double(scale_.item<float>()))),
+              {.dtype = kFloat32, .device = device});
+}
+
+StepResult GradScaler::step(optim::Optimizer& optimizer) {
   if (!options_.enabled) {
     optimizer.step();
-    last_step_skipped_ = false;
-    return true;
+    last_step_ = StepResult(true);
+    return last_step_;
   }
   check_scale_initialized("step()");
   HG_CHECK(per_optimizer_states_[&optimizer].stage != Stage::kStepped,
@@ -213,6 +315,11 @@ bool GradScaler::step(optim::Optimizer& optimizer) {
   HG_CHECK(!state.found_inf_per_device.empty(),
            "GradScaler.step: no inf checks were recorded for this optimizer (expected at "
            "least one parameter with a gradient, got none)");
+#if HALFGRAD_HAS_CUDA
+  for (const auto& [device, flag] : state.found_inf_per_device) {
+    if (device.is_cuda()) return step_with_device_flags(optimizer, state);
+  }
+#endif
 
   // An optimizer with a scaled step (SGD, Adam, AdamW) is handed the flag and skips by itself,
   // so its decision reads no host value; the grads are already unscaled (grad_scale undefined).
@@ -230,8 +337,50 @@ bool GradScaler::step(optim::Optimizer& optimizer) {
     optimizer.step();
   }
   state.stage = Stage::kStepped;
-  last_step_skipped_ = !stepped;
-  return stepped;
+  last_step_ = StepResult(stepped);
+  return last_step_;
+}
+
+// A flag on a CUDA device: the optimizer's scaled step reads it there. Several flags (several
+// devices) are summed on the first CUDA one.
+StepResult GradScaler::step_with_device_flags(optim::Optimizer& optimizer, OptimizerState& state) {
+#if HALFGRAD_HAS_CUDA
+  NoGradGuard no_grad;
+  Tensor found_inf;
+  if (state.found_inf_per_device.size() == 1) {
+    found_inf = state.found_inf_per_device.front().second;
+  } else {
+    Device target = kCPU;
+    for (const auto& [device, flag] : state.found_inf_per_device) {
+      if (device.is_cuda()) {
+        target = device;
+        break;
+      }
+    }
+    std::vector<Tensor> flags;
+    for (const auto& [device, flag] : state.found_inf_per_device) {
+      flags.push_back(device == target ? flag : flag.to(target));
+    }
+    found_inf = cuda::sum_flags(flags);
+  }
+  if (optimizer.supports_scaled_step()) {
+    optimizer.step_scaled(Tensor(), found_inf);
+    state.stage = Stage::kStepped;
+    last_step_ = StepResult::pending(found_inf);
+    return last_step_;
+  }
+  // An optimizer that cannot skip on its own: the host decides, as PyTorch's non-fused path
+  // does (a wait for the device).
+  const bool stepped = found_inf.item<float>() == 0.0f;
+  if (stepped) optimizer.step();
+  state.stage = Stage::kStepped;
+  last_step_ = StepResult(stepped);
+  return last_step_;
+#else
+  (void)optimizer;
+  (void)state;
+  HG_ERROR("GradScaler.step: a flag on a CUDA device in a build without CUDA");
+#endif
 }
 
 double GradScaler::found_inf_sum() const {
@@ -280,6 +429,7 @@ void GradScaler::apply_update_rule(bool found_inf) {
 void GradScaler::update(std::optional<double> new_scale) {
   if (!options_.enabled) return;
   check_scale_initialized("update()");
+  if (scale_on_cuda()) return update_on_device(new_scale);
   bool any_inf_check = false;
   for (const auto& [optimizer, state] : per_optimizer_states_) {
     any_inf_check = any_inf_check || !state.found_inf_per_device.empty();
@@ -303,39 +453,113 @@ void GradScaler::update(std::optional<double> new_scale) {
   check_collapse(skipped);  // last: in error mode it throws with the update done
 }
 
+// The update on the device (NOTE [Scale update on the device]): one kernel, and no wait
+// unless the history is recorded.
+void GradScaler::update_on_device(std::optional<double> new_scale) {
+#if HALFGRAD_HAS_CUDA
+  NoGradGuard no_grad;
+  const Device device = scale_.device();
+  std::vector<Tensor> flags;
+  for (const auto& [optimizer, state] : per_optimizer_states_) {
+    for (const auto& [flag_device, flag] : state.found_inf_per_device) {
+      flags.push_back(flag_device == device ? flag : flag.to(device));
+    }
+  }
+  HG_CHECK(new_scale || !flags.empty(),
+           "GradScaler: no inf checks were recorded prior to update() (expected step() or "
+           "unscale_() on at least one optimizer since the last update(), got none)");
+  // The history holds host values: recording it waits for the device (off by default).
+  const double scale_used = options_.record_history ? get_scale() : 0.0;
+  const Tensor found_inf = flags.empty()       ? Tensor()
+                           : flags.size() == 1 ? flags.front()
+                                               : cuda::sum_flags(flags);
+  cuda::detail::ScaleUpdateArgs args;
+  args.growth_factor = options_.growth_factor;
+  args.backoff_factor = options_.backoff_factor;
+  args.growth_interval = options_.growth_interval;
+  args.has_min_scale = options_.min_scale.has_value();
+  args.min_scale = options_.min_scale.value_or(0.0);
+  args.has_max_scale = options_.max_scale.has_value();
+  args.max_scale = options_.max_scale.value_or(0.0);
+  args.hysteresis = options_.hysteresis;
+  args.alarm_after_consecutive_skips = options_.alarm_after_consecutive_skips;
+  args.has_alarm_floor = options_.alarm_scale_floor.has_value();
+  args.alarm_floor = options_.alarm_scale_floor.value_or(0.0);
+  args.set_scale = new_scale.has_value();
+  args.new_scale = new_scale.value_or(0.0);
+  cuda::update_scale_(scale_, growth_tracker_, device_->counters, found_inf, args,
+                      device_->monitor->device_pointer());
+  if (options_.record_history) {
+    const bool skipped = found_inf.defined() && found_inf.item<float>() != 0.0f;
+    history_.push_back({update_count_, scale_used, skipped});
+  }
+  ++update_count_;
+  per_optimizer_states_.clear();
+  raise_device_alarms();  // last: in error mode it throws with the update done
+#else
+  (void)new_scale;
+#endif
+}
+
+void GradScaler::raise_device_alarms() {
+#if HALFGRAD_HAS_CUDA
+  const cuda::detail::ScalerMonitor seen = device_->monitor->read();
+  if (seen.alarms == device_->alarms_reported) return;
+  // Alarms raised since the last report; the monitor holds the latest one's values.
+  device_->alarms_reported = seen.alarms;
+  raise_alarm(seen.kind == 1
+                  ? skips_alarm(seen.consecutive_skips, double(seen.scale))
+                  : floor_alarm(double(seen.scale), options_.alarm_scale_floor.value_or(0.0)));
+#endif
+}
+
+int64_t GradScaler::consecutive_skipped_iterations() const {
+#if HALFGRAD_HAS_CUDA
+  if (scale_on_cuda()) {
+    return device_->counters.to(kCPU).data_ptr<int32_t>()[cuda::detail::kConsecutiveSkips];
+  }
+#endif
+  return consecutive_skips_;
+}
+
+int64_t GradScaler::overflow_tracker() const {
+#if HALFGRAD_HAS_CUDA
+  if (scale_on_cuda()) {
+    return device_->counters.to(kCPU).data_ptr<int32_t>()[cuda::detail::kOverflowTracker];
+  }
+#endif
+  return overflow_tracker_;
+}
+
 void GradScaler::check_collapse(bool skipped) {
   consecutive_skips_ = skipped ? consecutive_skips_ + 1 : 0;
   std::string alarm;
   if (options_.alarm_after_consecutive_skips > 0 &&
       consecutive_skips_ == options_.alarm_after_consecutive_skips) {
-    alarm = fmt::format(
-        "{} iterations in a row skipped their optimizer step because a gradient was inf or NaN "
-        "(expected a few at the start while the scale comes down, got {}; the scale is now {:g})",
-        consecutive_skips_, consecutive_skips_, get_scale());
+    alarm = skips_alarm(consecutive_skips_, get_scale());
   }
   if (options_.alarm_scale_floor) {
     const double scale = get_scale();
     if (scale < *options_.alarm_scale_floor && !below_floor_) {
       below_floor_ = true;
-      if (alarm.empty()) {
-        alarm = fmt::format(
-            "the loss scale fell to {:g}, below the floor {:g} (expected it to "
-            "settle above it)",
-            scale, *options_.alarm_scale_floor);
-      }
+      if (alarm.empty()) alarm = floor_alarm(scale, *options_.alarm_scale_floor);
     } else if (scale >= *options_.alarm_scale_floor) {
       below_floor_ = false;
     }
   }
   if (alarm.empty()) return;
-  alarm = fmt::format(
+  raise_alarm(alarm);
+}
+
+void GradScaler::raise_alarm(const std::string& what) {
+  const std::string alarm = fmt::format(
       "GradScaler: {}. The loss or the gradients are likely non-finite for a reason no loss "
       "scale fixes. Try: bfloat16 instead of float16 (amp::Autocast with kBFloat16 needs no "
       "loss scaling); a lower learning rate; the op that overflows in float32 "
       "(amp::OverflowWatch names it, scaler.overflow_report(optimizer, &model) names the "
       "parameters whose gradients overflowed); checking the data for NaN "
       "(autograd::DetectAnomalyGuard finds the op that made the first one)",
-      alarm);
+      what);
   if (options_.alarm_action == GradScalerOptions::AlarmAction::kError) HG_ERROR("{}", alarm);
   warning_handler_(alarm);
 }
@@ -361,7 +585,7 @@ std::map<std::string, double> GradScaler::state_dict() const {
       {"_growth_tracker", growth_tracker_.defined() ? double(growth_tracker_.item<int32_t>())
                                                     : double(init_growth_tracker_)},
   };
-  if (options_.hysteresis > 0) state["_overflow_tracker"] = double(overflow_tracker_);
+  if (options_.hysteresis > 0) state["_overflow_tracker"] = double(overflow_tracker());
   return state;
 }
 
@@ -388,6 +612,12 @@ void GradScaler::load_state_dict(const std::map<std::string, double>& state) {
   if (growth_tracker_.defined()) growth_tracker_.fill_(init_growth_tracker_);
   const auto overflow = state.find("_overflow_tracker");
   overflow_tracker_ = overflow != state.end() ? int64_t(overflow->second) : 0;
+#if HALFGRAD_HAS_CUDA
+  if (scale_on_cuda()) {
+    Tensor tracker = device_->counters.select(0, cuda::detail::kOverflowTracker);
+    tracker.fill_(overflow_tracker_);
+  }
+#endif
 }
 
 void GradScaler::write_history_csv(const std::string& path) const {

@@ -20,11 +20,26 @@
 // device of the first tensor scale() sees; found_inf is a one-element float32 tensor per
 // device. With enabled = false every method is a pass-through: scale() returns its input,
 // step() calls optimizer.step(), the rest do nothing.
+//
+// NOTE [GradScaler on CUDA] With the scale on a CUDA device, scale, unscale_, step and update
+// enqueue work and never wait for it (NOTE [No host sync in the step] in cuda/multi_tensor.h):
+// unscale_ runs one multi-tensor kernel per (device, dtype) group that writes found_inf on the
+// device; step hands found_inf to the optimizer's scaled step, which skips on the device; update
+// is one kernel, hysteresis and the min/max bounds included. Reading a device value on the host
+// waits for the device, and happens only where a method must answer on the host: get_scale(),
+// state_dict(), last_step_skipped(), consecutive_skipped_iterations(), the bool of
+// step()'s result, the history (record_history), and an optimizer without a scaled step (step()
+// must decide on the host whether to call it, as PyTorch's non-fused path does). The collapse
+// alarm needs no wait: the update kernel counts alarms into mapped host memory, and update()
+// raises the ones it finds there, usually a few iterations after the iteration that raised
+// them (the message gives that iteration's values; in error mode the update() that finds one
+// throws, after doing its own update).
 #pragma once
 
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -83,9 +98,34 @@ struct HistoryEntry {
   bool skipped;
 };
 
+// What GradScaler::step returns: whether the optimizer stepped (PyTorch returns step()'s
+// value, or None when it skipped). On the CPU the answer is known when step() returns. With
+// CUDA gradients it is a flag on the device: converting the result to bool reads it, which
+// waits for the device, so a loop that ignores step()'s result never waits.
+//
+//   if (!scaler.step(opt)) fmt::print("skipped\n");   // a wait for the device on CUDA
+class StepResult {
+ public:
+  StepResult() = default;
+  explicit StepResult(bool stepped) : stepped_(stepped) {}
+  // A result still on the device: skipped when found_inf[0] != 0.
+  static StepResult pending(Tensor found_inf);
+
+  // Implicit, so `bool stepped = scaler.step(opt)` and `if (scaler.step(opt))` read as they
+  // would for a bool.
+  operator bool() const;  // NOLINT(google-explicit-constructor)
+  // True when converting reads the device.
+  bool is_pending() const { return found_inf_.defined(); }
+
+ private:
+  Tensor found_inf_;
+  bool stepped_ = true;
+};
+
 class GradScaler {
  public:
   explicit GradScaler(GradScalerOptions options = {});
+  ~GradScaler();
   GradScaler(const GradScaler&) = delete;
   GradScaler& operator=(const GradScaler&) = delete;
 
@@ -96,19 +136,22 @@ class GradScaler {
 
   // Multiplies every gradient of the optimizer's parameters by 1/scale (the reciprocal in
   // float64, applied in float32) and records, per device, whether any gradient held an inf
-  // or a NaN. float16 gradients are an error (the parameters the optimizer updates should
-  // be float32), as in PyTorch.
+  // or a NaN (on CUDA, also one that overflows when unscaled: NOTE [Unscale checks input and
+  // result] in cuda/multi_tensor.cu). float16 gradients are an error (the parameters the
+  // optimizer updates should be float32), as in PyTorch.
   void unscale_(optim::Optimizer& optimizer);
 
   // Unscales (unless unscale_ already did) and calls optimizer.step() unless a gradient was
   // not finite, in which case the parameters are left untouched. Returns whether the
-  // optimizer stepped (PyTorch returns step()'s value, or None when skipped).
-  bool step(optim::Optimizer& optimizer);
+  // optimizer stepped (see StepResult). An optimizer with a scaled step (SGD, Adam, AdamW) is
+  // handed the found_inf flag and skips on its own, on the device for CUDA parameters.
+  StepResult step(optim::Optimizer& optimizer);
 
   // Updates the scale from this iteration's found_inf flags, or sets it to new_scale.
   void update(std::optional<double> new_scale = std::nullopt);
 
-  // The current scale (init_scale before the first scale(); 1 when disabled).
+  // The current scale (init_scale before the first scale(); 1 when disabled). A scale on a
+  // CUDA device is read on the host: this waits for the device.
   double get_scale() const;
   double get_growth_factor() const { return options_.growth_factor; }
   void set_growth_factor(double growth_factor) { options_.growth_factor = growth_factor; }
@@ -120,16 +163,19 @@ class GradScaler {
 
   // Keys "scale", "growth_factor", "backoff_factor", "growth_interval", "_growth_tracker"
   // (and "_overflow_tracker" when hysteresis is on); empty when disabled, as in PyTorch.
+  // Waits for the device when the scale is on one.
   std::map<std::string, double> state_dict() const;
   // A missing key is an error naming it (before anything changes). Disabled: does nothing.
   void load_state_dict(const std::map<std::string, double>& state);
 
   // ---- beyond PyTorch ----------------------------------------------------------------------
 
-  // Whether the most recent step() skipped the optimizer step.
-  bool last_step_skipped() const { return last_step_skipped_; }
-  // Iterations in a row, up to the last update(), in which a step was skipped.
-  int64_t consecutive_skipped_iterations() const { return consecutive_skips_; }
+  // Whether the most recent step() skipped the optimizer step (on CUDA a read of the flag on
+  // the device: it waits for the device).
+  bool last_step_skipped() const { return !static_cast<bool>(last_step_); }
+  // Iterations in a row, up to the last update(), in which a step was skipped (on CUDA a read
+  // of the device's count: it waits for the device).
+  int64_t consecutive_skipped_iterations() const;
   // The parameters of `optimizer` whose gradients hold an inf or a NaN, named by `model`
   // when given (amp/overflow_report.h): after a skipped step, which ones overflowed.
   OverflowReport overflow_report(const optim::Optimizer& optimizer,
@@ -148,6 +194,10 @@ class GradScaler {
     std::vector<std::pair<Device, Tensor>> found_inf_per_device;
   };
 
+  // The CUDA half of the scaler (grad_scaler.cpp): the device's counters and the alarm
+  // monitor; null while the scale is not on a CUDA device.
+  struct DeviceState;
+
   void lazy_init_scale(Device device);
   void check_scale_initialized(const char* method) const;
   Tensor scale_one(const Tensor& output);
@@ -155,6 +205,15 @@ class GradScaler {
   double found_inf_sum() const;
   void apply_update_rule(bool found_inf);
   void check_collapse(bool skipped);
+  // Warns, or throws in error mode, with the advice appended to `alarm`.
+  void raise_alarm(const std::string& alarm);
+  // The CUDA paths (NOTE [GradScaler on CUDA]).
+  bool scale_on_cuda() const;
+  Tensor inv_scale_on(Device device) const;
+  StepResult step_with_device_flags(optim::Optimizer& optimizer, OptimizerState& state);
+  void update_on_device(std::optional<double> new_scale);
+  void raise_device_alarms();
+  int64_t overflow_tracker() const;
 
   GradScalerOptions options_;
   Tensor scale_;                     // [1] float32
@@ -164,7 +223,8 @@ class GradScaler {
   int64_t consecutive_skips_ = 0;    // iterations in a row with a skipped step
   bool below_floor_ = false;         // the alarm for alarm_scale_floor was raised
   std::unordered_map<const optim::Optimizer*, OptimizerState> per_optimizer_states_;
-  bool last_step_skipped_ = false;
+  StepResult last_step_;
+  std::unique_ptr<DeviceState> device_;
   bool warned_bfloat16_ = false;
   int64_t update_count_ = 0;
   std::vector<HistoryEntry> history_;

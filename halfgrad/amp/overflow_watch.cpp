@@ -1,11 +1,16 @@
 #include "halfgrad/amp/overflow_watch.h"
 
+#include <bit>
 #include <cmath>
 
 #include "halfgrad/autograd/grad_mode.h"
+#include "halfgrad/config.h"
 #include "halfgrad/core/format.h"
 #include "halfgrad/core/half.h"
 #include "halfgrad/nn/module.h"
+#if HALFGRAD_HAS_CUDA
+#include "halfgrad/cuda/multi_tensor.h"
+#endif
 
 namespace hg::amp {
 
@@ -35,6 +40,17 @@ void scan(const T* data, int64_t n, TensorRange& range) {
 
 TensorRange range_of(const Tensor& t) {
   TensorRange range{.dtype = t.dtype(), .shape = t.sizes()};
+#if HALFGRAD_HAS_CUDA
+  if (t.is_cuda()) {
+    // Reduced on the device: the host reads two numbers, not the tensor (the same values:
+    // float64 in double, the other dtypes through float32).
+    const std::vector<int64_t> values = cuda::value_range(t).to_vector<int64_t>();
+    range.max_abs = std::bit_cast<double>(values[0]);
+    range.non_finite = values[1];
+    range.all_finite = range.non_finite == 0;
+    return range;
+  }
+#endif
   const Tensor host = t.to(kCPU);
   if (t.dtype() == kFloat64) {
     const Tensor dense = host.contiguous();

@@ -3,7 +3,11 @@
 #include <cmath>
 
 #include "halfgrad/autograd/node.h"
+#include "halfgrad/config.h"
 #include "halfgrad/core/format.h"
+#if HALFGRAD_HAS_CUDA
+#include "halfgrad/cuda/multi_tensor.h"
+#endif
 
 namespace hg::autograd {
 
@@ -32,6 +36,15 @@ std::string describe_call(std::string_view op, std::span<const Tensor> inputs) {
 
 bool all_finite(const Tensor& t) {
   if (!t.defined() || !t.is_floating_point()) return true;
+#if HALFGRAD_HAS_CUDA
+  if (t.is_cuda()) {
+    // Checked on the device: the host reads one flag, not the tensor (anomaly mode waits for
+    // every output either way). The ops the check calls are not checked in turn.
+    if (t.numel() == 0) return true;
+    SuspendForwardChecks suspend;
+    return cuda::non_finite_flag(std::span<const Tensor>(&t, 1)).item<float>() == 0.0f;
+  }
+#endif
   for (double value : t.to_vector<double>()) {
     if (!std::isfinite(value)) return false;
   }

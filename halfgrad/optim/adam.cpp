@@ -9,12 +9,16 @@
 #endif
 
 #include "halfgrad/autograd/grad_mode.h"
+#include "halfgrad/config.h"
 #include "halfgrad/core/convert.h"
 #include "halfgrad/core/cpu_features.h"
 #include "halfgrad/core/factory.h"
 #include "halfgrad/core/format.h"
 #include "halfgrad/core/parallel.h"
 #include "halfgrad/optim/fused.h"
+#if HALFGRAD_HAS_CUDA
+#include "halfgrad/cuda/multi_tensor.h"
+#endif
 
 namespace hg::optim {
 namespace {
@@ -210,6 +214,9 @@ DType AdamBase::state_dtype(const Tensor& param) const {
 }
 
 void AdamBase::step_scaled(const Tensor& grad_scale, const Tensor& found_inf) {
+#if HALFGRAD_HAS_CUDA
+  if (has_cuda_params()) return step_scaled_cuda(grad_scale, found_inf);
+#endif
   const double scale = read_grad_scale(grad_scale);
   if (read_found_inf(found_inf)) return;
   HG_CHECK(scale != 0, "{}: expected a nonzero grad_scale, got 0", name_);
@@ -270,6 +277,56 @@ void AdamBase::step_scaled(const Tensor& grad_scale, const Tensor& found_inf) {
     }
   }
 }
+
+#if HALFGRAD_HAS_CUDA
+// The CPU loop's bookkeeping (buffers created at zero on the first step, the state dtype), with
+// the update itself one fused kernel per group and device. grad_scale and found_inf are not
+// read here: the kernels read them on the device (NOTE [No host sync in the step] in
+// cuda/multi_tensor.h), so a zero grad_scale is not caught as on the CPU (every update would
+// be inf).
+void AdamBase::step_scaled_cuda(const Tensor& grad_scale, const Tensor& found_inf) {
+  check_scaled_step_args(grad_scale, found_inf);
+  NoGradGuard no_grad;
+  for (size_t g = 0; g < groups_.size(); ++g) {
+    const ParamGroup& group = groups_[g];
+    check_adam_options(name_, group.options);
+    const cuda::detail::AdamArgs args{
+        group.options.at("lr"),           group.options.at("beta1"),
+        group.options.at("beta2"),        group.options.at("eps"),
+        group.options.at("weight_decay"), decoupled_weight_decay_,
+        group.options.at("amsgrad") != 0, group.options.at("maximize") != 0};
+    std::map<int, cuda::AdamTensors> by_device;
+    for (size_t i = 0; i < group.params.size(); ++i) {
+      const Tensor& param = group.params[i];
+      if (!param.grad().defined()) continue;
+      check_cuda_param(name_, param, g, i);
+      Tensor grad = checked_grad(name_, param);
+      ParamState& state = mutable_state(g, i);
+      const TensorOptions state_options{state_dtype(param), param.device()};
+      for (const std::string& name : state_buffer_names(group)) {
+        if (state.buffers.count(name) == 0) {
+          state.buffers[name] = zeros(param.sizes(), state_options);
+        }
+      }
+      if (!state.device_step.defined()) {
+        state.device_step =
+            full({1}, double(state.step), {.dtype = kFloat32, .device = param.device()});
+      }
+      cuda::AdamTensors& tensors = by_device[param.device().index];
+      tensors.params.push_back(param);
+      tensors.grads.push_back(std::move(grad));
+      tensors.exp_avgs.push_back(state.buffers.at("exp_avg"));
+      tensors.exp_avg_sqs.push_back(state.buffers.at("exp_avg_sq"));
+      if (args.amsgrad) tensors.max_exp_avg_sqs.push_back(state.buffers.at("max_exp_avg_sq"));
+      tensors.steps.push_back(state.device_step);
+    }
+    for (const auto& [index, tensors] : by_device) {
+      const Device device(kCUDA, index);
+      cuda::fused_adam_(tensors, args, scalar_on(grad_scale, device), scalar_on(found_inf, device));
+    }
+  }
+}
+#endif
 
 Adam::Adam(std::vector<Tensor> params, AdamOptions options)
     : Adam(std::vector<ParamGroup>{ParamGroup{std::move(params), {}}}, options) {}

@@ -11,7 +11,10 @@
 //   denom = sqrt(v) / sqrt(1 - beta2^t) + eps
 //   p -= lr / (1 - beta1^t) * m / denom
 // One fused pass per parameter (NOTE [Fused optimizer pass]). A parameter without a
-// gradient is skipped (its step count does not advance).
+// gradient is skipped (its step count does not advance). Parameters on a CUDA device take one
+// multi-tensor kernel per group instead, with the same arithmetic; their step counts live on
+// the device (NOTE [Step counts on the device] in optimizer.h), and step_scaled's grad_scale
+// and found_inf are read there, so a skipped step costs the host nothing.
 //
 // State dtype: the buffers are kept in the parameter's dtype, as torch.optim.Adam does.
 // With `.float32_state = true`, 16-bit parameters (float16, bfloat16) keep exp_avg,
@@ -60,6 +63,10 @@ class AdamBase : public Optimizer {
   DType state_dtype(const Tensor& param) const override;
 
  private:
+  // Every parameter with a gradient on CUDA: one fused launch per group and device
+  // (cuda/multi_tensor.h), grad_scale and found_inf read on the device.
+  void step_scaled_cuda(const Tensor& grad_scale, const Tensor& found_inf);
+
   bool decoupled_weight_decay_;
   bool float32_state_;
   const char* name_;

@@ -84,16 +84,55 @@ bool Optimizer::read_found_inf(const Tensor& found_inf) {
   return found_inf.item<double>() != 0.0;
 }
 
+void Optimizer::check_scaled_step_args(const Tensor& grad_scale, const Tensor& found_inf) {
+  HG_CHECK(!grad_scale.defined() || (grad_scale.numel() == 1 && grad_scale.is_floating_point()),
+           "step_scaled: expected grad_scale to be a one-element floating tensor, got {} "
+           "elements of {}",
+           grad_scale.numel(), grad_scale.dtype());
+  HG_CHECK(!found_inf.defined() || (found_inf.numel() == 1 && found_inf.is_floating_point()),
+           "step_scaled: expected found_inf to be a one-element floating tensor, got {} "
+           "elements of {}",
+           found_inf.numel(), found_inf.dtype());
+}
+
 Tensor Optimizer::checked_grad(const char* optimizer, const Tensor& param) {
   const Tensor& grad = param.grad();
-  HG_CHECK(param.is_cpu() && param.is_contiguous(),
-           "{}: expected a contiguous CPU parameter, got a {} one", optimizer,
-           param.is_cpu() ? "non-contiguous" : "non-CPU");
+  HG_CHECK(param.is_contiguous(), "{}: expected a contiguous parameter, got a non-contiguous one",
+           optimizer);
   HG_CHECK(grad.dtype() == param.dtype() && grad.sizes() == param.sizes(),
            "{}: expected a gradient of the parameter's dtype {} and shape {}, got {} {}", optimizer,
            param.dtype(), param.sizes(), grad.dtype(), grad.sizes());
-  HG_CHECK(grad.is_cpu(), "{}: expected a CPU gradient, got a {} one", optimizer, grad.device());
+  HG_CHECK(grad.device() == param.device(),
+           "{}: expected the gradient on the parameter's device {}, got a {} one", optimizer,
+           param.device(), grad.device());
   return grad.is_contiguous() ? grad : grad.contiguous();
+}
+
+bool Optimizer::has_cuda_params() const {
+  for (const ParamGroup& group : groups_) {
+    for (const Tensor& p : group.params) {
+      if (p.is_cuda()) return true;
+    }
+  }
+  return false;
+}
+
+Tensor Optimizer::scalar_on(const Tensor& t, Device device) {
+  if (!t.defined() || (t.device() == device && t.dtype() == kFloat32)) return t;
+  NoGradGuard no_grad;
+  return t.to(device, kFloat32);
+}
+
+void Optimizer::check_cuda_param(const char* optimizer, const Tensor& param, size_t group,
+                                 size_t index) {
+  HG_CHECK(param.is_cuda(),
+           "{}: expected every parameter with a gradient on a CUDA device once one is (the "
+           "fused CUDA step), got a {} parameter (group {}, index {})",
+           optimizer, param.device(), group, index);
+}
+
+int64_t ParamState::step_count() const {
+  return device_step.defined() ? int64_t(device_step.item<float>()) : step;
 }
 
 OptimizerStateDict Optimizer::state_dict() const {
@@ -105,9 +144,12 @@ OptimizerStateDict Optimizer::state_dict() const {
       group.params.push_back(index);
       const ParamState& s = state(g, i);
       if (s.empty()) continue;
+      // NOTE [Step counts on the device]: a host read, and no state before a step taken.
+      const int64_t steps = s.step_count();
+      if (s.device_step.defined() && steps == 0) continue;
       std::map<std::string, Tensor>& entry = result.state[index];
       for (const auto& [name, buffer] : s.buffers) entry[name] = buffer.clone();
-      if (keeps_step()) entry["step"] = scalar_tensor(double(s.step), kFloat32);
+      if (keeps_step()) entry["step"] = scalar_tensor(double(steps), kFloat32);
     }
     result.param_groups.push_back(std::move(group));
   }

@@ -26,16 +26,30 @@ struct ParamGroup {
 // What an optimizer keeps for one parameter: the number of steps taken (Adam, AdamW) and
 // named buffers of the parameter's shape ("momentum_buffer", "exp_avg", ...). Empty until
 // the parameter's first step.
+//
+// NOTE [Step counts on the device] For a parameter on a CUDA device the count lives in
+// device_step (a one-element float32 tensor on the parameter's device, as torch's fused
+// optimizers keep "step"): the fused step reads it for the bias corrections and advances it on
+// the device, only when the step is not skipped by found_inf, so the host never reads it.
+// `step` then holds the count device_step started from (0, or what load_state_dict loaded).
+// SGD keeps one too, to tell its first step (torch's "no momentum buffer yet") on the device.
 struct ParamState {
   int64_t step = 0;
   std::map<std::string, Tensor> buffers;
+  Tensor device_step;  // CUDA parameters only
   bool empty() const { return step == 0 && buffers.empty(); }
+  // The steps taken: `step`, or device_step read on the host for a CUDA parameter (that read
+  // waits for the device).
+  int64_t step_count() const;
 };
 
 // PyTorch's optimizer.state_dict() layout as a plain struct (no file format):
 //   state:        parameter index -> {"step" (a 0-dim float32 tensor, as torch), "exp_avg",
 //                 "exp_avg_sq", "max_exp_avg_sq", "momentum_buffer"}; only parameters that
 //                 have state appear. Indices count the parameters of all groups in order.
+//                 A CUDA parameter whose step count is still 0 (its steps were all skipped)
+//                 has no state here, as on the CPU; state_dict() reads the device step counts
+//                 for that (it waits for the device).
 //   param_groups: each group's options and the indices of its parameters.
 // state_dict() returns copies of the buffers; load_state_dict() copies them in.
 struct OptimizerStateDict {
@@ -106,9 +120,20 @@ class Optimizer {
   // is set (false for an undefined tensor); both check for a one-element floating tensor.
   static double read_grad_scale(const Tensor& grad_scale);
   static bool read_found_inf(const Tensor& found_inf);
-  // Checks a parameter and its gradient for a fused update: CPU, contiguous parameter,
-  // gradient of the same dtype and shape. Returns the gradient, made contiguous.
+  // The same checks of grad_scale and found_inf without reading them (the CUDA step).
+  static void check_scaled_step_args(const Tensor& grad_scale, const Tensor& found_inf);
+  // Checks a parameter and its gradient for a fused update: contiguous parameter, gradient of
+  // the same dtype, shape and device. Returns the gradient, made contiguous.
   static Tensor checked_grad(const char* optimizer, const Tensor& param);
+  // True when a parameter is on a CUDA device: the step then takes the fused CUDA path
+  // (cuda/multi_tensor.h), which needs every parameter with a gradient on a CUDA device.
+  bool has_cuda_params() const;
+  // For the CUDA path: t (grad_scale or found_inf; undefined stays undefined) as a float32
+  // tensor on `device`, copied there when it is elsewhere.
+  static Tensor scalar_on(const Tensor& t, Device device);
+  // Throws unless `param` (index `index` of group `group`) is on a CUDA device.
+  static void check_cuda_param(const char* optimizer, const Tensor& param, size_t group,
+                               size_t index);
 
   std::map<std::string, double> defaults_;
   std::vector<ParamGroup> groups_;

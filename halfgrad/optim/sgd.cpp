@@ -8,11 +8,15 @@
 #endif
 
 #include "halfgrad/autograd/grad_mode.h"
+#include "halfgrad/config.h"
 #include "halfgrad/core/cpu_features.h"
 #include "halfgrad/core/factory.h"
 #include "halfgrad/core/format.h"
 #include "halfgrad/core/parallel.h"
 #include "halfgrad/optim/fused.h"
+#if HALFGRAD_HAS_CUDA
+#include "halfgrad/cuda/multi_tensor.h"
+#endif
 
 namespace hg::optim {
 namespace {
@@ -166,6 +170,9 @@ std::vector<std::string> SGD::state_buffer_names(const ParamGroup& /*group*/) co
 }
 
 void SGD::step_scaled(const Tensor& grad_scale, const Tensor& found_inf) {
+#if HALFGRAD_HAS_CUDA
+  if (has_cuda_params()) return step_scaled_cuda(grad_scale, found_inf);
+#endif
   const double scale = read_grad_scale(grad_scale);
   if (read_found_inf(found_inf)) return;
   HG_CHECK(scale != 0, "SGD: expected a nonzero grad_scale, got 0");
@@ -199,6 +206,53 @@ void SGD::step_scaled(const Tensor& grad_scale, const Tensor& found_inf) {
     }
   }
 }
+
+#if HALFGRAD_HAS_CUDA
+// The CPU loop's bookkeeping with one fused kernel per group and device; grad_scale and
+// found_inf are read on the device. Whether a momentum buffer holds its first value is known
+// only on the device (a first step may be skipped), so each buffer gets a step count there
+// (NOTE [Step counts on the device] in optimizer.h): 0 until a step is taken.
+void SGD::step_scaled_cuda(const Tensor& grad_scale, const Tensor& found_inf) {
+  check_scaled_step_args(grad_scale, found_inf);
+  NoGradGuard no_grad;
+  for (size_t g = 0; g < groups_.size(); ++g) {
+    const ParamGroup& group = groups_[g];
+    const SGDStep s = sgd_step_of(group.options, 1.0);
+    const cuda::detail::SGDArgs args{s.lr,           s.momentum, s.dampening,
+                                     s.weight_decay, s.nesterov, s.maximize};
+    std::map<int, cuda::SGDTensors> by_device;
+    for (size_t i = 0; i < group.params.size(); ++i) {
+      const Tensor& param = group.params[i];
+      if (!param.grad().defined()) continue;
+      check_cuda_param("SGD", param, g, i);
+      Tensor grad = checked_grad("SGD", param);
+      cuda::SGDTensors& tensors = by_device[param.device().index];
+      tensors.params.push_back(param);
+      tensors.grads.push_back(std::move(grad));
+      if (s.momentum == 0) continue;
+      ParamState& state = mutable_state(g, i);
+      auto found = state.buffers.find("momentum_buffer");
+      const bool created = found == state.buffers.end();
+      if (created) {
+        // Zeros rather than garbage until the first step taken writes it.
+        found =
+            state.buffers.emplace("momentum_buffer", zeros(param.sizes(), param.options())).first;
+      }
+      if (created || !state.device_step.defined()) {
+        // A buffer from a CPU step or load_state_dict holds a first value already.
+        state.device_step =
+            full({1}, created ? 0.0 : 1.0, {.dtype = kFloat32, .device = param.device()});
+      }
+      tensors.momentum_buffers.push_back(found->second);
+      tensors.steps.push_back(state.device_step);
+    }
+    for (const auto& [index, tensors] : by_device) {
+      const Device device(kCUDA, index);
+      cuda::fused_sgd_(tensors, args, scalar_on(grad_scale, device), scalar_on(found_inf, device));
+    }
+  }
+}
+#endif
 
 namespace detail {
 bool set_sgd_vector_pass(bool enabled) { return vector_pass_enabled.exchange(enabled); }

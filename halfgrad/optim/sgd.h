@@ -7,7 +7,9 @@
 //   buf = first step ? g : momentum * buf + (1 - dampening) * g     (only when momentum != 0)
 //   g = nesterov ? g + momentum * buf : buf                         (only when momentum != 0)
 //   p -= lr * g
-// The whole update is one pass over p, grad and buf (NOTE [Fused optimizer pass]).
+// The whole update is one pass over p, grad and buf (NOTE [Fused optimizer pass]); parameters
+// on a CUDA device take one multi-tensor kernel per group, with the same arithmetic, and
+// step_scaled's grad_scale and found_inf read on the device.
 #pragma once
 
 #include "halfgrad/optim/optimizer.h"
@@ -37,6 +39,11 @@ class SGD : public Optimizer {
  protected:
   std::vector<std::string> state_buffer_names(const ParamGroup& group) const override;
   bool keeps_step() const override { return false; }
+
+ private:
+  // Every parameter with a gradient on CUDA: one fused launch per group and device
+  // (cuda/multi_tensor.h), grad_scale and found_inf read on the device.
+  void step_scaled_cuda(const Tensor& grad_scale, const Tensor& found_inf);
 };
 
 namespace detail {

@@ -1,0 +1,496 @@
+// Host side of the multi-tensor kernels (multi_tensor.h): checks, grouping by dtype, the
+// pointer lists the launchers pack into kernel arguments, and the launches on the current
+// stream. Nothing here waits for the device.
+#include "halfgrad/cuda/multi_tensor.h"
+
+#include <atomic>
+#include <cmath>
+#include <map>
+#include <string>
+#include <utility>
+
+#include "halfgrad/autograd/grad_mode.h"
+#include "halfgrad/core/error.h"
+#include "halfgrad/core/factory.h"
+#include "halfgrad/core/format.h"
+#include "halfgrad/cuda/host.h"
+#include "halfgrad/cuda/stream.h"
+
+namespace hg::cuda {
+
+namespace {
+
+using detail::MultiTensorArgs;
+
+// The floating dtypes in the order their groups launch (so the order of the norm partials).
+constexpr DType kFloatingDTypes[] = {kFloat32, kFloat16, kBFloat16, kFloat64};
+
+std::string describe(const Tensor& t) {
+  if (!t.defined()) return "an undefined tensor";
+  return fmt::format("{} element(s) of {} on {}", t.numel(), t.dtype(), t.device());
+}
+
+// Throws unless every tensor is a defined floating CUDA tensor and all are on one device;
+// returns that device. `what` names the list's elements in messages.
+Device common_device(std::span<const Tensor> tensors, const char* op, const char* what) {
+  Device device(kCUDA, 0);
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const Tensor& t = tensors[i];
+    HG_CHECK(t.defined(), "{}: expected defined {}, got an undefined one (index {})", op, what, i);
+    HG_CHECK(t.is_cuda(), "{}: expected {} on a CUDA device, got one on {} (index {})", op, what,
+             t.device(), i);
+    HG_CHECK(t.is_floating_point(), "{}: expected floating {}, got one of {} (index {})", op, what,
+             t.dtype(), i);
+    if (i == 0) {
+      device = t.device();
+    } else {
+      HG_CHECK(t.device() == device, "{}: expected all {} on {}, got one on {} (index {})", op,
+               what, device, t.device(), i);
+    }
+  }
+  return device;
+}
+
+// Throws unless t is a one-element tensor of `dtype` on `device`.
+void check_scalar(const Tensor& t, Device device, DType dtype, const char* op, const char* what) {
+  HG_CHECK(t.defined() && t.device() == device && t.numel() == 1 && t.dtype() == dtype,
+           "{}: expected {} to be a one-element {} tensor on {}, got {}", op, what, dtype, device,
+           describe(t));
+}
+
+template <class T>
+T* data_of(const Tensor& t) {
+  return static_cast<T*>(t.data_ptr());
+}
+// The pointer of an optional one-element float32 tensor (null when undefined).
+const float* optional_scalar(const Tensor& t, Device device, const char* op, const char* what) {
+  if (!t.defined()) return nullptr;
+  check_scalar(t, device, kFloat32, op, what);
+  return data_of<float>(t);
+}
+
+// What a launcher reads: pointer lists that live until it returns.
+struct PointerLists {
+  std::vector<void*> data[MultiTensorArgs::kMaxLists];
+  std::vector<int64_t> numel;
+  std::vector<float*> steps;
+
+  MultiTensorArgs args(int lists) const {
+    MultiTensorArgs a;
+    a.lists = lists;
+    a.count = int64_t(numel.size());
+    for (int l = 0; l < lists; ++l) a.data[l] = data[l].data();
+    a.numel = numel.data();
+    a.steps = steps.empty() ? nullptr : steps.data();
+    return a;
+  }
+};
+
+// Calls launch(dtype, args) for each floating dtype among `tensors` (contiguous), in the order
+// of kFloatingDTypes, with the one-list args of that dtype's tensors in list order.
+template <class Launch>
+void for_each_dtype(const std::vector<Tensor>& tensors, Launch&& launch) {
+  for (DType dtype : kFloatingDTypes) {
+    PointerLists lists;
+    for (const Tensor& t : tensors) {
+      if (t.dtype() != dtype) continue;
+      lists.data[0].push_back(t.data_ptr());
+      lists.numel.push_back(t.numel());
+    }
+    if (!lists.numel.empty()) launch(dtype, lists.args(1));
+  }
+}
+
+// The kernels work on contiguous memory: a strided tensor goes through a dense copy, written
+// back by write_back when the work was in place.
+std::vector<Tensor> dense_of(std::span<const Tensor> tensors) {
+  std::vector<Tensor> dense;
+  dense.reserve(tensors.size());
+  for (const Tensor& t : tensors) dense.push_back(t.is_contiguous() ? t : t.contiguous());
+  return dense;
+}
+void write_back(std::span<const Tensor> tensors, const std::vector<Tensor>& dense) {
+  NoGradGuard no_grad;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    if (dense[i].is_same(tensors[i])) {
+      tensors[i].bump_version();
+    } else {
+      Tensor target = tensors[i];
+      target.copy_(dense[i]);
+    }
+  }
+}
+
+// A new one-element-or-more tensor of zero bytes (0.0 in every floating dtype, 0 in the
+// integers), zeroed on the stream.
+Tensor zeroed(const Shape& sizes, DType dtype, Device device, cudaStream_t stream, const char* op) {
+  Tensor t = empty(sizes, {.dtype = dtype, .device = device});
+  HG_CUDA_CHECK(cudaMemsetAsync(t.data_ptr(), 0, t.nbytes(), stream), op);
+  return t;
+}
+
+detail::NormKind norm_kind(double norm_type) {
+  if (std::isinf(norm_type)) return detail::NormKind::Infinity;
+  if (norm_type == 1.0) return detail::NormKind::One;
+  if (norm_type == 2.0) return detail::NormKind::Two;
+  return detail::NormKind::P;
+}
+
+// Checks a parameter and its gradient for a fused step: contiguous, same dtype and shape, on
+// `device` (the optimizers check the same first, with their own name).
+void check_param(const Tensor& param, const Tensor& grad, Device device, const char* op, size_t i) {
+  HG_CHECK(param.is_contiguous(),
+           "{}: expected contiguous parameters, got a non-contiguous one "
+           "(parameter {}, shape {})",
+           op, i, param.sizes());
+  HG_CHECK(grad.defined() && grad.dtype() == param.dtype() && grad.sizes() == param.sizes(),
+           "{}: expected a gradient of the parameter's dtype {} and shape {}, got {}", op,
+           param.dtype(), param.sizes(),
+           grad.defined() ? fmt::format("{} {}", grad.dtype(), grad.sizes()) : "none");
+  HG_CHECK(grad.device() == device && grad.is_contiguous(),
+           "{}: expected a contiguous gradient on {}, got a{} one on {} (parameter {})", op, device,
+           grad.is_contiguous() ? "" : " non-contiguous", grad.device(), i);
+}
+
+void check_buffer(const Tensor& buffer, const Tensor& param, DType dtype, const char* op,
+                  const char* name, size_t i) {
+  HG_CHECK(buffer.defined() && buffer.device() == param.device() && buffer.dtype() == dtype &&
+               buffer.sizes() == param.sizes() && buffer.is_contiguous(),
+           "{}: expected {} of parameter {} to be a contiguous {} tensor of shape {} on {}, got "
+           "{}",
+           op, name, i, dtype, param.sizes(), param.device(), describe(buffer));
+}
+
+}  // namespace
+
+// ---- GradScaler ------------------------------------------------------------------------------
+
+Tensor new_flag(Device device) {
+  HG_CHECK(device.is_cuda(), "new_flag: expected a CUDA device, got {}", device);
+  DeviceGuard guard(device.index);
+  return zeroed({1}, kFloat32, device, current_stream(device.index), "new_flag");
+}
+
+Tensor reciprocal_scale(const Tensor& scale) {
+  HG_CHECK(scale.defined() && scale.is_cuda(), "reciprocal_scale: expected a CUDA scale, got {}",
+           describe(scale));
+  check_scalar(scale, scale.device(), kFloat32, "reciprocal_scale", "the scale");
+  DeviceGuard guard(scale.device().index);
+  Tensor inv_scale = empty({1}, {.dtype = kFloat32, .device = scale.device()});
+  HG_CUDA_CHECK(detail::launch_reciprocal_scale(data_of<float>(scale), data_of<float>(inv_scale),
+                                                current_stream(scale.device().index)),
+                "reciprocal_scale");
+  return inv_scale;
+}
+
+void unscale_and_check_(std::span<const Tensor> tensors, const Tensor& inv_scale,
+                        const Tensor& found_inf) {
+  constexpr const char* kOp = "unscale_and_check_";
+  if (tensors.empty()) return;
+  const Device device = common_device(tensors, kOp, "tensors");
+  check_scalar(inv_scale, device, kFloat32, kOp, "inv_scale");
+  check_scalar(found_inf, device, kFloat32, kOp, "found_inf");
+  DeviceGuard guard(device.index);
+  const cudaStream_t stream = current_stream(device.index);
+  const std::vector<Tensor> dense = dense_of(tensors);
+  for_each_dtype(dense, [&](DType dtype, const MultiTensorArgs& args) {
+    HG_CUDA_CHECK(detail::launch_unscale_and_check(args, dtype, data_of<float>(inv_scale),
+                                                   data_of<float>(found_inf), stream),
+                  kOp);
+  });
+  write_back(tensors, dense);
+}
+
+Tensor sum_flags(std::span<const Tensor> flags) {
+  constexpr const char* kOp = "sum_flags";
+  HG_CHECK(!flags.empty(), "{}: expected at least one flag, got none", kOp);
+  const Device device = common_device(flags, kOp, "flags");
+  std::vector<const float*> pointers;
+  pointers.reserve(flags.size());
+  for (const Tensor& flag : flags) {
+    check_scalar(flag, device, kFloat32, kOp, "every flag");
+    pointers.push_back(data_of<float>(flag));
+  }
+  DeviceGuard guard(device.index);
+  Tensor out = empty({1}, {.dtype = kFloat32, .device = device});
+  HG_CUDA_CHECK(detail::launch_sum_flags(pointers.data(), int64_t(pointers.size()),
+                                         data_of<float>(out), current_stream(device.index)),
+                kOp);
+  return out;
+}
+
+void update_scale_(const Tensor& scale, const Tensor& growth_tracker, const Tensor& counters,
+                   const Tensor& found_inf, const detail::ScaleUpdateArgs& args,
+                   detail::ScalerMonitor* monitor) {
+  constexpr const char* kOp = "update_scale_";
+  HG_CHECK(scale.defined() && scale.is_cuda(), "{}: expected a CUDA scale, got {}", kOp,
+           describe(scale));
+  const Device device = scale.device();
+  check_scalar(scale, device, kFloat32, kOp, "the scale");
+  check_scalar(growth_tracker, device, kInt32, kOp, "the growth tracker");
+  HG_CHECK(counters.defined() && counters.device() == device && counters.dtype() == kInt32 &&
+               counters.numel() == detail::kScalerCounters && counters.is_contiguous(),
+           "{}: expected the counters to be {} contiguous int32 elements on {}, got {}", kOp,
+           int(detail::kScalerCounters), device, describe(counters));
+  const float* found = optional_scalar(found_inf, device, kOp, "found_inf");
+  HG_CHECK(found != nullptr || args.set_scale,
+           "{}: expected a found_inf flag (only a set scale goes without one), got none", kOp);
+  DeviceGuard guard(device.index);
+  HG_CUDA_CHECK(detail::launch_update_scale(data_of<float>(scale), data_of<int32_t>(growth_tracker),
+                                            data_of<int32_t>(counters), found, args, monitor,
+                                            current_stream(device.index)),
+                kOp);
+  scale.bump_version();
+  growth_tracker.bump_version();
+  counters.bump_version();
+}
+
+ScalerMonitorSlot::ScalerMonitorSlot(int device) : device_index_(device) {
+  DeviceGuard guard(device);
+  void* host = nullptr;
+  HG_CUDA_CHECK(cudaHostAlloc(&host, sizeof(detail::ScalerMonitor), cudaHostAllocMapped),
+                "GradScaler monitor");
+  host_ = static_cast<detail::ScalerMonitor*>(host);
+  *host_ = {};
+  void* on_device = nullptr;
+  const cudaError_t status = cudaHostGetDevicePointer(&on_device, host, 0);
+  if (status != cudaSuccess) {
+    cudaFreeHost(host);
+    HG_CUDA_CHECK(status, "GradScaler monitor");
+  }
+  device_ = static_cast<detail::ScalerMonitor*>(on_device);
+}
+
+ScalerMonitorSlot::~ScalerMonitorSlot() {
+  // A destructor must not throw: errors are dropped (the memory is freed regardless).
+  int previous = 0;
+  cudaGetDevice(&previous);
+  cudaSetDevice(device_index_);
+  cudaDeviceSynchronize();
+  cudaFreeHost(host_);
+  cudaSetDevice(previous);
+}
+
+detail::ScalerMonitor ScalerMonitorSlot::read() const {
+  const volatile detail::ScalerMonitor* slot = host_;
+  detail::ScalerMonitor out;
+  out.alarms = slot->alarms;
+  std::atomic_thread_fence(std::memory_order_acquire);  // the fields were written before it
+  out.kind = slot->kind;
+  out.consecutive_skips = slot->consecutive_skips;
+  out.scale = slot->scale;
+  return out;
+}
+
+// ---- fused optimizers ------------------------------------------------------------------------
+
+void fused_adam_(const AdamTensors& t, const detail::AdamArgs& args, const Tensor& grad_scale,
+                 const Tensor& found_inf) {
+  constexpr const char* kOp = "fused_adam_";
+  const size_t n = t.params.size();
+  HG_CHECK(t.grads.size() == n && t.exp_avgs.size() == n && t.exp_avg_sqs.size() == n &&
+               t.steps.size() == n && t.max_exp_avg_sqs.size() == (args.amsgrad ? n : 0),
+           "{}: expected one gradient, exp_avg, exp_avg_sq{} and step per parameter ({}), got "
+           "{}, {}, {}, {} and {}",
+           kOp, args.amsgrad ? ", max_exp_avg_sq" : "", n, t.grads.size(), t.exp_avgs.size(),
+           t.exp_avg_sqs.size(), t.max_exp_avg_sqs.size(), t.steps.size());
+  if (n == 0) return;
+  const Device device = common_device(t.params, kOp, "parameters");
+  // Grouped by (parameter dtype, state dtype): one kernel instantiation per group.
+  std::map<std::pair<int, int>, PointerLists> groups;
+  std::vector<float*> steps(n);
+  for (size_t i = 0; i < n; ++i) {
+    const Tensor& param = t.params[i];
+    check_param(param, t.grads[i], device, kOp, i);
+    const DType state_dtype = t.exp_avgs[i].defined() ? t.exp_avgs[i].dtype() : param.dtype();
+    HG_CHECK(state_dtype == param.dtype() ||
+                 (state_dtype == kFloat32 && is_reduced_precision(param.dtype())),
+             "{}: expected the state of a {} parameter in {}{}, got {} (parameter {})", kOp,
+             param.dtype(), param.dtype(), is_reduced_precision(param.dtype()) ? " or float32" : "",
+             state_dtype, i);
+    check_buffer(t.exp_avgs[i], param, state_dtype, kOp, "exp_avg", i);
+    check_buffer(t.exp_avg_sqs[i], param, state_dtype, kOp, "exp_avg_sq", i);
+    if (args.amsgrad)
+      check_buffer(t.max_exp_avg_sqs[i], param, state_dtype, kOp, "max_exp_avg_sq", i);
+    check_scalar(t.steps[i], device, kFloat32, kOp, "every step count");
+    steps[i] = data_of<float>(t.steps[i]);
+    PointerLists& lists = groups[{int(param.dtype()), int(state_dtype)}];
+    lists.data[0].push_back(param.data_ptr());
+    lists.data[1].push_back(t.grads[i].data_ptr());
+    lists.data[2].push_back(t.exp_avgs[i].data_ptr());
+    lists.data[3].push_back(t.exp_avg_sqs[i].data_ptr());
+    if (args.amsgrad) lists.data[4].push_back(t.max_exp_avg_sqs[i].data_ptr());
+    lists.numel.push_back(param.numel());
+    lists.steps.push_back(steps[i]);
+  }
+  const float* scale = optional_scalar(grad_scale, device, kOp, "grad_scale");
+  const float* found = optional_scalar(found_inf, device, kOp, "found_inf");
+  DeviceGuard guard(device.index);
+  const cudaStream_t stream = current_stream(device.index);
+  for (const auto& [dtypes, lists] : groups) {
+    HG_CUDA_CHECK(detail::launch_fused_adam(lists.args(args.amsgrad ? 5 : 4), DType(dtypes.first),
+                                            DType(dtypes.second), args, scale, found, stream),
+                  kOp);
+  }
+  // After every group's update read them: the counts advance unless found_inf is set.
+  HG_CUDA_CHECK(detail::launch_advance_steps(steps.data(), int64_t(n), found, stream), kOp);
+  for (size_t i = 0; i < n; ++i) {
+    t.params[i].bump_version();
+    t.exp_avgs[i].bump_version();
+    t.exp_avg_sqs[i].bump_version();
+    if (args.amsgrad) t.max_exp_avg_sqs[i].bump_version();
+    t.steps[i].bump_version();
+  }
+}
+
+void fused_sgd_(const SGDTensors& t, const detail::SGDArgs& args, const Tensor& grad_scale,
+                const Tensor& found_inf) {
+  constexpr const char* kOp = "fused_sgd_";
+  const size_t n = t.params.size();
+  const bool with_buffer = args.momentum != 0;
+  const size_t buffers = with_buffer ? n : 0;
+  HG_CHECK(t.grads.size() == n && t.momentum_buffers.size() == buffers && t.steps.size() == buffers,
+           "{}: expected one gradient per parameter ({}) and {} momentum buffers and step counts, "
+           "got {}, {} and {}",
+           kOp, n, buffers, t.grads.size(), t.momentum_buffers.size(), t.steps.size());
+  if (n == 0) return;
+  const Device device = common_device(t.params, kOp, "parameters");
+  std::map<int, PointerLists> groups;
+  std::vector<float*> steps(buffers);
+  for (size_t i = 0; i < n; ++i) {
+    const Tensor& param = t.params[i];
+    check_param(param, t.grads[i], device, kOp, i);
+    PointerLists& lists = groups[int(param.dtype())];
+    lists.data[0].push_back(param.data_ptr());
+    lists.data[1].push_back(t.grads[i].data_ptr());
+    lists.numel.push_back(param.numel());
+    if (with_buffer) {
+      check_buffer(t.momentum_buffers[i], param, param.dtype(), kOp, "momentum_buffer", i);
+      check_scalar(t.steps[i], device, kFloat32, kOp, "every step count");
+      steps[i] = data_of<float>(t.steps[i]);
+      lists.data[2].push_back(t.momentum_buffers[i].data_ptr());
+      lists.steps.push_back(steps[i]);
+    }
+  }
+  const float* scale = optional_scalar(grad_scale, device, kOp, "grad_scale");
+  const float* found = optional_scalar(found_inf, device, kOp, "found_inf");
+  DeviceGuard guard(device.index);
+  const cudaStream_t stream = current_stream(device.index);
+  for (const auto& [dtype, lists] : groups) {
+    HG_CUDA_CHECK(detail::launch_fused_sgd(lists.args(with_buffer ? 3 : 2), DType(dtype), args,
+                                           scale, found, stream),
+                  kOp);
+  }
+  if (with_buffer) {
+    HG_CUDA_CHECK(detail::launch_advance_steps(steps.data(), int64_t(n), found, stream), kOp);
+  }
+  for (size_t i = 0; i < n; ++i) {
+    t.params[i].bump_version();
+    if (with_buffer) {
+      t.momentum_buffers[i].bump_version();
+      t.steps[i].bump_version();
+    }
+  }
+}
+
+// ---- norms, clipping, checks -----------------------------------------------------------------
+
+Tensor total_norm(std::span<const Tensor> tensors, double norm_type) {
+  constexpr const char* kOp = "total_norm";
+  HG_CHECK(!tensors.empty(), "{}: expected at least one tensor, got none", kOp);
+  HG_CHECK(norm_type > 0, "{}: expected norm_type > 0 (or infinity), got {}", kOp, norm_type);
+  const Device device = common_device(tensors, kOp, "tensors");
+  const detail::NormKind kind = norm_kind(norm_type);
+  const float p = static_cast<float>(norm_type);
+  DeviceGuard guard(device.index);
+  const cudaStream_t stream = current_stream(device.index);
+  const std::vector<Tensor> dense = dense_of(tensors);
+  int64_t chunks = 0;
+  for (const Tensor& t : dense) chunks += detail::chunks_of(t.numel());
+  Tensor partials = empty({std::max<int64_t>(chunks, 1)}, {.dtype = kFloat32, .device = device});
+  int64_t chunk_base = 0;
+  for_each_dtype(dense, [&](DType dtype, const MultiTensorArgs& args) {
+    HG_CUDA_CHECK(detail::launch_norm_partials(args, dtype, kind, p, data_of<float>(partials),
+                                               chunk_base, stream),
+                  kOp);
+    for (int64_t i = 0; i < args.count; ++i) chunk_base += detail::chunks_of(args.numel[i]);
+  });
+  Tensor total = empty({}, {.dtype = kFloat32, .device = device});
+  HG_CUDA_CHECK(detail::launch_norm_finish(data_of<float>(partials), chunks, kind, p,
+                                           data_of<float>(total), stream),
+                kOp);
+  return total;
+}
+
+void clip_by_total_norm_(std::span<const Tensor> tensors, const Tensor& total_norm,
+                         double max_norm) {
+  constexpr const char* kOp = "clip_by_total_norm_";
+  if (tensors.empty()) return;
+  const Device device = common_device(tensors, kOp, "tensors");
+  check_scalar(total_norm, device, kFloat32, kOp, "the total norm");
+  DeviceGuard guard(device.index);
+  const cudaStream_t stream = current_stream(device.index);
+  const std::vector<Tensor> dense = dense_of(tensors);
+  for_each_dtype(dense, [&](DType dtype, const MultiTensorArgs& args) {
+    HG_CUDA_CHECK(
+        detail::launch_clip_scale(args, dtype, data_of<float>(total_norm), max_norm, stream), kOp);
+  });
+  write_back(tensors, dense);
+}
+
+void scale_(std::span<const Tensor> tensors, double factor) {
+  constexpr const char* kOp = "scale_";
+  if (tensors.empty()) return;
+  const Device device = common_device(tensors, kOp, "tensors");
+  DeviceGuard guard(device.index);
+  const cudaStream_t stream = current_stream(device.index);
+  const std::vector<Tensor> dense = dense_of(tensors);
+  for_each_dtype(dense, [&](DType dtype, const MultiTensorArgs& args) {
+    HG_CUDA_CHECK(detail::launch_scale(args, dtype, factor, stream), kOp);
+  });
+  write_back(tensors, dense);
+}
+
+void clamp_(std::span<const Tensor> tensors, double low, double high) {
+  constexpr const char* kOp = "clamp_";
+  if (tensors.empty()) return;
+  const Device device = common_device(tensors, kOp, "tensors");
+  DeviceGuard guard(device.index);
+  const cudaStream_t stream = current_stream(device.index);
+  const std::vector<Tensor> dense = dense_of(tensors);
+  for_each_dtype(dense, [&](DType dtype, const MultiTensorArgs& args) {
+    HG_CUDA_CHECK(detail::launch_clamp(args, dtype, low, high, stream), kOp);
+  });
+  write_back(tensors, dense);
+}
+
+Tensor non_finite_flag(std::span<const Tensor> tensors) {
+  constexpr const char* kOp = "non_finite_flag";
+  HG_CHECK(!tensors.empty(), "{}: expected at least one tensor, got none", kOp);
+  const Device device = common_device(tensors, kOp, "tensors");
+  DeviceGuard guard(device.index);
+  const cudaStream_t stream = current_stream(device.index);
+  Tensor flag = zeroed({1}, kFloat32, device, stream, kOp);
+  const std::vector<Tensor> dense = dense_of(tensors);
+  for_each_dtype(dense, [&](DType dtype, const MultiTensorArgs& args) {
+    HG_CUDA_CHECK(detail::launch_non_finite_check(args, dtype, data_of<float>(flag), stream), kOp);
+  });
+  return flag;
+}
+
+Tensor value_range(const Tensor& t) {
+  constexpr const char* kOp = "value_range";
+  const Device device = common_device(std::span<const Tensor>(&t, 1), kOp, "tensors");
+  DeviceGuard guard(device.index);
+  const cudaStream_t stream = current_stream(device.index);
+  Tensor out = zeroed({2}, kInt64, device, stream, kOp);
+  const std::vector<Tensor> dense = dense_of(std::span<const Tensor>(&t, 1));
+  for_each_dtype(dense, [&](DType dtype, const MultiTensorArgs& args) {
+    HG_CUDA_CHECK(detail::launch_value_range(
+                      args, dtype, static_cast<unsigned long long*>(out.data_ptr()), stream),
+                  kOp);
+  });
+  return out;
+}
+
+}  // namespace hg::cuda
