@@ -9,6 +9,28 @@
 //
 // Each section is a run_*_benchmarks(options) function listed in kSections; --only picks one.
 // Times are the median of --reps calls after --warmup calls, on std::chrono::steady_clock.
+//
+// --device cuda runs the GPU sections instead (their PyTorch twin is
+// benchmarks/twin/ops_twin.py, which prints the same lines with "impl": "pytorch";
+// benchmarks/run-gpu runs both and prints the ratios):
+//
+//   {"bench": "cuda_gemm", "impl": "halfgrad", "mode": "tf32", "dtype": "float32",
+//    "shape": "8192x8192x8192", "tflops": ..., "ms": ..., "peak_mib": ..., "kernel": "..."}
+//   {"bench": "cuda_copy", "impl": "halfgrad", "dtype": "float32", "numel": ..., "bytes": ...,
+//    "ms": ..., "gbps": ..., "peak_mib": ...}
+//   {"bench": "cuda_unscale", "impl": "halfgrad", "params": ..., "tensors": 148, "bytes": ...,
+//    "ms": ..., "gbps": ..., "copy_gbps": ..., "fraction_of_copy": ..., "target": 0.8, ...}
+//   {"bench": "cuda_adamw", ... the same keys}
+//
+//   gemm       hg::matmul on [M, K] x [K, N] at 4096^3 and 8192^3 in fp32, tf32
+//              (hg::set_float32_matmul_precision("high")), fp16 and bf16, in TFLOP/s.
+//   bandwidth  a 1 GiB float32 copy_ (bytes read + written: the device's copy bandwidth),
+//              then GradScaler::unscale_ and an AdamW step over GPT-2 small's parameters
+//              (124M float32 in 148 tensors), each as a fraction of that copy bandwidth for
+//              the bytes it must move.
+// GPU times are CUDA events around --iters calls, the median of --reps repeats after --warmup
+// calls (NOTE [GPU timing] in bench_util.h); peak_mib is hg::cuda::max_memory_allocated()
+// from just before the inputs are made to the end of the timing.
 #include <omp.h>
 
 #include <algorithm>
@@ -26,11 +48,15 @@
 
 #include "bench_util.h"
 #include "halfgrad/config.h"
+#include "halfgrad/core/settings.h"
 #include "halfgrad/cpu/gemm.h"
 #include "halfgrad/halfgrad.h"
 
 #if HALFGRAD_HAS_ONEDNN
 #include <dnnl.hpp>
+#endif
+#if HALFGRAD_HAS_CUDA
+#include "halfgrad/cuda/gemm.h"
 #endif
 
 namespace {
@@ -155,8 +181,6 @@ void run_gemm_benchmarks(const Options& options) {
   }
 }
 
-// ---- main ---------------------------------------------------------------------------------
-
 // ---- dispatch overhead -----------------------------------------------------------------------
 //
 // The cost of one op call on a 1-element tensor, where the kernel is negligible: validation,
@@ -229,15 +253,172 @@ void run_tiny_gemm_benchmarks(const Options& options) {
   }
 }
 
+// ---- CUDA: GEMM -----------------------------------------------------------------------------
+
+const char* json_bool(bool value) { return value ? "true" : "false"; }
+
+// The GEMM modes of the GPU section: the storage dtype and the float32 matmul precision.
+struct CudaGemmMode {
+  const char* name;
+  hg::DType dtype;
+  const char* precision;  // hg::set_float32_matmul_precision ("high" allows TF32)
+};
+
+constexpr CudaGemmMode kCudaGemmModes[] = {{"fp32", hg::kFloat32, "highest"},
+                                           {"tf32", hg::kFloat32, "high"},
+                                           {"fp16", hg::kFloat16, "highest"},
+                                           {"bf16", hg::kBFloat16, "highest"}};
+
+// hg::matmul on [M, K] x [K, N] CUDA tensors of random values, each mode and shape.
+void run_cuda_gemm_benchmarks(const Options& options) {
+  const std::vector<GemmShape> shapes = {{4096, 4096, 4096}, {8192, 8192, 8192}};
+  const std::string user_precision = hg::get_float32_matmul_precision();
+  for (const GemmShape& shape : shapes) {
+    for (const CudaGemmMode& mode : kCudaGemmModes) {
+      hg::set_float32_matmul_precision(mode.precision);
+      hg::cuda::synchronize();
+      hg::cuda::reset_peak_memory_stats();
+      hg::manual_seed(1);
+      const hg::TensorOptions on_gpu{.dtype = mode.dtype, .device = hg::kCUDA};
+      const hg::Tensor a = hg::randn({shape.m, shape.k}, on_gpu);
+      const hg::Tensor b = hg::randn({shape.k, shape.n}, on_gpu);
+      const double ms = hg::bench::cuda_ms_per_call(options, [&] { (void)hg::matmul(a, b); });
+      std::string kernel = "";
+#if HALFGRAD_HAS_CUDA
+      kernel = hg::cuda::gemm_backend(mode.dtype);
+#endif
+      fmt::print(
+          "{{\"bench\": \"cuda_gemm\", \"impl\": \"halfgrad\", \"mode\": \"{}\", "
+          "\"dtype\": \"{}\", \"shape\": \"{}\", \"tflops\": {:.1f}, \"ms\": {:.4f}, "
+          "\"peak_mib\": {:.1f}, \"kernel\": \"{}\"}}\n",
+          mode.name, hg::dtype_name(mode.dtype), shape.name(), shape.flops() / ms * 1e-9, ms,
+          hg::bench::cuda_peak_mib(), kernel);
+      std::fflush(stdout);
+    }
+  }
+  hg::set_float32_matmul_precision(user_precision);
+}
+
+// ---- CUDA: bandwidth ------------------------------------------------------------------------
+//
+// NOTE [Bandwidth fractions] The fused passes are memory-bound, so each is measured against the
+// device's own copy bandwidth (a 1 GiB float32 copy_, bytes read + bytes written), for the
+// fewest bytes it must move:
+//   unscale_ (multiply by 1/scale, check for inf/NaN):  grad read + grad written = 8 B/element
+//   AdamW step:  param, grad, exp_avg, exp_avg_sq read; param, exp_avg, exp_avg_sq written
+//                = 28 B/element
+// The parameters are GPT-2 small's (nanoGPT's layout: wte tied to lm_head, vocabulary padded
+// to 50304; 124M float32 values in 148 tensors), with random float32 gradients. The twin
+// (ops_twin.py) makes the same list.
+
+std::vector<hg::Shape> gpt2_small_shapes() {
+  const int64_t V = 50304, T = 1024, C = 768, L = 12;
+  // A block: ln_1 (weight, bias), attention q/k/v and output projections (weight, bias
+  // each), ln_2, MLP up and down projections.
+  const std::vector<hg::Shape> block = {{C}, {C}, {3 * C, C}, {3 * C}, {C, C},     {C},
+                                        {C}, {C}, {4 * C, C}, {4 * C}, {C, 4 * C}, {C}};
+  std::vector<hg::Shape> shapes = {{V, C}, {T, C}};  // wte (= lm_head), wpe
+  for (int64_t layer = 0; layer < L; ++layer)
+    shapes.insert(shapes.end(), block.begin(), block.end());
+  shapes.push_back({C});  // ln_f
+  shapes.push_back({C});
+  return shapes;
+}
+
+// GPT-2 small's parameters on the GPU, float32, each with a random gradient.
+std::vector<hg::Tensor> gpt2_small_params_with_grads() {
+  hg::manual_seed(2);
+  std::vector<hg::Tensor> params;
+  for (const hg::Shape& shape : gpt2_small_shapes()) {
+    hg::Tensor param = hg::randn(shape, {.device = hg::kCUDA}).requires_grad_();
+    param.mutable_grad() = hg::randn(shape, {.device = hg::kCUDA});
+    params.push_back(param);
+  }
+  return params;
+}
+
+int64_t total_numel(const std::vector<hg::Tensor>& tensors) {
+  int64_t numel = 0;
+  for (const hg::Tensor& t : tensors) numel += t.numel();
+  return numel;
+}
+
+void print_fused(const char* bench, const std::vector<hg::Tensor>& params, double bytes, double ms,
+                 double copy_gbps) {
+  const double gbps = bytes / ms * 1e-6;
+  const double fraction = gbps / copy_gbps;
+  constexpr double kTarget = 0.8;
+  fmt::print(
+      "{{\"bench\": \"{}\", \"impl\": \"halfgrad\", \"dtype\": \"float32\", \"params\": {}, "
+      "\"tensors\": {}, \"bytes\": {:.0f}, \"ms\": {:.4f}, \"gbps\": {:.1f}, "
+      "\"copy_gbps\": {:.1f}, \"fraction_of_copy\": {:.3f}, \"target\": {}, \"met\": {}, "
+      "\"peak_mib\": {:.1f}}}\n",
+      bench, total_numel(params), params.size(), bytes, ms, gbps, copy_gbps, fraction, kTarget,
+      json_bool(fraction >= kTarget), hg::bench::cuda_peak_mib());
+  std::fflush(stdout);
+}
+
+void run_cuda_bandwidth_benchmarks(const Options& options) {
+  // The ceiling: dst.copy_(src), 1 GiB each.
+  double copy_gbps = 0;
+  {
+    hg::cuda::synchronize();
+    hg::cuda::reset_peak_memory_stats();
+    const int64_t numel = int64_t(1) << 28;
+    hg::manual_seed(1);
+    const hg::Tensor src = hg::randn({numel}, {.device = hg::kCUDA});
+    hg::Tensor dst = hg::empty({numel}, {.device = hg::kCUDA});
+    const double ms = hg::bench::cuda_ms_per_call(options, [&] { dst.copy_(src); });
+    const double bytes = 2.0 * double(src.nbytes());
+    copy_gbps = bytes / ms * 1e-6;
+    fmt::print(
+        "{{\"bench\": \"cuda_copy\", \"impl\": \"halfgrad\", \"dtype\": \"float32\", "
+        "\"numel\": {}, \"bytes\": {:.0f}, \"ms\": {:.4f}, \"gbps\": {:.1f}, "
+        "\"peak_mib\": {:.1f}}}\n",
+        numel, bytes, ms, copy_gbps, hg::bench::cuda_peak_mib());
+    std::fflush(stdout);
+  }
+  // GradScaler::unscale_: scale 1 keeps the gradients' values from one call to the next (a
+  // scale of 65536 would take them to zero within a few calls); the kernel reads the scale
+  // from device memory, so its work is the same. update() must follow each unscale_ (NOTE
+  // [Scaler state machine]); it runs between the timed calls.
+  {
+    hg::cuda::synchronize();
+    hg::cuda::reset_peak_memory_stats();
+    const std::vector<hg::Tensor> params = gpt2_small_params_with_grads();
+    hg::optim::AdamW opt(params);  // holds the parameters; never steps here
+    hg::amp::GradScaler scaler({.init_scale = 1.0});
+    (void)scaler.scale(hg::ones({1}, {.device = hg::kCUDA}));  // the scale lives on the GPU
+    const double ms = hg::bench::cuda_ms_per_call_between(
+        options, [&] { scaler.unscale_(opt); }, [&] { scaler.update(); });
+    print_fused("cuda_unscale", params, 8.0 * double(total_numel(params)), ms, copy_gbps);
+  }
+  // AdamW: nanoGPT's settings; the first (warm-up) step makes exp_avg and exp_avg_sq.
+  {
+    hg::cuda::synchronize();
+    hg::cuda::reset_peak_memory_stats();
+    const std::vector<hg::Tensor> params = gpt2_small_params_with_grads();
+    hg::optim::AdamW opt(params, {.lr = 6e-4, .beta1 = 0.9, .beta2 = 0.95, .weight_decay = 0.1});
+    const double ms = hg::bench::cuda_ms_per_call(options, [&] { opt.step(); });
+    print_fused("cuda_adamw", params, 28.0 * double(total_numel(params)), ms, copy_gbps);
+  }
+}
+
+// ---- main ---------------------------------------------------------------------------------
+
+// A section runs on the CPU, on the GPU (--device cuda), or each with its own function; the
+// other device's entry is null.
 struct Section {
   const char* name;
   void (*run)(const Options&);
+  void (*run_cuda)(const Options&);
 };
 
 constexpr Section kSections[] = {
-    {"gemm", run_gemm_benchmarks},
-    {"dispatch", run_dispatch_benchmarks},
-    {"tiny_gemm", run_tiny_gemm_benchmarks},
+    {"gemm", run_gemm_benchmarks, run_cuda_gemm_benchmarks},
+    {"dispatch", run_dispatch_benchmarks, nullptr},
+    {"tiny_gemm", run_tiny_gemm_benchmarks, nullptr},
+    {"bandwidth", nullptr, run_cuda_bandwidth_benchmarks},
 };
 
 }  // namespace
@@ -251,8 +432,30 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
 
   omp_set_num_threads(options.threads);
-  for (const Section& section : kSections) {
-    if (options.only == "all" || options.only == section.name) section.run(options);
+  const bool cuda = options.device == "cuda";
+  try {
+    if (cuda) {
+      hg::bench::require_cuda("hg-bench-ops");
+      hg::bench::print_cuda_device();
+    }
+    for (const Section& section : kSections) {
+      if (options.only != "all" && options.only != section.name) continue;
+      void (*run)(const Options&) = cuda ? section.run_cuda : section.run;
+      if (run != nullptr) {
+        run(options);
+      } else if (options.only == section.name) {
+        throw std::runtime_error(fmt::format(
+            "hg-bench-ops: the section '{}' has no --device {} run", section.name, options.device));
+      }
+    }
+  } catch (const hg::bench::NoCudaDevice& e) {
+    std::fflush(stdout);
+    std::fprintf(stderr, "%s\n", e.what());
+    return hg::bench::kExitNoCudaDevice;
+  } catch (const std::exception& e) {
+    std::fflush(stdout);
+    std::fprintf(stderr, "%s\n", e.what());
+    return 1;
   }
   return 0;
 }

@@ -32,6 +32,29 @@
 // median per measurement); the memory section uses it, since each side must measure its peak
 // in a process of its own. benchmarks/run-train does both. --small shrinks the models (for the
 // smoke tests); its shapes have no twin, so no ratio against PyTorch.
+//
+// --device cuda runs the GPU section instead (its PyTorch twin is benchmarks/twin/gpt_twin.py:
+// the same model in PyTorch eager with torch.autocast and GradScaler; benchmarks/run-gpu runs
+// both and prints the ratios against PyTorch):
+//
+//   {"bench": "train_gpt", "impl": "halfgrad", "mode": "bf16", "shape": "gpt-L12-H12-C768-..",
+//    "batch": 8, "tokens": 8192, "ms": ..., "tokens_per_s": ..., "peak_mib": ..., ...}
+//   {"bench": "train_gpt_speedup", "mode": "bf16", "vs": "halfgrad_fp32", "halfgrad": ...,
+//    "peer": ..., "speedup": ..., "target": 3, "met": ...}
+//
+//   gpt     a GPT-2-small-like nn::GPT (12 layers, 768 wide, 12 heads, T = 1024, vocabulary
+//           --vocab, default 50304; lm_head untied, so 163M parameters), batch --batch
+//           (default 8) of random tokens, on the GPU. One step = zero_grad, forward and
+//           cross_entropy (under amp::Autocast(kCUDA, dtype) in fp16 and bf16),
+//           scaler.scale(loss).backward(), scaler.unscale_, clip_grad_norm_ 1.0, scaler.step,
+//           scaler.update; AdamW lr 6e-4, betas (0.9, 0.95), eps 1e-8, weight_decay 0.1 on
+//           the matrices and embeddings, 0 on biases and LayerNorm. Modes (--modes): fp32
+//           (true float32), fp16 (GradScaler on) and bf16 (GradScaler off); parameters,
+//           gradients and optimizer state stay float32. Each mode is built, timed (NOTE [GPU
+//           timing] in bench_util.h: --iters steps per repeat) and freed before the next, so
+//           peak_mib (hg::cuda::max_memory_allocated since just before the model is built) is
+//           that mode's alone. --small: a 2-layer, 128-wide model on T = 64 (smoke tests; no
+//           twin).
 #include <omp.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -63,6 +86,8 @@ using hg::bench::median;
 struct TrainOptions : hg::bench::Options {
   int tiny_steps = 1000;
   int memory_steps = 3;
+  int64_t batch = 8;      // gpt
+  int64_t vocab = 50304;  // gpt
   bool small = false;
   std::vector<std::string> modes = {"fp32", "bf16", "fp16"};
   std::vector<std::string> twin_json;
@@ -399,11 +424,6 @@ void run_memory(const TrainOptions& options, Peers& peers) {
   std::fflush(stdout);
 }
 
-struct Section {
-  const char* name;
-  void (*run)(const TrainOptions&, Peers&);
-};
-
 // The cost of amp::OverflowWatch: the MLP's bf16 and fp16 steps with and without a watch over
 // the whole step (every op's outputs checked), interleaved.
 void run_watch(const TrainOptions& options, Peers&) {
@@ -428,18 +448,161 @@ void run_watch(const TrainOptions& options, Peers&) {
   std::fflush(stdout);
 }
 
+// ---- GPU: the GPT training step ---------------------------------------------------------------
+
+struct GptConfig {
+  int64_t vocab, block, layers, heads, embd, batch;
+  std::string shape() const {
+    return fmt::format("gpt-L{}-H{}-C{}-T{}-V{}", layers, heads, embd, block, vocab);
+  }
+};
+
+GptConfig gpt_config(const TrainOptions& options) {
+  if (options.small) return {512, 64, 2, 4, 128, options.batch};
+  return {options.vocab, 1024, 12, 12, 768, options.batch};
+}
+
+// The GPT of `config`, initialized on the CPU from seed 0, then moved to the GPU.
+std::shared_ptr<hg::nn::GPT> gpt_on_gpu(const GptConfig& config) {
+  hg::manual_seed(0);
+  auto model = std::make_shared<hg::nn::GPT>(config.vocab, config.block, config.layers,
+                                             config.heads, config.embd);
+  model->to(hg::kCUDA);
+  return model;
+}
+
+// One mode's GPT, data, optimizer and scaler on the GPU; step() is one training step.
+class GptRun {
+ public:
+  GptRun(Mode mode, const GptConfig& config)
+      : mode_(mode),
+        config_(config),
+        model_(gpt_on_gpu(config)),
+        opt_(param_groups(*model_), {.lr = 6e-4, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8}),
+        scaler_({.enabled = mode == Mode::Fp16}) {
+    const int64_t B = config.batch, T = config.block;
+    idx_ = random_labels(B * T, config.vocab, 1).reshape({B, T}).to(hg::kCUDA);  // [B, T]
+    targets_ = random_labels(B * T, config.vocab, 2).to(hg::kCUDA);              // [B * T]
+    params_ = model_->parameters();
+  }
+
+  void step() {
+    opt_.zero_grad();
+    {
+      hg::amp::Autocast autocast(hg::kCUDA, mode_ == Mode::Fp16 ? hg::kFloat16 : hg::kBFloat16,
+                                 /*enabled=*/mode_ != Mode::Fp32);
+      const Tensor logits = model_->forward(idx_);  // [B, T, V]
+      loss_ = hg::cross_entropy(logits.reshape({-1, config_.vocab}), targets_);
+    }
+    scaler_.scale(loss_).backward();
+    scaler_.unscale_(opt_);
+    hg::nn::utils::clip_grad_norm_(params_, 1.0);
+    scaler_.step(opt_);
+    scaler_.update();
+  }
+
+  int64_t parameter_count() const {
+    int64_t count = 0;
+    for (const Tensor& p : params_) count += p.numel();
+    return count;
+  }
+  double last_loss() const { return loss_.item<double>(); }  // waits for the device
+  double scale() const { return scaler_.get_scale(); }
+
+ private:
+  // nanoGPT's groups: weight decay on the parameters of 2 or more dims (matrices, embeddings).
+  static std::vector<hg::optim::ParamGroup> param_groups(const hg::nn::Module& model) {
+    std::vector<Tensor> decay, no_decay;
+    for (const Tensor& p : model.parameters()) (p.dim() >= 2 ? decay : no_decay).push_back(p);
+    return {{.params = decay, .options = {{"weight_decay", 0.1}}},
+            {.params = no_decay, .options = {{"weight_decay", 0.0}}}};
+  }
+
+  Mode mode_;
+  GptConfig config_;
+  std::shared_ptr<hg::nn::GPT> model_;
+  hg::optim::AdamW opt_;
+  hg::amp::GradScaler scaler_;
+  Tensor idx_, targets_, loss_;
+  std::vector<Tensor> params_;
+};
+
+// {"bench": "<bench>_speedup", ...}: halfgrad's throughput over the peer's (higher is better;
+// the target is met when speedup >= target).
+void print_speedup(const std::string& bench, const std::string& mode, const std::string& vs,
+                   double halfgrad, double peer, double target) {
+  const double speedup = halfgrad / peer;
+  fmt::print(
+      "{{\"bench\": \"{}_speedup\", \"mode\": \"{}\", \"vs\": \"{}\", \"halfgrad\": {:.4g}, "
+      "\"peer\": {:.4g}, \"speedup\": {:.3f}, \"target\": {}, \"met\": {}}}\n",
+      bench, mode, vs, halfgrad, peer, speedup, target, json_bool(speedup >= target));
+}
+
+void run_gpt(const TrainOptions& options, Peers&) {
+  const GptConfig config = gpt_config(options);
+  const int64_t tokens = config.batch * config.block;
+  std::map<std::string, double> tokens_per_s;
+  for (Mode mode : {Mode::Fp32, Mode::Fp16, Mode::Bf16}) {
+    if (std::find(options.modes.begin(), options.modes.end(), mode_name(mode)) ==
+        options.modes.end()) {
+      continue;
+    }
+    hg::cuda::synchronize();
+    hg::cuda::reset_peak_memory_stats();
+    GptRun run(mode, config);
+    const double ms = hg::bench::cuda_ms_per_call(options, [&] { run.step(); });
+    const double peak_mib = hg::bench::cuda_peak_mib();
+    tokens_per_s[mode_name(mode)] = double(tokens) / ms * 1e3;
+    fmt::print(
+        "{{\"bench\": \"train_gpt\", \"impl\": \"halfgrad\", \"mode\": \"{}\", \"shape\": \"{}\", "
+        "\"batch\": {}, \"tokens\": {}, \"ms\": {:.3f}, \"tokens_per_s\": {:.0f}, "
+        "\"peak_mib\": {:.1f}, \"params\": {}, \"loss\": {:.4f}, \"scale\": {}}}\n",
+        mode_name(mode), config.shape(), config.batch, tokens, ms, tokens_per_s[mode_name(mode)],
+        peak_mib, run.parameter_count(), run.last_loss(), run.scale());
+    std::fflush(stdout);
+  }
+  if (tokens_per_s.count("bf16") && tokens_per_s.count("fp32")) {
+    print_speedup("train_gpt", "bf16", "halfgrad_fp32", tokens_per_s["bf16"], tokens_per_s["fp32"],
+                  3.0);
+  }
+  std::fflush(stdout);
+}
+
+// ---- sections -------------------------------------------------------------------------------
+
+struct Section {
+  const char* name;
+  void (*run)(const TrainOptions&, Peers&);
+  bool cuda;  // runs with --device cuda (and only then)
+};
+
 // memory is not part of "all": it must run alone in its process.
-constexpr Section kSections[] = {
-    {"mlp", run_mlp}, {"tiny", run_tiny}, {"watch", run_watch}, {"memory", run_memory}};
+constexpr Section kSections[] = {{"mlp", run_mlp, false},
+                                 {"tiny", run_tiny, false},
+                                 {"watch", run_watch, false},
+                                 {"memory", run_memory, false},
+                                 {"gpt", run_gpt, true}};
 
 void run_sections(const TrainOptions& options) {
+  const bool cuda = options.device == "cuda";
+  for (const Section& section : kSections) {
+    HG_CHECK(options.only != section.name || section.cuda == cuda,
+             "hg-bench-train: the section '{}' runs with --device {}, not --device {}",
+             section.name, section.cuda ? "cuda" : "cpu", options.device);
+  }
+  if (cuda) {
+    hg::bench::require_cuda("hg-bench-train");
+    hg::bench::print_cuda_device();
+  }
   Peers peers;
   for (const std::string& path : options.twin_json) read_twin_lines(path, peers.lines);
-  // The memory section measures this process alone: it never starts the twin.
-  if (!options.twin_cmd.empty() && options.only != "memory") {
+  // The memory section measures this process alone: it never starts the twin. The GPU
+  // section's twin runs in a process of its own (benchmarks/run-gpu).
+  if (!options.twin_cmd.empty() && options.only != "memory" && !cuda) {
     peers.live = std::make_unique<TwinProcess>(options.twin_cmd);
   }
   for (const Section& section : kSections) {
+    if (section.cuda != cuda) continue;
     const bool alone = std::string(section.name) == "memory";
     if (options.only == section.name || (options.only == "all" && !alone)) {
       section.run(options, peers);
@@ -459,9 +622,11 @@ int main(int argc, char** argv) {
       ->check(CLI::PositiveNumber);
   app.add_option("--memory-steps", options.memory_steps, "memory: training steps run")
       ->check(CLI::PositiveNumber);
-  app.add_option("--modes", options.modes, "mlp: the modes to time")
+  app.add_option("--modes", options.modes, "mlp and gpt: the modes to time")
       ->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
-  app.add_flag("--small", options.small, "mlp and memory: a small MLP (for smoke tests)");
+  app.add_option("--batch", options.batch, "gpt: sequences per step")->check(CLI::PositiveNumber);
+  app.add_option("--vocab", options.vocab, "gpt: vocabulary size")->check(CLI::PositiveNumber);
+  app.add_flag("--small", options.small, "mlp, memory and gpt: a small model (for smoke tests)");
   CLI::Option* twin_json =
       app.add_option("--twin-json", options.twin_json, "the PyTorch twin's JSON lines")
           ->check(CLI::ExistingFile);
@@ -473,6 +638,10 @@ int main(int argc, char** argv) {
   omp_set_num_threads(options.threads);
   try {
     run_sections(options);
+  } catch (const hg::bench::NoCudaDevice& e) {
+    std::fflush(stdout);
+    std::fprintf(stderr, "%s\n", e.what());
+    return hg::bench::kExitNoCudaDevice;
   } catch (const std::exception& e) {
     std::fflush(stdout);
     std::fprintf(stderr, "%s\n", e.what());

@@ -1,0 +1,205 @@
+#!/usr/bin/env python3
+"""PyTorch twin of hg-bench-train --device cuda: the same GPT training step in PyTorch eager
+(no torch.compile) with torch.autocast and GradScaler, printed as the same JSON lines with
+"impl": "pytorch".
+
+  python3 benchmarks/twin/gpt_twin.py [--batch 8] [--modes fp32 fp16 bf16] [--reps 10]
+                                      [--iters 5] [--small]
+
+The model is halfgrad's nn::GPT written as a PyTorch user would (nanoGPT's shape): token and
+position embeddings, 12 pre-LayerNorm blocks (attention: one Linear(C, 3C) for q, k, v,
+F.scaled_dot_product_attention with is_causal=True, an output Linear(C, C); MLP: Linear(C, 4C),
+GELU(tanh), Linear(4C, C)), a final LayerNorm and an lm_head without bias, untied from wte.
+The same init as nn::GPT: N(0, 0.02) for Linear and Embedding weights, zero biases, and the
+q/k/v projection xavier_uniform (nn::MultiheadAttention's in_proj_weight keeps its own init).
+
+One step, as hg_bench_train.cpp's: zero_grad(set_to_none=True), forward and cross_entropy under
+torch.autocast("cuda", dtype) (fp16, bf16), scaler.scale(loss).backward(), scaler.unscale_,
+clip_grad_norm_ 1.0, scaler.step, scaler.update; torch.optim.AdamW(fused=True), lr 6e-4,
+betas (0.9, 0.95), eps 1e-8, weight_decay 0.1 on parameters of 2 or more dims, 0 on the rest.
+fp32 is true float32 (torch.set_float32_matmul_precision("highest")); fp16 turns the
+GradScaler on; bf16 leaves it off. Times: CUDA events around --iters steps, the median of --reps
+repeats after --warmup steps (NOTE [GPU timing] in bench_util.h); peak_mib is
+torch.cuda.max_memory_allocated() from just before the model is built.
+
+Needs PyTorch with CUDA (the GPU machine's python3 has it); benchmarks/run-gpu runs it.
+"""
+import argparse
+import json
+import statistics
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+DEVICE = "cuda"
+
+
+def emit(record):
+    print(json.dumps(record), flush=True)
+
+
+@dataclass
+class GptConfig:
+    vocab: int
+    block: int
+    layers: int
+    heads: int
+    embd: int
+    batch: int
+
+    def shape(self):
+        return (f"gpt-L{self.layers}-H{self.heads}-C{self.embd}-T{self.block}-V{self.vocab}")
+
+
+def gpt_config(args):
+    if args.small:
+        return GptConfig(512, 64, 2, 4, 128, args.batch)
+    return GptConfig(args.vocab, 1024, 12, 12, 768, args.batch)
+
+
+class Block(nn.Module):
+    def __init__(self, C, H):
+        super().__init__()
+        self.n_head = H
+        self.ln_1 = nn.LayerNorm(C)
+        self.in_proj = nn.Linear(C, 3 * C)
+        self.out_proj = nn.Linear(C, C)
+        self.ln_2 = nn.LayerNorm(C)
+        self.mlp = nn.Sequential(nn.Linear(C, 4 * C), nn.GELU(approximate="tanh"),
+                                 nn.Linear(4 * C, C))
+
+    def attn(self, x):
+        B, T, C = x.shape
+        H = self.n_head
+        q, k, v = self.in_proj(x).split(C, dim=2)
+        q, k, v = (t.view(B, T, H, C // H).transpose(1, 2) for t in (q, k, v))  # [B, H, T, D]
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return self.out_proj(y.transpose(1, 2).reshape(B, T, C))
+
+    def forward(self, x):
+        x = x + self.attn(self.ln_1(x))
+        return x + self.mlp(self.ln_2(x))
+
+
+class GPT(nn.Module):
+    def __init__(self, config):
+        super().__init__()
+        C = config.embd
+        self.wte = nn.Embedding(config.vocab, C)
+        self.wpe = nn.Embedding(config.block, C)
+        self.h = nn.ModuleList(Block(C, config.heads) for _ in range(config.layers))
+        self.ln_f = nn.LayerNorm(C)
+        self.lm_head = nn.Linear(C, config.vocab, bias=False)
+        for module in self.modules():
+            if isinstance(module, nn.Linear):
+                nn.init.normal_(module.weight, 0.0, 0.02)
+                if module.bias is not None:
+                    nn.init.zeros_(module.bias)
+            elif isinstance(module, nn.Embedding):
+                nn.init.normal_(module.weight, 0.0, 0.02)
+        for block in self.h:
+            nn.init.xavier_uniform_(block.in_proj.weight)
+        self.register_buffer("positions", torch.arange(config.block), persistent=False)
+
+    def forward(self, idx):  # [B, T] -> [B, T, V]
+        T = idx.size(1)
+        x = self.wte(idx) + self.wpe(self.positions[:T])
+        for block in self.h:
+            x = block(x)
+        return self.lm_head(self.ln_f(x))
+
+
+def make_run(mode, config):
+    """The model, data, optimizer and scaler of one mode on the GPU; returns (step, state)."""
+    torch.manual_seed(0)
+    model = GPT(config).to(DEVICE)
+    decay = [p for p in model.parameters() if p.dim() >= 2]
+    no_decay = [p for p in model.parameters() if p.dim() < 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1},
+                             {"params": no_decay, "weight_decay": 0.0}],
+                            lr=6e-4, betas=(0.9, 0.95), eps=1e-8, fused=True)
+    scaler = torch.amp.GradScaler(DEVICE, enabled=mode == "fp16")
+    B, T, V = config.batch, config.block, config.vocab
+    idx = torch.randint(0, V, (B, T), device=DEVICE)
+    targets = torch.randint(0, V, (B * T,), device=DEVICE)
+    dtype = torch.float16 if mode == "fp16" else torch.bfloat16
+    state = {"model": model, "scaler": scaler, "loss": None}
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        with torch.autocast(DEVICE, dtype=dtype, enabled=mode != "fp32"):
+            logits = model(idx)
+            loss = F.cross_entropy(logits.view(-1, V), targets)
+        scaler.scale(loss).backward()
+        scaler.unscale_(opt)
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        scaler.step(opt)
+        scaler.update()
+        state["loss"] = loss
+
+    return step, state
+
+
+def ms_per_call(call, args):
+    """Milliseconds per call: events around --iters calls, median of --reps repeats."""
+    for _ in range(args.warmup):
+        call()
+    torch.cuda.synchronize()
+    start = torch.cuda.Event(enable_timing=True)
+    end = torch.cuda.Event(enable_timing=True)
+    per_call = []
+    for _ in range(args.reps):
+        start.record()
+        for _ in range(args.iters):
+            call()
+        end.record()
+        end.synchronize()
+        per_call.append(start.elapsed_time(end) / args.iters)
+    return statistics.median(per_call)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--batch", type=int, default=8)
+    parser.add_argument("--vocab", type=int, default=50304)
+    parser.add_argument("--modes", nargs="+", choices=["fp32", "fp16", "bf16"],
+                        default=["fp32", "fp16", "bf16"])
+    parser.add_argument("--reps", type=int, default=10)
+    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--iters", type=int, default=5)
+    parser.add_argument("--small", action="store_true", help="a small model (smoke tests)")
+    args = parser.parse_args()
+    if not torch.cuda.is_available():
+        raise SystemExit("gpt_twin: PyTorch sees no CUDA device")
+    torch.set_float32_matmul_precision("highest")
+    config = gpt_config(args)
+    tokens = config.batch * config.block
+    emit({"bench": "cuda_device", "impl": "pytorch", "name": torch.cuda.get_device_name(),
+          "torch": torch.__version__, "cuda": torch.version.cuda})
+    tokens_per_s = {}
+    for mode in ("fp32", "fp16", "bf16"):
+        if mode not in args.modes:
+            continue
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        step, state = make_run(mode, config)
+        ms = ms_per_call(step, args)
+        peak = torch.cuda.max_memory_allocated() / 2**20
+        tokens_per_s[mode] = tokens / ms * 1e3
+        emit({"bench": "train_gpt", "impl": "pytorch", "mode": mode, "shape": config.shape(),
+              "batch": config.batch, "tokens": tokens, "ms": round(ms, 3),
+              "tokens_per_s": round(tokens_per_s[mode]), "peak_mib": round(peak, 1),
+              "params": sum(p.numel() for p in state["model"].parameters()),
+              "loss": round(state["loss"].item(), 4), "scale": state["scaler"].get_scale()})
+        del step, state
+    if "bf16" in tokens_per_s and "fp32" in tokens_per_s:
+        speedup = tokens_per_s["bf16"] / tokens_per_s["fp32"]
+        emit({"bench": "train_gpt_speedup", "impl": "pytorch", "mode": "bf16",
+              "vs": "pytorch_fp32", "pytorch": round(tokens_per_s["bf16"]),
+              "peer": round(tokens_per_s["fp32"]), "speedup": round(speedup, 3)})
+
+
+if __name__ == "__main__":
+    main()
