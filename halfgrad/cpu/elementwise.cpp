@@ -13,6 +13,7 @@
 #include "halfgrad/core/cpu_features.h"
 #include "halfgrad/core/factory.h"
 #include "halfgrad/core/format.h"
+#include "halfgrad/core/kernel_common.h"
 #include "halfgrad/core/strided_loop.h"
 #include "halfgrad/core/view.h"
 
@@ -47,67 +48,6 @@ void store(char* p, T value) {
 
 // ---- unary ------------------------------------------------------------------------------------
 
-template <Unary Op, class C>
-C unary_fn(C x) {
-  constexpr double kSqrtHalf = 0.70710678118654752440;
-  constexpr double kInvSqrt2Pi = 0.39894228040143267794;
-  constexpr double kSqrt2OverPi = 0.79788456080286535588;
-  constexpr double kGeluCoef = 0.044715;
-  if constexpr (Op == Unary::Neg) {
-    return -x;
-  } else if constexpr (Op == Unary::Abs) {
-    return x < C(0) ? C(-x) : x;
-  } else if constexpr (Op == Unary::Sign) {
-    return C((C(0) < x) - (x < C(0)));
-  } else if constexpr (Op == Unary::Relu) {
-    return x <= C(0) ? C(0) : x;  // NaN stays NaN, as in torch
-  } else if constexpr (Op == Unary::Square) {
-    return x * x;
-  } else if constexpr (Op == Unary::Exp) {
-    return std::exp(x);
-  } else if constexpr (Op == Unary::Log) {
-    return std::log(x);
-  } else if constexpr (Op == Unary::Log1p) {
-    return std::log1p(x);
-  } else if constexpr (Op == Unary::Sqrt) {
-    return std::sqrt(x);
-  } else if constexpr (Op == Unary::Rsqrt) {
-    return C(1) / std::sqrt(x);
-  } else if constexpr (Op == Unary::Reciprocal) {
-    return C(1) / x;
-  } else if constexpr (Op == Unary::Sin) {
-    return std::sin(x);
-  } else if constexpr (Op == Unary::Cos) {
-    return std::cos(x);
-  } else if constexpr (Op == Unary::Tanh) {
-    return std::tanh(x);
-  } else if constexpr (Op == Unary::Sigmoid) {
-    return C(1) / (C(1) + std::exp(-x));
-  } else if constexpr (Op == Unary::Silu) {
-    return x / (C(1) + std::exp(-x));
-  } else if constexpr (Op == Unary::Softplus) {  // beta 1, threshold 20 (torch's defaults)
-    return x > C(20) ? x : std::log1p(std::exp(x));
-  } else if constexpr (Op == Unary::Erf) {
-    return std::erf(x);
-  } else if constexpr (Op == Unary::Gelu) {
-    // x Phi(x) with Phi(x) = erfc(-x / sqrt 2) / 2: 1 + erf(x / sqrt 2) would cancel for
-    // negative x and keep only a few correct digits in float.
-    return C(0.5) * x * std::erfc(-x * C(kSqrtHalf));
-  } else if constexpr (Op == Unary::GeluGrad) {
-    const C cdf = C(0.5) * std::erfc(-x * C(kSqrtHalf));
-    return cdf + x * C(kInvSqrt2Pi) * std::exp(C(-0.5) * x * x);
-  } else if constexpr (Op == Unary::GeluTanh) {
-    // 0.5 x (1 + tanh u) = x sigmoid(2u), which does not cancel for negative u.
-    const C inner = C(kSqrt2OverPi) * (x + C(kGeluCoef) * x * x * x);
-    return x / (C(1) + std::exp(C(-2) * inner));
-  } else {  // GeluTanhGrad
-    const C inner = C(kSqrt2OverPi) * (x + C(kGeluCoef) * x * x * x);
-    const C t = std::tanh(inner);
-    const C d_inner = C(kSqrt2OverPi) * (C(1) + C(3 * kGeluCoef) * x * x);
-    return C(0.5) * (C(1) + t) + C(0.5) * x * (C(1) - t * t) * d_inner;
-  }
-}
-
 // NOTE [AVX-512 relu passes] relu and its backward are the activations of small float32
 // MLPs, where the baseline build's 4-lane SSE loops were a visible part of a training step.
 // On CPUs with AVX-512 their contiguous float32 runs take a 16-lane pass instead (masked for
@@ -139,9 +79,7 @@ Tensor run_unary(const Tensor& x) {
     using C = compute_t<T>;
     if constexpr (std::is_same_v<T, bool>) {
       HG_ERROR("elementwise: bool tensors are not supported here");
-    } else if constexpr (std::is_integral_v<T> &&
-                         !(Op == Unary::Neg || Op == Unary::Abs || Op == Unary::Sign ||
-                           Op == Unary::Relu || Op == Unary::Square)) {
+    } else if constexpr (std::is_integral_v<T> && !kernel::unary_takes_integers(Op)) {
       HG_ERROR("elementwise: expected a floating tensor, got {}", x.dtype());
     } else {
       for_each_row<2>(x.sizes(),
@@ -159,13 +97,13 @@ Tensor run_unary(const Tensor& x) {
                           }
 #endif
                           for (int64_t i = 0; i < n; ++i) {
-                            o[i] = cast_value<T>(unary_fn<Op, C>(cast_value<C>(in[i])));
+                            o[i] = cast_value<T>(kernel::unary_fn<Op, C>(cast_value<C>(in[i])));
                           }
                           return;
                         }
                         for (int64_t i = 0; i < n; ++i) {
                           const C v = cast_value<C>(load<T>(p[1] + i * s[1]));
-                          store(p[0] + i * s[0], cast_value<T>(unary_fn<Op, C>(v)));
+                          store(p[0] + i * s[0], cast_value<T>(kernel::unary_fn<Op, C>(v)));
                         }
                       });
     }
@@ -174,37 +112,6 @@ Tensor run_unary(const Tensor& x) {
 }
 
 // ---- binary -----------------------------------------------------------------------------------
-
-template <Binary Op, class C>
-C binary_fn(C a, C b, C alpha) {
-  if constexpr (Op == Binary::Add) {
-    return a + alpha * b;
-  } else if constexpr (Op == Binary::Sub) {
-    return a - alpha * b;
-  } else if constexpr (Op == Binary::Mul) {
-    return a * b;
-  } else if constexpr (Op == Binary::Div) {
-    return a / b;
-  } else if constexpr (Op == Binary::Pow) {
-    if constexpr (std::is_integral_v<C>) {
-      C result = 1;
-      for (C e = b; e > 0; --e) result *= a;
-      return b < 0 ? C(a == 1 ? 1 : 0) : result;
-    } else {
-      return std::pow(a, b);
-    }
-  } else if constexpr (Op == Binary::Maximum) {
-    if constexpr (!std::is_integral_v<C>) {
-      if (a != a || b != b) return a + b;  // NaN propagates
-    }
-    return a > b ? a : b;
-  } else {
-    if constexpr (!std::is_integral_v<C>) {
-      if (a != a || b != b) return a + b;
-    }
-    return a < b ? a : b;
-  }
-}
 
 // out = op(a, b) where a and b have out's dtype and broadcast to out's shape.
 template <Binary Op>
@@ -227,38 +134,18 @@ void run_binary(const Tensor& out, const Tensor& a, const Tensor& b, double alph
               const T* y = reinterpret_cast<const T*>(p[2]);
               for (int64_t i = 0; i < n; ++i) {
                 o[i] = cast_value<T>(
-                    binary_fn<Op, C>(cast_value<C>(x[i]), cast_value<C>(y[i]), scale));
+                    kernel::binary_fn<Op, C>(cast_value<C>(x[i]), cast_value<C>(y[i]), scale));
               }
               return;
             }
             for (int64_t i = 0; i < n; ++i) {
               const C x = cast_value<C>(load<T>(p[1] + i * s[1]));
               const C y = cast_value<C>(load<T>(p[2] + i * s[2]));
-              store(p[0] + i * s[0], cast_value<T>(binary_fn<Op, C>(x, y, scale)));
+              store(p[0] + i * s[0], cast_value<T>(kernel::binary_fn<Op, C>(x, y, scale)));
             }
           });
     }
   });
-}
-
-template <class F>
-decltype(auto) with_binary(Binary op, F&& f) {
-  switch (op) {
-    case Binary::Add:
-      return f(std::integral_constant<Binary, Binary::Add>{});
-    case Binary::Sub:
-      return f(std::integral_constant<Binary, Binary::Sub>{});
-    case Binary::Mul:
-      return f(std::integral_constant<Binary, Binary::Mul>{});
-    case Binary::Div:
-      return f(std::integral_constant<Binary, Binary::Div>{});
-    case Binary::Pow:
-      return f(std::integral_constant<Binary, Binary::Pow>{});
-    case Binary::Maximum:
-      return f(std::integral_constant<Binary, Binary::Maximum>{});
-    default:
-      return f(std::integral_constant<Binary, Binary::Minimum>{});
-  }
 }
 
 Tensor as_dtype(const Tensor& t, DType dtype) { return core::to_dtype(t, dtype); }
@@ -266,42 +153,14 @@ Tensor as_dtype(const Tensor& t, DType dtype) { return core::to_dtype(t, dtype);
 }  // namespace
 
 Tensor unary(Unary op, const Tensor& x) {
-  switch (op) {
-#define HG_UNARY_CASE(name) \
-  case Unary::name:         \
-    return run_unary<Unary::name>(x);
-    HG_UNARY_CASE(Neg)
-    HG_UNARY_CASE(Exp)
-    HG_UNARY_CASE(Log)
-    HG_UNARY_CASE(Log1p)
-    HG_UNARY_CASE(Sqrt)
-    HG_UNARY_CASE(Rsqrt)
-    HG_UNARY_CASE(Reciprocal)
-    HG_UNARY_CASE(Abs)
-    HG_UNARY_CASE(Sin)
-    HG_UNARY_CASE(Cos)
-    HG_UNARY_CASE(Tanh)
-    HG_UNARY_CASE(Sigmoid)
-    HG_UNARY_CASE(Relu)
-    HG_UNARY_CASE(Gelu)
-    HG_UNARY_CASE(GeluTanh)
-    HG_UNARY_CASE(Silu)
-    HG_UNARY_CASE(Softplus)
-    HG_UNARY_CASE(Sign)
-    HG_UNARY_CASE(Erf)
-    HG_UNARY_CASE(Square)
-    HG_UNARY_CASE(GeluGrad)
-    HG_UNARY_CASE(GeluTanhGrad)
-#undef HG_UNARY_CASE
-  }
-  __builtin_unreachable();
+  return kernel::with_unary(op, [&](auto tag) { return run_unary<decltype(tag)::value>(x); });
 }
 
 Tensor binary(Binary op, const Tensor& a, const Tensor& b, DType dtype, double alpha) {
   const Shape shape = broadcast_shapes(a.sizes(), b.sizes());
   Tensor out = empty(shape, {.dtype = dtype, .device = a.device()});
   const Tensor x = as_dtype(a, dtype), y = as_dtype(b, dtype);
-  with_binary(op, [&](auto tag) { run_binary<decltype(tag)::value>(out, x, y, alpha); });
+  kernel::with_binary(op, [&](auto tag) { run_binary<decltype(tag)::value>(out, x, y, alpha); });
   return out;
 }
 
@@ -313,7 +172,8 @@ void binary_(Binary op, const Tensor& self, const Tensor& other, double alpha) {
   // Read `other` in full first when it shares memory with self.
   Tensor y = as_dtype(other, self.dtype());
   if (y.shares_storage(self) && !y.is_same(self)) y = core::clone(y);
-  with_binary(op, [&](auto tag) { run_binary<decltype(tag)::value>(self, self, y, alpha); });
+  kernel::with_binary(op,
+                      [&](auto tag) { run_binary<decltype(tag)::value>(self, self, y, alpha); });
   self.bump_version();
 }
 

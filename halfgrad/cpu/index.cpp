@@ -17,17 +17,22 @@
 #include <array>
 #include <cstdlib>
 #include <cstring>
-#include <string>
 #include <type_traits>
 
 #include "halfgrad/core/cast.h"
 #include "halfgrad/core/factory.h"
 #include "halfgrad/core/format.h"
+#include "halfgrad/core/kernel_common.h"
 #include "halfgrad/core/strided_loop.h"
+#include "halfgrad/cpu/index_checks.h"
 
 namespace hg::cpu {
 
 namespace {
+
+using index_checks::at_least_1d;
+using index_checks::product;
+using kernel::visit_bits;
 
 // ---- helpers ------------------------------------------------------------------------------------
 
@@ -45,69 +50,11 @@ void store(char* p, T value) {
 
 char* bytes(const Tensor& t) { return static_cast<char*>(t.data_ptr()); }
 
-int64_t product(const Shape& sizes, size_t begin, size_t end) {
-  int64_t n = 1;
-  for (size_t d = begin; d < end; ++d) n *= sizes[d];
-  return n;
-}
-
-// Calls f(TypeTag<U>{}) with U the unsigned integer as wide as one element.
-template <class F>
-decltype(auto) visit_bits(size_t element_size, F&& f) {
-  switch (element_size) {
-    case 1:
-      return f(TypeTag<uint8_t>{});
-    case 2:
-      return f(TypeTag<uint16_t>{});
-    case 4:
-      return f(TypeTag<uint32_t>{});
-    default:
-      return f(TypeTag<uint64_t>{});
-  }
-}
-
 // Calls f(TypeTag<I>{}) for an index dtype already checked to be int64 or int32.
 template <class F>
 decltype(auto) visit_index(DType dtype, F&& f) {
   if (dtype == kInt32) return f(TypeTag<int32_t>{});
   return f(TypeTag<int64_t>{});
-}
-
-// a + b in an accumulation type: bool adds as `or`, integers wrap modulo 2^n (as PyTorch's
-// do, without C++'s undefined signed overflow).
-template <class A>
-A add(A a, A b) {
-  if constexpr (std::is_same_v<A, bool>) {
-    return a || b;
-  } else if constexpr (std::is_integral_v<A>) {
-    using U = std::make_unsigned_t<A>;
-    return A(U(a) + U(b));
-  } else {
-    return a + b;
-  }
-}
-
-// A 0-d tensor as the 1-D tensor of size 1 it stands for in gather, scatter_add, index_select
-// and index_add (PyTorch's ensure_nonempty_dim).
-Tensor at_least_1d(const Tensor& t) { return t.dim() == 0 ? t.unsqueeze(0) : t; }
-
-void check_tensor(const Tensor& t, const char* op, const char* what) {
-  HG_CHECK(t.defined(), "{}: expected a defined {}, got an undefined tensor", op, what);
-  HG_CHECK(t.is_cpu(), "{}: expected {} on cpu, got a tensor on {}", op, what, t.device());
-}
-
-void check_same_dtype(const Tensor& t, DType expected, const char* op, const char* what,
-                      const char* like) {
-  HG_CHECK(t.dtype() == expected,
-           "{}: expected {} of dtype {} (that of {}), got {}; the op layer promotes before "
-           "calling this kernel",
-           op, what, expected, like, t.dtype());
-}
-
-void check_index_dtype(const Tensor& index, const char* op, bool int32_allowed) {
-  const bool ok = index.dtype() == kInt64 || (int32_allowed && index.dtype() == kInt32);
-  HG_CHECK(ok, "{}: expected an index of dtype {}, got {}", op,
-           int32_allowed ? "int64 or int32" : "int64", index.dtype());
 }
 
 // Throws on the first value of index (in row-major order) outside [0, size), or outside
@@ -133,20 +80,6 @@ void check_index_values(const Tensor& index, int64_t size, int64_t dim, const ch
   });
   HG_CHECK(!found, "{}: index {} is out of range for dim {} of size {}{}", op, offending, dim, size,
            offending < 0 && !negative_wraps ? " (negative indices are not allowed)" : "");
-}
-
-// The broadcast shape of a and b, or an error that names the op and both operands.
-Shape broadcast_for(const char* op, const Shape& a, const std::string& a_name, const Shape& b,
-                    const std::string& b_name) {
-  for (size_t i = 0; i < std::max(a.size(), b.size()); ++i) {  // i counts from the last dim
-    const int64_t sa = i < a.size() ? a[a.size() - 1 - i] : 1;
-    const int64_t sb = i < b.size() ? b[b.size() - 1 - i] : 1;
-    HG_CHECK(sa == sb || sa == 1 || sb == 1,
-             "{}: {} of shape {} and {} of shape {} cannot be broadcast together: at dim {} "
-             "(counting from the end) sizes {} and {} differ and neither is 1",
-             op, a_name, a, b_name, b, -int64_t(i) - 1, sa, sb);
-  }
-  return broadcast_shapes(a, b);
 }
 
 // dst = src elementwise (same dtype and shape, any strides; dst is freshly allocated).
@@ -241,7 +174,7 @@ void apply_row_groups(const Tensor& out, int64_t O, int64_t S, int64_t R, const 
     for (int64_t r = begin; r < end; ++r) {
       const char* src = source_row(o, groups.rows[r]) + first * source_step;
       for (int64_t k = 0; k < length; ++k) {
-        sums[k] = add(sums[k], cast_value<Acc>(load<T>(src + k * source_step)));
+        sums[k] = kernel::add_wrapping(sums[k], cast_value<Acc>(load<T>(src + k * source_step)));
       }
     }
     for (int64_t k = 0; k < length; ++k) {
@@ -261,50 +194,12 @@ void apply_row_groups(const Tensor& out, int64_t O, int64_t S, int64_t R, const 
 // ---- cat, stack ---------------------------------------------------------------------------------
 
 Tensor cat(std::span<const Tensor> tensors, int64_t dim) {
-  HG_CHECK(!tensors.empty(), "cat: expected a non-empty list of tensors, got an empty one");
-  for (size_t i = 0; i < tensors.size(); ++i) check_tensor(tensors[i], "cat", "tensor");
-  const DType dtype = tensors[0].dtype();
-  for (size_t i = 1; i < tensors.size(); ++i) {
-    HG_CHECK(tensors[i].dtype() == dtype,
-             "cat: expected every tensor to have dtype {} (that of tensor 0), got {} for tensor "
-             "{}; the op layer promotes before calling this kernel",
-             dtype, tensors[i].dtype(), i);
-  }
-  // PyTorch's legacy rule: 1-D tensors of shape [0] take no part in the shape checks.
-  const auto skipped = [](const Tensor& t) { return t.dim() == 1 && t.size(0) == 0; };
-  int64_t first = -1;
-  for (size_t i = 0; i < tensors.size(); ++i) {
-    HG_CHECK(tensors[i].dim() > 0,
-             "cat: tensor {} is 0-d; expected tensors with at least 1 dim (unsqueeze 0-d tensors "
-             "first)",
-             i);
-    if (first < 0 && !skipped(tensors[i])) first = int64_t(i);
-  }
-  if (first < 0) return empty({0}, dtype);
-
-  const Shape& ref = tensors[first].sizes();
-  const int64_t d = wrap_dim(dim, int64_t(ref.size()), "cat");
-  Shape out_sizes = ref;
-  out_sizes[d] = 0;
-  for (size_t i = 0; i < tensors.size(); ++i) {
-    const Tensor& t = tensors[i];
-    if (skipped(t)) continue;
-    HG_CHECK(t.dim() == int64_t(ref.size()),
-             "cat: expected tensors of {} dims (like tensor {}, shape {}), got {} dims for tensor "
-             "{} (shape {})",
-             ref.size(), first, ref, t.dim(), i, t.sizes());
-    for (int64_t k = 0; k < t.dim(); ++k) {
-      HG_CHECK(k == d || t.size(k) == ref[k],
-               "cat: expected size {} at dim {} (like tensor {}, shape {}), got size {} for tensor "
-               "{} (shape {}); sizes must match except at the cat dim {}",
-               ref[k], k, first, ref, t.size(k), i, t.sizes(), d);
-    }
-    out_sizes[d] += t.size(d);
-  }
-  Tensor out = empty(out_sizes, dtype);
+  const index_checks::CatShape shape = index_checks::check_cat(tensors, dim, kCPU);
+  Tensor out = empty(shape.sizes, shape.dtype);
+  const int64_t d = shape.dim;
   int64_t offset = 0;
   for (const Tensor& t : tensors) {
-    if (skipped(t)) continue;
+    if (index_checks::cat_skips(t)) continue;
     if (t.numel() > 0) copy_elements(out.narrow(d, offset, t.size(d)), t);
     offset += t.size(d);
   }
@@ -312,23 +207,8 @@ Tensor cat(std::span<const Tensor> tensors, int64_t dim) {
 }
 
 Tensor stack(std::span<const Tensor> tensors, int64_t dim) {
-  HG_CHECK(!tensors.empty(), "stack: expected a non-empty list of tensors, got an empty one");
-  for (size_t i = 0; i < tensors.size(); ++i) check_tensor(tensors[i], "stack", "tensor");
-  const Tensor& ref = tensors[0];
-  for (size_t i = 1; i < tensors.size(); ++i) {
-    HG_CHECK(tensors[i].dtype() == ref.dtype(),
-             "stack: expected every tensor to have dtype {} (that of tensor 0), got {} for tensor "
-             "{}; the op layer promotes before calling this kernel",
-             ref.dtype(), tensors[i].dtype(), i);
-    HG_CHECK(tensors[i].sizes() == ref.sizes(),
-             "stack: expected every tensor to have shape {} (that of tensor 0), got {} for tensor "
-             "{}",
-             ref.sizes(), tensors[i].sizes(), i);
-  }
-  const int64_t d = wrap_dim(dim, ref.dim() + 1, "stack");
-  Shape out_sizes = ref.sizes();
-  out_sizes.insert(size_t(d), int64_t(tensors.size()));
-  Tensor out = empty(out_sizes, ref.dtype());
+  const auto [d, out_sizes] = index_checks::check_stack(tensors, dim, kCPU);
+  Tensor out = empty(out_sizes, tensors[0].dtype());
   if (out.numel() == 0) return out;
   for (size_t i = 0; i < tensors.size(); ++i) copy_elements(out.select(d, int64_t(i)), tensors[i]);
   return out;
@@ -337,21 +217,8 @@ Tensor stack(std::span<const Tensor> tensors, int64_t dim) {
 // ---- gather, scatter_add ------------------------------------------------------------------------
 
 Tensor gather(const Tensor& x, int64_t dim, const Tensor& index) {
-  check_tensor(x, "gather", "input");
-  check_tensor(index, "gather", "index");
-  check_index_dtype(index, "gather", /*int32_allowed=*/false);
+  const int64_t d = index_checks::check_gather(x, dim, index, kCPU);
   const Tensor x1 = at_least_1d(x), index1 = at_least_1d(index);
-  const int64_t d = wrap_dim(dim, x1.dim(), "gather");
-  HG_CHECK(index1.dim() == x1.dim(),
-           "gather: expected an index with as many dims as the input ({}), got {} (input shape {}, "
-           "index shape {})",
-           x1.dim(), index1.dim(), x.sizes(), index.sizes());
-  for (int64_t k = 0; k < x1.dim(); ++k) {
-    HG_CHECK(k == d || index1.size(k) <= x1.size(k),
-             "gather: expected index.size({}) <= input.size({}) = {} (every dim but dim {}), got "
-             "{} (input shape {}, index shape {})",
-             k, k, x1.size(k), d, index1.size(k), x.sizes(), index.sizes());
-  }
   check_index_values(index1, x1.size(d), d, "gather", /*negative_wraps=*/false);
 
   Tensor out = empty(index.sizes(), x.dtype());
@@ -383,7 +250,8 @@ void scatter_add_columns(const Tensor& out, int64_t dim, const Tensor& index, co
       const auto add_one = [&](int64_t p, int64_t k) {
         const int64_t j = load<int64_t>(ptrs[1] + p * step[1] + k * index_step);
         char* const dst = ptrs[0] + p * step[0] + j * out_step;
-        store<T>(dst, add(load<T>(dst), load<T>(ptrs[2] + p * step[2] + k * src_step)));
+        store<T>(dst,
+                 kernel::add_wrapping(load<T>(dst), load<T>(ptrs[2] + p * step[2] + k * src_step)));
       };
       if (std::abs(index_step) < std::abs(step[1])) {  // dim is the innermost: walk along it
         for (int64_t p = 0; p < n; ++p) {
@@ -411,7 +279,8 @@ void scatter_add_columns(const Tensor& out, int64_t dim, const Tensor& index, co
         const auto add_one = [&](int64_t p, int64_t k) {
           const int64_t j = load<int64_t>(where + p * step[1] + k * index_step);
           Acc& sum = sums[j * width + p];
-          sum = add(sum, cast_value<Acc>(load<T>(values + p * step[2] + k * src_step)));
+          sum = kernel::add_wrapping(sum,
+                                     cast_value<Acc>(load<T>(values + p * step[2] + k * src_step)));
         };
         if (std::abs(index_step) < std::abs(step[1])) {
           for (int64_t p = 0; p < width; ++p) {
@@ -467,31 +336,8 @@ void scatter_add_parallel(const Tensor& out, int64_t dim, const Tensor& index, c
 }  // namespace
 
 Tensor scatter_add(const Tensor& self, int64_t dim, const Tensor& index, const Tensor& src) {
-  check_tensor(self, "scatter_add", "self");
-  check_tensor(index, "scatter_add", "index");
-  check_tensor(src, "scatter_add", "src");
-  check_index_dtype(index, "scatter_add", /*int32_allowed=*/false);
-  check_same_dtype(src, self.dtype(), "scatter_add", "src", "self");
+  const int64_t d = index_checks::check_scatter_add(self, dim, index, src, kCPU);
   const Tensor self1 = at_least_1d(self), index1 = at_least_1d(index), src1 = at_least_1d(src);
-  const int64_t d = wrap_dim(dim, self1.dim(), "scatter_add");
-  HG_CHECK(index1.dim() == self1.dim(),
-           "scatter_add: expected an index with as many dims as self ({}), got {} (self shape {}, "
-           "index shape {})",
-           self1.dim(), index1.dim(), self.sizes(), index.sizes());
-  HG_CHECK(src1.dim() == self1.dim(),
-           "scatter_add: expected src with as many dims as self ({}), got {} (self shape {}, src "
-           "shape {})",
-           self1.dim(), src1.dim(), self.sizes(), src.sizes());
-  for (int64_t k = 0; k < self1.dim(); ++k) {
-    HG_CHECK(index1.size(k) <= src1.size(k),
-             "scatter_add: expected index.size({}) <= src.size({}) = {}, got {} (index shape {}, "
-             "src shape {})",
-             k, k, src1.size(k), index1.size(k), index.sizes(), src.sizes());
-    HG_CHECK(k == d || index1.size(k) <= self1.size(k),
-             "scatter_add: expected index.size({}) <= self.size({}) = {} (every dim but dim {}), "
-             "got {} (self shape {}, index shape {})",
-             k, k, self1.size(k), d, index1.size(k), self.sizes(), index.sizes());
-  }
   check_index_values(index1, self1.size(d), d, "scatter_add", /*negative_wraps=*/false);
 
   Tensor out = self.clone();
@@ -505,31 +351,12 @@ Tensor scatter_add(const Tensor& self, int64_t dim, const Tensor& index, const T
 
 // ---- index_select, index_add --------------------------------------------------------------------
 
-namespace {
-
-// The checks index_select and index_add share: a 1-D or 0-d integer index.
-void check_index_vector(const Tensor& index, const char* op) {
-  check_tensor(index, op, "index");
-  check_index_dtype(index, op, /*int32_allowed=*/true);
-  HG_CHECK(index.dim() <= 1, "{}: expected a 1-D or 0-d index, got a {}-D index of shape {}", op,
-           index.dim(), index.sizes());
-}
-
-}  // namespace
-
 Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index) {
-  check_tensor(x, "index_select", "input");
-  check_index_vector(index, "index_select");
+  const auto [d, out_sizes] = index_checks::check_index_select(x, dim, index, kCPU);
   const Tensor x1 = at_least_1d(x);
-  const int64_t d = wrap_dim(dim, x1.dim(), "index_select");
   const int64_t N = index.numel();
-  HG_CHECK(x.dim() > 0 || N == 1,
-           "index_select: a 0-d input takes exactly one index, got {} (index shape {})", N,
-           index.sizes());
   check_index_values(index, x1.size(d), d, "index_select", /*negative_wraps=*/false);
 
-  Shape out_sizes = x.sizes();
-  if (x.dim() > 0) out_sizes[d] = N;
   Tensor out = empty(out_sizes, x.dtype());
   if (out.numel() == 0) return out;
   const Tensor out1 = at_least_1d(out);
@@ -562,25 +389,9 @@ Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index) {
 }
 
 Tensor index_add(const Tensor& self, int64_t dim, const Tensor& index, const Tensor& source) {
-  check_tensor(self, "index_add", "self");
-  check_tensor(source, "index_add", "source");
-  check_index_vector(index, "index_add");
-  check_same_dtype(source, self.dtype(), "index_add", "source", "self");
-  const Tensor self1 = at_least_1d(self), source1 = at_least_1d(source);
-  const int64_t d = wrap_dim(dim, self1.dim(), "index_add");
+  const int64_t d = index_checks::check_index_add(self, dim, index, source, kCPU);
+  const Tensor self1 = at_least_1d(self);
   const int64_t N = index.numel();
-  HG_CHECK(source1.dim() == self1.dim(),
-           "index_add: expected source with as many dims as self ({}), got {} (self shape {}, "
-           "source shape {})",
-           self1.dim(), source1.dim(), self.sizes(), source.sizes());
-  for (int64_t k = 0; k < self1.dim(); ++k) {
-    const int64_t expected = k == d ? N : self1.size(k);
-    HG_CHECK(source1.size(k) == expected,
-             "index_add: expected source.size({}) == {} ({}), got {} (self shape {}, source shape "
-             "{}, {} indices)",
-             k, expected, k == d ? "the number of indices" : "self's size there", source1.size(k),
-             self.sizes(), source.sizes(), N);
-  }
   check_index_values(index, self1.size(d), d, "index_add", /*negative_wraps=*/false);
 
   Tensor out = self.clone();
@@ -620,33 +431,8 @@ Tensor index_add(const Tensor& self, int64_t dim, const Tensor& index, const Ten
 
 Tensor index_put(const Tensor& self, std::span<const Tensor> indices, const Tensor& values,
                  bool accumulate) {
-  check_tensor(self, "index_put", "self");
-  check_tensor(values, "index_put", "values");
-  check_same_dtype(values, self.dtype(), "index_put", "values", "self");
+  const auto [B, indexed] = index_checks::check_index_put(self, indices, values, kCPU);
   const int64_t K = int64_t(indices.size());
-  HG_CHECK(K >= 1 && K <= self.dim(),
-           "index_put: expected between 1 and self.dim() = {} index tensors (self shape {}), got "
-           "{}",
-           self.dim(), self.sizes(), K);
-  Shape B;
-  for (int64_t i = 0; i < K; ++i) {
-    const Tensor& index = indices[i];
-    check_tensor(index, "index_put", "index");
-    HG_CHECK(index.dtype() != kBool,
-             "index_put: index {} is a bool mask; expected int64 or int32 indices (turn masks "
-             "into indices with nonzero first)",
-             i);
-    check_index_dtype(index, "index_put", /*int32_allowed=*/true);
-    B = i == 0 ? index.sizes()
-               : broadcast_for("index_put", B, fmt::format("indices 0..{}", i - 1), index.sizes(),
-                               fmt::format("index {}", i));
-  }
-  Shape indexed = B;
-  for (int64_t k = K; k < self.dim(); ++k) indexed.push_back(self.size(k));
-  HG_CHECK(broadcasts_to(values.sizes(), indexed),
-           "index_put: values of shape {} cannot be broadcast to the indexed shape {} (indices of "
-           "shape {}, then self's sizes after dim {})",
-           values.sizes(), indexed, B, K - 1);
   for (int64_t i = 0; i < K; ++i) {
     check_index_values(indices[i], self.size(i), i, "index_put", /*negative_wraps=*/true);
   }
@@ -715,24 +501,13 @@ Tensor index_put(const Tensor& self, std::span<const Tensor> indices, const Tens
 // ---- one_hot ------------------------------------------------------------------------------------
 
 Tensor one_hot(const Tensor& x, int64_t num_classes) {
-  check_tensor(x, "one_hot", "input");
-  HG_CHECK(x.dtype() == kInt64, "one_hot: expected an int64 tensor of class indices, got {}",
-           x.dtype());
-  HG_CHECK(num_classes >= -1,
-           "one_hot: expected num_classes >= 0, or -1 to infer it, got num_classes = {}",
-           num_classes);
+  index_checks::check_one_hot(x, num_classes, kCPU);
   const std::vector<int64_t> classes = x.to_vector<int64_t>();
-  if (num_classes == -1) {
-    HG_CHECK(!classes.empty(),
-             "one_hot: cannot infer num_classes from an empty tensor (shape {}); pass it",
-             x.sizes());
-    num_classes = *std::max_element(classes.begin(), classes.end()) + 1;
-  }
+  if (num_classes == -1) num_classes = *std::max_element(classes.begin(), classes.end()) + 1;
   for (int64_t c : classes) {
-    HG_CHECK(c >= 0 && c < num_classes,
-             "one_hot: class index {} is out of range for the new last dim {} of size "
-             "num_classes = {}",
-             c, x.dim(), num_classes);
+    if (c < 0 || c >= num_classes) [[unlikely]] {
+      index_checks::one_hot_class_error(c, x.dim(), num_classes);
+    }
   }
   Shape out_sizes = x.sizes();
   out_sizes.push_back(num_classes);
@@ -746,12 +521,9 @@ Tensor one_hot(const Tensor& x, int64_t num_classes) {
 // ---- masked_fill, where -------------------------------------------------------------------------
 
 Tensor masked_fill(const Tensor& x, const Tensor& mask, Scalar value) {
-  check_tensor(x, "masked_fill", "input");
-  check_tensor(mask, "masked_fill", "mask");
-  HG_CHECK(mask.dtype() == kBool, "masked_fill: expected a mask of dtype bool, got {}",
-           mask.dtype());
-  const Shape shape =
-      broadcast_for("masked_fill", x.sizes(), "the input", mask.sizes(), "the mask");
+  index_checks::check_tensor(x, "masked_fill", "input", kCPU);
+  index_checks::check_tensor(mask, "masked_fill", "mask", kCPU);
+  const Shape shape = index_checks::masked_fill_shape(x, mask);
   Tensor out = empty(shape, x.dtype());
   if (out.numel() == 0) return out;
   visit_dtype(x.dtype(), [&](auto tag) {
@@ -780,14 +552,10 @@ Tensor masked_fill(const Tensor& x, const Tensor& mask, Scalar value) {
 }
 
 Tensor where(const Tensor& condition, const Tensor& a, const Tensor& b) {
-  check_tensor(condition, "where", "condition");
-  check_tensor(a, "where", "a");
-  check_tensor(b, "where", "b");
-  HG_CHECK(condition.dtype() == kBool, "where: expected a condition of dtype bool, got {}",
-           condition.dtype());
-  check_same_dtype(b, a.dtype(), "where", "b", "a");
-  const Shape ab = broadcast_for("where", a.sizes(), "a", b.sizes(), "b");
-  const Shape shape = broadcast_for("where", condition.sizes(), "the condition", ab, "a and b");
+  index_checks::check_tensor(condition, "where", "condition", kCPU);
+  index_checks::check_tensor(a, "where", "a", kCPU);
+  index_checks::check_tensor(b, "where", "b", kCPU);
+  const Shape shape = index_checks::where_shape(condition, a, b);
   Tensor out = empty(shape, a.dtype());
   if (out.numel() == 0) return out;
   const Tensor c_spread = condition.expand(shape), a_spread = a.expand(shape),

@@ -17,12 +17,12 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
-#include <string>
 #include <vector>
 
 #include "halfgrad/core/cast.h"
 #include "halfgrad/core/factory.h"
 #include "halfgrad/core/format.h"
+#include "halfgrad/core/kernel_checks.h"
 #include "halfgrad/core/strided_loop.h"
 
 namespace hg::cpu {
@@ -43,9 +43,10 @@ T store(A value) {
   return cast_value<T>(value);
 }
 
-// The dtype the kernels accumulate in, and in which norms save their statistics.
-DType acc_dtype(DType dtype) { return dtype == kFloat64 ? kFloat64 : kFloat32; }
-
+// Checks and shapes shared with the CUDA kernels (core/kernel_checks.h).
+using kernel::acc_dtype;
+using kernel::check_shape;
+using kernel::product;
 
 // Calls f(TypeTag<A>{}) for an accumulation dtype: float32 or float64.
 template <class F>
@@ -53,29 +54,9 @@ auto dispatch_acc(DType acc, F&& f) {
   return acc == kFloat64 ? f(TypeTag<double>{}) : f(TypeTag<float>{});
 }
 
+// Defined, on the CPU, floating.
 void check_input(const char* op, const char* what, const Tensor& t) {
-  HG_CHECK(t.defined(), "{}: expected a tensor for {}, got an undefined tensor", op, what);
-  HG_CHECK(t.is_cpu(), "{}: expected {} on the CPU, got a tensor on {}", op, what, t.device());
-  HG_CHECK(t.is_floating_point(),
-           "{}: expected {} of a floating dtype (float32, float16, bfloat16 or float64), got {}",
-           op, what, t.dtype());
-}
-
-void check_shape(const char* op, const char* what, const Tensor& t, const Shape& expected) {
-  HG_CHECK(t.sizes() == expected, "{}: expected {} of shape {}, got shape {}", op, what, expected,
-           t.sizes());
-}
-
-void check_same_dtype(const char* op, const char* what, const Tensor& t, DType expected) {
-  HG_CHECK(t.dtype() == expected, "{}: expected {} of dtype {} (the input's), got {}", op, what,
-           expected, t.dtype());
-}
-
-// An optional per-channel (or per-feature) parameter: present, floating, of the given shape.
-void check_optional_param(const char* op, const char* what, const Tensor& t, const Shape& shape) {
-  if (!t.defined()) return;
-  check_input(op, what, t);
-  check_shape(op, what, t, shape);
+  kernel::check_input(op, what, t, kCPU);
 }
 
 // t as a contiguous tensor of dtype (no copy when it already is one).
@@ -85,12 +66,6 @@ Tensor contiguous_as(const Tensor& t, DType dtype) { return t.to(dtype).contiguo
 template <class A>
 std::vector<A> values_or(const Tensor& t, int64_t n, A fill) {
   return t.defined() ? t.to_vector<A>() : std::vector<A>(size_t(n), fill);
-}
-
-int64_t product(const Shape& sizes, size_t begin, size_t end) {
-  int64_t n = 1;
-  for (size_t d = begin; d < end; ++d) n *= sizes[d];
-  return n;
 }
 
 // Runs f(i) for i in [0, count), on OpenMP threads when count * work_per_item (elements
@@ -158,18 +133,8 @@ A inverse_std(A var, double eps) {
 // ---- softmax ------------------------------------------------------------------------------
 
 // x viewed as [outer, D, inner] around the softmax dim.
-struct DimSplit {
-  int64_t outer;
-  int64_t size;
-  int64_t inner;
-};
-
-DimSplit split_at(const Tensor& x, int64_t dim, const char* op) {
-  const int64_t d = wrap_dim(dim, x.dim(), op);
-  if (x.dim() == 0) return {1, 1, 1};
-  const Shape& s = x.sizes();
-  return {product(s, 0, size_t(d)), s[size_t(d)], product(s, size_t(d) + 1, s.size())};
-}
+using kernel::DimSplit;
+using kernel::split_at;
 
 // The softmax dim has stride `inner`. A unit of work is one outer index and a slab of up to
 // kSlab neighbouring inner positions, so each pass over D reads kSlab contiguous values
@@ -256,12 +221,7 @@ Tensor softmax_forward(const Tensor& x, int64_t dim, const char* op) {
 
 template <bool kLog>
 Tensor softmax_backward_impl(const Tensor& dy, const Tensor& y, int64_t dim, const char* op) {
-  check_input(op, "grad_output", dy);
-  check_input(op, "output", y);
-  check_shape(op, "grad_output (the output's shape)", dy, y.sizes());
-  HG_CHECK(dy.dtype() == y.dtype(),
-           "{}: expected grad_output of the output's dtype {}, got grad_output of dtype {}", op,
-           y.dtype(), dy.dtype());
+  kernel::check_softmax_backward(op, dy, y, kCPU);
   const DimSplit split = split_at(y, dim, op);
   const Tensor dyc = dy.contiguous(), yc = y.contiguous();
   Tensor dx = empty(y.sizes(), y.dtype());
@@ -298,34 +258,11 @@ Tensor log_softmax_backward(const Tensor& dy, const Tensor& y, int64_t dim) {
 
 namespace {
 
-struct LayerNormGeometry {
-  int64_t rows;
-  int64_t M;
-};
-
-LayerNormGeometry layer_norm_geometry(const char* op, const Tensor& x,
-                                      const Shape& normalized_shape) {
-  check_input(op, "input", x);
-  const size_t k = normalized_shape.size();
-  HG_CHECK(k > 0, "{}: expected a non-empty normalized_shape, got []", op);
-  bool trailing_match = size_t(x.dim()) >= k;
-  for (size_t i = 0; trailing_match && i < k; ++i) {
-    trailing_match = x.sizes()[size_t(x.dim()) - k + i] == normalized_shape[i];
-  }
-  HG_CHECK(trailing_match,
-           "{}: expected an input whose trailing dims are normalized_shape {}, got input shape {}",
-           op, normalized_shape, x.sizes());
-  const size_t leading = size_t(x.dim()) - k;
-  return {product(x.sizes(), 0, leading), product(x.sizes(), leading, size_t(x.dim()))};
-}
-
 // Saved statistics: shape [count], any floating dtype (read in the accumulation type).
 template <class A>
-std::vector<A> saved_stat(const char* op, const char* what, const Tensor& t, const Shape& shape) {
-  check_input(op, what, t);
-  HG_CHECK(t.numel() == shape_numel(shape),
-           "{}: expected {} with {} elements (shape {}), got shape {}", op, what,
-           shape_numel(shape), shape, t.sizes());
+std::vector<A> saved_stat(const char* op, const char* what, const Tensor& t, const Shape& shape,
+                          const Tensor& x) {
+  kernel::check_saved_stat(op, what, t, shape, x);
   return t.to_vector<A>();
 }
 
@@ -334,10 +271,10 @@ std::vector<A> saved_stat(const char* op, const char* what, const Tensor& t, con
 NormForward layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight,
                        const Tensor& bias, double eps) {
   const char* op = "layer_norm";
-  const LayerNormGeometry ln = layer_norm_geometry(op, x, normalized_shape);
+  const kernel::LayerNormGeometry ln = kernel::layer_norm_geometry(op, x, normalized_shape, kCPU);
   const int64_t rows = ln.rows, M = ln.M;
-  check_optional_param(op, "weight (of normalized_shape)", weight, normalized_shape);
-  check_optional_param(op, "bias (of normalized_shape)", bias, normalized_shape);
+  kernel::check_optional_param(op, "weight (of normalized_shape)", weight, normalized_shape, x);
+  kernel::check_optional_param(op, "bias (of normalized_shape)", bias, normalized_shape, x);
   const DType acc = acc_dtype(x.dtype());
   NormForward result{empty(x.sizes(), x.dtype()), empty({rows}, acc), empty({rows}, acc)};
   const Tensor xc = x.contiguous();
@@ -367,12 +304,10 @@ NormBackward layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor
                                  const Tensor& rstd, const Shape& normalized_shape,
                                  const Tensor& weight, bool has_bias) {
   const char* op = "layer_norm_backward";
-  const LayerNormGeometry ln = layer_norm_geometry(op, x, normalized_shape);
+  const kernel::LayerNormGeometry ln = kernel::layer_norm_geometry(op, x, normalized_shape, kCPU);
   const int64_t rows = ln.rows, M = ln.M;
-  check_input(op, "grad_output", dy);
-  check_shape(op, "grad_output (the input's shape)", dy, x.sizes());
-  check_same_dtype(op, "grad_output", dy, x.dtype());
-  check_optional_param(op, "weight (of normalized_shape)", weight, normalized_shape);
+  kernel::check_grad_output(op, dy, x);
+  kernel::check_optional_param(op, "weight (of normalized_shape)", weight, normalized_shape, x);
   const DType acc = acc_dtype(x.dtype());
   const Tensor xc = x.contiguous(), dyc = dy.contiguous();
   NormBackward result{empty(x.sizes(), x.dtype()), Tensor(), Tensor()};
@@ -381,8 +316,8 @@ NormBackward layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor
   visit_floating_dtype(op, x.dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     using A = acc_t<T>;
-    const std::vector<A> mu = saved_stat<A>(op, "mean", mean, {rows});
-    const std::vector<A> rs = saved_stat<A>(op, "rstd", rstd, {rows});
+    const std::vector<A> mu = saved_stat<A>(op, "mean", mean, {rows}, x);
+    const std::vector<A> rs = saved_stat<A>(op, "rstd", rstd, {rows}, x);
     const std::vector<A> w = values_or<A>(weight, M, 1);
     const T* xp = xc.data_ptr<T>();
     const T* g = dyc.data_ptr<T>();
@@ -432,31 +367,12 @@ NormBackward layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor
 // x: [N, C, S]; group g of sample n is the contiguous block of Cg * S values starting at
 // (n C + g Cg) S, normalised as one layer_norm row with a per-channel weight.
 
-namespace {
-
-struct GroupNormGeometry {
-  int64_t N, C, S, G, Cg;
-};
-
-GroupNormGeometry group_norm_geometry(const char* op, const Tensor& x, int64_t num_groups) {
-  check_input(op, "input", x);
-  HG_CHECK(x.dim() >= 2, "{}: expected an input [N, C, *] of at least 2 dims, got {}-D (shape {})",
-           op, x.dim(), x.sizes());
-  const int64_t C = x.size(1);
-  HG_CHECK(num_groups > 0 && C % num_groups == 0,
-           "{}: expected num_groups to divide the channels C={}, got num_groups={}", op, C,
-           num_groups);
-  return {x.size(0), C, product(x.sizes(), 2, size_t(x.dim())), num_groups, C / num_groups};
-}
-
-}  // namespace
-
 NormForward group_norm(const Tensor& x, int64_t num_groups, const Tensor& weight,
                        const Tensor& bias, double eps) {
   const char* op = "group_norm";
-  const GroupNormGeometry gn = group_norm_geometry(op, x, num_groups);
-  check_optional_param(op, "weight ([C])", weight, {gn.C});
-  check_optional_param(op, "bias ([C])", bias, {gn.C});
+  const kernel::GroupNormGeometry gn = kernel::group_norm_geometry(op, x, num_groups, kCPU);
+  kernel::check_optional_param(op, "weight ([C])", weight, {gn.C}, x);
+  kernel::check_optional_param(op, "bias ([C])", bias, {gn.C}, x);
   const DType acc = acc_dtype(x.dtype());
   NormForward result{empty(x.sizes(), x.dtype()), empty({gn.N, gn.G}, acc),
                      empty({gn.N, gn.G}, acc)};
@@ -495,11 +411,9 @@ NormBackward group_norm_backward(const Tensor& dy, const Tensor& x, const Tensor
                                  const Tensor& rstd, int64_t num_groups, const Tensor& weight,
                                  bool has_bias) {
   const char* op = "group_norm_backward";
-  const GroupNormGeometry gn = group_norm_geometry(op, x, num_groups);
-  check_input(op, "grad_output", dy);
-  check_shape(op, "grad_output (the input's shape)", dy, x.sizes());
-  check_same_dtype(op, "grad_output", dy, x.dtype());
-  check_optional_param(op, "weight ([C])", weight, {gn.C});
+  const kernel::GroupNormGeometry gn = kernel::group_norm_geometry(op, x, num_groups, kCPU);
+  kernel::check_grad_output(op, dy, x);
+  kernel::check_optional_param(op, "weight ([C])", weight, {gn.C}, x);
   const DType acc = acc_dtype(x.dtype());
   const Tensor xc = x.contiguous(), dyc = dy.contiguous();
   NormBackward result{empty(x.sizes(), x.dtype()), Tensor(), Tensor()};
@@ -508,8 +422,8 @@ NormBackward group_norm_backward(const Tensor& dy, const Tensor& x, const Tensor
   visit_floating_dtype(op, x.dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     using A = acc_t<T>;
-    const std::vector<A> mu = saved_stat<A>(op, "mean", mean, {gn.N, gn.G});
-    const std::vector<A> rs = saved_stat<A>(op, "rstd", rstd, {gn.N, gn.G});
+    const std::vector<A> mu = saved_stat<A>(op, "mean", mean, {gn.N, gn.G}, x);
+    const std::vector<A> rs = saved_stat<A>(op, "rstd", rstd, {gn.N, gn.G}, x);
     const std::vector<A> w = values_or<A>(weight, gn.C, 1);
     const T* xp = xc.data_ptr<T>();
     const T* g = dyc.data_ptr<T>();
@@ -566,45 +480,13 @@ NormBackward group_norm_backward(const Tensor& dy, const Tensor& x, const Tensor
 //
 // x: [N, C, S]; channel c is N runs of S values, C S apart. Channels run on threads.
 
-namespace {
-
-struct BatchNormGeometry {
-  int64_t N, C, S;
-};
-
-BatchNormGeometry batch_norm_geometry(const char* op, const Tensor& x) {
-  check_input(op, "input", x);
-  HG_CHECK(x.dim() >= 2, "{}: expected an input [N, C, *] of at least 2 dims, got {}-D (shape {})",
-           op, x.dim(), x.sizes());
-  return {x.size(0), x.size(1), product(x.sizes(), 2, size_t(x.dim()))};
-}
-
-}  // namespace
-
 NormForward batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& running_var,
                        const Tensor& weight, const Tensor& bias, bool training, double momentum,
                        double eps) {
   const char* op = "batch_norm";
-  const BatchNormGeometry bn = batch_norm_geometry(op, x);
-  check_optional_param(op, "weight ([C])", weight, {bn.C});
-  check_optional_param(op, "bias ([C])", bias, {bn.C});
-  check_optional_param(op, "running_mean ([C])", running_mean, {bn.C});
-  check_optional_param(op, "running_var ([C])", running_var, {bn.C});
-  HG_CHECK(running_mean.defined() == running_var.defined(),
-           "{}: expected running_mean and running_var both given or both absent, got {} and {}", op,
-           running_mean.defined() ? "running_mean" : "no running_mean",
-           running_var.defined() ? "running_var" : "no running_var");
+  const kernel::BatchNormGeometry bn = kernel::batch_norm_geometry(op, x, kCPU);
+  kernel::check_batch_norm(op, x, bn, running_mean, running_var, weight, bias, training);
   const int64_t count = bn.N * bn.S;
-  if (training) {
-    HG_CHECK(count > 1,
-             "{}: expected more than 1 value per channel when training, got input shape {}", op,
-             x.sizes());
-  } else {
-    HG_CHECK(running_mean.defined(),
-             "{}: expected running_mean and running_var in eval mode (training=false), got "
-             "neither",
-             op);
-  }
   const DType acc = acc_dtype(x.dtype());
   NormForward result{empty(x.sizes(), x.dtype()), empty({bn.C}, acc), empty({bn.C}, acc)};
   const Tensor xc = x.contiguous();
@@ -665,11 +547,9 @@ NormBackward batch_norm_backward(const Tensor& dy, const Tensor& x, const Tensor
                                  const Tensor& rstd, const Tensor& weight, bool has_bias,
                                  bool training) {
   const char* op = "batch_norm_backward";
-  const BatchNormGeometry bn = batch_norm_geometry(op, x);
-  check_input(op, "grad_output", dy);
-  check_shape(op, "grad_output (the input's shape)", dy, x.sizes());
-  check_same_dtype(op, "grad_output", dy, x.dtype());
-  check_optional_param(op, "weight ([C])", weight, {bn.C});
+  const kernel::BatchNormGeometry bn = kernel::batch_norm_geometry(op, x, kCPU);
+  kernel::check_grad_output(op, dy, x);
+  kernel::check_optional_param(op, "weight ([C])", weight, {bn.C}, x);
   const DType acc = acc_dtype(x.dtype());
   const int64_t count = bn.N * bn.S;
   const Tensor xc = x.contiguous(), dyc = dy.contiguous();
@@ -678,8 +558,8 @@ NormBackward batch_norm_backward(const Tensor& dy, const Tensor& x, const Tensor
   visit_floating_dtype(op, x.dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     using A = acc_t<T>;
-    const std::vector<A> mu = saved_stat<A>(op, "mean", mean, {bn.C});
-    const std::vector<A> rs = saved_stat<A>(op, "rstd", rstd, {bn.C});
+    const std::vector<A> mu = saved_stat<A>(op, "mean", mean, {bn.C}, x);
+    const std::vector<A> rs = saved_stat<A>(op, "rstd", rstd, {bn.C}, x);
     const std::vector<A> w = values_or<A>(weight, bn.C, 1);
     const T* xp = xc.data_ptr<T>();
     const T* g = dyc.data_ptr<T>();
@@ -736,57 +616,14 @@ NormBackward batch_norm_backward(const Tensor& dy, const Tensor& x, const Tensor
 
 namespace {
 
-struct ConvGeometry {
-  int64_t N, C, H, W, O, kH, kW, Hout, Wout;
-  int64_t sH, sW, pH, pW, dH, dW;
-  int64_t groups, Cg, Og;
-  int64_t K() const { return Cg * kH * kW; }
-  int64_t L() const { return Hout * Wout; }
-};
+using kernel::ConvGeometry;
 
-ConvGeometry conv_geometry(const char* op, const Tensor& x, const Tensor& weight,
-                           const Conv2dParams& p) {
+// x and weight on the CPU, then the shared checks and shapes.
+ConvGeometry cpu_conv_geometry(const char* op, const Tensor& x, const Tensor& weight,
+                               const Conv2dParams& p) {
   check_input(op, "input", x);
   check_input(op, "weight", weight);
-  HG_CHECK(x.dim() == 4, "{}: expected a 4-D input [N, C, H, W], got {}-D (shape {})", op, x.dim(),
-           x.sizes());
-  HG_CHECK(weight.dim() == 4,
-           "{}: expected a 4-D weight [O, C/groups, kH, kW], got {}-D (shape {})", op, weight.dim(),
-           weight.sizes());
-  check_same_dtype(op, "weight", weight, x.dtype());
-  HG_CHECK(p.stride[0] > 0 && p.stride[1] > 0, "{}: expected strides > 0, got stride ({}, {})", op,
-           p.stride[0], p.stride[1]);
-  HG_CHECK(p.dilation[0] > 0 && p.dilation[1] > 0,
-           "{}: expected dilations > 0, got dilation ({}, {})", op, p.dilation[0], p.dilation[1]);
-  HG_CHECK(p.padding[0] >= 0 && p.padding[1] >= 0,
-           "{}: expected paddings >= 0, got padding ({}, {})", op, p.padding[0], p.padding[1]);
-  HG_CHECK(p.groups > 0, "{}: expected groups > 0, got groups={}", op, p.groups);
-  ConvGeometry g{};
-  g.N = x.size(0), g.C = x.size(1), g.H = x.size(2), g.W = x.size(3);
-  g.O = weight.size(0), g.kH = weight.size(2), g.kW = weight.size(3);
-  g.sH = p.stride[0], g.sW = p.stride[1], g.pH = p.padding[0], g.pW = p.padding[1];
-  g.dH = p.dilation[0], g.dW = p.dilation[1], g.groups = p.groups;
-  HG_CHECK(g.C % g.groups == 0,
-           "{}: expected groups to divide the input channels C={}, got groups={}", op, g.C,
-           g.groups);
-  HG_CHECK(g.O % g.groups == 0,
-           "{}: expected groups to divide the output channels O={} (weight shape {}), got "
-           "groups={}",
-           op, g.O, weight.sizes(), g.groups);
-  g.Cg = g.C / g.groups, g.Og = g.O / g.groups;
-  HG_CHECK(weight.size(1) == g.Cg,
-           "{}: expected weight [O, C/groups={}, kH, kW] for an input of C={} channels and "
-           "groups={}, got weight shape {}",
-           op, g.Cg, g.C, g.groups, weight.sizes());
-  const int64_t span_h = g.dH * (g.kH - 1) + 1, span_w = g.dW * (g.kW - 1) + 1;
-  const int64_t padded_h = g.H + 2 * g.pH, padded_w = g.W + 2 * g.pW;
-  HG_CHECK(g.kH > 0 && g.kW > 0 && span_h <= padded_h && span_w <= padded_w,
-           "{}: expected a kernel no larger than the padded input {}x{}, got a kernel spanning "
-           "{}x{} (kernel {}x{}, dilation {}x{})",
-           op, padded_h, padded_w, span_h, span_w, g.kH, g.kW, g.dH, g.dW);
-  g.Hout = (padded_h - span_h) / g.sH + 1;
-  g.Wout = (padded_w - span_w) / g.sW + 1;
-  return g;
+  return kernel::conv_geometry(op, x, weight, p);
 }
 
 // NOTE [conv2d's matrix product] Every matrix product of conv2d and its backward goes
@@ -932,10 +769,10 @@ void conv2d_weight_grad_kernel(const A* dy, const A* x, A* dw, const ConvGeometr
 
 Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const Conv2dParams& p) {
   const char* op = "conv2d";
-  const ConvGeometry g = conv_geometry(op, x, weight, p);
+  const ConvGeometry g = cpu_conv_geometry(op, x, weight, p);
   if (bias.defined()) {
-    check_optional_param(op, "bias ([O])", bias, {g.O});
-    check_same_dtype(op, "bias", bias, x.dtype());
+    check_input(op, "bias ([O])", bias);
+    kernel::check_conv_bias(op, bias, g, x.dtype());
   }
   const DType acc = acc_dtype(x.dtype());
   const Tensor xa = contiguous_as(x, acc), wa = contiguous_as(weight, acc);
@@ -952,10 +789,9 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const C
 Conv2dBackward conv2d_backward(const Tensor& dy, const Tensor& x, const Tensor& weight,
                                bool has_bias, const Conv2dParams& p, std::array<bool, 3> needed) {
   const char* op = "conv2d_backward";
-  const ConvGeometry g = conv_geometry(op, x, weight, p);
+  const ConvGeometry g = cpu_conv_geometry(op, x, weight, p);
   check_input(op, "grad_output", dy);
-  check_shape(op, "grad_output [N, O, Hout, Wout]", dy, {g.N, g.O, g.Hout, g.Wout});
-  check_same_dtype(op, "grad_output", dy, x.dtype());
+  kernel::check_conv_grad_output(op, dy, g, x.dtype());
   const DType acc = acc_dtype(x.dtype());
   const Tensor dya = contiguous_as(dy, acc);
   Conv2dBackward result;
@@ -1001,43 +837,8 @@ Conv2dBackward conv2d_backward(const Tensor& dy, const Tensor& x, const Tensor& 
 
 namespace {
 
-struct PoolGeometry {
-  int64_t planes, H, W, Hout, Wout, kH, kW, sH, sW, pH, pW;
-  Shape out_shape;
-};
-
-PoolGeometry pool_geometry(const char* op, const Shape& input_shape, const Pool2dParams& p) {
-  const int64_t dims = int64_t(input_shape.size());
-  HG_CHECK(dims == 3 || dims == 4,
-           "{}: expected a 3-D [C, H, W] or 4-D [N, C, H, W] input, got {}-D (shape {})", op, dims,
-           input_shape);
-  HG_CHECK(p.kernel[0] > 0 && p.kernel[1] > 0, "{}: expected a kernel > 0, got kernel {}x{}", op,
-           p.kernel[0], p.kernel[1]);
-  HG_CHECK(p.stride[0] >= 0 && p.stride[1] >= 0,
-           "{}: expected a stride > 0 (or 0 for stride = kernel), got stride {}x{}", op,
-           p.stride[0], p.stride[1]);
-  HG_CHECK(p.padding[0] >= 0 && p.padding[1] >= 0 && 2 * p.padding[0] <= p.kernel[0] &&
-               2 * p.padding[1] <= p.kernel[1],
-           "{}: expected a padding between 0 and half the kernel {}x{}, got padding {}x{}", op,
-           p.kernel[0], p.kernel[1], p.padding[0], p.padding[1]);
-  PoolGeometry g;
-  g.H = input_shape[size_t(dims - 2)], g.W = input_shape[size_t(dims - 1)];
-  g.planes = product(input_shape, 0, size_t(dims - 2));
-  g.kH = p.kernel[0], g.kW = p.kernel[1];
-  g.sH = p.stride[0] == 0 ? g.kH : p.stride[0];
-  g.sW = p.stride[1] == 0 ? g.kW : p.stride[1];
-  g.pH = p.padding[0], g.pW = p.padding[1];
-  const int64_t padded_h = g.H + 2 * g.pH, padded_w = g.W + 2 * g.pW;
-  HG_CHECK(g.kH <= padded_h && g.kW <= padded_w,
-           "{}: expected a kernel no larger than the padded input {}x{}, got kernel {}x{}", op,
-           padded_h, padded_w, g.kH, g.kW);
-  g.Hout = (padded_h - g.kH) / g.sH + 1;
-  g.Wout = (padded_w - g.kW) / g.sW + 1;
-  g.out_shape = input_shape;
-  g.out_shape[size_t(dims - 2)] = g.Hout;
-  g.out_shape[size_t(dims - 1)] = g.Wout;
-  return g;
-}
+using kernel::pool_geometry;
+using kernel::PoolGeometry;
 
 // The window of one output position: input rows [h0, h1) and columns [w0, w1), and how many
 // positions it covers once the padding counts (for count_include_pad).
@@ -1100,21 +901,8 @@ MaxPoolForward max_pool2d(const Tensor& x, const Pool2dParams& p) {
 Tensor max_pool2d_backward(const Tensor& dy, const Tensor& indices, const Shape& input_shape) {
   const char* op = "max_pool2d_backward";
   check_input(op, "grad_output", dy);
+  kernel::check_max_pool2d_backward(op, dy, indices, input_shape);
   const int64_t dims = int64_t(input_shape.size());
-  HG_CHECK(dims == 3 || dims == 4,
-           "{}: expected a 3-D [C, H, W] or 4-D [N, C, H, W] input_shape, got {}-D ({})", op, dims,
-           input_shape);
-  HG_CHECK(dy.dim() == dims, "{}: expected a {}-D grad_output for input_shape {}, got shape {}", op,
-           dims, input_shape, dy.sizes());
-  for (int64_t d = 0; d + 2 < dims; ++d) {
-    HG_CHECK(dy.size(d) == input_shape[size_t(d)],
-             "{}: expected grad_output's leading dims to match input_shape {}, got shape {}", op,
-             input_shape, dy.sizes());
-  }
-  HG_CHECK(indices.defined() && indices.dtype() == kInt64,
-           "{}: expected int64 indices (from max_pool2d), got {}", op,
-           indices.defined() ? std::string(dtype_name(indices.dtype())) : "an undefined tensor");
-  check_shape(op, "indices (grad_output's shape)", indices, dy.sizes());
   const int64_t H = input_shape[size_t(dims - 2)], W = input_shape[size_t(dims - 1)];
   const int64_t planes = product(input_shape, 0, size_t(dims - 2));
   const int64_t per_plane = dy.size(-2) * dy.size(-1);
@@ -1208,21 +996,8 @@ Tensor embedding_backward(const Tensor& dy, const Tensor& indices, int64_t num_e
                           int64_t padding_idx) {
   const char* op = "embedding_backward";
   check_input(op, "grad_output", dy);
-  HG_CHECK(indices.defined() && (indices.dtype() == kInt64 || indices.dtype() == kInt32),
-           "{}: expected int64 or int32 indices, got {}", op,
-           indices.defined() ? std::string(dtype_name(indices.dtype())) : "an undefined tensor");
-  HG_CHECK(num_embeddings >= 0, "{}: expected num_embeddings >= 0, got {}", op, num_embeddings);
-  HG_CHECK(padding_idx >= -1 && padding_idx < num_embeddings,
-           "{}: expected padding_idx in [-1, {}) (-1 for none), got {}", op, num_embeddings,
-           padding_idx);
-  bool shapes_match = dy.dim() == indices.dim() + 1;
-  for (int64_t d = 0; shapes_match && d < indices.dim(); ++d) {
-    shapes_match = dy.size(d) == indices.size(d);
-  }
-  HG_CHECK(shapes_match,
-           "{}: expected grad_output of shape [*indices' shape, D] for indices of shape {}, got "
-           "shape {}",
-           op, indices.sizes(), dy.sizes());
+  kernel::check_embedding_indices(op, indices);
+  kernel::check_embedding_sizes(op, dy, indices, num_embeddings, padding_idx);
   const int64_t D = dy.dim() > 0 ? dy.size(-1) : 1;
   const std::vector<int64_t> rows = indices.to_vector<int64_t>();
   for (size_t t = 0; t < rows.size(); ++t) {
@@ -1257,8 +1032,7 @@ Tensor embedding_backward(const Tensor& dy, const Tensor& indices, int64_t num_e
 
 DropoutForward dropout(const Tensor& x, double p, Generator& gen) {
   const char* op = "dropout";
-  check_input(op, "input", x);
-  HG_CHECK(p >= 0.0 && p <= 1.0, "{}: expected a probability p in [0, 1], got p={}", op, p);
+  kernel::check_dropout(op, x, p, kCPU);
   if (p == 0.0) return {x.clone(), ones(x.sizes(), x.dtype())};
   if (p == 1.0) return {zeros(x.sizes(), x.dtype()), zeros(x.sizes(), x.dtype())};
   const int64_t n = x.numel();

@@ -23,6 +23,7 @@
 #include <array>
 #include <cstdint>
 
+#include "halfgrad/core/kernel_checks.h"
 #include "halfgrad/core/random.h"
 #include "halfgrad/core/shape.h"
 #include "halfgrad/core/tensor.h"
@@ -93,12 +94,9 @@ NormBackward batch_norm_backward(const Tensor& dy, const Tensor& x, const Tensor
 
 // ---- conv2d -------------------------------------------------------------------------------
 
-struct Conv2dParams {
-  std::array<int64_t, 2> stride{1, 1};
-  std::array<int64_t, 2> padding{0, 0};
-  std::array<int64_t, 2> dilation{1, 1};
-  int64_t groups = 1;
-};
+// stride (default 1), padding (0) and dilation (1), each {H, W}, and groups (1); shared with
+// the CUDA kernels (core/kernel_checks.h).
+using kernel::Conv2dParams;
 
 // x: [N, C, H, W], weight: [O, C / groups, kH, kW], bias (optional): [O], all of one dtype.
 // Returns [N, O, Hout, Wout], Hout = (H + 2 padding - dilation (kH - 1) - 1) / stride + 1.
@@ -118,13 +116,10 @@ Conv2dBackward conv2d_backward(const Tensor& dy, const Tensor& x, const Tensor& 
 
 // kernel > 0; stride {0, 0} means stride = kernel (the torch default); padding at most half
 // the kernel, as torch requires. Windows that reach into the padding see -inf (max) or zeros
-// (avg). ceil_mode is false: Hout = (H + 2 padding - kernel) / stride + 1.
-struct Pool2dParams {
-  std::array<int64_t, 2> kernel{0, 0};
-  std::array<int64_t, 2> stride{0, 0};
-  std::array<int64_t, 2> padding{0, 0};
-  bool count_include_pad = true;  // avg_pool2d: divide by kH * kW, padding included
-};
+// (avg). ceil_mode is false: Hout = (H + 2 padding - kernel) / stride + 1. kernel, stride and
+// padding are {H, W}; count_include_pad (avg_pool2d): divide by kH * kW, padding included.
+// Shared with the CUDA kernels (core/kernel_checks.h).
+using kernel::Pool2dParams;
 
 // x: [N, C, H, W] or [C, H, W]. indices: int64, the flat offset h * W + w of each maximum
 // within its (H, W) plane, as torch returns them. A NaN in a window wins it.

@@ -39,6 +39,7 @@
 #include "halfgrad/core/convert.h"
 #include "halfgrad/core/factory.h"
 #include "halfgrad/core/format.h"
+#include "halfgrad/core/kernel_checks.h"
 #include "halfgrad/core/strided_loop.h"
 
 namespace hg::cpu {
@@ -633,53 +634,11 @@ void check_cpu(const Tensor& x, const char* op) {
   HG_CHECK(x.is_cpu(), "{}: expected a CPU tensor, got one on {}", op, x.device());
 }
 
-void check_floating_input(const Tensor& x, const char* op) {
-  HG_CHECK(x.is_floating_point(),
-           "{}: expected a floating input (float32, float16, bfloat16 or float64), got {}", op,
-           x.dtype());
-}
-
-// A floating accumulator rounds to a floating dtype only (NaN and fractions have no integer).
-void check_out_dtype(const Tensor& x, DType out_dtype, const char* op) {
-  HG_CHECK(!x.is_floating_point() || is_floating_point(out_dtype),
-           "{}: expected a floating out_dtype for {} input, got {}", op, x.dtype(), out_dtype);
-}
-
-// Which dims of x `dims` reduces (every dim when dims is empty).
-std::vector<bool> reduced_dims(const Tensor& x, const Shape& dims, const char* op) {
-  const int64_t ndim = x.dim();
-  std::vector<bool> reduced(size_t(ndim), dims.empty());
-  std::vector<bool> seen(size_t(std::max<int64_t>(ndim, 1)), false);
-  for (int64_t dim : dims) {
-    const int64_t d = wrap_dim(dim, ndim, op);
-    HG_CHECK(!seen[d], "{}: expected distinct dims, got dim {} more than once in {}", op, d, dims);
-    seen[d] = true;
-    if (ndim > 0) reduced[d] = true;
-  }
-  return reduced;
-}
-
-Shape reduced_shape(const Tensor& x, const std::vector<bool>& reduced, bool keepdim) {
-  Shape out;
-  for (int64_t d = 0; d < x.dim(); ++d) {
-    if (!reduced[d]) {
-      out.push_back(x.sizes()[d]);
-    } else if (keepdim) {
-      out.push_back(1);
-    }
-  }
-  return out;
-}
-
-// For reductions without an identity: throws when a reduced dim is empty.
-void check_nonempty(const Tensor& x, const std::vector<bool>& reduced, const char* op) {
-  for (int64_t d = 0; d < x.dim(); ++d) {
-    HG_CHECK(!reduced[d] || x.sizes()[d] > 0,
-             "{}: expected non-empty reduced dims (the reduction has no identity), got dim {} "
-             "of size 0 in an input of shape {}",
-             op, d, x.sizes());
-  }
-}
+// The checks and shapes shared with the CUDA reductions (core/kernel_checks.h).
+using kernel::check_nonempty;
+using kernel::check_out_dtype;
+using kernel::reduced_dims;
+using kernel::reduced_shape;
 
 // Runs a fold over x into a new contiguous tensor of x's value dtype and shape out_shape.
 template <class T, class Fold>
@@ -746,30 +705,6 @@ ValuesIndices arg_reduce(const Tensor& x, int64_t dim, bool keepdim, const char*
   });
   return {values.to(x.dtype()), indices};
 }
-
-}  // namespace
-
-const char* reduction_name(Reduction op) {
-  switch (op) {
-    case Reduction::Sum:
-      return "sum";
-    case Reduction::Prod:
-      return "prod";
-    case Reduction::Mean:
-      return "mean";
-    case Reduction::Amax:
-      return "amax";
-    case Reduction::Amin:
-      return "amin";
-    case Reduction::LogSumExp:
-      return "logsumexp";
-    case Reduction::Norm:
-      return "norm";
-  }
-  return "reduce";
-}
-
-namespace {
 
 // NOTE [Column sums] The sum over dim 0 of a small contiguous float32 matrix (a linear
 // layer's bias gradient) without the plan: for at most kPiece elements the outer walk folds
@@ -843,17 +778,7 @@ Tensor reduce(Reduction op, const Tensor& x, const Shape& dims, bool keepdim, DT
       x.numel() <= kPiece) {
     return column_sums(x, keepdim);  // (dims {0} of a matrix: nothing to check)
   }
-  const std::vector<bool> reduced = reduced_dims(x, dims, name);
-  if (op == Reduction::Mean || op == Reduction::LogSumExp || op == Reduction::Norm) {
-    check_floating_input(x, name);
-  }
-  check_out_dtype(x, out_dtype, name);
-  if (op == Reduction::Norm) {
-    HG_CHECK(p >= 0.0, "norm: expected p > 0, p = 0 or p = inf, got p = {}", p);
-  }
-  if (op == Reduction::Amax || op == Reduction::Amin || (op == Reduction::Norm && std::isinf(p))) {
-    check_nonempty(x, reduced, op == Reduction::Norm ? "norm (p = inf)" : name);
-  }
+  const std::vector<bool> reduced = kernel::check_reduce(op, x, dims, out_dtype, p);
   if (op == Reduction::Sum && x.dtype() == kFloat32 && is_floating_point(out_dtype) &&
       x.is_contiguous() && x.numel() > 0 && x.numel() <= kPiece &&
       std::find(reduced.begin(), reduced.end(), false) == reduced.end()) {
@@ -885,10 +810,7 @@ Tensor argmax(const Tensor& x, std::optional<int64_t> dim, bool keepdim) {
 
 Tensor var(const Tensor& x, const Shape& dims, int64_t correction, bool keepdim, DType out_dtype) {
   check_cpu(x, "var");
-  const std::vector<bool> reduced = reduced_dims(x, dims, "var");
-  check_floating_input(x, "var");
-  check_out_dtype(x, out_dtype, "var");
-  HG_CHECK(correction >= 0, "var: expected correction >= 0, got {}", correction);
+  const std::vector<bool> reduced = kernel::check_var(x, dims, correction, out_dtype);
   const ReducePlan plan = make_plan(x, reduced);
   const Shape out_shape = reduced_shape(x, reduced, keepdim);
   const Tensor out = visit_dtype(x.dtype(), [&](auto tag) {
@@ -966,15 +888,7 @@ Tensor cumsum(const Tensor& x, int64_t dim, DType out_dtype) {
 
 Tensor sum_to(const Tensor& x, const Shape& target) {
   check_cpu(x, "sum_to");
-  HG_CHECK(broadcasts_to(target, x.sizes()),
-           "sum_to: expected a target shape that broadcasts to the input's shape {}, got {}",
-           x.sizes(), target);
-  const int64_t leading = x.dim() - int64_t(target.size());
-  Shape dims;
-  for (int64_t d = 0; d < leading; ++d) dims.push_back(d);
-  for (int64_t i = 0; i < int64_t(target.size()); ++i) {
-    if (target[i] == 1 && x.sizes()[leading + i] != 1) dims.push_back(leading + i);
-  }
+  const Shape dims = kernel::sum_to_dims(x, target);
   if (dims.empty()) return x.clone();  // same shape: a new contiguous copy
   return reduce(Reduction::Sum, x, dims, /*keepdim=*/false, x.dtype()).view(target);
 }

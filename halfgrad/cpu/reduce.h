@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <optional>
 
+#include "halfgrad/core/kernel_checks.h"
 #include "halfgrad/core/kernel_kinds.h"
 #include "halfgrad/core/tensor.h"
 
@@ -21,8 +22,9 @@ namespace hg::cpu {
 
 using kernel::Reduction;  // core/kernel_kinds.h
 
-// "sum", "prod", "mean", "amax", "amin", "logsumexp", "norm": the name errors use.
-const char* reduction_name(Reduction op);
+// "sum", "prod", "mean", "amax", "amin", "logsumexp", "norm": the name errors use (shared
+// with the CUDA reductions, core/kernel_checks.h).
+using kernel::reduction_name;
 
 // Reduces x over `dims` (empty: every dim; negative dims count from the end; a dim given
 // twice is an error). keepdim keeps each reduced dim with size 1.

@@ -44,6 +44,7 @@
 
 #include "halfgrad/core/factory.h"
 #include "halfgrad/core/format.h"
+#include "halfgrad/core/kernel_checks.h"
 #include "halfgrad/core/settings.h"
 #include "halfgrad/cuda/conv_launch.h"
 #include "halfgrad/cuda/host.h"
@@ -79,84 +80,29 @@ constexpr int kMaxDevices = 64;
 constexpr size_t kMaxWorkspaceBytes = size_t(1) << 30;
 constexpr int64_t kMaxCudnnElements = std::numeric_limits<int32_t>::max();
 
-// ---- checks and geometry, as the CPU's ---------------------------------------------------
+// ---- checks and geometry, the CPU's -------------------------------------------------------
 
 // t is defined and floating; when `read` (the kernel reads its memory), also on `device`.
 // The op layer passes stand-ins for tensors whose shape alone matters (conv2d_backward's x
 // when dweight is not needed, its weight when dx is not): CPU tensors of stride 0, never read.
 void check_input(const char* op, const char* what, const Tensor& t, bool read, Device device) {
-  HG_CHECK(t.defined(), "{}: expected a tensor for {}, got an undefined tensor", op, what);
+  kernel::check_defined(op, what, t);
   if (read) {
-    HG_CHECK(t.is_cuda(), "{}: expected {} on a CUDA device, got a tensor on {}", op, what,
-             t.device());
-    HG_CHECK(t.device() == device, "{}: expected {} on {} (the input's device), got a tensor on {}",
-             op, what, device, t.device());
+    kernel::check_device_type(op, what, t, kCUDA);
+    kernel::check_same_device(op, what, t, device, "the input's");
   }
-  HG_CHECK(t.is_floating_point(),
-           "{}: expected {} of a floating dtype (float32, float16, bfloat16 or float64), got {}",
-           op, what, t.dtype());
+  kernel::check_floating(op, what, t);
 }
 
-void check_shape(const char* op, const char* what, const Tensor& t, const Shape& expected) {
-  HG_CHECK(t.sizes() == expected, "{}: expected {} of shape {}, got shape {}", op, what, expected,
-           t.sizes());
-}
+using kernel::ConvGeometry;
 
-void check_same_dtype(const char* op, const char* what, const Tensor& t, DType expected) {
-  HG_CHECK(t.dtype() == expected, "{}: expected {} of dtype {} (the input's), got {}", op, what,
-           expected, t.dtype());
-}
-
-struct ConvGeometry {
-  int64_t N, C, H, W, O, kH, kW, Hout, Wout;
-  int64_t sH, sW, pH, pW, dH, dW;
-  int64_t groups, Cg, Og;
-};
-
-// The CPU's conv_geometry, with the device checks for the tensors the kernel reads.
-ConvGeometry conv_geometry(const char* op, const Tensor& x, bool read_x, const Tensor& weight,
-                           bool read_weight, const cpu::Conv2dParams& p, Device device) {
+// The CPU's checks and geometry (core/kernel_checks.h), with the device checks for the tensors
+// the kernel reads.
+ConvGeometry cuda_conv_geometry(const char* op, const Tensor& x, bool read_x, const Tensor& weight,
+                                bool read_weight, const cpu::Conv2dParams& p, Device device) {
   check_input(op, "input", x, read_x, device);
   check_input(op, "weight", weight, read_weight, device);
-  HG_CHECK(x.dim() == 4, "{}: expected a 4-D input [N, C, H, W], got {}-D (shape {})", op, x.dim(),
-           x.sizes());
-  HG_CHECK(weight.dim() == 4,
-           "{}: expected a 4-D weight [O, C/groups, kH, kW], got {}-D (shape {})", op, weight.dim(),
-           weight.sizes());
-  check_same_dtype(op, "weight", weight, x.dtype());
-  HG_CHECK(p.stride[0] > 0 && p.stride[1] > 0, "{}: expected strides > 0, got stride ({}, {})", op,
-           p.stride[0], p.stride[1]);
-  HG_CHECK(p.dilation[0] > 0 && p.dilation[1] > 0,
-           "{}: expected dilations > 0, got dilation ({}, {})", op, p.dilation[0], p.dilation[1]);
-  HG_CHECK(p.padding[0] >= 0 && p.padding[1] >= 0,
-           "{}: expected paddings >= 0, got padding ({}, {})", op, p.padding[0], p.padding[1]);
-  HG_CHECK(p.groups > 0, "{}: expected groups > 0, got groups={}", op, p.groups);
-  ConvGeometry g{};
-  g.N = x.size(0), g.C = x.size(1), g.H = x.size(2), g.W = x.size(3);
-  g.O = weight.size(0), g.kH = weight.size(2), g.kW = weight.size(3);
-  g.sH = p.stride[0], g.sW = p.stride[1], g.pH = p.padding[0], g.pW = p.padding[1];
-  g.dH = p.dilation[0], g.dW = p.dilation[1], g.groups = p.groups;
-  HG_CHECK(g.C % g.groups == 0,
-           "{}: expected groups to divide the input channels C={}, got groups={}", op, g.C,
-           g.groups);
-  HG_CHECK(g.O % g.groups == 0,
-           "{}: expected groups to divide the output channels O={} (weight shape {}), got "
-           "groups={}",
-           op, g.O, weight.sizes(), g.groups);
-  g.Cg = g.C / g.groups, g.Og = g.O / g.groups;
-  HG_CHECK(weight.size(1) == g.Cg,
-           "{}: expected weight [O, C/groups={}, kH, kW] for an input of C={} channels and "
-           "groups={}, got weight shape {}",
-           op, g.Cg, g.C, g.groups, weight.sizes());
-  const int64_t span_h = g.dH * (g.kH - 1) + 1, span_w = g.dW * (g.kW - 1) + 1;
-  const int64_t padded_h = g.H + 2 * g.pH, padded_w = g.W + 2 * g.pW;
-  HG_CHECK(g.kH > 0 && g.kW > 0 && span_h <= padded_h && span_w <= padded_w,
-           "{}: expected a kernel no larger than the padded input {}x{}, got a kernel spanning "
-           "{}x{} (kernel {}x{}, dilation {}x{})",
-           op, padded_h, padded_w, span_h, span_w, g.kH, g.kW, g.dH, g.dW);
-  g.Hout = (padded_h - span_h) / g.sH + 1;
-  g.Wout = (padded_w - span_w) / g.sW + 1;
-  return g;
+  return kernel::conv_geometry(op, x, weight, p);
 }
 
 // The images per cuDNN call: as many as keep x and y under 2^31 elements (NOTE [cuDNN
@@ -509,13 +455,12 @@ void zero_fill(const Tensor& t, const char* op) {
 Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias,
               const cpu::Conv2dParams& p) {
   const char* op = "conv2d";
-  HG_CHECK(x.defined(), "{}: expected a tensor for input, got an undefined tensor", op);
+  kernel::check_defined(op, "input", x);
   const Device device = x.device();
-  const ConvGeometry g = conv_geometry(op, x, true, weight, true, p, device);
+  const ConvGeometry g = cuda_conv_geometry(op, x, true, weight, true, p, device);
   if (bias.defined()) {
     check_input(op, "bias ([O])", bias, true, device);
-    check_shape(op, "bias ([O])", bias, {g.O});
-    check_same_dtype(op, "bias", bias, x.dtype());
+    kernel::check_conv_bias(op, bias, g, x.dtype());
   }
   DeviceGuard guard(device.index);
   Tensor y = empty({g.N, g.O, g.Hout, g.Wout}, {.dtype = x.dtype(), .device = device});
@@ -540,13 +485,12 @@ cpu::Conv2dBackward conv2d_backward(const Tensor& dy, const Tensor& x, const Ten
                                     bool has_bias, const cpu::Conv2dParams& p,
                                     std::array<bool, 3> needed) {
   const char* op = "conv2d_backward";
-  HG_CHECK(dy.defined(), "{}: expected a tensor for grad_output, got an undefined tensor", op);
+  kernel::check_defined(op, "grad_output", dy);
   const Device device = dy.device();
   // dx reads the weight, dweight reads x: the other may be a shape-only stand-in.
-  const ConvGeometry g = conv_geometry(op, x, needed[1], weight, needed[0], p, device);
+  const ConvGeometry g = cuda_conv_geometry(op, x, needed[1], weight, needed[0], p, device);
   check_input(op, "grad_output", dy, true, device);
-  check_shape(op, "grad_output [N, O, Hout, Wout]", dy, {g.N, g.O, g.Hout, g.Wout});
-  check_same_dtype(op, "grad_output", dy, x.dtype());
+  kernel::check_conv_grad_output(op, dy, g, x.dtype());
   DeviceGuard guard(device.index);
   const TensorOptions options{.dtype = x.dtype(), .device = device};
   const Tensor dyc = dy.contiguous();

@@ -20,54 +20,20 @@ namespace hg::cuda::detail {
 
 // ---- dtypes ------------------------------------------------------------------------------
 
+// The device type of a host element type (core/dtype.h's cpp_type_t): CUDA's own 16-bit
+// floats for Half and BFloat16, the others as they are.
+template <class T>
+using device_type_t =
+    std::conditional_t<std::is_same_v<T, Half>, __half,
+                       std::conditional_t<std::is_same_v<T, BFloat16>, __nv_bfloat16, T>>;
 template <DType D>
-struct Storage;
-template <>
-struct Storage<DType::Float32> {
-  using type = float;
-};
-template <>
-struct Storage<DType::Float16> {
-  using type = __half;
-};
-template <>
-struct Storage<DType::BFloat16> {
-  using type = __nv_bfloat16;
-};
-template <>
-struct Storage<DType::Float64> {
-  using type = double;
-};
-template <>
-struct Storage<DType::Int64> {
-  using type = int64_t;
-};
-template <>
-struct Storage<DType::Int32> {
-  using type = int32_t;
-};
-template <>
-struct Storage<DType::Bool> {
-  using type = bool;
-};
-template <DType D>
-using storage_t = typename Storage<D>::type;
+using storage_t = device_type_t<cpp_type_t<D>>;
 
 // The type a value of storage type T computes in: float for the 16-bit floats.
 template <class T>
-struct Compute {
-  using type = T;
-};
-template <>
-struct Compute<__half> {
-  using type = float;
-};
-template <>
-struct Compute<__nv_bfloat16> {
-  using type = float;
-};
+inline constexpr bool kHalfStorage = std::is_same_v<T, __half> || std::is_same_v<T, __nv_bfloat16>;
 template <class T>
-using compute_t = typename Compute<T>::type;
+using compute_t = std::conditional_t<kHalfStorage<T>, float, T>;
 
 // Storage -> compute, and compute (or any arithmetic value) -> storage, rounding once.
 template <class To, class From>
@@ -107,40 +73,24 @@ template <class T>
 struct TypeTag {
   using type = T;
 };
+// The same among the dtypes Ds: the D equal to dtype, and the last of Ds for any other dtype.
+template <DType D, DType... Ds, class F>
+decltype(auto) visit_storage_among(DType dtype, F&& f) {
+  if constexpr (sizeof...(Ds) > 0) {
+    if (dtype != D) return visit_storage_among<Ds...>(dtype, f);
+  }
+  return f(TypeTag<storage_t<D>>{});
+}
 template <class F>
 decltype(auto) visit_storage(DType dtype, F&& f) {
-  switch (dtype) {
-    case DType::Float16:
-      return f(TypeTag<__half>{});
-    case DType::BFloat16:
-      return f(TypeTag<__nv_bfloat16>{});
-    case DType::Float64:
-      return f(TypeTag<double>{});
-    case DType::Int64:
-      return f(TypeTag<int64_t>{});
-    case DType::Int32:
-      return f(TypeTag<int32_t>{});
-    case DType::Bool:
-      return f(TypeTag<bool>{});
-    case DType::Float32:
-      break;
-  }
-  return f(TypeTag<float>{});
+  return visit_storage_among<DType::Float16, DType::BFloat16, DType::Float64, DType::Int64,
+                             DType::Int32, DType::Bool, DType::Float32>(dtype, f);
 }
 // The same for the floating dtypes only (callers have checked the dtype is floating).
 template <class F>
 decltype(auto) visit_floating_storage(DType dtype, F&& f) {
-  switch (dtype) {
-    case DType::Float16:
-      return f(TypeTag<__half>{});
-    case DType::BFloat16:
-      return f(TypeTag<__nv_bfloat16>{});
-    case DType::Float64:
-      return f(TypeTag<double>{});
-    default:
-      break;
-  }
-  return f(TypeTag<float>{});
+  return visit_storage_among<DType::Float16, DType::BFloat16, DType::Float64, DType::Float32>(dtype,
+                                                                                              f);
 }
 
 // ---- launch sizes ------------------------------------------------------------------------

@@ -1,5 +1,5 @@
 // Host side of the CUDA elementwise kernels (elementwise.h): the checks and errors of the CPU
-// kernels (cpu/elementwise.cpp, cpu/index.cpp, core/copy.cpp, core/random.cpp), the output,
+// kernels (cpu/elementwise.cpp, cpu/index_checks.h, core/copy.cpp, core/random.cpp), the output,
 // the operand description of NOTE [Elementwise iteration] (elementwise_launch.h), and one
 // launch on the current stream. Nothing here waits for the GPU or reads its memory.
 #include "halfgrad/cuda/elementwise.h"
@@ -10,13 +10,14 @@
 #include <cstring>
 #include <initializer_list>
 #include <limits>
-#include <string>
 #include <type_traits>
 
 #include "halfgrad/core/cast.h"
 #include "halfgrad/core/factory.h"
 #include "halfgrad/core/format.h"
+#include "halfgrad/core/kernel_common.h"
 #include "halfgrad/core/small_vector.h"
+#include "halfgrad/cpu/index_checks.h"
 #include "halfgrad/cuda/elementwise_launch.h"
 #include "halfgrad/cuda/host.h"
 #include "halfgrad/cuda/stream.h"
@@ -40,20 +41,6 @@ void check_on(const Tensor& t, Device device, const char* op, const char* what) 
   HG_CHECK(t.device() == device,
            "{}: expected {} on {}, the device of the other operands, got a tensor on {}", op, what,
            device, t.device());
-}
-
-// cpu/index.cpp's broadcast_for: the broadcast shape, or an error naming both operands.
-Shape broadcast_for(const char* op, const Shape& a, const std::string& a_name, const Shape& b,
-                    const std::string& b_name) {
-  for (size_t i = 0; i < std::max(a.size(), b.size()); ++i) {  // i counts from the last dim
-    const int64_t sa = i < a.size() ? a[a.size() - 1 - i] : 1;
-    const int64_t sb = i < b.size() ? b[b.size() - 1 - i] : 1;
-    HG_CHECK(sa == sb || sa == 1 || sb == 1,
-             "{}: {} of shape {} and {} of shape {} cannot be broadcast together: at dim {} "
-             "(counting from the end) sizes {} and {} differ and neither is 1",
-             op, a_name, a, b_name, b, -int64_t(i) - 1, sa, sb);
-  }
-  return broadcast_shapes(a, b);
 }
 
 // True when some element of t is reached through two indices (core/copy.cpp).
@@ -204,11 +191,6 @@ Tensor copy_of(const Tensor& t) {
   return out;
 }
 
-bool takes_integers(Unary op) {
-  return op == Unary::Neg || op == Unary::Abs || op == Unary::Sign || op == Unary::Relu ||
-         op == Unary::Square;
-}
-
 // ---- random fills ------------------------------------------------------------------------
 
 // The neighbours of a finite value in T's own value set (core/random.cpp).
@@ -278,7 +260,7 @@ Tensor unary(Unary op, const Tensor& x) {
   detail::check_cuda_tensor(x, "elementwise", "the input");
   const DType dtype = x.dtype();
   HG_CHECK(dtype != kBool, "elementwise: bool tensors are not supported here");
-  HG_CHECK(is_floating_point(dtype) || takes_integers(op),
+  HG_CHECK(is_floating_point(dtype) || kernel::unary_takes_integers(op),
            "elementwise: expected a floating tensor, got {}", dtype);
   DeviceGuard guard(x.device().index);
   Tensor out = empty(x.sizes(), {.dtype = dtype, .device = x.device()});
@@ -372,9 +354,9 @@ Tensor clamp(const Tensor& x, std::optional<double> low, std::optional<double> h
 
 namespace {
 
-template <bool kDivide>
-Tensor addc(const Tensor& self, const Tensor& t1, const Tensor& t2, double value, DType dtype) {
-  const char* const op = kDivide ? "addcdiv" : "addcmul";
+Tensor addc(bool divide, const Tensor& self, const Tensor& t1, const Tensor& t2, double value,
+            DType dtype) {
+  const char* const op = divide ? "addcdiv" : "addcmul";
   detail::check_cuda_tensor(self, op, "self");
   check_on(t1, self.device(), op, "tensor1");
   check_on(t2, self.device(), op, "tensor2");
@@ -385,23 +367,18 @@ Tensor addc(const Tensor& self, const Tensor& t1, const Tensor& t2, double value
   if (out.numel() == 0) return out;
   const Tensor a = as_dtype(self, dtype), b = as_dtype(t1, dtype), c = as_dtype(t2, dtype);
   const ElementwiseArgs args = make_elementwise_args(shape, {&out, &a, &b, &c}, op);
-  const cudaStream_t stream = current_stream();
-  if constexpr (kDivide) {
-    HG_CUDA_CHECK(detail::launch_addcdiv(dtype, value, args, stream), "addcdiv");
-  } else {
-    HG_CUDA_CHECK(detail::launch_addcmul(dtype, value, args, stream), "addcmul");
-  }
+  HG_CUDA_CHECK(detail::launch_addc(divide, dtype, value, args, current_stream()), op);
   return out;
 }
 
 }  // namespace
 
 Tensor addcmul(const Tensor& self, const Tensor& t1, const Tensor& t2, double value, DType dtype) {
-  return addc<false>(self, t1, t2, value, dtype);
+  return addc(/*divide=*/false, self, t1, t2, value, dtype);
 }
 
 Tensor addcdiv(const Tensor& self, const Tensor& t1, const Tensor& t2, double value, DType dtype) {
-  return addc<true>(self, t1, t2, value, dtype);
+  return addc(/*divide=*/true, self, t1, t2, value, dtype);
 }
 
 // ---- where, masked_fill ------------------------------------------------------------------
@@ -410,14 +387,7 @@ Tensor where(const Tensor& condition, const Tensor& a, const Tensor& b) {
   detail::check_cuda_tensor(a, "where", "a");
   check_on(condition, a.device(), "where", "condition");
   check_on(b, a.device(), "where", "b");
-  HG_CHECK(condition.dtype() == kBool, "where: expected a condition of dtype bool, got {}",
-           condition.dtype());
-  HG_CHECK(b.dtype() == a.dtype(),
-           "{}: expected {} of dtype {} (that of {}), got {}; the op layer promotes before "
-           "calling this kernel",
-           "where", "b", a.dtype(), "a", b.dtype());
-  const Shape ab = broadcast_for("where", a.sizes(), "a", b.sizes(), "b");
-  const Shape shape = broadcast_for("where", condition.sizes(), "the condition", ab, "a and b");
+  const Shape shape = cpu::index_checks::where_shape(condition, a, b);
   DeviceGuard guard(a.device().index);
   Tensor out = empty(shape, {.dtype = a.dtype(), .device = a.device()});
   if (out.numel() == 0) return out;
@@ -429,10 +399,7 @@ Tensor where(const Tensor& condition, const Tensor& a, const Tensor& b) {
 Tensor masked_fill(const Tensor& x, const Tensor& mask, Scalar value) {
   detail::check_cuda_tensor(x, "masked_fill", "input");
   check_on(mask, x.device(), "masked_fill", "mask");
-  HG_CHECK(mask.dtype() == kBool, "masked_fill: expected a mask of dtype bool, got {}",
-           mask.dtype());
-  const Shape shape =
-      broadcast_for("masked_fill", x.sizes(), "the input", mask.sizes(), "the mask");
+  const Shape shape = cpu::index_checks::masked_fill_shape(x, mask);
   DeviceGuard guard(x.device().index);
   Tensor out = empty(shape, {.dtype = x.dtype(), .device = x.device()});
   if (out.numel() == 0) return out;

@@ -20,6 +20,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "halfgrad/core/kernel_common.h"
 #include "halfgrad/core/random.h"
 #include "halfgrad/cuda/device_utils.cuh"
 #include "halfgrad/cuda/elementwise_launch.h"
@@ -31,6 +32,7 @@ namespace {
 using kernel::Binary;
 using kernel::Compare;
 using kernel::Unary;
+using kernel::visit_bits;
 
 // ---- conversions -------------------------------------------------------------------------
 
@@ -81,38 +83,10 @@ __device__ __forceinline__ To cast(From value) {
   }
 }
 
-// ---- math in the compute type (float or double) ------------------------------------------
-
-__device__ __forceinline__ float exp_(float x) { return expf(x); }
-__device__ __forceinline__ double exp_(double x) { return ::exp(x); }
-__device__ __forceinline__ float log_(float x) { return logf(x); }
-__device__ __forceinline__ double log_(double x) { return ::log(x); }
-__device__ __forceinline__ float log1p_(float x) { return log1pf(x); }
-__device__ __forceinline__ double log1p_(double x) { return ::log1p(x); }
-__device__ __forceinline__ float sqrt_(float x) { return sqrtf(x); }
-__device__ __forceinline__ double sqrt_(double x) { return ::sqrt(x); }
-__device__ __forceinline__ float sin_(float x) { return sinf(x); }
-__device__ __forceinline__ double sin_(double x) { return ::sin(x); }
-__device__ __forceinline__ float cos_(float x) { return cosf(x); }
-__device__ __forceinline__ double cos_(double x) { return ::cos(x); }
-__device__ __forceinline__ float tanh_(float x) { return tanhf(x); }
-__device__ __forceinline__ double tanh_(double x) { return ::tanh(x); }
-__device__ __forceinline__ float erf_(float x) { return erff(x); }
-__device__ __forceinline__ double erf_(double x) { return ::erf(x); }
-__device__ __forceinline__ float erfc_(float x) { return erfcf(x); }
-__device__ __forceinline__ double erfc_(double x) { return ::erfc(x); }
-__device__ __forceinline__ float pow_(float x, float y) { return powf(x, y); }
-__device__ __forceinline__ double pow_(double x, double y) { return ::pow(x, y); }
-
 // ---- unary -------------------------------------------------------------------------------
 
-// The integer kinds (cpu/elementwise.h); integers wrap modulo 2^n instead of overflowing.
-template <Unary Op>
-inline constexpr bool unary_takes_integers_v =
-    Op == Unary::Neg || Op == Unary::Abs || Op == Unary::Sign || Op == Unary::Relu ||
-    Op == Unary::Square;
-
-// The formulas of cpu/elementwise.cpp's unary_fn, term for term.
+// kernel::unary_fn, but integers (the kinds kernel::unary_takes_integers allows) wrap modulo
+// 2^n instead of overflowing.
 template <Unary Op, class C>
 __device__ __forceinline__ C unary_math(C x) {
   if constexpr (std::is_integral_v<C>) {
@@ -121,72 +95,14 @@ __device__ __forceinline__ C unary_math(C x) {
       return C(W(0) - W(x));
     } else if constexpr (Op == Unary::Abs) {
       return x < C(0) ? C(W(0) - W(x)) : x;
-    } else if constexpr (Op == Unary::Sign) {
-      return C((C(0) < x) - (x < C(0)));
-    } else if constexpr (Op == Unary::Relu) {
-      return x <= C(0) ? C(0) : x;
-    } else {
-      static_assert(Op == Unary::Square);
+    } else if constexpr (Op == Unary::Square) {
       return C(W(x) * W(x));
+    } else {
+      static_assert(Op == Unary::Sign || Op == Unary::Relu);
+      return kernel::unary_fn<Op>(x);
     }
   } else {
-    constexpr double kSqrtHalf = 0.70710678118654752440;
-    constexpr double kInvSqrt2Pi = 0.39894228040143267794;
-    constexpr double kSqrt2OverPi = 0.79788456080286535588;
-    constexpr double kGeluCoef = 0.044715;
-    if constexpr (Op == Unary::Neg) {
-      return -x;
-    } else if constexpr (Op == Unary::Abs) {
-      return x < C(0) ? C(-x) : x;
-    } else if constexpr (Op == Unary::Sign) {
-      return C((C(0) < x) - (x < C(0)));
-    } else if constexpr (Op == Unary::Relu) {
-      return x <= C(0) ? C(0) : x;  // NaN stays NaN
-    } else if constexpr (Op == Unary::Square) {
-      return x * x;
-    } else if constexpr (Op == Unary::Exp) {
-      return exp_(x);
-    } else if constexpr (Op == Unary::Log) {
-      return log_(x);
-    } else if constexpr (Op == Unary::Log1p) {
-      return log1p_(x);
-    } else if constexpr (Op == Unary::Sqrt) {
-      return sqrt_(x);
-    } else if constexpr (Op == Unary::Rsqrt) {
-      return C(1) / sqrt_(x);
-    } else if constexpr (Op == Unary::Reciprocal) {
-      return C(1) / x;
-    } else if constexpr (Op == Unary::Sin) {
-      return sin_(x);
-    } else if constexpr (Op == Unary::Cos) {
-      return cos_(x);
-    } else if constexpr (Op == Unary::Tanh) {
-      return tanh_(x);
-    } else if constexpr (Op == Unary::Sigmoid) {
-      return C(1) / (C(1) + exp_(-x));
-    } else if constexpr (Op == Unary::Silu) {
-      return x / (C(1) + exp_(-x));
-    } else if constexpr (Op == Unary::Softplus) {  // beta 1, threshold 20
-      return x > C(20) ? x : log1p_(exp_(x));
-    } else if constexpr (Op == Unary::Erf) {
-      return erf_(x);
-    } else if constexpr (Op == Unary::Gelu) {
-      // x Phi(x) with Phi(x) = erfc(-x / sqrt 2) / 2 (no cancellation for negative x).
-      return C(0.5) * x * erfc_(-x * C(kSqrtHalf));
-    } else if constexpr (Op == Unary::GeluGrad) {
-      const C cdf = C(0.5) * erfc_(-x * C(kSqrtHalf));
-      return cdf + x * C(kInvSqrt2Pi) * exp_(C(-0.5) * x * x);
-    } else if constexpr (Op == Unary::GeluTanh) {
-      // 0.5 x (1 + tanh u) = x sigmoid(2u), which does not cancel for negative u.
-      const C inner = C(kSqrt2OverPi) * (x + C(kGeluCoef) * x * x * x);
-      return x / (C(1) + exp_(C(-2) * inner));
-    } else {
-      static_assert(Op == Unary::GeluTanhGrad);
-      const C inner = C(kSqrt2OverPi) * (x + C(kGeluCoef) * x * x * x);
-      const C t = tanh_(inner);
-      const C d_inner = C(kSqrt2OverPi) * (C(1) + C(3 * kGeluCoef) * x * x);
-      return C(0.5) * (C(1) + t) + C(0.5) * x * (C(1) - t * t) * d_inner;
-    }
+    return kernel::unary_fn<Op>(x);
   }
 }
 
@@ -199,7 +115,7 @@ struct UnaryFn {
 
 // ---- binary ------------------------------------------------------------------------------
 
-// Integer a^b for b >= 0 by squaring: modulo 2^n the same product as cpu/elementwise.cpp's
+// Integer a^b for b >= 0 by squaring: modulo 2^n the same product as kernel::binary_fn's
 // repeated multiplication, in O(log b) steps. b < 0 gives 1 for a == 1, else 0 (as the CPU).
 template <class C>
 __device__ __forceinline__ C integer_pow(C a, C b) {
@@ -213,9 +129,9 @@ __device__ __forceinline__ C integer_pow(C a, C b) {
   return C(result);
 }
 
-// The formulas of cpu/elementwise.cpp's binary_fn. Integers wrap modulo 2^n; an integer
-// division by zero gives 0 (the CPU kernel has no defined answer; the op layer divides
-// integers in floating point, so it does not reach here).
+// kernel::binary_fn, but integers wrap modulo 2^n; an integer division by zero gives 0 (the
+// CPU kernel has no defined answer; the op layer divides integers in floating point, so it
+// does not reach here).
 template <Binary Op, class C>
 __device__ __forceinline__ C binary_math(C a, C b, C alpha) {
   if constexpr (std::is_integral_v<C>) {
@@ -232,31 +148,12 @@ __device__ __forceinline__ C binary_math(C a, C b, C alpha) {
       return a / b;
     } else if constexpr (Op == Binary::Pow) {
       return integer_pow(a, b);
-    } else if constexpr (Op == Binary::Maximum) {
-      return a > b ? a : b;
     } else {
-      static_assert(Op == Binary::Minimum);
-      return a < b ? a : b;
+      static_assert(Op == Binary::Maximum || Op == Binary::Minimum);
+      return kernel::binary_fn<Op>(a, b, alpha);
     }
   } else {
-    if constexpr (Op == Binary::Add) {
-      return a + alpha * b;
-    } else if constexpr (Op == Binary::Sub) {
-      return a - alpha * b;
-    } else if constexpr (Op == Binary::Mul) {
-      return a * b;
-    } else if constexpr (Op == Binary::Div) {
-      return a / b;
-    } else if constexpr (Op == Binary::Pow) {
-      return pow_(a, b);
-    } else if constexpr (Op == Binary::Maximum) {
-      if (a != a || b != b) return a + b;  // NaN propagates
-      return a > b ? a : b;
-    } else {
-      static_assert(Op == Binary::Minimum);
-      if (a != a || b != b) return a + b;
-      return a < b ? a : b;
-    }
+    return kernel::binary_fn<Op>(a, b, alpha);
   }
 }
 
@@ -377,32 +274,17 @@ struct alignas(sizeof(T) * N) Vec {
 
 // The unsigned type of `kBytes` bytes that loads and stores a Vec in one instruction.
 template <int kBytes>
-struct RawOf;
-template <>
-struct RawOf<16> {
-  using type = uint4;
-};
-template <>
-struct RawOf<8> {
-  using type = uint2;
-};
-template <>
-struct RawOf<4> {
-  using type = uint32_t;
-};
-template <>
-struct RawOf<2> {
-  using type = uint16_t;
-};
-template <>
-struct RawOf<1> {
-  using type = uint8_t;
-};
+using RawOf = std::conditional_t<
+    kBytes == 16, uint4,
+    std::conditional_t<kBytes == 8, uint2,
+                       std::conditional_t<kBytes == 4, uint32_t,
+                                          std::conditional_t<kBytes == 2, uint16_t, uint8_t>>>>;
 
 // Through the raw type: copying the struct itself may become N narrow accesses.
 template <class T, int N>
 __device__ __forceinline__ Vec<T, N> load_vec(const T* p) {
-  using Raw = typename RawOf<int(sizeof(T)) * N>::type;
+  using Raw = RawOf<int(sizeof(T)) * N>;
+  static_assert(sizeof(Raw) == sizeof(Vec<T, N>));
   Vec<T, N> v;
   *reinterpret_cast<Raw*>(&v) = *reinterpret_cast<const Raw*>(p);
   return v;
@@ -410,7 +292,8 @@ __device__ __forceinline__ Vec<T, N> load_vec(const T* p) {
 
 template <class T, int N>
 __device__ __forceinline__ void store_vec(T* p, const Vec<T, N>& v) {
-  using Raw = typename RawOf<int(sizeof(T)) * N>::type;
+  using Raw = RawOf<int(sizeof(T)) * N>;
+  static_assert(sizeof(Raw) == sizeof(Vec<T, N>));
   *reinterpret_cast<Raw*>(p) = *reinterpret_cast<const Raw*>(&v);
 }
 
@@ -714,77 +597,6 @@ __global__ void __launch_bounds__(kThreads)
 
 // ---- dispatch helpers --------------------------------------------------------------------
 
-// Calls f(TypeTag<U>{}) with U the unsigned integer of element_size bytes.
-template <class F>
-cudaError_t visit_bits(size_t element_size, F&& f) {
-  switch (element_size) {
-    case 1:
-      return f(TypeTag<uint8_t>{});
-    case 2:
-      return f(TypeTag<uint16_t>{});
-    case 4:
-      return f(TypeTag<uint32_t>{});
-    case 8:
-      return f(TypeTag<uint64_t>{});
-    default:
-      return cudaErrorInvalidValue;
-  }
-}
-
-template <class F>
-cudaError_t with_unary(Unary op, F&& f) {
-  switch (op) {
-#define HG_CUDA_UNARY_CASE(name) \
-  case Unary::name:              \
-    return f(std::integral_constant<Unary, Unary::name>{});
-    HG_CUDA_UNARY_CASE(Neg)
-    HG_CUDA_UNARY_CASE(Exp)
-    HG_CUDA_UNARY_CASE(Log)
-    HG_CUDA_UNARY_CASE(Log1p)
-    HG_CUDA_UNARY_CASE(Sqrt)
-    HG_CUDA_UNARY_CASE(Rsqrt)
-    HG_CUDA_UNARY_CASE(Reciprocal)
-    HG_CUDA_UNARY_CASE(Abs)
-    HG_CUDA_UNARY_CASE(Sin)
-    HG_CUDA_UNARY_CASE(Cos)
-    HG_CUDA_UNARY_CASE(Tanh)
-    HG_CUDA_UNARY_CASE(Sigmoid)
-    HG_CUDA_UNARY_CASE(Relu)
-    HG_CUDA_UNARY_CASE(Gelu)
-    HG_CUDA_UNARY_CASE(GeluTanh)
-    HG_CUDA_UNARY_CASE(Silu)
-    HG_CUDA_UNARY_CASE(Softplus)
-    HG_CUDA_UNARY_CASE(Sign)
-    HG_CUDA_UNARY_CASE(Erf)
-    HG_CUDA_UNARY_CASE(Square)
-    HG_CUDA_UNARY_CASE(GeluGrad)
-    HG_CUDA_UNARY_CASE(GeluTanhGrad)
-#undef HG_CUDA_UNARY_CASE
-  }
-  return cudaErrorInvalidValue;
-}
-
-template <class F>
-cudaError_t with_binary(Binary op, F&& f) {
-  switch (op) {
-    case Binary::Add:
-      return f(std::integral_constant<Binary, Binary::Add>{});
-    case Binary::Sub:
-      return f(std::integral_constant<Binary, Binary::Sub>{});
-    case Binary::Mul:
-      return f(std::integral_constant<Binary, Binary::Mul>{});
-    case Binary::Div:
-      return f(std::integral_constant<Binary, Binary::Div>{});
-    case Binary::Pow:
-      return f(std::integral_constant<Binary, Binary::Pow>{});
-    case Binary::Maximum:
-      return f(std::integral_constant<Binary, Binary::Maximum>{});
-    case Binary::Minimum:
-      return f(std::integral_constant<Binary, Binary::Minimum>{});
-  }
-  return cudaErrorInvalidValue;
-}
-
 // A double given by the host as the compute type C: rounded to nearest for floating C;
 // truncated toward zero for integers, as cast_value does, saturating where cast_value's
 // conversion would be undefined (out of range, NaN -> 0).
@@ -800,17 +612,29 @@ C host_value_as(double value) {
   }
 }
 
+// visit_storage for arithmetic: f(TypeTag<T>{}) for every storage type but bool, which the
+// host wrappers refuse before they get here.
+template <class F>
+cudaError_t visit_arithmetic(DType dtype, F&& f) {
+  return visit_storage(dtype, [&](auto tag) -> cudaError_t {
+    if constexpr (std::is_same_v<typename decltype(tag)::type, bool>) {
+      return cudaErrorInvalidValue;
+    } else {
+      return f(tag);
+    }
+  });
+}
+
 }  // namespace
 
 // ---- launchers ---------------------------------------------------------------------------
 
 cudaError_t launch_unary(Unary op, DType dtype, const ElementwiseArgs& args, cudaStream_t stream) {
-  return with_unary(op, [&](auto op_tag) {
+  return kernel::with_unary(op, [&](auto op_tag) {
     constexpr Unary kOp = decltype(op_tag)::value;
-    return visit_storage(dtype, [&](auto tag) -> cudaError_t {
+    return visit_arithmetic(dtype, [&](auto tag) -> cudaError_t {
       using T = typename decltype(tag)::type;
-      if constexpr (std::is_same_v<T, bool> ||
-                    (std::is_integral_v<T> && !unary_takes_integers_v<kOp>)) {
+      if constexpr (std::is_integral_v<T> && !kernel::unary_takes_integers(kOp)) {
         return cudaErrorInvalidValue;  // refused by the host wrapper before it gets here
       } else {
         return Launch<T, T>::run(args, UnaryFn<kOp, T>{}, stream);
@@ -821,16 +645,12 @@ cudaError_t launch_unary(Unary op, DType dtype, const ElementwiseArgs& args, cud
 
 cudaError_t launch_binary(Binary op, DType dtype, double alpha, const ElementwiseArgs& args,
                           cudaStream_t stream) {
-  return with_binary(op, [&](auto op_tag) {
+  return kernel::with_binary(op, [&](auto op_tag) {
     constexpr Binary kOp = decltype(op_tag)::value;
-    return visit_storage(dtype, [&](auto tag) -> cudaError_t {
+    return visit_arithmetic(dtype, [&](auto tag) {
       using T = typename decltype(tag)::type;
-      if constexpr (std::is_same_v<T, bool>) {
-        return cudaErrorInvalidValue;
-      } else {
-        const BinaryFn<kOp, T> f{host_value_as<compute_t<T>>(alpha)};
-        return Launch<T, T, T>::run(args, f, stream);
-      }
+      const BinaryFn<kOp, T> f{host_value_as<compute_t<T>>(alpha)};
+      return Launch<T, T, T>::run(args, f, stream);
     });
   });
 }
@@ -845,59 +665,33 @@ cudaError_t launch_compare(Compare op, DType dtype, const ElementwiseArgs& args,
 
 cudaError_t launch_threshold_backward(DType dtype, double threshold, const ElementwiseArgs& args,
                                       cudaStream_t stream) {
-  return visit_storage(dtype, [&](auto tag) -> cudaError_t {
+  return visit_arithmetic(dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    if constexpr (std::is_same_v<T, bool>) {
-      return cudaErrorInvalidValue;
-    } else {
-      using C = compute_t<T>;
-      const ThresholdBackwardFn<T> f{host_value_as<C>(threshold), convert<T>(C(0))};
-      return Launch<T, T, T>::run(args, f, stream);
-    }
+    using C = compute_t<T>;
+    const ThresholdBackwardFn<T> f{host_value_as<C>(threshold), convert<T>(C(0))};
+    return Launch<T, T, T>::run(args, f, stream);
   });
 }
 
 cudaError_t launch_clamp(DType dtype, bool has_low, double low, bool has_high, double high,
                          const ElementwiseArgs& args, cudaStream_t stream) {
-  return visit_storage(dtype, [&](auto tag) -> cudaError_t {
+  return visit_arithmetic(dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    if constexpr (std::is_same_v<T, bool>) {
-      return cudaErrorInvalidValue;
-    } else {
-      using C = compute_t<T>;
-      const ClampFn<T> f{has_low, has_high, has_low ? host_value_as<C>(low) : C(0),
-                         has_high ? host_value_as<C>(high) : C(0)};
-      return Launch<T, T>::run(args, f, stream);
-    }
+    using C = compute_t<T>;
+    const ClampFn<T> f{has_low, has_high, has_low ? host_value_as<C>(low) : C(0),
+                       has_high ? host_value_as<C>(high) : C(0)};
+    return Launch<T, T>::run(args, f, stream);
   });
 }
 
-namespace {
-
-template <bool kDivide>
-cudaError_t launch_addc(DType dtype, double value, const ElementwiseArgs& args,
+cudaError_t launch_addc(bool divide, DType dtype, double value, const ElementwiseArgs& args,
                         cudaStream_t stream) {
-  return visit_storage(dtype, [&](auto tag) -> cudaError_t {
+  return visit_arithmetic(dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    if constexpr (std::is_same_v<T, bool>) {
-      return cudaErrorInvalidValue;
-    } else {
-      const AddcFn<kDivide, T> f{host_value_as<compute_t<T>>(value)};
-      return Launch<T, T, T, T>::run(args, f, stream);
-    }
+    const compute_t<T> v = host_value_as<compute_t<T>>(value);
+    if (divide) return Launch<T, T, T, T>::run(args, AddcFn<true, T>{v}, stream);
+    return Launch<T, T, T, T>::run(args, AddcFn<false, T>{v}, stream);
   });
-}
-
-}  // namespace
-
-cudaError_t launch_addcmul(DType dtype, double value, const ElementwiseArgs& args,
-                           cudaStream_t stream) {
-  return launch_addc<false>(dtype, value, args, stream);
-}
-
-cudaError_t launch_addcdiv(DType dtype, double value, const ElementwiseArgs& args,
-                           cudaStream_t stream) {
-  return launch_addc<true>(dtype, value, args, stream);
 }
 
 cudaError_t launch_where(size_t element_size, const ElementwiseArgs& args, cudaStream_t stream) {

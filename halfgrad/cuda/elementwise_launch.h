@@ -63,11 +63,10 @@ cudaError_t launch_threshold_backward(DType dtype, double threshold, const Eleme
 // (out, x): out = min(max(x, low), high), a bound applying only when present. No bool.
 cudaError_t launch_clamp(DType dtype, bool has_low, double low, bool has_high, double high,
                          const ElementwiseArgs& args, cudaStream_t stream);
-// (out, self, t1, t2): out = self + value * t1 * t2, or self + value * t1 / t2. No bool.
-cudaError_t launch_addcmul(DType dtype, double value, const ElementwiseArgs& args,
-                           cudaStream_t stream);
-cudaError_t launch_addcdiv(DType dtype, double value, const ElementwiseArgs& args,
-                           cudaStream_t stream);
+// (out, self, t1, t2): out = self + value * t1 * t2 (addcmul), or self + value * t1 / t2 when
+// divide (addcdiv). No bool.
+cudaError_t launch_addc(bool divide, DType dtype, double value, const ElementwiseArgs& args,
+                        cudaStream_t stream);
 // (out, condition, a, b): out = condition ? a : b; condition bool, the others elements of
 // element_size bytes (copied as bits).
 cudaError_t launch_where(size_t element_size, const ElementwiseArgs& args, cudaStream_t stream);

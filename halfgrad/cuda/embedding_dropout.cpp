@@ -1,13 +1,13 @@
-// CUDA embedding_backward and dropout (nn_kernels.h): the checks and semantics of
-// cpu/nn_kernels.cpp.
+// CUDA embedding_backward and dropout (nn_kernels.h): the checks (shared, core/kernel_checks.h)
+// and semantics of cpu/nn_kernels.cpp.
 //
 // Dims: T tokens (indices.numel()), D the embedding width.
 #include <algorithm>
 #include <array>
-#include <string>
 
 #include "halfgrad/core/factory.h"
 #include "halfgrad/core/format.h"
+#include "halfgrad/core/kernel_checks.h"
 #include "halfgrad/cuda/embedding_dropout_launch.h"
 #include "halfgrad/cuda/host.h"
 #include "halfgrad/cuda/index_launch.h"
@@ -18,28 +18,8 @@ namespace hg::cuda {
 
 namespace {
 
+using detail::make_walk;
 using detail::Walk;
-
-void check_input(const char* op, const char* what, const Tensor& t) {
-  HG_CHECK(t.defined(), "{}: expected a tensor for {}, got an undefined tensor", op, what);
-  HG_CHECK(t.is_cuda(), "{}: expected {} on a CUDA device, got a tensor on {}", op, what,
-           t.device());
-  HG_CHECK(t.is_floating_point(),
-           "{}: expected {} of a floating dtype (float32, float16, bfloat16 or float64), got {}",
-           op, what, t.dtype());
-}
-
-Walk make_walk(const char* op, const Shape& sizes, std::initializer_list<Shape> strides) {
-  std::array<const int64_t*, detail::kMaxWalkOperands> lists{};
-  int operands = 0;
-  for (const Shape& s : strides) lists[size_t(operands++)] = s.data();
-  Walk walk;
-  HG_CHECK(detail::build_walk(walk, int(sizes.size()), sizes.data(), operands, lists.data()),
-           "{}: expected at most {} dims on CUDA once dims of size 1 are dropped and dims every "
-           "operand walks as one are merged, got shape {}",
-           op, detail::kMaxDims, sizes);
-  return walk;
-}
 
 // Row-major strides of a dense tensor of `sizes`.
 Shape dense_strides(const Shape& sizes) {
@@ -59,25 +39,10 @@ Shape dense_strides(const Shape& sizes) {
 Tensor embedding_backward(const Tensor& dy, const Tensor& indices, int64_t num_embeddings,
                           int64_t padding_idx) {
   const char* op = "embedding_backward";
-  check_input(op, "grad_output", dy);
-  HG_CHECK(indices.defined() && (indices.dtype() == kInt64 || indices.dtype() == kInt32),
-           "{}: expected int64 or int32 indices, got {}", op,
-           indices.defined() ? std::string(dtype_name(indices.dtype())) : "an undefined tensor");
-  HG_CHECK(indices.device() == dy.device(),
-           "{}: expected indices on {} (grad_output's device), got a tensor on {}", op, dy.device(),
-           indices.device());
-  HG_CHECK(num_embeddings >= 0, "{}: expected num_embeddings >= 0, got {}", op, num_embeddings);
-  HG_CHECK(padding_idx >= -1 && padding_idx < num_embeddings,
-           "{}: expected padding_idx in [-1, {}) (-1 for none), got {}", op, num_embeddings,
-           padding_idx);
-  bool shapes_match = dy.dim() == indices.dim() + 1;
-  for (int64_t d = 0; shapes_match && d < indices.dim(); ++d) {
-    shapes_match = dy.size(d) == indices.size(d);
-  }
-  HG_CHECK(shapes_match,
-           "{}: expected grad_output of shape [*indices' shape, D] for indices of shape {}, got "
-           "shape {}",
-           op, indices.sizes(), dy.sizes());
+  kernel::check_input(op, "grad_output", dy, kCUDA);
+  kernel::check_embedding_indices(op, indices);
+  kernel::check_same_device(op, "indices", indices, dy.device(), "grad_output's");
+  kernel::check_embedding_sizes(op, dy, indices, num_embeddings, padding_idx);
   const int64_t D = dy.dim() > 0 ? dy.size(-1) : 1;
   const int64_t T = indices.numel();
 
@@ -141,8 +106,7 @@ Tensor embedding_backward(const Tensor& dy, const Tensor& indices, int64_t num_e
 
 cpu::DropoutForward dropout(const Tensor& x, double p, Generator& gen) {
   const char* op = "dropout";
-  check_input(op, "input", x);
-  HG_CHECK(p >= 0.0 && p <= 1.0, "{}: expected a probability p in [0, 1], got p={}", op, p);
+  kernel::check_dropout(op, x, p, kCUDA);
   cpu::DropoutForward result{empty(x.sizes(), x.options()), empty(x.sizes(), x.options())};
   const int64_t n = x.numel();
   const double keep = 1.0 - p;

@@ -1,6 +1,8 @@
 // Host-side helpers of the CUDA backend (host.h).
 #include "halfgrad/cuda/host.h"
 
+#include <array>
+
 #include "halfgrad/core/format.h"
 
 namespace hg::cuda::detail {
@@ -53,6 +55,18 @@ TensorArg tensor_arg(const Tensor& t, const char* op) {
     ++arg.dim;
   }
   return arg;
+}
+
+Walk make_walk(const char* op, const Shape& sizes, std::initializer_list<Shape> strides) {
+  std::array<const int64_t*, kMaxWalkOperands> lists{};
+  int operands = 0;
+  for (const Shape& s : strides) lists[size_t(operands++)] = s.data();
+  Walk walk;
+  HG_CHECK(build_walk(walk, int(sizes.size()), sizes.data(), operands, lists.data()),
+           "{}: expected at most {} dims on CUDA once dims of size 1 are dropped and dims every "
+           "operand walks as one are merged, got shape {}",
+           op, kMaxDims, sizes);
+  return walk;
 }
 
 }  // namespace hg::cuda::detail

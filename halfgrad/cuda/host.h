@@ -8,10 +8,13 @@
 
 #include <cuda_runtime.h>
 
+#include <initializer_list>
+
 #include "halfgrad/core/error.h"
 #include "halfgrad/core/tensor.h"
 #include "halfgrad/cuda/kernel_args.h"
 #include "halfgrad/cuda/stream.h"
+#include "halfgrad/cuda/walk.h"
 
 namespace hg::cuda::detail {
 
@@ -26,6 +29,10 @@ TensorArg tensor_arg(const Tensor& t, const char* op);
 
 // Throws unless t is defined and on a CUDA device; `what` names it ("the input", "weight").
 void check_cuda_tensor(const Tensor& t, const char* op, const char* what);
+
+// The walk (walk.h) over `sizes` with one stride list per operand, each of sizes' length.
+// Throws when more than kMaxDims dims are left once size-1 dims are dropped and merged.
+Walk make_walk(const char* op, const Shape& sizes, std::initializer_list<Shape> strides);
 
 }  // namespace hg::cuda::detail
 

@@ -1,6 +1,6 @@
-// CUDA indexing ops (index.h): the checks of cpu/index.cpp on the host, the work on the device
-// (index.cu). Index values are checked by the kernels (NOTE [Index checks on the device] in
-// index.h), and accumulation is sorted, never atomic (NOTE [Sorted accumulation on CUDA] in
+// CUDA indexing ops (index.h): the checks of cpu/index_checks.h on the host, the work on the
+// device (index.cu). Index values are checked by the kernels (NOTE [Index checks on the device]
+// in index.h), and accumulation is sorted, never atomic (NOTE [Sorted accumulation on CUDA] in
 // index_launch.h).
 //
 // Shapes in comments: along the dim an op works on, a tensor is viewed as [O, S, I] (outer,
@@ -9,11 +9,10 @@
 #include "halfgrad/cuda/index.h"
 
 #include <algorithm>
-#include <array>
-#include <string>
 
 #include "halfgrad/core/factory.h"
 #include "halfgrad/core/format.h"
+#include "halfgrad/cpu/index_checks.h"
 #include "halfgrad/cuda/host.h"
 #include "halfgrad/cuda/index_launch.h"
 #include "halfgrad/cuda/reduce.h"
@@ -23,75 +22,17 @@ namespace hg::cuda {
 
 namespace {
 
+using cpu::index_checks::at_least_1d;
+using cpu::index_checks::product;
 using detail::DeviceError;
+using detail::make_walk;
 using detail::Walk;
 
 // ---- helpers -------------------------------------------------------------------------------
 
-int64_t product(const Shape& sizes, size_t begin, size_t end) {
-  int64_t n = 1;
-  for (size_t d = begin; d < end; ++d) n *= sizes[d];
-  return n;
-}
-
 char* bytes(const Tensor& t) { return static_cast<char*>(t.data_ptr()); }
 
 TensorOptions options_on(DType dtype, Device device) { return {.dtype = dtype, .device = device}; }
-
-// A 0-d tensor as the 1-D tensor of size 1 it stands for (as in cpu/index.cpp).
-Tensor at_least_1d(const Tensor& t) { return t.dim() == 0 ? t.unsqueeze(0) : t; }
-
-// Defined, on a CUDA device, and on `device` (that of the op's first tensor) when given.
-void check_tensor(const Tensor& t, const char* op, const char* what,
-                  const Tensor& like = Tensor()) {
-  HG_CHECK(t.defined(), "{}: expected a defined {}, got an undefined tensor", op, what);
-  HG_CHECK(t.is_cuda(), "{}: expected {} on a CUDA device, got a tensor on {}", op, what,
-           t.device());
-  HG_CHECK(!like.defined() || t.device() == like.device(),
-           "{}: expected {} on {} (like the op's first tensor), got a tensor on {}", op, what,
-           like.device(), t.device());
-}
-
-void check_same_dtype(const Tensor& t, DType expected, const char* op, const char* what,
-                      const char* like) {
-  HG_CHECK(t.dtype() == expected,
-           "{}: expected {} of dtype {} (that of {}), got {}; the op layer promotes before "
-           "calling this kernel",
-           op, what, expected, like, t.dtype());
-}
-
-void check_index_dtype(const Tensor& index, const char* op, bool int32_allowed) {
-  const bool ok = index.dtype() == kInt64 || (int32_allowed && index.dtype() == kInt32);
-  HG_CHECK(ok, "{}: expected an index of dtype {}, got {}", op,
-           int32_allowed ? "int64 or int32" : "int64", index.dtype());
-}
-
-// The broadcast shape of a and b, or an error that names the op and both operands.
-Shape broadcast_for(const char* op, const Shape& a, const std::string& a_name, const Shape& b,
-                    const std::string& b_name) {
-  for (size_t i = 0; i < std::max(a.size(), b.size()); ++i) {  // i counts from the last dim
-    const int64_t sa = i < a.size() ? a[a.size() - 1 - i] : 1;
-    const int64_t sb = i < b.size() ? b[b.size() - 1 - i] : 1;
-    HG_CHECK(sa == sb || sa == 1 || sb == 1,
-             "{}: {} of shape {} and {} of shape {} cannot be broadcast together: at dim {} "
-             "(counting from the end) sizes {} and {} differ and neither is 1",
-             op, a_name, a, b_name, b, -int64_t(i) - 1, sa, sb);
-  }
-  return broadcast_shapes(a, b);
-}
-
-// A walk over `sizes` with one stride list per operand (each of sizes' length).
-Walk make_walk(const char* op, const Shape& sizes, std::initializer_list<Shape> strides) {
-  std::array<const int64_t*, detail::kMaxWalkOperands> lists{};
-  int operands = 0;
-  for (const Shape& s : strides) lists[size_t(operands++)] = s.data();
-  Walk walk;
-  HG_CHECK(detail::build_walk(walk, int(sizes.size()), sizes.data(), operands, lists.data()),
-           "{}: expected at most {} dims on CUDA once dims of size 1 are dropped and dims every "
-           "operand walks as one are merged, got shape {}",
-           op, detail::kMaxDims, sizes);
-  return walk;
-}
 
 // dst = src elementwise: same dtype and shape, any strides, no overlap.
 void copy_into(const Tensor& dst, const Tensor& src, cudaStream_t stream, const char* op) {
@@ -184,48 +125,11 @@ void cat_into(const Tensor& out, std::span<const Tensor> parts, int64_t d, cudaS
 // ---- cat, stack ----------------------------------------------------------------------------
 
 Tensor cat(std::span<const Tensor> tensors, int64_t dim) {
-  HG_CHECK(!tensors.empty(), "cat: expected a non-empty list of tensors, got an empty one");
-  for (size_t i = 0; i < tensors.size(); ++i) check_tensor(tensors[i], "cat", "tensor", tensors[0]);
-  const DType dtype = tensors[0].dtype();
+  const auto [dtype, d, out_sizes] = cpu::index_checks::check_cat(tensors, dim, kCUDA);
   const Device device = tensors[0].device();
-  for (size_t i = 1; i < tensors.size(); ++i) {
-    HG_CHECK(tensors[i].dtype() == dtype,
-             "cat: expected every tensor to have dtype {} (that of tensor 0), got {} for tensor "
-             "{}; the op layer promotes before calling this kernel",
-             dtype, tensors[i].dtype(), i);
-  }
-  // PyTorch's legacy rule: 1-D tensors of shape [0] take no part in the shape checks.
-  const auto skipped = [](const Tensor& t) { return t.dim() == 1 && t.size(0) == 0; };
-  int64_t first = -1;
-  for (size_t i = 0; i < tensors.size(); ++i) {
-    HG_CHECK(tensors[i].dim() > 0,
-             "cat: tensor {} is 0-d; expected tensors with at least 1 dim (unsqueeze 0-d tensors "
-             "first)",
-             i);
-    if (first < 0 && !skipped(tensors[i])) first = int64_t(i);
-  }
-  if (first < 0) return empty({0}, options_on(dtype, device));
-
-  const Shape& ref = tensors[first].sizes();
-  const int64_t d = wrap_dim(dim, int64_t(ref.size()), "cat");
-  Shape out_sizes = ref;
-  out_sizes[d] = 0;
   std::vector<Tensor> parts;
-  for (size_t i = 0; i < tensors.size(); ++i) {
-    const Tensor& t = tensors[i];
-    if (skipped(t)) continue;
-    HG_CHECK(t.dim() == int64_t(ref.size()),
-             "cat: expected tensors of {} dims (like tensor {}, shape {}), got {} dims for tensor "
-             "{} (shape {})",
-             ref.size(), first, ref, t.dim(), i, t.sizes());
-    for (int64_t k = 0; k < t.dim(); ++k) {
-      HG_CHECK(k == d || t.size(k) == ref[k],
-               "cat: expected size {} at dim {} (like tensor {}, shape {}), got size {} for tensor "
-               "{} (shape {}); sizes must match except at the cat dim {}",
-               ref[k], k, first, ref, t.size(k), i, t.sizes(), d);
-    }
-    out_sizes[d] += t.size(d);
-    parts.push_back(t);
+  for (const Tensor& t : tensors) {
+    if (!cpu::index_checks::cat_skips(t)) parts.push_back(t);
   }
   Tensor out = empty(out_sizes, options_on(dtype, device));
   if (out.numel() == 0) return out;
@@ -235,24 +139,8 @@ Tensor cat(std::span<const Tensor> tensors, int64_t dim) {
 }
 
 Tensor stack(std::span<const Tensor> tensors, int64_t dim) {
-  HG_CHECK(!tensors.empty(), "stack: expected a non-empty list of tensors, got an empty one");
-  for (size_t i = 0; i < tensors.size(); ++i) {
-    check_tensor(tensors[i], "stack", "tensor", tensors[0]);
-  }
+  const auto [d, out_sizes] = cpu::index_checks::check_stack(tensors, dim, kCUDA);
   const Tensor& ref = tensors[0];
-  for (size_t i = 1; i < tensors.size(); ++i) {
-    HG_CHECK(tensors[i].dtype() == ref.dtype(),
-             "stack: expected every tensor to have dtype {} (that of tensor 0), got {} for tensor "
-             "{}; the op layer promotes before calling this kernel",
-             ref.dtype(), tensors[i].dtype(), i);
-    HG_CHECK(tensors[i].sizes() == ref.sizes(),
-             "stack: expected every tensor to have shape {} (that of tensor 0), got {} for tensor "
-             "{}",
-             ref.sizes(), tensors[i].sizes(), i);
-  }
-  const int64_t d = wrap_dim(dim, ref.dim() + 1, "stack");
-  Shape out_sizes = ref.sizes();
-  out_sizes.insert(size_t(d), int64_t(tensors.size()));
   Tensor out = empty(out_sizes, ref.options());
   if (out.numel() == 0) return out;
   // Each tensor is a slice of size 1 at d: a cat of the tensors unsqueezed there.
@@ -267,21 +155,8 @@ Tensor stack(std::span<const Tensor> tensors, int64_t dim) {
 // ---- gather, scatter_add -------------------------------------------------------------------
 
 Tensor gather(const Tensor& x, int64_t dim, const Tensor& index) {
-  check_tensor(x, "gather", "input");
-  check_tensor(index, "gather", "index", x);
-  check_index_dtype(index, "gather", /*int32_allowed=*/false);
+  const int64_t d = cpu::index_checks::check_gather(x, dim, index, kCUDA);
   const Tensor x1 = at_least_1d(x), index1 = at_least_1d(index);
-  const int64_t d = wrap_dim(dim, x1.dim(), "gather");
-  HG_CHECK(index1.dim() == x1.dim(),
-           "gather: expected an index with as many dims as the input ({}), got {} (input shape {}, "
-           "index shape {})",
-           x1.dim(), index1.dim(), x.sizes(), index.sizes());
-  for (int64_t k = 0; k < x1.dim(); ++k) {
-    HG_CHECK(k == d || index1.size(k) <= x1.size(k),
-             "gather: expected index.size({}) <= input.size({}) = {} (every dim but dim {}), got "
-             "{} (input shape {}, index shape {})",
-             k, k, x1.size(k), d, index1.size(k), x.sizes(), index.sizes());
-  }
 
   Tensor out = empty(index.sizes(), x.options());
   if (out.numel() == 0) return out;
@@ -301,31 +176,8 @@ Tensor gather(const Tensor& x, int64_t dim, const Tensor& index) {
 }
 
 Tensor scatter_add(const Tensor& self, int64_t dim, const Tensor& index, const Tensor& src) {
-  check_tensor(self, "scatter_add", "self");
-  check_tensor(index, "scatter_add", "index", self);
-  check_tensor(src, "scatter_add", "src", self);
-  check_index_dtype(index, "scatter_add", /*int32_allowed=*/false);
-  check_same_dtype(src, self.dtype(), "scatter_add", "src", "self");
+  const int64_t d = cpu::index_checks::check_scatter_add(self, dim, index, src, kCUDA);
   const Tensor self1 = at_least_1d(self), index1 = at_least_1d(index), src1 = at_least_1d(src);
-  const int64_t d = wrap_dim(dim, self1.dim(), "scatter_add");
-  HG_CHECK(index1.dim() == self1.dim(),
-           "scatter_add: expected an index with as many dims as self ({}), got {} (self shape {}, "
-           "index shape {})",
-           self1.dim(), index1.dim(), self.sizes(), index.sizes());
-  HG_CHECK(src1.dim() == self1.dim(),
-           "scatter_add: expected src with as many dims as self ({}), got {} (self shape {}, src "
-           "shape {})",
-           self1.dim(), src1.dim(), self.sizes(), src.sizes());
-  for (int64_t k = 0; k < self1.dim(); ++k) {
-    HG_CHECK(index1.size(k) <= src1.size(k),
-             "scatter_add: expected index.size({}) <= src.size({}) = {}, got {} (index shape {}, "
-             "src shape {})",
-             k, k, src1.size(k), index1.size(k), index.sizes(), src.sizes());
-    HG_CHECK(k == d || index1.size(k) <= self1.size(k),
-             "scatter_add: expected index.size({}) <= self.size({}) = {} (every dim but dim {}), "
-             "got {} (self shape {}, index shape {})",
-             k, k, self1.size(k), d, index1.size(k), self.sizes(), index.sizes());
-  }
 
   DeviceGuard guard(self.device().index);
   const cudaStream_t stream = current_stream();
@@ -360,14 +212,6 @@ Tensor scatter_add(const Tensor& self, int64_t dim, const Tensor& index, const T
 
 namespace {
 
-// The checks index_select and index_add share: a 1-D or 0-d integer index.
-void check_index_vector(const Tensor& index, const char* op, const Tensor& like) {
-  check_tensor(index, op, "index", like);
-  check_index_dtype(index, op, /*int32_allowed=*/true);
-  HG_CHECK(index.dim() <= 1, "{}: expected a 1-D or 0-d index, got a {}-D index of shape {}", op,
-           index.dim(), index.sizes());
-}
-
 // Checks the N values of a 1-D or 0-d index against [0, bound) on the device, nothing else.
 void check_index_vector_values(const Tensor& index, int64_t bound, int64_t d, DeviceError code,
                                cudaStream_t stream, const char* op) {
@@ -382,17 +226,9 @@ void check_index_vector_values(const Tensor& index, int64_t bound, int64_t d, De
 }  // namespace
 
 Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index) {
-  check_tensor(x, "index_select", "input");
-  check_index_vector(index, "index_select", x);
+  const auto [d, out_sizes] = cpu::index_checks::check_index_select(x, dim, index, kCUDA);
   const Tensor x1 = at_least_1d(x);
-  const int64_t d = wrap_dim(dim, x1.dim(), "index_select");
   const int64_t N = index.numel();
-  HG_CHECK(x.dim() > 0 || N == 1,
-           "index_select: a 0-d input takes exactly one index, got {} (index shape {})", N,
-           index.sizes());
-
-  Shape out_sizes = x.sizes();
-  if (x.dim() > 0) out_sizes[d] = N;
   Tensor out = empty(out_sizes, x.options());
   DeviceGuard guard(x.device().index);
   const cudaStream_t stream = current_stream();
@@ -432,25 +268,9 @@ Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index) {
 }
 
 Tensor index_add(const Tensor& self, int64_t dim, const Tensor& index, const Tensor& source) {
-  check_tensor(self, "index_add", "self");
-  check_tensor(source, "index_add", "source", self);
-  check_index_vector(index, "index_add", self);
-  check_same_dtype(source, self.dtype(), "index_add", "source", "self");
+  const int64_t d = cpu::index_checks::check_index_add(self, dim, index, source, kCUDA);
   const Tensor self1 = at_least_1d(self), source1 = at_least_1d(source);
-  const int64_t d = wrap_dim(dim, self1.dim(), "index_add");
   const int64_t N = index.numel();
-  HG_CHECK(source1.dim() == self1.dim(),
-           "index_add: expected source with as many dims as self ({}), got {} (self shape {}, "
-           "source shape {})",
-           self1.dim(), source1.dim(), self.sizes(), source.sizes());
-  for (int64_t k = 0; k < self1.dim(); ++k) {
-    const int64_t expected = k == d ? N : self1.size(k);
-    HG_CHECK(source1.size(k) == expected,
-             "index_add: expected source.size({}) == {} ({}), got {} (self shape {}, source shape "
-             "{}, {} indices)",
-             k, expected, k == d ? "the number of indices" : "self's size there", source1.size(k),
-             self.sizes(), source.sizes(), N);
-  }
 
   DeviceGuard guard(self.device().index);
   const cudaStream_t stream = current_stream();
@@ -485,33 +305,8 @@ Tensor index_add(const Tensor& self, int64_t dim, const Tensor& index, const Ten
 
 Tensor index_put(const Tensor& self, std::span<const Tensor> indices, const Tensor& values,
                  bool accumulate) {
-  check_tensor(self, "index_put", "self");
-  check_tensor(values, "index_put", "values", self);
-  check_same_dtype(values, self.dtype(), "index_put", "values", "self");
+  const auto [B, indexed] = cpu::index_checks::check_index_put(self, indices, values, kCUDA);
   const int64_t K = int64_t(indices.size());
-  HG_CHECK(K >= 1 && K <= self.dim(),
-           "index_put: expected between 1 and self.dim() = {} index tensors (self shape {}), got "
-           "{}",
-           self.dim(), self.sizes(), K);
-  Shape B;
-  for (int64_t i = 0; i < K; ++i) {
-    const Tensor& index = indices[i];
-    check_tensor(index, "index_put", "index", self);
-    HG_CHECK(index.dtype() != kBool,
-             "index_put: index {} is a bool mask; expected int64 or int32 indices (turn masks "
-             "into indices with nonzero first)",
-             i);
-    check_index_dtype(index, "index_put", /*int32_allowed=*/true);
-    B = i == 0 ? index.sizes()
-               : broadcast_for("index_put", B, fmt::format("indices 0..{}", i - 1), index.sizes(),
-                               fmt::format("index {}", i));
-  }
-  Shape indexed = B;
-  for (int64_t k = K; k < self.dim(); ++k) indexed.push_back(self.size(k));
-  HG_CHECK(broadcasts_to(values.sizes(), indexed),
-           "index_put: values of shape {} cannot be broadcast to the indexed shape {} (indices of "
-           "shape {}, then self's sizes after dim {})",
-           values.sizes(), indexed, B, K - 1);
 
   DeviceGuard guard(self.device().index);
   const cudaStream_t stream = current_stream();
@@ -564,17 +359,10 @@ Tensor index_put(const Tensor& self, std::span<const Tensor> indices, const Tens
 // ---- one_hot -------------------------------------------------------------------------------
 
 Tensor one_hot(const Tensor& x, int64_t num_classes) {
-  check_tensor(x, "one_hot", "input");
-  HG_CHECK(x.dtype() == kInt64, "one_hot: expected an int64 tensor of class indices, got {}",
-           x.dtype());
-  HG_CHECK(num_classes >= -1,
-           "one_hot: expected num_classes >= 0, or -1 to infer it, got num_classes = {}",
-           num_classes);
+  cpu::index_checks::check_one_hot(x, num_classes, kCUDA);
   DeviceGuard guard(x.device().index);
   const int64_t M = x.numel();
   if (num_classes == -1) {
-    HG_CHECK(M > 0, "one_hot: cannot infer num_classes from an empty tensor (shape {}); pass it",
-             x.sizes());
     // The output's shape depends on the data: the host waits for max(x) here, as PyTorch's
     // one_hot does on CUDA. Pass num_classes to avoid the sync.
     const int64_t largest =
@@ -582,10 +370,7 @@ Tensor one_hot(const Tensor& x, int64_t num_classes) {
     if (largest < 0) {  // every class is negative: name the first, as the CPU kernel does
       Tensor first = x;
       while (first.dim() > 0) first = first.select(0, 0);
-      HG_ERROR(
-          "one_hot: class index {} is out of range for the new last dim {} of size num_classes "
-          "= {}",
-          first.item<int64_t>(), x.dim(), largest + 1);
+      cpu::index_checks::one_hot_class_error(first.item<int64_t>(), x.dim(), largest + 1);
     }
     num_classes = largest + 1;
   }

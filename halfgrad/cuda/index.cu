@@ -13,6 +13,7 @@
 #include <initializer_list>
 #include <type_traits>
 
+#include "halfgrad/core/kernel_common.h"
 #include "halfgrad/cuda/device_utils.cuh"
 #include "halfgrad/cuda/index_launch.h"
 
@@ -21,35 +22,6 @@ namespace hg::cuda::detail {
 namespace {
 
 // ---- helpers -------------------------------------------------------------------------------
-
-// The unsigned integer as wide as an element (1, 2, 4 or 8 bytes).
-template <class F>
-cudaError_t visit_bits(int element_size, F&& f) {
-  switch (element_size) {
-    case 1:
-      return f(TypeTag<uint8_t>{});
-    case 2:
-      return f(TypeTag<uint16_t>{});
-    case 4:
-      return f(TypeTag<uint32_t>{});
-    default:
-      return f(TypeTag<uint64_t>{});
-  }
-}
-
-// a + b in an accumulation type: bool adds as `or`, integers wrap modulo 2^n (no signed
-// overflow), as the CPU kernels do.
-template <class A>
-__device__ __forceinline__ A add_wrapping(A a, A b) {
-  if constexpr (std::is_same_v<A, bool>) {
-    return a || b;
-  } else if constexpr (std::is_integral_v<A>) {
-    using U = std::make_unsigned_t<A>;
-    return static_cast<A>(static_cast<U>(a) + static_cast<U>(b));
-  } else {
-    return a + b;
-  }
-}
 
 template <class I>
 __device__ __forceinline__ int64_t load_index(const I* index, int64_t offset) {
@@ -195,7 +167,7 @@ __global__ void segment_rows_kernel(T* out, const T* source, const uint64_t* key
     }
     A sum = load(dst);
     for (int64_t q = k; q < n && keys[q] == key; ++q) {
-      sum = add_wrapping(sum, load(base + values[q] * R));
+      sum = kernel::add_wrapping(sum, load(base + values[q] * R));
     }
     *dst = convert<T>(sum);
   }
@@ -238,18 +210,8 @@ int copy_unit(std::initializer_list<uint64_t> quantities) {
 // Calls f(TypeTag<V>{}) with V the type of a copy unit of `unit` bytes.
 template <class F>
 cudaError_t visit_unit(int unit, F&& f) {
-  switch (unit) {
-    case 16:
-      return f(TypeTag<uint4>{});
-    case 8:
-      return f(TypeTag<uint64_t>{});
-    case 4:
-      return f(TypeTag<uint32_t>{});
-    case 2:
-      return f(TypeTag<uint16_t>{});
-    default:
-      return f(TypeTag<uint8_t>{});
-  }
+  if (unit == 16) return f(TypeTag<uint4>{});
+  return kernel::visit_bits(size_t(unit), f);
 }
 
 uint64_t address(const void* p) { return reinterpret_cast<uintptr_t>(p); }
@@ -261,7 +223,7 @@ uint64_t address(const void* p) { return reinterpret_cast<uintptr_t>(p); }
 cudaError_t launch_copy(const Walk& walk, void* dst, const void* src, int element_size,
                         cudaStream_t stream) {
   if (walk.numel == 0) return cudaSuccess;
-  return visit_bits(element_size, [&](auto tag) {
+  return kernel::visit_bits(size_t(element_size), [&](auto tag) {
     using U = typename decltype(tag)::type;
     copy_kernel<U><<<grid_for(walk.numel), kThreads, 0, stream>>>(walk, static_cast<U*>(dst),
                                                                   static_cast<const U*>(src));
@@ -293,7 +255,7 @@ cudaError_t launch_gather(const Walk& walk, void* out, const void* x, const void
                           DeviceErrorSlot* slot, DeviceError code, int32_t dim,
                           cudaStream_t stream) {
   if (walk.numel == 0) return cudaSuccess;
-  return visit_bits(element_size, [&](auto tag) {
+  return kernel::visit_bits(size_t(element_size), [&](auto tag) {
     using U = typename decltype(tag)::type;
     const unsigned grid = grid_for(walk.numel);
     if (index_int32) {

@@ -3,7 +3,7 @@
 // Dims: N batch, C classes, S positions per sample, R = N S rows of a class loss.
 #include "halfgrad/cuda/loss.h"
 
-#include <array>
+#include <iterator>
 
 #include "halfgrad/core/factory.h"
 #include "halfgrad/core/format.h"
@@ -18,58 +18,22 @@ namespace {
 using detail::ClassRows;
 using detail::ClassWeight;
 using detail::LossOperand;
+using detail::make_walk;
 using detail::Walk;
 
 DType acc_dtype(DType dtype) { return dtype == kFloat64 ? kFloat64 : kFloat32; }
 
-detail::LossReduction to_detail(LossReduction reduction) {
-  switch (reduction) {
-    case LossReduction::None:
-      return detail::LossReduction::None;
-    case LossReduction::Sum:
-      return detail::LossReduction::Sum;
-    case LossReduction::Mean:
-      break;
-  }
-  return detail::LossReduction::Mean;
-}
-
-detail::PointwiseLoss to_detail(PointwiseLoss kind) {
-  using P = detail::PointwiseLoss;
-  switch (kind) {
-    case PointwiseLoss::Mse:
-      return P::Mse;
-    case PointwiseLoss::L1:
-      return P::L1;
-    case PointwiseLoss::SmoothL1:
-      return P::SmoothL1;
-    case PointwiseLoss::BinaryCrossEntropy:
-      return P::BinaryCrossEntropy;
-    case PointwiseLoss::BinaryCrossEntropyWithLogits:
-      return P::BinaryCrossEntropyWithLogits;
-    case PointwiseLoss::KlDiv:
-      return P::KlDiv;
-    case PointwiseLoss::KlDivLogTarget:
-      break;
-  }
-  return P::KlDivLogTarget;
-}
-
+// The op of a pointwise loss, for its errors.
 const char* loss_name(PointwiseLoss kind) {
-  switch (kind) {
-    case PointwiseLoss::Mse:
-      return "mse_loss";
-    case PointwiseLoss::L1:
-      return "l1_loss";
-    case PointwiseLoss::SmoothL1:
-      return "smooth_l1_loss";
-    case PointwiseLoss::BinaryCrossEntropy:
-      return "binary_cross_entropy";
-    case PointwiseLoss::BinaryCrossEntropyWithLogits:
-      return "binary_cross_entropy_with_logits";
-    default:
-      return "kl_div";
-  }
+  static constexpr const char* kNames[] = {"mse_loss",
+                                           "l1_loss",
+                                           "smooth_l1_loss",
+                                           "binary_cross_entropy",
+                                           "binary_cross_entropy_with_logits",
+                                           "kl_div",
+                                           "kl_div"};
+  static_assert(std::size(kNames) == size_t(PointwiseLoss::KlDivLogTarget) + 1);
+  return kNames[size_t(kind)];
 }
 
 // Defined tensors must be on `device` (ops/dispatch checks this for the public ops; the
@@ -88,20 +52,11 @@ ClassWeight class_weight(const Tensor& weight) {
   return weight.defined() ? ClassWeight{operand(weight), weight.stride(0)} : ClassWeight{};
 }
 
+// t's data, or null for an undefined t (an output or a buffer the launch does without).
+void* data_or_null(const Tensor& t) { return t.defined() ? t.data_ptr() : nullptr; }
+
 Tensor empty_on(const Shape& sizes, DType dtype, Device device) {
   return empty(sizes, {.dtype = dtype, .device = device});
-}
-
-Walk make_walk(const char* op, const Shape& sizes, std::initializer_list<Shape> strides) {
-  std::array<const int64_t*, detail::kMaxWalkOperands> lists{};
-  int operands = 0;
-  for (const Shape& s : strides) lists[size_t(operands++)] = s.data();
-  Walk walk;
-  HG_CHECK(detail::build_walk(walk, int(sizes.size()), sizes.data(), operands, lists.data()),
-           "{}: expected at most {} dims on CUDA once dims of size 1 are dropped and dims every "
-           "operand walks as one are merged, got shape {}",
-           op, detail::kMaxDims, sizes);
-  return walk;
 }
 
 // The strides of t broadcast to `sizes` (zeros for an absent t).
@@ -152,6 +107,42 @@ Shape row_shape(const Shape& input_sizes) {
 
 const int64_t* index_data(const Tensor& t) { return static_cast<const int64_t*>(t.data_ptr()); }
 
+// The targets of cross_entropy (loss_launch.h): class indices (int64) or probabilities
+// (floating), as target's dtype says.
+detail::ClassTargets class_targets(const Tensor& target, const Tensor& weight, int64_t ignore_index,
+                                   double label_smoothing) {
+  const bool probabilities = target.is_floating_point();
+  return {.index = probabilities ? nullptr : index_data(target),
+          .prob = probabilities ? operand(target) : LossOperand{},
+          .weight = class_weight(weight),
+          .ignore_index = ignore_index,
+          .label_smoothing = label_smoothing};
+}
+
+// The tensors of a class loss's forward, on input's device (weight when defined).
+void check_class_operands(const Tensor& input, const Tensor& target, const Tensor& weight,
+                          const char* op) {
+  check_on(input, input.device(), op, "input");
+  check_on(target, input.device(), op, "target");
+  check_on(weight, input.device(), op, "weight");
+}
+
+// The outputs of a class loss's forward over R rows on `device`: the loss in dtype (per row
+// for None, else 0-d) and, for Sum and Mean, the divisor and `partials` of the reduction (acc).
+ClassLossForward class_forward_outputs(const Shape& input_sizes, LossReduction reduction,
+                                       DType dtype, DType acc, Device device, int64_t R,
+                                       Tensor& partials) {
+  ClassLossForward result;
+  if (reduction == LossReduction::None) {
+    result.loss = empty_on(row_shape(input_sizes), dtype, device);
+  } else {
+    result.loss = empty_on({}, dtype, device);
+    result.divisor = empty_on({}, acc, device);
+    partials = empty_on({2 * detail::loss_partial_blocks(R)}, acc, device);
+  }
+  return result;
+}
+
 }  // namespace
 
 // ---- pointwise losses ----------------------------------------------------------------------
@@ -178,10 +169,10 @@ Tensor pointwise_loss(PointwiseLoss kind, const Tensor& input, const Tensor& tar
   if (reduction != LossReduction::None) {
     partials = empty_on({2 * detail::loss_partial_blocks(walk.numel)}, acc, device);
   }
-  HG_CUDA_CHECK(detail::launch_pointwise_loss(
-                    to_detail(kind), beta, walk, operand(input), operand(target), operand(weight),
-                    operand(pos_weight), acc, to_detail(reduction), divisor, out.data_ptr(), dtype,
-                    partials.defined() ? partials.data_ptr() : nullptr, current_stream()),
+  HG_CUDA_CHECK(detail::launch_pointwise_loss(kind, beta, walk, operand(input), operand(target),
+                                              operand(weight), operand(pos_weight), acc, reduction,
+                                              divisor, out.data_ptr(), dtype,
+                                              data_or_null(partials), current_stream()),
                 op);
   return out;
 }
@@ -211,10 +202,9 @@ LossGrads pointwise_loss_backward(PointwiseLoss kind, const Tensor& grad, const 
   if (need_input) out.input = empty(sizes, input.options());
   if (need_target) out.target = empty(target.sizes(), target.options());
   HG_CUDA_CHECK(detail::launch_pointwise_loss_backward(
-                    to_detail(kind), beta, walk, operand(input), operand(target), operand(grad),
-                    operand(weight), operand(pos_weight), acc, divisor,
-                    need_input ? out.input.data_ptr() : nullptr,
-                    need_target ? out.target.data_ptr() : nullptr, current_stream()),
+                    kind, beta, walk, operand(input), operand(target), operand(grad),
+                    operand(weight), operand(pos_weight), acc, divisor, data_or_null(out.input),
+                    data_or_null(out.target), current_stream()),
                 op);
   return out;
 }
@@ -224,29 +214,19 @@ LossGrads pointwise_loss_backward(PointwiseLoss kind, const Tensor& grad, const 
 ClassLossForward nll_loss(const Tensor& input, const Tensor& target, const Tensor& weight,
                           int64_t ignore_index, LossReduction reduction) {
   const char* op = "nll_loss";
+  check_class_operands(input, target, weight, op);
   const Device device = input.device();
-  check_on(input, device, op, "input");
-  check_on(target, device, op, "target");
-  check_on(weight, device, op, "weight");
   const DType dtype = input.dtype(), acc = acc_dtype(dtype);
   DeviceGuard guard(device.index);
   const ClassRows rows = class_rows(input.sizes(), input.strides(), target, false, {}, op);
-  ClassLossForward result;
   Tensor partials;
-  if (reduction == LossReduction::None) {
-    result.loss = empty_on(row_shape(input.sizes()), dtype, device);
-  } else {
-    result.loss = empty_on({}, dtype, device);
-    result.divisor = empty_on({}, acc, device);
-    partials = empty_on({2 * detail::loss_partial_blocks(rows.N * rows.S)}, acc, device);
-  }
-  HG_CUDA_CHECK(
-      detail::launch_nll_loss(rows, operand(input), index_data(target), class_weight(weight),
-                              ignore_index, acc, to_detail(reduction), result.loss.data_ptr(),
-                              dtype, partials.defined() ? partials.data_ptr() : nullptr,
-                              result.divisor.defined() ? result.divisor.data_ptr() : nullptr,
-                              detail::device_error_slot(), current_stream()),
-      op);
+  ClassLossForward result = class_forward_outputs(input.sizes(), reduction, dtype, acc, device,
+                                                  rows.N * rows.S, partials);
+  HG_CUDA_CHECK(detail::launch_nll_loss(
+                    rows, operand(input), index_data(target), class_weight(weight), ignore_index,
+                    acc, reduction, result.loss.data_ptr(), dtype, data_or_null(partials),
+                    data_or_null(result.divisor), detail::device_error_slot(), current_stream()),
+                op);
   return result;
 }
 
@@ -280,34 +260,23 @@ ClassLossForward cross_entropy(const Tensor& input, const Tensor& target, const 
                                int64_t ignore_index, LossReduction reduction,
                                double label_smoothing, DType dtype) {
   const char* op = "cross_entropy";
+  check_class_operands(input, target, weight, op);
   const Device device = input.device();
-  check_on(input, device, op, "input");
-  check_on(target, device, op, "target");
-  check_on(weight, device, op, "weight");
   const bool probabilities = target.is_floating_point();
   const DType acc = acc_dtype(dtype);
   DeviceGuard guard(device.index);
   const ClassRows rows = class_rows(input.sizes(), input.strides(), target, probabilities, {}, op);
   const int64_t R = rows.N * rows.S;
-  ClassLossForward result;
+  Tensor partials, row_buffer;
+  ClassLossForward result =
+      class_forward_outputs(input.sizes(), reduction, dtype, acc, device, R, partials);
   result.stats = empty_on({R, 3}, acc, device);
-  Tensor row_buffer, partials;
-  if (reduction == LossReduction::None) {
-    result.loss = empty_on(row_shape(input.sizes()), dtype, device);
-  } else {
-    result.loss = empty_on({}, dtype, device);
-    result.divisor = empty_on({}, acc, device);
-    row_buffer = empty_on({R, 2}, acc, device);
-    partials = empty_on({2 * detail::loss_partial_blocks(R)}, acc, device);
-  }
+  if (reduction != LossReduction::None) row_buffer = empty_on({R, 2}, acc, device);
   HG_CUDA_CHECK(
       detail::launch_cross_entropy(
-          rows, operand(input), probabilities ? nullptr : index_data(target),
-          probabilities ? operand(target) : LossOperand{}, class_weight(weight), ignore_index,
-          label_smoothing, acc, to_detail(reduction), double(R), result.loss.data_ptr(), dtype,
-          result.stats.data_ptr(), row_buffer.defined() ? row_buffer.data_ptr() : nullptr,
-          partials.defined() ? partials.data_ptr() : nullptr,
-          result.divisor.defined() ? result.divisor.data_ptr() : nullptr,
+          rows, operand(input), class_targets(target, weight, ignore_index, label_smoothing), acc,
+          reduction, double(R), result.loss.data_ptr(), dtype, result.stats.data_ptr(),
+          data_or_null(row_buffer), data_or_null(partials), data_or_null(result.divisor),
           detail::device_error_slot(), current_stream()),
       op);
   return result;
@@ -339,11 +308,10 @@ LossGrads cross_entropy_backward(const Tensor& grad, const Tensor& input, const 
   if (need_target) out.target = empty(target.sizes(), target.options());
   HG_CUDA_CHECK(
       detail::launch_cross_entropy_backward(
-          rows, operand(input), probabilities ? nullptr : index_data(target),
-          probabilities ? operand(target) : LossOperand{}, class_weight(weight), operand(grad),
-          per_row, mean ? divisor.data_ptr() : nullptr, stats.data_ptr(), ignore_index,
-          label_smoothing, stats.dtype(), dx.data_ptr(), input.dtype(),
-          need_target ? out.target.data_ptr() : nullptr, target.dtype(), current_stream()),
+          rows, operand(input), class_targets(target, weight, ignore_index, label_smoothing),
+          operand(grad), per_row, mean ? divisor.data_ptr() : nullptr, stats.data_ptr(),
+          stats.dtype(), dx.data_ptr(), input.dtype(), data_or_null(out.target), target.dtype(),
+          current_stream()),
       op);
   if (need_input) out.input = dx;
   return out;
@@ -358,9 +326,9 @@ Tensor class_coefficients(const Tensor& target, const Tensor& weight, const Shap
   const ClassRows rows =
       class_rows(input_sizes, Shape(input_sizes.size(), 0), target, false, Tensor(), op);
   Tensor out = empty_on(input_sizes, dtype, device);
-  HG_CUDA_CHECK(detail::launch_class_coefficients(rows, index_data(target), class_weight(weight),
-                                                  ignore_index, label_smoothing, acc_dtype(dtype),
-                                                  out.data_ptr(), dtype, current_stream()),
+  HG_CUDA_CHECK(detail::launch_class_coefficients(
+                    rows, class_targets(target, weight, ignore_index, label_smoothing),
+                    acc_dtype(dtype), out.data_ptr(), dtype, current_stream()),
                 op);
   return out;
 }

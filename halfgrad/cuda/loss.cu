@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "halfgrad/core/kernel_common.h"
 #include "halfgrad/cuda/device_utils.cuh"
 #include "halfgrad/cuda/loss_launch.h"
 
@@ -16,6 +17,9 @@ namespace hg::cuda::detail {
 namespace {
 
 // ---- helpers -------------------------------------------------------------------------------
+//
+// Math in A goes through the std:: functions: their float overloads for float, so nothing is
+// computed in double.
 
 // An operand's element (present, floating) in A.
 template <class A>
@@ -62,42 +66,6 @@ __device__ __forceinline__ A class_weight(const ClassWeight& weight, int64_t c) 
   return weight.values.data != nullptr ? read<A>(weight.values, c * weight.stride) : A(1);
 }
 
-// The math functions in A (float versions for float, so nothing is computed in double).
-template <class A>
-__device__ __forceinline__ A exp_a(A x) {
-  if constexpr (std::is_same_v<A, float>)
-    return expf(x);
-  else
-    return exp(x);
-}
-template <class A>
-__device__ __forceinline__ A log_a(A x) {
-  if constexpr (std::is_same_v<A, float>)
-    return logf(x);
-  else
-    return log(x);
-}
-template <class A>
-__device__ __forceinline__ A log1p_a(A x) {
-  if constexpr (std::is_same_v<A, float>)
-    return log1pf(x);
-  else
-    return log1p(x);
-}
-template <class A>
-__device__ __forceinline__ A abs_a(A x) {
-  if constexpr (std::is_same_v<A, float>)
-    return fabsf(x);
-  else
-    return fabs(x);
-}
-template <class A>
-__device__ __forceinline__ A fmax_a(A a, A b) {
-  if constexpr (std::is_same_v<A, float>)
-    return fmaxf(a, b);
-  else
-    return fmax(a, b);
-}
 // std::max's semantics: b only when a < b, so a NaN in a stays.
 template <class A>
 __device__ __forceinline__ A max_keep_nan(A a, A b) {
@@ -111,7 +79,7 @@ __device__ __forceinline__ A sign_a(A x) {
 // softplus(-x) = log(1 + exp(-x)) without overflow.
 template <class A>
 __device__ __forceinline__ A softplus_neg(A x) {
-  return max_keep_nan(-x, A(0)) + log1p_a(exp_a(-abs_a(x)));
+  return max_keep_nan(-x, A(0)) + std::log1p(std::exp(-std::abs(x)));
 }
 
 // Sums over a warp; every lane gets the same bits (each step adds the same two values).
@@ -125,7 +93,7 @@ template <class A>
 __device__ __forceinline__ A warp_max(A v) {
 #pragma unroll
   for (int offset = 16; offset > 0; offset /= 2) {
-    v = fmax_a(v, __shfl_xor_sync(0xffffffffu, v, offset));
+    v = std::fmax(v, __shfl_xor_sync(0xffffffffu, v, offset));
   }
   return v;
 }
@@ -184,21 +152,21 @@ __device__ __forceinline__ A pointwise_value(A x, A y, A w, A p, A beta) {
   if constexpr (K == PointwiseLoss::Mse) {
     return (x - y) * (x - y);
   } else if constexpr (K == PointwiseLoss::L1) {
-    return abs_a(x - y);
+    return std::abs(x - y);
   } else if constexpr (K == PointwiseLoss::SmoothL1) {
-    const A d = abs_a(x - y);
+    const A d = std::abs(x - y);
     return d < beta ? A(0.5) * d * d / beta : d - A(0.5) * beta;  // beta = 0: l1
   } else if constexpr (K == PointwiseLoss::BinaryCrossEntropy) {
     // Each log clamped at -100, as torch: x = 0 or 1 gives a finite loss.
-    const A log_x = max_keep_nan(log_a(x), A(-100));
-    const A log_1mx = max_keep_nan(log1p_a(-x), A(-100));
+    const A log_x = max_keep_nan(std::log(x), A(-100));
+    const A log_1mx = max_keep_nan(std::log1p(-x), A(-100));
     return -w * (y * log_x + (A(1) - y) * log_1mx);
   } else if constexpr (K == PointwiseLoss::BinaryCrossEntropyWithLogits) {
     return w * ((A(1) - y) * x + (A(1) + (p - A(1)) * y) * softplus_neg(x));
   } else if constexpr (K == PointwiseLoss::KlDiv) {
-    return (y == A(0) ? A(0) : y * log_a(y)) - y * x;  // xlogy: 0 where y == 0
-  } else {                                             // KlDivLogTarget
-    return exp_a(y) * (y - x);
+    return (y == A(0) ? A(0) : y * std::log(y)) - y * x;  // xlogy: 0 where y == 0
+  } else {                                                // KlDivLogTarget
+    return std::exp(y) * (y - x);
   }
 }
 
@@ -245,23 +213,23 @@ __global__ void pointwise_loss_backward_kernel(const Walk walk, LossOperand inpu
       dy = -dx;
     } else if constexpr (K == PointwiseLoss::SmoothL1) {
       const A d = x - y;
-      dx = g * (beta > A(0) && abs_a(d) < beta ? d / beta : sign_a(d));
+      dx = g * (beta > A(0) && std::abs(d) < beta ? d / beta : sign_a(d));
       dy = -dx;
     } else if constexpr (K == PointwiseLoss::BinaryCrossEntropy) {
       const A gw = g * read_or_one<A>(weight, off[3]);
-      dx = gw * (x - y) / fmax_a(x * (A(1) - x), A(1e-12));
-      dy = gw * (log1p_a(-x) - log_a(x));  // -logit(x), unclamped as torch's
+      dx = gw * (x - y) / std::fmax(x * (A(1) - x), A(1e-12));
+      dy = gw * (std::log1p(-x) - std::log(x));  // -logit(x), unclamped as torch's
     } else if constexpr (K == PointwiseLoss::BinaryCrossEntropyWithLogits) {
       const A gw = g * read_or_one<A>(weight, off[3]);
       const A p = read_or_one<A>(pos_weight, off[4]);
-      const A sigmoid = A(1) / (A(1) + exp_a(-x));
+      const A sigmoid = A(1) / (A(1) + std::exp(-x));
       dx = gw * ((A(1) + (p - A(1)) * y) * sigmoid - p * y);
       dy = gw * ((p - A(1)) * softplus_neg(x) - x);
     } else if constexpr (K == PointwiseLoss::KlDiv) {
       dx = -g * y;
-      dy = y != A(0) ? g * (log_a(y) + A(1) - x) : A(0);  // 0 where y == 0, as torch
+      dy = y != A(0) ? g * (std::log(y) + A(1) - x) : A(0);  // 0 where y == 0, as torch
     } else {  // KlDivLogTarget: p = exp(y), the target probabilities
-      const A gp = g * exp_a(y);
+      const A gp = g * std::exp(y);
       dx = -gp;
       dy = gp * (y - x + A(1));
     }
@@ -419,14 +387,14 @@ __global__ void cross_entropy_kernel(const ClassRows rows, LossOperand input,
     }
     A m = -INFINITY;
     for (int64_t c = lane; c < C; c += kWarp)
-      m = fmax_a(m, read<A>(input, base.input + c * rows.input_c));
+      m = std::fmax(m, read<A>(input, base.input + c * rows.input_c));
     m = warp_max(m);
     // sum_c exp(z_c), sum_c coef_c z_c and sum_c coef_c, coef the class weight (class indices,
     // only with smoothing) or the coefficient a_c (probabilities).
     A exp_sum = 0, weighted = 0, coef_sum = 0;
     for (int64_t c = lane; c < C; c += kWarp) {
       const A z = read<A>(input, base.input + c * rows.input_c) - m;
-      exp_sum += exp_a(z);
+      exp_sum += std::exp(z);
       if (target_index == nullptr) {
         const A y = read<A>(target_prob, base.target + c * rows.target_c);
         const A a = class_weight<A>(weight, c) * (share * y + uniform);
@@ -442,7 +410,7 @@ __global__ void cross_entropy_kernel(const ClassRows rows, LossOperand input,
     weighted = warp_sum(weighted);
     coef_sum = warp_sum(coef_sum);
     if (lane != 0) continue;
-    const A log_sum = log_a(exp_sum);
+    const A log_sum = std::log(exp_sum);
     A loss, row_weight, a_total;
     if (target_index != nullptr) {
       const A w_k = class_weight<A>(weight, k);
@@ -495,7 +463,7 @@ __global__ void cross_entropy_backward_kernel(const ClassRows rows, LossOperand 
     const A g = row_grad<A>(grad, grad_per_row, base, divisor);
     const A* row = stats + 3 * at.r;
     const A log_p = (read<A>(input, base.input + at.c * rows.input_c) - row[0]) - row[1];
-    write(d_input, dx_dtype, e, g * (row[2] * exp_a(log_p) - a_c));
+    write(d_input, dx_dtype, e, g * (row[2] * std::exp(log_p) - a_c));
     if (d_target != nullptr) write(d_target, dy_dtype, e, -g * share * w_c * log_p);
   }
 }
@@ -529,23 +497,8 @@ cudaError_t visit_acc(DType acc, F&& f) {
 template <class F>
 cudaError_t visit_pointwise(PointwiseLoss kind, F&& f) {
   using P = PointwiseLoss;
-  switch (kind) {
-    case P::Mse:
-      return f(std::integral_constant<P, P::Mse>{});
-    case P::L1:
-      return f(std::integral_constant<P, P::L1>{});
-    case P::SmoothL1:
-      return f(std::integral_constant<P, P::SmoothL1>{});
-    case P::BinaryCrossEntropy:
-      return f(std::integral_constant<P, P::BinaryCrossEntropy>{});
-    case P::BinaryCrossEntropyWithLogits:
-      return f(std::integral_constant<P, P::BinaryCrossEntropyWithLogits>{});
-    case P::KlDiv:
-      return f(std::integral_constant<P, P::KlDiv>{});
-    case P::KlDivLogTarget:
-      break;
-  }
-  return f(std::integral_constant<P, P::KlDivLogTarget>{});
+  return kernel::with_value<P::Mse, P::L1, P::SmoothL1, P::BinaryCrossEntropy,
+                            P::BinaryCrossEntropyWithLogits, P::KlDiv, P::KlDivLogTarget>(kind, f);
 }
 
 // Pass 2 of a reduction (pass 1 wrote `blocks` partials).
@@ -557,6 +510,18 @@ cudaError_t launch_finish(const A* partials, int blocks, LossReduction reduction
       partials, blocks, reduction == LossReduction::Mean, divide_by_weights, divisor, out,
       out_dtype, static_cast<A*>(safe_divisor));
   return cudaGetLastError();
+}
+
+// One thread per element of input's [N, C, S]: launch(TypeTag<A>{}, grid) launches the kernel
+// for the accumulation type A of acc on that grid.
+template <class F>
+cudaError_t launch_per_element(const ClassRows& rows, DType acc, F&& launch) {
+  const int64_t total = rows.N * rows.C * rows.S;
+  if (total == 0) return cudaSuccess;
+  return visit_acc(acc, [&](auto acc_tag) {
+    launch(acc_tag, grid_for(total));
+    return cudaGetLastError();
+  });
 }
 
 }  // namespace
@@ -631,31 +596,28 @@ cudaError_t launch_nll_loss_backward(const ClassRows& rows, const int64_t* targe
                                      ClassWeight weight, LossOperand grad, bool grad_per_row,
                                      const void* divisor, int64_t ignore_index, DType acc,
                                      void* d_input, DType d_input_dtype, cudaStream_t stream) {
-  const int64_t total = rows.N * rows.C * rows.S;
-  if (total == 0) return cudaSuccess;
-  return visit_acc(acc, [&](auto acc_tag) {
+  return launch_per_element(rows, acc, [&](auto acc_tag, unsigned grid) {
     using A = typename decltype(acc_tag)::type;
-    nll_loss_backward_kernel<A><<<grid_for(total), kThreads, 0, stream>>>(
+    nll_loss_backward_kernel<A><<<grid, kThreads, 0, stream>>>(
         rows, target, weight, grad, grad_per_row, static_cast<const A*>(divisor), ignore_index,
         d_input, d_input_dtype);
-    return cudaGetLastError();
   });
 }
 
 cudaError_t launch_cross_entropy(const ClassRows& rows, LossOperand input,
-                                 const int64_t* target_index, LossOperand target_prob,
-                                 ClassWeight weight, int64_t ignore_index, double label_smoothing,
-                                 DType acc, LossReduction reduction, double prob_divisor, void* out,
-                                 DType out_dtype, void* stats, void* row_buffer, void* partials,
-                                 void* safe_divisor, DeviceErrorSlot* slot, cudaStream_t stream) {
+                                 const ClassTargets& targets, DType acc, LossReduction reduction,
+                                 double prob_divisor, void* out, DType out_dtype, void* stats,
+                                 void* row_buffer, void* partials, void* safe_divisor,
+                                 DeviceErrorSlot* slot, cudaStream_t stream) {
   const int64_t R = rows.N * rows.S;
   const bool reduce = reduction != LossReduction::None;
   return visit_acc(acc, [&](auto acc_tag) {
     using A = typename decltype(acc_tag)::type;
     if (R > 0) {
       cross_entropy_kernel<A><<<grid_for(R, kRowsPerBlock), kLossThreads, 0, stream>>>(
-          rows, input, target_index, target_prob, weight, ignore_index, A(label_smoothing), reduce,
-          out, out_dtype, static_cast<A*>(stats), static_cast<A*>(row_buffer), slot);
+          rows, input, targets.index, targets.prob, targets.weight, targets.ignore_index,
+          A(targets.label_smoothing), reduce, out, out_dtype, static_cast<A*>(stats),
+          static_cast<A*>(row_buffer), slot);
       const cudaError_t status = cudaGetLastError();
       if (status != cudaSuccess) return status;
     }
@@ -666,41 +628,33 @@ cudaError_t launch_cross_entropy(const ClassRows& rows, LossOperand input,
     const cudaError_t status = cudaGetLastError();
     if (status != cudaSuccess) return status;
     return launch_finish<A>(static_cast<const A*>(partials), blocks, reduction,
-                            /*divide_by_weights=*/target_index != nullptr, prob_divisor, out,
+                            /*divide_by_weights=*/targets.index != nullptr, prob_divisor, out,
                             out_dtype, safe_divisor, stream);
   });
 }
 
 cudaError_t launch_cross_entropy_backward(const ClassRows& rows, LossOperand input,
-                                          const int64_t* target_index, LossOperand target_prob,
-                                          ClassWeight weight, LossOperand grad, bool grad_per_row,
-                                          const void* divisor, const void* stats,
-                                          int64_t ignore_index, double label_smoothing, DType acc,
-                                          void* d_input, DType d_input_dtype, void* d_target,
-                                          DType d_target_dtype, cudaStream_t stream) {
-  const int64_t total = rows.N * rows.C * rows.S;
-  if (total == 0) return cudaSuccess;
-  return visit_acc(acc, [&](auto acc_tag) {
+                                          const ClassTargets& targets, LossOperand grad,
+                                          bool grad_per_row, const void* divisor, const void* stats,
+                                          DType acc, void* d_input, DType d_input_dtype,
+                                          void* d_target, DType d_target_dtype,
+                                          cudaStream_t stream) {
+  return launch_per_element(rows, acc, [&](auto acc_tag, unsigned grid) {
     using A = typename decltype(acc_tag)::type;
-    cross_entropy_backward_kernel<A><<<grid_for(total), kThreads, 0, stream>>>(
-        rows, input, target_index, target_prob, weight, grad, grad_per_row,
-        static_cast<const A*>(divisor), static_cast<const A*>(stats), ignore_index,
-        A(label_smoothing), d_input, d_input_dtype, d_target, d_target_dtype);
-    return cudaGetLastError();
+    cross_entropy_backward_kernel<A><<<grid, kThreads, 0, stream>>>(
+        rows, input, targets.index, targets.prob, targets.weight, grad, grad_per_row,
+        static_cast<const A*>(divisor), static_cast<const A*>(stats), targets.ignore_index,
+        A(targets.label_smoothing), d_input, d_input_dtype, d_target, d_target_dtype);
   });
 }
 
-cudaError_t launch_class_coefficients(const ClassRows& rows, const int64_t* target,
-                                      ClassWeight weight, int64_t ignore_index,
-                                      double label_smoothing, DType acc, void* out, DType out_dtype,
-                                      cudaStream_t stream) {
-  const int64_t total = rows.N * rows.C * rows.S;
-  if (total == 0) return cudaSuccess;
-  return visit_acc(acc, [&](auto acc_tag) {
+cudaError_t launch_class_coefficients(const ClassRows& rows, const ClassTargets& targets, DType acc,
+                                      void* out, DType out_dtype, cudaStream_t stream) {
+  return launch_per_element(rows, acc, [&](auto acc_tag, unsigned grid) {
     using A = typename decltype(acc_tag)::type;
-    class_coefficients_kernel<A><<<grid_for(total), kThreads, 0, stream>>>(
-        rows, target, weight, ignore_index, A(label_smoothing), out, out_dtype);
-    return cudaGetLastError();
+    class_coefficients_kernel<A>
+        <<<grid, kThreads, 0, stream>>>(rows, targets.index, targets.weight, targets.ignore_index,
+                                        A(targets.label_smoothing), out, out_dtype);
   });
 }
 

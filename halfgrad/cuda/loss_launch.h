@@ -10,22 +10,11 @@
 
 #include <cstdint>
 
-#include "halfgrad/cuda/index_launch.h"  // Walk
 #include "halfgrad/cuda/kernel_args.h"
+#include "halfgrad/cuda/loss_kinds.h"
+#include "halfgrad/cuda/walk.h"
 
 namespace hg::cuda::detail {
-
-enum class LossReduction : int32_t { None, Mean, Sum };
-
-enum class PointwiseLoss : int32_t {
-  Mse,
-  L1,
-  SmoothL1,
-  BinaryCrossEntropy,
-  BinaryCrossEntropyWithLogits,
-  KlDiv,
-  KlDivLogTarget,
-};
 
 // A floating tensor read at offsets a walk (or a row layout) gives; data null: absent (reads
 // as 1 for a weight).
@@ -111,37 +100,44 @@ cudaError_t launch_nll_loss_backward(const ClassRows& rows, const int64_t* targe
                                      const void* divisor, int64_t ignore_index, DType acc,
                                      void* d_input, DType d_input_dtype, cudaStream_t stream);
 
-// cross_entropy fused with log_softmax over the classes of each row (one warp per row), for
-// class indices (target_index, as nll_loss, with DeviceError::CrossEntropyTarget) or class
-// probabilities (target_prob, read at the target offsets). label_smoothing eps mixes in the
-// uniform distribution. stats (acc [N S, 3], contiguous) gets each row's max m, log of
-// sum_c exp(x_c - m), and the total a of its target coefficients, for the backward.
-// row_buffer (acc [N S, 2]) is scratch for Sum / Mean. Reductions as launch_nll_loss; for
-// probabilities, Mean divides by prob_divisor (N S) instead of a total weight.
+// The targets of cross_entropy: class indices (index, as nll_loss's, a class outside [0, C)
+// reported as DeviceError::CrossEntropyTarget) or, when index is null, class probabilities
+// (prob, read at the target offsets); the class weight; label_smoothing eps, which mixes in the
+// uniform distribution.
+struct ClassTargets {
+  const int64_t* index = nullptr;
+  LossOperand prob;
+  ClassWeight weight;
+  int64_t ignore_index = 0;
+  double label_smoothing = 0.0;
+};
+
+// cross_entropy fused with log_softmax over the classes of each row (one warp per row). stats
+// (acc [N S, 3], contiguous) gets each row's max m, log of sum_c exp(x_c - m), and the total a
+// of its target coefficients, for the backward. row_buffer (acc [N S, 2]) is scratch for Sum /
+// Mean. Reductions as launch_nll_loss; for probabilities, Mean divides by prob_divisor (N S)
+// instead of a total weight.
 cudaError_t launch_cross_entropy(const ClassRows& rows, LossOperand input,
-                                 const int64_t* target_index, LossOperand target_prob,
-                                 ClassWeight weight, int64_t ignore_index, double label_smoothing,
-                                 DType acc, LossReduction reduction, double prob_divisor, void* out,
-                                 DType out_dtype, void* stats, void* row_buffer, void* partials,
-                                 void* safe_divisor, DeviceErrorSlot* slot, cudaStream_t stream);
+                                 const ClassTargets& targets, DType acc, LossReduction reduction,
+                                 double prob_divisor, void* out, DType out_dtype, void* stats,
+                                 void* row_buffer, void* partials, void* safe_divisor,
+                                 DeviceErrorSlot* slot, cudaStream_t stream);
 
 // The fused first-order backward: for element (r, c), with p = exp(x - m - log-sum) and a_c
 // the target coefficient, d_input = g_r (a p - a_c) (0 in ignored rows) and, for
 // probabilities, d_target = -g_r (1 - eps) w_c log p. g_r as launch_nll_loss_backward. Outputs
 // contiguous of input's shape, in their dtypes; d_target written when not null.
 cudaError_t launch_cross_entropy_backward(const ClassRows& rows, LossOperand input,
-                                          const int64_t* target_index, LossOperand target_prob,
-                                          ClassWeight weight, LossOperand grad, bool grad_per_row,
-                                          const void* divisor, const void* stats,
-                                          int64_t ignore_index, double label_smoothing, DType acc,
-                                          void* d_input, DType d_input_dtype, void* d_target,
-                                          DType d_target_dtype, cudaStream_t stream);
+                                          const ClassTargets& targets, LossOperand grad,
+                                          bool grad_per_row, const void* divisor, const void* stats,
+                                          DType acc, void* d_input, DType d_input_dtype,
+                                          void* d_target, DType d_target_dtype,
+                                          cudaStream_t stream);
 
-// The coefficients a[n, c, s] of class-index targets (contiguous, input's shape, out_dtype):
-// (eps / C) w[c] plus (1 - eps) w[t] at c == t; 0 in ignored rows (and rows with a bad index).
-cudaError_t launch_class_coefficients(const ClassRows& rows, const int64_t* target,
-                                      ClassWeight weight, int64_t ignore_index,
-                                      double label_smoothing, DType acc, void* out, DType out_dtype,
-                                      cudaStream_t stream);
+// The coefficients a[n, c, s] of class-index targets (targets.index; contiguous, input's shape,
+// out_dtype): (eps / C) w[c] plus (1 - eps) w[t] at c == t; 0 in ignored rows (and rows with a
+// bad index).
+cudaError_t launch_class_coefficients(const ClassRows& rows, const ClassTargets& targets, DType acc,
+                                      void* out, DType out_dtype, cudaStream_t stream);
 
 }  // namespace hg::cuda::detail

@@ -1,15 +1,14 @@
 // CUDA softmax, log_softmax, layer_norm, group_norm and batch_norm (forward and backward), host
-// side: the checks of cpu/nn_kernels.cpp (same errors, with "on a CUDA device" for "on the
-// CPU"), the outputs and their dtypes (NOTE [Norm kernels' dtypes] in cpu/nn_kernels.h), and
-// the launches of norm.cu. Nothing here waits for the GPU: batch_norm's running statistics are
-// updated on the stream too.
+// side: the checks of cpu/nn_kernels.cpp (shared through core/kernel_checks.h: same errors, with
+// "on a CUDA device" for "on the CPU"), the outputs and their dtypes (NOTE [Norm kernels'
+// dtypes] in cpu/nn_kernels.h), and the launches of norm.cu. Nothing here waits for the GPU:
+// batch_norm's running statistics are updated on the stream too.
 //
 // Dims: N batch, C channels, G groups, S the flattened spatial size, M a normalized row's
 // length, D the softmax dim.
-#include <vector>
-
 #include "halfgrad/core/factory.h"
 #include "halfgrad/core/format.h"
+#include "halfgrad/core/kernel_checks.h"
 #include "halfgrad/cuda/host.h"
 #include "halfgrad/cuda/nn_kernels.h"
 #include "halfgrad/cuda/norm_launch.h"
@@ -19,60 +18,11 @@ namespace hg::cuda {
 
 namespace {
 
-// The dtype the kernels accumulate in, and in which norms save their statistics.
-DType acc_dtype(DType dtype) { return dtype == kFloat64 ? kFloat64 : kFloat32; }
+using kernel::acc_dtype;
 
-// ---- checks ---------------------------------------------------------------------------------
-
+// Defined, on a CUDA device, floating.
 void check_input(const char* op, const char* what, const Tensor& t) {
-  HG_CHECK(t.defined(), "{}: expected a tensor for {}, got an undefined tensor", op, what);
-  HG_CHECK(t.is_cuda(), "{}: expected {} on a CUDA device, got a tensor on {}", op, what,
-           t.device());
-  HG_CHECK(t.is_floating_point(),
-           "{}: expected {} of a floating dtype (float32, float16, bfloat16 or float64), got {}",
-           op, what, t.dtype());
-}
-
-// Every tensor of a call on the input's device (the op layer checks this too; a direct call
-// of a kernel may not have).
-void check_device(const char* op, const char* what, const Tensor& t, const Tensor& x) {
-  HG_CHECK(t.device() == x.device(), "{}: expected {} on {} (the input's device), got one on {}",
-           op, what, x.device(), t.device());
-}
-
-void check_shape(const char* op, const char* what, const Tensor& t, const Shape& expected) {
-  HG_CHECK(t.sizes() == expected, "{}: expected {} of shape {}, got shape {}", op, what, expected,
-           t.sizes());
-}
-
-void check_same_dtype(const char* op, const char* what, const Tensor& t, DType expected) {
-  HG_CHECK(t.dtype() == expected, "{}: expected {} of dtype {} (the input's), got {}", op, what,
-           expected, t.dtype());
-}
-
-// An optional per-channel (or per-feature) parameter: present, floating, of the given shape.
-void check_optional_param(const char* op, const char* what, const Tensor& t, const Shape& shape,
-                          const Tensor& x) {
-  if (!t.defined()) return;
-  check_input(op, what, t);
-  check_device(op, what, t, x);
-  check_shape(op, what, t, shape);
-}
-
-// Saved statistics: `shape`'s element count, any floating dtype (read in the accumulation type).
-void check_saved_stat(const char* op, const char* what, const Tensor& t, const Shape& shape,
-                      const Tensor& x) {
-  check_input(op, what, t);
-  check_device(op, what, t, x);
-  HG_CHECK(t.numel() == shape_numel(shape),
-           "{}: expected {} with {} elements (shape {}), got shape {}", op, what,
-           shape_numel(shape), shape, t.sizes());
-}
-
-int64_t product(const Shape& sizes, size_t begin, size_t end) {
-  int64_t n = 1;
-  for (size_t d = begin; d < end; ++d) n *= sizes[d];
-  return n;
+  kernel::check_input(op, what, t, kCUDA);
 }
 
 // ---- buffers --------------------------------------------------------------------------------
@@ -91,19 +41,56 @@ Tensor workspace(int64_t bytes, const Tensor& x) {
   return bytes > 0 ? empty({(bytes + 7) / 8}, {.dtype = kInt64, .device = x.device()}) : Tensor();
 }
 
+// A norm forward's outputs: out like x, mean and rstd [stat_shape] in the accumulation dtype.
+cpu::NormForward forward_outputs(const Tensor& x, const Shape& stat_shape) {
+  const TensorOptions stat_options{.dtype = acc_dtype(x.dtype()), .device = x.device()};
+  return {empty(x.sizes(), {.dtype = x.dtype(), .device = x.device()}),
+          empty(stat_shape, stat_options), empty(stat_shape, stat_options)};
+}
+
+// A norm backward's buffers: what the kernel reads (contiguous; the statistics and weight in the
+// accumulation dtype) and writes (dx in x's dtype; dweight and dbias [param_shape] in the
+// accumulation dtype, undefined unless wanted).
+struct BackwardBuffers {
+  Tensor x, dy, mean, rstd, weight;
+  Tensor dx, dweight, dbias;
+};
+
+BackwardBuffers backward_buffers(const Tensor& dy, const Tensor& x, const Tensor& mean,
+                                 const Tensor& rstd, const Tensor& weight, const Shape& param_shape,
+                                 bool want_dweight, bool want_dbias) {
+  const DType acc = acc_dtype(x.dtype());
+  const TensorOptions acc_options{.dtype = acc, .device = x.device()};
+  BackwardBuffers b;
+  b.x = x.contiguous(), b.dy = dy.contiguous();
+  b.mean = contiguous_as(mean, acc), b.rstd = contiguous_as(rstd, acc);
+  b.weight = contiguous_as(weight, acc);
+  b.dx = empty(x.sizes(), {.dtype = x.dtype(), .device = x.device()});
+  if (want_dweight) b.dweight = empty(param_shape, acc_options);
+  if (want_dbias) b.dbias = empty(param_shape, acc_options);
+  return b;
+}
+
+// dx, and dweight and dbias in their dtypes (NOTE [Norm kernels' dtypes] in cpu/nn_kernels.h).
+cpu::NormBackward backward_result(const BackwardBuffers& b, const Tensor& x, const Tensor& weight,
+                                  bool has_bias) {
+  cpu::NormBackward result{b.dx, Tensor(), Tensor()};
+  if (weight.defined()) result.dweight = b.dweight.to(weight.dtype());
+  if (has_bias) result.dbias = b.dbias.to(weight.defined() ? weight.dtype() : x.dtype());
+  return result;
+}
+
 // ---- softmax --------------------------------------------------------------------------------
 
-detail::SoftmaxGeometry split_at(const Tensor& x, int64_t dim, const char* op) {
-  const int64_t d = wrap_dim(dim, x.dim(), op);
-  if (x.dim() == 0) return {1, 1, 1};
-  const Shape& s = x.sizes();
-  return {product(s, 0, size_t(d)), s[size_t(d)], product(s, size_t(d) + 1, s.size())};
+detail::SoftmaxGeometry softmax_geometry(const Tensor& x, int64_t dim, const char* op) {
+  const kernel::DimSplit s = kernel::split_at(x, dim, op);
+  return {s.outer, s.size, s.inner};
 }
 
 template <bool kLog>
 Tensor softmax_forward(const Tensor& x, int64_t dim, const char* op) {
   check_input(op, "input", x);
-  const detail::SoftmaxGeometry g = split_at(x, dim, op);
+  const detail::SoftmaxGeometry g = softmax_geometry(x, dim, op);
   DeviceGuard guard(x.device().index);
   const Tensor xc = x.contiguous();
   Tensor y = empty(x.sizes(), {.dtype = x.dtype(), .device = x.device()});
@@ -115,14 +102,8 @@ Tensor softmax_forward(const Tensor& x, int64_t dim, const char* op) {
 
 template <bool kLog>
 Tensor softmax_backward_impl(const Tensor& dy, const Tensor& y, int64_t dim, const char* op) {
-  check_input(op, "grad_output", dy);
-  check_input(op, "output", y);
-  check_device(op, "grad_output", dy, y);
-  check_shape(op, "grad_output (the output's shape)", dy, y.sizes());
-  HG_CHECK(dy.dtype() == y.dtype(),
-           "{}: expected grad_output of the output's dtype {}, got grad_output of dtype {}", op,
-           y.dtype(), dy.dtype());
-  const detail::SoftmaxGeometry g = split_at(y, dim, op);
+  kernel::check_softmax_backward(op, dy, y, kCUDA);
+  const detail::SoftmaxGeometry g = softmax_geometry(y, dim, op);
   DeviceGuard guard(y.device().index);
   const Tensor dyc = dy.contiguous(), yc = y.contiguous();
   Tensor dx = empty(y.sizes(), {.dtype = y.dtype(), .device = y.device()});
@@ -132,49 +113,23 @@ Tensor softmax_backward_impl(const Tensor& dy, const Tensor& y, int64_t dim, con
   return dx;
 }
 
-// ---- geometries -----------------------------------------------------------------------------
+// ---- layer_norm and group_norm --------------------------------------------------------------
 
-struct LayerNormGeometry {
-  int64_t rows;
-  int64_t M;
-};
-
-LayerNormGeometry layer_norm_geometry(const char* op, const Tensor& x,
-                                      const Shape& normalized_shape) {
-  check_input(op, "input", x);
-  const size_t k = normalized_shape.size();
-  HG_CHECK(k > 0, "{}: expected a non-empty normalized_shape, got []", op);
-  bool trailing_match = size_t(x.dim()) >= k;
-  for (size_t i = 0; trailing_match && i < k; ++i) {
-    trailing_match = x.sizes()[size_t(x.dim()) - k + i] == normalized_shape[i];
-  }
-  HG_CHECK(trailing_match,
-           "{}: expected an input whose trailing dims are normalized_shape {}, got input shape {}",
-           op, normalized_shape, x.sizes());
-  const size_t leading = size_t(x.dim()) - k;
-  return {product(x.sizes(), 0, leading), product(x.sizes(), leading, size_t(x.dim()))};
-}
-
-struct GroupNormGeometry {
-  int64_t N, C, S, G, Cg;
-};
-
-GroupNormGeometry group_norm_geometry(const char* op, const Tensor& x, int64_t num_groups) {
-  check_input(op, "input", x);
-  HG_CHECK(x.dim() >= 2, "{}: expected an input [N, C, *] of at least 2 dims, got {}-D (shape {})",
-           op, x.dim(), x.sizes());
-  const int64_t C = x.size(1);
-  HG_CHECK(num_groups > 0 && C % num_groups == 0,
-           "{}: expected num_groups to divide the channels C={}, got num_groups={}", op, C,
-           num_groups);
-  return {x.size(0), C, product(x.sizes(), 2, size_t(x.dim())), num_groups, C / num_groups};
-}
-
-detail::BatchNormGeometry batch_norm_geometry(const char* op, const Tensor& x) {
-  check_input(op, "input", x);
-  HG_CHECK(x.dim() >= 2, "{}: expected an input [N, C, *] of at least 2 dims, got {}-D (shape {})",
-           op, x.dim(), x.sizes());
-  return {x.size(0), x.size(1), product(x.sizes(), 2, size_t(x.dim()))};
+// Normalises rows of x (checked) as g says, with weight and bias (checked; optional); mean and
+// rstd have stat_shape.
+cpu::NormForward row_norm_forward(const char* op, const Tensor& x, const Tensor& weight,
+                                  const Tensor& bias, const Shape& stat_shape,
+                                  const detail::RowNormGeometry& g, double eps) {
+  DeviceGuard guard(x.device().index);
+  const DType acc = acc_dtype(x.dtype());
+  cpu::NormForward result = forward_outputs(x, stat_shape);
+  const Tensor xc = x.contiguous();
+  const Tensor w = contiguous_as(weight, acc), b = contiguous_as(bias, acc);
+  HG_CUDA_CHECK(detail::launch_row_norm_forward(xc.data_ptr(), result.out.data_ptr(), x.dtype(),
+                                                pointer(w), pointer(b), result.mean.data_ptr(),
+                                                result.rstd.data_ptr(), g, eps, current_stream()),
+                op);
+  return result;
 }
 
 }  // namespace
@@ -200,58 +155,36 @@ Tensor log_softmax_backward(const Tensor& dy, const Tensor& y, int64_t dim) {
 cpu::NormForward layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight,
                             const Tensor& bias, double eps) {
   const char* op = "layer_norm";
-  const LayerNormGeometry ln = layer_norm_geometry(op, x, normalized_shape);
-  check_optional_param(op, "weight (of normalized_shape)", weight, normalized_shape, x);
-  check_optional_param(op, "bias (of normalized_shape)", bias, normalized_shape, x);
-  DeviceGuard guard(x.device().index);
-  const DType acc = acc_dtype(x.dtype());
-  const TensorOptions stat_options{.dtype = acc, .device = x.device()};
-  cpu::NormForward result{empty(x.sizes(), {.dtype = x.dtype(), .device = x.device()}),
-                          empty({ln.rows}, stat_options), empty({ln.rows}, stat_options)};
-  const Tensor xc = x.contiguous();
-  const Tensor w = contiguous_as(weight, acc), b = contiguous_as(bias, acc);
+  const kernel::LayerNormGeometry ln = kernel::layer_norm_geometry(op, x, normalized_shape, kCUDA);
+  kernel::check_optional_param(op, "weight (of normalized_shape)", weight, normalized_shape, x);
+  kernel::check_optional_param(op, "bias (of normalized_shape)", bias, normalized_shape, x);
   const detail::RowNormGeometry g{.rows = ln.rows, .M = ln.M, .groups = 1, .spatial = 1};
-  HG_CUDA_CHECK(detail::launch_row_norm_forward(xc.data_ptr(), result.out.data_ptr(), x.dtype(),
-                                                pointer(w), pointer(b), result.mean.data_ptr(),
-                                                result.rstd.data_ptr(), g, eps, current_stream()),
-                op);
-  return result;
+  return row_norm_forward(op, x, weight, bias, {ln.rows}, g, eps);
 }
 
 cpu::NormBackward layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& mean,
                                       const Tensor& rstd, const Shape& normalized_shape,
                                       const Tensor& weight, bool has_bias) {
   const char* op = "layer_norm_backward";
-  const LayerNormGeometry ln = layer_norm_geometry(op, x, normalized_shape);
-  check_input(op, "grad_output", dy);
-  check_device(op, "grad_output", dy, x);
-  check_shape(op, "grad_output (the input's shape)", dy, x.sizes());
-  check_same_dtype(op, "grad_output", dy, x.dtype());
-  check_optional_param(op, "weight (of normalized_shape)", weight, normalized_shape, x);
-  check_saved_stat(op, "mean", mean, {ln.rows}, x);
-  check_saved_stat(op, "rstd", rstd, {ln.rows}, x);
+  const kernel::LayerNormGeometry ln = kernel::layer_norm_geometry(op, x, normalized_shape, kCUDA);
+  kernel::check_grad_output(op, dy, x);
+  kernel::check_optional_param(op, "weight (of normalized_shape)", weight, normalized_shape, x);
+  kernel::check_saved_stat(op, "mean", mean, {ln.rows}, x);
+  kernel::check_saved_stat(op, "rstd", rstd, {ln.rows}, x);
   DeviceGuard guard(x.device().index);
-  const DType acc = acc_dtype(x.dtype());
-  const TensorOptions acc_options{.dtype = acc, .device = x.device()};
-  const Tensor xc = x.contiguous(), dyc = dy.contiguous();
-  const Tensor mu = contiguous_as(mean, acc), rs = contiguous_as(rstd, acc);
-  const Tensor w = contiguous_as(weight, acc);
-  cpu::NormBackward result{empty(x.sizes(), {.dtype = x.dtype(), .device = x.device()}), Tensor(),
-                           Tensor()};
-  const Tensor dweight = weight.defined() ? empty(normalized_shape, acc_options) : Tensor();
-  const Tensor dbias = has_bias ? empty(normalized_shape, acc_options) : Tensor();
+  const BackwardBuffers b =
+      backward_buffers(dy, x, mean, rstd, weight, normalized_shape, weight.defined(), has_bias);
   const Tensor scratch =
-      dweight.defined() || dbias.defined()
+      b.dweight.defined() || b.dbias.defined()
           ? workspace(detail::layer_norm_backward_workspace_bytes(ln.rows, ln.M, x.dtype()), x)
           : Tensor();
-  HG_CUDA_CHECK(detail::launch_layer_norm_backward(
-                    dyc.data_ptr(), xc.data_ptr(), mu.data_ptr(), rs.data_ptr(), pointer(w),
-                    result.dx.data_ptr(), mutable_pointer(dweight), mutable_pointer(dbias),
-                    mutable_pointer(scratch), x.dtype(), ln.rows, ln.M, current_stream()),
-                op);
-  if (dweight.defined()) result.dweight = dweight.to(weight.dtype());
-  if (dbias.defined()) result.dbias = dbias.to(weight.defined() ? weight.dtype() : x.dtype());
-  return result;
+  HG_CUDA_CHECK(
+      detail::launch_layer_norm_backward(
+          b.dy.data_ptr(), b.x.data_ptr(), b.mean.data_ptr(), b.rstd.data_ptr(), pointer(b.weight),
+          b.dx.data_ptr(), mutable_pointer(b.dweight), mutable_pointer(b.dbias),
+          mutable_pointer(scratch), x.dtype(), ln.rows, ln.M, current_stream()),
+      op);
+  return backward_result(b, x, weight, has_bias);
 }
 
 // ---- group_norm -----------------------------------------------------------------------------
@@ -259,59 +192,37 @@ cpu::NormBackward layer_norm_backward(const Tensor& dy, const Tensor& x, const T
 cpu::NormForward group_norm(const Tensor& x, int64_t num_groups, const Tensor& weight,
                             const Tensor& bias, double eps) {
   const char* op = "group_norm";
-  const GroupNormGeometry gn = group_norm_geometry(op, x, num_groups);
-  check_optional_param(op, "weight ([C])", weight, {gn.C}, x);
-  check_optional_param(op, "bias ([C])", bias, {gn.C}, x);
-  DeviceGuard guard(x.device().index);
-  const DType acc = acc_dtype(x.dtype());
-  const TensorOptions stat_options{.dtype = acc, .device = x.device()};
-  cpu::NormForward result{empty(x.sizes(), {.dtype = x.dtype(), .device = x.device()}),
-                          empty({gn.N, gn.G}, stat_options), empty({gn.N, gn.G}, stat_options)};
-  const Tensor xc = x.contiguous();
-  const Tensor w = contiguous_as(weight, acc), b = contiguous_as(bias, acc);
+  const kernel::GroupNormGeometry gn = kernel::group_norm_geometry(op, x, num_groups, kCUDA);
+  kernel::check_optional_param(op, "weight ([C])", weight, {gn.C}, x);
+  kernel::check_optional_param(op, "bias ([C])", bias, {gn.C}, x);
   // Group g of sample n is one contiguous row of Cg S values (a layer_norm row with a
   // per-channel weight).
   const detail::RowNormGeometry g{
       .rows = gn.N * gn.G, .M = gn.Cg * gn.S, .groups = gn.G, .spatial = gn.S};
-  HG_CUDA_CHECK(detail::launch_row_norm_forward(xc.data_ptr(), result.out.data_ptr(), x.dtype(),
-                                                pointer(w), pointer(b), result.mean.data_ptr(),
-                                                result.rstd.data_ptr(), g, eps, current_stream()),
-                op);
-  return result;
+  return row_norm_forward(op, x, weight, bias, {gn.N, gn.G}, g, eps);
 }
 
 cpu::NormBackward group_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& mean,
                                       const Tensor& rstd, int64_t num_groups, const Tensor& weight,
                                       bool has_bias) {
   const char* op = "group_norm_backward";
-  const GroupNormGeometry gn = group_norm_geometry(op, x, num_groups);
-  check_input(op, "grad_output", dy);
-  check_device(op, "grad_output", dy, x);
-  check_shape(op, "grad_output (the input's shape)", dy, x.sizes());
-  check_same_dtype(op, "grad_output", dy, x.dtype());
-  check_optional_param(op, "weight ([C])", weight, {gn.C}, x);
-  check_saved_stat(op, "mean", mean, {gn.N, gn.G}, x);
-  check_saved_stat(op, "rstd", rstd, {gn.N, gn.G}, x);
+  const kernel::GroupNormGeometry gn = kernel::group_norm_geometry(op, x, num_groups, kCUDA);
+  kernel::check_grad_output(op, dy, x);
+  kernel::check_optional_param(op, "weight ([C])", weight, {gn.C}, x);
+  kernel::check_saved_stat(op, "mean", mean, {gn.N, gn.G}, x);
+  kernel::check_saved_stat(op, "rstd", rstd, {gn.N, gn.G}, x);
   DeviceGuard guard(x.device().index);
-  const DType acc = acc_dtype(x.dtype());
-  const TensorOptions acc_options{.dtype = acc, .device = x.device()};
-  const Tensor xc = x.contiguous(), dyc = dy.contiguous();
-  const Tensor mu = contiguous_as(mean, acc), rs = contiguous_as(rstd, acc);
-  const Tensor w = contiguous_as(weight, acc);
-  cpu::NormBackward result{empty(x.sizes(), {.dtype = x.dtype(), .device = x.device()}), Tensor(),
-                           Tensor()};
-  const Tensor dweight = weight.defined() ? empty({gn.C}, acc_options) : Tensor();
-  const Tensor dbias = has_bias ? empty({gn.C}, acc_options) : Tensor();
+  const BackwardBuffers b =
+      backward_buffers(dy, x, mean, rstd, weight, {gn.C}, weight.defined(), has_bias);
   const Tensor scratch =
       workspace(detail::group_norm_backward_workspace_bytes(gn.N, gn.C, gn.G, x.dtype()), x);
-  HG_CUDA_CHECK(detail::launch_group_norm_backward(
-                    dyc.data_ptr(), xc.data_ptr(), mu.data_ptr(), rs.data_ptr(), pointer(w),
-                    result.dx.data_ptr(), mutable_pointer(dweight), mutable_pointer(dbias),
-                    mutable_pointer(scratch), x.dtype(), gn.N, gn.C, gn.S, gn.G, current_stream()),
-                op);
-  if (dweight.defined()) result.dweight = dweight.to(weight.dtype());
-  if (dbias.defined()) result.dbias = dbias.to(weight.defined() ? weight.dtype() : x.dtype());
-  return result;
+  HG_CUDA_CHECK(
+      detail::launch_group_norm_backward(
+          b.dy.data_ptr(), b.x.data_ptr(), b.mean.data_ptr(), b.rstd.data_ptr(), pointer(b.weight),
+          b.dx.data_ptr(), mutable_pointer(b.dweight), mutable_pointer(b.dbias),
+          mutable_pointer(scratch), x.dtype(), gn.N, gn.C, gn.S, gn.G, current_stream()),
+      op);
+  return backward_result(b, x, weight, has_bias);
 }
 
 // ---- batch_norm -----------------------------------------------------------------------------
@@ -320,31 +231,12 @@ cpu::NormForward batch_norm(const Tensor& x, const Tensor& running_mean, const T
                             const Tensor& weight, const Tensor& bias, bool training,
                             double momentum, double eps) {
   const char* op = "batch_norm";
-  const detail::BatchNormGeometry bn = batch_norm_geometry(op, x);
-  check_optional_param(op, "weight ([C])", weight, {bn.C}, x);
-  check_optional_param(op, "bias ([C])", bias, {bn.C}, x);
-  check_optional_param(op, "running_mean ([C])", running_mean, {bn.C}, x);
-  check_optional_param(op, "running_var ([C])", running_var, {bn.C}, x);
-  HG_CHECK(running_mean.defined() == running_var.defined(),
-           "{}: expected running_mean and running_var both given or both absent, got {} and {}", op,
-           running_mean.defined() ? "running_mean" : "no running_mean",
-           running_var.defined() ? "running_var" : "no running_var");
-  const int64_t count = bn.N * bn.S;
-  if (training) {
-    HG_CHECK(count > 1,
-             "{}: expected more than 1 value per channel when training, got input shape {}", op,
-             x.sizes());
-  } else {
-    HG_CHECK(running_mean.defined(),
-             "{}: expected running_mean and running_var in eval mode (training=false), got "
-             "neither",
-             op);
-  }
+  const kernel::BatchNormGeometry shape = kernel::batch_norm_geometry(op, x, kCUDA);
+  kernel::check_batch_norm(op, x, shape, running_mean, running_var, weight, bias, training);
+  const detail::BatchNormGeometry bn{shape.N, shape.C, shape.S};
   DeviceGuard guard(x.device().index);
   const DType acc = acc_dtype(x.dtype());
-  const TensorOptions stat_options{.dtype = acc, .device = x.device()};
-  cpu::NormForward result{empty(x.sizes(), {.dtype = x.dtype(), .device = x.device()}),
-                          empty({bn.C}, stat_options), empty({bn.C}, stat_options)};
+  cpu::NormForward result = forward_outputs(x, {bn.C});
   const Tensor xc = x.contiguous();
   const Tensor w = contiguous_as(weight, acc), b = contiguous_as(bias, acc);
   // The running statistics in float64, as the CPU kernel reads them; the new values come back
@@ -378,32 +270,22 @@ cpu::NormBackward batch_norm_backward(const Tensor& dy, const Tensor& x, const T
                                       const Tensor& rstd, const Tensor& weight, bool has_bias,
                                       bool training) {
   const char* op = "batch_norm_backward";
-  const detail::BatchNormGeometry bn = batch_norm_geometry(op, x);
-  check_input(op, "grad_output", dy);
-  check_device(op, "grad_output", dy, x);
-  check_shape(op, "grad_output (the input's shape)", dy, x.sizes());
-  check_same_dtype(op, "grad_output", dy, x.dtype());
-  check_optional_param(op, "weight ([C])", weight, {bn.C}, x);
-  check_saved_stat(op, "mean", mean, {bn.C}, x);
-  check_saved_stat(op, "rstd", rstd, {bn.C}, x);
+  const kernel::BatchNormGeometry shape = kernel::batch_norm_geometry(op, x, kCUDA);
+  kernel::check_grad_output(op, dy, x);
+  kernel::check_optional_param(op, "weight ([C])", weight, {shape.C}, x);
+  kernel::check_saved_stat(op, "mean", mean, {shape.C}, x);
+  kernel::check_saved_stat(op, "rstd", rstd, {shape.C}, x);
+  const detail::BatchNormGeometry bn{shape.N, shape.C, shape.S};
   DeviceGuard guard(x.device().index);
-  const DType acc = acc_dtype(x.dtype());
-  const TensorOptions acc_options{.dtype = acc, .device = x.device()};
-  const Tensor xc = x.contiguous(), dyc = dy.contiguous();
-  const Tensor mu = contiguous_as(mean, acc), rs = contiguous_as(rstd, acc);
-  const Tensor w = contiguous_as(weight, acc);
-  cpu::NormBackward result{empty(x.sizes(), {.dtype = x.dtype(), .device = x.device()}), Tensor(),
-                           Tensor()};
-  const Tensor dweight = empty({bn.C}, acc_options), dbias = empty({bn.C}, acc_options);
+  // The kernel writes dweight and dbias whether or not they are wanted.
+  const BackwardBuffers b = backward_buffers(dy, x, mean, rstd, weight, {bn.C}, true, true);
   const Tensor scratch = workspace(detail::batch_norm_workspace_bytes(bn, x.dtype()), x);
   HG_CUDA_CHECK(detail::launch_batch_norm_backward(
-                    dyc.data_ptr(), xc.data_ptr(), mu.data_ptr(), rs.data_ptr(), pointer(w),
-                    result.dx.data_ptr(), dweight.data_ptr(), dbias.data_ptr(), training,
-                    mutable_pointer(scratch), x.dtype(), bn, current_stream()),
+                    b.dy.data_ptr(), b.x.data_ptr(), b.mean.data_ptr(), b.rstd.data_ptr(),
+                    pointer(b.weight), b.dx.data_ptr(), b.dweight.data_ptr(), b.dbias.data_ptr(),
+                    training, mutable_pointer(scratch), x.dtype(), bn, current_stream()),
                 op);
-  if (weight.defined()) result.dweight = dweight.to(weight.dtype());
-  if (has_bias) result.dbias = dbias.to(weight.defined() ? weight.dtype() : x.dtype());
-  return result;
+  return backward_result(b, x, weight, has_bias);
 }
 
 }  // namespace hg::cuda

@@ -27,8 +27,8 @@
 #include <limits>
 #include <type_traits>
 
-#include "halfgrad/cuda/device_utils.cuh"
 #include "halfgrad/cuda/norm_launch.h"
+#include "halfgrad/cuda/reduce_utils.cuh"
 
 namespace hg::cuda::detail {
 
@@ -39,40 +39,11 @@ namespace {
 template <class T>
 using acc_t = std::conditional_t<std::is_same_v<T, double>, double, float>;
 
-template <class A, class T>
-__device__ __forceinline__ A value(T x) {
-  return static_cast<A>(convert<compute_t<T>>(x));
-}
-
-__device__ __forceinline__ float exp_value(float x) { return expf(x); }
-__device__ __forceinline__ double exp_value(double x) { return exp(x); }
-__device__ __forceinline__ float log_value(float x) { return logf(x); }
-__device__ __forceinline__ double log_value(double x) { return log(x); }
-__device__ __forceinline__ float sqrt_value(float x) { return sqrtf(x); }
-__device__ __forceinline__ double sqrt_value(double x) { return sqrt(x); }
-
-template <class A>
-__device__ __forceinline__ bool is_inf(A v) {
-  return v == std::numeric_limits<A>::infinity() || v == -std::numeric_limits<A>::infinity();
-}
-
-// 16 bytes of T, for vector loads and stores.
-template <class T>
-inline constexpr int kPack = 16 / int(sizeof(T));
-template <class T>
-struct alignas(16) Pack {
-  T v[kPack<T>];
-};
-
 constexpr int kBlock = 256;  // threads of every block here
 constexpr int64_t kMaxGrid = int64_t(1) << 20;
 // Pieces: aim for about this many blocks (a constant, so results do not depend on the device).
 constexpr int64_t kTargetBlocks = 1024;
 constexpr int64_t kMaxSplits = 1024;
-
-__host__ __device__ int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
-__host__ __device__ int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
-__host__ __device__ int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
 
 // Threads per row (NOTE [CUDA row kernels]): a power of two up to 32 for short rows, else the
 // block.
@@ -99,13 +70,9 @@ struct Pair {
   A b;
 };
 
-template <class V>
-__device__ __forceinline__ V shfl_xor(V v, int mask, int width) {
-  return __shfl_xor_sync(0xffffffffu, v, mask, width);
-}
 template <class A>
 __device__ __forceinline__ Pair<A> shfl_xor(Pair<A> p, int mask, int width) {
-  return {shfl_xor(p.a, mask, width), shfl_xor(p.b, mask, width)};
+  return {detail::shfl_xor(p.a, mask, width), detail::shfl_xor(p.b, mask, width)};
 }
 
 struct AddOp {
@@ -143,23 +110,78 @@ __device__ __forceinline__ Pair<A> softmax_identity() {
   return {-std::numeric_limits<A>::infinity(), A(0)};
 }
 
-// Combines acc over a group of `group` threads (a power of two up to 32, or the whole block),
-// commutative ops only; every thread of the group gets the same result. Every thread of the
-// block must call it. shared: 32 values.
-template <class V, class Op>
-__device__ V group_allreduce(V acc, Op op, int group, V* shared) {
-  const int width = group < 32 ? group : 32;
-  for (int mask = width / 2; mask > 0; mask /= 2) acc = op(acc, shfl_xor(acc, mask, width));
-  if (group <= 32) return acc;
-  if (threadIdx.x % 32 == 0) shared[threadIdx.x / 32] = acc;
-  __syncthreads();
-  acc = shared[0];
-  for (int w = 1; w < group / 32; ++w) acc = op(acc, shared[w]);
-  __syncthreads();  // shared is reused by the next call
-  return acc;
+// The softmax (kLog: log_softmax) of a row's values from the row's (max, sum of exp(x - max)):
+// an infinite max gives NaN (NOTE [Online softmax]).
+template <class A, bool kLog>
+struct SoftmaxOutput {
+  A max, sum, log_sum;
+  __device__ explicit SoftmaxOutput(Pair<A> acc)
+      : max(acc.a),
+        sum(is_inf(acc.a) ? std::numeric_limits<A>::quiet_NaN() : acc.b),
+        log_sum(log_value(sum)) {}
+  __device__ A operator()(A v) const { return kLog ? v - max - log_sum : exp_value(v - max) / sum; }
+};
+
+// Backward, with g = dy and out = y: the row's sum is of softmax_backward_term (softmax:
+// sum(dy y); log_softmax: sum(dy)), then dx = softmax_backward_value.
+template <bool kLog, class A>
+__device__ __forceinline__ A softmax_backward_term(A g, A out) {
+  return kLog ? g : g * out;
+}
+template <bool kLog, class A>
+__device__ __forceinline__ A softmax_backward_value(A g, A out, A sum) {
+  return kLog ? g - exp_value(out) * sum : out * (g - sum);
 }
 
-// ---- walking a row --------------------------------------------------------------------------
+// ---- walking rows and columns ---------------------------------------------------------------
+
+// Calls f(r, active, lane) for the rows of this thread's group, a group of `group` threads per
+// row (NOTE [CUDA row kernels]), lane the thread's place in its group. Every thread of the block
+// makes the same calls (f may call group_allreduce, which synchronizes): past the last row,
+// with active false.
+template <class F>
+__device__ __forceinline__ void for_each_row(int64_t rows, int group, F&& f) {
+  const int per_block = kBlock / group, lane = int(threadIdx.x) % group;
+  for (int64_t first = int64_t(blockIdx.x) * per_block; first < rows;
+       first += int64_t(gridDim.x) * per_block) {
+    const int64_t r = first + int(threadIdx.x) / group;
+    f(r, r < rows, lane);
+  }
+}
+
+// Calls f(base, active) for the tiles of this block over [outer, D, inner] with the softmax dim
+// D in the middle: a tile is blockDim.x neighbouring inner positions j of one outer index o
+// (coalesced), base = o D inner + j the element at d = 0. Every thread makes the same calls (f
+// may call column_allreduce): past the last j, with active false.
+template <class F>
+__device__ __forceinline__ void for_each_column_tile(int64_t outer, int64_t D, int64_t inner,
+                                                     int64_t tiles_per_outer, F&& f) {
+  const int bx = int(blockDim.x), tx = int(threadIdx.x);
+  for (int64_t tile = blockIdx.x; tile < outer * tiles_per_outer; tile += gridDim.x) {
+    const int64_t o = tile / tiles_per_outer;
+    const int64_t j = (tile - o * tiles_per_outer) * bx + tx;
+    f(o * D * inner + j, j < inner);
+  }
+}
+
+// Combines v over the blockDim.y threads of each block column (the same threadIdx.x) by a tree
+// in shared memory; every thread gets its column's result. Every thread of the block must call
+// it. shared: blockDim.x * blockDim.y values.
+template <class V, class Combine>
+__device__ __forceinline__ V column_allreduce(V v, const Combine& combine, V* shared) {
+  const int bx = int(blockDim.x), by = int(blockDim.y);
+  const int tx = int(threadIdx.x), ty = int(threadIdx.y);
+  V* cell = shared + ty * bx + tx;
+  *cell = v;
+  __syncthreads();
+  for (int stride = by / 2; stride > 0; stride /= 2) {
+    if (ty < stride) *cell = combine(*cell, cell[stride * bx]);
+    __syncthreads();
+  }
+  v = shared[tx];
+  __syncthreads();  // shared is reused by the next tile
+  return v;
+}
 
 // f(k, value) for the values of row[0, M) that belong to `lane` of a group of `group` threads.
 template <class T, bool kVector, class F>
@@ -170,10 +192,10 @@ __device__ __forceinline__ void for_lane(const T* row, int64_t M, int lane, int 
     for (int64_t k = int64_t(lane) * kN; k < M; k += int64_t(group) * kN) {
       const Pack<T> pack = *reinterpret_cast<const Pack<T>*>(row + k);
 #pragma unroll
-      for (int j = 0; j < kN; ++j) f(k + j, value<A>(pack.v[j]));
+      for (int j = 0; j < kN; ++j) f(k + j, to_value<A>(pack.v[j]));
     }
   } else {
-    for (int64_t k = lane; k < M; k += group) f(k, value<A>(row[k]));
+    for (int64_t k = lane; k < M; k += group) f(k, to_value<A>(row[k]));
   }
 }
 
@@ -188,10 +210,10 @@ __device__ __forceinline__ void for_lane2(const T* a, const T* b, int64_t M, int
       const Pack<T> pa = *reinterpret_cast<const Pack<T>*>(a + k);
       const Pack<T> pb = *reinterpret_cast<const Pack<T>*>(b + k);
 #pragma unroll
-      for (int j = 0; j < kN; ++j) f(k + j, value<A>(pa.v[j]), value<A>(pb.v[j]));
+      for (int j = 0; j < kN; ++j) f(k + j, to_value<A>(pa.v[j]), to_value<A>(pb.v[j]));
     }
   } else {
-    for (int64_t k = lane; k < M; k += group) f(k, value<A>(a[k]), value<A>(b[k]));
+    for (int64_t k = lane; k < M; k += group) f(k, to_value<A>(a[k]), to_value<A>(b[k]));
   }
 }
 
@@ -206,11 +228,11 @@ __device__ __forceinline__ void map_lane(const T* in, T* out, int64_t M, int lan
       const Pack<T> pack = *reinterpret_cast<const Pack<T>*>(in + k);
       Pack<T> result;
 #pragma unroll
-      for (int j = 0; j < kN; ++j) result.v[j] = convert<T>(f(k + j, value<A>(pack.v[j])));
+      for (int j = 0; j < kN; ++j) result.v[j] = convert<T>(f(k + j, to_value<A>(pack.v[j])));
       *reinterpret_cast<Pack<T>*>(out + k) = result;
     }
   } else {
-    for (int64_t k = lane; k < M; k += group) out[k] = convert<T>(f(k, value<A>(in[k])));
+    for (int64_t k = lane; k < M; k += group) out[k] = convert<T>(f(k, to_value<A>(in[k])));
   }
 }
 
@@ -227,13 +249,13 @@ __device__ __forceinline__ void map_lane2(const T* a, const T* b, T* out, int64_
       Pack<T> result;
 #pragma unroll
       for (int j = 0; j < kN; ++j) {
-        result.v[j] = convert<T>(f(k + j, value<A>(pa.v[j]), value<A>(pb.v[j])));
+        result.v[j] = convert<T>(f(k + j, to_value<A>(pa.v[j]), to_value<A>(pb.v[j])));
       }
       *reinterpret_cast<Pack<T>*>(out + k) = result;
     }
   } else {
     for (int64_t k = lane; k < M; k += group) {
-      out[k] = convert<T>(f(k, value<A>(a[k]), value<A>(b[k])));
+      out[k] = convert<T>(f(k, to_value<A>(a[k]), to_value<A>(b[k])));
     }
   }
 }
@@ -246,25 +268,18 @@ __global__ void __launch_bounds__(kBlock)
     softmax_rows_kernel(const T* x, T* y, int64_t rows, int64_t D, int group) {
   using A = acc_t<T>;
   __shared__ Pair<A> shared[32];
-  const int per_block = kBlock / group, lane = int(threadIdx.x) % group;
-  for (int64_t first = int64_t(blockIdx.x) * per_block; first < rows;
-       first += int64_t(gridDim.x) * per_block) {
-    const int64_t r = first + int(threadIdx.x) / group;
-    const bool active = r < rows;
+  for_each_row(rows, group, [&](int64_t r, bool active, int lane) {
     Pair<A> acc = softmax_identity<A>();
     if (active) {
       for_lane<T, kVector>(x + r * D, D, lane, group,
                            [&](int64_t, A v) { acc = softmax_add(acc, v); });
     }
     acc = group_allreduce(acc, SoftmaxOp{}, group, shared);
-    if (!active) continue;
-    const A max = acc.a;
-    const A sum = is_inf(max) ? std::numeric_limits<A>::quiet_NaN() : acc.b;
-    const A log_sum = log_value(sum);
-    map_lane<T, kVector>(x + r * D, y + r * D, D, lane, group, [&](int64_t, A v) {
-      return kLog ? v - max - log_sum : exp_value(v - max) / sum;
-    });
-  }
+    if (!active) return;
+    const SoftmaxOutput<A, kLog> output(acc);
+    map_lane<T, kVector>(x + r * D, y + r * D, D, lane, group,
+                         [&](int64_t, A v) { return output(v); });
+  });
 }
 
 // Any other dim (inner > 1): a block is bx neighbouring inner positions of one outer index
@@ -275,35 +290,19 @@ __global__ void __launch_bounds__(kBlock)
                            int64_t tiles_per_outer) {
   using A = acc_t<T>;
   __shared__ Pair<A> shared[kBlock];
-  const int bx = int(blockDim.x), by = int(blockDim.y);
-  const int tx = int(threadIdx.x), ty = int(threadIdx.y);
-  Pair<A>* cell = shared + ty * bx + tx;
-  for (int64_t tile = blockIdx.x; tile < outer * tiles_per_outer; tile += gridDim.x) {
-    const int64_t o = tile / tiles_per_outer;
-    const int64_t j = (tile - o * tiles_per_outer) * bx + tx;
-    const bool active = j < inner;
-    const int64_t base = o * D * inner + j;
+  const int by = int(blockDim.y), ty = int(threadIdx.y);
+  for_each_column_tile(outer, D, inner, tiles_per_outer, [&](int64_t base, bool active) {
     Pair<A> acc = softmax_identity<A>();
     if (active) {
-      for (int64_t d = ty; d < D; d += by) acc = softmax_add(acc, value<A>(x[base + d * inner]));
+      for (int64_t d = ty; d < D; d += by) acc = softmax_add(acc, to_value<A>(x[base + d * inner]));
     }
-    *cell = acc;
-    __syncthreads();
-    for (int stride = by / 2; stride > 0; stride /= 2) {
-      if (ty < stride) *cell = SoftmaxOp{}(*cell, cell[stride * bx]);
-      __syncthreads();
-    }
-    acc = shared[tx];
-    __syncthreads();  // shared is reused by the next tile
-    if (!active) continue;
-    const A max = acc.a;
-    const A sum = is_inf(max) ? std::numeric_limits<A>::quiet_NaN() : acc.b;
-    const A log_sum = log_value(sum);
+    acc = column_allreduce(acc, SoftmaxOp{}, shared);
+    if (!active) return;
+    const SoftmaxOutput<A, kLog> output(acc);
     for (int64_t d = ty; d < D; d += by) {
-      const A v = value<A>(x[base + d * inner]);
-      y[base + d * inner] = convert<T>(kLog ? v - max - log_sum : exp_value(v - max) / sum);
+      y[base + d * inner] = convert<T>(output(to_value<A>(x[base + d * inner])));
     }
-  }
+  });
 }
 
 template <class T, bool kLog, bool kVector>
@@ -312,22 +311,19 @@ __global__ void __launch_bounds__(kBlock)
                                  int group) {
   using A = acc_t<T>;
   __shared__ A shared[32];
-  const int per_block = kBlock / group, lane = int(threadIdx.x) % group;
-  for (int64_t first = int64_t(blockIdx.x) * per_block; first < rows;
-       first += int64_t(gridDim.x) * per_block) {
-    const int64_t r = first + int(threadIdx.x) / group;
-    const bool active = r < rows;
-    A sum = A(0);  // softmax: sum(dy * y); log_softmax: sum(dy)
+  for_each_row(rows, group, [&](int64_t r, bool active, int lane) {
+    A sum = A(0);
     if (active) {
-      for_lane2<T, kVector>(dy + r * D, y + r * D, D, lane, group,
-                            [&](int64_t, A g, A out) { sum += kLog ? g : g * out; });
+      for_lane2<T, kVector>(dy + r * D, y + r * D, D, lane, group, [&](int64_t, A g, A out) {
+        sum += softmax_backward_term<kLog>(g, out);
+      });
     }
     sum = group_allreduce(sum, AddOp{}, group, shared);
-    if (!active) continue;
+    if (!active) return;
     map_lane2<T, kVector>(
         dy + r * D, y + r * D, dx + r * D, D, lane, group,
-        [&](int64_t, A g, A out) { return kLog ? g - exp_value(out) * sum : out * (g - sum); });
-  }
+        [&](int64_t, A g, A out) { return softmax_backward_value<kLog>(g, out, sum); });
+  });
 }
 
 template <class T, bool kLog>
@@ -336,35 +332,22 @@ __global__ void __launch_bounds__(kBlock)
                                     int64_t inner, int64_t tiles_per_outer) {
   using A = acc_t<T>;
   __shared__ A shared[kBlock];
-  const int bx = int(blockDim.x), by = int(blockDim.y);
-  const int tx = int(threadIdx.x), ty = int(threadIdx.y);
-  A* cell = shared + ty * bx + tx;
-  for (int64_t tile = blockIdx.x; tile < outer * tiles_per_outer; tile += gridDim.x) {
-    const int64_t o = tile / tiles_per_outer;
-    const int64_t j = (tile - o * tiles_per_outer) * bx + tx;
-    const bool active = j < inner;
-    const int64_t base = o * D * inner + j;
+  const int by = int(blockDim.y), ty = int(threadIdx.y);
+  for_each_column_tile(outer, D, inner, tiles_per_outer, [&](int64_t base, bool active) {
     A sum = A(0);
     if (active) {
       for (int64_t d = ty; d < D; d += by) {
-        const A g = value<A>(dy[base + d * inner]);
-        sum += kLog ? g : g * value<A>(y[base + d * inner]);
+        sum += softmax_backward_term<kLog>(to_value<A>(dy[base + d * inner]),
+                                           to_value<A>(y[base + d * inner]));
       }
     }
-    *cell = sum;
-    __syncthreads();
-    for (int stride = by / 2; stride > 0; stride /= 2) {
-      if (ty < stride) *cell += cell[stride * bx];
-      __syncthreads();
-    }
-    sum = shared[tx];
-    __syncthreads();  // shared is reused by the next tile
-    if (!active) continue;
+    sum = column_allreduce(sum, AddOp{}, shared);
+    if (!active) return;
     for (int64_t d = ty; d < D; d += by) {
-      const A g = value<A>(dy[base + d * inner]), out = value<A>(y[base + d * inner]);
-      dx[base + d * inner] = convert<T>(kLog ? g - exp_value(out) * sum : out * (g - sum));
+      const A g = to_value<A>(dy[base + d * inner]), out = to_value<A>(y[base + d * inner]);
+      dx[base + d * inner] = convert<T>(softmax_backward_value<kLog>(g, out, sum));
     }
-  }
+  });
 }
 
 // ---- kernels: layer_norm / group_norm -------------------------------------------------------
@@ -378,13 +361,9 @@ __global__ void __launch_bounds__(kBlock)
                             int group) {
   using A = acc_t<T>;
   __shared__ A shared[32];
-  const int per_block = kBlock / group, lane = int(threadIdx.x) % group;
   const int64_t M = g.M;
   const int64_t channels_per_group = g.spatial > 0 ? M / g.spatial : 0;  // Cg
-  for (int64_t first = int64_t(blockIdx.x) * per_block; first < g.rows;
-       first += int64_t(gridDim.x) * per_block) {
-    const int64_t r = first + int(threadIdx.x) / group;
-    const bool active = r < g.rows;
+  for_each_row(g.rows, group, [&](int64_t r, bool active, int lane) {
     const T* row = x + r * M;
     A sum = A(0);
     if (active) for_lane<T, kVector>(row, M, lane, group, [&](int64_t, A v) { sum += v; });
@@ -397,7 +376,7 @@ __global__ void __launch_bounds__(kBlock)
       });
     }
     const A var = group_allreduce(squares, AddOp{}, group, shared) / A(M);
-    if (!active) continue;
+    if (!active) return;
     const A rs = A(1) / sqrt_value(var + eps);
     if (lane == 0) {
       mean[r] = mu;
@@ -410,7 +389,7 @@ __global__ void __launch_bounds__(kBlock)
       const A b = bias != nullptr ? bias[c] : A(0);
       return (v - mu) * rs * w + b;
     });
-  }
+  });
 }
 
 // layer_norm dx, a group of threads per row: with g = dy weight,
@@ -422,11 +401,7 @@ __global__ void __launch_bounds__(kBlock)
                                     int64_t rows, int64_t M, int group) {
   using A = acc_t<T>;
   __shared__ Pair<A> shared[32];
-  const int per_block = kBlock / group, lane = int(threadIdx.x) % group;
-  for (int64_t first = int64_t(blockIdx.x) * per_block; first < rows;
-       first += int64_t(gridDim.x) * per_block) {
-    const int64_t r = first + int(threadIdx.x) / group;
-    const bool active = r < rows;
+  for_each_row(rows, group, [&](int64_t r, bool active, int lane) {
     Pair<A> sums{A(0), A(0)};  // sum(g), sum(g xhat)
     A mu = A(0), rs = A(0);
     if (active) {
@@ -439,7 +414,7 @@ __global__ void __launch_bounds__(kBlock)
       });
     }
     sums = group_allreduce(sums, AddOp{}, group, shared);
-    if (!active) continue;
+    if (!active) return;
     const A mean_g = sums.a / A(M), mean_gx = sums.b / A(M);
     map_lane2<T, kVector>(dy + r * M, x + r * M, dx + r * M, M, lane, group,
                           [&](int64_t k, A g, A v) {
@@ -447,7 +422,7 @@ __global__ void __launch_bounds__(kBlock)
                             const A w = weight != nullptr ? weight[k] : A(1);
                             return rs * (g * w - mean_g - xhat * mean_gx);
                           });
-  }
+  });
 }
 
 // layer_norm dweight/dbias, pass 1: block (32, 8) sums a tile of 32 columns over the rows of
@@ -470,9 +445,9 @@ __global__ void __launch_bounds__(kBlock)
   A sum_gx = A(0), sum_g = A(0);
   if (j < M) {
     for (int64_t r = begin + ty; r < end; r += kTileY) {
-      const A g = value<A>(dy[r * M + j]);
+      const A g = to_value<A>(dy[r * M + j]);
       sum_g += g;
-      sum_gx += g * (value<A>(x[r * M + j]) - mean[r]) * rstd[r];
+      sum_gx += g * (to_value<A>(x[r * M + j]) - mean[r]) * rstd[r];
     }
   }
   shared_gx[ty][tx] = sum_gx;
@@ -516,12 +491,8 @@ __global__ void __launch_bounds__(kBlock)
                                    int64_t N, int64_t C, int64_t S, int64_t G, int group) {
   using A = acc_t<T>;
   __shared__ Pair<A> shared[32];
-  const int per_block = kBlock / group, lane = int(threadIdx.x) % group;
-  const int64_t rows = N * C, Cg = C / G;
-  for (int64_t first = int64_t(blockIdx.x) * per_block; first < rows;
-       first += int64_t(gridDim.x) * per_block) {
-    const int64_t row = first + int(threadIdx.x) / group;
-    const bool active = row < rows;
+  const int64_t Cg = C / G;
+  for_each_row(N * C, group, [&](int64_t row, bool active, int lane) {
     Pair<A> sums{A(0), A(0)};
     if (active) {
       const int64_t n = row / C, c = row - n * C;
@@ -537,7 +508,7 @@ __global__ void __launch_bounds__(kBlock)
       channel_g[row] = sums.a;
       channel_gx[row] = sums.b;
     }
-  }
+  });
 }
 
 // Pass 2: per (n, g), the weighted means over the group: mean(dy w), mean(dy w xhat).
@@ -574,9 +545,9 @@ __global__ void group_norm_dx_kernel(const T* dy, const T* x, const acc_t<T>* me
        i += int64_t(gridDim.x) * blockDim.x) {
     const int64_t ng = i / group_size, c = (i / S) % C;
     const A r = rstd[ng];
-    const A xhat = (value<A>(x[i]) - mean[ng]) * r;
+    const A xhat = (to_value<A>(x[i]) - mean[ng]) * r;
     const A w = weight != nullptr ? weight[c] : A(1);
-    dx[i] = convert<T>(r * (value<A>(dy[i]) * w - mean_g[ng] - xhat * mean_gx[ng]));
+    dx[i] = convert<T>(r * (to_value<A>(dy[i]) * w - mean_g[ng] - xhat * mean_gx[ng]));
   }
 }
 
@@ -622,13 +593,13 @@ __global__ void __launch_bounds__(kBlock)
     const int64_t step_n = blockDim.x / g.S, step_s = blockDim.x % g.S;
     for (; e < end; e += blockDim.x) {
       const int64_t offset = (n * g.C + c) * g.S + s;
-      const A v = value<A>(x[offset]);
+      const A v = to_value<A>(x[offset]);
       if constexpr (kSum == ChannelSum::Values) {
         sums.a += v;
       } else if constexpr (kSum == ChannelSum::SquaredDeviations) {
         sums.a += (v - m) * (v - m);
       } else {
-        const A gi = value<A>(dy[offset]);
+        const A gi = to_value<A>(dy[offset]);
         sums.a += gi;
         sums.b += gi * (v - m);
       }
@@ -702,7 +673,7 @@ __global__ void channel_apply_kernel(const T* x, T* out, const acc_t<T>* weight,
     const int64_t c = (i / S) % C;
     const A scale = rstd[c] * (weight != nullptr ? weight[c] : A(1));
     const A shift = bias != nullptr ? bias[c] : A(0);
-    out[i] = convert<T>((value<A>(x[i]) - mean[c]) * scale + shift);
+    out[i] = convert<T>((to_value<A>(x[i]) - mean[c]) * scale + shift);
   }
 }
 
@@ -736,10 +707,10 @@ __global__ void batch_norm_dx_kernel(const T* dy, const T* x, const acc_t<T>* me
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
        i += int64_t(gridDim.x) * blockDim.x) {
     const int64_t c = (i / S) % C;
-    const A r = rstd[c], g = value<A>(dy[i]);
+    const A r = rstd[c], g = to_value<A>(dy[i]);
     const A w = weight != nullptr ? weight[c] : A(1);
     if (training) {
-      const A xhat = (value<A>(x[i]) - mean[c]) * r;
+      const A xhat = (to_value<A>(x[i]) - mean[c]) * r;
       dx[i] = convert<T>(r * w * (g - mean_g[c] - xhat * mean_gx[c]));
     } else {
       dx[i] = convert<T>(g * w * r);
@@ -779,79 +750,68 @@ ChannelPieces channel_pieces(const BatchNormGeometry& g) {
 
 // ---- typed launchers ------------------------------------------------------------------------
 
+// f(std::true_type{}) or f(std::false_type{}) as flag says: a kernel template's bool chosen at
+// launch, decltype(constant)::value in f.
+template <class F>
+decltype(auto) with_flag(bool flag, F&& f) {
+  if (flag) return f(std::true_type{});
+  return f(std::false_type{});
+}
+
+// The softmax column kernels' launch: bx threads along inner (a power of two up to 32) times
+// kBlock / bx along D per block, a block per tile of bx inner positions.
+struct ColumnLaunch {
+  dim3 block;
+  int64_t tiles_per_outer;
+  unsigned grid;
+};
+ColumnLaunch column_launch(const SoftmaxGeometry& g) {
+  int bx = 1;
+  while (bx < g.inner && bx < 32) bx *= 2;
+  const int64_t tiles_per_outer = ceil_div(g.inner, bx);
+  return {dim3(unsigned(bx), unsigned(kBlock / bx)), tiles_per_outer,
+          unsigned(min64(g.outer * tiles_per_outer, kMaxGrid))};
+}
+
 template <class T>
 cudaError_t softmax_typed(bool log, const T* x, T* y, const SoftmaxGeometry& g,
                           cudaStream_t stream) {
-  if (g.inner == 1) {
-    const int64_t rows = g.outer;
-    const int group = row_group(g.size, /*allow_subwarp=*/false);
-    const bool vector = g.size % kPack<T> == 0 && aligned16(x) && aligned16(y);
-    const unsigned grid = row_grid(rows, group);
-    if (vector) {
-      if (log) {
-        softmax_rows_kernel<T, true, true><<<grid, kBlock, 0, stream>>>(x, y, rows, g.size, group);
-      } else {
-        softmax_rows_kernel<T, false, true><<<grid, kBlock, 0, stream>>>(x, y, rows, g.size, group);
-      }
-    } else if (log) {
-      softmax_rows_kernel<T, true, false><<<grid, kBlock, 0, stream>>>(x, y, rows, g.size, group);
+  with_flag(log, [&](auto log_flag) {
+    constexpr bool kLog = decltype(log_flag)::value;
+    if (g.inner == 1) {
+      const int group = row_group(g.size, /*allow_subwarp=*/false);
+      const bool vector = g.size % kPack<T> == 0 && aligned16(x) && aligned16(y);
+      with_flag(vector, [&](auto vector_flag) {
+        softmax_rows_kernel<T, kLog, decltype(vector_flag)::value>
+            <<<row_grid(g.outer, group), kBlock, 0, stream>>>(x, y, g.outer, g.size, group);
+      });
     } else {
-      softmax_rows_kernel<T, false, false><<<grid, kBlock, 0, stream>>>(x, y, rows, g.size, group);
+      const ColumnLaunch launch = column_launch(g);
+      softmax_columns_kernel<T, kLog><<<launch.grid, launch.block, 0, stream>>>(
+          x, y, g.outer, g.size, g.inner, launch.tiles_per_outer);
     }
-    return cudaGetLastError();
-  }
-  int bx = 1;
-  while (bx < g.inner && bx < 32) bx *= 2;
-  const dim3 block(unsigned(bx), unsigned(kBlock / bx));
-  const int64_t tiles_per_outer = ceil_div(g.inner, bx);
-  const unsigned grid = unsigned(min64(g.outer * tiles_per_outer, kMaxGrid));
-  if (log) {
-    softmax_columns_kernel<T, true>
-        <<<grid, block, 0, stream>>>(x, y, g.outer, g.size, g.inner, tiles_per_outer);
-  } else {
-    softmax_columns_kernel<T, false>
-        <<<grid, block, 0, stream>>>(x, y, g.outer, g.size, g.inner, tiles_per_outer);
-  }
+  });
   return cudaGetLastError();
 }
 
 template <class T>
 cudaError_t softmax_backward_typed(bool log, const T* dy, const T* y, T* dx,
                                    const SoftmaxGeometry& g, cudaStream_t stream) {
-  if (g.inner == 1) {
-    const int64_t rows = g.outer;
-    const int group = row_group(g.size, /*allow_subwarp=*/false);
-    const bool vector = g.size % kPack<T> == 0 && aligned16(dy) && aligned16(y) && aligned16(dx);
-    const unsigned grid = row_grid(rows, group);
-    if (vector) {
-      if (log) {
-        softmax_backward_rows_kernel<T, true, true>
-            <<<grid, kBlock, 0, stream>>>(dy, y, dx, rows, g.size, group);
-      } else {
-        softmax_backward_rows_kernel<T, false, true>
-            <<<grid, kBlock, 0, stream>>>(dy, y, dx, rows, g.size, group);
-      }
-    } else if (log) {
-      softmax_backward_rows_kernel<T, true, false>
-          <<<grid, kBlock, 0, stream>>>(dy, y, dx, rows, g.size, group);
+  with_flag(log, [&](auto log_flag) {
+    constexpr bool kLog = decltype(log_flag)::value;
+    if (g.inner == 1) {
+      const int group = row_group(g.size, /*allow_subwarp=*/false);
+      const bool vector = g.size % kPack<T> == 0 && aligned16(dy) && aligned16(y) && aligned16(dx);
+      with_flag(vector, [&](auto vector_flag) {
+        softmax_backward_rows_kernel<T, kLog, decltype(vector_flag)::value>
+            <<<row_grid(g.outer, group), kBlock, 0, stream>>>(dy, y, dx, g.outer, g.size, group);
+      });
     } else {
-      softmax_backward_rows_kernel<T, false, false>
-          <<<grid, kBlock, 0, stream>>>(dy, y, dx, rows, g.size, group);
+      const ColumnLaunch launch = column_launch(g);
+      softmax_backward_columns_kernel<T, kLog><<<launch.grid, launch.block, 0, stream>>>(
+          dy, y, dx, g.outer, g.size, g.inner, launch.tiles_per_outer);
     }
-    return cudaGetLastError();
-  }
-  int bx = 1;
-  while (bx < g.inner && bx < 32) bx *= 2;
-  const dim3 block(unsigned(bx), unsigned(kBlock / bx));
-  const int64_t tiles_per_outer = ceil_div(g.inner, bx);
-  const unsigned grid = unsigned(min64(g.outer * tiles_per_outer, kMaxGrid));
-  if (log) {
-    softmax_backward_columns_kernel<T, true>
-        <<<grid, block, 0, stream>>>(dy, y, dx, g.outer, g.size, g.inner, tiles_per_outer);
-  } else {
-    softmax_backward_columns_kernel<T, false>
-        <<<grid, block, 0, stream>>>(dy, y, dx, g.outer, g.size, g.inner, tiles_per_outer);
-  }
+  });
   return cudaGetLastError();
 }
 
@@ -864,21 +824,12 @@ cudaError_t row_norm_forward_typed(const T* x, T* out, const acc_t<T>* weight, c
   const unsigned grid = row_grid(g.rows, group);
   const bool grouped = g.groups > 1 || g.spatial > 1;
   const bool vector = g.M % kPack<T> == 0 && aligned16(x) && aligned16(out);
-  if (grouped) {
-    if (vector) {
-      row_norm_forward_kernel<T, true, true>
+  with_flag(grouped, [&](auto grouped_flag) {
+    with_flag(vector, [&](auto vector_flag) {
+      row_norm_forward_kernel<T, decltype(grouped_flag)::value, decltype(vector_flag)::value>
           <<<grid, kBlock, 0, stream>>>(x, out, weight, bias, mean, rstd, g, A(eps), group);
-    } else {
-      row_norm_forward_kernel<T, true, false>
-          <<<grid, kBlock, 0, stream>>>(x, out, weight, bias, mean, rstd, g, A(eps), group);
-    }
-  } else if (vector) {
-    row_norm_forward_kernel<T, false, true>
-        <<<grid, kBlock, 0, stream>>>(x, out, weight, bias, mean, rstd, g, A(eps), group);
-  } else {
-    row_norm_forward_kernel<T, false, false>
-        <<<grid, kBlock, 0, stream>>>(x, out, weight, bias, mean, rstd, g, A(eps), group);
-  }
+    });
+  });
   return cudaGetLastError();
 }
 
@@ -892,13 +843,10 @@ cudaError_t layer_norm_backward_typed(const T* dy, const T* x, const acc_t<T>* m
     const int group = row_group(M, /*allow_subwarp=*/false);
     const unsigned grid = row_grid(rows, group);
     const bool vector = M % kPack<T> == 0 && aligned16(dy) && aligned16(x) && aligned16(dx);
-    if (vector) {
-      layer_norm_backward_rows_kernel<T, true>
+    with_flag(vector, [&](auto vector_flag) {
+      layer_norm_backward_rows_kernel<T, decltype(vector_flag)::value>
           <<<grid, kBlock, 0, stream>>>(dy, x, mean, rstd, weight, dx, rows, M, group);
-    } else {
-      layer_norm_backward_rows_kernel<T, false>
-          <<<grid, kBlock, 0, stream>>>(dy, x, mean, rstd, weight, dx, rows, M, group);
-    }
+    });
     const cudaError_t status = cudaGetLastError();
     if (status != cudaSuccess) return status;
   }
@@ -1023,6 +971,21 @@ cudaError_t visit_norm_dtype(DType dtype, F&& f) {
   return visit_floating_storage(dtype, f);
 }
 
+// Calls f(dy, x, mean, rstd, weight, dx, dweight, dbias) with the pointers of a norm's backward
+// typed for dtype: T for the tensors, acc_t<T> for the statistics and parameters.
+template <class F>
+cudaError_t visit_norm_backward(DType dtype, const void* dy, const void* x, const void* mean,
+                                const void* rstd, const void* weight, void* dx, void* dweight,
+                                void* dbias, F&& f) {
+  return visit_norm_dtype(dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    using A = acc_t<T>;
+    return f(static_cast<const T*>(dy), static_cast<const T*>(x), static_cast<const A*>(mean),
+             static_cast<const A*>(rstd), static_cast<const A*>(weight), static_cast<T*>(dx),
+             static_cast<A*>(dweight), static_cast<A*>(dbias));
+  });
+}
+
 int64_t acc_size(DType dtype) { return dtype == DType::Float64 ? 8 : 4; }
 
 }  // namespace
@@ -1069,14 +1032,10 @@ cudaError_t launch_layer_norm_backward(const void* dy, const void* x, const void
                                        const void* rstd, const void* weight, void* dx,
                                        void* dweight, void* dbias, void* workspace, DType dtype,
                                        int64_t rows, int64_t M, cudaStream_t stream) {
-  return visit_norm_dtype(dtype, [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    using A = acc_t<T>;
-    return layer_norm_backward_typed<T>(
-        static_cast<const T*>(dy), static_cast<const T*>(x), static_cast<const A*>(mean),
-        static_cast<const A*>(rstd), static_cast<const A*>(weight), static_cast<T*>(dx),
-        static_cast<A*>(dweight), static_cast<A*>(dbias), workspace, rows, M, stream);
-  });
+  return visit_norm_backward(
+      dtype, dy, x, mean, rstd, weight, dx, dweight, dbias, [&](auto... typed) {
+        return layer_norm_backward_typed(typed..., workspace, rows, M, stream);
+      });
 }
 
 int64_t group_norm_backward_workspace_bytes(int64_t N, int64_t C, int64_t G, DType dtype) {
@@ -1088,14 +1047,10 @@ cudaError_t launch_group_norm_backward(const void* dy, const void* x, const void
                                        void* dweight, void* dbias, void* workspace, DType dtype,
                                        int64_t N, int64_t C, int64_t S, int64_t G,
                                        cudaStream_t stream) {
-  return visit_norm_dtype(dtype, [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    using A = acc_t<T>;
-    return group_norm_backward_typed<T>(
-        static_cast<const T*>(dy), static_cast<const T*>(x), static_cast<const A*>(mean),
-        static_cast<const A*>(rstd), static_cast<const A*>(weight), static_cast<T*>(dx),
-        static_cast<A*>(dweight), static_cast<A*>(dbias), workspace, N, C, S, G, stream);
-  });
+  return visit_norm_backward(
+      dtype, dy, x, mean, rstd, weight, dx, dweight, dbias, [&](auto... typed) {
+        return group_norm_backward_typed(typed..., workspace, N, C, S, G, stream);
+      });
 }
 
 int64_t batch_norm_workspace_bytes(const BatchNormGeometry& g, DType dtype) {
@@ -1124,14 +1079,10 @@ cudaError_t launch_batch_norm_backward(const void* dy, const void* x, const void
                                        void* dweight, void* dbias, bool training, void* workspace,
                                        DType dtype, const BatchNormGeometry& g,
                                        cudaStream_t stream) {
-  return visit_norm_dtype(dtype, [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    using A = acc_t<T>;
-    return batch_norm_backward_typed<T>(
-        static_cast<const T*>(dy), static_cast<const T*>(x), static_cast<const A*>(mean),
-        static_cast<const A*>(rstd), static_cast<const A*>(weight), static_cast<T*>(dx),
-        static_cast<A*>(dweight), static_cast<A*>(dbias), training, workspace, g, stream);
-  });
+  return visit_norm_backward(
+      dtype, dy, x, mean, rstd, weight, dx, dweight, dbias, [&](auto... typed) {
+        return batch_norm_backward_typed(typed..., training, workspace, g, stream);
+      });
 }
 
 }  // namespace hg::cuda::detail

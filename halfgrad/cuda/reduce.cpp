@@ -11,6 +11,7 @@
 
 #include "halfgrad/core/factory.h"
 #include "halfgrad/core/format.h"
+#include "halfgrad/core/kernel_checks.h"
 #include "halfgrad/cuda/host.h"
 #include "halfgrad/cuda/reduce_launch.h"
 #include "halfgrad/cuda/stream.h"
@@ -22,57 +23,15 @@ namespace {
 using detail::ReduceKind;
 using kernel::Reduction;
 
-// ---- checks (the CPU kernels' messages) ----------------------------------------------------
+// ---- checks and shapes (the CPU kernels') -----------------------------------------------------
 
 void check_input(const Tensor& x, const char* op) { detail::check_cuda_tensor(x, op, "the input"); }
 
-void check_floating_input(const Tensor& x, const char* op) {
-  HG_CHECK(x.is_floating_point(),
-           "{}: expected a floating input (float32, float16, bfloat16 or float64), got {}", op,
-           x.dtype());
-}
-
-// A floating accumulator rounds to a floating dtype only.
-void check_out_dtype(const Tensor& x, DType out_dtype, const char* op) {
-  HG_CHECK(!x.is_floating_point() || is_floating_point(out_dtype),
-           "{}: expected a floating out_dtype for {} input, got {}", op, x.dtype(), out_dtype);
-}
-
-// Which dims of x `dims` reduces (every dim when dims is empty).
-std::vector<bool> reduced_dims(const Tensor& x, const Shape& dims, const char* op) {
-  const int64_t ndim = x.dim();
-  std::vector<bool> reduced(size_t(ndim), dims.empty());
-  std::vector<bool> seen(size_t(std::max<int64_t>(ndim, 1)), false);
-  for (int64_t dim : dims) {
-    const int64_t d = wrap_dim(dim, ndim, op);
-    HG_CHECK(!seen[d], "{}: expected distinct dims, got dim {} more than once in {}", op, d, dims);
-    seen[d] = true;
-    if (ndim > 0) reduced[d] = true;
-  }
-  return reduced;
-}
-
-Shape reduced_shape(const Tensor& x, const std::vector<bool>& reduced, bool keepdim) {
-  Shape out;
-  for (int64_t d = 0; d < x.dim(); ++d) {
-    if (!reduced[d]) {
-      out.push_back(x.sizes()[d]);
-    } else if (keepdim) {
-      out.push_back(1);
-    }
-  }
-  return out;
-}
-
-// For reductions without an identity: throws when a reduced dim is empty.
-void check_nonempty(const Tensor& x, const std::vector<bool>& reduced, const char* op) {
-  for (int64_t d = 0; d < x.dim(); ++d) {
-    HG_CHECK(!reduced[d] || x.sizes()[d] > 0,
-             "{}: expected non-empty reduced dims (the reduction has no identity), got dim {} "
-             "of size 0 in an input of shape {}",
-             op, d, x.sizes());
-  }
-}
+// The checks and shapes shared with the CPU reductions (core/kernel_checks.h).
+using kernel::check_nonempty;
+using kernel::check_out_dtype;
+using kernel::reduced_dims;
+using kernel::reduced_shape;
 
 // The accumulator's dtype for input of `dtype` (NOTE [Reduction accumulators] in cpu/reduce.cpp).
 DType value_dtype(DType dtype) {
@@ -167,6 +126,19 @@ Layout make_layout(const Tensor& x, const std::vector<bool>& reduced, bool sort_
 
 // ---- passes ---------------------------------------------------------------------------------
 
+// Launches one pass of `kind` over the layout into `target`, with the scratch memory the
+// geometry needs.
+void launch_pass(ReduceKind kind, const Layout& layout, detail::ReduceOutput target,
+                 const char* op) {
+  Tensor workspace;
+  const int64_t bytes = detail::reduce_workspace_bytes(layout.geometry);
+  if (bytes > 0) {
+    workspace = empty({(bytes + 7) / 8}, {.dtype = kInt64, .device = layout.input.device()});
+    target.workspace = workspace.data_ptr();
+  }
+  HG_CUDA_CHECK(detail::launch_reduce(kind, layout.geometry, target, current_stream()), op);
+}
+
 // One pass over the layout into a new tensor of out_shape. out_dtype is the accumulator's
 // dtype or the input's (then rounded once from the accumulator). shift: per output, in the
 // accumulator's dtype.
@@ -181,22 +153,32 @@ Tensor run_pass(ReduceKind kind, const Layout& layout, const Shape& out_shape, D
   target.shift = shift.defined() ? shift.data_ptr() : nullptr;
   target.correction = correction;
   target.p = p;
-  Tensor workspace;
-  const int64_t bytes = detail::reduce_workspace_bytes(layout.geometry);
-  if (bytes > 0) {
-    workspace = empty({(bytes + 7) / 8}, {.dtype = kInt64, .device = x.device()});
-    target.workspace = workspace.data_ptr();
-  }
-  HG_CUDA_CHECK(detail::launch_reduce(kind, layout.geometry, target, current_stream()), op);
+  launch_pass(kind, layout, target, op);
   return out;
 }
 
-ReduceKind norm_kind(double p) {
-  if (p == 0.0) return ReduceKind::NormZero;
-  if (p == 1.0) return ReduceKind::NormOne;
-  if (p == 2.0) return ReduceKind::NormTwo;
-  if (std::isinf(p)) return ReduceKind::NormInf;
-  return ReduceKind::NormP;
+// The pass of a one-pass reduction (all but logsumexp, whose two passes reduce() runs).
+ReduceKind pass_kind(Reduction op, double p) {
+  switch (op) {
+    case Reduction::Sum:
+    case Reduction::LogSumExp:
+      break;
+    case Reduction::Prod:
+      return ReduceKind::Prod;
+    case Reduction::Mean:
+      return ReduceKind::Mean;
+    case Reduction::Amax:
+      return ReduceKind::Amax;
+    case Reduction::Amin:
+      return ReduceKind::Amin;
+    case Reduction::Norm:
+      if (p == 0.0) return ReduceKind::NormZero;
+      if (p == 1.0) return ReduceKind::NormOne;
+      if (p == 2.0) return ReduceKind::NormTwo;
+      if (std::isinf(p)) return ReduceKind::NormInf;
+      return ReduceKind::NormP;
+  }
+  return ReduceKind::Sum;
 }
 
 template <bool kMax>
@@ -212,15 +194,7 @@ cpu::ValuesIndices arg_reduce(const Tensor& x, const std::vector<bool>& reduced,
   target.out = values.data_ptr();
   target.out_as_input = true;
   target.indices = indices.data_ptr<int64_t>();
-  Tensor workspace;
-  const int64_t bytes = detail::reduce_workspace_bytes(layout.geometry);
-  if (bytes > 0) {
-    workspace = empty({(bytes + 7) / 8}, {.dtype = kInt64, .device = x.device()});
-    target.workspace = workspace.data_ptr();
-  }
-  HG_CUDA_CHECK(detail::launch_reduce(kMax ? ReduceKind::ArgMax : ReduceKind::ArgMin,
-                                      layout.geometry, target, current_stream()),
-                op);
+  launch_pass(kMax ? ReduceKind::ArgMax : ReduceKind::ArgMin, layout, target, op);
   return {values, indices};
 }
 
@@ -235,19 +209,9 @@ cpu::ValuesIndices arg_reduce_dim(const Tensor& x, int64_t dim, bool keepdim, co
 
 Tensor reduce(Reduction op, const Tensor& x, const Shape& dims, bool keepdim, DType out_dtype,
               double p) {
-  const char* name = cpu::reduction_name(op);
+  const char* name = kernel::reduction_name(op);
   check_input(x, name);
-  const std::vector<bool> reduced = reduced_dims(x, dims, name);
-  if (op == Reduction::Mean || op == Reduction::LogSumExp || op == Reduction::Norm) {
-    check_floating_input(x, name);
-  }
-  check_out_dtype(x, out_dtype, name);
-  if (op == Reduction::Norm) {
-    HG_CHECK(p >= 0.0, "norm: expected p > 0, p = 0 or p = inf, got p = {}", p);
-  }
-  if (op == Reduction::Amax || op == Reduction::Amin || (op == Reduction::Norm && std::isinf(p))) {
-    check_nonempty(x, reduced, op == Reduction::Norm ? "norm (p = inf)" : name);
-  }
+  const std::vector<bool> reduced = kernel::check_reduce(op, x, dims, out_dtype, p);
   DeviceGuard guard(x.device().index);
   const Layout layout = make_layout(x, reduced, /*sort_reduced=*/true, name);
   const Shape out_shape = reduced_shape(x, reduced, keepdim);
@@ -256,30 +220,11 @@ Tensor reduce(Reduction op, const Tensor& x, const Shape& dims, bool keepdim, DT
   // otherwise in the accumulator's, then converted (one rounding either way).
   const DType written = out_dtype == x.dtype() ? out_dtype : value;
   Tensor out;
-  switch (op) {
-    case Reduction::Sum:
-      out = run_pass(ReduceKind::Sum, layout, out_shape, written, name);
-      break;
-    case Reduction::Prod:
-      out = run_pass(ReduceKind::Prod, layout, out_shape, written, name);
-      break;
-    case Reduction::Mean:
-      out = run_pass(ReduceKind::Mean, layout, out_shape, written, name);
-      break;
-    case Reduction::Amax:
-      out = run_pass(ReduceKind::Amax, layout, out_shape, written, name);
-      break;
-    case Reduction::Amin:
-      out = run_pass(ReduceKind::Amin, layout, out_shape, written, name);
-      break;
-    case Reduction::LogSumExp: {
-      const Tensor shift = run_pass(ReduceKind::LogSumExpShift, layout, out_shape, value, name);
-      out = run_pass(ReduceKind::LogSumExp, layout, out_shape, written, name, shift);
-      break;
-    }
-    case Reduction::Norm:
-      out = run_pass(norm_kind(p), layout, out_shape, written, name, Tensor(), 0, p);
-      break;
+  if (op == Reduction::LogSumExp) {
+    const Tensor shift = run_pass(ReduceKind::LogSumExpShift, layout, out_shape, value, name);
+    out = run_pass(ReduceKind::LogSumExp, layout, out_shape, written, name, shift);
+  } else {
+    out = run_pass(pass_kind(op, p), layout, out_shape, written, name, Tensor(), 0, p);
   }
   return out.to(out_dtype);
 }
@@ -303,10 +248,7 @@ Tensor argmax(const Tensor& x, std::optional<int64_t> dim, bool keepdim) {
 
 Tensor var(const Tensor& x, const Shape& dims, int64_t correction, bool keepdim, DType out_dtype) {
   check_input(x, "var");
-  const std::vector<bool> reduced = reduced_dims(x, dims, "var");
-  check_floating_input(x, "var");
-  check_out_dtype(x, out_dtype, "var");
-  HG_CHECK(correction >= 0, "var: expected correction >= 0, got {}", correction);
+  const std::vector<bool> reduced = kernel::check_var(x, dims, correction, out_dtype);
   DeviceGuard guard(x.device().index);
   const Layout layout = make_layout(x, reduced, /*sort_reduced=*/true, "var");
   const Shape out_shape = reduced_shape(x, reduced, keepdim);
@@ -368,15 +310,7 @@ Tensor cumsum(const Tensor& x, int64_t dim, DType out_dtype) {
 
 Tensor sum_to(const Tensor& x, const Shape& target) {
   check_input(x, "sum_to");
-  HG_CHECK(broadcasts_to(target, x.sizes()),
-           "sum_to: expected a target shape that broadcasts to the input's shape {}, got {}",
-           x.sizes(), target);
-  const int64_t leading = x.dim() - int64_t(target.size());
-  Shape dims;
-  for (int64_t d = 0; d < leading; ++d) dims.push_back(d);
-  for (int64_t i = 0; i < int64_t(target.size()); ++i) {
-    if (target[i] == 1 && x.sizes()[leading + i] != 1) dims.push_back(leading + i);
-  }
+  const Shape dims = kernel::sum_to_dims(x, target);
   if (dims.empty()) return x.clone();  // same shape: a new contiguous copy
   return reduce(Reduction::Sum, x, dims, /*keepdim=*/false, x.dtype()).view(target);
 }

@@ -21,8 +21,8 @@
 #include <limits>
 #include <type_traits>
 
-#include "halfgrad/cuda/device_utils.cuh"
 #include "halfgrad/cuda/reduce_launch.h"
+#include "halfgrad/cuda/reduce_utils.cuh"
 
 namespace hg::cuda::detail {
 
@@ -40,11 +40,6 @@ inline constexpr bool kFloatingStorage =
 template <class T>
 using value_t = std::conditional_t<std::is_same_v<T, double>, double,
                                    std::conditional_t<kFloatingStorage<T>, float, int64_t>>;
-
-template <class V, class T>
-__device__ __forceinline__ V to_value(T x) {
-  return static_cast<V>(convert<compute_t<T>>(x));
-}
 
 // int64 arithmetic wraps on overflow (as on the CPU); float and double use the operators.
 template <class V>
@@ -64,19 +59,6 @@ __device__ __forceinline__ V mul_wrap(V a, V b) {
   }
 }
 
-template <class V>
-__device__ __forceinline__ bool is_nan(V v) {
-  if constexpr (std::is_floating_point_v<V>) {
-    return v != v;
-  } else {
-    return false;
-  }
-}
-template <class V>
-__device__ __forceinline__ bool is_inf(V v) {
-  return v == std::numeric_limits<V>::infinity() || v == -std::numeric_limits<V>::infinity();
-}
-
 // max/min that propagate NaN.
 template <class V>
 __device__ __forceinline__ V nan_max(V a, V b) {
@@ -86,25 +68,6 @@ template <class V>
 __device__ __forceinline__ V nan_min(V a, V b) {
   return (b < a || is_nan(b)) ? b : a;
 }
-
-__device__ __forceinline__ float abs_value(float x) { return fabsf(x); }
-__device__ __forceinline__ double abs_value(double x) { return fabs(x); }
-__device__ __forceinline__ float exp_value(float x) { return expf(x); }
-__device__ __forceinline__ double exp_value(double x) { return exp(x); }
-__device__ __forceinline__ float log_value(float x) { return logf(x); }
-__device__ __forceinline__ double log_value(double x) { return log(x); }
-__device__ __forceinline__ float sqrt_value(float x) { return sqrtf(x); }
-__device__ __forceinline__ double sqrt_value(double x) { return sqrt(x); }
-__device__ __forceinline__ float pow_value(float x, float y) { return powf(x, y); }
-__device__ __forceinline__ double pow_value(double x, double y) { return pow(x, y); }
-
-// 16 bytes of T, for vector loads.
-template <class T>
-inline constexpr int kPack = 16 / int(sizeof(T));
-template <class T>
-struct alignas(16) Pack {
-  T v[kPack<T>];
-};
 
 // ---- folds ----------------------------------------------------------------------------------
 // identity(), map(x, shift, index) -> Acc, combine(a, b) -> Acc, finish(acc, shift, count) -> V.
@@ -237,28 +200,8 @@ struct ArgOp {
 // ---- shuffles and group reductions ----------------------------------------------------------
 
 template <class V>
-__device__ __forceinline__ V shfl_xor(V v, int mask, int width) {
-  return __shfl_xor_sync(0xffffffffu, v, mask, width);
-}
-template <class V>
 __device__ __forceinline__ ArgAcc<V> shfl_xor(ArgAcc<V> a, int mask, int width) {
-  return {shfl_xor(a.value, mask, width), shfl_xor(a.index, mask, width)};
-}
-
-// Combines acc over a group of `group` threads (a power of two up to 32, or the whole block
-// with group == blockDim.x, a multiple of 32); every thread of the group gets the result.
-// Every thread of the block must call it. shared: 32 accumulators.
-template <class Op, class Acc>
-__device__ Acc group_allreduce(const Op& op, Acc acc, int group, Acc* shared) {
-  const int width = group < 32 ? group : 32;
-  for (int mask = width / 2; mask > 0; mask /= 2) acc = op.combine(acc, shfl_xor(acc, mask, width));
-  if (group <= 32) return acc;
-  if (threadIdx.x % 32 == 0) shared[threadIdx.x / 32] = acc;
-  __syncthreads();
-  acc = shared[0];
-  for (int w = 1; w < group / 32; ++w) acc = op.combine(acc, shared[w]);
-  __syncthreads();  // shared is reused by the next call
-  return acc;
+  return {detail::shfl_xor(a.value, mask, width), detail::shfl_xor(a.index, mask, width)};
 }
 
 // ---- the pass -------------------------------------------------------------------------------
@@ -367,7 +310,8 @@ __global__ void __launch_bounds__(kBlock) reduce_rows_kernel(Op op, Pass<T, type
         }
       }
     }
-    acc = group_allreduce(op, acc, group, shared);
+    acc = group_allreduce(
+        acc, [&](Acc a, Acc b) { return op.combine(a, b); }, group, shared);
     if (active && lane == 0) {
       if (p.splits == 1) {
         store_result(p, op, o, acc);
@@ -533,14 +477,11 @@ constexpr int64_t kMaxSplits = 1024;
 constexpr int64_t kMinPiece = 4096;  // row path: fewest elements a piece is worth
 constexpr int64_t kMaxGrid = int64_t(1) << 20;
 
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 int next_pow2(int64_t n) {
   int p = 1;
   while (p < n && p < 32) p *= 2;
   return p;
 }
-int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
-int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
 
 struct Plan {
   bool column = false;

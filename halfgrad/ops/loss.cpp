@@ -46,12 +46,13 @@
 #include "halfgrad/core/view.h"
 #include "halfgrad/cpu/nn_kernels.h"
 #include "halfgrad/cpu/reduce.h"
+#include "halfgrad/cuda/loss_kinds.h"
 #include "halfgrad/ops/dispatch.h"
+#include "halfgrad/ops/kernels.h"
 #include "halfgrad/ops/ops.h"
 #include "halfgrad/ops/type_promotion.h"
 #if HALFGRAD_HAS_CUDA
 #include "halfgrad/cuda/loss.h"
-#include "halfgrad/cuda/reduce.h"
 #endif
 
 namespace hg {
@@ -170,6 +171,20 @@ void check_weight(const Tensor& weight, const Tensor& input, const char* op, con
            weight.sizes());
 }
 
+// binary_cross_entropy's input: probabilities, every element in [0, 1]; NaN fails the check
+// too, as in torch. On CUDA the host waits for the device here (NOTE [Losses on CUDA]).
+void check_probabilities(const Tensor& input) {
+  if (input.numel() == 0) return;
+  const double low =
+      kernels::reduce(kernel::Reduction::Amin, input, {}, false, kFloat64).item<double>();
+  const double high =
+      kernels::reduce(kernel::Reduction::Amax, input, {}, false, kFloat64).item<double>();
+  HG_CHECK(low >= 0.0 && high <= 1.0,
+           "binary_cross_entropy: expected every element of input in [0, 1] (probabilities), "
+           "got values from {} to {}",
+           low, high);
+}
+
 // The losses f(x, y, w, p) of each element, reduced: x, y, w, p are input, target, weight and
 // pos_weight (1 where absent) in the accumulation type.
 template <class F>
@@ -203,9 +218,9 @@ Tensor elementwise_forward(const Tensor& input, const Tensor& target, const Tens
   return reduce_losses(losses, reduction, dtype, divisor);
 }
 
-#if HALFGRAD_HAS_CUDA
 // ---- CUDA paths (NOTE [Losses on CUDA]) -----------------------------------------------------
 
+#if HALFGRAD_HAS_CUDA
 cuda::LossReduction cuda_reduction(Reduction reduction) {
   switch (reduction) {
     case Reduction::None:
@@ -216,15 +231,17 @@ cuda::LossReduction cuda_reduction(Reduction reduction) {
       return cuda::LossReduction::Mean;
   }
 }
+#endif
 
 // The fused CUDA backward of a pointwise loss whose inputs are (input, target, then weights):
-// d_input and d_target in one pass. Empty where it does not apply: a recorded backward, or a
-// weight (input 2 or later) that needs its gradient.
+// d_input and d_target in one pass. Empty where it does not apply: an input not on a CUDA
+// device, a recorded backward, or a weight (input 2 or later) that needs its gradient.
 Grads cuda_pointwise_backward(const OpContext& ctx, cuda::PointwiseLoss kind, const Tensor& grad,
                               const Tensor& input, const Tensor& target, const Tensor& weight,
                               const Tensor& pos_weight, Reduction reduction, double divisor,
                               size_t input_count, double beta = 1.0) {
-  if (autograd::is_grad_enabled()) return {};
+#if HALFGRAD_HAS_CUDA
+  if (!input.is_cuda() || autograd::is_grad_enabled()) return {};
   for (size_t i = 2; i < input_count; ++i) {
     if (ctx.needs_input_grad(i)) return {};
   }
@@ -237,8 +254,10 @@ Grads cuda_pointwise_backward(const OpContext& ctx, cuda::PointwiseLoss kind, co
   out[0] = std::move(g.input);
   out[1] = std::move(g.target);
   return out;
-}
+#else
+  return {};
 #endif
+}
 
 // ---- mse_loss --------------------------------------------------------------------------------
 
@@ -259,13 +278,11 @@ struct MseLoss {
   }
   Grads backward(OpContext& ctx, const Grads& grads) {
     const Tensor input = ctx.saved(0), target = ctx.saved(1);
-#if HALFGRAD_HAS_CUDA
-    if (input.is_cuda()) {
-      Grads fused = cuda_pointwise_backward(ctx, cuda::PointwiseLoss::Mse, grads[0], input, target,
-                                            {}, {}, reduction, double(input.numel()), 2);
-      if (!fused.empty()) return fused;
+    if (Grads fused = cuda_pointwise_backward(ctx, cuda::PointwiseLoss::Mse, grads[0], input,
+                                              target, {}, {}, reduction, double(input.numel()), 2);
+        !fused.empty()) {
+      return fused;
     }
-#endif
     if (Grads fused = fused_backward(ctx, grads[0], input, target); !fused.empty()) return fused;
     const Tensor g = loss_grad(grads[0], reduction, double(input.numel()), input.sizes());
     const Tensor d_input = mul(mul(g, sub(input, target)), 2.0);  // 2 (x - y)
@@ -338,13 +355,11 @@ struct L1Loss {
   }
   Grads backward(OpContext& ctx, const Grads& grads) {
     const Tensor input = ctx.saved(0), target = ctx.saved(1);
-#if HALFGRAD_HAS_CUDA
-    if (input.is_cuda()) {
-      Grads fused = cuda_pointwise_backward(ctx, cuda::PointwiseLoss::L1, grads[0], input, target,
-                                            {}, {}, reduction, double(input.numel()), 2);
-      if (!fused.empty()) return fused;
+    if (Grads fused = cuda_pointwise_backward(ctx, cuda::PointwiseLoss::L1, grads[0], input, target,
+                                              {}, {}, reduction, double(input.numel()), 2);
+        !fused.empty()) {
+      return fused;
     }
-#endif
     const Tensor g = loss_grad(grads[0], reduction, double(input.numel()), input.sizes());
     const Tensor d_input = mul(g, sign(sub(input, target)));  // 0 where x == y, as torch
     Grads out(2);
@@ -380,14 +395,12 @@ struct SmoothL1Loss {
   }
   Grads backward(OpContext& ctx, const Grads& grads) {
     const Tensor input = ctx.saved(0), target = ctx.saved(1);
-#if HALFGRAD_HAS_CUDA
-    if (input.is_cuda()) {
-      Grads fused =
-          cuda_pointwise_backward(ctx, cuda::PointwiseLoss::SmoothL1, grads[0], input, target, {},
-                                  {}, reduction, double(input.numel()), 2, beta);
-      if (!fused.empty()) return fused;
+    if (Grads fused =
+            cuda_pointwise_backward(ctx, cuda::PointwiseLoss::SmoothL1, grads[0], input, target, {},
+                                    {}, reduction, double(input.numel()), 2, beta);
+        !fused.empty()) {
+      return fused;
     }
-#endif
     const Tensor g = loss_grad(grads[0], reduction, double(input.numel()), input.sizes());
     const Tensor d = sub(input, target);
     // d / beta inside (-beta, beta), sign(d) outside.
@@ -846,34 +859,14 @@ struct BinaryCrossEntropy {
   Tensor forward(OpContext& ctx, const Tensor& input, const Tensor& target, const Tensor& weight) {
     const DType dtype = check_pair(input, target, "binary_cross_entropy");
     check_weight(weight, input, "binary_cross_entropy", "weight");
+    check_probabilities(input);
+    ctx.save({input, target, weight});
 #if HALFGRAD_HAS_CUDA
     if (input.is_cuda()) {
-      if (input.numel() > 0) {  // the host waits for the device here (NOTE [Losses on CUDA])
-        const double low =
-            cuda::reduce(kernel::Reduction::Amin, input, {}, false, kFloat64).item<double>();
-        const double high =
-            cuda::reduce(kernel::Reduction::Amax, input, {}, false, kFloat64).item<double>();
-        HG_CHECK(low >= 0.0 && high <= 1.0,
-                 "binary_cross_entropy: expected every element of input in [0, 1] "
-                 "(probabilities), got values from {} to {}",
-                 low, high);
-      }
-      ctx.save({input, target, weight});
       return cuda::pointwise_loss(cuda::PointwiseLoss::BinaryCrossEntropy, input, target, weight,
                                   {}, cuda_reduction(reduction), double(input.numel()), dtype);
     }
 #endif
-    if (input.numel() > 0) {  // NaN fails the check too, as in torch
-      const double low =
-          cpu::reduce(cpu::Reduction::Amin, input, {}, false, kFloat64).item<double>();
-      const double high =
-          cpu::reduce(cpu::Reduction::Amax, input, {}, false, kFloat64).item<double>();
-      HG_CHECK(low >= 0.0 && high <= 1.0,
-               "binary_cross_entropy: expected every element of input in [0, 1] (probabilities), "
-               "got values from {} to {}",
-               low, high);
-    }
-    ctx.save({input, target, weight});
     return elementwise_forward(input, target, weight, {}, reduction, dtype, double(input.numel()),
                                [](auto x, auto y, auto w, auto) {
                                  using A = decltype(x);
@@ -885,14 +878,12 @@ struct BinaryCrossEntropy {
   }
   Grads backward(OpContext& ctx, const Grads& grads) {
     const Tensor input = ctx.saved(0), target = ctx.saved(1), weight = ctx.saved(2);
-#if HALFGRAD_HAS_CUDA
-    if (input.is_cuda()) {
-      Grads fused =
-          cuda_pointwise_backward(ctx, cuda::PointwiseLoss::BinaryCrossEntropy, grads[0], input,
-                                  target, weight, {}, reduction, double(input.numel()), 3);
-      if (!fused.empty()) return fused;
+    if (Grads fused =
+            cuda_pointwise_backward(ctx, cuda::PointwiseLoss::BinaryCrossEntropy, grads[0], input,
+                                    target, weight, {}, reduction, double(input.numel()), 3);
+        !fused.empty()) {
+      return fused;
     }
-#endif
     const Tensor g_unweighted =
         loss_grad(grads[0], reduction, double(input.numel()), input.sizes());
     const Tensor g = weight.defined() ? mul(g_unweighted, weight) : g_unweighted;
@@ -949,14 +940,12 @@ struct BinaryCrossEntropyWithLogits {
   Grads backward(OpContext& ctx, const Grads& grads) {
     const Tensor input = ctx.saved(0), target = ctx.saved(1);
     const Tensor weight = ctx.saved(2), pos_weight = ctx.saved(3);
-#if HALFGRAD_HAS_CUDA
-    if (input.is_cuda()) {
-      Grads fused = cuda_pointwise_backward(ctx, cuda::PointwiseLoss::BinaryCrossEntropyWithLogits,
-                                            grads[0], input, target, weight, pos_weight, reduction,
-                                            double(input.numel()), 4);
-      if (!fused.empty()) return fused;
+    if (Grads fused = cuda_pointwise_backward(
+            ctx, cuda::PointwiseLoss::BinaryCrossEntropyWithLogits, grads[0], input, target, weight,
+            pos_weight, reduction, double(input.numel()), 4);
+        !fused.empty()) {
+      return fused;
     }
-#endif
     const Tensor g_unweighted =
         loss_grad(grads[0], reduction, double(input.numel()), input.sizes());
     const Tensor g = weight.defined() ? mul(g_unweighted, weight) : g_unweighted;
@@ -1022,14 +1011,12 @@ struct KlDiv {
   }
   Grads backward(OpContext& ctx, const Grads& grads) {
     const Tensor input = ctx.saved(0), target = ctx.saved(1);
-#if HALFGRAD_HAS_CUDA
-    if (input.is_cuda()) {
-      Grads fused = cuda_pointwise_backward(
-          ctx, log_target ? cuda::PointwiseLoss::KlDivLogTarget : cuda::PointwiseLoss::KlDiv,
-          grads[0], input, target, {}, {}, reduction, mean_divisor(reduction, input), 2);
-      if (!fused.empty()) return fused;
+    if (Grads fused = cuda_pointwise_backward(
+            ctx, log_target ? cuda::PointwiseLoss::KlDivLogTarget : cuda::PointwiseLoss::KlDiv,
+            grads[0], input, target, {}, {}, reduction, mean_divisor(reduction, input), 2);
+        !fused.empty()) {
+      return fused;
     }
-#endif
     const Tensor g = loss_grad(grads[0], reduction, mean_divisor(reduction, input), input.sizes());
     Grads out(2);
     if (log_target) {

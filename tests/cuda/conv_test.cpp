@@ -16,45 +16,12 @@
 #include "halfgrad/halfgrad.h"
 
 using namespace hg;
+using namespace hg::testing;
 using Catch::Contains;
-using hg::testing::mismatch;
-using hg::testing::PoisonCudaAllocations;
-using hg::testing::Tolerance;
-using hg::testing::tolerance_for;
 
 namespace {
 
-const Device kGpu(kCUDA, 0);
 constexpr DType kGpuDTypes[] = {kFloat32, kFloat16, kBFloat16, kFloat64};
-
-// N(0, 1) values drawn on the CPU in dtype (so already rounded to it), moved to the GPU.
-Tensor gpu_randn(const Shape& shape, DType dtype) { return randn(shape, dtype).to(kGpu); }
-
-// The same values as a float64 CPU tensor, without t's autograd history.
-Tensor f64(const Tensor& t) { return t.detach().to(Device(kCPU)).to(kFloat64); }
-
-std::vector<double> values(const Tensor& t) {
-  return t.detach().to(Device(kCPU)).to(kFloat64).contiguous().to_vector<double>();
-}
-
-// The dtype's tolerance with absolute room for a sum of `terms` products of N(0, 1) values
-// (of size sqrt(terms), and so is the float32 accumulation error against float64).
-Tolerance sum_tolerance(DType dtype, int64_t terms) {
-  Tolerance tol = tolerance_for(dtype);
-  tol.atol += tol.rtol * std::sqrt(double(std::max<int64_t>(terms, 1)));
-  return tol;
-}
-
-void check_close(const Tensor& got, const Tensor& want, DType dtype, Tolerance tol,
-                 std::string_view what) {
-  INFO(what);
-  REQUIRE(got.defined());
-  CHECK(got.is_cuda());
-  CHECK(got.dtype() == dtype);
-  const std::string why = mismatch(got, want, tol);
-  INFO(why);
-  CHECK(why.empty());
-}
 
 struct ConvCase {
   Shape x, weight;
@@ -261,13 +228,14 @@ TEST_CASE("CUDA pooling backward repeats bit for bit and sums as the CPU does", 
   const Tensor dy = gpu_randn(forward.out.sizes(), kFloat32);
   const Tensor dx = cuda::max_pool2d_backward(dy, forward.indices, c.x);
   for (int repeat = 0; repeat < 3; ++repeat) {
-    CHECK(values(cuda::max_pool2d_backward(dy, forward.indices, c.x)) == values(dx));
+    CHECK(values_of(cuda::max_pool2d_backward(dy, forward.indices, c.x)) == values_of(dx));
   }
-  CHECK(values(dx) == values(cpu::max_pool2d_backward(dy.to(Device(kCPU)),
-                                                      forward.indices.to(Device(kCPU)), c.x)));
+  CHECK(values_of(dx) == values_of(cpu::max_pool2d_backward(
+                             dy.to(Device(kCPU)), forward.indices.to(Device(kCPU)), c.x)));
   const Tensor avg_dx = cuda::avg_pool2d_backward(dy, c.x, params_of(c));
-  CHECK(values(avg_dx) == values(cpu::avg_pool2d_backward(dy.to(Device(kCPU)), c.x, params_of(c))));
-  CHECK(values(avg_dx) == values(cuda::avg_pool2d_backward(dy, c.x, params_of(c))));
+  CHECK(values_of(avg_dx) ==
+        values_of(cpu::avg_pool2d_backward(dy.to(Device(kCPU)), c.x, params_of(c))));
+  CHECK(values_of(avg_dx) == values_of(cuda::avg_pool2d_backward(dy, c.x, params_of(c))));
 }
 
 TEST_CASE("CUDA pooling kernels reject bad arguments naming them", "[cuda][pool]") {

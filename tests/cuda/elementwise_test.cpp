@@ -19,11 +19,8 @@
 #include "test_util.h"
 
 using namespace hg;
+using namespace hg::testing;
 using Catch::Contains;
-using hg::testing::bit_identical;
-using hg::testing::mismatch;
-using hg::testing::PoisonCudaAllocations;
-using hg::testing::tolerance_for;
 using kernel::Binary;
 using kernel::Compare;
 using kernel::Unary;
@@ -43,23 +40,6 @@ Tensor uniform_values(const Shape& shape, double low, double high, DType dtype) 
 Tensor normal_values(const Shape& shape, DType dtype, double scale = 1.0) {
   const Tensor x = mul(randn(shape, kFloat64), scale);
   return dtype == kBool ? gt(x, 0.0) : x.to(dtype);
-}
-
-Tensor to_cuda(const Tensor& t) { return t.to(Device(kCUDA)); }
-Tensor host(const Tensor& t) { return t.to(Device(kCPU)); }
-
-// got (any device) within dtype's tolerance of want (computed in float64).
-void require_close(const Tensor& got, const Tensor& want, DType dtype) {
-  const std::string bad = mismatch(got, want, tolerance_for(dtype));
-  INFO(bad);
-  REQUIRE(bad.empty());
-}
-
-// got (any device) bit for bit the CPU tensor want.
-void require_same_bits(const Tensor& got, const Tensor& want) {
-  REQUIRE(got.dtype() == want.dtype());
-  REQUIRE(got.sizes() == want.sizes());
-  REQUIRE(bit_identical(host(got), want));
 }
 
 struct UnaryCase {
@@ -97,30 +77,9 @@ const std::vector<UnaryCase> kUnaryCases = {
 // same (rounded) inputs and the same upstream gradient.
 void check_forward_backward(const std::function<Tensor(const std::vector<Tensor>&)>& f,
                             const std::vector<Tensor>& cpu_inputs, DType dtype) {
-  std::vector<Tensor> on_cuda, reference;
-  for (const Tensor& t : cpu_inputs) {
-    Tensor c = to_cuda(t);
-    c.requires_grad_();
-    on_cuda.push_back(c);
-    Tensor r = t.to(kFloat64).clone();  // a new leaf, also when t is float64
-    r.requires_grad_();
-    reference.push_back(r);
-  }
-  Tensor y = f(on_cuda);
-  Tensor want = f(reference);
-  REQUIRE(y.is_cuda());
-  REQUIRE(y.dtype() == dtype);
-  require_close(y, want, dtype);
-  const Tensor upstream = normal_values(y.sizes(), dtype);
-  y.backward(to_cuda(upstream));
-  want.backward(upstream.to(kFloat64));
-  for (size_t i = 0; i < on_cuda.size(); ++i) {
-    CAPTURE(i);
-    REQUIRE(on_cuda[i].grad().defined());
-    REQUIRE(on_cuda[i].grad().is_cuda());
-    REQUIRE(on_cuda[i].grad().dtype() == dtype);
-    require_close(on_cuda[i].grad(), reference[i].grad(), dtype);
-  }
+  testing::check_forward_backward([&](const std::vector<Tensor>& in, bool) { return f(in); },
+                                  cpu_inputs, dtype,
+                                  [&](const Shape& shape) { return normal_values(shape, dtype); });
 }
 
 // The distance in representable values between two finite floats of one 16- or 32-bit

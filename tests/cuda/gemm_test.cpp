@@ -15,40 +15,12 @@
 #include "halfgrad/halfgrad.h"
 
 using namespace hg;
+using namespace hg::testing;
 using Catch::Contains;
-using hg::testing::mismatch;
-using hg::testing::PoisonCudaAllocations;
-using hg::testing::Tolerance;
-using hg::testing::tolerance_for;
 
 namespace {
 
-const Device kGpu(kCUDA, 0);
 constexpr DType kGpuDTypes[] = {kFloat32, kFloat16, kBFloat16, kFloat64};
-
-// N(0, 1) values drawn on the CPU in dtype (so already rounded to it), moved to the GPU.
-Tensor gpu_randn(const Shape& shape, DType dtype) { return randn(shape, dtype).to(kGpu); }
-
-// The same values as a float64 CPU tensor, without t's autograd history.
-Tensor f64(const Tensor& t) { return t.detach().to(Device(kCPU)).to(kFloat64); }
-
-// A sum of `terms` products of N(0, 1) values is of size sqrt(terms), and so is the float32
-// accumulation error against float64: the dtype's tolerance, with that much more absolute room.
-Tolerance gemm_tolerance(DType dtype, int64_t terms, double scale = 1.0) {
-  Tolerance tol = tolerance_for(dtype);
-  tol.atol += tol.rtol * scale * std::sqrt(double(std::max<int64_t>(terms, 1)));
-  return tol;
-}
-
-void check_close(const Tensor& got, const Tensor& want, DType dtype, Tolerance tol,
-                 std::string_view what) {
-  INFO(what);
-  CHECK(got.is_cuda());
-  CHECK(got.dtype() == dtype);
-  const std::string why = mismatch(got, want, tol);
-  INFO(why);
-  CHECK(why.empty());
-}
 
 // Sets the float32 matmul precision while alive, and restores the previous one.
 struct MatmulPrecision {
@@ -74,12 +46,12 @@ TEST_CASE("CUDA mm addmm matmul and linear match float64 at odd sizes", "[cuda][
       const Tensor input = gpu_randn({m, n}, dtype);
       const Tensor a64 = f64(a), b64 = f64(b), weight64 = f64(weight), bias64 = f64(bias),
                    input64 = f64(input);
-      const Tolerance tol = gemm_tolerance(dtype, k);
+      const Tolerance tol = sum_tolerance(dtype, k);
       check_close(mm(a, b), mm(a64, b64), dtype, tol, "mm");
       check_close(matmul(a, b), matmul(a64, b64), dtype, tol, "matmul");
       check_close(addmm(bias, a, b), addmm(bias64, a64, b64), dtype, tol, "addmm, bias row");
       check_close(addmm(input, a, b, 0.5, 2.0), addmm(input64, a64, b64, 0.5, 2.0), dtype,
-                  gemm_tolerance(dtype, k, 2.0), "addmm, beta 0.5 alpha 2");
+                  sum_tolerance(dtype, k, 2.0), "addmm, beta 0.5 alpha 2");
       check_close(linear(a, weight, bias), linear(a64, weight64, bias64), dtype, tol,
                   "linear with bias");
       check_close(linear(a, weight), linear(a64, weight64), dtype, tol, "linear");
@@ -104,7 +76,7 @@ TEST_CASE("CUDA GEMMs read transposed offset and strided operands", "[cuda][gemm
     const Tensor a_step = gpu_randn({m, 2 * k}, dtype).slice(1, 0, std::nullopt, 2);
     const Tensor b_step = gpu_randn({k, 2 * n}, dtype).slice(1, 1, std::nullopt, 2);
     const Tensor bias = gpu_randn({n}, dtype);
-    const Tolerance tol = gemm_tolerance(dtype, k);
+    const Tolerance tol = sum_tolerance(dtype, k);
     const Tensor operands_a[] = {a_t, a_offset, a_step};
     const Tensor operands_b[] = {b_t, b_offset, b_step};
     for (const Tensor& a : operands_a) {
@@ -132,14 +104,14 @@ TEST_CASE("CUDA bmm baddbmm and matmul handle batches and broadcast batches", "[
     const Tensor one_a = gpu_randn({1, m, k}, dtype).expand({batch, m, k});  // batch stride 0
     const Tensor shared_b = gpu_randn({k, n}, dtype);
     const Tensor row = gpu_randn({n}, dtype), input = gpu_randn({batch, m, n}, dtype);
-    const Tolerance tol = gemm_tolerance(dtype, k);
+    const Tolerance tol = sum_tolerance(dtype, k);
     check_close(bmm(a, b), bmm(f64(a), f64(b)), dtype, tol, "bmm");
     check_close(bmm(a_t, b), bmm(f64(a_t), f64(b)), dtype, tol, "bmm, transposed a");
     check_close(bmm(one_a, b), bmm(f64(one_a), f64(b)), dtype, tol, "bmm, broadcast a");
     check_close(baddbmm(row, a, b), baddbmm(f64(row), f64(a), f64(b)), dtype, tol,
                 "baddbmm, bias row");
     check_close(baddbmm(input, a, b, 0.5, 1.5), baddbmm(f64(input), f64(a), f64(b), 0.5, 1.5),
-                dtype, gemm_tolerance(dtype, k, 1.5), "baddbmm, beta 0.5 alpha 1.5");
+                dtype, sum_tolerance(dtype, k, 1.5), "baddbmm, beta 0.5 alpha 1.5");
     // One b for every batch: a batch stride of 0 (and a's batches fold into one GEMM).
     check_close(matmul(a, shared_b), matmul(f64(a), f64(shared_b)), dtype, tol,
                 "matmul [B, M, K] @ [K, N]");
@@ -162,7 +134,7 @@ TEST_CASE("CUDA GEMM gradients match float64", "[cuda][gemm]") {
   for (DType dtype : {kFloat32, kFloat16, kBFloat16}) {
     CAPTURE(dtype);
     // Gradients sum over M, N, K or the batch: the largest of those bounds the terms.
-    const Tolerance tol = gemm_tolerance(dtype, batch * m);
+    const Tolerance tol = sum_tolerance(dtype, batch * m);
     // Runs f on leaves made from `values` (on their device and dtype), back-propagates
     // sum(f(...) * g), and returns the leaves' gradients.
     auto grads = [](const std::vector<Tensor>& values, const Tensor& g, const auto& f) {
@@ -221,7 +193,7 @@ TEST_CASE("CUDA float32 GEMMs use TF32 only when allowed", "[cuda][gemm]") {
   const Tensor want = mm(f64(a), f64(b));
   REQUIRE(get_float32_matmul_precision() == "highest");
   CHECK(cuda::gemm_backend(kFloat32) == "cuBLASLt (fp32)");
-  check_close(mm(a, b), want, kFloat32, gemm_tolerance(kFloat32, k), "highest: exact float32");
+  check_close(mm(a, b), want, kFloat32, sum_tolerance(kFloat32, k), "highest: exact float32");
   for (const char* precision : {"high", "medium"}) {
     CAPTURE(precision);
     MatmulPrecision tf32(precision);
@@ -236,7 +208,7 @@ TEST_CASE("CUDA float32 GEMMs use TF32 only when allowed", "[cuda][gemm]") {
     CHECK(cuda::gemm_backend(kFloat64) == "cuBLASLt (fp64)");
   }
   CHECK(get_float32_matmul_precision() == "highest");
-  check_close(mm(a, b), want, kFloat32, gemm_tolerance(kFloat32, k), "highest again");
+  check_close(mm(a, b), want, kFloat32, sum_tolerance(kFloat32, k), "highest again");
 }
 
 TEST_CASE("CUDA GEMMs repeat bit for bit also over a long K", "[cuda][gemm]") {
@@ -248,7 +220,7 @@ TEST_CASE("CUDA GEMMs repeat bit for bit also over a long K", "[cuda][gemm]") {
     const int64_t m = 16, k = 16384, n = 16;
     const Tensor a = gpu_randn({m, k}, dtype), b = gpu_randn({k, n}, dtype);
     const Tensor first = mm(a, b);
-    check_close(first, mm(f64(a), f64(b)), dtype, gemm_tolerance(dtype, k), "long K");
+    check_close(first, mm(f64(a), f64(b)), dtype, sum_tolerance(dtype, k), "long K");
     for (int repeat = 0; repeat < 3; ++repeat) {
       CHECK(mm(a, b).to(Device(kCPU)).to(kFloat64).to_vector<double>() ==
             first.to(Device(kCPU)).to(kFloat64).to_vector<double>());

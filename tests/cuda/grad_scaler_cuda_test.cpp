@@ -6,7 +6,6 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
-#include <cstring>
 #include <limits>
 #include <map>
 #include <optional>
@@ -15,30 +14,15 @@
 
 #include "cuda/cuda_test_util.h"
 #include "halfgrad/amp/grad_scaler.h"
-#include "halfgrad/config.h"
 #include "halfgrad/halfgrad.h"
 
-#if HALFGRAD_HAS_CUDA
-
 using namespace hg;
+using namespace hg::testing;
 using Catch::Contains;
-using hg::testing::mismatch;
-using hg::testing::PoisonCudaAllocations;
-using hg::testing::tolerance_for;
 
 namespace {
 
-const Device kGpu(kCUDA, 0);
-constexpr double kInf = std::numeric_limits<double>::infinity();
-
 enum Grad { kClean, kInfGrad, kNaNGrad };
-
-std::vector<unsigned char> bytes_of(const Tensor& t) {
-  const Tensor host = t.detach().to(Device(kCPU)).contiguous();
-  std::vector<unsigned char> bytes(host.nbytes());
-  std::memcpy(bytes.data(), host.data_ptr(), bytes.size());
-  return bytes;
-}
 
 // One scaler on the CPU and one on the GPU, each with a one-parameter SGD (lr 0) that supports
 // the scaled step, run through the same iterations.
@@ -315,9 +299,3 @@ TEST_CASE("GradScaler on CUDA with an optimizer without a scaled step decides on
   // 0.5 * [2, 4] / 2, then the skip (the scale backs off to 1), then 0.5 * [2, 4] / 1.
   CHECK(p.to_vector<float>() == std::vector<float>{-1.5f, -3.0f});
 }
-
-#else
-
-TEST_CASE("GradScaler on CUDA needs a build with the CUDA backend", "[cuda]") { HG_REQUIRE_CUDA(); }
-
-#endif  // HALFGRAD_HAS_CUDA

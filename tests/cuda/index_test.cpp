@@ -21,21 +21,12 @@
 #include "test_util.h"
 
 using namespace hg;
+using namespace hg::testing;
 using Catch::Contains;
-using hg::testing::bit_identical;
-using hg::testing::mismatch;
-using hg::testing::PoisonCudaAllocations;
-using hg::testing::tolerance_for;
 
 namespace {
 
 const std::vector<DType> kFloating = {kFloat32, kFloat16, kBFloat16};
-
-Tensor to_cuda(const Tensor& t) { return t.to(Device(kCUDA)); }
-Tensor host(const Tensor& t) { return t.to(Device(kCPU)); }
-
-// Seeded normal values rounded to dtype, on the CPU.
-Tensor normal(const Shape& shape, DType dtype) { return randn(shape, kFloat32).to(dtype); }
 
 // n indices in [0, bound) from a fixed seed: with n > bound, duplicates for sure.
 Tensor random_indices(int64_t n, int64_t bound, const Shape& shape, DType dtype = kInt64,
@@ -48,57 +39,17 @@ Tensor random_indices(int64_t n, int64_t bound, const Shape& shape, DType dtype 
 }
 Tensor random_indices(int64_t n, int64_t bound) { return random_indices(n, bound, {n}); }
 
-void require_close(const Tensor& got, const Tensor& want, DType dtype) {
-  const std::string bad = mismatch(got, want, tolerance_for(dtype));
-  INFO(bad);
-  REQUIRE(bad.empty());
-}
-
-void require_same_bits(const Tensor& got, const Tensor& want) {
-  REQUIRE(got.dtype() == want.dtype());
-  REQUIRE(got.sizes() == want.sizes());
-  REQUIRE(bit_identical(host(got), host(want)));
-}
-
 // f on CUDA copies of the (rounded) floating inputs against f on float64 CPU copies: the
 // forward, then the gradient of every input for one upstream gradient. f gets the device to
 // put its other tensors (indices) on.
 using OpOnDevice = std::function<Tensor(const std::vector<Tensor>&, Device)>;
 void check_forward_backward(const OpOnDevice& f, const std::vector<Tensor>& cpu_inputs,
                             DType dtype) {
-  std::vector<Tensor> on_cuda, reference;
-  for (const Tensor& t : cpu_inputs) {
-    Tensor c = to_cuda(t);
-    c.requires_grad_();
-    on_cuda.push_back(c);
-    Tensor r = t.to(kFloat64);
-    r.requires_grad_();
-    reference.push_back(r);
-  }
-  Tensor y = f(on_cuda, Device(kCUDA));
-  Tensor want = f(reference, Device(kCPU));
-  REQUIRE(y.is_cuda());
-  REQUIRE(y.dtype() == dtype);
-  require_close(y, want, dtype);
-  const Tensor upstream = normal(y.sizes(), dtype);
-  y.backward(to_cuda(upstream));
-  want.backward(upstream.to(kFloat64));
-  for (size_t i = 0; i < on_cuda.size(); ++i) {
-    CAPTURE(i);
-    REQUIRE(on_cuda[i].grad().defined());
-    REQUIRE(on_cuda[i].grad().is_cuda());
-    require_close(on_cuda[i].grad(), reference[i].grad(), dtype);
-  }
-}
-
-// The message of the hg::Error f throws ("" when it throws none).
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return {};
+  testing::check_forward_backward(
+      [&](const std::vector<Tensor>& in, bool reference) {
+        return f(in, reference ? Device(kCPU) : kGpu);
+      },
+      cpu_inputs, dtype, [&](const Shape& shape) { return normal(shape, dtype); });
 }
 
 // The part of an error message after "op: " (the CPU and CUDA kernels may differ in where

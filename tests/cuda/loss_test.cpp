@@ -17,20 +17,13 @@
 #include "test_util.h"
 
 using namespace hg;
+using namespace hg::testing;
 using Catch::Contains;
-using hg::testing::bit_identical;
-using hg::testing::mismatch;
-using hg::testing::PoisonCudaAllocations;
-using hg::testing::tolerance_for;
 
 namespace {
 
 const std::vector<DType> kFloating = {kFloat32, kFloat16, kBFloat16};
 const std::vector<const char*> kReductions = {"none", "mean", "sum"};
-
-Tensor to_cuda(const Tensor& t) { return t.to(Device(kCUDA)); }
-Tensor host(const Tensor& t) { return t.to(Device(kCPU)); }
-Tensor normal(const Shape& shape, DType dtype) { return randn(shape, kFloat32).to(dtype); }
 
 // Class indices in [0, C) from a fixed seed; every `ignore_every`-th one set to ignore (when
 // ignore_every > 0).
@@ -58,49 +51,16 @@ struct Place {
 
 using Loss = std::function<Tensor(const std::vector<Tensor>&, const Place&)>;
 
-void require_close(const Tensor& got, const Tensor& want, DType dtype) {
-  const std::string bad = mismatch(got, want, tolerance_for(dtype));
-  INFO(bad);
-  REQUIRE(bad.empty());
-}
-
 // The loss f on CUDA copies of the (rounded) differentiable inputs against f on float64 CPU
 // copies: forward, then every input's gradient for one upstream gradient (a random one for
 // "none", else 1).
 void check_loss(const Loss& f, const std::vector<Tensor>& inputs, DType dtype) {
-  std::vector<Tensor> on_cuda, reference;
-  for (const Tensor& t : inputs) {
-    Tensor c = to_cuda(t);
-    c.requires_grad_();
-    on_cuda.push_back(c);
-    Tensor r = t.to(kFloat64);
-    r.requires_grad_();
-    reference.push_back(r);
-  }
-  Tensor loss = f(on_cuda, Place{false});
-  Tensor want = f(reference, Place{true});
-  REQUIRE(loss.is_cuda());
-  REQUIRE(loss.dtype() == dtype);
-  require_close(loss, want, dtype);
-  const Tensor upstream = loss.dim() > 0 ? normal(loss.sizes(), dtype) : full({}, 1.0, dtype);
-  loss.backward(to_cuda(upstream));
-  want.backward(upstream.to(kFloat64));
-  for (size_t i = 0; i < on_cuda.size(); ++i) {
-    CAPTURE(i);
-    REQUIRE(on_cuda[i].grad().defined());
-    REQUIRE(on_cuda[i].grad().is_cuda());
-    REQUIRE(on_cuda[i].grad().dtype() == inputs[i].dtype());
-    require_close(on_cuda[i].grad(), reference[i].grad(), inputs[i].dtype());
-  }
-}
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return {};
+  check_forward_backward(
+      [&](const std::vector<Tensor>& in, bool reference) { return f(in, Place{reference}); },
+      inputs, dtype,
+      [&](const Shape& shape) {
+        return shape.empty() ? full({}, 1.0, dtype) : normal(shape, dtype);
+      });
 }
 
 }  // namespace

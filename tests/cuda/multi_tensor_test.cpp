@@ -7,30 +7,19 @@
 
 #include <bit>
 #include <cmath>
-#include <cstring>
 #include <limits>
 #include <memory>
 #include <vector>
 
 #include "cuda/cuda_test_util.h"
-#include "halfgrad/config.h"
+#include "halfgrad/cuda/multi_tensor.h"
 #include "halfgrad/halfgrad.h"
 
-// The CUDA backend's own headers exist only in builds with it.
-#if HALFGRAD_HAS_CUDA
-#include "halfgrad/cuda/multi_tensor.h"
-
 using namespace hg;
+using namespace hg::testing;
 using Catch::Contains;
-using hg::testing::mismatch;
-using hg::testing::PoisonCudaAllocations;
-using hg::testing::Tolerance;
-using hg::testing::tolerance_for;
 
 namespace {
-
-const Device kGpu(kCUDA, 0);
-constexpr double kInf = std::numeric_limits<double>::infinity();
 
 // `count` odd sizes; the middle one spans two chunks and a tail.
 std::vector<int64_t> odd_sizes(int count) {
@@ -53,13 +42,6 @@ std::vector<Tensor> to_gpu(const std::vector<Tensor>& tensors) {
   std::vector<Tensor> out;
   for (const Tensor& t : tensors) out.push_back(t.to(kGpu));
   return out;
-}
-
-std::vector<unsigned char> bytes_of(const Tensor& t) {
-  const Tensor host = t.detach().to(Device(kCPU)).contiguous();
-  std::vector<unsigned char> bytes(host.nbytes());
-  std::memcpy(bytes.data(), host.data_ptr(), bytes.size());
-  return bytes;
 }
 
 // t (CPU) with element i set to value.
@@ -195,21 +177,18 @@ struct AdamConfig {
   bool amsgrad = false, maximize = false, float32_state = false;
 };
 
+// Adam (c.decoupled: AdamW) with c's settings.
+template <class Optimizer, class Options>
+std::unique_ptr<optim::Optimizer> make_optimizer(std::vector<Tensor> params, const AdamConfig& c) {
+  return std::make_unique<Optimizer>(std::move(params), Options{.lr = c.lr,
+                                                                .weight_decay = c.weight_decay,
+                                                                .amsgrad = c.amsgrad,
+                                                                .maximize = c.maximize,
+                                                                .float32_state = c.float32_state});
+}
 std::unique_ptr<optim::Optimizer> make_adam(std::vector<Tensor> params, const AdamConfig& c) {
-  if (c.decoupled) {
-    return std::make_unique<optim::AdamW>(std::move(params),
-                                          optim::AdamWOptions{.lr = c.lr,
-                                                              .weight_decay = c.weight_decay,
-                                                              .amsgrad = c.amsgrad,
-                                                              .maximize = c.maximize,
-                                                              .float32_state = c.float32_state});
-  }
-  return std::make_unique<optim::Adam>(std::move(params),
-                                       optim::AdamOptions{.lr = c.lr,
-                                                          .weight_decay = c.weight_decay,
-                                                          .amsgrad = c.amsgrad,
-                                                          .maximize = c.maximize,
-                                                          .float32_state = c.float32_state});
+  if (c.decoupled) return make_optimizer<optim::AdamW, optim::AdamWOptions>(std::move(params), c);
+  return make_optimizer<optim::Adam, optim::AdamOptions>(std::move(params), c);
 }
 
 // The same parameters on the CPU and on the GPU.
@@ -568,11 +547,3 @@ TEST_CASE("non_finite_flag and value_range look at a tensor on the device", "[cu
   CHECK(autograd::all_finite(finite));
   CHECK_FALSE(autograd::all_finite(bad_gpu));
 }
-
-#else
-
-TEST_CASE("the multi-tensor kernels need a build with the CUDA backend", "[cuda]") {
-  HG_REQUIRE_CUDA();
-}
-
-#endif  // HALFGRAD_HAS_CUDA

@@ -17,78 +17,16 @@
 #include <vector>
 
 #include "cuda/cuda_test_util.h"
-#include "halfgrad/config.h"
-#include "halfgrad/halfgrad.h"
-#if HALFGRAD_HAS_CUDA
 #include "halfgrad/cuda/nn_kernels.h"
-#endif
+#include "halfgrad/halfgrad.h"
 
 using namespace hg;
+using namespace hg::testing;
 using Catch::Contains;
-using testing::mismatch;
-using testing::PoisonCudaAllocations;
-using testing::Tolerance;
-using testing::tolerance_for;
 
 namespace {
 
 constexpr DType kDTypes[] = {kFloat32, kFloat16, kBFloat16};
-constexpr double kInf = std::numeric_limits<double>::infinity();
-constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
-
-Tensor on_cuda(const Tensor& t) { return t.defined() ? t.to(Device(kCUDA)) : Tensor(); }
-Tensor as_f64(const Tensor& t) { return t.defined() ? t.to(kFloat64) : Tensor(); }
-
-// Seeded N(0, 1) values drawn in dtype (so already rounded to it), on the CPU.
-Tensor random_input(const Shape& shape, DType dtype, uint64_t seed) {
-  manual_seed(seed);
-  return randn(shape, dtype);
-}
-
-// Gradients go through the rounded forward statistics and subtract means of the incoming
-// gradient (cancellation between order-one terms): a wider bound than forward results.
-Tolerance backward_tolerance(DType dtype) {
-  const Tolerance t = tolerance_for(dtype);
-  const double factor = dtype == kFloat32 ? 2.0 : 4.0;
-  return {t.rtol * factor, t.atol * factor};
-}
-
-std::vector<double> values_of(const Tensor& t) {
-  return t.to(Device(kCPU)).to(kFloat64).contiguous().to_vector<double>();
-}
-
-// As testing::mismatch, but element i may be off by rtol * max(|want|, scale[i]), scale the
-// same sum over |terms| (a parameter gradient is a sum over rows and can end near zero).
-std::string mismatch_scaled(const Tensor& got, const Tensor& want, const Tensor& scale,
-                            Tolerance tol) {
-  if (got.sizes() != want.sizes()) {
-    return fmt::format("shape {} != reference shape {}", got.sizes(), want.sizes());
-  }
-  const std::vector<double> g = values_of(got), w = values_of(want), s = values_of(scale);
-  for (size_t i = 0; i < g.size(); ++i) {
-    const double allowed = tol.atol + tol.rtol * std::max(std::abs(w[i]), s[i]);
-    if (!(std::abs(g[i] - w[i]) <= allowed)) {
-      return fmt::format("element {}: got {}, want {} (allowed {})", i, g[i], w[i], allowed);
-    }
-  }
-  return {};
-}
-
-// As testing::mismatch, except that NaN matches NaN.
-std::string mismatch_nan(const Tensor& got, const Tensor& want, Tolerance tol) {
-  if (got.sizes() != want.sizes()) {
-    return fmt::format("shape {} != reference shape {}", got.sizes(), want.sizes());
-  }
-  const std::vector<double> g = values_of(got), w = values_of(want);
-  for (size_t i = 0; i < g.size(); ++i) {
-    if (std::isnan(g[i]) && std::isnan(w[i])) continue;
-    if (std::isinf(g[i]) && g[i] == w[i]) continue;
-    if (!(std::abs(g[i] - w[i]) <= tol.atol + tol.rtol * std::abs(w[i]))) {
-      return fmt::format("element {}: got {}, want {}", i, g[i], w[i]);
-    }
-  }
-  return {};
-}
 
 // A leaf requiring grad (undefined stays undefined).
 Tensor leaf(const Tensor& t) {
@@ -126,15 +64,15 @@ void check_norm(const NormOp& op, const ViewFn& view, const Tensor& x, const Ten
   const DType dtype = x.dtype();
   const Shape out_shape = view(x).sizes();
   const Tensor g = random_input(out_shape, dtype, seed);
-  const Run got = run(op, view, on_cuda(x), on_cuda(weight), on_cuda(bias), on_cuda(g));
-  const Run want = run(op, view, as_f64(x), as_f64(weight), as_f64(bias), as_f64(g));
+  const Run got = run(op, view, to_cuda(x), to_cuda(weight), to_cuda(bias), to_cuda(g));
+  const Run want = run(op, view, f64(x), f64(weight), f64(bias), f64(g));
   CHECK(got.out.is_cuda());
   CHECK(got.out.dtype() == dtype);
   CHECK(mismatch(got.out, want.out, tolerance_for(dtype)) == "");
   REQUIRE(got.dx.defined());
   CHECK(got.dx.dtype() == dtype);
   CHECK(mismatch(got.dx, want.dx, backward_tolerance(dtype)) == "");
-  const Tensor g64 = as_f64(g);
+  const Tensor g64 = f64(g);
   if (weight.defined()) {
     REQUIRE(got.dweight.defined());
     CHECK(got.dweight.dtype() == weight.dtype());
@@ -187,12 +125,12 @@ TEST_CASE("CUDA softmax and log_softmax match float64, forward and backward", "[
         const auto op = [&](const Tensor& in) {
           return log ? log_softmax(in, c.dim) : softmax(in, c.dim);
         };
-        Tensor xc = leaf(on_cuda(x)), xr = leaf(x.to(kFloat64));
+        Tensor xc = leaf(to_cuda(x)), xr = leaf(x.to(kFloat64));
         const Tensor y = op(xc), yr = op(xr);
         CHECK(y.is_cuda());
         CHECK(y.dtype() == dtype);
         CHECK(mismatch(y, yr, tolerance_for(dtype)) == "");
-        y.backward(on_cuda(g));
+        y.backward(to_cuda(g));
         yr.backward(g.to(kFloat64));
         REQUIRE(xc.grad().defined());
         CHECK(mismatch(xc.grad(), xr.grad(), backward_tolerance(dtype)) == "");
@@ -208,12 +146,12 @@ TEST_CASE("CUDA softmax reads non-contiguous inputs", "[cuda]") {
     const Tensor base = random_input({1000, 7}, dtype, 201);
     for (int64_t dim : {0, 1}) {
       INFO(fmt::format("dim {} dtype {}", dim, dtype));
-      const Tensor t = on_cuda(base).transpose(0, 1);  // [7, 1000], strides [1, 7]
+      const Tensor t = to_cuda(base).transpose(0, 1);  // [7, 1000], strides [1, 7]
       const Tensor want = base.to(kFloat64).transpose(0, 1);
       CHECK(mismatch(softmax(t, dim), softmax(want, dim), tolerance_for(dtype)) == "");
       CHECK(mismatch(log_softmax(t, dim), log_softmax(want, dim), tolerance_for(dtype)) == "");
       // Contiguous rows whose start is not 16-byte aligned (one element into the storage).
-      const Tensor s = on_cuda(base).reshape({-1}).narrow(0, 1, 7 * 996).view({7, 996});
+      const Tensor s = to_cuda(base).reshape({-1}).narrow(0, 1, 7 * 996).view({7, 996});
       const Tensor s_want = base.to(kFloat64).reshape({-1}).narrow(0, 1, 7 * 996).view({7, 996});
       CHECK_FALSE(s.storage_offset() == 0);
       CHECK(mismatch(softmax(s, dim), softmax(s_want, dim), tolerance_for(dtype)) == "");
@@ -240,11 +178,11 @@ TEST_CASE("CUDA softmax follows the CPU kernel's NaN and inf rules", "[cuda]") {
     const Tensor x = tensor(rows, {7, 4}, kFloat64).to(dtype);
     for (bool log : {false, true}) {
       INFO(fmt::format("{} dtype {}", log ? "log_softmax" : "softmax", dtype));
-      const Tensor got = log ? log_softmax(on_cuda(x), 1) : softmax(on_cuda(x), 1);
+      const Tensor got = log ? log_softmax(to_cuda(x), 1) : softmax(to_cuda(x), 1);
       const Tensor want = log ? log_softmax(x.to(kFloat64), 1) : softmax(x.to(kFloat64), 1);
       CHECK(mismatch_nan(got, want, tolerance_for(dtype)) == "");
       // The same along dim 0 (the strided kernel).
-      const Tensor t = on_cuda(x).transpose(0, 1).contiguous();
+      const Tensor t = to_cuda(x).transpose(0, 1).contiguous();
       const Tensor got0 = log ? log_softmax(t, 0) : softmax(t, 0);
       CHECK(mismatch_nan(got0, want.transpose(0, 1), tolerance_for(dtype)) == "");
     }
@@ -381,7 +319,7 @@ TEST_CASE("CUDA batch_norm matches float64 in training and eval, with running st
             // Running statistics in float32 (a variance > 0).
             const Tensor mean0 = mul(random_input({C}, kFloat32, seed++), 0.1);
             const Tensor var0 = add(abs(random_input({C}, kFloat32, seed++)), 0.5);
-            Tensor mean_cuda = on_cuda(mean0), var_cuda = on_cuda(var0);
+            Tensor mean_cuda = to_cuda(mean0), var_cuda = to_cuda(var0);
             Tensor mean_cpu = mean0.clone(), var_cpu = var0.clone();
             const NormOp cuda_op = [&](const Tensor& in, const Tensor& weight, const Tensor& bias) {
               return batch_norm(in, mean_cuda, var_cuda, weight, bias, training, 0.3, 1e-5);
@@ -391,9 +329,9 @@ TEST_CASE("CUDA batch_norm matches float64 in training and eval, with running st
             };
             const Tensor g = random_input(shape, dtype, seed++);
             const Run got =
-                run(cuda_op, identity_view, on_cuda(x), on_cuda(w), on_cuda(b), on_cuda(g));
+                run(cuda_op, identity_view, to_cuda(x), to_cuda(w), to_cuda(b), to_cuda(g));
             const Run want =
-                run(cpu_op, identity_view, x.to(kFloat64), as_f64(w), as_f64(b), g.to(kFloat64));
+                run(cpu_op, identity_view, x.to(kFloat64), f64(w), f64(b), g.to(kFloat64));
             CHECK(got.out.dtype() == dtype);
             CHECK(mismatch(got.out, want.out, tolerance_for(dtype)) == "");
             CHECK(mismatch(got.dx, want.dx, backward_tolerance(dtype)) == "");
@@ -427,7 +365,7 @@ TEST_CASE("CUDA batch_norm trains without running statistics", "[cuda]") {
   PoisonCudaAllocations poison;
   for (DType dtype : kDTypes) {
     const Tensor x = random_input({5, 4, 9}, dtype, 801);
-    const Tensor got = batch_norm(on_cuda(x), {}, {}, {}, {}, /*training=*/true);
+    const Tensor got = batch_norm(to_cuda(x), {}, {}, {}, {}, /*training=*/true);
     const Tensor want = batch_norm(x.to(kFloat64), {}, {}, {}, {}, true);
     CHECK(mismatch(got, want, tolerance_for(dtype)) == "");
   }
@@ -437,20 +375,19 @@ TEST_CASE("CUDA batch_norm trains without running statistics", "[cuda]") {
 
 TEST_CASE("CUDA softmax and norms reject bad arguments as the CPU kernels do", "[cuda]") {
   HG_REQUIRE_CUDA();
-  const Tensor x = on_cuda(random_input({2, 6, 3}, kFloat32, 901));
+  const Tensor x = to_cuda(random_input({2, 6, 3}, kFloat32, 901));
   CHECK_THROWS_AS(softmax(x, 3), Error);
   CHECK_THROWS_AS(log_softmax(x, -4), Error);
-  CHECK_THROWS_AS(softmax(on_cuda(zeros({2, 3}, kInt64)), 1), Error);
+  CHECK_THROWS_AS(softmax(to_cuda(zeros({2, 3}, kInt64)), 1), Error);
   CHECK_THROWS_WITH(layer_norm(x, {4}), Contains("trailing dims"));
-  CHECK_THROWS_WITH(layer_norm(x, {3}, on_cuda(ones({4}))), Contains("weight"));
+  CHECK_THROWS_WITH(layer_norm(x, {3}, to_cuda(ones({4}))), Contains("weight"));
   CHECK_THROWS_WITH(group_norm(x, 4), Contains("divide"));
-  CHECK_THROWS_WITH(group_norm(x, 2, on_cuda(ones({5}))), Contains("weight"));
+  CHECK_THROWS_WITH(group_norm(x, 2, to_cuda(ones({5}))), Contains("weight"));
   CHECK_THROWS_WITH(batch_norm(x, {}, {}), Contains("eval mode"));
-  CHECK_THROWS_WITH(batch_norm(on_cuda(ones({1, 6})), {}, {}, {}, {}, true),
+  CHECK_THROWS_WITH(batch_norm(to_cuda(ones({1, 6})), {}, {}, {}, {}, true),
                     Contains("more than 1 value"));
-  CHECK_THROWS_WITH(batch_norm(x, on_cuda(zeros({6})), {}, {}, {}, true),
+  CHECK_THROWS_WITH(batch_norm(x, to_cuda(zeros({6})), {}, {}, {}, true),
                     Contains("both given or both absent"));
-#if HALFGRAD_HAS_CUDA
   // The kernels' own checks (what the op layer does not check first).
   const Tensor y = cuda::softmax(x, 1);
   CHECK_THROWS_WITH(cuda::softmax_backward(y.to(kFloat16), y, 1), Contains("dtype"));
@@ -474,5 +411,4 @@ TEST_CASE("CUDA softmax and norms reject bad arguments as the CPU kernels do", "
       Contains("rstd"));
   CHECK_THROWS_AS(cuda::softmax(x.to(Device(kCPU)), 0), Error);
   CHECK_THROWS_WITH(cuda::layer_norm(x, {3}, ones({3}), {}, 1e-5), Contains("CUDA"));
-#endif
 }

@@ -8,85 +8,23 @@
 
 #include <cmath>
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <string>
 #include <tuple>
 #include <vector>
 
 #include "cuda/cuda_test_util.h"
-#include "halfgrad/config.h"
-#include "halfgrad/halfgrad.h"
-#if HALFGRAD_HAS_CUDA
 #include "halfgrad/cuda/reduce.h"
-#endif
+#include "halfgrad/halfgrad.h"
 
 using namespace hg;
+using namespace hg::testing;
 using Catch::Contains;
-using testing::mismatch;
-using testing::PoisonCudaAllocations;
-using testing::Tolerance;
-using testing::tolerance_for;
 
 namespace {
 
 constexpr DType kDTypes[] = {kFloat32, kFloat16, kBFloat16};
-constexpr double kInf = std::numeric_limits<double>::infinity();
-constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
-
-Tensor on_cuda(const Tensor& t) { return t.to(Device(kCUDA)); }
-
-// Seeded N(0, 1) values drawn in dtype (so already rounded to it), on the CPU.
-Tensor random_input(const Shape& shape, DType dtype, uint64_t seed) {
-  manual_seed(seed);
-  return randn(shape, dtype);
-}
-
-// Backward formulas start from the rounded forward output (a float16 logsumexp of 7.4 is off by
-// 4e-3 before exp), so gradients get a wider bound than forward results.
-Tolerance backward_tolerance(DType dtype) {
-  const Tolerance t = tolerance_for(dtype);
-  const double factor = dtype == kFloat32 ? 2.0 : 4.0;
-  return {t.rtol * factor, t.atol * factor};
-}
-
-std::vector<double> values_of(const Tensor& t) {
-  return t.to(Device(kCPU)).to(kFloat64).contiguous().to_vector<double>();
-}
-
-// As testing::mismatch, but element i may be off by rtol * max(|want|, scale[i]): `scale` is the
-// same reduction of |x|, since a float sum's rounding grows with its terms, not its result
-// (a sum near zero of terms near one is exact only to about the terms' rounding).
-std::string mismatch_scaled(const Tensor& got, const Tensor& want, const Tensor& scale,
-                            Tolerance tol) {
-  if (got.sizes() != want.sizes()) {
-    return fmt::format("shape {} != reference shape {}", got.sizes(), want.sizes());
-  }
-  const std::vector<double> g = values_of(got), w = values_of(want), s = values_of(scale);
-  for (size_t i = 0; i < g.size(); ++i) {
-    if (std::isinf(g[i]) && g[i] == w[i]) continue;
-    const double allowed = tol.atol + tol.rtol * std::max(std::abs(w[i]), s[i]);
-    if (!(std::abs(g[i] - w[i]) <= allowed)) {
-      return fmt::format("element {}: got {}, want {} (allowed {})", i, g[i], w[i], allowed);
-    }
-  }
-  return {};
-}
-
-// As testing::mismatch, except that NaN matches NaN (for the NaN rules).
-std::string mismatch_nan(const Tensor& got, const Tensor& want, Tolerance tol) {
-  if (got.sizes() != want.sizes()) {
-    return fmt::format("shape {} != reference shape {}", got.sizes(), want.sizes());
-  }
-  const std::vector<double> g = values_of(got), w = values_of(want);
-  for (size_t i = 0; i < g.size(); ++i) {
-    if (std::isnan(g[i]) && std::isnan(w[i])) continue;
-    if (std::isinf(g[i]) && g[i] == w[i]) continue;
-    if (!(std::abs(g[i] - w[i]) <= tol.atol + tol.rtol * std::abs(w[i]))) {
-      return fmt::format("element {}: got {}, want {}", i, g[i], w[i]);
-    }
-  }
-  return {};
-}
 
 // A CPU tensor of dtype holding `values` (NaN and inf included), rounded once.
 Tensor from_values(const std::vector<double>& values, const Shape& shape, DType dtype) {
@@ -111,6 +49,30 @@ const std::vector<DimsCase>& dims_cases() {
   return cases;
 }
 
+// x's gradient through op on CUDA and through op on a float64 CPU copy, for one upstream
+// gradient (seeded N(0, 1) values of x's dtype).
+struct Grads {
+  Tensor got, want, upstream;
+};
+using UnaryOp = std::function<Tensor(const Tensor&)>;
+Grads input_grads(const UnaryOp& op, const Tensor& x, uint64_t upstream_seed) {
+  Tensor xc = to_cuda(x).requires_grad_();
+  const Tensor y = op(xc);
+  const Tensor g = random_input(y.sizes(), x.dtype(), upstream_seed);
+  y.backward(to_cuda(g));
+  Tensor xr = x.to(kFloat64).requires_grad_();
+  op(xr).backward(g.to(kFloat64));
+  return {xc.grad(), xr.grad(), g};
+}
+
+// The gradients of input_grads within the backward tolerance of x's dtype.
+void check_backward(const UnaryOp& op, const Tensor& x, uint64_t upstream_seed) {
+  const Grads grads = input_grads(op, x, upstream_seed);
+  REQUIRE(grads.got.defined());
+  CHECK(grads.got.is_cuda());
+  CHECK(mismatch(grads.got, grads.want, backward_tolerance(x.dtype())) == "");
+}
+
 std::string describe(const DimsCase& c, DType dtype, bool keepdim) {
   return fmt::format("shape {} dims {} dtype {} keepdim {}", c.shape, c.dims, dtype, keepdim);
 }
@@ -129,12 +91,12 @@ TEST_CASE("CUDA sum and mean match float64 over dims, keepdim and dtypes", "[cud
         INFO(describe(c, dtype, keepdim));
         const Tensor x = random_input(c.shape, dtype, seed++);
         const Tensor x64 = x.to(kFloat64), abs64 = abs(x64);
-        const Tensor s = sum(on_cuda(x), c.dims, keepdim);
+        const Tensor s = sum(to_cuda(x), c.dims, keepdim);
         CHECK(s.is_cuda());
         CHECK(s.dtype() == dtype);
         CHECK(mismatch_scaled(s, sum(x64, c.dims, keepdim), sum(abs64, c.dims, keepdim),
                               tolerance_for(dtype)) == "");
-        const Tensor m = mean(on_cuda(x), c.dims, keepdim);
+        const Tensor m = mean(to_cuda(x), c.dims, keepdim);
         CHECK(m.dtype() == dtype);
         CHECK(mismatch_scaled(m, mean(x64, c.dims, keepdim), mean(abs64, c.dims, keepdim),
                               tolerance_for(dtype)) == "");
@@ -151,12 +113,12 @@ TEST_CASE("CUDA sum with an output dtype accumulates in float and rounds once", 
     const Tensor x64 = x.to(kFloat64);
     for (DType out : {kFloat32, kFloat64, kFloat16}) {
       INFO(fmt::format("{} -> {}", dtype, out));
-      const Tensor s = sum(on_cuda(x), {1}, false, out);
+      const Tensor s = sum(to_cuda(x), {1}, false, out);
       CHECK(s.dtype() == out);
       CHECK(mismatch_scaled(s, sum(x64, {1}), sum(abs(x64), {1}),
                             tolerance_for(out == kFloat64 ? kFloat32 : out)) == "");
     }
-    const Tensor m = mean(on_cuda(x), {0}, true, kFloat32);
+    const Tensor m = mean(to_cuda(x), {0}, true, kFloat32);
     CHECK(m.dtype() == kFloat32);
     CHECK(mismatch_scaled(m, mean(x64, {0}, true), mean(abs(x64), {0}, true),
                           tolerance_for(kFloat32)) == "");
@@ -174,16 +136,11 @@ TEST_CASE("CUDA sum and mean backward match float64", "[cuda]") {
         INFO(describe(c, dtype, keepdim));
         const Tensor x = random_input(c.shape, dtype, seed++);
         for (bool is_mean : {false, true}) {
-          Tensor xc = on_cuda(x).requires_grad_();
-          const Tensor y = is_mean ? mean(xc, c.dims, keepdim) : sum(xc, c.dims, keepdim);
-          const Tensor g = random_input(y.sizes(), dtype, seed++);
-          y.backward(on_cuda(g));
-          Tensor xr = x.to(kFloat64).requires_grad_();
-          const Tensor yr = is_mean ? mean(xr, c.dims, keepdim) : sum(xr, c.dims, keepdim);
-          yr.backward(g.to(kFloat64));
-          REQUIRE(xc.grad().defined());
-          CHECK(xc.grad().is_cuda());
-          CHECK(mismatch(xc.grad(), xr.grad(), backward_tolerance(dtype)) == "");
+          check_backward(
+              [&](const Tensor& t) {
+                return is_mean ? mean(t, c.dims, keepdim) : sum(t, c.dims, keepdim);
+              },
+              x, seed++);
         }
       }
     }
@@ -200,7 +157,7 @@ TEST_CASE("CUDA prod matches float64", "[cuda]") {
       INFO(describe(c, dtype, false));
       // Values near 1 (1 + 0.05 N(0, 1)), so that products neither overflow nor vanish.
       const Tensor x = add(mul(random_input(c.shape, kFloat64, seed++), 0.05), 1.0).to(dtype);
-      const Tensor p = prod(on_cuda(x), c.dims);
+      const Tensor p = prod(to_cuda(x), c.dims);
       CHECK(p.dtype() == dtype);
       CHECK(mismatch(p, prod(x.to(kFloat64), c.dims), tolerance_for(dtype)) == "");
     }
@@ -219,20 +176,20 @@ TEST_CASE("CUDA integer and bool reductions accumulate exactly in int64", "[cuda
     INFO(fmt::format("dtype {}", x.dtype()));
     for (const Shape& dims : {Shape{}, Shape{0}, Shape{1}}) {
       INFO(fmt::format("dims {}", dims));
-      const Tensor s = sum(on_cuda(x), dims);
+      const Tensor s = sum(to_cuda(x), dims);
       CHECK(s.dtype() == kInt64);
       CHECK(mismatch(s, sum(x, dims), exact) == "");
-      CHECK(mismatch(amax(on_cuda(x), dims), amax(x, dims), exact) == "");
+      CHECK(mismatch(amax(to_cuda(x), dims), amax(x, dims), exact) == "");
       // Products of many integers wrap around int64 exactly as on the CPU.
-      CHECK(mismatch(prod(on_cuda(x), dims), prod(x, dims), exact) == "");
+      CHECK(mismatch(prod(to_cuda(x), dims), prod(x, dims), exact) == "");
     }
-    CHECK(mismatch(hg::max(on_cuda(x)), hg::max(x), exact) == "");
-    CHECK(mismatch(hg::min(on_cuda(x)), hg::min(x), exact) == "");
-    CHECK(mismatch(cumsum(on_cuda(x), 1), cumsum(x, 1), exact) == "");
-    CHECK(mismatch(argmax(on_cuda(x), 1), argmax(x, 1), exact) == "");
+    CHECK(mismatch(hg::max(to_cuda(x)), hg::max(x), exact) == "");
+    CHECK(mismatch(hg::min(to_cuda(x)), hg::min(x), exact) == "");
+    CHECK(mismatch(cumsum(to_cuda(x), 1), cumsum(x, 1), exact) == "");
+    CHECK(mismatch(argmax(to_cuda(x), 1), argmax(x, 1), exact) == "");
   }
   // An explicit dtype: an int32 sum into float32.
-  const Tensor f = sum(on_cuda(x32), {1}, false, kFloat32);
+  const Tensor f = sum(to_cuda(x32), {1}, false, kFloat32);
   CHECK(f.dtype() == kFloat32);
   CHECK(mismatch(f, sum(x32, {1}).to(kFloat64), tolerance_for(kFloat32)) == "");
 }
@@ -249,26 +206,24 @@ TEST_CASE("CUDA amax, amin, max and min are exact and propagate NaN", "[cuda]") 
       for (const DimsCase& c : dims_cases()) {
         INFO(describe(c, dtype, keepdim));
         const Tensor x = random_input(c.shape, dtype, seed++);
-        CHECK(mismatch(amax(on_cuda(x), c.dims, keepdim), amax(x, c.dims, keepdim), exact) == "");
-#if HALFGRAD_HAS_CUDA
+        CHECK(mismatch(amax(to_cuda(x), c.dims, keepdim), amax(x, c.dims, keepdim), exact) == "");
         // amin has no op of its own but min(x): the kernel directly.
-        CHECK(mismatch(cuda::reduce(kernel::Reduction::Amin, on_cuda(x), c.dims, keepdim, dtype),
+        CHECK(mismatch(cuda::reduce(kernel::Reduction::Amin, to_cuda(x), c.dims, keepdim, dtype),
                        cpu::reduce(kernel::Reduction::Amin, x, c.dims, keepdim, dtype),
                        exact) == "");
-#endif
       }
     }
     const Tensor x = random_input({4, 1000}, dtype, seed++);
-    CHECK(mismatch(hg::max(on_cuda(x)), hg::max(x), exact) == "");
-    CHECK(mismatch(hg::min(on_cuda(x)), hg::min(x), exact) == "");
+    CHECK(mismatch(hg::max(to_cuda(x)), hg::max(x), exact) == "");
+    CHECK(mismatch(hg::min(to_cuda(x)), hg::min(x), exact) == "");
     // NaN wins wherever it is.
     std::vector<double> v = values_of(x);
     v[5] = kNaN;               // row 0, early
     v[2 * 1000 + 999] = kNaN;  // row 2, last
     const Tensor with_nan = from_values(v, {4, 1000}, dtype);
-    CHECK(mismatch_nan(amax(on_cuda(with_nan), {1}), amax(with_nan, {1}), exact) == "");
-    CHECK(mismatch_nan(hg::min(on_cuda(with_nan)), hg::min(with_nan), exact) == "");
-    CHECK(std::isnan(hg::max(on_cuda(with_nan)).item<double>()));
+    CHECK(mismatch_nan(amax(to_cuda(with_nan), {1}), amax(with_nan, {1}), exact) == "");
+    CHECK(mismatch_nan(hg::min(to_cuda(with_nan)), hg::min(with_nan), exact) == "");
+    CHECK(std::isnan(hg::max(to_cuda(with_nan)).item<double>()));
   }
 }
 
@@ -279,13 +234,7 @@ TEST_CASE("CUDA amax backward splits the gradient among ties", "[cuda]") {
     // Halves (truncated to integers, then halved): many ties.
     const Tensor x =
         div(mul(random_input({6, 31}, kFloat32, 21), 2.0).to(kInt64).to(kFloat32), 2.0).to(dtype);
-    Tensor xc = on_cuda(x).requires_grad_();
-    const Tensor y = amax(xc, {1});
-    const Tensor g = random_input(y.sizes(), dtype, 22);
-    y.backward(on_cuda(g));
-    Tensor xr = x.to(kFloat64).requires_grad_();
-    amax(xr, {1}).backward(g.to(kFloat64));
-    CHECK(mismatch(xc.grad(), xr.grad(), backward_tolerance(dtype)) == "");
+    check_backward([](const Tensor& t) { return amax(t, {1}); }, x, 22);
   }
 }
 
@@ -301,17 +250,17 @@ TEST_CASE("CUDA max and min along a dim give the first extreme, NaN first", "[cu
           INFO(fmt::format("shape {} dim {} dtype {} keepdim {}", shape, dim, dtype, keepdim));
           // Small integers (truncated): ties everywhere.
           const Tensor x = mul(random_input(shape, kFloat32, seed++), 1.5).to(kInt64).to(dtype);
-          const auto [values, indices] = hg::max(on_cuda(x), dim, keepdim);
+          const auto [values, indices] = hg::max(to_cuda(x), dim, keepdim);
           const auto [want_values, want_indices] = hg::max(x, dim, keepdim);
           CHECK(values.dtype() == dtype);
           CHECK(indices.dtype() == kInt64);
           CHECK(mismatch(values, want_values, exact) == "");
           CHECK(mismatch(indices, want_indices, exact) == "");
-          const auto [min_values, min_indices] = hg::min(on_cuda(x), dim, keepdim);
+          const auto [min_values, min_indices] = hg::min(to_cuda(x), dim, keepdim);
           const auto [want_min_values, want_min_indices] = hg::min(x, dim, keepdim);
           CHECK(mismatch(min_values, want_min_values, exact) == "");
           CHECK(mismatch(min_indices, want_min_indices, exact) == "");
-          CHECK(mismatch(argmax(on_cuda(x), dim, keepdim), want_indices, exact) == "");
+          CHECK(mismatch(argmax(to_cuda(x), dim, keepdim), want_indices, exact) == "");
         }
       }
     }
@@ -321,14 +270,14 @@ TEST_CASE("CUDA max and min along a dim give the first extreme, NaN first", "[cu
     v[20] = kNaN;
     v[100 + 99] = kNaN;
     const Tensor x = from_values(v, {3, 100}, dtype);
-    const auto [values, indices] = hg::max(on_cuda(x), 1);
+    const auto [values, indices] = hg::max(to_cuda(x), 1);
     const auto [want_values, want_indices] = hg::max(x, 1);
     CHECK(mismatch_nan(values, want_values, exact) == "");
     CHECK(mismatch(indices, want_indices, exact) == "");
     CHECK(indices.to(Device(kCPU)).to_vector<int64_t>()[0] == 10);
-    const auto [min_values, min_indices] = hg::min(on_cuda(x), 1);
+    const auto [min_values, min_indices] = hg::min(to_cuda(x), 1);
     CHECK(mismatch(min_indices, std::get<1>(hg::min(x, 1)), exact) == "");
-    CHECK(argmax(on_cuda(x)).item<int64_t>() == 10);
+    CHECK(argmax(to_cuda(x)).item<int64_t>() == 10);
   }
 }
 
@@ -337,13 +286,7 @@ TEST_CASE("CUDA max along a dim backward sends the gradient to the index", "[cud
   PoisonCudaAllocations poison;
   for (DType dtype : kDTypes) {
     const Tensor x = random_input({5, 33}, dtype, 31);
-    Tensor xc = on_cuda(x).requires_grad_();
-    const Tensor y = std::get<0>(hg::max(xc, 1));
-    const Tensor g = random_input(y.sizes(), dtype, 32);
-    y.backward(on_cuda(g));
-    Tensor xr = x.to(kFloat64).requires_grad_();
-    std::get<0>(hg::max(xr, 1)).backward(g.to(kFloat64));
-    CHECK(mismatch(xc.grad(), xr.grad(), backward_tolerance(dtype)) == "");
+    check_backward([](const Tensor& t) { return std::get<0>(hg::max(t, 1)); }, x, 32);
   }
 }
 
@@ -353,15 +296,15 @@ TEST_CASE("CUDA argmax without a dim indexes x flattened in row-major order", "[
   const Tolerance exact{0.0, 0.0};
   for (DType dtype : kDTypes) {
     const Tensor x = random_input({37, 1001}, dtype, 41);
-    CHECK(mismatch(argmax(on_cuda(x)), argmax(x), exact) == "");
-    const Tensor keep = argmax(on_cuda(x), std::nullopt, true);
+    CHECK(mismatch(argmax(to_cuda(x)), argmax(x), exact) == "");
+    const Tensor keep = argmax(to_cuda(x), std::nullopt, true);
     CHECK(keep.sizes() == Shape{1, 1});
     CHECK(mismatch(keep, argmax(x, std::nullopt, true), exact) == "");
     // A transposed input: the index counts in the transposed (logical) order.
-    const Tensor t = on_cuda(x).transpose(0, 1);
+    const Tensor t = to_cuda(x).transpose(0, 1);
     CHECK(mismatch(argmax(t), argmax(x.transpose(0, 1)), exact) == "");
     // A 0-d input.
-    CHECK(argmax(on_cuda(scalar_tensor(2.5, dtype))).item<int64_t>() == 0);
+    CHECK(argmax(to_cuda(scalar_tensor(2.5, dtype))).item<int64_t>() == 0);
   }
 }
 
@@ -377,7 +320,7 @@ TEST_CASE("CUDA var matches float64 for every correction", "[cuda]") {
         for (bool keepdim : {false, true}) {
           INFO(describe(c, dtype, keepdim) << " correction " << correction);
           const Tensor x = random_input(c.shape, dtype, seed++);
-          const Tensor v = var(on_cuda(x), c.dims, correction, keepdim);
+          const Tensor v = var(to_cuda(x), c.dims, correction, keepdim);
           CHECK(v.dtype() == dtype);
           // n <= correction gives NaN on both.
           CHECK(mismatch_nan(v, var(x.to(kFloat64), c.dims, correction, keepdim),
@@ -387,13 +330,7 @@ TEST_CASE("CUDA var matches float64 for every correction", "[cuda]") {
     }
     // Backward.
     const Tensor x = random_input({6, 1000}, dtype, seed++);
-    Tensor xc = on_cuda(x).requires_grad_();
-    const Tensor y = var(xc, {1});
-    const Tensor g = random_input(y.sizes(), dtype, seed++);
-    y.backward(on_cuda(g));
-    Tensor xr = x.to(kFloat64).requires_grad_();
-    var(xr, {1}).backward(g.to(kFloat64));
-    CHECK(mismatch(xc.grad(), xr.grad(), backward_tolerance(dtype)) == "");
+    check_backward([](const Tensor& t) { return var(t, {1}); }, x, seed++);
   }
 }
 
@@ -406,20 +343,14 @@ TEST_CASE("CUDA norm matches float64 for p = 0, 1, 2, 3.5 and inf", "[cuda]") {
       for (const DimsCase& c : dims_cases()) {
         INFO(describe(c, dtype, false) << " p " << p);
         const Tensor x = random_input(c.shape, dtype, seed++);
-        const Tensor n = norm(on_cuda(x), p, c.dims);
+        const Tensor n = norm(to_cuda(x), p, c.dims);
         CHECK(n.dtype() == dtype);
         CHECK(mismatch(n, norm(x.to(kFloat64), p, c.dims), tolerance_for(dtype)) == "");
       }
       // Backward (p = 0 has a zero gradient).
       INFO("backward, dtype " << dtype << " p " << p);
       const Tensor x = random_input({5, 301}, dtype, seed++);
-      Tensor xc = on_cuda(x).requires_grad_();
-      const Tensor y = norm(xc, p, {1}, true);
-      const Tensor g = random_input(y.sizes(), dtype, seed++);
-      y.backward(on_cuda(g));
-      Tensor xr = x.to(kFloat64).requires_grad_();
-      norm(xr, p, {1}, true).backward(g.to(kFloat64));
-      CHECK(mismatch(xc.grad(), xr.grad(), backward_tolerance(dtype)) == "");
+      check_backward([&](const Tensor& t) { return norm(t, p, {1}, true); }, x, seed++);
     }
     // A NaN propagates through every p but 0 (where it counts as nonzero).
     std::vector<double> v = values_of(random_input({2, 50}, dtype, seed++));
@@ -427,7 +358,7 @@ TEST_CASE("CUDA norm matches float64 for p = 0, 1, 2, 3.5 and inf", "[cuda]") {
     const Tensor with_nan = from_values(v, {2, 50}, dtype);
     for (double p : {0.0, 1.0, 2.0, 3.5, kInf}) {
       INFO("NaN, p " << p);
-      CHECK(mismatch_nan(norm(on_cuda(with_nan), p, {1}), norm(with_nan.to(kFloat64), p, {1}),
+      CHECK(mismatch_nan(norm(to_cuda(with_nan), p, {1}), norm(with_nan.to(kFloat64), p, {1}),
                          tolerance_for(dtype)) == "");
     }
   }
@@ -442,7 +373,7 @@ TEST_CASE("CUDA logsumexp matches float64 and follows the inf and NaN rules", "[
       for (bool keepdim : {false, true}) {
         INFO(describe(c, dtype, keepdim));
         const Tensor x = random_input(c.shape, dtype, seed++);
-        const Tensor l = logsumexp(on_cuda(x), c.dims, keepdim);
+        const Tensor l = logsumexp(to_cuda(x), c.dims, keepdim);
         CHECK(l.dtype() == dtype);
         CHECK(mismatch(l, logsumexp(x.to(kFloat64), c.dims, keepdim), tolerance_for(dtype)) == "");
       }
@@ -458,17 +389,11 @@ TEST_CASE("CUDA logsumexp matches float64 and follows the inf and NaN rules", "[
         80.0,  81.0,  79.0,  82.0,   //
     };
     const Tensor x = from_values(rows, {6, 4}, dtype);
-    CHECK(mismatch_nan(logsumexp(on_cuda(x), {1}), logsumexp(x.to(kFloat64), {1}),
+    CHECK(mismatch_nan(logsumexp(to_cuda(x), {1}), logsumexp(x.to(kFloat64), {1}),
                        tolerance_for(dtype)) == "");
     // Backward.
     const Tensor r = random_input({7, 1000}, dtype, seed++);
-    Tensor xc = on_cuda(r).requires_grad_();
-    const Tensor y = logsumexp(xc, {1});
-    const Tensor g = random_input(y.sizes(), dtype, seed++);
-    y.backward(on_cuda(g));
-    Tensor xr = r.to(kFloat64).requires_grad_();
-    logsumexp(xr, {1}).backward(g.to(kFloat64));
-    CHECK(mismatch(xc.grad(), xr.grad(), backward_tolerance(dtype)) == "");
+    check_backward([](const Tensor& t) { return logsumexp(t, {1}); }, r, seed++);
   }
 }
 
@@ -487,14 +412,14 @@ TEST_CASE("CUDA cumsum matches float64 along every dim", "[cuda]") {
         INFO(fmt::format("shape {} dim {} dtype {}", shape, dim, dtype));
         const Tensor x = random_input(shape, dtype, seed++);
         const Tensor x64 = x.to(kFloat64);
-        const Tensor c = cumsum(on_cuda(x), dim);
+        const Tensor c = cumsum(to_cuda(x), dim);
         CHECK(c.dtype() == dtype);
         CHECK(c.is_contiguous());
         CHECK(mismatch_scaled(c, cumsum(x64, dim), cumsum(abs(x64), dim), tolerance_for(dtype)) ==
               "");
         // Transposed input.
         if (shape.size() >= 2) {
-          const Tensor t = on_cuda(x).transpose(0, 1);
+          const Tensor t = to_cuda(x).transpose(0, 1);
           CHECK(mismatch_scaled(cumsum(t, dim), cumsum(x64.transpose(0, 1), dim),
                                 cumsum(abs(x64).transpose(0, 1), dim), tolerance_for(dtype)) == "");
         }
@@ -502,23 +427,18 @@ TEST_CASE("CUDA cumsum matches float64 along every dim", "[cuda]") {
     }
     // An output dtype: accumulate in float, round once to float32.
     const Tensor x = random_input({3, 700}, dtype, seed++);
-    const Tensor c = cumsum(on_cuda(x), 1, kFloat32);
+    const Tensor c = cumsum(to_cuda(x), 1, kFloat32);
     CHECK(c.dtype() == kFloat32);
     CHECK(mismatch_scaled(c, cumsum(x.to(kFloat64), 1), cumsum(abs(x.to(kFloat64)), 1),
                           tolerance_for(kFloat32)) == "");
     // Backward.
-    Tensor xc = on_cuda(x).requires_grad_();
-    const Tensor y = cumsum(xc, 1);
-    const Tensor g = random_input(y.sizes(), dtype, seed++);
-    y.backward(on_cuda(g));
-    Tensor xr = x.to(kFloat64).requires_grad_();
-    cumsum(xr, 1).backward(g.to(kFloat64));
-    const Tensor g64 = g.to(kFloat64);
-    CHECK(mismatch_scaled(xc.grad(), xr.grad(), sum(abs(g64), {1}, true).expand(g.sizes()),
+    const Grads grads = input_grads([](const Tensor& t) { return cumsum(t, 1); }, x, seed++);
+    const Tensor g64 = grads.upstream.to(kFloat64);
+    CHECK(mismatch_scaled(grads.got, grads.want, sum(abs(g64), {1}, true).expand(g64.sizes()),
                           backward_tolerance(dtype)) == "");
   }
   // A 0-d input.
-  const Tensor s = cumsum(on_cuda(scalar_tensor(1.5)), 0);
+  const Tensor s = cumsum(to_cuda(scalar_tensor(1.5)), 0);
   CHECK(s.dim() == 0);
   CHECK(s.item<double>() == 1.5);
 }
@@ -532,7 +452,7 @@ TEST_CASE("CUDA reductions read non-contiguous inputs", "[cuda]") {
   for (DType dtype : kDTypes) {
     const Tensor base = random_input({6, 40, 33}, dtype, seed++);
     const Tensor base64 = base.to(kFloat64);
-    const Tensor cuda_base = on_cuda(base);
+    const Tensor cuda_base = to_cuda(base);
     struct View {
       const char* name;
       Tensor cuda;
@@ -577,7 +497,7 @@ TEST_CASE("CUDA reductions are deterministic", "[cuda]") {
   HG_REQUIRE_CUDA();
   PoisonCudaAllocations poison;
   // Pieces on both paths: a full sum, a column sum over many rows, a long row.
-  const Tensor x = on_cuda(random_input({4096, 1024}, kFloat32, 1201));
+  const Tensor x = to_cuda(random_input({4096, 1024}, kFloat32, 1201));
   for (const Shape& dims : {Shape{}, Shape{0}, Shape{1}}) {
     INFO(fmt::format("dims {}", dims));
     const std::vector<float> first = sum(x, dims).to(Device(kCPU)).to_vector<float>();
@@ -594,7 +514,7 @@ TEST_CASE("CUDA reductions are deterministic", "[cuda]") {
 TEST_CASE("CUDA reductions over zero elements", "[cuda]") {
   HG_REQUIRE_CUDA();
   PoisonCudaAllocations poison;
-  const Tensor x = on_cuda(random_input({0, 3}, kFloat32, 1301));
+  const Tensor x = to_cuda(random_input({0, 3}, kFloat32, 1301));
   CHECK(mismatch(sum(x, {0}), zeros({3}), {0.0, 0.0}) == "");
   CHECK(mismatch(prod(x, {0}), ones({3}), {0.0, 0.0}) == "");
   CHECK(mismatch(norm(x, 2.0, {0}), zeros({3}), {0.0, 0.0}) == "");
@@ -613,7 +533,7 @@ TEST_CASE("CUDA reductions over zero elements", "[cuda]") {
 
 TEST_CASE("CUDA reductions reject bad arguments as the CPU kernels do", "[cuda]") {
   HG_REQUIRE_CUDA();
-  const Tensor x = on_cuda(random_input({3, 4}, kFloat32, 1401));
+  const Tensor x = to_cuda(random_input({3, 4}, kFloat32, 1401));
   CHECK_THROWS_AS(sum(x, {2}), Error);
   CHECK_THROWS_AS(sum(x, {-3}), Error);
   CHECK_THROWS_AS(sum(x, {0, 0}), Error);
@@ -626,8 +546,7 @@ TEST_CASE("CUDA reductions reject bad arguments as the CPU kernels do", "[cuda]"
   CHECK_THROWS_AS(logsumexp(x, {3}), Error);
   CHECK_THROWS_AS(norm(x, -1.0), Error);
   CHECK_THROWS_AS(var(x, {1}, -1), Error);
-  CHECK_THROWS_AS(mean(on_cuda(x.to(Device(kCPU)).to(kInt64))), Error);
-#if HALFGRAD_HAS_CUDA
+  CHECK_THROWS_AS(mean(to_cuda(x.to(Device(kCPU)).to(kInt64))), Error);
   // The kernels' own checks and messages (what the op layer does not check first).
   CHECK_THROWS_WITH(cuda::reduce(kernel::Reduction::Sum, x, {0, -2}, false, kFloat32),
                     Contains("expected distinct dims"));
@@ -642,10 +561,8 @@ TEST_CASE("CUDA reductions reject bad arguments as the CPU kernels do", "[cuda]"
   CHECK_THROWS_WITH(cuda::sum_to(x, {5, 4}), Contains("broadcasts"));
   CHECK_THROWS_AS(cuda::reduce(kernel::Reduction::Sum, x.to(Device(kCPU)), {}, false, kFloat32),
                   Error);
-#endif
 }
 
-#if HALFGRAD_HAS_CUDA
 TEST_CASE("CUDA sum_to reduces a broadcast gradient back to its shape", "[cuda]") {
   HG_REQUIRE_CUDA();
   PoisonCudaAllocations poison;
@@ -656,15 +573,14 @@ TEST_CASE("CUDA sum_to reduces a broadcast gradient back to its shape", "[cuda]"
     for (const Shape& target :
          {Shape{768}, Shape{1, 768}, Shape{4, 1, 768}, Shape{64, 1}, Shape{4, 64, 768}}) {
       INFO(fmt::format("target {} dtype {}", target, dtype));
-      const Tensor got = cuda::sum_to(on_cuda(x), target);
+      const Tensor got = cuda::sum_to(to_cuda(x), target);
       CHECK(got.sizes() == target);
       CHECK(got.dtype() == dtype);
       CHECK(mismatch_scaled(got, sum_to_size(x64, target), sum_to_size(abs(x64), target),
                             tolerance_for(dtype)) == "");
     }
     const Tensor rows = random_input({8192, 768}, dtype, 1502);
-    CHECK(mismatch_scaled(cuda::sum_to(on_cuda(rows), {768}), sum(rows.to(kFloat64), {0}),
+    CHECK(mismatch_scaled(cuda::sum_to(to_cuda(rows), {768}), sum(rows.to(kFloat64), {0}),
                           sum(abs(rows.to(kFloat64)), {0}), tolerance_for(dtype)) == "");
   }
 }
-#endif

@@ -1,0 +1,181 @@
+// What the CPU kernels (cpu/) and the CUDA kernels (cuda/) share: the dispatch from a kind
+// (kernel_kinds.h) or an element width to a compile-time value or type, the formulas of the
+// elementwise kinds, and wrapping addition. Free of fmt, so .cu files include it too; the
+// formulas are HG_HOST_DEVICE and use the std:: math functions, which CUDA device code has
+// (the float overloads for float: nothing is computed in double).
+#pragma once
+
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <type_traits>
+
+#include "halfgrad/core/dtype.h"
+#include "halfgrad/core/kernel_kinds.h"
+#include "halfgrad/core/random.h"  // HG_HOST_DEVICE
+
+namespace hg::kernel {
+
+// ---- dispatch ------------------------------------------------------------------------------
+
+// Calls f(std::integral_constant<E, V>{}) for the V among Vs equal to value; the last V when
+// none is (only a value outside its enum's list).
+template <auto V, auto... Vs, class F>
+decltype(auto) with_value(decltype(V) value, F&& f) {
+  if constexpr (sizeof...(Vs) == 0) {
+    return f(std::integral_constant<decltype(V), V>{});
+  } else {
+    if (value == V) return f(std::integral_constant<decltype(V), V>{});
+    return with_value<Vs...>(value, f);
+  }
+}
+
+template <class F>
+decltype(auto) with_unary(Unary op, F&& f) {
+  using U = Unary;
+  return with_value<U::Neg, U::Exp, U::Log, U::Log1p, U::Sqrt, U::Rsqrt, U::Reciprocal, U::Abs,
+                    U::Sin, U::Cos, U::Tanh, U::Sigmoid, U::Relu, U::Gelu, U::GeluTanh, U::Silu,
+                    U::Softplus, U::Sign, U::Erf, U::Square, U::GeluGrad, U::GeluTanhGrad>(op, f);
+}
+
+template <class F>
+decltype(auto) with_binary(Binary op, F&& f) {
+  using B = Binary;
+  return with_value<B::Add, B::Sub, B::Mul, B::Div, B::Pow, B::Maximum, B::Minimum>(op, f);
+}
+
+// Calls f(TypeTag<U>{}) with U the unsigned integer as wide as one element (1, 2, 4 or 8
+// bytes; any other width is taken as 8). Kernels that only move elements move these.
+template <class F>
+decltype(auto) visit_bits(size_t element_size, F&& f) {
+  switch (element_size) {
+    case 1:
+      return f(TypeTag<uint8_t>{});
+    case 2:
+      return f(TypeTag<uint16_t>{});
+    case 4:
+      return f(TypeTag<uint32_t>{});
+    default:
+      return f(TypeTag<uint64_t>{});
+  }
+}
+
+// ---- formulas ------------------------------------------------------------------------------
+
+// The unary kinds defined on integers; the others take floating tensors only.
+constexpr bool unary_takes_integers(Unary op) {
+  return op == Unary::Neg || op == Unary::Abs || op == Unary::Sign || op == Unary::Relu ||
+         op == Unary::Square;
+}
+
+// Op(x) in the compute type C (compute_t of the storage type, cast.h).
+template <Unary Op, class C>
+HG_HOST_DEVICE inline C unary_fn(C x) {
+  constexpr double kSqrtHalf = 0.70710678118654752440;
+  constexpr double kInvSqrt2Pi = 0.39894228040143267794;
+  constexpr double kSqrt2OverPi = 0.79788456080286535588;
+  constexpr double kGeluCoef = 0.044715;
+  if constexpr (Op == Unary::Neg) {
+    return -x;
+  } else if constexpr (Op == Unary::Abs) {
+    return x < C(0) ? C(-x) : x;
+  } else if constexpr (Op == Unary::Sign) {
+    return C((C(0) < x) - (x < C(0)));
+  } else if constexpr (Op == Unary::Relu) {
+    return x <= C(0) ? C(0) : x;  // NaN stays NaN, as in torch
+  } else if constexpr (Op == Unary::Square) {
+    return x * x;
+  } else if constexpr (Op == Unary::Exp) {
+    return std::exp(x);
+  } else if constexpr (Op == Unary::Log) {
+    return std::log(x);
+  } else if constexpr (Op == Unary::Log1p) {
+    return std::log1p(x);
+  } else if constexpr (Op == Unary::Sqrt) {
+    return std::sqrt(x);
+  } else if constexpr (Op == Unary::Rsqrt) {
+    return C(1) / std::sqrt(x);
+  } else if constexpr (Op == Unary::Reciprocal) {
+    return C(1) / x;
+  } else if constexpr (Op == Unary::Sin) {
+    return std::sin(x);
+  } else if constexpr (Op == Unary::Cos) {
+    return std::cos(x);
+  } else if constexpr (Op == Unary::Tanh) {
+    return std::tanh(x);
+  } else if constexpr (Op == Unary::Sigmoid) {
+    return C(1) / (C(1) + std::exp(-x));
+  } else if constexpr (Op == Unary::Silu) {
+    return x / (C(1) + std::exp(-x));
+  } else if constexpr (Op == Unary::Softplus) {  // beta 1, threshold 20 (torch's defaults)
+    return x > C(20) ? x : std::log1p(std::exp(x));
+  } else if constexpr (Op == Unary::Erf) {
+    return std::erf(x);
+  } else if constexpr (Op == Unary::Gelu) {
+    // x Phi(x) with Phi(x) = erfc(-x / sqrt 2) / 2: 1 + erf(x / sqrt 2) would cancel for
+    // negative x and keep only a few correct digits in float.
+    return C(0.5) * x * std::erfc(-x * C(kSqrtHalf));
+  } else if constexpr (Op == Unary::GeluGrad) {
+    const C cdf = C(0.5) * std::erfc(-x * C(kSqrtHalf));
+    return cdf + x * C(kInvSqrt2Pi) * std::exp(C(-0.5) * x * x);
+  } else if constexpr (Op == Unary::GeluTanh) {
+    // 0.5 x (1 + tanh u) = x sigmoid(2u), which does not cancel for negative u.
+    const C inner = C(kSqrt2OverPi) * (x + C(kGeluCoef) * x * x * x);
+    return x / (C(1) + std::exp(C(-2) * inner));
+  } else {
+    static_assert(Op == Unary::GeluTanhGrad);
+    const C inner = C(kSqrt2OverPi) * (x + C(kGeluCoef) * x * x * x);
+    const C t = std::tanh(inner);
+    const C d_inner = C(kSqrt2OverPi) * (C(1) + C(3 * kGeluCoef) * x * x);
+    return C(0.5) * (C(1) + t) + C(0.5) * x * (C(1) - t * t) * d_inner;
+  }
+}
+
+// Op(a, b) in the compute type C; alpha scales b for Add and Sub.
+template <Binary Op, class C>
+HG_HOST_DEVICE inline C binary_fn(C a, C b, C alpha) {
+  if constexpr (Op == Binary::Add) {
+    return a + alpha * b;
+  } else if constexpr (Op == Binary::Sub) {
+    return a - alpha * b;
+  } else if constexpr (Op == Binary::Mul) {
+    return a * b;
+  } else if constexpr (Op == Binary::Div) {
+    return a / b;
+  } else if constexpr (Op == Binary::Pow) {
+    if constexpr (std::is_integral_v<C>) {
+      C result = 1;
+      for (C e = b; e > 0; --e) result *= a;
+      return b < 0 ? C(a == 1 ? 1 : 0) : result;
+    } else {
+      return std::pow(a, b);
+    }
+  } else if constexpr (Op == Binary::Maximum) {
+    if constexpr (!std::is_integral_v<C>) {
+      if (a != a || b != b) return a + b;  // NaN propagates
+    }
+    return a > b ? a : b;
+  } else {
+    static_assert(Op == Binary::Minimum);
+    if constexpr (!std::is_integral_v<C>) {
+      if (a != a || b != b) return a + b;
+    }
+    return a < b ? a : b;
+  }
+}
+
+// a + b in an accumulation type: bool adds as `or`, integers wrap modulo 2^n (as PyTorch's
+// do, without C++'s undefined signed overflow).
+template <class A>
+HG_HOST_DEVICE inline A add_wrapping(A a, A b) {
+  if constexpr (std::is_same_v<A, bool>) {
+    return a || b;
+  } else if constexpr (std::is_integral_v<A>) {
+    using U = std::make_unsigned_t<A>;
+    return A(U(a) + U(b));
+  } else {
+    return a + b;
+  }
+}
+
+}  // namespace hg::kernel
