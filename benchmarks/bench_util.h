@@ -113,6 +113,19 @@ struct NoCudaDevice : std::runtime_error {
 };
 inline constexpr int kExitNoCudaDevice = 77;
 
+// A program's exit code for running `body`: 0 when it returns; when it throws, the message on
+// stderr (after what stdout holds so far) and kExitNoCudaDevice for NoCudaDevice, else 1.
+inline int exit_code_of(const std::function<void()>& body) {
+  try {
+    body();
+    return 0;
+  } catch (const std::exception& e) {
+    std::fflush(stdout);
+    std::fprintf(stderr, "%s\n", e.what());
+    return dynamic_cast<const NoCudaDevice*>(&e) != nullptr ? kExitNoCudaDevice : 1;
+  }
+}
+
 // Throws NoCudaDevice unless --device cuda can run: the CUDA backend and a usable device.
 inline void require_cuda(const char* program) {
   if (!hg::cuda::is_available()) {

@@ -433,7 +433,7 @@ int main(int argc, char** argv) {
 
   omp_set_num_threads(options.threads);
   const bool cuda = options.device == "cuda";
-  try {
+  return hg::bench::exit_code_of([&] {
     if (cuda) {
       hg::bench::require_cuda("hg-bench-ops");
       hg::bench::print_cuda_device();
@@ -448,14 +448,5 @@ int main(int argc, char** argv) {
             "hg-bench-ops: the section '{}' has no --device {} run", section.name, options.device));
       }
     }
-  } catch (const hg::bench::NoCudaDevice& e) {
-    std::fflush(stdout);
-    std::fprintf(stderr, "%s\n", e.what());
-    return hg::bench::kExitNoCudaDevice;
-  } catch (const std::exception& e) {
-    std::fflush(stdout);
-    std::fprintf(stderr, "%s\n", e.what());
-    return 1;
-  }
-  return 0;
+  });
 }

@@ -636,16 +636,5 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
 
   omp_set_num_threads(options.threads);
-  try {
-    run_sections(options);
-  } catch (const hg::bench::NoCudaDevice& e) {
-    std::fflush(stdout);
-    std::fprintf(stderr, "%s\n", e.what());
-    return hg::bench::kExitNoCudaDevice;
-  } catch (const std::exception& e) {
-    std::fflush(stdout);
-    std::fprintf(stderr, "%s\n", e.what());
-    return 1;
-  }
-  return 0;
+  return hg::bench::exit_code_of([&] { run_sections(options); });
 }

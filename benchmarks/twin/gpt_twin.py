@@ -25,19 +25,13 @@ torch.cuda.max_memory_allocated() from just before the model is built.
 Needs PyTorch with CUDA (the GPU machine's python3 has it); benchmarks/run-gpu runs it.
 """
 import argparse
-import json
-import statistics
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-DEVICE = "cuda"
-
-
-def emit(record):
-    print(json.dumps(record), flush=True)
+from gpu_timing import DEVICE, emit, ms_per_call
 
 
 @dataclass
@@ -140,24 +134,6 @@ def make_run(mode, config):
         state["loss"] = loss
 
     return step, state
-
-
-def ms_per_call(call, args):
-    """Milliseconds per call: events around --iters calls, median of --reps repeats."""
-    for _ in range(args.warmup):
-        call()
-    torch.cuda.synchronize()
-    start = torch.cuda.Event(enable_timing=True)
-    end = torch.cuda.Event(enable_timing=True)
-    per_call = []
-    for _ in range(args.reps):
-        start.record()
-        for _ in range(args.iters):
-            call()
-        end.record()
-        end.synchronize()
-        per_call.append(start.elapsed_time(end) / args.iters)
-    return statistics.median(per_call)
 
 
 def main():

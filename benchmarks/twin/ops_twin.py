@@ -21,63 +21,17 @@ before the inputs are made to the end of the timing.
 Needs PyTorch with CUDA (the GPU machine's python3 has it); benchmarks/run-gpu runs it.
 """
 import argparse
-import json
-import statistics
 
 import torch
 
-DEVICE = "cuda"
+from gpu_timing import DEVICE, emit, ms_per_call, ms_per_call_between
+
 GEMM_SHAPES = ((4096, 4096, 4096), (8192, 8192, 8192))
 # name, dtype, float32 matmul precision
 GEMM_MODES = (("fp32", torch.float32, "highest"), ("tf32", torch.float32, "high"),
               ("fp16", torch.float16, "highest"), ("bf16", torch.bfloat16, "highest"))
 DTYPE_NAMES = {torch.float32: "float32", torch.float16: "float16", torch.bfloat16: "bfloat16"}
 FUSED_TARGET = 0.8
-
-
-def emit(record):
-    print(json.dumps(record), flush=True)
-
-
-def ms_per_call(call, args):
-    """Milliseconds per call: events around --iters calls, median of --reps repeats."""
-    for _ in range(args.warmup):
-        call()
-    torch.cuda.synchronize()
-    start = torch.cuda.Event(enable_timing=True)
-    end = torch.cuda.Event(enable_timing=True)
-    per_call = []
-    for _ in range(args.reps):
-        start.record()
-        for _ in range(args.iters):
-            call()
-        end.record()
-        end.synchronize()
-        per_call.append(start.elapsed_time(end) / args.iters)
-    return statistics.median(per_call)
-
-
-def ms_per_call_between(call, between, args):
-    """As ms_per_call, but each call has its own events and `between` runs after it, untimed."""
-    for _ in range(args.warmup):
-        call()
-        between()
-    torch.cuda.synchronize()
-    starts = [torch.cuda.Event(enable_timing=True) for _ in range(args.iters)]
-    ends = [torch.cuda.Event(enable_timing=True) for _ in range(args.iters)]
-    per_call = []
-    for _ in range(args.reps):
-        for i in range(args.iters):
-            starts[i].record()
-            call()
-            ends[i].record()
-            between()
-        total = 0.0
-        for i in range(args.iters):
-            ends[i].synchronize()
-            total += starts[i].elapsed_time(ends[i])
-        per_call.append(total / args.iters)
-    return statistics.median(per_call)
 
 
 def peak_mib():
