@@ -207,7 +207,10 @@ Tensor cat(std::span<const Tensor> tensors, int64_t dim) {
 }
 
 Tensor stack(std::span<const Tensor> tensors, int64_t dim) {
-  const auto [d, out_sizes] = index_checks::check_stack(tensors, dim, kCPU);
+  // (Named fields, not a structured binding: clang 14 cannot capture those in lambdas.)
+  const index_checks::DimShape checked = index_checks::check_stack(tensors, dim, kCPU);
+  const int64_t d = checked.dim;
+  const Shape& out_sizes = checked.sizes;
   Tensor out = empty(out_sizes, tensors[0].dtype());
   if (out.numel() == 0) return out;
   for (size_t i = 0; i < tensors.size(); ++i) copy_elements(out.select(d, int64_t(i)), tensors[i]);
@@ -352,7 +355,9 @@ Tensor scatter_add(const Tensor& self, int64_t dim, const Tensor& index, const T
 // ---- index_select, index_add --------------------------------------------------------------------
 
 Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index) {
-  const auto [d, out_sizes] = index_checks::check_index_select(x, dim, index, kCPU);
+  const index_checks::DimShape checked = index_checks::check_index_select(x, dim, index, kCPU);
+  const int64_t d = checked.dim;
+  const Shape& out_sizes = checked.sizes;
   const Tensor x1 = at_least_1d(x);
   const int64_t N = index.numel();
   check_index_values(index, x1.size(d), d, "index_select", /*negative_wraps=*/false);
@@ -431,7 +436,10 @@ Tensor index_add(const Tensor& self, int64_t dim, const Tensor& index, const Ten
 
 Tensor index_put(const Tensor& self, std::span<const Tensor> indices, const Tensor& values,
                  bool accumulate) {
-  const auto [B, indexed] = index_checks::check_index_put(self, indices, values, kCPU);
+  const index_checks::IndexPutShape checked =
+      index_checks::check_index_put(self, indices, values, kCPU);
+  const Shape& B = checked.indices;
+  const Shape& indexed = checked.indexed;
   const int64_t K = int64_t(indices.size());
   for (int64_t i = 0; i < K; ++i) {
     check_index_values(indices[i], self.size(i), i, "index_put", /*negative_wraps=*/true);
