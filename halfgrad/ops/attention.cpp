@@ -2,14 +2,24 @@
 // dropout: autocast casts q, k, v once (lower precision, as torch.amp lists it) and autograd
 // records the parts. The softmax runs in float32 for 16-bit inputs and the weights are cast
 // back, which keeps the probabilities accurate without changing the result dtype.
+//
+// On a GPU, a call the fused kernels take (no attn_mask, no dropout, float16/bfloat16 heads
+// up to 128 wide: cuda/attention.h) goes to scaled_dot_product_flash_attention instead, one
+// node whose forward and backward never write the [L, S] scores (NOTE [Fused attention] in
+// cuda/attention.cu), as torch picks its flash kernel.
 #include "halfgrad/ops/attention.h"
 
 #include <cmath>
 
+#include "halfgrad/config.h"
 #include "halfgrad/core/factory.h"
 #include "halfgrad/core/format.h"
+#include "halfgrad/core/kernel_checks.h"
 #include "halfgrad/ops/dispatch.h"
 #include "halfgrad/ops/ops.h"
+#if HALFGRAD_HAS_CUDA
+#include "halfgrad/cuda/attention.h"
+#endif
 
 namespace hg {
 
@@ -25,6 +35,96 @@ Tensor causal_future(int64_t L, int64_t S, Device device) {
   const TensorOptions on{.dtype = kInt64, .device = device};
   return gt(cumsum(ones({1, S}, on), 1), cumsum(ones({L, 1}, on), 0));
 }
+
+double default_scale(const Tensor& q) { return 1.0 / std::sqrt(double(q.size(-1))); }
+
+// The fused kernels take these operands (on a GPU only).
+bool flash_fits(const Tensor& q, const Tensor& k, const Tensor& v) {
+#if HALFGRAD_HAS_CUDA
+  return cuda::flash_attention_fits(q, k, v);
+#else
+  (void)q, (void)k, (void)v;
+  return false;
+#endif
+}
+
+// q k^T * factor, the future masked with -inf when causal: [N..., L, S].
+Tensor scores(const Tensor& q, const Tensor& k, double factor, bool causal) {
+  const Tensor s = mul(matmul(q, k.transpose(-2, -1)), factor);
+  return causal ? masked_fill(s, causal_future(q.size(-2), k.size(-2), q.device()), -INFINITY) : s;
+}
+
+using Grads = autograd::GradList;
+
+// softmax(q k^T * scale, causal) v as one node. On a GPU where cuda::flash_attention_fits, the
+// fused kernels run forward and backward (saving the rows' logsumexp, not the weights);
+// elsewhere, and in a backward that is itself recorded (create_graph), the same math runs as
+// halfgrad ops in the accumulation dtype (float32 for 16-bit inputs), recomputing the weights.
+struct ScaledDotProductFlashAttention {
+  static constexpr OpId id = OpId::scaled_dot_product_flash_attention;
+  bool is_causal = false;
+  std::optional<double> scale{};
+  bool fused = false;  // set by forward: the CUDA kernels ran, and saved lse and out
+
+  double factor(const Tensor& q) const { return scale.value_or(default_scale(q)); }
+
+  Tensor forward(OpContext& ctx, const Tensor& q, const Tensor& k, const Tensor& v) {
+    HG_CHECK(q.dim() >= 2 && k.dim() == q.dim() && v.dim() == q.dim(),
+             "expected q, k and v of one rank, at least 2, got shapes {}, {} and {}", q.sizes(),
+             k.sizes(), v.sizes());
+    bool same_batch = true;
+    for (int64_t d = 0; d < q.dim() - 2; ++d) {
+      same_batch = same_batch && k.size(d) == q.size(d) && v.size(d) == q.size(d);
+    }
+    HG_CHECK(same_batch && k.size(-1) == q.size(-1) && v.size(-1) == q.size(-1) &&
+                 v.size(-2) == k.size(-2),
+             "expected q [N..., L, E], k and v [N..., S, E] (one batch shape, one head width "
+             "E), got {}, {} and {}",
+             q.sizes(), k.sizes(), v.sizes());
+    HG_CHECK(q.is_floating_point() && q.dtype() == k.dtype() && q.dtype() == v.dtype(),
+             "expected floating q, k and v of one dtype, got {}, {} and {}", q.dtype(), k.dtype(),
+             v.dtype());
+#if HALFGRAD_HAS_CUDA
+    if (cuda::flash_attention_fits(q, k, v)) {
+      cuda::FlashForward r = cuda::flash_attention_forward(q, k, v, is_causal, factor(q));
+      fused = true;
+      ctx.save({q, k, v, r.lse});
+      ctx.save_output(r.out);
+      return r.out;
+    }
+#endif
+    ctx.save({q, k, v});
+    const DType acc = kernel::acc_dtype(q.dtype());
+    const Tensor weights = softmax(scores(q.to(acc), k.to(acc), factor(q), is_causal), -1);
+    return matmul(weights, v.to(acc)).to(q.dtype());
+  }
+
+  Grads backward(OpContext& ctx, const Grads& grads) {
+    const Tensor q = ctx.saved(0), k = ctx.saved(1), v = ctx.saved(2);
+#if HALFGRAD_HAS_CUDA
+    if (fused && !autograd::is_grad_enabled()) {
+      cuda::FlashBackward r = cuda::flash_attention_backward(
+          grads[0], q, k, v, ctx.saved_data(4), ctx.saved_data(3), is_causal, factor(q));
+      return {r.dq, r.dk, r.dv};
+    }
+#endif
+    // P = softmax(S), dV = P^T dO, dP = dO V^T, dS = P (dP - rowsum(dP P)), dQ = dS K scale,
+    // dK = dS^T Q scale: differentiable again.
+    const DType acc = kernel::acc_dtype(q.dtype());
+    const double f = factor(q);
+    const Tensor qa = q.to(acc), ka = k.to(acc), va = v.to(acc), dout = grads[0].to(acc);
+    const Tensor p = softmax(scores(qa, ka, f, is_causal), -1);
+    Grads out(3);
+    if (ctx.needs_input_grad(2)) out[2] = matmul(p.transpose(-2, -1), dout).to(v.dtype());
+    if (ctx.needs_input_grad(0) || ctx.needs_input_grad(1)) {
+      const Tensor dp = matmul(dout, va.transpose(-2, -1));
+      const Tensor ds = mul(mul(p, sub(dp, sum(mul(dp, p), {-1}, true))), f);
+      if (ctx.needs_input_grad(0)) out[0] = matmul(ds, ka).to(q.dtype());
+      if (ctx.needs_input_grad(1)) out[1] = matmul(ds.transpose(-2, -1), qa).to(k.dtype());
+    }
+    return out;
+  }
+};
 
 struct ScaledDotProductAttention {
   static constexpr OpId id = OpId::scaled_dot_product_attention;
@@ -50,13 +150,13 @@ struct ScaledDotProductAttention {
              "is_causal and attn_mask are exclusive: pass one of them");
     HG_CHECK(dropout_p >= 0.0 && dropout_p <= 1.0, "expected dropout_p in [0, 1], got {}",
              dropout_p);
-    const int64_t L = q.size(-2), S = k.size(-2);
-    const double factor = scale.value_or(1.0 / std::sqrt(double(q.size(-1))));
+    if (!attn_mask.defined() && dropout_p == 0.0 && flash_fits(q, k, v)) {
+      return scaled_dot_product_flash_attention(q, k, v, is_causal, scale);
+    }
+    const double factor = scale.value_or(default_scale(q));
 
-    Tensor scores = mul(matmul(q, k.transpose(-2, -1)), factor);  // [N..., L, S]
-    if (is_causal) {
-      scores = masked_fill(scores, causal_future(L, S, q.device()), -INFINITY);
-    } else if (attn_mask.defined()) {
+    Tensor scores = hg::scores(q, k, factor, is_causal);  // [N..., L, S]
+    if (attn_mask.defined()) {
       HG_CHECK(broadcasts_to(attn_mask.sizes(), scores.sizes()),
                "attn_mask of shape {} does not broadcast to the scores' shape {}",
                attn_mask.sizes(), scores.sizes());
@@ -81,6 +181,12 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
       ScaledDotProductAttention{
           .dropout_p = dropout_p, .is_causal = is_causal, .scale = scale, .generator = generator},
       q, k, v, attn_mask);
+}
+
+Tensor scaled_dot_product_flash_attention(const Tensor& q, const Tensor& k, const Tensor& v,
+                                          bool is_causal, std::optional<double> scale) {
+  return ops::dispatch(ScaledDotProductFlashAttention{.is_causal = is_causal, .scale = scale}, q, k,
+                       v);
 }
 
 }  // namespace hg

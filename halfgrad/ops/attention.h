@@ -22,4 +22,14 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
                                     std::optional<double> scale = std::nullopt,
                                     Generator* generator = nullptr);
 
+// The fused form scaled_dot_product_attention takes on a GPU when it can (as torch's
+// _scaled_dot_product_flash_attention): softmax(q k^T * scale, causal) v with q [N..., L, E],
+// k and v [N..., S, E] (one batch shape, no broadcasting, one head width), one autograd node.
+// On a CUDA device, float16/bfloat16 with E a multiple of 8 up to 128 runs fused kernels that
+// never store the [L, S] weights; anything else computes the same math with halfgrad ops in
+// float32 (float64 for float64). Callable directly; autocast treats it as attention.
+Tensor scaled_dot_product_flash_attention(const Tensor& q, const Tensor& k, const Tensor& v,
+                                          bool is_causal = false,
+                                          std::optional<double> scale = std::nullopt);
+
 }  // namespace hg

@@ -89,3 +89,63 @@ TEST_CASE("attention autocasts once and rejects bad shapes", "[attention][errors
   CHECK_THROWS_WITH(scaled_dot_product_attention(q, k, v, ones({5, 5}, kBool)),
                     Contains("does not broadcast"));
 }
+
+TEST_CASE("the fused attention op matches float64 loops, causal with L != S", "[attention]") {
+  manual_seed(8);
+  const int64_t B = 2, L = 4, S = 6, E = 8;
+  const Tensor q = randn({B, L, E}, kFloat64), k = randn({B, S, E}, kFloat64),
+               v = randn({B, S, E}, kFloat64);
+  for (bool causal : {false, true}) {
+    CAPTURE(causal);
+    const Tensor out = scaled_dot_product_flash_attention(q, k, v, causal);
+    REQUIRE(out.sizes() == Shape{B, L, E});
+    for (int64_t b = 0; b < B; ++b) {
+      const std::vector<double> want =
+          reference(q.select(0, b).to_vector<double>(), k.select(0, b).to_vector<double>(),
+                    v.select(0, b).to_vector<double>(), L, S, E, E, causal);
+      const std::vector<double> got = out.select(0, b).to_vector<double>();
+      for (size_t i = 0; i < got.size(); ++i) CHECK(got[i] == Approx(want[i]).epsilon(1e-12));
+    }
+  }
+}
+
+TEST_CASE("the fused attention op's gradients are the composite's", "[attention]") {
+  manual_seed(9);
+  const Tensor upstream = randn({3, 5, 8}, kFloat64);
+  for (bool causal : {false, true}) {
+    CAPTURE(causal);
+    std::vector<Tensor> a, b;
+    for (int64_t length : {5, 7, 7}) {
+      const Tensor t = randn({3, length, 8}, kFloat64);
+      a.push_back(t.clone().requires_grad_());
+      b.push_back(t.clone().requires_grad_());
+    }
+    const Tensor fused = scaled_dot_product_flash_attention(a[0], a[1], a[2], causal, 0.7);
+    CHECK(fused.grad_fn()->name() == "ScaledDotProductFlashAttentionBackward");
+    const Tensor composite = scaled_dot_product_attention(b[0], b[1], b[2], {}, 0.0, causal, 0.7);
+    fused.backward(upstream);
+    composite.backward(upstream);
+    for (size_t i = 0; i < 3; ++i) {
+      CAPTURE(i);
+      const std::vector<double> got = a[i].grad().to_vector<double>();
+      const std::vector<double> want = b[i].grad().to_vector<double>();
+      REQUIRE(got.size() == want.size());
+      for (size_t j = 0; j < got.size(); ++j) CHECK(got[j] == Approx(want[j]).epsilon(1e-10));
+    }
+  }
+}
+
+TEST_CASE("the fused attention op autocasts as attention and rejects what it cannot take",
+          "[attention][errors]") {
+  const Tensor q = randn({2, 3, 8}), k = randn({2, 4, 8}), v = randn({2, 4, 8});
+  {
+    amp::Autocast autocast(kCPU);
+    CHECK(scaled_dot_product_flash_attention(q, k, v).dtype() == kBFloat16);
+  }
+  CHECK_THROWS_WITH(scaled_dot_product_flash_attention(q, k, randn({2, 4, 6})),
+                    Contains("one batch shape, one head width E"));
+  CHECK_THROWS_WITH(scaled_dot_product_flash_attention(q, randn({1, 4, 8}), randn({1, 4, 8})),
+                    Contains("one batch shape"));
+  CHECK_THROWS_WITH(scaled_dot_product_flash_attention(q, k.to(kFloat16), v),
+                    Contains("expected floating q, k and v of one dtype"));
+}

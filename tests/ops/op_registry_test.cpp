@@ -12,9 +12,18 @@ using namespace hg;
 
 namespace {
 
-const std::set<std::string> kCudaLower = {"matmul", "mm",      "bmm",
-                                          "addmm",  "baddbmm", "linear",
-                                          "conv2d", "prelu",   "scaled_dot_product_attention"};
+// scaled_dot_product_flash_attention is halfgrad's fused form of attention (torch's
+// _scaled_dot_product_flash_attention): attention's policy.
+const std::set<std::string> kCudaLower = {"matmul",
+                                          "mm",
+                                          "bmm",
+                                          "addmm",
+                                          "baddbmm",
+                                          "linear",
+                                          "conv2d",
+                                          "prelu",
+                                          "scaled_dot_product_attention",
+                                          "scaled_dot_product_flash_attention"};
 const std::set<std::string> kCudaFp32 = {"pow",        "exp",
                                          "log",        "log1p",
                                          "rsqrt",      "reciprocal",

@@ -57,6 +57,17 @@ const bool attention_registered = register_samples([](std::map<OpId, Sample>& s)
       [] {
         return Inputs{input({2, 3, 4}), input({2, 3, 4}), input({2, 3, 2}), input({3, 3})};
       }};
+  // Causal and not, L != S; E = 8, the narrowest head the fused CUDA kernels take, so the CUDA
+  // sweep runs them for float16 and bfloat16.
+  s[OpId::scaled_dot_product_flash_attention] = Sample{
+      [](const Inputs& in) {
+        const Tensor causal = scaled_dot_product_flash_attention(in[0], in[1], in[2], true);
+        const Tensor plain = scaled_dot_product_flash_attention(in[0], in[1], in[2], false, 0.3);
+        return add(causal, plain);
+      },
+      [] {
+        return Inputs{input({2, 3, 8}), input({2, 5, 8}), input({2, 5, 8})};
+      }};
 });
 
 }  // namespace
