@@ -53,6 +53,7 @@
 #include "halfgrad/core/format.h"
 #include "halfgrad/core/strided_loop.h"
 #include "halfgrad/core/view.h"
+#include "halfgrad/cpu/elementwise.h"
 
 #if HALFGRAD_HAS_ONEDNN
 #include <dnnl.hpp>
@@ -1078,6 +1079,12 @@ void gemm_2d(const Tensor& a, bool transpose_a, const Tensor& b, bool transpose_
   }
   if (bias_data != nullptr) return run_with_bias(p, bias_data);
   run(p, GemmImpl::Auto);
+}
+
+Tensor gemm_2d_gelu(const Tensor& a, bool transpose_a, const Tensor& b, bool transpose_b,
+                    const Tensor& bias, const Tensor& pre) {
+  gemm_2d(a, transpose_a, b, transpose_b, pre, bias);
+  return unary(kernel::Unary::GeluTanh, pre);
 }
 
 std::string gemm_backend(DType dtype) {

@@ -40,6 +40,11 @@ void gemm_bias(const Tensor& a, const Tensor& b, const Tensor& bias, const Tenso
 //   contiguous, bias: [N] contiguous; all of one floating dtype.
 void gemm_2d(const Tensor& a, bool transpose_a, const Tensor& b, bool transpose_b,
              const Tensor& out, const Tensor& bias = {});
+// gelu(op(a) op(b) + bias, approximate="tanh") as a new [M, N] tensor, with the pre-activation
+// op(a) op(b) + bias written to `pre` (gemm_2d's `out`): linear_gelu's forward. On the CPU the
+// GEMM and the GELU kernel run one after the other (the CUDA backend fuses them).
+Tensor gemm_2d_gelu(const Tensor& a, bool transpose_a, const Tensor& b, bool transpose_b,
+                    const Tensor& bias, const Tensor& pre);
 
 // Which implementation gemm uses for a floating dtype: "onednn", "eigen",
 // "onednn(fp16 via fp32 tiles)", ... (for hg-info and the benchmarks). Tiny products (under

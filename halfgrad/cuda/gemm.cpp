@@ -14,6 +14,13 @@
 // epilogue adds a vector along the rows of cuBLASLt's N x M result, which is bias [N] on
 // every row of out.
 //
+// NOTE [GELU epilogue] linear_gelu's forward asks cuBLASLt for CUBLASLT_EPILOGUE_GELU_AUX_BIAS:
+// the pre-activation (a b + bias) goes to an auxiliary buffer laid out as out (which the
+// backward needs), GELU of it to out, both from the float32 accumulator in one pass over the
+// result. cuBLASLt's GELU is the tanh approximation (gelu(approximate="tanh")), so only that
+// form fuses. Where cuBLASLt has no algorithm with the epilogue, the GEMM writes the
+// pre-activation with its bias and the GELU kernel follows.
+//
 // NOTE [cuBLASLt handles, workspaces and plans]
 // - One cuBLASLt handle per device, made on first use. It holds no stream, so every thread
 //   shares it; each call names the current stream.
@@ -52,6 +59,7 @@
 #include "halfgrad/core/factory.h"
 #include "halfgrad/core/format.h"
 #include "halfgrad/core/settings.h"
+#include "halfgrad/cuda/elementwise.h"
 #include "halfgrad/cuda/gemm_launch.h"
 #include "halfgrad/cuda/host.h"
 #include "halfgrad/cuda/stream.h"
@@ -120,6 +128,9 @@ struct Problem {
   void* out = nullptr;  // contiguous [B, M, N]
   double alpha = 1.0, beta = 0.0;
   const void* bias = nullptr;  // contiguous [N] added to every row, or null
+  void* gelu_pre = nullptr;    // NOTE [GELU epilogue]: out's layout, or null (no GELU)
+
+  bool has_epilogue() const { return bias != nullptr || gelu_pre != nullptr; }
 };
 
 // A batch of row-major a matrices that follow each other row after row, against one b, is
@@ -141,8 +152,8 @@ struct PlanKey {
   int dtype = 0, compute = 0, op_first = 0, op_second = 0;
   int64_t m = 0, n = 0, k = 0, ld_first = 0, ld_second = 0;
   int64_t batch = 0, stride_first = 0, stride_second = 0;
-  uint32_t align_first = 0, align_second = 0, align_out = 0, align_bias = 0;
-  bool bias = false;
+  uint32_t align_first = 0, align_second = 0, align_out = 0, align_bias = 0, align_pre = 0;
+  bool bias = false, gelu = false;
   uint64_t workspace = 0;
   auto operator<=>(const PlanKey&) const = default;
 };
@@ -158,7 +169,7 @@ struct DeviceGemm {
   cublasLtHandle_t handle = nullptr;
   std::mutex mutex;  // guards workspaces and plans
   std::unordered_map<cudaStream_t, Workspace> workspaces;
-  // nullopt: cuBLASLt has no algorithm for the key (only asked with a bias epilogue).
+  // nullopt: cuBLASLt has no algorithm for the key (only asked with an epilogue).
   std::map<PlanKey, std::optional<cublasLtMatmulAlgo_t>> plans;
 };
 
@@ -264,9 +275,17 @@ struct PreferenceHandle {
   PreferenceHandle& operator=(const PreferenceHandle&) = delete;
 };
 
+// The epilogue p asks for.
+cublasLtEpilogue_t epilogue_of(const Problem& p) {
+  if (p.gelu_pre != nullptr) {
+    return p.bias != nullptr ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX;
+  }
+  return p.bias != nullptr ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
+}
+
 // Runs p (K >= 1, B at most INT32_MAX) on cuBLASLt on the current device and stream. Returns
-// false, having run nothing, when p has a bias and cuBLASLt has no algorithm with the bias
-// epilogue for it (the caller then adds the bias another way).
+// false, having run nothing, when p has an epilogue (bias, GELU) and cuBLASLt has no
+// algorithm with it for p (the caller then does the epilogue's work another way).
 bool run_cublaslt(const Problem& p, int device, const char* op) {
   const cudaStream_t stream = current_stream(device);
   DeviceGemm& state = device_gemm(device, op);
@@ -283,9 +302,16 @@ bool run_cublaslt(const Problem& p, int device, const char* op) {
   HG_CUBLAS_CHECK(cublasLtMatmulDescInit(desc, compute, scale_type), op);
   set_attribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, int32_t(first.op), op);
   set_attribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, int32_t(second.op), op);
-  if (p.bias != nullptr) {
-    set_attribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, uint32_t(CUBLASLT_EPILOGUE_BIAS), op);
-    set_attribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, p.bias, op);
+  if (p.has_epilogue()) {
+    set_attribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, uint32_t(epilogue_of(p)), op);
+  }
+  if (p.bias != nullptr) set_attribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, p.bias, op);
+  if (p.gelu_pre != nullptr) {  // laid out as out^T: N x M, leading dim N
+    set_attribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, p.gelu_pre, op);
+    set_attribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, int64_t(p.n), op);
+    if (p.batch > 1) {
+      set_attribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_BATCH_STRIDE, int64_t(p.m * p.n), op);
+    }
   }
   cublasLtMatrixLayoutOpaque_t first_layout, second_layout, out_layout;
   init_layout(first_layout, type, first.rows, first.cols, first.ld, p.batch, first.batch_stride,
@@ -314,7 +340,11 @@ bool run_cublaslt(const Problem& p, int device, const char* op) {
       .align_second = alignment_of(second.data, p.batch > 1 ? second.batch_stride * element : 0),
       .align_out = alignment_of(p.out, p.batch > 1 ? p.m * p.n * element : 0),
       .align_bias = p.bias != nullptr ? alignment_of(p.bias, 0) : 0,
+      .align_pre = p.gelu_pre != nullptr
+                       ? alignment_of(p.gelu_pre, p.batch > 1 ? p.m * p.n * element : 0)
+                       : 0,
       .bias = p.bias != nullptr,
+      .gelu = p.gelu_pre != nullptr,
       .workspace = workspace_bytes,
   };
   auto plan = state.plans.find(key);
@@ -347,14 +377,14 @@ bool run_cublaslt(const Problem& p, int device, const char* op) {
         algo = result.algo;
         break;
       }
-      // With a bias, any refusal means "no epilogue here": the caller's other way is always
-      // right, and a real fault shows again in the plain GEMM it runs.
+      // With an epilogue, any refusal means "no epilogue here": the caller's other way is
+      // always right, and a real fault shows again in the plain GEMM it runs.
       if (status != CUBLAS_STATUS_NOT_SUPPORTED && status != CUBLAS_STATUS_SUCCESS &&
-          p.bias == nullptr) {
+          !p.has_epilogue()) {
         throw_cublas_error(status, op, "cublasLtMatmulAlgoGetHeuristic");
       }
     }
-    HG_CHECK(algo.has_value() || p.bias != nullptr,
+    HG_CHECK(algo.has_value() || p.has_epilogue(),
              "{}: cuBLASLt has no algorithm for a {} GEMM of B={} x (M={}, K={}) @ (K, N={}) "
              "(leading dims {} and {}, alignments {}, {} and {} bytes)",
              op, p.dtype, p.batch, p.m, p.k, p.n, second.ld, first.ld, key.align_second,
@@ -376,7 +406,7 @@ bool run_cublaslt(const Problem& p, int device, const char* op) {
 }
 
 // Runs p (K >= 1), in batch chunks that cuBLASLt's int32 batch count can hold. Returns false as
-// run_cublaslt does (only possible with a bias).
+// run_cublaslt does (only possible with an epilogue).
 bool run(Problem p, int device, const char* op) {
   fold_batch_into_rows(p);
   constexpr int64_t kMaxBatch = std::numeric_limits<int32_t>::max();
@@ -389,6 +419,9 @@ bool run(Problem p, int device, const char* op) {
     chunk.a.data = static_cast<const char*>(p.a.data) + start * p.a.batch_stride * element;
     chunk.b.data = static_cast<const char*>(p.b.data) + start * p.b.batch_stride * element;
     chunk.out = static_cast<char*>(p.out) + start * p.m * p.n * element;
+    if (p.gelu_pre != nullptr) {
+      chunk.gelu_pre = static_cast<char*>(p.gelu_pre) + start * p.m * p.n * element;
+    }
     if (!run_cublaslt(chunk, device, op)) return false;
   }
   return true;
@@ -398,6 +431,7 @@ bool run(Problem p, int device, const char* op) {
 // cuBLASLt has none for the problem, by writing the bias rows into out and accumulating the
 // product onto them (beta = 1).
 void run_with_bias(Problem p, int device, const char* op) {
+  p.gelu_pre = nullptr;
   if (run(p, device, op)) return;
   HG_CUDA_CHECK(detail::launch_gemm_fill_rows(p.out, p.bias, p.dtype, p.batch * p.m, p.n,
                                               current_stream(device)),
@@ -548,9 +582,14 @@ void gemm_bias(const Tensor& a, const Tensor& b, const Tensor& bias, const Tenso
   run_with_bias(p, device, op);
 }
 
-void gemm_2d(const Tensor& a, bool transpose_a, const Tensor& b, bool transpose_b,
-             const Tensor& out, const Tensor& bias) {
-  const char* op = "gemm_2d";
+namespace {
+
+// gemm_2d's checks and problem; once the checks pass, `guard` makes out's device current.
+// nullopt when nothing is left to multiply (M, N or K zero), out then being written already.
+std::optional<Problem> problem_2d(const char* op, const Tensor& a, bool transpose_a,
+                                  const Tensor& b, bool transpose_b, const Tensor& out,
+                                  const Tensor& bias, Tensor& a_copy, Tensor& b_copy,
+                                  std::optional<DeviceGuard>& guard) {
   HG_CHECK(a.defined() && b.defined() && out.defined(),
            "{}: expected defined tensors a, b and out, got an undefined one", op);
   HG_CHECK(a.dim() == 2 && b.dim() == 2 && out.dim() == 2,
@@ -574,10 +613,9 @@ void gemm_2d(const Tensor& a, bool transpose_a, const Tensor& b, bool transpose_
            "{}: out (shape {}) overlaps a (shape {}) or b (shape {}) in memory", op, out.sizes(),
            a.sizes(), b.sizes());
   if (bias.defined()) check_bias(op, bias, n, out);
-  if (m == 0 || n == 0) return;
-  const int device = out.device().index;
-  DeviceGuard guard(device);
-  const cudaStream_t stream = current_stream(device);
+  if (m == 0 || n == 0) return std::nullopt;
+  guard.emplace(out.device().index);
+  const cudaStream_t stream = current_stream(out.device().index);
   if (k == 0) {
     if (bias.defined()) {
       HG_CUDA_CHECK(
@@ -587,19 +625,54 @@ void gemm_2d(const Tensor& a, bool transpose_a, const Tensor& b, bool transpose_
       HG_CUDA_CHECK(
           detail::launch_gemm_scale(out.data_ptr(), out.dtype(), out.numel(), 0.0, stream), op);
     }
-    return;
+    return std::nullopt;
   }
-  Tensor a_copy, b_copy;
-  const Problem p{.dtype = out.dtype(),
-                  .m = m,
-                  .n = n,
-                  .k = k,
-                  .a = operand_2d(a, transpose_a, a_copy),
-                  .b = operand_2d(b, transpose_b, b_copy),
-                  .out = out.data_ptr(),
-                  .bias = bias.defined() ? bias.data_ptr() : nullptr};
+  return Problem{.dtype = out.dtype(),
+                 .m = m,
+                 .n = n,
+                 .k = k,
+                 .a = operand_2d(a, transpose_a, a_copy),
+                 .b = operand_2d(b, transpose_b, b_copy),
+                 .out = out.data_ptr(),
+                 .bias = bias.defined() ? bias.data_ptr() : nullptr};
+}
+
+// Runs p with its bias, if any.
+void run_2d(const Problem& p, int device, const char* op) {
   if (p.bias != nullptr) return run_with_bias(p, device, op);
   run(p, device, op);
+}
+
+}  // namespace
+
+void gemm_2d(const Tensor& a, bool transpose_a, const Tensor& b, bool transpose_b,
+             const Tensor& out, const Tensor& bias) {
+  const char* op = "gemm_2d";
+  std::optional<DeviceGuard> guard;
+  Tensor a_copy, b_copy;
+  if (auto p = problem_2d(op, a, transpose_a, b, transpose_b, out, bias, a_copy, b_copy, guard)) {
+    run_2d(*p, out.device().index, op);
+  }
+}
+
+Tensor gemm_2d_gelu(const Tensor& a, bool transpose_a, const Tensor& b, bool transpose_b,
+                    const Tensor& bias, const Tensor& pre) {
+  const char* op = "gemm_2d_gelu";
+  HG_CHECK(pre.defined() && pre.is_cuda(),
+           "{}: expected the pre-activation buffer on a CUDA device, got {}", op,
+           pre.defined() ? fmt::format("one on {}", pre.device()) : std::string("none"));
+  const int device = pre.device().index;
+  std::optional<DeviceGuard> guard;
+  Tensor a_copy, b_copy;
+  if (auto p = problem_2d(op, a, transpose_a, b, transpose_b, pre, bias, a_copy, b_copy, guard)) {
+    Tensor out = empty(pre.sizes(), pre.options());
+    Problem fused = *p;
+    fused.out = out.data_ptr();
+    fused.gelu_pre = pre.data_ptr();
+    if (run(fused, device, op)) return out;  // NOTE [GELU epilogue]
+    run_2d(*p, device, op);
+  }
+  return unary(kernel::Unary::GeluTanh, pre);
 }
 
 std::string gemm_backend(DType dtype) {

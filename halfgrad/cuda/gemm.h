@@ -16,6 +16,11 @@ void gemm(const Tensor& a, const Tensor& b, const Tensor& out, double alpha = 1.
 void gemm_bias(const Tensor& a, const Tensor& b, const Tensor& bias, const Tensor& out);
 void gemm_2d(const Tensor& a, bool transpose_a, const Tensor& b, bool transpose_b,
              const Tensor& out, const Tensor& bias = {});
+// gelu(op(a) op(b) + bias, approximate="tanh") as a new [M, N] tensor, with the pre-activation
+// op(a) op(b) + bias written to `pre` (contiguous [M, N], a's dtype): in the GEMM's epilogue
+// where cuBLASLt has one for the problem (NOTE [GELU epilogue] in gemm.cpp).
+Tensor gemm_2d_gelu(const Tensor& a, bool transpose_a, const Tensor& b, bool transpose_b,
+                    const Tensor& bias, const Tensor& pre);
 // "cuBLASLt (tensor cores, fp32 accumulate)" and the like, for reports.
 std::string gemm_backend(DType dtype);
 

@@ -142,6 +142,9 @@ class Module : public std::enable_shared_from_this<Module> {
   // ---- hooks -------------------------------------------------------------------------------
   RemovableHandle register_forward_pre_hook(ForwardPreHook hook);
   RemovableHandle register_forward_hook(ForwardHook hook);
+  // Whether a forward pre-hook or hook is registered here (a model that fuses modules' work
+  // into one op fuses only those without).
+  bool has_forward_hooks() const { return !hooks_->pre_hooks.empty() || !hooks_->hooks.empty(); }
 
  protected:
   void register_child(const std::string& name, std::shared_ptr<Module> module);

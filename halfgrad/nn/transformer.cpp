@@ -63,7 +63,18 @@ Block::Block(int64_t n_embd, int64_t n_head) {
 
 Tensor Block::forward(const Tensor& x) {
   Tensor y = x + (*attn)((*ln_1)(x));
-  return y + (*mlp)((*ln_2)(y));
+  const Tensor h = (*ln_2)(y);
+  // The MLP's Linear and GELU as one op, linear_gelu (on a GPU the GELU runs in the GEMM's
+  // epilogue), while the modules stay as they are (parameters mlp.0.* and mlp.2.*). An MLP
+  // rebuilt otherwise, or with forward hooks on mlp, mlp.0 or mlp.1, runs module by module.
+  if (mlp->size() == 3 && !mlp->has_forward_hooks()) {
+    const auto* fc = dynamic_cast<const Linear*>((*mlp)[0].get());
+    const auto* act = dynamic_cast<const GELU*>((*mlp)[1].get());
+    if (fc != nullptr && act != nullptr && !fc->has_forward_hooks() && !act->has_forward_hooks()) {
+      return y + (*(*mlp)[2])(linear_gelu(h, fc->weight, fc->bias, act->approximate));
+    }
+  }
+  return y + (*mlp)(h);
 }
 
 // ---- GPT ------------------------------------------------------------------------------------

@@ -13,4 +13,8 @@ inline Tensor reduce_grad(const Tensor& grad, const Shape& sizes, DType dtype) {
   return reduced.dtype() == dtype ? reduced : reduced.to(dtype);
 }
 
+// d/dx gelu(x) (approximate "tanh" or "none"), x's dtype: one kernel, or under create_graph
+// ops that can be differentiated again (ops/elementwise.cpp).
+Tensor gelu_derivative(const Tensor& x, bool tanh_approximation);
+
 }  // namespace hg::ops

@@ -253,6 +253,31 @@ struct Sign {
 
 // ---- gelu ------------------------------------------------------------------------------------
 
+}  // namespace
+
+namespace ops {
+
+Tensor gelu_derivative(const Tensor& x, bool tanh_approximation) {
+  // One fused kernel, unless the backward pass is recorded (create_graph): then the
+  // derivative is written with ops so that it can be differentiated again.
+  if (!autograd::is_grad_enabled()) {
+    return kernels::unary(tanh_approximation ? cpu::Unary::GeluTanhGrad : cpu::Unary::GeluGrad, x);
+  }
+  if (!tanh_approximation) {  // Phi(x) + x phi(x)
+    const Tensor cdf = mul(add(erf(mul(x, std::numbers::sqrt2 / 2)), 1), 0.5);
+    const Tensor pdf = mul(exp(mul(mul(x, x), -0.5)), 1.0 / std::sqrt(2 * std::numbers::pi));
+    return add(cdf, mul(x, pdf));
+  }
+  const double k = std::sqrt(2.0 / std::numbers::pi);
+  const Tensor t = tanh(mul(add(x, mul(pow(x, 3), 0.044715)), k));
+  const Tensor d_inner = mul(add(mul(mul(x, x), 3 * 0.044715), 1), k);
+  return add(mul(add(t, 1), 0.5), mul(mul(mul(x, 1.0 - mul(t, t)), d_inner), 0.5));
+}
+
+}  // namespace ops
+
+namespace {
+
 struct Gelu {
   static constexpr OpId id = OpId::gelu;
   bool tanh_approximation = false;
@@ -265,23 +290,7 @@ struct Gelu {
     const Tensor x = ctx.saved(0);
     return {grad_for(mul(grads[0], derivative(x)), x)};
   }
-  Tensor derivative(const Tensor& x) const {
-    // One fused kernel, unless the backward pass is recorded (create_graph): then the
-    // derivative is written with ops so that it can be differentiated again.
-    if (!autograd::is_grad_enabled()) {
-      return kernels::unary(tanh_approximation ? cpu::Unary::GeluTanhGrad : cpu::Unary::GeluGrad,
-                            x);
-    }
-    if (!tanh_approximation) {  // Phi(x) + x phi(x)
-      const Tensor cdf = mul(add(erf(mul(x, std::numbers::sqrt2 / 2)), 1), 0.5);
-      const Tensor pdf = mul(exp(mul(mul(x, x), -0.5)), 1.0 / std::sqrt(2 * std::numbers::pi));
-      return add(cdf, mul(x, pdf));
-    }
-    const double k = std::sqrt(2.0 / std::numbers::pi);
-    const Tensor t = tanh(mul(add(x, mul(pow(x, 3), 0.044715)), k));
-    const Tensor d_inner = mul(add(mul(mul(x, x), 3 * 0.044715), 1), k);
-    return add(mul(add(t, 1), 0.5), mul(mul(mul(x, 1.0 - mul(t, t)), d_inner), 0.5));
-  }
+  Tensor derivative(const Tensor& x) const { return ops::gelu_derivative(x, tanh_approximation); }
 };
 
 // ---- clamp -----------------------------------------------------------------------------------

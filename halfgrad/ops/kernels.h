@@ -110,6 +110,10 @@ inline void gemm_2d(const Tensor& a, bool transpose_a, const Tensor& b, bool tra
                     const Tensor& out, const Tensor& bias = {}) {
   HG_KERNEL(a, gemm_2d(a, transpose_a, b, transpose_b, out, bias));
 }
+inline Tensor gemm_2d_gelu(const Tensor& a, bool transpose_a, const Tensor& b, bool transpose_b,
+                           const Tensor& bias, const Tensor& pre) {
+  HG_KERNEL(a, gemm_2d_gelu(a, transpose_a, b, transpose_b, bias, pre));
+}
 
 // ---- neural-network ops ------------------------------------------------------------------
 inline Tensor softmax(const Tensor& x, int64_t dim) { HG_KERNEL(x, softmax(x, dim)); }

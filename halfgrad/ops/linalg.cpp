@@ -233,50 +233,54 @@ struct Matmul {
 // view) and copied it into grad(). It autocasts once, at linear, as the composite did. The
 // result has x's dtype; a bias of another dtype is converted to it (as the composite's 2-D
 // path did; its N-D path promoted instead, and torch refuses mixed dtypes).
-struct Linear {
-  static constexpr OpId id = OpId::linear;
+// M: the product of all but the last dim.
+int64_t leading_rows(const Shape& sizes) {
+  int64_t m = 1;
+  for (size_t d = 0; d + 1 < sizes.size(); ++d) m *= sizes[d];
+  return m;
+}
+
+// linear's argument checks, for linear and linear_gelu (`op`).
+void check_linear(std::string_view op, const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  HG_CHECK(weight.dim() == 2, "{}: expected a 2-D weight [out_features, in_features], got shape {}",
+           op, weight.sizes());
+  HG_CHECK(x.dim() >= 1 && x.size(-1) == weight.size(1),
+           "{}: the input's last dim ({}) must equal in_features ({}); input shape {}, weight "
+           "shape {}",
+           op, x.dim() >= 1 ? x.size(-1) : 0, weight.size(1), x.sizes(), weight.sizes());
+  HG_CHECK(!bias.defined() || (bias.dim() == 1 && bias.size(0) == weight.size(0)),
+           "{}: expected a bias of shape [{}], got {}", op, weight.size(0),
+           bias.defined() ? bias.sizes() : Shape{});
+  HG_CHECK(x.is_floating_point() && x.dtype() == weight.dtype(),
+           "{}: expected an input and a weight of one floating dtype, got {} and {}", op, x.dtype(),
+           weight.dtype());
+}
+
+// The bias in x's dtype, contiguous (or undefined).
+Tensor bias_like(const Tensor& bias, const Tensor& x) {
+  return !bias.defined() ? bias : core::to_dtype(bias, x.dtype()).contiguous();
+}
+
+// What linear and linear_gelu remember for backward.
+struct LinearShapes {
   Shape x_sizes{};
   DType bias_dtype = kFloat32;
 
-  Tensor forward(OpContext& ctx, const Tensor& x, const Tensor& weight, const Tensor& bias) {
-    HG_CHECK(weight.dim() == 2,
-             "linear: expected a 2-D weight [out_features, in_features], got shape {}",
-             weight.sizes());
-    HG_CHECK(x.dim() >= 1 && x.size(-1) == weight.size(1),
-             "linear: the input's last dim ({}) must equal in_features ({}); input shape {}, "
-             "weight shape {}",
-             x.dim() >= 1 ? x.size(-1) : 0, weight.size(1), x.sizes(), weight.sizes());
-    HG_CHECK(!bias.defined() || (bias.dim() == 1 && bias.size(0) == weight.size(0)),
-             "linear: expected a bias of shape [{}], got {}", weight.size(0),
-             bias.defined() ? bias.sizes() : Shape{});
-    HG_CHECK(x.is_floating_point() && x.dtype() == weight.dtype(),
-             "linear: expected an input and a weight of one floating dtype, got {} and {}",
-             x.dtype(), weight.dtype());
-    if (ctx.recording()) {
-      x_sizes = x.sizes();
-      bias_dtype = bias.defined() ? bias.dtype() : x.dtype();
-    }
-    ctx.save({x, weight});
-    // The bias in x's dtype, contiguous (or undefined).
-    const Tensor bias_as_x = !bias.defined() ? bias : core::to_dtype(bias, x.dtype()).contiguous();
-    if (x.dim() == 2) return product_2d(x, false, weight, true, bias_as_x);
-    Shape out_sizes = x.sizes();
-    out_sizes.back() = weight.size(0);
-    const int64_t M = rows(x.sizes());
-    Tensor out = empty(out_sizes, x.options());
-    kernels::gemm_2d(core::reshape(x, {M, weight.size(1)}), false, weight, true,
-                     core::view(out, {M, weight.size(0)}), bias_as_x);
-    return out;
+  void remember(const OpContext& ctx, const Tensor& x, const Tensor& bias) {
+    if (!ctx.recording()) return;
+    x_sizes = x.sizes();
+    bias_dtype = bias.defined() ? bias.dtype() : x.dtype();
   }
+
   // NOTE [Linear backward without a graph] A backward pass that records nothing (grad mode
   // off: not create_graph) calls the kernels the ops would call, on the same operands, so the
   // gradients are the same bits, without the dispatch, the transposed views and the nodes'
   // bookkeeping of three ops (the most of a small layer's backward). Under create_graph the
   // ops run, and are recorded.
-  Grads backward(OpContext& ctx, const Grads& grads) {
-    const Tensor x = ctx.saved(0), weight = ctx.saved(1);
-    const int64_t M = rows(x_sizes), N = weight.size(0), K = weight.size(1);
-    const Tensor g = grads[0].dim() == 2 ? grads[0] : grads[0].reshape({M, N});
+  //
+  // The gradients of x, weight and bias from g = dL/d(x weight^T + bias), [M, N].
+  Grads grads(const OpContext& ctx, const Tensor& g, const Tensor& x, const Tensor& weight) const {
+    const int64_t M = leading_rows(x_sizes), K = weight.size(1);
     const Tensor x2 = x.dim() == 2 ? x : x.reshape({M, K});
     const bool record = autograd::is_grad_enabled();
     Grads out(3);
@@ -296,11 +300,78 @@ struct Linear {
     }
     return out;
   }
-  // M: the product of all but the last dim.
-  static int64_t rows(const Shape& sizes) {
-    int64_t m = 1;
-    for (size_t d = 0; d + 1 < sizes.size(); ++d) m *= sizes[d];
-    return m;
+
+  // The incoming gradient [*, N] as [M, N].
+  Tensor rows_of(const Tensor& grad, int64_t N) const {
+    return grad.dim() == 2 ? grad : grad.reshape({leading_rows(x_sizes), N});
+  }
+};
+
+struct Linear {
+  static constexpr OpId id = OpId::linear;
+  LinearShapes shapes{};
+
+  Tensor forward(OpContext& ctx, const Tensor& x, const Tensor& weight, const Tensor& bias) {
+    check_linear("linear", x, weight, bias);
+    shapes.remember(ctx, x, bias);
+    ctx.save({x, weight});
+    const Tensor bias_as_x = bias_like(bias, x);
+    if (x.dim() == 2) return product_2d(x, false, weight, true, bias_as_x);
+    Shape out_sizes = x.sizes();
+    out_sizes.back() = weight.size(0);
+    const int64_t M = leading_rows(x.sizes());
+    Tensor out = empty(out_sizes, x.options());
+    kernels::gemm_2d(core::reshape(x, {M, weight.size(1)}), false, weight, true,
+                     core::view(out, {M, weight.size(0)}), bias_as_x);
+    return out;
+  }
+  Grads backward(OpContext& ctx, const Grads& grads) {
+    const Tensor x = ctx.saved(0), weight = ctx.saved(1);
+    return shapes.grads(ctx, shapes.rows_of(grads[0], weight.size(0)), x, weight);
+  }
+};
+
+// ---- linear_gelu: gelu(linear(x, weight, bias)) ----------------------------------------------
+
+// One node, so that the GEMM's epilogue can apply the GELU (NOTE [GELU epilogue] in
+// cuda/gemm.cpp; the tanh form only). It saves the pre-activation x weight^T + bias, which
+// its backward needs and the epilogue writes anyway: dL/dpre = g gelu'(pre), then linear's
+// gradients.
+struct LinearGelu {
+  static constexpr OpId id = OpId::linear_gelu;
+  bool tanh_approximation = true;
+  LinearShapes shapes{};
+
+  Tensor forward(OpContext& ctx, const Tensor& x, const Tensor& weight, const Tensor& bias) {
+    check_linear("linear_gelu", x, weight, bias);
+    shapes.remember(ctx, x, bias);
+    const int64_t M = leading_rows(x.sizes()), N = weight.size(0);
+    const Tensor x2 = x.dim() == 2 ? x : core::reshape(x, {M, weight.size(1)});
+    const Tensor bias_as_x = bias_like(bias, x);
+    const Tensor pre = empty({M, N}, x.options());
+    Tensor out;
+    if (tanh_approximation) {
+      out = kernels::gemm_2d_gelu(x2, false, weight, true, bias_as_x, pre);
+    } else {
+      kernels::gemm_2d(x2, false, weight, true, pre, bias_as_x);
+      out = kernels::unary(kernel::Unary::Gelu, pre);
+    }
+    ctx.save({x, weight, bias, pre});
+    Shape out_sizes = x.sizes();
+    out_sizes.back() = N;
+    return x.dim() == 2 ? out : core::view(out, out_sizes);
+  }
+  Grads backward(OpContext& ctx, const Grads& grads) {
+    const Tensor x = ctx.saved(0), weight = ctx.saved(1);
+    const int64_t N = weight.size(0);
+    const Tensor g = shapes.rows_of(grads[0], N);
+    // Under create_graph the pre-activation is computed again with ops, so that the second
+    // derivative reaches x, weight and bias through it.
+    const Tensor pre = autograd::is_grad_enabled()
+                           ? shapes.rows_of(linear(x, weight, ctx.saved(2)).to(x.dtype()), N)
+                           : ctx.saved(3);
+    const Tensor g_pre = mul(g, ops::gelu_derivative(pre, tanh_approximation));
+    return shapes.grads(ctx, g_pre, x, weight);
   }
 };
 
@@ -341,6 +412,12 @@ Tensor baddbmm(const Tensor& input, const Tensor& a, const Tensor& b, Scalar bet
 Tensor matmul(const Tensor& a, const Tensor& b) { return dispatch(Matmul{}, a, b); }
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   return dispatch(Linear{}, x, weight, bias);
+}
+Tensor linear_gelu(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                   std::string_view approximate) {
+  HG_CHECK(approximate == "none" || approximate == "tanh",
+           "linear_gelu: expected approximate to be \"none\" or \"tanh\", got \"{}\"", approximate);
+  return dispatch(LinearGelu{.tanh_approximation = approximate == "tanh"}, x, weight, bias);
 }
 Tensor dot(const Tensor& a, const Tensor& b) { return dispatch(Dot{}, a, b); }
 

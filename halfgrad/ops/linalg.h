@@ -5,6 +5,8 @@
 //   B batch, M rows, K the reduced dim, N columns.
 #pragma once
 
+#include <string_view>
+
 #include "halfgrad/core/scalar.h"
 #include "halfgrad/core/tensor.h"
 
@@ -25,6 +27,12 @@ Tensor baddbmm(const Tensor& input, const Tensor& a, const Tensor& b, Scalar bet
 Tensor matmul(const Tensor& a, const Tensor& b);
 // x @ weight^T + bias: x [*, in], weight [out, in] (PyTorch's layout), bias [out] or undefined.
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor());
+// gelu(linear(x, weight, bias), approximate) as one op: a transformer MLP's first layer. On a
+// GPU the tanh form runs the GELU in the GEMM's epilogue (cuBLASLt's GELU is the tanh
+// approximation); otherwise, and for approximate "none", the GEMM and the GELU kernel run one
+// after the other. Its result and gradients are those of the two ops (autocast: linear's).
+Tensor linear_gelu(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor(),
+                   std::string_view approximate = "tanh");
 // The inner product of two 1-D tensors (a 0-d tensor).
 Tensor dot(const Tensor& a, const Tensor& b);
 

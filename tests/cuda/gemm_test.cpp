@@ -55,6 +55,11 @@ TEST_CASE("CUDA mm addmm matmul and linear match float64 at odd sizes", "[cuda][
       check_close(linear(a, weight, bias), linear(a64, weight64, bias64), dtype, tol,
                   "linear with bias");
       check_close(linear(a, weight), linear(a64, weight64), dtype, tol, "linear");
+      // gelu's slope is at most about 1.13: the GEMM's error passes through it about as is.
+      check_close(linear_gelu(a, weight, bias), gelu(linear(a64, weight64, bias64), "tanh"), dtype,
+                  tol, "linear_gelu (the GELU epilogue)");
+      check_close(linear_gelu(a, weight, Tensor(), "none"), gelu(linear(a64, weight64)), dtype, tol,
+                  "linear_gelu, exact GELU");
     }
   }
 }
@@ -170,6 +175,15 @@ TEST_CASE("CUDA GEMM gradients match float64", "[cuda][gemm]") {
         {gpu_randn({2, m, k}, dtype), gpu_randn({n, k}, dtype), gpu_randn({n}, dtype)},
         gpu_randn({2, m, n}, dtype),
         [](const std::vector<Tensor>& t) { return linear(t[0], t[1], t[2]); }, "linear, 3-D input");
+    // N = 16 and N = 9: a leading dim the GELU epilogue takes, and one it may not (then the
+    // GEMM and the GELU kernel run apart); the gradient goes through the saved pre-activation.
+    for (int64_t width : {int64_t(16), n}) {
+      compare(
+          {gpu_randn({2, m, k}, dtype), gpu_randn({width, k}, dtype), gpu_randn({width}, dtype)},
+          gpu_randn({2, m, width}, dtype),
+          [](const std::vector<Tensor>& t) { return linear_gelu(t[0], t[1], t[2]); },
+          "linear_gelu, 3-D input");
+    }
     const Tensor ab = gpu_randn({batch, m, k}, dtype), bb = gpu_randn({batch, k, n}, dtype);
     compare(
         {ab, bb}, gpu_randn({batch, m, n}, dtype),

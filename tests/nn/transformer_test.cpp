@@ -180,3 +180,23 @@ TEST_CASE("a float32 GPT under CPU autocast gives bfloat16 logits and float32 gr
     CHECK(p.grad().dtype() == kFloat32);
   }
 }
+
+TEST_CASE("a Block's fused MLP is its modules' MLP, and hooks on them are honoured", "[nn][gpt]") {
+  manual_seed(15);
+  auto block = std::make_shared<nn::Block>(8, 2);
+  block->to(kFloat64);
+  const Tensor x = randn({2, 5, 8}, kFloat64);
+  const Tensor fused = (*block)(x);  // linear_gelu inside
+  // A forward hook on the GELU makes the Block run the MLP module by module.
+  int calls = 0;
+  auto handle = (*block->mlp)[1]->register_forward_hook(
+      [&](nn::Module&, const Tensor&, const Tensor&) -> std::optional<Tensor> {
+        ++calls;
+        return std::nullopt;
+      });
+  const Tensor modules = (*block)(x);
+  CHECK(calls == 1);
+  const std::vector<double> a = fused.to_vector<double>(), b = modules.to_vector<double>();
+  REQUIRE(a.size() == b.size());
+  for (size_t i = 0; i < a.size(); ++i) CHECK(a[i] == Approx(b[i]).epsilon(1e-12));
+}

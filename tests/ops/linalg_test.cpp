@@ -164,3 +164,39 @@ TEST_CASE("bad operands to the GEMM family", "[linalg][errors]") {
   CHECK_THROWS_WITH(mm(full({2, 2}, 1, kInt64), full({2, 2}, 1, kInt64)), Contains("floating"));
   CHECK_THROWS_WITH(matmul(scalar_tensor(1.0), ones({2})), Contains("at least 1 dim"));
 }
+
+TEST_CASE("linear_gelu is gelu of linear, forward and backward, in both GELU forms", "[linalg]") {
+  manual_seed(6);
+  const Tensor x = randn({2, 5, 6}, kFloat64), weight = randn({7, 6}, kFloat64),
+               bias = randn({7}, kFloat64), upstream = randn({2, 5, 7}, kFloat64);
+  for (const char* approximate : {"tanh", "none"}) {
+    for (bool with_bias : {true, false}) {
+      CAPTURE(approximate, with_bias);
+      std::vector<Tensor> fused_in, plain_in;
+      for (const Tensor& t : {x, weight, bias}) {
+        fused_in.push_back(t.clone().requires_grad_());
+        plain_in.push_back(t.clone().requires_grad_());
+      }
+      const Tensor b_fused = with_bias ? fused_in[2] : Tensor();
+      const Tensor b_plain = with_bias ? plain_in[2] : Tensor();
+      const Tensor fused = linear_gelu(fused_in[0], fused_in[1], b_fused, approximate);
+      const Tensor plain = gelu(linear(plain_in[0], plain_in[1], b_plain), approximate);
+      CHECK(fused.grad_fn()->name() == "LinearGeluBackward");
+      REQUIRE(fused.sizes() == plain.sizes());
+      const std::vector<double> got = fused.to_vector<double>(), want = plain.to_vector<double>();
+      for (size_t i = 0; i < got.size(); ++i) CHECK(got[i] == Approx(want[i]).epsilon(1e-12));
+      fused.backward(upstream);
+      plain.backward(upstream);
+      for (size_t i = 0; i < (with_bias ? 3u : 2u); ++i) {
+        CAPTURE(i);
+        const std::vector<double> g = fused_in[i].grad().to_vector<double>();
+        const std::vector<double> w = plain_in[i].grad().to_vector<double>();
+        for (size_t j = 0; j < g.size(); ++j) CHECK(g[j] == Approx(w[j]).epsilon(1e-10));
+      }
+    }
+  }
+  CHECK_THROWS_WITH(linear_gelu(x, weight, bias, "erf"),
+                    Contains("linear_gelu: expected approximate to be \"none\" or \"tanh\""));
+  CHECK_THROWS_WITH(linear_gelu(x, ones({7, 5}, kFloat64)),
+                    Contains("linear_gelu: the input's last dim (6) must equal in_features (5)"));
+}

@@ -12,14 +12,15 @@ using namespace hg;
 
 namespace {
 
-// scaled_dot_product_flash_attention is halfgrad's fused form of attention (torch's
-// _scaled_dot_product_flash_attention): attention's policy.
+// linear_gelu and scaled_dot_product_flash_attention are halfgrad's fused forms of linear and
+// attention (torch's _addmm_activation and _scaled_dot_product_flash_attention): their policy.
 const std::set<std::string> kCudaLower = {"matmul",
                                           "mm",
                                           "bmm",
                                           "addmm",
                                           "baddbmm",
                                           "linear",
+                                          "linear_gelu",
                                           "conv2d",
                                           "prelu",
                                           "scaled_dot_product_attention",

@@ -34,6 +34,14 @@ const bool registered = register_samples([](std::map<OpId, Sample>& s) {
                            [] {
                              return Inputs{input({2, 3, 4}), input({5, 4}), input({5})};
                            }};
+  // Both GELU forms, with and without a bias.
+  s[OpId::linear_gelu] = Sample{[](const Inputs& in) {
+                                  return add(linear_gelu(in[0], in[1], in[2], "tanh"),
+                                             linear_gelu(in[0], in[1], Tensor(), "none"));
+                                },
+                                [] {
+                                  return Inputs{input({2, 3, 4}), input({5, 4}), input({5})};
+                                }};
   s[OpId::dot] = two([](auto& a, auto& b) { return dot(a, b); },
                      [] {
                        return Inputs{input({5}), input({5})};
