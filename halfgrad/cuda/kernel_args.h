@@ -38,6 +38,7 @@ enum class DeviceError : int32_t {
   MaxPool2dBackward,
   NllLossTarget,
   CrossEntropyTarget,
+  BinaryCrossEntropyInput,  // value: the offending input's float64 bits
 };
 struct DeviceErrorSlot {
   int32_t code;   // a DeviceError; None while nothing went wrong

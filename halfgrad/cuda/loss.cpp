@@ -169,10 +169,10 @@ Tensor pointwise_loss(PointwiseLoss kind, const Tensor& input, const Tensor& tar
   if (reduction != LossReduction::None) {
     partials = empty_on({2 * detail::loss_partial_blocks(walk.numel)}, acc, device);
   }
-  HG_CUDA_CHECK(detail::launch_pointwise_loss(kind, beta, walk, operand(input), operand(target),
-                                              operand(weight), operand(pos_weight), acc, reduction,
-                                              divisor, out.data_ptr(), dtype,
-                                              data_or_null(partials), current_stream()),
+  HG_CUDA_CHECK(detail::launch_pointwise_loss(
+                    kind, beta, walk, operand(input), operand(target), operand(weight),
+                    operand(pos_weight), acc, reduction, divisor, out.data_ptr(), dtype,
+                    data_or_null(partials), detail::device_error_slot(), current_stream()),
                 op);
   return out;
 }

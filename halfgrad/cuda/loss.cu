@@ -174,13 +174,20 @@ __device__ __forceinline__ A pointwise_value(A x, A y, A w, A p, A beta) {
 template <class A, PointwiseLoss K>
 __global__ void pointwise_loss_kernel(const Walk walk, LossOperand input, LossOperand target,
                                       LossOperand weight, LossOperand pos_weight, A beta,
-                                      bool reduce, void* out, DType out_dtype, A* partials) {
+                                      bool reduce, void* out, DType out_dtype, A* partials,
+                                      DeviceErrorSlot* slot) {
   A sum = 0;
   for (int64_t i = grid_start(); i < walk.numel; i += grid_step()) {
     int64_t off[4];
     walk_offsets(walk, i, off);
-    const A loss = pointwise_value<A, K>(read<A>(input, off[0]), read<A>(target, off[1]),
-                                         read_or_one<A>(weight, off[2]),
+    const A x = read<A>(input, off[0]);
+    if constexpr (K == PointwiseLoss::BinaryCrossEntropy) {
+      if (!(x >= A(0) && x <= A(1))) {  // probabilities only; NaN fails too, as torch
+        report_device_error(slot, DeviceError::BinaryCrossEntropyInput, 0,
+                            __double_as_longlong(double(x)), 0);
+      }
+    }
+    const A loss = pointwise_value<A, K>(x, read<A>(target, off[1]), read_or_one<A>(weight, off[2]),
                                          read_or_one<A>(pos_weight, off[3]), beta);
     if (reduce) {
       sum += loss;
@@ -532,7 +539,7 @@ cudaError_t launch_pointwise_loss(PointwiseLoss kind, double beta, const Walk& w
                                   LossOperand input, LossOperand target, LossOperand weight,
                                   LossOperand pos_weight, DType acc, LossReduction reduction,
                                   double divisor, void* out, DType out_dtype, void* partials,
-                                  cudaStream_t stream) {
+                                  DeviceErrorSlot* slot, cudaStream_t stream) {
   const bool reduce = reduction != LossReduction::None;
   if (!reduce && walk.numel == 0) return cudaSuccess;
   return visit_acc(acc, [&](auto acc_tag) {
@@ -543,7 +550,7 @@ cudaError_t launch_pointwise_loss(PointwiseLoss kind, double beta, const Walk& w
       pointwise_loss_kernel<A, K>
           <<<reduce ? unsigned(blocks) : grid_for(walk.numel, kLossThreads), kLossThreads, 0,
              stream>>>(walk, input, target, weight, pos_weight, A(beta), reduce, out, out_dtype,
-                       static_cast<A*>(partials));
+                       static_cast<A*>(partials), slot);
       cudaError_t status = cudaGetLastError();
       if (status != cudaSuccess || !reduce) return status;
       return launch_finish<A>(static_cast<const A*>(partials), blocks, reduction,

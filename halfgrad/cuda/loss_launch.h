@@ -42,12 +42,13 @@ inline int loss_partial_blocks(int64_t n) {
 // The losses of every element of walk (operand 0: input, 1: target, 2: weight, 3: pos_weight;
 // the last two broadcast, absent when their data is null) in acc (kFloat32 or kFloat64).
 // None: out (contiguous, out_dtype) gets each loss. Sum / Mean: out (0-d) gets the sum, divided
-// by `divisor` for Mean. beta: smooth_l1's.
+// by `divisor` for Mean. beta: smooth_l1's. binary_cross_entropy reports an input outside
+// [0, 1] (NaN included) to `slot` (DeviceError::BinaryCrossEntropyInput).
 cudaError_t launch_pointwise_loss(PointwiseLoss kind, double beta, const Walk& walk,
                                   LossOperand input, LossOperand target, LossOperand weight,
                                   LossOperand pos_weight, DType acc, LossReduction reduction,
                                   double divisor, void* out, DType out_dtype, void* partials,
-                                  cudaStream_t stream);
+                                  DeviceErrorSlot* slot, cudaStream_t stream);
 
 // The gradients of those losses: walk operand 0: input, 1: target, 2: grad (the result's
 // gradient, expanded to input's shape: stride 0 for a 0-d one), 3: weight, 4: pos_weight.

@@ -2,6 +2,7 @@
 #include "halfgrad/cuda/stream.h"
 
 #include <array>
+#include <bit>
 #include <mutex>
 
 #include "halfgrad/cuda/allocator.h"
@@ -197,6 +198,8 @@ const char* device_error_op(DeviceError code) {
       return "nll_loss";
     case DeviceError::CrossEntropyTarget:
       return "cross_entropy";
+    case DeviceError::BinaryCrossEntropyInput:
+      return "binary_cross_entropy";
     case DeviceError::None:
       break;
   }
@@ -213,6 +216,12 @@ void raise_device_error(int device) {
   slot->code = 0;
   const bool is_target =
       code == DeviceError::NllLossTarget || code == DeviceError::CrossEntropyTarget;
+  if (code == DeviceError::BinaryCrossEntropyInput) {
+    HG_ERROR(
+        "{} (cuda:{}): expected every element of input in [0, 1] (probabilities), got {} "
+        "(found on the device)",
+        device_error_op(code), device, std::bit_cast<double>(value));
+  }
   if (is_target) {
     HG_ERROR("{} (cuda:{}): expected class targets in [0, {}), got {} (found on the device)",
              device_error_op(code), device, bound, value);

@@ -29,8 +29,10 @@
 // summed on the device and kept there (cuda_divisor) for the backward. Class indices are
 // checked on the device: a bad one is an hg::Error at the next synchronize, naming the op. A
 // backward that is itself recorded (create_graph), or that needs a weight's gradient, takes the
-// op formulas, which run on any device. One exception waits: binary_cross_entropy checks that
-// its input lies in [0, 1] on the host, as its error needs the values.
+// op formulas, which run on any device. binary_cross_entropy's input must lie in [0, 1]: the
+// CPU checks before computing (the error gives the range found); the CUDA kernel checks each
+// element as it reads it and the error (with the first value found outside) comes at the next
+// synchronize, as for class indices.
 #include <algorithm>
 #include <cmath>
 #include <numeric>
@@ -172,9 +174,9 @@ void check_weight(const Tensor& weight, const Tensor& input, const char* op, con
 }
 
 // binary_cross_entropy's input: probabilities, every element in [0, 1]; NaN fails the check
-// too, as in torch. On CUDA the host waits for the device here (NOTE [Losses on CUDA]).
+// too, as in torch. The CUDA kernel checks on the device instead (NOTE [Losses on CUDA]).
 void check_probabilities(const Tensor& input) {
-  if (input.numel() == 0) return;
+  if (input.numel() == 0 || input.is_cuda()) return;
   const double low =
       kernels::reduce(kernel::Reduction::Amin, input, {}, false, kFloat64).item<double>();
   const double high =

@@ -300,10 +300,19 @@ TEST_CASE("cuda pointwise losses match float64", "[cuda]") {
   check_loss([](const std::vector<Tensor>& x,
                 const Place&) { return binary_cross_entropy_with_logits(x[0], x[1], x[2]); },
              {normal({4, 3}, kFloat32), rand({4, 3}, kFloat32), rand({3}, kFloat32)}, kFloat32);
-  // binary_cross_entropy checks its input range (the one loss that waits for the device).
+  // binary_cross_entropy checks its input range on the device, without waiting: the error
+  // comes at the next synchronize, naming the first value found outside [0, 1].
+  Tensor probabilities = full({3}, 0.5, kFloat32);
+  probabilities.narrow(0, 1, 1).fill_(1.5);
+  const Tensor loss = binary_cross_entropy(to_cuda(probabilities), to_cuda(zeros({3}, kFloat32)));
+  CHECK_THAT(error_of([] { cuda::synchronize(); }),
+             Contains("binary_cross_entropy (cuda:0): expected every element of input in [0, 1] "
+                      "(probabilities), got 1.5 (found on the device)"));
+  CHECK(error_of([] { cuda::synchronize(); }).empty());  // reported once
   CHECK_THAT(error_of([] {
-               binary_cross_entropy(to_cuda(full({3}, 1.5, kFloat32)),
-                                    to_cuda(zeros({3}, kFloat32)));
+               binary_cross_entropy(to_cuda(full({2}, std::nan(""), kFloat32)),
+                                    to_cuda(zeros({2}, kFloat32)))
+                   .item<float>();
              }),
-             Contains("binary_cross_entropy: expected every element of input in [0, 1]"));
+             Contains("got nan"));
 }
