@@ -21,6 +21,9 @@
 //   {"bench": "cuda_unscale", "impl": "halfgrad", "params": ..., "tensors": 148, "bytes": ...,
 //    "ms": ..., "gbps": ..., "copy_gbps": ..., "fraction_of_copy": ..., "target": 0.8, ...}
 //   {"bench": "cuda_adamw", ... the same keys}
+//   {"bench": "cuda_attention", "impl": "halfgrad", "dtype": "bfloat16", "pass": "forward",
+//    "shape": "8x12x1024x64", "causal": true, "tflops": ..., "ms": ..., "peak_mib": ...,
+//    "kernel": "fused"}
 //
 //   gemm       hg::matmul on [M, K] x [K, N] at 4096^3 and 8192^3 in fp32, tf32
 //              (hg::set_float32_matmul_precision("high")), fp16 and bf16, in TFLOP/s.
@@ -28,6 +31,10 @@
 //              then GradScaler::unscale_ and an AdamW step over GPT-2 small's parameters
 //              (124M float32 in 148 tensors), each as a fraction of that copy bandwidth for
 //              the bytes it must move.
+//   attention  causal scaled_dot_product_attention at a GPT-2-small-like step's shape
+//              (B 8, H 12, T 1024, E 64) in fp16 and bf16: the forward, and forward +
+//              backward, in TFLOP/s of the causal half's matmuls (2 and 5 GEMMs of
+//              B H T^2 E / 2 multiply-adds); "kernel" says whether the fused kernels ran.
 // GPU times are CUDA events around --iters calls, the median of --reps repeats after --warmup
 // calls (NOTE [GPU timing] in bench_util.h); peak_mib is hg::cuda::max_memory_allocated()
 // from just before the inputs are made to the end of the timing.
@@ -56,6 +63,7 @@
 #include <dnnl.hpp>
 #endif
 #if HALFGRAD_HAS_CUDA
+#include "halfgrad/cuda/attention.h"
 #include "halfgrad/cuda/gemm.h"
 #endif
 
@@ -404,6 +412,55 @@ void run_cuda_bandwidth_benchmarks(const Options& options) {
   }
 }
 
+// ---- CUDA: attention ------------------------------------------------------------------------
+
+void run_cuda_attention_benchmarks(const Options& options) {
+  constexpr int64_t B = 8, H = 12, T = 1024, E = 64;
+  // Multiply-adds of one T x T x E product over the causal half, for every (batch, head).
+  const double half_product_flops = 2.0 * double(B * H) * double(T) * double(T) * double(E) / 2;
+  for (hg::DType dtype : {hg::kFloat16, hg::kBFloat16}) {
+    hg::cuda::synchronize();
+    hg::cuda::reset_peak_memory_stats();
+    hg::manual_seed(3);
+    const hg::TensorOptions on_gpu{.dtype = dtype, .device = hg::kCUDA};
+    hg::Tensor q = hg::randn({B, H, T, E}, on_gpu).requires_grad_();
+    hg::Tensor k = hg::randn({B, H, T, E}, on_gpu).requires_grad_();
+    hg::Tensor v = hg::randn({B, H, T, E}, on_gpu).requires_grad_();
+    const hg::Tensor dy = hg::randn({B, H, T, E}, on_gpu);
+    std::string kernel = "composite";
+#if HALFGRAD_HAS_CUDA
+    if (hg::cuda::flash_attention_fits(q, k, v)) kernel = "fused";
+#endif
+    struct Pass {
+      const char* name;
+      double products;  // T x T x E products over the causal half
+      std::function<void()> call;
+    };
+    const Pass passes[] = {
+        {"forward", 2.0,
+         [&] {
+           hg::NoGradGuard no_grad;
+           (void)hg::scaled_dot_product_attention(q, k, v, {}, 0.0, true);
+         }},
+        {"forward_backward", 7.0,
+         [&] {
+           const hg::Tensor y = hg::scaled_dot_product_attention(q, k, v, {}, 0.0, true);
+           y.backward(dy);
+         }},
+    };
+    for (const Pass& pass : passes) {
+      const double ms = hg::bench::cuda_ms_per_call(options, pass.call);
+      fmt::print(
+          "{{\"bench\": \"cuda_attention\", \"impl\": \"halfgrad\", \"dtype\": \"{}\", "
+          "\"pass\": \"{}\", \"shape\": \"{}x{}x{}x{}\", \"causal\": true, \"tflops\": {:.1f}, "
+          "\"ms\": {:.4f}, \"peak_mib\": {:.1f}, \"kernel\": \"{}\"}}\n",
+          hg::dtype_name(dtype), pass.name, B, H, T, E,
+          pass.products * half_product_flops / ms * 1e-9, ms, hg::bench::cuda_peak_mib(), kernel);
+      std::fflush(stdout);
+    }
+  }
+}
+
 // ---- main ---------------------------------------------------------------------------------
 
 // A section runs on the CPU, on the GPU (--device cuda), or each with its own function; the
@@ -419,6 +476,7 @@ constexpr Section kSections[] = {
     {"dispatch", run_dispatch_benchmarks, nullptr},
     {"tiny_gemm", run_tiny_gemm_benchmarks, nullptr},
     {"bandwidth", nullptr, run_cuda_bandwidth_benchmarks},
+    {"attention", nullptr, run_cuda_attention_benchmarks},
 };
 
 }  // namespace

@@ -13,6 +13,9 @@ Prints one JSON line per ratio on stdout and a table of the targets on stderr:
   cuda_fused           unscale+inf-check and AdamW: halfgrad's bandwidth as a fraction of
                        the best copy bandwidth measured by either (target >= 0.8), next to
                        PyTorch's fraction
+  cuda_attention_ratio causal attention, forward and forward + backward, per dtype: PyTorch's
+                       time / halfgrad's (no target of its own: part of the GPT step), with
+                       the kernels each ran and their peak memory
   train_gpt_speedup    halfgrad tokens/s / PyTorch tokens/s per mode (target >= 1.5 in bf16),
                        halfgrad bf16 / halfgrad fp32 (target >= 3), and peak memory
                        halfgrad / PyTorch per mode
@@ -120,6 +123,21 @@ def main():
               "target": FUSED_TARGET,
               "met": judge(f"{bench[5:]} fraction of copy bandwidth", hg_fraction, FUSED_TARGET)})
         judge(f"{bench[5:]} (PyTorch) fraction of copy bandwidth", torch_fraction, None)
+
+    # Attention (the fused kernels against PyTorch's SDPA backend).
+    attention_keys = sorted({(r["dtype"], r["pass"]) for r in records
+                             if r.get("bench") == "cuda_attention"})
+    for dtype, pass_name in attention_keys:
+        hg = find(records, "cuda_attention", "halfgrad", dtype=dtype, **{"pass": pass_name})
+        torch = find(records, "cuda_attention", "pytorch", dtype=dtype, **{"pass": pass_name})
+        ratio = torch["ms"] / hg["ms"] if hg and torch and hg["ms"] else None
+        emit({"bench": "cuda_attention_ratio", "dtype": dtype, "pass": pass_name,
+              "halfgrad_tflops": hg and hg["tflops"], "pytorch_tflops": torch and torch["tflops"],
+              "halfgrad_kernel": hg and hg.get("kernel"),
+              "pytorch_kernel": torch and torch.get("kernel"), "ratio": ratio and round(ratio, 3),
+              "halfgrad_peak_mib": hg and hg.get("peak_mib"),
+              "pytorch_peak_mib": torch and torch.get("peak_mib")})
+        judge(f"attention {dtype} {pass_name} vs PyTorch SDPA", ratio, None)
 
     # The GPT training step.
     for mode in ("fp32", "fp16", "bf16"):

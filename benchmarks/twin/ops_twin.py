@@ -2,7 +2,7 @@
 """PyTorch twin of hg-bench-ops --device cuda: the same GPU measurements through PyTorch,
 printed as the same JSON lines with "impl": "pytorch".
 
-  python3 benchmarks/twin/ops_twin.py [--only gemm|bandwidth] [--reps 10] [--iters 5]
+  python3 benchmarks/twin/ops_twin.py [--only gemm|bandwidth|attention] [--reps 10] [--iters 5]
 
 Sections (hg_bench_ops.cpp describes each; keep the two files in step):
   gemm       torch.matmul on [M, K] x [K, N] at 4096^3 and 8192^3 in fp32, tf32
@@ -14,6 +14,9 @@ Sections (hg_bench_ops.cpp describes each; keep the two files in step):
              it) and torch.optim.AdamW(fused=True).step() over GPT-2 small's parameters (124M
              float32 in 148 tensors), each as a fraction of the copy bandwidth for the bytes it
              must move (8 B/element for unscale, 28 for AdamW).
+  attention  causal F.scaled_dot_product_attention at (B 8, H 12, T 1024, E 64) in fp16 and
+             bf16, forward and forward + backward, in TFLOP/s of the causal half's matmuls;
+             "kernel" names the SDPA backend PyTorch used.
 Times: CUDA events around --iters calls, the median of --reps repeats after --warmup calls
 (NOTE [GPU timing] in bench_util.h); peak_mib is torch.cuda.max_memory_allocated() from just
 before the inputs are made to the end of the timing.
@@ -150,18 +153,65 @@ def run_bandwidth(args):
                "torch.optim.AdamW(fused=True).step")
 
 
+def sdpa_backend(q, k, v):
+    """The SDPA backend PyTorch picks for these inputs, or "unknown"."""
+    try:
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+        for backend in (SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION,
+                        SDPBackend.CUDNN_ATTENTION):
+            try:
+                with sdpa_kernel(backend):
+                    torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+                return backend.name.lower()
+            except RuntimeError:
+                continue
+    except ImportError:
+        pass
+    return "unknown"
+
+
+def run_attention(args):
+    B, H, T, E = 8, 12, 1024, 64
+    half_product_flops = 2.0 * B * H * T * T * E / 2
+    for dtype in (torch.float16, torch.bfloat16):
+        fresh_peak()
+        torch.manual_seed(3)
+        q, k, v = (torch.randn(B, H, T, E, device=DEVICE, dtype=dtype, requires_grad=True)
+                   for _ in range(3))
+        dy = torch.randn(B, H, T, E, device=DEVICE, dtype=dtype)
+        kernel = sdpa_backend(q.detach(), k.detach(), v.detach())
+
+        def forward():
+            with torch.no_grad():
+                torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+        def forward_backward():
+            y = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+            y.backward(dy)
+
+        for name, products, call in (("forward", 2.0, forward),
+                                     ("forward_backward", 7.0, forward_backward)):
+            ms = ms_per_call(call, args)
+            emit({"bench": "cuda_attention", "impl": "pytorch", "dtype": DTYPE_NAMES[dtype],
+                  "pass": name, "shape": f"{B}x{H}x{T}x{E}", "causal": True,
+                  "tflops": round(products * half_product_flops / ms * 1e-9, 1),
+                  "ms": round(ms, 4), "peak_mib": peak_mib(), "kernel": kernel})
+        del q, k, v, dy
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--reps", type=int, default=10)
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--iters", type=int, default=5)
-    parser.add_argument("--only", choices=["all", "gemm", "bandwidth"], default="all")
+    parser.add_argument("--only", choices=["all", "gemm", "bandwidth", "attention"],
+                        default="all")
     args = parser.parse_args()
     if not torch.cuda.is_available():
         raise SystemExit("ops_twin: PyTorch sees no CUDA device")
     emit({"bench": "cuda_device", "impl": "pytorch", "name": torch.cuda.get_device_name(),
           "torch": torch.__version__, "cuda": torch.version.cuda})
-    sections = {"gemm": run_gemm, "bandwidth": run_bandwidth}
+    sections = {"gemm": run_gemm, "bandwidth": run_bandwidth, "attention": run_attention}
     for name, run in sections.items():
         if args.only in ("all", name):
             run(args)

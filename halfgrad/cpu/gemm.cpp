@@ -51,6 +51,7 @@
 #include "halfgrad/core/cpu_features.h"
 #include "halfgrad/core/factory.h"
 #include "halfgrad/core/format.h"
+#include "halfgrad/core/kernel_checks.h"
 #include "halfgrad/core/strided_loop.h"
 #include "halfgrad/core/view.h"
 #include "halfgrad/cpu/elementwise.h"
@@ -869,24 +870,7 @@ void scale_out(const Tensor& out, double beta) {
   });
 }
 
-// [first byte, last byte] of the memory t's elements occupy (numel > 0).
-std::array<uintptr_t, 2> byte_span(const Tensor& t) {
-  int64_t last = t.numel() - 1;  // the element farthest from the first
-  if (!t.is_contiguous()) {
-    const Shape& sizes = t.sizes();
-    const Shape& strides = t.strides();
-    last = 0;
-    for (size_t d = 0; d < sizes.size(); ++d) last += (sizes[d] - 1) * strides[d];
-  }
-  const auto first = reinterpret_cast<uintptr_t>(t.data_ptr());
-  return {first, first + uintptr_t((last + 1) * int64_t(t.element_size())) - 1};
-}
-
-bool spans_overlap(const Tensor& x, const Tensor& y) {
-  if (x.numel() == 0 || y.numel() == 0) return false;
-  const auto xs = byte_span(x), ys = byte_span(y);
-  return xs[0] <= ys[1] && ys[0] <= xs[1];
-}
+using kernel::spans_overlap;
 
 void check_arguments(GemmImpl impl, const Tensor& a, const Tensor& b, const Tensor& out) {
   HG_CHECK(a.defined() && b.defined() && out.defined(),

@@ -58,6 +58,7 @@
 
 #include "halfgrad/core/factory.h"
 #include "halfgrad/core/format.h"
+#include "halfgrad/core/kernel_checks.h"
 #include "halfgrad/core/settings.h"
 #include "halfgrad/cuda/elementwise.h"
 #include "halfgrad/cuda/gemm_launch.h"
@@ -443,22 +444,7 @@ void run_with_bias(Problem p, int device, const char* op) {
 
 // ---- checks, as the CPU's (cpu/gemm.cpp) ------------------------------------------------
 
-// [first byte, last byte] of the memory t's elements occupy (numel > 0).
-std::array<uintptr_t, 2> byte_span(const Tensor& t) {
-  int64_t last = t.numel() - 1;  // the element farthest from the first
-  if (!t.is_contiguous()) {
-    last = 0;
-    for (int64_t d = 0; d < t.dim(); ++d) last += (t.size(d) - 1) * t.stride(d);
-  }
-  const auto first = reinterpret_cast<uintptr_t>(t.data_ptr());
-  return {first, first + uintptr_t((last + 1) * int64_t(t.element_size())) - 1};
-}
-
-bool spans_overlap(const Tensor& x, const Tensor& y) {
-  if (x.numel() == 0 || y.numel() == 0) return false;
-  const auto xs = byte_span(x), ys = byte_span(y);
-  return xs[0] <= ys[1] && ys[0] <= xs[1];
-}
+using kernel::spans_overlap;
 
 bool on_one_cuda_device(const Tensor& a, const Tensor& b, const Tensor& out) {
   return a.is_cuda() && b.is_cuda() && out.is_cuda() && a.device() == out.device() &&
