@@ -133,31 +133,18 @@ __device__ void warp_abt(const T* a, const T* b, float* out) {
   }
 }
 
-// acc[n] += a[16, 64] b[64, D] (a row-major with ld kLdP, b the row-major operand tile), n over
-// D's 16-column blocks: P V, dS K.
-template <class T, int D>
-__device__ void warp_ab_accumulate(const T* a, const T* b, FragAcc (&acc)[D / kFrag]) {
+// acc[n] += a[16, 64] b[64, D], n over D's 16-column blocks, b the row-major operand tile. a is
+// read from a [64, 64] tile of ld kLdP, its k-th 16-wide block at a + k * a_step, laid out as
+// ALayout says:
+//   row_major, a_step 16:          the warp's own 16 rows (P V, dS K);
+//   col_major, a_step 16 * kLdP:   the transpose of the warp's 16 columns (P^T dO, dS^T Q for
+//                                  the warp's 16 keys): a's row k*16 + j is column j.
+template <class ALayout, class T, int D>
+__device__ void warp_accumulate(const T* a, int a_step, const T* b, FragAcc (&acc)[D / kFrag]) {
 #pragma unroll
   for (int kk = 0; kk < kTile / kFrag; ++kk) {
-    FragA<T, wmma::row_major> fa;
-    wmma::load_matrix_sync(fa, a + kk * kFrag, Layout<D>::kLdP);
-#pragma unroll
-    for (int n = 0; n < D / kFrag; ++n) {
-      FragB<T, wmma::row_major> fb;
-      wmma::load_matrix_sync(fb, b + kk * kFrag * Layout<D>::kLdT + n * kFrag, Layout<D>::kLdT);
-      wmma::mma_sync(acc[n], fa, fb, acc[n]);
-    }
-  }
-}
-
-// acc[n] += a^T[16, 64] b[64, D], where a is the whole [64, 64] tile (ld kLdP) and the warp takes
-// its columns [col, col + 16): P^T dO and dS^T Q for the warp's 16 keys.
-template <class T, int D>
-__device__ void warp_atb_accumulate(const T* a, int col, const T* b, FragAcc (&acc)[D / kFrag]) {
-#pragma unroll
-  for (int kk = 0; kk < kTile / kFrag; ++kk) {
-    FragA<T, wmma::col_major> fa;  // a^T: a's row kk*16 + j is column j
-    wmma::load_matrix_sync(fa, a + kk * kFrag * Layout<D>::kLdP + col, Layout<D>::kLdP);
+    FragA<T, ALayout> fa;
+    wmma::load_matrix_sync(fa, a + kk * a_step, Layout<D>::kLdP);
 #pragma unroll
     for (int n = 0; n < D / kFrag; ++n) {
       FragB<T, wmma::row_major> fb;
@@ -277,7 +264,7 @@ __global__ void __launch_bounds__(kBlockThreads)
     for (int n = 0; n < D / kFrag; ++n) {
       wmma::load_matrix_sync(acc[n], ow + n * kFrag, L_::kLdF, wmma::mem_row_major);
     }
-    warp_ab_accumulate<T, D>(sp + warp * kWarpRows * L_::kLdP, sv, acc);
+    warp_accumulate<wmma::row_major, T, D>(sp + warp * kWarpRows * L_::kLdP, kFrag, sv, acc);
 #pragma unroll
     for (int n = 0; n < D / kFrag; ++n) {
       wmma::store_matrix_sync(ow + n * kFrag, acc[n], L_::kLdF, wmma::mem_row_major);
@@ -431,8 +418,10 @@ __global__ void __launch_bounds__(kBlockThreads)
     __syncthreads();
     warp_probs_and_dscores(t, g, q0, k0);
     __syncthreads();  // every warp's rows of P and dS are written
-    warp_atb_accumulate<T, D>(t.sp, warp * kWarpRows, t.sdo, dv_acc);  // dV += P^T dO
-    warp_atb_accumulate<T, D>(t.sds, warp * kWarpRows, t.sq, dk_acc);  // dK += dS^T Q
+    // The warp's 16 keys are columns of P and dS: dV += P^T dO, dK += dS^T Q.
+    const int keys = warp * kWarpRows, step = kFrag * L_::kLdP;
+    warp_accumulate<wmma::col_major, T, D>(t.sp + keys, step, t.sdo, dv_acc);
+    warp_accumulate<wmma::col_major, T, D>(t.sds + keys, step, t.sq, dk_acc);
   }
 
   const int rows = int(min64(kWarpRows, g.S - k0 - warp * kWarpRows));
@@ -477,7 +466,8 @@ __global__ void __launch_bounds__(kBlockThreads)
     __syncthreads();
     warp_probs_and_dscores(t, g, q0, k0);
     // dQ += dS K over the warp's own rows of dS (written by this warp: __syncwarp sufficed)
-    warp_ab_accumulate<T, D>(t.sds + warp * kWarpRows * L_::kLdP, t.sk, dq_acc);
+    warp_accumulate<wmma::row_major, T, D>(t.sds + warp * kWarpRows * L_::kLdP, kFrag, t.sk,
+                                           dq_acc);
   }
 
   const int rows = int(min64(kWarpRows, g.L - q0 - warp * kWarpRows));
