@@ -511,6 +511,20 @@ Operand operand_2d(const Tensor& t, bool transpose, Tensor& keep) {
                    : *operand_of_layout(keep.data_ptr(), 0, rows, cols, cols, 1);
 }
 
+// The problem of a checked 3-D out = a @ b (K >= 1), operands copied into a_copy / b_copy where
+// their layout needs it.
+Problem problem_3d(const Tensor& a, const Tensor& b, const Tensor& out, Tensor& a_copy,
+                   Tensor& b_copy) {
+  return Problem{.dtype = out.dtype(),
+                 .batch = out.size(0),
+                 .m = out.size(1),
+                 .n = out.size(2),
+                 .k = a.size(2),
+                 .a = operand_3d(a, a_copy),
+                 .b = operand_3d(b, b_copy),
+                 .out = out.data_ptr()};
+}
+
 }  // namespace
 
 void gemm(const Tensor& a, const Tensor& b, const Tensor& out, double alpha, double beta) {
@@ -527,16 +541,9 @@ void gemm(const Tensor& a, const Tensor& b, const Tensor& out, double alpha, dou
     return;
   }
   Tensor a_copy, b_copy;
-  const Problem p{.dtype = out.dtype(),
-                  .batch = batch,
-                  .m = m,
-                  .n = n,
-                  .k = k,
-                  .a = operand_3d(a, a_copy),
-                  .b = operand_3d(b, b_copy),
-                  .out = out.data_ptr(),
-                  .alpha = alpha,
-                  .beta = beta};
+  Problem p = problem_3d(a, b, out, a_copy, b_copy);
+  p.alpha = alpha;
+  p.beta = beta;
   run(p, device, op);
 }
 
@@ -556,15 +563,8 @@ void gemm_bias(const Tensor& a, const Tensor& b, const Tensor& bias, const Tenso
     return;
   }
   Tensor a_copy, b_copy;
-  const Problem p{.dtype = out.dtype(),
-                  .batch = batch,
-                  .m = m,
-                  .n = n,
-                  .k = k,
-                  .a = operand_3d(a, a_copy),
-                  .b = operand_3d(b, b_copy),
-                  .out = out.data_ptr(),
-                  .bias = bias.data_ptr()};
+  Problem p = problem_3d(a, b, out, a_copy, b_copy);
+  p.bias = bias.data_ptr();
   run_with_bias(p, device, op);
 }
 
