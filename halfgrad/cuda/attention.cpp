@@ -20,11 +20,13 @@ namespace {
 
 constexpr const char* kOp = "scaled_dot_product_flash_attention";
 
-// What a device offers the kernels: its compute capability (WMMA on bfloat16 needs 8.0) and
-// the shared memory a block may opt in to. Asked once per device.
+// What a device offers the kernels: its compute capability (WMMA on bfloat16 needs 8.0), the
+// shared memory a block may opt in to, and whether this build has the kernels for it (a build
+// for older targets only would JIT their 7.x code, which traps). Asked once per device.
 struct DeviceLimits {
   int major = 0;
   int64_t smem_per_block = 0;
+  bool compiled = false;
 };
 
 DeviceLimits device_limits(int device) {
@@ -37,13 +39,20 @@ DeviceLimits device_limits(int device) {
     HG_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device), kOp);
     HG_CUDA_CHECK(cudaDeviceGetAttribute(&smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, device),
                   kOp);
-    known[size_t(device)] = DeviceLimits{major, smem};
+    bool compiled = false;
+    {
+      DeviceGuard guard(device);
+      HG_CUDA_CHECK(detail::flash_kernels_compiled_for_current_device(&compiled), kOp);
+    }
+    known[size_t(device)] = DeviceLimits{major, smem, compiled};
   }
   return *known[size_t(device)];
 }
 
 // t [N..., rows, E] as the kernels' [B, H, rows, E]: unit last stride, data and the other
-// strides on 8 elements (16-byte vectors). A view when t already is so, else a contiguous copy.
+// strides on 8 elements (16-byte vectors). A view when t already is so, else a copy into new
+// (aligned) memory: contiguous() would hand back a contiguous view that starts off the
+// 16-byte boundary (a narrow of a larger buffer) as it is.
 Tensor as_4d(const Tensor& t) {
   Tensor v = t;
   if (v.dim() == 2) {
@@ -57,7 +66,10 @@ Tensor as_4d(const Tensor& t) {
   }
   bool vectors = v.stride(3) == 1 && reinterpret_cast<uintptr_t>(v.data_ptr()) % 16 == 0;
   for (int64_t d = 0; d < 3; ++d) vectors = vectors && (v.size(d) == 1 || v.stride(d) % 8 == 0);
-  return vectors ? v : v.contiguous();
+  if (vectors) return v;
+  Tensor packed = empty(v.sizes(), v.options());
+  packed.copy_(v);
+  return packed;
 }
 
 detail::FlashStrides strides_of(const Tensor& t4) {
@@ -97,6 +109,7 @@ bool flash_attention_fits(const Tensor& q, const Tensor& k, const Tensor& v) {
   for (int64_t d = 0; d < dims - 2; ++d) {
     if (k.size(d) != q.size(d) || v.size(d) != q.size(d)) return false;
   }
+  if (q.numel() == 0 || k.numel() == 0 || v.numel() == 0) return false;  // the math path
   const int64_t E = q.size(-1), L = q.size(-2), S = k.size(-2);
   if (E % 8 != 0 || E < 8 || E > detail::kFlashMaxHead) return false;
   if (k.size(-1) != E || v.size(-1) != E || v.size(-2) != S || L < 1 || S < 1) return false;
@@ -104,7 +117,7 @@ bool flash_attention_fits(const Tensor& q, const Tensor& k, const Tensor& v) {
   const int64_t heads = q.numel() / (L * E);
   if (heads * ((std::max(L, S) + 63) / 64) >= (int64_t(1) << 31)) return false;
   const DeviceLimits limits = device_limits(q.device().index);
-  return limits.major >= 8 &&
+  return limits.major >= 8 && limits.compiled &&
          limits.smem_per_block >=
              std::max(detail::flash_forward_smem_bytes(E), detail::flash_backward_smem_bytes(E));
 }

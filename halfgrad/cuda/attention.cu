@@ -506,6 +506,15 @@ unsigned blocks_for(int64_t tiles, const FlashGeometry& g) { return unsigned(til
 
 }  // namespace
 
+cudaError_t flash_kernels_compiled_for_current_device(bool* compiled) {
+  cudaFuncAttributes attributes{};
+  const cudaError_t status = cudaFuncGetAttributes(&attributes, flash_forward_kernel<__half, 64>);
+  // The virtual architecture the kernel was compiled from (the JIT keeps it): 80 and up has
+  // the WMMA code, below that the __trap.
+  *compiled = status == cudaSuccess && attributes.ptxVersion >= 80;
+  return status;
+}
+
 int64_t flash_forward_smem_bytes(int64_t E) {
   if (E <= 32) return Layout<32>::kForward;
   if (E <= 64) return Layout<64>::kForward;

@@ -29,6 +29,10 @@ struct FlashGeometry {
   bool causal = false;  // key j > query i is masked (top-left aligned, as torch's is_causal)
 };
 
+// Whether the kernels this build holds for the current device come from code for compute
+// capability 8.0 or newer (a build for older targets only has them trap).
+cudaError_t flash_kernels_compiled_for_current_device(bool* compiled);
+
 // Shared memory the forward and the backward kernels ask for with head width E; the host checks
 // it against the device's opt-in limit before launching.
 int64_t flash_forward_smem_bytes(int64_t E);

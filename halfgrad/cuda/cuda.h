@@ -29,6 +29,9 @@ int current_device();
 void set_device(int device);
 // Waits until everything enqueued on every stream of `device` (-1: the current device) ran.
 void synchronize(int device = -1);
+// True while the calling thread's current stream of `device` (-1: the current device) is
+// capturing a CUDA graph (torch.cuda.is_current_stream_capturing). False without the backend.
+bool is_current_stream_capturing(int device = -1);
 
 // The caching allocator's counters for `device` (-1: the current device), in bytes:
 // memory_allocated is what live tensors hold, max_memory_allocated its peak since the start

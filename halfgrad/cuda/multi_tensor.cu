@@ -247,15 +247,16 @@ __global__ void __launch_bounds__(kBlock)
   const bool scaled = grad_scale != nullptr;
   const C inv_scale = scaled ? C(1.0 / static_cast<double>(*grad_scale)) : C(1);
   const C one_minus_beta1 = C(1 - a.beta1), beta2 = C(a.beta2), one_minus_beta2 = C(1 - a.beta2);
+  const double lr = a.lr_device != nullptr ? *a.lr_device : a.lr;
   const C eps = C(a.eps), weight_decay = C(a.weight_decay);
-  const C decay_factor = C(1 - a.lr * a.weight_decay);
+  const C decay_factor = C(1 - lr * a.weight_decay);
   const bool decay = weight_decay != C(0);
   const int64_t chunks = chunks_in(table);
   for (int64_t c = blockIdx.x; c < chunks; c += gridDim.x) {
     const Chunk k = chunk_at(table, c);
     // The step this update takes (1 on the first), from the count kept on the device.
     const double step = static_cast<double>(*table.steps[k.tensor]) + 1.0;
-    const C step_size = C(a.lr / (1.0 - pow(a.beta1, step)));
+    const C step_size = C(lr / (1.0 - pow(a.beta1, step)));
     const C bias_correction2_sqrt = C(sqrt(1.0 - pow(a.beta2, step)));
     T* param = static_cast<T*>(table.data[0][k.tensor]);
     const T* grad = static_cast<const T*>(table.data[1][k.tensor]);
@@ -304,7 +305,8 @@ __global__ void __launch_bounds__(kBlock)
   using C = compute_t<T>;
   const bool scaled = grad_scale != nullptr;
   const C inv_scale = scaled ? C(1.0 / static_cast<double>(*grad_scale)) : C(1);
-  const C lr = C(a.lr), momentum = C(a.momentum), damp = C(1 - a.dampening);
+  const C lr = C(a.lr_device != nullptr ? *a.lr_device : a.lr);
+  const C momentum = C(a.momentum), damp = C(1 - a.dampening);
   const C weight_decay = C(a.weight_decay);
   const bool decay = weight_decay != C(0);
   const int64_t chunks = chunks_in(table);

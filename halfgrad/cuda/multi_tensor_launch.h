@@ -95,9 +95,12 @@ cudaError_t launch_update_scale(float* scale, int32_t* growth_tracker, int32_t* 
 
 // ---- fused optimizers ------------------------------------------------------------------------
 
+// lr_device, when not null, is the lr read on the device in place of lr (NOTE [The lr on the
+// device] in optim/optimizer.h).
 struct AdamArgs {
   double lr, beta1, beta2, eps, weight_decay;
   bool decoupled_weight_decay, amsgrad, maximize;
+  const double* lr_device = nullptr;
 };
 // Lists: param, grad (both param_dtype), exp_avg, exp_avg_sq (state_dtype), and
 // max_exp_avg_sq when amsgrad; `steps` set. grad_scale (null: none) divides the gradients;
@@ -110,6 +113,7 @@ cudaError_t launch_fused_adam(const MultiTensorArgs& tensors, DType param_dtype,
 struct SGDArgs {
   double lr, momentum, dampening, weight_decay;
   bool nesterov, maximize;
+  const double* lr_device = nullptr;  // as AdamArgs'
 };
 // Lists: param, grad, and momentum_buffer when momentum != 0 (then `steps` set: a step count
 // of 0 means the buffer is not initialized yet, torch's first step). All of `dtype`.

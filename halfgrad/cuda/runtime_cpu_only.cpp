@@ -19,6 +19,7 @@ std::string describe() { return "halfgrad was built without its CUDA backend"; }
 int current_device() { no_cuda("current_device"); }
 void set_device(int) { no_cuda("set_device"); }
 void synchronize(int) { no_cuda("synchronize"); }
+bool is_current_stream_capturing(int) { return false; }
 int64_t memory_allocated(int) { no_cuda("memory_allocated"); }
 int64_t max_memory_allocated(int) { no_cuda("max_memory_allocated"); }
 int64_t memory_reserved(int) { no_cuda("memory_reserved"); }

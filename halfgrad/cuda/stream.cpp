@@ -73,6 +73,13 @@ void synchronize(int device) {
   detail::raise_device_error(device);
 }
 
+bool is_current_stream_capturing(int device) {
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  HG_CUDA_CHECK(cudaStreamIsCapturing(current_stream(device), &status),
+                "is_current_stream_capturing");
+  return status != cudaStreamCaptureStatusNone;
+}
+
 cudaStream_t current_stream(int device) {
   device = checked_device(device, "current_stream");
   if (cudaStream_t s = t_stream_override[size_t(device)]) return s;

@@ -322,7 +322,10 @@ void AdamBase::step_scaled_cuda(const Tensor& grad_scale, const Tensor& found_in
     }
     for (const auto& [index, tensors] : by_device) {
       const Device device(kCUDA, index);
-      cuda::fused_adam_(tensors, args, scalar_on(grad_scale, device), scalar_on(found_inf, device));
+      cuda::detail::AdamArgs on_device = args;
+      on_device.lr_device = device_lr(name_, g, device);
+      cuda::fused_adam_(tensors, on_device, scalar_on(grad_scale, device),
+                        scalar_on(found_inf, device));
     }
   }
 }

@@ -44,6 +44,7 @@ void LRScheduler::apply() {
     groups[g].options["lr"] = lr;
     last_lr_.push_back(lr);
   }
+  optimizer_.sync_device_options();  // NOTE [The lr on the device]
 }
 
 StepLR::StepLR(Optimizer& optimizer, int64_t step_size, double gamma)

@@ -5,6 +5,7 @@
 #include "halfgrad/autograd/grad_mode.h"
 #include "halfgrad/core/factory.h"
 #include "halfgrad/core/format.h"
+#include "halfgrad/cuda/cuda.h"
 
 #include <fmt/ranges.h>
 
@@ -121,6 +122,35 @@ Tensor Optimizer::scalar_on(const Tensor& t, Device device) {
   if (!t.defined() || (t.device() == device && t.dtype() == kFloat32)) return t;
   NoGradGuard no_grad;
   return t.to(device, kFloat32);
+}
+
+const double* Optimizer::device_lr(const char* optimizer, size_t group, Device device) {
+  const bool capturing = cuda::is_current_stream_capturing(device.index);
+  auto it = device_lrs_.find({group, device.index});
+  if (it == device_lrs_.end()) {
+    // Its state (buffers, step counts, this lr) is made by a step: made inside a capture, it
+    // would be made again, zeros and all, by every replay.
+    HG_CHECK(!capturing,
+             "{}: the first step of param group {} on {} is being captured into a CUDA graph; "
+             "take one step eagerly first (a warm-up), which makes the optimizer's state",
+             optimizer, group, device);
+    it = device_lrs_
+             .emplace(std::pair{group, device.index},
+                      empty({1}, {.dtype = kFloat64, .device = device}))
+             .first;
+  }
+  if (!capturing) it->second.fill_(groups_.at(group).options.at("lr"));
+  return it->second.data_ptr<double>();
+}
+
+void Optimizer::sync_device_options() {
+  for (auto& [key, lr] : device_lrs_) {
+    HG_CHECK(!cuda::is_current_stream_capturing(key.second),
+             "sync_device_options: cuda:{}'s current stream is capturing a CUDA graph; call it "
+             "between replays, outside the capture",
+             key.second);
+    lr.fill_(groups_.at(key.first).options.at("lr"));
+  }
 }
 
 void Optimizer::check_cuda_param(const char* optimizer, const Tensor& param, size_t group,

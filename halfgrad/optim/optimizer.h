@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "halfgrad/core/tensor.h"
@@ -88,6 +89,14 @@ class Optimizer {
   // Clears the gradients: undefined (set_to_none, PyTorch's default) or zero-filled.
   void zero_grad(bool set_to_none = true);
 
+  // NOTE [The lr on the device] The fused CUDA step reads each group's lr from a float64
+  // tensor on the device, which every eager step writes from the group's "lr" option. A step
+  // captured into a CUDA graph reads that tensor when replayed, so an lr changed later reaches
+  // the replays once written there: the LR schedulers write it (they call this), and so does
+  // this call for a change made by hand. Call it outside a capture. Nothing to do without
+  // CUDA parameters.
+  void sync_device_options();
+
   std::vector<ParamGroup>& param_groups() { return groups_; }
   const std::vector<ParamGroup>& param_groups() const { return groups_; }
   // Adds a group; options it does not set take the optimizer's defaults.
@@ -134,10 +143,16 @@ class Optimizer {
   // Throws unless `param` (index `index` of group `group`) is on a CUDA device.
   static void check_cuda_param(const char* optimizer, const Tensor& param, size_t group,
                                size_t index);
+  // For the CUDA path: group `group`'s lr on `device` (NOTE [The lr on the device]), written
+  // from its option unless the device's current stream is capturing a graph. `optimizer` names
+  // the caller in the error for a first step captured before any eager one.
+  const double* device_lr(const char* optimizer, size_t group, Device device);
 
   std::map<std::string, double> defaults_;
   std::vector<ParamGroup> groups_;
   std::vector<std::vector<ParamState>> state_;
+  // (group, CUDA device index) -> the group's lr there, float64 [1].
+  std::map<std::pair<size_t, int>, Tensor> device_lrs_;
 };
 
 }  // namespace hg::optim

@@ -248,7 +248,10 @@ void SGD::step_scaled_cuda(const Tensor& grad_scale, const Tensor& found_inf) {
     }
     for (const auto& [index, tensors] : by_device) {
       const Device device(kCUDA, index);
-      cuda::fused_sgd_(tensors, args, scalar_on(grad_scale, device), scalar_on(found_inf, device));
+      cuda::detail::SGDArgs on_device = args;
+      on_device.lr_device = device_lr("SGD", g, device);
+      cuda::fused_sgd_(tensors, on_device, scalar_on(grad_scale, device),
+                       scalar_on(found_inf, device));
     }
   }
 }

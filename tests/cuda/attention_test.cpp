@@ -88,6 +88,36 @@ TEST_CASE("fused attention reads strided heads as a GPT makes them", "[cuda][att
   check_attention({{1, 2, 40, 17}, {1, 2, 50, 17}, false}, kFloat16, narrowed);
 }
 
+TEST_CASE("fused attention copies operands that start off a 16-byte boundary",
+          "[cuda][attention]") {
+  HG_REQUIRE_CUDA();
+  manual_seed(35);
+  // Contiguous views 4 elements (8 bytes) into a buffer: the vector loads need a packed copy.
+  const int64_t L = 70, E = 64;
+  const auto offset_view = [](const Tensor& t) {
+    Tensor buffer = empty({t.numel() + 4}, t.options());
+    NoGradGuard no_grad;
+    buffer.narrow(0, 4, t.numel()).copy_(t.reshape({t.numel()}));
+    return buffer.narrow(0, 4, t.numel()).view(t.sizes());
+  };
+  const Tensor q = gpu_randn({2, L, E}, kFloat16), k = gpu_randn({2, L, E}, kFloat16),
+               v = gpu_randn({2, L, E}, kFloat16);
+  const Tensor y =
+      scaled_dot_product_flash_attention(offset_view(q), offset_view(k), offset_view(v), true);
+  const Tensor want = scaled_dot_product_attention(f64(q), f64(k), f64(v), {}, 0.0, true);
+  check_close(y, want, kFloat16, sum_tolerance(kFloat16, L), "offset operands");
+}
+
+TEST_CASE("fused attention of an empty batch gives empty results", "[cuda][attention]") {
+  HG_REQUIRE_CUDA();
+  Tensor q = gpu_randn({0, 4, 16, 64}, kBFloat16);
+  q.requires_grad_();
+  const Tensor y = scaled_dot_product_attention(q, q, q, {}, 0.0, true);
+  CHECK(y.sizes() == Shape{0, 4, 16, 64});
+  sum(y).backward();
+  CHECK(q.grad().sizes() == q.sizes());
+}
+
 TEST_CASE("fused attention gives the same bits every run", "[cuda][attention]") {
   HG_REQUIRE_CUDA();
   manual_seed(33);

@@ -3,7 +3,8 @@
 // unscale_ / clip_grad_norm_ / step / update, AdamW, captured into a CUDA graph and replayed.
 // Capturing fails on any host wait (a copy to the CPU, item(), a synchronize), so a capture
 // that succeeds is the proof; the replays must then train exactly as the same steps run
-// eagerly, including a batch with an inf whose step is skipped on the device.
+// eagerly, including a batch with an inf whose step is skipped on the device, and with an lr
+// schedule that changes the lr between replays.
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -91,6 +92,9 @@ TEST_CASE("a mixed-precision training step captures into a CUDA graph and replay
   }
   Trainer graphed(7);
   Trainer eager(7);
+  // The lr decays every 2 steps: the replays must see each new lr (NOTE [The lr on the device]).
+  optim::StepLR graphed_schedule(graphed.opt, 2, 0.7);
+  optim::StepLR eager_schedule(eager.opt, 2, 0.7);
 
   // The graph reads its batch from fixed memory, refilled before each replay.
   Tensor static_x = empty({8, 16}, {.dtype = kFloat32, .device = kGpu});
@@ -107,6 +111,8 @@ TEST_CASE("a mixed-precision training step captures into a CUDA graph and replay
     load(batches[size_t(i)]);
     graphed.step(static_x, static_y);
     eager.step(batches[size_t(i)].x, batches[size_t(i)].y);
+    graphed_schedule.step();
+    eager_schedule.step();
   }
   cuda::synchronize();
   std::vector<std::vector<float>> after_warmup;
@@ -124,12 +130,16 @@ TEST_CASE("a mixed-precision training step captures into a CUDA graph and replay
     load(batch);
     graph.replay();
     eager.step(batch.x, batch.y);
+    graphed_schedule.step();
+    eager_schedule.step();
     // The flag the captured step wrote in this replay (a host read, outside the graph).
     CHECK(graphed.scaler.last_step_skipped() == (i == kPoisoned));
     CHECK(eager.scaler.last_step_skipped() == (i == kPoisoned));
   }
   cuda::synchronize();
 
+  CHECK(graphed.opt.param_groups()[0].options.at("lr") ==
+        eager.opt.param_groups()[0].options.at("lr"));
   CHECK(graphed.scaler.get_scale() == eager.scaler.get_scale());
   CHECK(graphed.scaler.state_dict() == eager.scaler.state_dict());
   const std::vector<Tensor> got = graphed.model.parameters();
