@@ -651,11 +651,14 @@ Tensor gemm_2d_gelu(const Tensor& a, bool transpose_a, const Tensor& b, bool tra
   std::optional<DeviceGuard> guard;
   Tensor a_copy, b_copy;
   if (auto p = problem_2d(op, a, transpose_a, b, transpose_b, pre, bias, a_copy, b_copy, guard)) {
-    Tensor out = empty(pre.sizes(), pre.options());
-    Problem fused = *p;
-    fused.out = out.data_ptr();
-    fused.gelu_pre = pre.data_ptr();
-    if (run(fused, device, op)) return out;  // NOTE [GELU epilogue]
+    // cuBLASLt asks the auxiliary buffer's leading dim (N) to be a multiple of 8.
+    if (p->n % 8 == 0) {
+      Tensor out = empty(pre.sizes(), pre.options());
+      Problem fused = *p;
+      fused.out = out.data_ptr();
+      fused.gelu_pre = pre.data_ptr();
+      if (run(fused, device, op)) return out;  // NOTE [GELU epilogue]
+    }
     run_2d(*p, device, op);
   }
   return unary(kernel::Unary::GeluTanh, pre);

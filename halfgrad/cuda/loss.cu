@@ -177,12 +177,16 @@ __global__ void pointwise_loss_kernel(const Walk walk, LossOperand input, LossOp
                                       bool reduce, void* out, DType out_dtype, A* partials,
                                       DeviceErrorSlot* slot) {
   A sum = 0;
+  [[maybe_unused]] bool reported = false;
   for (int64_t i = grid_start(); i < walk.numel; i += grid_step()) {
     int64_t off[4];
     walk_offsets(walk, i, off);
     const A x = read<A>(input, off[0]);
     if constexpr (K == PointwiseLoss::BinaryCrossEntropy) {
-      if (!(x >= A(0) && x <= A(1))) {  // probabilities only; NaN fails too, as torch
+      // Probabilities only; NaN fails too, as torch. One report per thread at most (the slot
+      // is in host-mapped memory: an input of logits would make every element a report).
+      if (!(x >= A(0) && x <= A(1)) && !reported) {
+        reported = true;
         report_device_error(slot, DeviceError::BinaryCrossEntropyInput, 0,
                             __double_as_longlong(double(x)), 0);
       }

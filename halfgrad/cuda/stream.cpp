@@ -137,8 +137,10 @@ Graph::~Graph() {
   if (exec_) cudaGraphExecDestroy(exec_);
   if (graph_) cudaGraphDestroy(graph_);
   if (pool_ != 0) {
-    // A replay may still run: the pool's memory goes back once the stream is done with it.
-    cudaStreamSynchronize(stream_);
+    // A replay may still run, on whichever stream was current: the pool's memory goes back
+    // once the device is done with it.
+    DeviceGuard guard(device_);
+    cudaDeviceSynchronize();
     detail::release_graph_pool(device_, pool_);
   }
 }
@@ -170,7 +172,9 @@ void Graph::capture_end() {
 void Graph::replay() {
   HG_CHECK(exec_ != nullptr, "Graph::replay: expected a captured graph, got none");
   DeviceGuard guard(device_);
-  HG_CUDA_CHECK(cudaGraphLaunch(exec_, stream_), "Graph::replay");
+  // On the current stream, as torch's replay: in order with the copies that refill the
+  // graph's inputs and the writes of a new lr (NOTE [The lr on the device]) made before it.
+  HG_CUDA_CHECK(cudaGraphLaunch(exec_, current_stream(device_)), "Graph::replay");
 }
 
 // ---- device errors -----------------------------------------------------------------------

@@ -64,7 +64,8 @@ class Event {
 };
 
 // A CUDA graph of the work enqueued on the current stream between capture_begin and
-// capture_end; replay() enqueues all of it again with one launch. Memory the captured work
+// capture_end; replay() enqueues all of it again with one launch, on the stream current when
+// it is called (as torch.cuda.CUDAGraph.replay). Memory the captured work
 // allocates comes from a pool private to the graph (NOTE [Graph memory pools] in
 // allocator.cpp), so the addresses the graph baked in stay valid for every replay.
 // Capturing fails (hg::Error) when the captured work needs the host: a copy to the CPU,

@@ -1,5 +1,7 @@
 #include "halfgrad/nn/transformer.h"
 
+#include <typeinfo>
+
 #include "halfgrad/core/factory.h"
 #include "halfgrad/core/format.h"
 #include "halfgrad/nn/init.h"
@@ -67,10 +69,12 @@ Tensor Block::forward(const Tensor& x) {
   // The MLP's Linear and GELU as one op, linear_gelu (on a GPU the GELU runs in the GEMM's
   // epilogue), while the modules stay as they are (parameters mlp.0.* and mlp.2.*). An MLP
   // rebuilt otherwise, or with forward hooks on mlp, mlp.0 or mlp.1, runs module by module.
-  if (mlp->size() == 3 && !mlp->has_forward_hooks()) {
-    const auto* fc = dynamic_cast<const Linear*>((*mlp)[0].get());
-    const auto* act = dynamic_cast<const GELU*>((*mlp)[1].get());
-    if (fc != nullptr && act != nullptr && !fc->has_forward_hooks() && !act->has_forward_hooks()) {
+  // Exactly Linear and GELU: a subclass may compute something else in its forward.
+  if (mlp->size() == 3 && !mlp->has_forward_hooks() && typeid(*(*mlp)[0]) == typeid(Linear) &&
+      typeid(*(*mlp)[1]) == typeid(GELU)) {
+    const auto* fc = static_cast<const Linear*>((*mlp)[0].get());
+    const auto* act = static_cast<const GELU*>((*mlp)[1].get());
+    if (!fc->has_forward_hooks() && !act->has_forward_hooks()) {
       return y + (*(*mlp)[2])(linear_gelu(h, fc->weight, fc->bias, act->approximate));
     }
   }

@@ -290,6 +290,7 @@ void AdamBase::step_scaled_cuda(const Tensor& grad_scale, const Tensor& found_in
   for (size_t g = 0; g < groups_.size(); ++g) {
     const ParamGroup& group = groups_[g];
     check_adam_options(name_, group.options);
+    check_warmed_up(name_, g);
     const cuda::detail::AdamArgs args{
         group.options.at("lr"),           group.options.at("beta1"),
         group.options.at("beta2"),        group.options.at("eps"),
@@ -323,7 +324,7 @@ void AdamBase::step_scaled_cuda(const Tensor& grad_scale, const Tensor& found_in
     for (const auto& [index, tensors] : by_device) {
       const Device device(kCUDA, index);
       cuda::detail::AdamArgs on_device = args;
-      on_device.lr_device = device_lr(name_, g, device);
+      on_device.lr_device = device_lr(g, device);
       cuda::fused_adam_(tensors, on_device, scalar_on(grad_scale, device),
                         scalar_on(found_inf, device));
     }

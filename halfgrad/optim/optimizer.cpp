@@ -124,22 +124,31 @@ Tensor Optimizer::scalar_on(const Tensor& t, Device device) {
   return t.to(device, kFloat32);
 }
 
-const double* Optimizer::device_lr(const char* optimizer, size_t group, Device device) {
-  const bool capturing = cuda::is_current_stream_capturing(device.index);
-  auto it = device_lrs_.find({group, device.index});
-  if (it == device_lrs_.end()) {
-    // Its state (buffers, step counts, this lr) is made by a step: made inside a capture, it
-    // would be made again, zeros and all, by every replay.
-    HG_CHECK(!capturing,
+void Optimizer::check_warmed_up(const char* optimizer, size_t group) const {
+  for (const Tensor& param : groups_.at(group).params) {
+    if (!param.is_cuda() || !param.grad().defined()) continue;
+    const int device = param.device().index;
+    // The state (buffers, step counts, the lr on the device) is made by a step: made inside a
+    // capture, its initial values would be recorded, not written, and written again by every
+    // replay.
+    HG_CHECK(device_lrs_.count({group, device}) == 1 || !cuda::is_current_stream_capturing(device),
              "{}: the first step of param group {} on {} is being captured into a CUDA graph; "
              "take one step eagerly first (a warm-up), which makes the optimizer's state",
-             optimizer, group, device);
+             optimizer, group, param.device());
+  }
+}
+
+const double* Optimizer::device_lr(size_t group, Device device) {
+  auto it = device_lrs_.find({group, device.index});
+  if (it == device_lrs_.end()) {
     it = device_lrs_
              .emplace(std::pair{group, device.index},
                       empty({1}, {.dtype = kFloat64, .device = device}))
              .first;
   }
-  if (!capturing) it->second.fill_(groups_.at(group).options.at("lr"));
+  if (!cuda::is_current_stream_capturing(device.index)) {
+    it->second.fill_(groups_.at(group).options.at("lr"));
+  }
   return it->second.data_ptr<double>();
 }
 
@@ -271,6 +280,7 @@ void Optimizer::load_state_dict(const OptimizerStateDict& state_dict) {
     }
   }
   state_ = std::move(new_state);
+  sync_device_options();  // a loaded lr reaches captured steps too
 }
 
 }  // namespace hg::optim

@@ -143,10 +143,13 @@ class Optimizer {
   // Throws unless `param` (index `index` of group `group`) is on a CUDA device.
   static void check_cuda_param(const char* optimizer, const Tensor& param, size_t group,
                                size_t index);
+  // For the CUDA path, before a step of `group` makes any state: throws when the step would be
+  // the group's first on a device whose current stream is capturing a graph (`optimizer`
+  // names the caller).
+  void check_warmed_up(const char* optimizer, size_t group) const;
   // For the CUDA path: group `group`'s lr on `device` (NOTE [The lr on the device]), written
-  // from its option unless the device's current stream is capturing a graph. `optimizer` names
-  // the caller in the error for a first step captured before any eager one.
-  const double* device_lr(const char* optimizer, size_t group, Device device);
+  // from its option unless the device's current stream is capturing a graph.
+  const double* device_lr(size_t group, Device device);
 
   std::map<std::string, double> defaults_;
   std::vector<ParamGroup> groups_;

@@ -218,6 +218,7 @@ void SGD::step_scaled_cuda(const Tensor& grad_scale, const Tensor& found_inf) {
   for (size_t g = 0; g < groups_.size(); ++g) {
     const ParamGroup& group = groups_[g];
     const SGDStep s = sgd_step_of(group.options, 1.0);
+    check_warmed_up("SGD", g);
     const cuda::detail::SGDArgs args{s.lr,           s.momentum, s.dampening,
                                      s.weight_decay, s.nesterov, s.maximize};
     std::map<int, cuda::SGDTensors> by_device;
@@ -249,7 +250,7 @@ void SGD::step_scaled_cuda(const Tensor& grad_scale, const Tensor& found_inf) {
     for (const auto& [index, tensors] : by_device) {
       const Device device(kCUDA, index);
       cuda::detail::SGDArgs on_device = args;
-      on_device.lr_device = device_lr("SGD", g, device);
+      on_device.lr_device = device_lr(g, device);
       cuda::fused_sgd_(tensors, on_device, scalar_on(grad_scale, device),
                        scalar_on(found_inf, device));
     }

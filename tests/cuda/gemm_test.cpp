@@ -175,8 +175,9 @@ TEST_CASE("CUDA GEMM gradients match float64", "[cuda][gemm]") {
         {gpu_randn({2, m, k}, dtype), gpu_randn({n, k}, dtype), gpu_randn({n}, dtype)},
         gpu_randn({2, m, n}, dtype),
         [](const std::vector<Tensor>& t) { return linear(t[0], t[1], t[2]); }, "linear, 3-D input");
-    // N = 16 and N = 9: a leading dim the GELU epilogue takes, and one it may not (then the
-    // GEMM and the GELU kernel run apart); the gradient goes through the saved pre-activation.
+    // N = 16 and N = 9: a leading dim the GELU epilogue takes, and one it does not (a multiple
+    // of 8 is needed: the GEMM and the GELU kernel run apart); the gradient goes through the
+    // saved pre-activation.
     for (int64_t width : {int64_t(16), n}) {
       compare(
           {gpu_randn({2, m, k}, dtype), gpu_randn({width, k}, dtype), gpu_randn({width}, dtype)},
