@@ -428,7 +428,9 @@ void copy_elements(const Tensor& dst, const Tensor& src) {
     return;
   }
   const ElementwiseArgs args = make_elementwise_args(dst.sizes(), {&dst, &src}, "copy_");
-  if (args.contiguous && dst.dtype() == src.dtype()) {  // both dense in one order (two .t())
+  // Both dense in one order (two .t()). Not a source of stride 0 (an expanded scalar: the walk
+  // marks it in `scalars`), which holds one element for all of dst.
+  if (args.contiguous && args.scalars == 0 && dst.dtype() == src.dtype()) {
     HG_CUDA_CHECK(
         cudaMemcpyAsync(args.data[0], args.data[1], dst.nbytes(), cudaMemcpyDeviceToDevice, stream),
         "copy_");

@@ -307,6 +307,9 @@ Tensor index_put(const Tensor& self, std::span<const Tensor> indices, const Tens
                  bool accumulate) {
   const auto [B, indexed] = cpu::index_checks::check_index_put(self, indices, values, kCUDA);
   const int64_t K = int64_t(indices.size());
+  HG_CHECK(K <= detail::kMaxDims,
+           "index_put: expected at most {} index tensors on CUDA, got {} (for self of shape {})",
+           detail::kMaxDims, K, self.sizes());
 
   DeviceGuard guard(self.device().index);
   const cudaStream_t stream = current_stream();

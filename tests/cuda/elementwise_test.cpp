@@ -587,6 +587,14 @@ TEST_CASE("cuda copy_elements: every dtype pair, contiguous and strided", "[cuda
       Tensor spread_want = empty({4, 6}, to);
       spread_want.copy_(row.expand({4, 6}));
       require_same_bits(spread, spread_want);
+
+      // An expanded 0-d source: one dim, dense for dst, stride 0 for the source.
+      const Tensor one = source(from, {1}).reshape({});
+      Tensor filled = empty({1000}, {.dtype = to, .device = kCUDA});
+      cuda::copy_elements(filled, to_cuda(one).expand({1000}));
+      Tensor filled_want = empty({1000}, to);
+      filled_want.copy_(one.expand({1000}));
+      require_same_bits(filled, filled_want);
     }
   }
   // Transposing copies (NOTE [Transposing copies]): sizes not multiples of the 32 x 32 tile,

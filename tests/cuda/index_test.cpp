@@ -274,6 +274,14 @@ TEST_CASE("cuda embedding's backward matches float64, padding rows get nothing",
 
 // ---- index_put -----------------------------------------------------------------------------
 
+TEST_CASE("cuda index_put refuses more index tensors than its kernels take", "[cuda]") {
+  HG_REQUIRE_CUDA();
+  const Tensor self = to_cuda(zeros(Shape(9, 2)));
+  std::vector<Tensor> indices(9, to_cuda(zeros({}, kInt64)));
+  CHECK_THAT(error_of([&] { index_put(self, indices, to_cuda(ones({}))); }),
+             Contains("index_put: expected at most 8 index tensors on CUDA, got 9"));
+}
+
 TEST_CASE("cuda index_put matches the CPU: last write wins, duplicates accumulate", "[cuda]") {
   HG_REQUIRE_CUDA();
   PoisonCudaAllocations poison;
