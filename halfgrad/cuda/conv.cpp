@@ -141,12 +141,20 @@ const char* direction_name(Direction d) {
   return "forward";
 }
 
-// Everything an algorithm choice depends on (cuDNN convolutions are always on dense NCHW).
+// Everything an algorithm choice depends on (cuDNN convolutions are always on dense NCHW):
+// the shapes, and the operands' alignments (a view into a larger buffer, or a chunk of images,
+// may start off the boundary a tensor-core algorithm needs).
 struct ConvKey {
   int direction = 0, dtype = 0, math = 0;
-  std::array<int64_t, 14> sizes{};  // N C H W O kH kW sH sW pH pW dH dW groups
+  std::array<int64_t, 14> sizes{};   // N C H W O kH kW sH sW pH pW dH dW groups
+  std::array<uint32_t, 3> aligns{};  // in0, in1, out: the largest power of two up to 256
   auto operator<=>(const ConvKey&) const = default;
 };
+
+uint32_t alignment_of(const void* p) {
+  const uint64_t bits = uint64_t(reinterpret_cast<uintptr_t>(p)) | 256u;
+  return uint32_t(bits & (~bits + 1));
+}
 
 struct ConvChoice {
   int algo = 0;
@@ -385,24 +393,46 @@ void run_conv(Direction d, const ConvGeometry& g, int64_t n, DType dtype, Device
       int(d),
       int(dtype),
       int(math_type(dtype)),
-      {n, g.C, g.H, g.W, g.O, g.kH, g.kW, g.sH, g.sW, g.pH, g.pW, g.dH, g.dW, g.groups}};
+      {n, g.C, g.H, g.W, g.O, g.kH, g.kW, g.sH, g.sW, g.pH, g.pW, g.dH, g.dW, g.groups},
+      {alignment_of(pointers.in0), alignment_of(pointers.in1), alignment_of(pointers.out)}};
   if (auto it = state.choices.find(key); it != state.choices.end()) {
     const Tensor workspace = workspace_tensor(it->second.workspace_bytes, device);
-    HG_CUDNN_CHECK(execute(d, state.handle, ds, dtype, it->second.algo,
-                           workspace.defined() ? workspace.data_ptr() : nullptr,
-                           it->second.workspace_bytes, pointers),
-                   op);
-    return;
+    const cudnnStatus_t status = execute(d, state.handle, ds, dtype, it->second.algo,
+                                         workspace.defined() ? workspace.data_ptr() : nullptr,
+                                         it->second.workspace_bytes, pointers);
+    if (status == CUDNN_STATUS_SUCCESS) return;
+    if (!refused(status)) throw_cudnn_error(status, op, "a convolution");
+    state.choices.erase(it);  // refused after all: search again
+  }
+  // Candidates are tried on scratch memory when the call accumulates into out (backward
+  // filter's later chunks): one that fails after launching part of its work must not have
+  // added that part to the result.
+  Tensor scratch;
+  ConvPointers trial = pointers;
+  if (pointers.accumulate) {
+    const int64_t dw_bytes = g.O * g.Cg * g.kH * g.kW * int64_t(element_size(dtype));
+    scratch = workspace_tensor(size_t(dw_bytes), device);
+    trial.out = scratch.data_ptr();
+    trial.accumulate = false;
   }
   cudnnStatus_t last = CUDNN_STATUS_NOT_SUPPORTED;
   for (const Candidate& candidate : candidates(d, state.handle, ds, op)) {
     size_t bytes = 0;
     last = workspace_size(d, state.handle, ds, candidate.algo, &bytes);
     if (last != CUDNN_STATUS_SUCCESS || bytes > kMaxWorkspaceBytes) continue;
-    const Tensor workspace = workspace_tensor(bytes, device);
-    last = execute(d, state.handle, ds, dtype, candidate.algo,
-                   workspace.defined() ? workspace.data_ptr() : nullptr, bytes, pointers);
+    Tensor workspace;
+    try {
+      workspace = workspace_tensor(bytes, device);
+    } catch (const Error&) {
+      continue;  // no memory for this candidate's workspace: the next may need less
+    }
+    void* const space = workspace.defined() ? workspace.data_ptr() : nullptr;
+    last = execute(d, state.handle, ds, dtype, candidate.algo, space, bytes, trial);
     if (last == CUDNN_STATUS_SUCCESS) {
+      if (pointers.accumulate) {
+        HG_CUDNN_CHECK(execute(d, state.handle, ds, dtype, candidate.algo, space, bytes, pointers),
+                       op);
+      }
       state.choices.emplace(key, ConvChoice{candidate.algo, bytes});
       return;
     }

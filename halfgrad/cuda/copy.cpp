@@ -94,12 +94,13 @@ Tensor to_cpu(const Tensor& src) {
   DeviceGuard guard(device);
   cudaStream_t stream = current_stream(device);
   if (n >= kStagedCopyBytes) {
+    // The buffer goes back only once its bytes are read out (on any outcome).
     StagingBuffers::Buffer* b = StagingBuffers::instance().acquire(n);
-    HG_CUDA_CHECK(cudaMemcpyAsync(b->host, s.data_ptr(), n, cudaMemcpyDeviceToHost, stream),
-                  "to(cpu)");
+    cudaError_t status = cudaMemcpyAsync(b->host, s.data_ptr(), n, cudaMemcpyDeviceToHost, stream);
+    if (status == cudaSuccess) status = cudaStreamSynchronize(stream);
+    if (status == cudaSuccess) std::memcpy(out.data_ptr(), b->host, n);
     StagingBuffers::instance().release(b, stream);
-    HG_CUDA_CHECK(cudaStreamSynchronize(stream), "to(cpu)");
-    std::memcpy(out.data_ptr(), b->host, n);
+    HG_CUDA_CHECK(status, "to(cpu)");
   } else if (n > 0) {
     HG_CUDA_CHECK(cudaMemcpyAsync(out.data_ptr(), s.data_ptr(), n, cudaMemcpyDeviceToHost, stream),
                   "to(cpu)");
@@ -118,6 +119,12 @@ Tensor to_cuda_from_cpu(const Tensor& src, int device) {
   if (n == 0) return out;
   DeviceGuard guard(device);
   cudaStream_t stream = current_stream(device);
+  // A captured copy would read its host source at every replay, long after this call: refuse
+  // it, for pinned staging (reused meanwhile) and pageable memory (CUDA refuses it) alike.
+  HG_CHECK(!is_current_stream_capturing(device),
+           "to(cuda): a copy from the CPU cannot be captured into a CUDA graph (its source "
+           "would be read again at every replay); copy into a CUDA tensor before "
+           "capture_begin and refill it with copy_ between replays");
   if (n >= kStagedCopyBytes) {
     StagingBuffers::Buffer* b = StagingBuffers::instance().acquire(n);
     std::memcpy(b->host, s.data_ptr(), n);
@@ -150,7 +157,10 @@ Tensor to_other_cuda(const Tensor& src, int device) {
   if (n == 0) return out;
   const int from = s.device().index;
   cudaStream_t target = current_stream(device), source = current_stream(from);
-  stream_wait(source, target, "to(cuda)");  // out's block may have been in use on the target
+  {
+    DeviceGuard on_target(device);            // the event must belong to the stream's device
+    stream_wait(source, target, "to(cuda)");  // out's block may have been in use on the target
+  }
   DeviceGuard guard(from);
   HG_CUDA_CHECK(cudaMemcpyPeerAsync(out.data_ptr(), device, s.data_ptr(), from, n, source),
                 "to(cuda)");

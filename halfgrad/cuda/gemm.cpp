@@ -27,10 +27,11 @@
 // - One 32 MiB workspace per device and stream, allocated with hg::empty on first use and kept
 //   for the life of the process. Per stream rather than per device, because two streams
 //   running GEMMs at once must not share scratch memory; halfgrad runs on one stream per
-//   device unless a StreamGuard says otherwise, so in practice it is one per device. No
-//   workspace is allocated while the stream is being captured into a CUDA graph (the memory
-//   would come from the graph's pool): such a call runs without one. (A stream destroyed with
-//   GEMMs still pending, and a new one created at the same address, would share one.)
+//   device unless a StreamGuard says otherwise, so in practice it is one per device. A GEMM
+//   captured into a CUDA graph runs without one: a new one would come from the graph's pool,
+//   and the stream's own would be shared by replays (on whichever stream is current then) and
+//   the eager GEMMs of its stream. (A stream destroyed with GEMMs still pending, and a new one
+//   created at the same address, would share one.)
 // - The algorithm cuBLASLt's heuristic picks is cached per device, keyed by all it depends on
 //   (dtype and compute type, transposes, sizes, leading dims, batch strides, epilogue,
 //   pointer alignments, workspace size): after the first call of a shape, a GEMM costs a map
@@ -194,12 +195,12 @@ DeviceGemm& device_gemm(int device, const char* op) {
 // The workspace of `stream` (state.mutex held): its address, 256-byte aligned, or null while
 // the stream captures a graph and has none yet.
 void* workspace_of(DeviceGemm& state, int device, cudaStream_t stream, const char* op) {
-  if (auto it = state.workspaces.find(stream); it != state.workspaces.end()) {
-    return it->second.aligned;
-  }
   cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
   HG_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture), op);
   if (capture != cudaStreamCaptureStatusNone) return nullptr;
+  if (auto it = state.workspaces.find(stream); it != state.workspaces.end()) {
+    return it->second.aligned;
+  }
   Workspace workspace;
   workspace.memory = empty({int64_t((kWorkspaceBytes + kWorkspaceAlignment) / sizeof(float))},
                            {.dtype = kFloat32, .device = Device(kCUDA, device)});

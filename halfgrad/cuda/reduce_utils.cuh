@@ -42,7 +42,11 @@ __device__ __forceinline__ bool is_nan(V v) {
 }
 template <class V>
 __device__ __forceinline__ bool is_inf(V v) {
-  return v == std::numeric_limits<V>::infinity() || v == -std::numeric_limits<V>::infinity();
+  if constexpr (std::is_floating_point_v<V>) {
+    return v == std::numeric_limits<V>::infinity() || v == -std::numeric_limits<V>::infinity();
+  } else {
+    return false;  // (numeric_limits<int>::infinity() is 0)
+  }
 }
 
 // 16 bytes of T, for vector loads and stores.

@@ -134,6 +134,17 @@ float Event::elapsed_ms(const Event& end) const {
 // ---- graphs ------------------------------------------------------------------------------
 
 Graph::~Graph() {
+  if (pool_ != 0 && exec_ == nullptr) {
+    // Destroyed during its capture (an exception between capture_begin and capture_end): end
+    // the capture and drop what it recorded, so that the stream and the allocator work again.
+    DeviceGuard guard(device_);
+    detail::end_graph_pool(device_, pool_);
+    cudaGraph_t partial = nullptr;
+    if (cudaStreamEndCapture(stream_, &partial) == cudaSuccess && partial != nullptr) {
+      cudaGraphDestroy(partial);
+    }
+    cudaGetLastError();  // an invalidated capture reports here; nothing more to do with it
+  }
   if (exec_) cudaGraphExecDestroy(exec_);
   if (graph_) cudaGraphDestroy(graph_);
   if (pool_ != 0) {

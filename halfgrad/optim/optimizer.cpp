@@ -125,16 +125,25 @@ Tensor Optimizer::scalar_on(const Tensor& t, Device device) {
 }
 
 void Optimizer::check_warmed_up(const char* optimizer, size_t group) const {
-  for (const Tensor& param : groups_.at(group).params) {
+  const ParamGroup& g = groups_.at(group);
+  const std::vector<std::string> names = state_buffer_names(g);
+  const bool counts = keeps_step() || !names.empty();  // SGD counts for its momentum buffer
+  for (size_t i = 0; i < g.params.size(); ++i) {
+    const Tensor& param = g.params[i];
     if (!param.is_cuda() || !param.grad().defined()) continue;
-    const int device = param.device().index;
-    // The state (buffers, step counts, the lr on the device) is made by a step: made inside a
-    // capture, its initial values would be recorded, not written, and written again by every
-    // replay.
-    HG_CHECK(device_lrs_.count({group, device}) == 1 || !cuda::is_current_stream_capturing(device),
-             "{}: the first step of param group {} on {} is being captured into a CUDA graph; "
-             "take one step eagerly first (a warm-up), which makes the optimizer's state",
-             optimizer, group, param.device());
+    // The state (buffers, step counts, the lr on the device) is made by a parameter's first
+    // step: made inside a capture, its initial values would be recorded, not written, and
+    // written again by every replay.
+    bool ready = device_lrs_.count({group, param.device().index}) == 1;
+    const ParamState* s =
+        group < state_.size() && i < state_[group].size() ? &state_[group][i] : nullptr;
+    for (const std::string& name : names) ready = ready && s && s->buffers.count(name) == 1;
+    if (counts) ready = ready && s && s->device_step.defined();
+    HG_CHECK(ready || !cuda::is_current_stream_capturing(param.device().index),
+             "{}: the first step of parameter {} of param group {} on {} is being captured into "
+             "a CUDA graph; take one step eagerly first (a warm-up) in which it has a gradient, "
+             "which makes its optimizer state",
+             optimizer, i, group, param.device());
   }
 }
 

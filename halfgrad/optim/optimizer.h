@@ -144,8 +144,8 @@ class Optimizer {
   static void check_cuda_param(const char* optimizer, const Tensor& param, size_t group,
                                size_t index);
   // For the CUDA path, before a step of `group` makes any state: throws when the step would be
-  // the group's first on a device whose current stream is capturing a graph (`optimizer`
-  // names the caller).
+  // the first of one of its parameters with a gradient (no state yet) on a device whose
+  // current stream is capturing a graph (`optimizer` names the caller).
   void check_warmed_up(const char* optimizer, size_t group) const;
   // For the CUDA path: group `group`'s lr on `device` (NOTE [The lr on the device]), written
   // from its option unless the device's current stream is capturing a graph.
