@@ -37,3 +37,27 @@ TEST_CASE("second derivatives through create_graph", "[gradcheck]") {
       },
       {z}));
 }
+
+TEST_CASE("second derivatives of the fused ops through create_graph", "[gradcheck]") {
+  // Their recorded backward recomputes what the first-order one reads from saved results (the
+  // pre-activation, the attention weights), so that it reaches every input again.
+  const Inputs linear_inputs{testing::input({2, 3}), testing::input({4, 3}), testing::input({4})};
+  CHECK_NOTHROW(autograd::gradcheck(
+      [](const Inputs& in) {
+        const Tensor y =
+            sum(mul(linear_gelu(in[0], in[1], in[2]), linear_gelu(in[0], in[1], in[2])));
+        const std::vector<Tensor> g = autograd::grad({y}, {in[0], in[1], in[2]}, {}, true, true);
+        return add(sum(g[0]), add(sum(g[1]), sum(g[2])));
+      },
+      linear_inputs));
+  const Inputs attention_inputs{testing::input({2, 3, 4}), testing::input({2, 5, 4}),
+                                testing::input({2, 5, 4})};
+  CHECK_NOTHROW(autograd::gradcheck(
+      [](const Inputs& in) {
+        const Tensor out = scaled_dot_product_flash_attention(in[0], in[1], in[2], true);
+        const Tensor y = sum(mul(out, out));
+        const std::vector<Tensor> g = autograd::grad({y}, {in[0], in[1], in[2]}, {}, true, true);
+        return add(sum(mul(g[0], g[0])), add(sum(mul(g[1], g[1])), sum(mul(g[2], g[2]))));
+      },
+      attention_inputs));
+}
