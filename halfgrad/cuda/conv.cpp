@@ -151,10 +151,7 @@ struct ConvKey {
   auto operator<=>(const ConvKey&) const = default;
 };
 
-uint32_t alignment_of(const void* p) {
-  const uint64_t bits = uint64_t(reinterpret_cast<uintptr_t>(p)) | 256u;
-  return uint32_t(bits & (~bits + 1));
-}
+using detail::alignment_of;
 
 struct ConvChoice {
   int algo = 0;

@@ -210,13 +210,7 @@ void* workspace_of(DeviceGemm& state, int device, cudaStream_t stream, const cha
   return state.workspaces.emplace(stream, std::move(workspace)).first->second.aligned;
 }
 
-// The largest power of two (at most 256) dividing the address and the batch stride in bytes:
-// the alignment every matrix of the batch has.
-uint32_t alignment_of(const void* data, int64_t batch_stride_bytes) {
-  const uint64_t bits =
-      uint64_t(reinterpret_cast<uintptr_t>(data)) | uint64_t(batch_stride_bytes) | 256u;
-  return uint32_t(bits & (~bits + 1));
-}
+using detail::alignment_of;
 
 cudaDataType_t cuda_data_type(DType dtype) {
   switch (dtype) {

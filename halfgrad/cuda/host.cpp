@@ -36,6 +36,12 @@ void check_cuda_tensor(const Tensor& t, const char* op, const char* what) {
            t.device());
 }
 
+uint32_t alignment_of(const void* data, int64_t batch_stride_bytes) {
+  const uint64_t bits =
+      uint64_t(reinterpret_cast<uintptr_t>(data)) | uint64_t(batch_stride_bytes) | 256u;
+  return uint32_t(bits & (~bits + 1));
+}
+
 TensorArg tensor_arg(const Tensor& t, const char* op) {
   check_cuda_tensor(t, op, "the tensor");
   TensorArg arg;

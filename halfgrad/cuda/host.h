@@ -27,6 +27,11 @@ namespace hg::cuda::detail {
 // a CUDA device.
 TensorArg tensor_arg(const Tensor& t, const char* op);
 
+// The largest power of two, at most 256, dividing the address and the stride in bytes between
+// the matrices of a batch (0: one matrix): the alignment every one of them has, for the plan
+// caches of cuBLASLt and cuDNN.
+uint32_t alignment_of(const void* data, int64_t batch_stride_bytes = 0);
+
 // Throws unless t is defined and on a CUDA device; `what` names it ("the input", "weight").
 void check_cuda_tensor(const Tensor& t, const char* op, const char* what);
 
