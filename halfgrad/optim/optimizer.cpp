@@ -126,11 +126,21 @@ Tensor Optimizer::scalar_on(const Tensor& t, Device device) {
 
 void Optimizer::check_warmed_up(const char* optimizer, size_t group) const {
   const ParamGroup& g = groups_.at(group);
+  // Only a capture needs the state to exist: asked once per device, so that an eager step
+  // does no more than that.
+  std::map<int, bool> capturing;
+  auto is_capturing = [&](int device) {
+    auto [it, added] = capturing.try_emplace(device, false);
+    if (added) it->second = cuda::is_current_stream_capturing(device);
+    return it->second;
+  };
   const std::vector<std::string> names = state_buffer_names(g);
   const bool counts = keeps_step() || !names.empty();  // SGD counts for its momentum buffer
   for (size_t i = 0; i < g.params.size(); ++i) {
     const Tensor& param = g.params[i];
-    if (!param.is_cuda() || !param.grad().defined()) continue;
+    if (!param.is_cuda() || !param.grad().defined() || !is_capturing(param.device().index)) {
+      continue;
+    }
     // The state (buffers, step counts, the lr on the device) is made by a parameter's first
     // step: made inside a capture, its initial values would be recorded, not written, and
     // written again by every replay.
@@ -139,7 +149,7 @@ void Optimizer::check_warmed_up(const char* optimizer, size_t group) const {
         group < state_.size() && i < state_[group].size() ? &state_[group][i] : nullptr;
     for (const std::string& name : names) ready = ready && s && s->buffers.count(name) == 1;
     if (counts) ready = ready && s && s->device_step.defined();
-    HG_CHECK(ready || !cuda::is_current_stream_capturing(param.device().index),
+    HG_CHECK(ready,
              "{}: the first step of parameter {} of param group {} on {} is being captured into "
              "a CUDA graph; take one step eagerly first (a warm-up) in which it has a gradient, "
              "which makes its optimizer state",
