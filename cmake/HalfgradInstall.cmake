@@ -11,9 +11,15 @@ install(TARGETS halfgrad EXPORT halfgradTargets
   LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
   RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR}
   INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
-install(DIRECTORY "${PROJECT_SOURCE_DIR}/halfgrad/" DESTINATION "${CMAKE_INSTALL_INCLUDEDIR}/halfgrad"
-  FILES_MATCHING PATTERN "*.h" PATTERN "*.def")
-install(FILES "${PROJECT_BINARY_DIR}/include/halfgrad/config.h"
+# Each module's headers (and the op list) to include/halfgrad/<module>/, the umbrella header and
+# the generated config.h beside them: the layout of the build tree's include folder (NOTE
+# [Include root] in HalfgradLibrary.cmake).
+foreach(_hg_module IN LISTS HALFGRAD_MODULES ITEMS cuda)
+  install(DIRECTORY "${PROJECT_SOURCE_DIR}/${_hg_module}/"
+    DESTINATION "${CMAKE_INSTALL_INCLUDEDIR}/halfgrad/${_hg_module}"
+    FILES_MATCHING PATTERN "*.h" PATTERN "*.def")
+endforeach()
+install(FILES "${PROJECT_SOURCE_DIR}/halfgrad.h" "${HALFGRAD_INCLUDE_ROOT}/halfgrad/config.h"
   DESTINATION "${CMAKE_INSTALL_INCLUDEDIR}/halfgrad")
 if(HALFGRAD_BUILD_TOOLS)
   install(TARGETS hg-info hg-ops RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})

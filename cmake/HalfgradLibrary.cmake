@@ -1,0 +1,56 @@
+# The halfgrad library: one static target, halfgrad::halfgrad, built from the module folders at
+# the top of the repository (core/, cpu/, cuda/, autograd/, ops/, nn/, optim/, amp/,
+# io/; docs/design.md §1 has their layer order).
+
+include(GNUInstallDirs)
+
+set(HALFGRAD_MODULES core cpu autograd ops nn optim amp io)
+
+# NOTE [Include root] Every include reads <halfgrad/core/tensor.h>, in this tree as in an
+# installed prefix. The modules sit at the top of the repository, so the build tree gets an
+# include folder of its own, build/include/halfgrad/, whose entries are links to the module
+# folders (and to halfgrad.h), beside the generated config.h; the install rules
+# (HalfgradInstall.cmake) copy each module's headers to include/halfgrad/<module>/.
+set(HALFGRAD_INCLUDE_ROOT "${PROJECT_BINARY_DIR}/include")
+file(MAKE_DIRECTORY "${HALFGRAD_INCLUDE_ROOT}/halfgrad")
+foreach(_hg_entry IN LISTS HALFGRAD_MODULES ITEMS cuda halfgrad.h)
+  file(CREATE_LINK "${PROJECT_SOURCE_DIR}/${_hg_entry}" "${HALFGRAD_INCLUDE_ROOT}/halfgrad/${_hg_entry}"
+       SYMBOLIC)
+endforeach()
+configure_file("${PROJECT_SOURCE_DIR}/cmake/config.h.in" "${HALFGRAD_INCLUDE_ROOT}/halfgrad/config.h"
+               @ONLY)
+
+set(_hg_source_globs "")
+foreach(_hg_module IN LISTS HALFGRAD_MODULES)
+  list(APPEND _hg_source_globs "${PROJECT_SOURCE_DIR}/${_hg_module}/*.cpp")
+endforeach()
+file(GLOB HALFGRAD_SOURCES CONFIGURE_DEPENDS ${_hg_source_globs})
+
+add_library(halfgrad STATIC ${HALFGRAD_SOURCES})
+add_library(halfgrad::halfgrad ALIAS halfgrad)
+set_target_properties(halfgrad PROPERTIES POSITION_INDEPENDENT_CODE ON)
+target_include_directories(halfgrad PUBLIC
+  $<BUILD_INTERFACE:${HALFGRAD_INCLUDE_ROOT}>
+  $<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}>)
+target_compile_features(halfgrad PUBLIC cxx_std_20)
+target_link_libraries(halfgrad
+  PUBLIC fmt::fmt Threads::Threads OpenMP::OpenMP_CXX
+  PRIVATE $<BUILD_INTERFACE:halfgrad_build_flags>)
+
+# Eigen (header-only) runs the float64 GEMM, and float32 where oneDNN is absent; only the
+# library's own sources see it, so an installed consumer needs no Eigen.
+find_package(Eigen3 3.4 REQUIRED NO_MODULE)
+target_link_libraries(halfgrad PRIVATE $<BUILD_INTERFACE:Eigen3::Eigen>)
+
+# nlohmann-json (header-only) reads and writes the safetensors headers in io/; no public
+# header includes it.
+find_package(nlohmann_json 3.10 REQUIRED)
+target_link_libraries(halfgrad PRIVATE $<BUILD_INTERFACE:nlohmann_json::nlohmann_json>)
+
+if(HALFGRAD_HAS_ONEDNN)
+  target_link_libraries(halfgrad PRIVATE $<BUILD_INTERFACE:halfgrad_dnnl>)
+  # A static library carries its link dependencies; an installed consumer links libdnnl too.
+  target_link_libraries(halfgrad INTERFACE $<INSTALL_INTERFACE:${HALFGRAD_DNNL_LIBRARY}>)
+endif()
+
+add_subdirectory(cuda)
