@@ -10,17 +10,12 @@
 
 #include "halfgrad/core/cast.h"
 #include "halfgrad/core/convert.h"
+#include "halfgrad/core/device_hooks.h"
 #include "halfgrad/core/factory.h"
 #include "halfgrad/core/format.h"
 #include "halfgrad/core/strided_loop.h"
 #include "halfgrad/core/tensor.h"
 #include "halfgrad/core/view.h"
-
-#include "halfgrad/config.h"
-#if HALFGRAD_HAS_CUDA
-#include "halfgrad/cuda/copy.h"
-#include "halfgrad/cuda/elementwise.h"
-#endif
 
 namespace hg {
 
@@ -115,15 +110,13 @@ bool has_internal_overlap(const Tensor& t) {
 
 // Copies src (already of dst's shape) into dst; no checks, no version bump.
 void copy_elements(const Tensor& dst, const Tensor& src) {
-#if HALFGRAD_HAS_CUDA
   if (dst.is_cuda()) {
     // NOTE [Float to integer on CUDA] The CPU checks that floating values fit the integer
     // dtype they are copied to; on CUDA that check would read the values on the host (a sync
     // per copy), so the conversion saturates instead, NaN giving 0.
-    cuda::copy_elements(dst, src);
+    device_hooks(kCUDA)->copy_elements(dst, src);  // a CUDA tensor exists: its hooks do
     return;
   }
-#endif
   check_fits_integer(src, dst.dtype());
   const CastRow row = cast_row_for(dst.dtype(), src.dtype());
   for_each_row<2>(dst.sizes(),
@@ -175,13 +168,11 @@ Tensor& Tensor::fill_(Scalar value) {
            "fill_: the tensor (shape {}, strides {}) has elements that share memory (an "
            "expanded tensor); clone() it before writing to it",
            sizes(), strides());
-#if HALFGRAD_HAS_CUDA
   if (is_cuda()) {
-    cuda::fill(*this, value);
+    device_hooks(kCUDA)->fill(*this, value);
     bump_version();
     return *this;
   }
-#endif
   visit_dtype(dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     const T fill = scalar_as<T>(value, dtype(), "fill_");
@@ -216,12 +207,11 @@ Tensor core::to_dtype(const Tensor& self, DType dtype) {
 
 Tensor Tensor::to(Device device) const {
   if (device == this->device()) return *this;
-#if HALFGRAD_HAS_CUDA
-  return cuda::copy_to_device(*this, device);
-#else
-  HG_ERROR("to: cannot move a tensor from {} to {}: halfgrad was built without its CUDA backend",
+  const DeviceHooks* hooks = device_hooks(kCUDA);
+  HG_CHECK(hooks != nullptr,
+           "to: cannot move a tensor from {} to {}: halfgrad was built without its CUDA backend",
            this->device(), device);
-#endif
+  return hooks->copy_to_device(*this, device);
 }
 
 template <class T>

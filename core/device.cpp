@@ -1,10 +1,30 @@
+// Device names and parsing, and the table of device hooks (core/device_hooks.h).
 #include "halfgrad/core/device.h"
 
 #include <charconv>
 
+#include "halfgrad/core/device_hooks.h"
 #include "halfgrad/core/error.h"
 
 namespace hg {
+
+namespace {
+// By DeviceType; the CPU's slot stays empty. Constant-initialised, so a backend that registers
+// while the program starts finds it ready whatever the order of static initialisation.
+constinit DeviceHooks registered_hooks[2] = {};
+constinit bool has_hooks[2] = {false, false};
+}  // namespace
+
+void register_device_hooks(DeviceType type, const DeviceHooks& hooks) {
+  HG_CHECK(type != kCPU, "register_device_hooks: expected a device type other than the CPU, got {}",
+           device_type_name(type));
+  registered_hooks[size_t(type)] = hooks;
+  has_hooks[size_t(type)] = true;
+}
+
+const DeviceHooks* device_hooks(DeviceType type) {
+  return has_hooks[size_t(type)] ? &registered_hooks[size_t(type)] : nullptr;
+}
 
 std::string_view device_type_name(DeviceType type) { return type == kCPU ? "cpu" : "cuda"; }
 

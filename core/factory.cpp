@@ -4,14 +4,11 @@
 #include <cstring>
 #include <memory>
 
-#include "halfgrad/config.h"
 #include "halfgrad/core/cast.h"
+#include "halfgrad/core/device_hooks.h"
 #include "halfgrad/core/format.h"
 #include "halfgrad/core/random.h"
 #include "halfgrad/core/view.h"
-#if HALFGRAD_HAS_CUDA
-#include "halfgrad/cuda/elementwise.h"
-#endif
 
 namespace hg {
 
@@ -141,12 +138,10 @@ Tensor rand(const Shape& sizes, TensorOptions options, Generator* generator) {
            options.dtype);
   Tensor out = empty(sizes, options);
   Generator& gen = generator ? *generator : default_generator();
-#if HALFGRAD_HAS_CUDA
   if (out.is_cuda()) {
-    cuda::fill_uniform(out, 0.0, 1.0, gen);
+    device_hooks(kCUDA)->fill_uniform(out, 0.0, 1.0, gen);
     return out;
   }
-#endif
   random::fill_uniform(options.dtype, out.data_ptr(), out.numel(), 0.0, 1.0, gen);
   return out;
 }
@@ -156,12 +151,10 @@ Tensor randn(const Shape& sizes, TensorOptions options, Generator* generator) {
            options.dtype);
   Tensor out = empty(sizes, options);
   Generator& gen = generator ? *generator : default_generator();
-#if HALFGRAD_HAS_CUDA
   if (out.is_cuda()) {
-    cuda::fill_normal(out, 0.0, 1.0, gen);
+    device_hooks(kCUDA)->fill_normal(out, 0.0, 1.0, gen);
     return out;
   }
-#endif
   random::fill_normal(options.dtype, out.data_ptr(), out.numel(), 0.0, 1.0, gen);
   return out;
 }

@@ -9,12 +9,9 @@
 #include <mutex>
 #include <new>
 
-#include "halfgrad/config.h"
+#include "halfgrad/core/device_hooks.h"
 #include "halfgrad/core/error.h"
 #include "halfgrad/core/sanitizer.h"
-#if HALFGRAD_HAS_CUDA
-#include "halfgrad/cuda/allocator.h"
-#endif
 
 namespace hg {
 
@@ -223,17 +220,13 @@ size_t cpu_allocation_size(size_t nbytes) { return size_class(nbytes).bytes; }
 
 Storage make_storage(size_t nbytes, Device device) {
   if (device.is_cuda()) {
-#if HALFGRAD_HAS_CUDA
-    // NOTE [Core calls into the CUDA backend] CUDA storage comes from the CUDA caching
-    // allocator, and core's copies and fills of CUDA tensors run CUDA kernels: core reaches
-    // down into cuda/ for these few entry points (compiled only with the backend), as the
-    // autograd engine calls the add op.
-    return make_pooled<StorageImpl>(cuda::detail::device_allocator(device.index)->allocate(nbytes),
-                                    nbytes, device);
-#else
-    HG_ERROR("cannot allocate {} bytes on cuda:{}: halfgrad was built without its CUDA backend",
+    // CUDA storage comes from the CUDA caching allocator (NOTE [Device hooks]).
+    const DeviceHooks* hooks = device_hooks(kCUDA);
+    HG_CHECK(hooks != nullptr,
+             "cannot allocate {} bytes on cuda:{}: halfgrad was built without its CUDA backend",
              nbytes, int(device.index));
-#endif
+    return make_pooled<StorageImpl>(hooks->allocator(device.index)->allocate(nbytes), nbytes,
+                                    device);
   }
   return make_pooled<StorageImpl>(cpu_allocator()->allocate(nbytes), nbytes, device);
 }

@@ -1,5 +1,5 @@
-// The CUDA caching allocator (NOTE [CUDA caching allocator] in allocator.cpp). core's
-// make_storage reaches it through cuda_allocator(); graphs through the pool functions.
+// The CUDA caching allocator (NOTE [CUDA caching allocator] in allocator.cpp). core reaches
+// it through the device hooks (device_hooks.cpp); graphs through the pool functions.
 #pragma once
 
 #include "halfgrad/core/storage.h"
