@@ -10,7 +10,7 @@
 // This umbrella header brings in the whole public API.
 #pragma once
 
-#include "halfgrad/amp/autocast_state.h"
+#include "halfgrad/amp/autocast.h"
 #include "halfgrad/amp/fp16_optimizer.h"
 #include "halfgrad/amp/grad_scaler.h"
 #include "halfgrad/amp/overflow_watch.h"

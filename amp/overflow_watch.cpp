@@ -1,3 +1,4 @@
+// amp::OverflowWatch (amp/overflow_watch.h): finds the first op whose output overflowed.
 #include "halfgrad/amp/overflow_watch.h"
 
 #include <bit>
@@ -120,9 +121,11 @@ void OverflowWatch::reset() {
   ops_checked_ = 0;
 }
 
-void OverflowWatch::check(OpId op, std::span<const Tensor> inputs,
-                          std::span<Tensor* const> outputs) {
-  if (checking_) return;
+void OverflowWatch::on_op(const ops::OpCall& call) {
+  if (checking_ || active_watch != this) return;
+  const OpId op = call.op;
+  const std::span<const Tensor> inputs = call.inputs;
+  const std::span<Tensor* const> outputs = call.outputs;
   if (first_non_finite_ && first_beyond_float16_) {
     ++ops_checked_;
     return;  // both answers are in: nothing more to look for

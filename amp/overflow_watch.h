@@ -31,6 +31,7 @@
 
 #include "halfgrad/core/shape.h"
 #include "halfgrad/core/tensor.h"
+#include "halfgrad/ops/observer.h"
 #include "halfgrad/ops/op.h"
 
 namespace hg::nn {
@@ -57,14 +58,13 @@ struct OverflowFinding {
   TensorRange output;               // the first offending output
 };
 
-class OverflowWatch {
+// A dispatch observer (ops/observer.h); only the innermost live watch of a thread checks.
+class OverflowWatch final : public ops::DispatchObserver {
  public:
   // With a model, forward hooks on each of its modules keep the module path; they are
   // removed when the watch ends.
   explicit OverflowWatch(nn::Module* model = nullptr);
-  ~OverflowWatch();
-  OverflowWatch(const OverflowWatch&) = delete;
-  OverflowWatch& operator=(const OverflowWatch&) = delete;
+  ~OverflowWatch() override;
 
   // The first op whose output held an inf or a NaN.
   bool found() const { return first_non_finite_.has_value(); }
@@ -79,8 +79,9 @@ class OverflowWatch {
   // Forgets the findings (the watch keeps running), e.g. at the start of each step.
   void reset();
 
-  // Called by ops/dispatch for every op while the watch is this thread's active one.
-  void check(OpId op, std::span<const Tensor> inputs, std::span<Tensor* const> outputs);
+  // Checks the outputs of every op of this thread (inner calls included) while this is the
+  // thread's innermost watch; the inputs are the ones the kernel received.
+  void on_op(const ops::OpCall& call) override;
 
  private:
   OverflowWatch* previous_;

@@ -1,8 +1,10 @@
+// amp::AutocastTrace (amp/trace.h): the op calls autocast saw, as a table.
 #include "halfgrad/amp/trace.h"
 
 #include <algorithm>
 
 #include "halfgrad/core/format.h"
+#include "halfgrad/core/tensor.h"
 
 namespace hg::amp {
 
@@ -24,6 +26,17 @@ std::string join_dtypes(const std::vector<DType>& dtypes) {
 
 AutocastTrace::AutocastTrace() : previous_(detail::current_trace) { detail::current_trace = this; }
 AutocastTrace::~AutocastTrace() { detail::current_trace = previous_; }
+
+void AutocastTrace::on_op(const ops::OpCall& call) {
+  if (!call.outermost || detail::current_trace != this) return;
+  std::vector<DType> output_dtypes;
+  for (const Tensor* out : call.outputs) {
+    if (out->defined()) output_dtypes.push_back(out->dtype());
+  }
+  entries_.push_back({call.op, call.device_type, call.policy,
+                      std::vector<DType>(call.given_dtypes.begin(), call.given_dtypes.end()),
+                      std::move(output_dtypes)});
+}
 
 std::string AutocastTrace::table() const {
   struct Row {

@@ -18,6 +18,7 @@
 
 #include "halfgrad/core/device.h"
 #include "halfgrad/core/dtype.h"
+#include "halfgrad/ops/observer.h"
 #include "halfgrad/ops/op.h"
 
 namespace hg::amp {
@@ -30,19 +31,18 @@ struct TraceEntry {
   std::vector<DType> output_dtypes;
 };
 
-class AutocastTrace {
+// A dispatch observer (ops/observer.h); only the innermost live trace of a thread records.
+class AutocastTrace final : public ops::DispatchObserver {
  public:
   AutocastTrace();
-  ~AutocastTrace();
-  AutocastTrace(const AutocastTrace&) = delete;
-  AutocastTrace& operator=(const AutocastTrace&) = delete;
+  ~AutocastTrace() override;
 
   const std::vector<TraceEntry>& entries() const { return entries_; }
   // The entries as an aligned text table, one op per line.
   std::string table() const;
 
-  // Called by ops/dispatch.
-  void record(TraceEntry entry) { entries_.push_back(std::move(entry)); }
+  // Records an outermost op call while this is the thread's innermost trace.
+  void on_op(const ops::OpCall& call) override;
 
  private:
   std::vector<TraceEntry> entries_;

@@ -14,13 +14,13 @@
 #include <span>
 #include <unordered_map>
 
-#include "halfgrad/amp/autocast_state.h"
 #include "halfgrad/autograd/anomaly.h"
 #include "halfgrad/autograd/grad_mode.h"
 #include "halfgrad/autograd/node.h"
+#include "halfgrad/core/autocast_mode.h"
 #include "halfgrad/core/factory.h"
 #include "halfgrad/core/format.h"
-#include "halfgrad/ops/ops.h"
+#include "halfgrad/ops/ops.h"  // add: the one include above this layer (docs/design.md §1)
 
 namespace hg::autograd {
 
@@ -240,7 +240,7 @@ std::vector<Tensor> run(std::span<const Tensor> tensors, std::span<const Tensor>
   }
 
   AutoGradMode mode(create_graph);
-  amp::AutocastOff autocast_off;
+  AutocastModeGuard autocast_off(autocast_mode().all_off());
   for (const Edge& root : roots) {
     if (pass.nodes.at(root.node.get()).dependencies == 0) pass.push_ready(root.node.get());
   }
@@ -317,5 +317,7 @@ std::vector<Tensor> grad(const std::vector<Tensor>& outputs, const std::vector<T
   }
   return result;
 }
+
+Tensor add_gradients(const Tensor& a, const Tensor& b) { return add(a, b); }
 
 }  // namespace hg::autograd

@@ -24,4 +24,9 @@ std::vector<Tensor> grad(const std::vector<Tensor>& outputs, const std::vector<T
                          const std::vector<Tensor>& grad_outputs = {}, bool retain_graph = false,
                          bool create_graph = false, bool allow_unused = false);
 
+// a + b, two gradients of one tensor, summed as the engine sums them: with the add op, so that
+// under create_graph the sum is recorded too. (The engine calls the add op of ops/: the one
+// place the autograd layer reaches above itself, docs/design.md §1.)
+Tensor add_gradients(const Tensor& a, const Tensor& b);
+
 }  // namespace hg::autograd

@@ -32,9 +32,9 @@
 #include <unordered_map>
 #include <vector>
 
-#include "halfgrad/amp/autocast_state.h"
 #include "halfgrad/autograd/grad_mode.h"
 #include "halfgrad/autograd/node.h"
+#include "halfgrad/core/autocast_mode.h"
 
 namespace hg::autograd {
 
@@ -66,15 +66,14 @@ class FunctionContext {
 
 namespace detail {
 
-// The autocast state of every device type, to replay it in backward (custom_bwd).
-struct AutocastSnapshot {
-  bool cpu_enabled = false, cuda_enabled = false;
-  DType cpu_dtype = kBFloat16, cuda_dtype = kFloat16;
-  static AutocastSnapshot take() {
-    return {amp::is_autocast_enabled(kCPU), amp::is_autocast_enabled(kCUDA),
-            amp::get_autocast_dtype(kCPU), amp::get_autocast_dtype(kCUDA)};
-  }
-};
+// custom_fwd(cast_inputs=dtype)'s cast, as torch.amp's: a floating tensor of the autocast
+// device type, other than float64, is cast to dtype (an ordinary, recorded conversion);
+// anything else is passed as it is.
+inline Tensor cast_for_custom_fwd(const Tensor& t, DType dtype, DeviceType device_type) {
+  const bool eligible = t.defined() && t.is_floating_point() && t.dtype() != kFloat64 &&
+                        t.device().type == device_type && t.dtype() != dtype;
+  return eligible ? t.to(dtype) : t;
+}
 
 template <class Derived>
 class FunctionNode final : public Node {
@@ -84,12 +83,9 @@ class FunctionNode final : public Node {
     // A user's backward takes and returns std::vector<Tensor> (the public API).
     const std::vector<Tensor> grads(std::make_move_iterator(grad_list.begin()),
                                     std::make_move_iterator(grad_list.end()));
-    std::optional<amp::Autocast> cpu, cuda;  // custom_bwd: the forward's autocast state
+    std::optional<AutocastModeGuard> replay;  // custom_bwd: the forward's autocast mode
     if constexpr (requires { Derived::kCustomBwd; }) {
-      if (Derived::kCustomBwd) {
-        cpu.emplace(kCPU, autocast.cpu_dtype, autocast.cpu_enabled);
-        cuda.emplace(kCUDA, autocast.cuda_dtype, autocast.cuda_enabled);
-      }
+      if (Derived::kCustomBwd) replay.emplace(autocast);
     }
     std::vector<Tensor> result = Derived::backward(ctx, grads);
     return GradList(std::make_move_iterator(result.begin()), std::make_move_iterator(result.end()));
@@ -97,7 +93,7 @@ class FunctionNode final : public Node {
   void release_saved() override { ctx.release(); }
 
   FunctionContext ctx;
-  AutocastSnapshot autocast;
+  AutocastMode autocast;  // the autocast mode forward ran under
 };
 
 inline void collect(std::vector<Tensor>& out, const Tensor& t) { out.push_back(t); }
@@ -128,14 +124,14 @@ struct Function {
     bool cast = false;
     DType cast_to = kFloat32;
     if constexpr (requires { Derived::kCastInputs; }) {
-      if (Derived::kCastInputs && device_type && amp::is_autocast_enabled(*device_type)) {
+      if (Derived::kCastInputs && device_type && is_autocast_enabled(*device_type)) {
         cast = true;
         cast_to = *Derived::kCastInputs;
       }
     }
     const auto prepare = [&](auto&& arg) {
       if constexpr (std::is_same_v<std::remove_cvref_t<decltype(arg)>, Tensor>) {
-        return cast ? amp::autocast_input(arg, cast_to, *device_type) : Tensor(arg);
+        return cast ? detail::cast_for_custom_fwd(arg, cast_to, *device_type) : Tensor(arg);
       } else {
         return std::remove_cvref_t<decltype(arg)>(std::forward<decltype(arg)>(arg));
       }
@@ -154,12 +150,16 @@ struct Function {
     record = record && any;
 
     auto node = std::make_shared<detail::FunctionNode<Derived>>();
-    node->autocast = detail::AutocastSnapshot::take();
+    node->autocast = autocast_mode();
     node->ctx.start(Derived::kName, needs);
     auto result = [&] {
       NoGradGuard no_grad;
-      std::optional<amp::Autocast> off;
-      if (cast) off.emplace(*device_type, std::nullopt, /*enabled=*/false);
+      std::optional<AutocastModeGuard> off;
+      if (cast) {
+        AutocastMode forward_mode = autocast_mode();
+        forward_mode.enabled[size_t(*device_type)] = false;
+        off.emplace(forward_mode);
+      }
       return std::apply([&](auto&... a) { return Derived::forward(node->ctx, a...); }, prepared);
     }();
 

@@ -1,10 +1,12 @@
+// The graph's pieces (autograd/node.h): nodes, their teardown, gradient accumulation into
+// leaves, and saved tensors with their version checks.
 #include "halfgrad/autograd/node.h"
 
 #include <atomic>
 
+#include "halfgrad/autograd/engine.h"
 #include "halfgrad/autograd/grad_mode.h"
 #include "halfgrad/core/format.h"
-#include "halfgrad/ops/ops.h"
 
 namespace hg::autograd {
 
@@ -67,7 +69,7 @@ GradList AccumulateGrad::apply(GradList&& grad_outputs) {
   // so grad() never aliases another tensor. With create_graph the sum is itself recorded
   // (higher-order gradients), so it is done out of place.
   if (is_grad_enabled()) {
-    m.grad = m.grad.defined() ? add(m.grad, gradient) : gradient;
+    m.grad = m.grad.defined() ? add_gradients(m.grad, gradient) : gradient;
   } else if (!m.grad.defined()) {
     const bool sole_owner = gradient.impl_ptr().use_count() == 1 &&
                             gradient.impl()->storage().use_count() == 1 &&

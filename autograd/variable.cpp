@@ -3,7 +3,6 @@
 #include "halfgrad/autograd/grad_mode.h"
 #include "halfgrad/autograd/node.h"
 #include "halfgrad/core/format.h"
-#include "halfgrad/ops/ops.h"
 
 namespace hg {
 
@@ -73,7 +72,8 @@ void Tensor::retain_grad() const {
   m.grad_fn->pre_hooks.push_back({m.output_nr, [weak](const Tensor& gradient) {
                                     if (auto held = weak.lock()) {
                                       held->grad = held->grad.defined()
-                                                       ? held->grad + gradient.detach()
+                                                       ? autograd::add_gradients(
+                                                             held->grad, gradient.detach())
                                                        : gradient.detach().clone();
                                     }
                                     return Tensor();

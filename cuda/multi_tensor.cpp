@@ -9,10 +9,10 @@
 #include <string>
 #include <utility>
 
-#include "halfgrad/autograd/grad_mode.h"
 #include "halfgrad/core/error.h"
 #include "halfgrad/core/factory.h"
 #include "halfgrad/core/format.h"
+#include "halfgrad/core/view.h"
 #include "halfgrad/cuda/host.h"
 #include "halfgrad/cuda/stream.h"
 
@@ -102,15 +102,14 @@ void for_each_dtype(const std::vector<Tensor>& tensors, Launch&& launch) {
 }
 
 // The kernels work on contiguous memory: a strided tensor goes through a dense copy, written
-// back by write_back when the work was in place.
+// back by write_back when the work was in place. (core's copies: no autograd history.)
 std::vector<Tensor> dense_of(std::span<const Tensor> tensors) {
   std::vector<Tensor> dense;
   dense.reserve(tensors.size());
-  for (const Tensor& t : tensors) dense.push_back(t.is_contiguous() ? t : t.contiguous());
+  for (const Tensor& t : tensors) dense.push_back(t.is_contiguous() ? t : core::clone(t));
   return dense;
 }
 void write_back(std::span<const Tensor> tensors, const std::vector<Tensor>& dense) {
-  NoGradGuard no_grad;
   for (size_t i = 0; i < tensors.size(); ++i) {
     if (dense[i].is_same(tensors[i])) {
       tensors[i].bump_version();

@@ -1,3 +1,5 @@
+// The dispatcher's out-of-line steps (ops/dispatch.h): device checks, cast policies, edges,
+// backward node names, error naming, and the list of dispatch observers (ops/observer.h).
 #include "halfgrad/ops/dispatch.h"
 
 #include <array>
@@ -64,15 +66,15 @@ DeviceType common_device_type(OpId op, std::span<const Tensor> inputs) {
 void apply_cast_policy(OpId op, CastPolicy policy, DeviceType device_type,
                        std::span<Tensor> inputs) {
   // The casts are ops themselves; they are not autocast entries of their own.
-  amp::BelowAutocastGuard below;
+  BelowAutocastGuard below;
   switch (policy) {
     case CastPolicy::LowerPrecision: {
-      const DType target = amp::get_autocast_dtype(device_type);
-      for (Tensor& t : inputs) t = amp::autocast_input(t, target, device_type);
+      const DType target = get_autocast_dtype(device_type);
+      for (Tensor& t : inputs) t = autocast_input(t, target, device_type);
       return;
     }
     case CastPolicy::Fp32:
-      for (Tensor& t : inputs) t = amp::autocast_input(t, kFloat32, device_type);
+      for (Tensor& t : inputs) t = autocast_input(t, kFloat32, device_type);
       return;
     case CastPolicy::Promote: {
       std::optional<DType> widest;
@@ -116,15 +118,29 @@ std::vector<DType> dtypes_of(std::span<const Tensor> inputs) {
   return dtypes;
 }
 
-void record_trace(OpId op, DeviceType device_type, std::optional<CastPolicy> policy,
-                  const std::vector<DType>& input_dtypes, std::span<Tensor* const> outputs) {
-  std::vector<DType> output_dtypes;
-  for (const Tensor* out : outputs) {
-    if (out->defined()) output_dtypes.push_back(out->dtype());
-  }
-  amp::active_trace()->record({op, device_type, policy, input_dtypes, std::move(output_dtypes)});
+}  // namespace detail
+
+// ---- observers ---------------------------------------------------------------------------------
+
+namespace detail {
+thread_local constinit DispatchObserver* first_observer = nullptr;
+}  // namespace detail
+
+DispatchObserver::DispatchObserver() : next_(detail::first_observer) {
+  detail::first_observer = this;
 }
 
-}  // namespace detail
+DispatchObserver::~DispatchObserver() {
+  DispatchObserver** link = &detail::first_observer;
+  while (*link != nullptr && *link != this) link = &(*link)->next_;
+  if (*link == this) *link = next_;
+}
+
+void notify_observers(const OpCall& call) {
+  for (DispatchObserver* observer = detail::first_observer; observer != nullptr;
+       observer = observer->next_) {
+    observer->on_op(call);
+  }
+}
 
 }  // namespace hg::ops

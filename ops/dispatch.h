@@ -24,8 +24,9 @@
 //   4. autograd   if grad mode is on and an input requires grad: a node holding the op
 //                 (its attributes and saved tensors) with edges to the inputs' nodes
 //   5. anomaly    in anomaly mode, a non-finite output is an error naming the op
-//   6. trace      in an AutocastTrace, record {op, policy, input dtypes, output dtypes}
-//   7. watch      under an amp::OverflowWatch, check the outputs for inf/NaN
+//   6. observe    hand the call to this thread's observers (ops/observer.h): amp's
+//                 AutocastTrace records {op, policy, input dtypes, output dtypes}, amp's
+//                 OverflowWatch checks the outputs for inf/NaN
 //
 // Variants an op can declare:
 //   static constexpr bool kComposite = true;    no backward of its own: autograd records the
@@ -42,13 +43,13 @@
 #include <type_traits>
 #include <vector>
 
-#include "halfgrad/amp/autocast_state.h"
-#include "halfgrad/amp/overflow_watch.h"
-#include "halfgrad/amp/trace.h"
 #include "halfgrad/autograd/anomaly.h"
 #include "halfgrad/autograd/grad_mode.h"
 #include "halfgrad/autograd/node.h"
+#include "halfgrad/core/autocast_mode.h"
 #include "halfgrad/core/small_vector.h"
+#include "halfgrad/ops/autocast.h"
+#include "halfgrad/ops/observer.h"
 #include "halfgrad/ops/op.h"
 
 namespace hg::ops {
@@ -159,10 +160,8 @@ DeviceType common_device_type(OpId op, std::span<const Tensor> inputs);
 // Step 2: applies `policy` to the inputs in place (Banned throws).
 void apply_cast_policy(OpId op, CastPolicy policy, DeviceType device_type,
                        std::span<Tensor> inputs);
-// Steps 4-6 helpers.
+// Steps 4 and 6 helpers.
 autograd::EdgeList collect_edges(std::span<const Tensor> inputs);
-void record_trace(OpId op, DeviceType device_type, std::optional<CastPolicy> policy,
-                  const std::vector<DType>& input_dtypes, std::span<Tensor* const> outputs);
 std::vector<DType> dtypes_of(std::span<const Tensor> inputs);
 
 template <class Op, class Inputs>
@@ -183,16 +182,16 @@ auto run_unnamed(Op op, Inputs inputs) {
   const DeviceType device_type = common_device_type(id, input_span);
 
   // 2. autocast (once, at the outermost op)
-  const bool outermost = !amp::is_below_autocast();
-  amp::AutocastTrace* trace = outermost ? amp::active_trace() : nullptr;
-  std::vector<DType> traced_inputs;
-  if (trace) traced_inputs = dtypes_of(input_span);
+  const bool outermost = !is_below_autocast();
+  const bool observed = has_observers();
+  std::vector<DType> given_dtypes;
+  if (observed) given_dtypes = dtypes_of(input_span);
   std::optional<CastPolicy> policy;
-  if (outermost && amp::is_autocast_enabled(device_type)) {
+  if (outermost && is_autocast_enabled(device_type)) {
     bool eligible = true;
     if constexpr (HasAutocastEligible<Op>) eligible = op.autocast_eligible();
     if (eligible) {
-      policy = amp::cast_policy(id, device_type);
+      policy = cast_policy(id, device_type);
       apply_cast_policy(id, *policy, device_type, input_span);
     }
   }
@@ -205,7 +204,7 @@ auto run_unnamed(Op op, Inputs inputs) {
   }
   const bool record = ctx.recording();
   auto result = [&] {
-    amp::BelowAutocastGuard below;
+    BelowAutocastGuard below;
     if constexpr (composite) {
       return call_forward(op, ctx, inputs);
     } else {
@@ -214,9 +213,8 @@ auto run_unnamed(Op op, Inputs inputs) {
     }
   }();
   const bool anomaly = autograd::is_anomaly_enabled() && !autograd::forward_checks_suspended();
-  amp::OverflowWatch* watch = amp::active_overflow_watch();
   OutputList outputs;
-  if (record || anomaly || trace || watch) collect_outputs(result, outputs);
+  if (record || anomaly || observed) collect_outputs(result, outputs);
 
   // 4. autograd (a composite records the ops it called instead)
   if constexpr (!composite) {
@@ -243,11 +241,16 @@ auto run_unnamed(Op op, Inputs inputs) {
     autograd::check_forward_outputs(op_name(id), input_span, values);
   }
 
-  // 6. trace
-  if (trace) record_trace(id, device_type, policy, traced_inputs, outputs);
-
-  // 7. overflow watch (amp/overflow_watch.h): the inputs as the kernel received them
-  if (watch) watch->check(id, input_span, outputs);
+  // 6. observers (amp's trace and overflow watch)
+  if (observed) {
+    notify_observers({.op = id,
+                      .device_type = device_type,
+                      .outermost = outermost,
+                      .policy = policy,
+                      .given_dtypes = given_dtypes,
+                      .inputs = input_span,
+                      .outputs = outputs});
+  }
   return result;
 }
 

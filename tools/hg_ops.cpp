@@ -4,7 +4,7 @@
 #include <fmt/format.h>
 #include <CLI/CLI.hpp>
 
-#include "halfgrad/amp/autocast_state.h"
+#include "halfgrad/amp/autocast.h"
 #include "halfgrad/ops/op.h"
 
 int main(int argc, char** argv) {
