@@ -1,3 +1,5 @@
+// amp::FP16Optimizer (fp16_optimizer.h): float32 master copies of a float16/bfloat16 model's
+// parameters, the scaled backward, master-gradient clipping, the step and its state dict.
 #include "halfgrad/amp/fp16_optimizer.h"
 
 #include <utility>

@@ -1,3 +1,5 @@
+// The apex-style loss scalers (loss_scaler.h): a static LossScaler and a DynamicLossScaler
+// that backs off on overflow and grows after a window of clean steps, with their state dicts.
 #include "halfgrad/amp/loss_scaler.h"
 
 #include <algorithm>

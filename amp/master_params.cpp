@@ -1,3 +1,5 @@
+// Master-parameter utilities of the apex recipe (master_params.h): prep_param_lists, the
+// copies between model and master gradients and parameters, network_to_half / _bfloat.
 #include "halfgrad/amp/master_params.h"
 
 #include "halfgrad/autograd/grad_mode.h"

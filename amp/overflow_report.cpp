@@ -1,3 +1,5 @@
+// amp::overflow_report (overflow_report.h): which parameters' gradients held an inf or a NaN
+// after a skipped step, by name, as a table.
 #include "halfgrad/amp/overflow_report.h"
 
 #include <algorithm>

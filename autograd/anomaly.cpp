@@ -1,3 +1,5 @@
+// Anomaly mode (anomaly.h): the checks of forward outputs and backward gradients for
+// non-finite values, and the descriptions of the op calls they name.
 #include "halfgrad/autograd/anomaly.h"
 
 #include <cmath>

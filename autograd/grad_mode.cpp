@@ -1,3 +1,4 @@
+// The thread's grad mode flag (grad_mode.h).
 #include "halfgrad/autograd/grad_mode.h"
 
 namespace hg::autograd {

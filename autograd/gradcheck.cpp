@@ -1,3 +1,5 @@
+// gradcheck (gradcheck.h): the float64 central-difference Jacobian against autograd's, element
+// by element.
 #include "halfgrad/autograd/gradcheck.h"
 
 #include <cmath>

@@ -1,3 +1,5 @@
+// Whole-buffer float32 <-> float16/bfloat16 conversions (convert.h): the scalar loops and the
+// F16C/AVX2 and AVX-512 ones, chosen once by what the CPU has.
 #include "halfgrad/core/convert.h"
 
 #include <array>

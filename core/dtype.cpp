@@ -1,3 +1,4 @@
+// DType (dtype.h): names, type promotion between dtypes, and finfo.
 #include "halfgrad/core/dtype.h"
 
 #include <array>

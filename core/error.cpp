@@ -1,3 +1,4 @@
+// hg::Error's throw helper (error.h).
 #include "halfgrad/core/error.h"
 
 namespace hg::detail {

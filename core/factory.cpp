@@ -1,3 +1,5 @@
+// Factories (factory.h): empty, zeros, ones, full, arange, linspace, tensors from values,
+// rand/randn from the Philox generator, and tensors over user memory.
 #include "halfgrad/core/factory.h"
 
 #include <cmath>

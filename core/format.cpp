@@ -1,3 +1,4 @@
+// Printing (format.h): tensors as torch prints them, and ostream << for the core types.
 #include "halfgrad/core/format.h"
 
 #include <algorithm>

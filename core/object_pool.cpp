@@ -1,3 +1,5 @@
+// The per-thread pool of small blocks (object_pool.h) that TensorImpls, storages and autograd
+// nodes are allocated from, and its teardown at thread exit.
 #include "halfgrad/core/object_pool.h"
 
 #include <cstdint>

@@ -1,3 +1,4 @@
+// The CPU kernels' thread count (parallel.h).
 #include "halfgrad/core/parallel.h"
 
 #include <omp.h>

@@ -1,3 +1,5 @@
+// The Philox4x32-10 generator (random.h): seeding, state, the default generator, and the
+// uniform and normal fills of host buffers.
 #include "halfgrad/core/random.h"
 
 #include <algorithm>

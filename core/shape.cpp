@@ -1,3 +1,5 @@
+// Shape and stride rules (shape.h): contiguity, broadcasting, dim wrapping, and which reshapes
+// can be views.
 #include "halfgrad/core/shape.h"
 
 #include "halfgrad/core/error.h"

@@ -1,3 +1,5 @@
+// Storage (storage.h): the CPU caching allocator (size classes, cached large blocks, poisoning
+// for tests), and make_storage for every device.
 #include "halfgrad/core/storage.h"
 
 #include <algorithm>

@@ -1,3 +1,5 @@
+// AtomicFileWriter (atomic_file.h): a write to a temporary file, fsync, rename over the
+// destination, fsync of the folder; and the fault injection tests use.
 #include "halfgrad/io/atomic_file.h"
 
 #include <fcntl.h>

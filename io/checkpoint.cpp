@@ -1,3 +1,5 @@
+// Checkpoints (checkpoint.h): a model, its optimizer and its GradScaler saved to one safetensors
+// file and checked as they are loaded back.
 #include "halfgrad/io/checkpoint.h"
 
 #include <charconv>

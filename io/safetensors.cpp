@@ -1,3 +1,5 @@
+// The safetensors format (safetensors.h): the JSON header, dtype names, and reading and
+// writing tensors from files and memory.
 #include "halfgrad/io/safetensors.h"
 
 #include <fcntl.h>

@@ -1,3 +1,4 @@
+// nn::init (init.h): in-place initialisers, fans and gains, as torch.nn.init.
 #include "halfgrad/nn/init.h"
 
 #include <cmath>

@@ -1,3 +1,5 @@
+// nn::Module (module.h): parameters, buffers and children by name, hooks, train/eval,
+// to(device/dtype), state dicts.
 #include "halfgrad/nn/module.h"
 
 #include <algorithm>

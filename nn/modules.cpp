@@ -1,3 +1,5 @@
+// The standard layers (modules.h): Linear, LayerNorm, Embedding, Dropout, the activations,
+// Sequential, Conv2d, GroupNorm, BatchNorm2d.
 #include "halfgrad/nn/modules.h"
 
 #include <cmath>

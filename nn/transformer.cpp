@@ -1,3 +1,4 @@
+// MultiheadAttention, the GPT Block and the GPT (transformer.h).
 #include "halfgrad/nn/transformer.h"
 
 #include <typeinfo>

@@ -1,3 +1,5 @@
+// nn::utils (utils.h): clip_grad_norm_ and clip_grad_value_, with the norm kept on the device
+// for CUDA parameters.
 #include "halfgrad/nn/utils.h"
 
 #include <cmath>

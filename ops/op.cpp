@@ -1,3 +1,5 @@
+// The op table (op.h) generated from op_list.def: names, default cast policies, and
+// whether each op is differentiable.
 #include "halfgrad/ops/op.h"
 
 #include <array>

@@ -1,3 +1,4 @@
+// result_type (type_promotion.h): the dtype an op computes in, as PyTorch's.
 #include "halfgrad/ops/type_promotion.h"
 
 #include <optional>

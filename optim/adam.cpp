@@ -1,3 +1,5 @@
+// Adam and AdamW (adam.h): options and their checks, the update on the CPU, and the fused CUDA
+// step that reads grad_scale and found_inf on the device.
 #include "halfgrad/optim/adam.h"
 
 #include <algorithm>

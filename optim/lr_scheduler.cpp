@@ -1,3 +1,5 @@
+// Learning-rate schedulers (lr_scheduler.h): StepLR and CosineWithWarmup, and the lr written to
+// the device for captured steps.
 #include "halfgrad/optim/lr_scheduler.h"
 
 #include <algorithm>

@@ -1,3 +1,5 @@
+// optim::Optimizer (optimizer.h): param groups, per-parameter state, zero_grad, state dicts and
+// the checks shared by SGD, Adam and AdamW.
 #include "halfgrad/optim/optimizer.h"
 
 #include <algorithm>

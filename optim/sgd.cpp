@@ -1,3 +1,5 @@
+// SGD (sgd.h): momentum, dampening, weight decay, Nesterov and maximize, on the CPU and as the
+// fused CUDA step.
 #include "halfgrad/optim/sgd.h"
 
 #include <atomic>
