@@ -129,7 +129,9 @@ class Module : public std::enable_shared_from_this<Module> {
   Module& bfloat16() { return to(kBFloat16); }
   // C++ cannot name a method `float`; float32() is the spelling here.
   Module& float32() { return to(kFloat32); }
-  // CPU only for now: the same device is a no-op, another is the Tensor::to error.
+  // Moves every parameter and buffer (integer buffers too) to `device`; the same device is a
+  // no-op, and a device this build cannot reach is Tensor::to's error, raised before anything
+  // moves.
   Module& to(Device device);
 
   // ---- state -------------------------------------------------------------------------------

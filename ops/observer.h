@@ -1,6 +1,6 @@
 // Dispatch observers: code above ops/ that wants to see every op as it runs (amp's autocast trace
 // and overflow watch) derives from DispatchObserver; while it lives, the dispatcher hands it
-// each op call of its thread after the op ran (steps 6 and 7 of ops/dispatch.h).
+// each op call of its thread after the op ran (step 6 of ops/dispatch.h).
 //
 // NOTE [Dispatch observers] The dispatcher knows nothing of what observes it: amp::AutocastTrace
 // and amp::OverflowWatch register here, so ops/ does not include amp/ (docs/design.md §1). The
