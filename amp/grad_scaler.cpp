@@ -2,10 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
-#include <fstream>
 #include <utility>
 
+#include "halfgrad/amp/grad_scaler_detail.h"
 #include "halfgrad/autograd/grad_mode.h"
 #include "halfgrad/config.h"
 #include "halfgrad/core/dtype.h"
@@ -90,28 +89,10 @@ bool unscale_group(const std::vector<Tensor*>& grads, DType dtype, float inv_sca
   });
 }
 
-std::string skips_alarm(int64_t skips, double scale) {
-  return fmt::format(
-      "{} iterations in a row skipped their optimizer step because a gradient was inf or NaN "
-      "(expected a few at the start while the scale comes down, got {}; the scale is now {:g})",
-      skips, skips, scale);
-}
-
-std::string floor_alarm(double scale, double floor) {
-  return fmt::format(
-      "the loss scale fell to {:g}, below the floor {:g} (expected it to "
-      "settle above it)",
-      scale, floor);
-}
-
-void print_to_stderr(std::string_view message) {
-  std::fprintf(stderr, "halfgrad warning: %.*s\n", int(message.size()), message.data());
-}
-
 }  // namespace
 
 GradScaler::GradScaler(GradScalerOptions options)
-    : options_(std::move(options)), warning_handler_(print_to_stderr) {
+    : options_(std::move(options)), warning_handler_(detail::print_to_stderr) {
   if (!options_.enabled) return;
   HG_CHECK(options_.growth_factor > 1.0, "GradScaler: the growth factor must be > 1.0, got {}",
            options_.growth_factor);
@@ -507,9 +488,9 @@ void GradScaler::raise_device_alarms() {
   if (seen.alarms == device_->alarms_reported) return;
   // Alarms raised since the last report; the monitor holds the latest one's values.
   device_->alarms_reported = seen.alarms;
-  raise_alarm(seen.kind == 1
-                  ? skips_alarm(seen.consecutive_skips, double(seen.scale))
-                  : floor_alarm(double(seen.scale), options_.alarm_scale_floor.value_or(0.0)));
+  raise_alarm(seen.kind == 1 ? detail::skips_alarm(seen.consecutive_skips, double(seen.scale))
+                             : detail::floor_alarm(double(seen.scale),
+                                                   options_.alarm_scale_floor.value_or(0.0)));
 #endif
 }
 
@@ -529,44 +510,6 @@ int64_t GradScaler::overflow_tracker() const {
   }
 #endif
   return overflow_tracker_;
-}
-
-void GradScaler::check_collapse(bool skipped) {
-  consecutive_skips_ = skipped ? consecutive_skips_ + 1 : 0;
-  std::string alarm;
-  if (options_.alarm_after_consecutive_skips > 0 &&
-      consecutive_skips_ == options_.alarm_after_consecutive_skips) {
-    alarm = skips_alarm(consecutive_skips_, get_scale());
-  }
-  if (options_.alarm_scale_floor) {
-    const double scale = get_scale();
-    if (scale < *options_.alarm_scale_floor && !below_floor_) {
-      below_floor_ = true;
-      if (alarm.empty()) alarm = floor_alarm(scale, *options_.alarm_scale_floor);
-    } else if (scale >= *options_.alarm_scale_floor) {
-      below_floor_ = false;
-    }
-  }
-  if (alarm.empty()) return;
-  raise_alarm(alarm);
-}
-
-void GradScaler::raise_alarm(const std::string& what) {
-  const std::string alarm = fmt::format(
-      "GradScaler: {}. The loss or the gradients are likely non-finite for a reason no loss "
-      "scale fixes. Try: bfloat16 instead of float16 (amp::Autocast with kBFloat16 needs no "
-      "loss scaling); a lower learning rate; the op that overflows in float32 "
-      "(amp::OverflowWatch names it, scaler.overflow_report(optimizer, &model) names the "
-      "parameters whose gradients overflowed); checking the data for NaN "
-      "(autograd::DetectAnomalyGuard finds the op that made the first one)",
-      what);
-  if (options_.alarm_action == GradScalerOptions::AlarmAction::kError) HG_ERROR("{}", alarm);
-  warning_handler_(alarm);
-}
-
-OverflowReport GradScaler::overflow_report(const optim::Optimizer& optimizer,
-                                           const nn::Module* model) const {
-  return amp::overflow_report(optimizer, model);
 }
 
 double GradScaler::get_scale() const {
@@ -618,21 +561,6 @@ void GradScaler::load_state_dict(const std::map<std::string, double>& state) {
     tracker.fill_(overflow_tracker_);
   }
 #endif
-}
-
-void GradScaler::write_history_csv(const std::string& path) const {
-  std::ofstream out(path);
-  HG_CHECK(out.good(), "GradScaler.write_history_csv: expected a writable path, got \"{}\"", path);
-  out << "step,scale,skipped\n";
-  for (const HistoryEntry& entry : history_) {
-    out << fmt::format("{},{},{}\n", entry.step, entry.scale, entry.skipped ? 1 : 0);
-  }
-  HG_CHECK(out.good(), "GradScaler.write_history_csv: writing \"{}\" failed", path);
-}
-
-void GradScaler::set_warning_handler(std::function<void(std::string_view)> handler) {
-  warning_handler_ =
-      handler ? std::move(handler) : std::function<void(std::string_view)>(print_to_stderr);
 }
 
 }  // namespace hg::amp
