@@ -194,7 +194,7 @@ class GradScaler {
     std::vector<std::pair<Device, Tensor>> found_inf_per_device;
   };
 
-  // The CUDA half of the scaler (grad_scaler.cpp): the device's counters and the alarm
+  // The CUDA half of the scaler (grad_scaler_detail.h): the device's counters and the alarm
   // monitor; null while the scale is not on a CUDA device.
   struct DeviceState;
 
@@ -214,6 +214,7 @@ class GradScaler {
   void update_on_device(std::optional<double> new_scale);
   void raise_device_alarms();
   int64_t overflow_tracker() const;
+  void set_overflow_tracker(int64_t overflow_tracker);
 
   GradScalerOptions options_;
   Tensor scale_;                     // [1] float32
