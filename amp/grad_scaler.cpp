@@ -1,11 +1,12 @@
+// GradScaler's entry points and host path: construction, scale(), the per-optimizer state machine
+// of unscale_() and step(), update() with the host's update rule, and the state dict.
 #include "halfgrad/amp/grad_scaler.h"
 
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
-#include <fstream>
 #include <utility>
 
+#include "halfgrad/amp/grad_scaler_detail.h"
 #include "halfgrad/autograd/grad_mode.h"
 #include "halfgrad/config.h"
 #include "halfgrad/core/dtype.h"
@@ -20,23 +21,6 @@
 #endif
 
 namespace hg::amp {
-
-// NOTE [Scale update on the device] With the scale on a CUDA device, update() is one kernel
-// (cuda::update_scale_) doing what apply_update_rule and check_collapse do on the CPU, with the
-// state they keep on the host kept on the device instead (detail::ScalerCounter): the
-// hysteresis's overflow count, the consecutive skips, whether the scale is below the alarm
-// floor, the alarms raised. The kernel publishes each alarm to mapped host memory
-// (cuda::ScalerMonitorSlot), where update() finds it without waiting (NOTE [GradScaler on
-// CUDA] in grad_scaler.h).
-#if HALFGRAD_HAS_CUDA
-struct GradScaler::DeviceState {
-  Tensor counters;  // [detail::kScalerCounters] int32 on the scale's device
-  std::unique_ptr<cuda::ScalerMonitorSlot> monitor;
-  int32_t alarms_reported = 0;
-};
-#else
-struct GradScaler::DeviceState {};
-#endif
 
 namespace {
 
@@ -90,28 +74,10 @@ bool unscale_group(const std::vector<Tensor*>& grads, DType dtype, float inv_sca
   });
 }
 
-std::string skips_alarm(int64_t skips, double scale) {
-  return fmt::format(
-      "{} iterations in a row skipped their optimizer step because a gradient was inf or NaN "
-      "(expected a few at the start while the scale comes down, got {}; the scale is now {:g})",
-      skips, skips, scale);
-}
-
-std::string floor_alarm(double scale, double floor) {
-  return fmt::format(
-      "the loss scale fell to {:g}, below the floor {:g} (expected it to "
-      "settle above it)",
-      scale, floor);
-}
-
-void print_to_stderr(std::string_view message) {
-  std::fprintf(stderr, "halfgrad warning: %.*s\n", int(message.size()), message.data());
-}
-
 }  // namespace
 
 GradScaler::GradScaler(GradScalerOptions options)
-    : options_(std::move(options)), warning_handler_(print_to_stderr) {
+    : options_(std::move(options)), warning_handler_(detail::print_to_stderr) {
   if (!options_.enabled) return;
   HG_CHECK(options_.growth_factor > 1.0, "GradScaler: the growth factor must be > 1.0, got {}",
            options_.growth_factor);
@@ -143,28 +109,6 @@ GradScaler::GradScaler(GradScalerOptions options)
 }
 
 GradScaler::~GradScaler() = default;
-
-void GradScaler::lazy_init_scale(Device device) {
-  // PyTorch creates the scale on the device of the first outputs it scales.
-  scale_ = full({1}, options_.init_scale, {.dtype = kFloat32, .device = device});
-  growth_tracker_ = full({1}, init_growth_tracker_, {.dtype = kInt32, .device = device});
-#if HALFGRAD_HAS_CUDA
-  if (device.is_cuda()) {
-    // The host's counters so far (a load_state_dict before the first scale()) move over.
-    Tensor counters = empty({int64_t(cuda::detail::kScalerCounters)}, kInt32);
-    int32_t* values = counters.data_ptr<int32_t>();
-    values[cuda::detail::kOverflowTracker] = int32_t(overflow_tracker_);
-    values[cuda::detail::kConsecutiveSkips] = int32_t(consecutive_skips_);
-    values[cuda::detail::kBelowFloor] = below_floor_ ? 1 : 0;
-    values[cuda::detail::kAlarms] = 0;
-    device_ = std::make_unique<DeviceState>();
-    device_->counters = counters.to(device);
-    device_->monitor = std::make_unique<cuda::ScalerMonitorSlot>(device.index);
-  }
-#endif
-}
-
-bool GradScaler::scale_on_cuda() const { return device_ != nullptr; }
 
 StepResult StepResult::pending(Tensor found_inf) {
   StepResult result;
@@ -289,17 +233,6 @@ void GradScaler::unscale_(optim::Optimizer& optimizer) {
   state.stage = Stage::kUnscaled;
 }
 
-Tensor GradScaler::inv_scale_on(Device device) const {
-#if HALFGRAD_HAS_CUDA
-  if (scale_.is_cuda()) {
-    return cuda::reciprocal_scale(scale_.device() == device ? scale_ : scale_.to(device));
-  }
-#endif
-  // A CPU scale with CUDA gradients: the reciprocal is computed here (no device read).
-  return full({1}, double(static_cast<float>(1.0 / double(scale_.item<float>()))),
-              {.dtype = kFloat32, .device = device});
-}
-
 StepResult GradScaler::step(optim::Optimizer& optimizer) {
   if (!options_.enabled) {
     optimizer.step();
@@ -339,48 +272,6 @@ StepResult GradScaler::step(optim::Optimizer& optimizer) {
   state.stage = Stage::kStepped;
   last_step_ = StepResult(stepped);
   return last_step_;
-}
-
-// A flag on a CUDA device: the optimizer's scaled step reads it there. Several flags (several
-// devices) are summed on the first CUDA one.
-StepResult GradScaler::step_with_device_flags(optim::Optimizer& optimizer, OptimizerState& state) {
-#if HALFGRAD_HAS_CUDA
-  NoGradGuard no_grad;
-  Tensor found_inf;
-  if (state.found_inf_per_device.size() == 1) {
-    found_inf = state.found_inf_per_device.front().second;
-  } else {
-    Device target = kCPU;
-    for (const auto& [device, flag] : state.found_inf_per_device) {
-      if (device.is_cuda()) {
-        target = device;
-        break;
-      }
-    }
-    std::vector<Tensor> flags;
-    for (const auto& [device, flag] : state.found_inf_per_device) {
-      flags.push_back(device == target ? flag : flag.to(target));
-    }
-    found_inf = cuda::sum_flags(flags);
-  }
-  if (optimizer.supports_scaled_step()) {
-    optimizer.step_scaled(Tensor(), found_inf);
-    state.stage = Stage::kStepped;
-    last_step_ = StepResult::pending(found_inf);
-    return last_step_;
-  }
-  // An optimizer that cannot skip on its own: the host decides, as PyTorch's non-fused path
-  // does (a wait for the device).
-  const bool stepped = found_inf.item<float>() == 0.0f;
-  if (stepped) optimizer.step();
-  state.stage = Stage::kStepped;
-  last_step_ = StepResult(stepped);
-  return last_step_;
-#else
-  (void)optimizer;
-  (void)state;
-  HG_ERROR("GradScaler.step: a flag on a CUDA device in a build without CUDA");
-#endif
 }
 
 double GradScaler::found_inf_sum() const {
@@ -453,122 +344,6 @@ void GradScaler::update(std::optional<double> new_scale) {
   check_collapse(skipped);  // last: in error mode it throws with the update done
 }
 
-// The update on the device (NOTE [Scale update on the device]): one kernel, and no wait
-// unless the history is recorded.
-void GradScaler::update_on_device(std::optional<double> new_scale) {
-#if HALFGRAD_HAS_CUDA
-  NoGradGuard no_grad;
-  const Device device = scale_.device();
-  std::vector<Tensor> flags;
-  for (const auto& [optimizer, state] : per_optimizer_states_) {
-    for (const auto& [flag_device, flag] : state.found_inf_per_device) {
-      flags.push_back(flag_device == device ? flag : flag.to(device));
-    }
-  }
-  HG_CHECK(new_scale || !flags.empty(),
-           "GradScaler: no inf checks were recorded prior to update() (expected step() or "
-           "unscale_() on at least one optimizer since the last update(), got none)");
-  // The history holds host values: recording it waits for the device (off by default).
-  const double scale_used = options_.record_history ? get_scale() : 0.0;
-  const Tensor found_inf = flags.empty()       ? Tensor()
-                           : flags.size() == 1 ? flags.front()
-                                               : cuda::sum_flags(flags);
-  cuda::detail::ScaleUpdateArgs args;
-  args.growth_factor = options_.growth_factor;
-  args.backoff_factor = options_.backoff_factor;
-  args.growth_interval = options_.growth_interval;
-  args.has_min_scale = options_.min_scale.has_value();
-  args.min_scale = options_.min_scale.value_or(0.0);
-  args.has_max_scale = options_.max_scale.has_value();
-  args.max_scale = options_.max_scale.value_or(0.0);
-  args.hysteresis = options_.hysteresis;
-  args.alarm_after_consecutive_skips = options_.alarm_after_consecutive_skips;
-  args.has_alarm_floor = options_.alarm_scale_floor.has_value();
-  args.alarm_floor = options_.alarm_scale_floor.value_or(0.0);
-  args.set_scale = new_scale.has_value();
-  args.new_scale = new_scale.value_or(0.0);
-  cuda::update_scale_(scale_, growth_tracker_, device_->counters, found_inf, args,
-                      device_->monitor->device_pointer());
-  if (options_.record_history) {
-    const bool skipped = found_inf.defined() && found_inf.item<float>() != 0.0f;
-    history_.push_back({update_count_, scale_used, skipped});
-  }
-  ++update_count_;
-  per_optimizer_states_.clear();
-  raise_device_alarms();  // last: in error mode it throws with the update done
-#else
-  (void)new_scale;
-#endif
-}
-
-void GradScaler::raise_device_alarms() {
-#if HALFGRAD_HAS_CUDA
-  const cuda::detail::ScalerMonitor seen = device_->monitor->read();
-  if (seen.alarms == device_->alarms_reported) return;
-  // Alarms raised since the last report; the monitor holds the latest one's values.
-  device_->alarms_reported = seen.alarms;
-  raise_alarm(seen.kind == 1
-                  ? skips_alarm(seen.consecutive_skips, double(seen.scale))
-                  : floor_alarm(double(seen.scale), options_.alarm_scale_floor.value_or(0.0)));
-#endif
-}
-
-int64_t GradScaler::consecutive_skipped_iterations() const {
-#if HALFGRAD_HAS_CUDA
-  if (scale_on_cuda()) {
-    return device_->counters.to(kCPU).data_ptr<int32_t>()[cuda::detail::kConsecutiveSkips];
-  }
-#endif
-  return consecutive_skips_;
-}
-
-int64_t GradScaler::overflow_tracker() const {
-#if HALFGRAD_HAS_CUDA
-  if (scale_on_cuda()) {
-    return device_->counters.to(kCPU).data_ptr<int32_t>()[cuda::detail::kOverflowTracker];
-  }
-#endif
-  return overflow_tracker_;
-}
-
-void GradScaler::check_collapse(bool skipped) {
-  consecutive_skips_ = skipped ? consecutive_skips_ + 1 : 0;
-  std::string alarm;
-  if (options_.alarm_after_consecutive_skips > 0 &&
-      consecutive_skips_ == options_.alarm_after_consecutive_skips) {
-    alarm = skips_alarm(consecutive_skips_, get_scale());
-  }
-  if (options_.alarm_scale_floor) {
-    const double scale = get_scale();
-    if (scale < *options_.alarm_scale_floor && !below_floor_) {
-      below_floor_ = true;
-      if (alarm.empty()) alarm = floor_alarm(scale, *options_.alarm_scale_floor);
-    } else if (scale >= *options_.alarm_scale_floor) {
-      below_floor_ = false;
-    }
-  }
-  if (alarm.empty()) return;
-  raise_alarm(alarm);
-}
-
-void GradScaler::raise_alarm(const std::string& what) {
-  const std::string alarm = fmt::format(
-      "GradScaler: {}. The loss or the gradients are likely non-finite for a reason no loss "
-      "scale fixes. Try: bfloat16 instead of float16 (amp::Autocast with kBFloat16 needs no "
-      "loss scaling); a lower learning rate; the op that overflows in float32 "
-      "(amp::OverflowWatch names it, scaler.overflow_report(optimizer, &model) names the "
-      "parameters whose gradients overflowed); checking the data for NaN "
-      "(autograd::DetectAnomalyGuard finds the op that made the first one)",
-      what);
-  if (options_.alarm_action == GradScalerOptions::AlarmAction::kError) HG_ERROR("{}", alarm);
-  warning_handler_(alarm);
-}
-
-OverflowReport GradScaler::overflow_report(const optim::Optimizer& optimizer,
-                                           const nn::Module* model) const {
-  return amp::overflow_report(optimizer, model);
-}
-
 double GradScaler::get_scale() const {
   if (!options_.enabled) return 1.0;
   if (!scale_.defined()) return options_.init_scale;
@@ -611,28 +386,7 @@ void GradScaler::load_state_dict(const std::map<std::string, double>& state) {
   if (scale_.defined()) scale_.fill_(state.at("scale"));
   if (growth_tracker_.defined()) growth_tracker_.fill_(init_growth_tracker_);
   const auto overflow = state.find("_overflow_tracker");
-  overflow_tracker_ = overflow != state.end() ? int64_t(overflow->second) : 0;
-#if HALFGRAD_HAS_CUDA
-  if (scale_on_cuda()) {
-    Tensor tracker = device_->counters.select(0, cuda::detail::kOverflowTracker);
-    tracker.fill_(overflow_tracker_);
-  }
-#endif
-}
-
-void GradScaler::write_history_csv(const std::string& path) const {
-  std::ofstream out(path);
-  HG_CHECK(out.good(), "GradScaler.write_history_csv: expected a writable path, got \"{}\"", path);
-  out << "step,scale,skipped\n";
-  for (const HistoryEntry& entry : history_) {
-    out << fmt::format("{},{},{}\n", entry.step, entry.scale, entry.skipped ? 1 : 0);
-  }
-  HG_CHECK(out.good(), "GradScaler.write_history_csv: writing \"{}\" failed", path);
-}
-
-void GradScaler::set_warning_handler(std::function<void(std::string_view)> handler) {
-  warning_handler_ =
-      handler ? std::move(handler) : std::function<void(std::string_view)>(print_to_stderr);
+  set_overflow_tracker(overflow != state.end() ? int64_t(overflow->second) : 0);
 }
 
 }  // namespace hg::amp

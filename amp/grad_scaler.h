@@ -194,26 +194,32 @@ class GradScaler {
     std::vector<std::pair<Device, Tensor>> found_inf_per_device;
   };
 
-  // The CUDA half of the scaler (grad_scaler.cpp): the device's counters and the alarm
+  // The CUDA half of the scaler (grad_scaler_detail.h): the device's counters and the alarm
   // monitor; null while the scale is not on a CUDA device.
   struct DeviceState;
 
-  void lazy_init_scale(Device device);
+  // The state machine and the host's update (grad_scaler.cpp).
   void check_scale_initialized(const char* method) const;
   Tensor scale_one(const Tensor& output);
   // Sum of every found_inf flag recorded since the last update (a host read).
   double found_inf_sum() const;
   void apply_update_rule(bool found_inf);
-  void check_collapse(bool skipped);
-  // Warns, or throws in error mode, with the advice appended to `alarm`.
-  void raise_alarm(const std::string& alarm);
-  // The CUDA paths (NOTE [GradScaler on CUDA]).
+
+  // Where the scale lives, and the CUDA paths (grad_scaler_device.cpp; NOTE [GradScaler on
+  // CUDA]).
+  void lazy_init_scale(Device device);
   bool scale_on_cuda() const;
   Tensor inv_scale_on(Device device) const;
   StepResult step_with_device_flags(optim::Optimizer& optimizer, OptimizerState& state);
   void update_on_device(std::optional<double> new_scale);
   void raise_device_alarms();
   int64_t overflow_tracker() const;
+  void set_overflow_tracker(int64_t overflow_tracker);
+
+  // The scale collapse alarm (grad_scaler_alarms.cpp).
+  void check_collapse(bool skipped);
+  // Warns, or throws in error mode, with the advice appended to `alarm`.
+  void raise_alarm(const std::string& alarm);
 
   GradScalerOptions options_;
   Tensor scale_;                     // [1] float32
