@@ -9,9 +9,9 @@
 //                 float32's exponent range, so gradients do not underflow);
 //   --dtype fp32  no autocast, no scaling: the reference.
 //
-// The parameters and the optimizer state stay float32 in every mode; only the forward's
-// matmuls run in 16 bits, and the loss is float32 (cross_entropy is on autocast's float32
-// list).
+// The parameters and the optimizer state stay float32 in every mode; only the matmuls run in
+// 16 bits, in the forward and in their backward (where a scaled gradient can overflow
+// float16), and the loss is float32 (cross_entropy is on autocast's float32 list).
 //
 // The fp16 GradScaler starts at 2^24 (--init-scale), not at torch.amp's 2^16: this model's
 // scaled float16 gradients stay finite at 2^16 and overflow from about 2^21, so with torch's
