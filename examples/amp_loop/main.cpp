@@ -9,11 +9,22 @@
 //                 float32's exponent range, so gradients do not underflow);
 //   --dtype fp32  no autocast, no scaling: the reference.
 //
-// The parameters and the optimizer state stay float32 in every mode; only the forward's
-// matmuls run in 16 bits. The loss is printed every --print-every steps, then the accuracy on
-// the training points; the program exits with 1 when that accuracy is below kMinAccuracy, so
-// the smoke test checks that each mode actually learns. --device cuda exits with 2: this
-// build has no CUDA tensors yet.
+// The parameters and the optimizer state stay float32 in every mode; only the matmuls run in
+// 16 bits, in the forward and in their backward (where a scaled gradient can overflow
+// float16), and the loss is float32 (cross_entropy is on autocast's float32 list).
+//
+// The fp16 GradScaler starts at 2^24 (--init-scale), not at torch.amp's 2^16: this model's
+// scaled float16 gradients stay finite at 2^16 and overflow from about 2^21, so with torch's
+// default nothing would be skipped and the run would not show the scaler at work. From 2^24
+// the first steps overflow: each one is skipped and halves the scale. The gradients change as
+// the model learns, so a later step can overflow too. (A real model's init_scale is a guess as
+// well: too high costs a few skipped steps, too low lets small gradients underflow, so the
+// default errs high.)
+//
+// The loss is printed every --print-every steps, and at every skipped step with the scale
+// the step ran with; then the accuracy on the training points. The program exits with 1 when
+// that accuracy is below kMinAccuracy, so the smoke test checks that each mode actually
+// learns. --device cuda exits with 2: this build has no CUDA tensors yet.
 #include <cmath>
 #include <cstdio>
 #include <memory>
@@ -33,6 +44,18 @@ namespace {
 // The accuracy every mode must reach on the training points after the requested steps (the
 // default 200 steps reach 1.0 in each dtype).
 constexpr double kMinAccuracy = 0.90;
+
+// The fp16 GradScaler's first scale: 2^24, above this model's overflow line, where torch.amp's
+// default 2^16 is below it (see the top of the file).
+constexpr double kInitScale = 16777216.0;
+
+// "2^24" for an exact power of two, the number otherwise.
+std::string power_of_two(double value) {
+  int exponent = 0;
+  const double mantissa = std::frexp(value, &exponent);  // value = mantissa * 2^exponent
+  if (mantissa == 0.5) return fmt::format("2^{}", exponent - 1);
+  return fmt::format("{:g}", value);
+}
 
 struct Dataset {
   Tensor x;  // [2n, 2] float32
@@ -68,6 +91,7 @@ int main(int argc, char** argv) {
   int64_t steps = 200;
   int64_t print_every = 50;
   uint64_t seed = 0;
+  double init_scale = kInitScale;
   app.add_option("--dtype", dtype_flag, "precision of the forward pass")
       ->check(CLI::IsMember({"fp32", "fp16", "bf16"}));
   app.add_option("--device", device_flag, "where the model runs")
@@ -76,6 +100,8 @@ int main(int argc, char** argv) {
   app.add_option("--print-every", print_every, "print the loss every K steps")
       ->check(CLI::PositiveNumber);
   app.add_option("--seed", seed, "seed of the data and of the initial weights");
+  app.add_option("--init-scale", init_scale, "the GradScaler's first scale (fp16)")
+      ->check(CLI::PositiveNumber);
   CLI11_PARSE(app, argc, argv);
 
   if (device_flag == "cuda") {
@@ -94,10 +120,25 @@ int main(int argc, char** argv) {
   optim::AdamW opt(model->parameters(), {.lr = 1e-2, .weight_decay = 0.01});
   // Enabled only for float16: with enabled = false every scaler call is a pass-through, so
   // one loop serves every dtype, as with torch.amp.GradScaler(enabled=...).
-  amp::GradScaler scaler({.enabled = dtype_flag == "fp16"});
+  amp::GradScaler scaler({.init_scale = init_scale, .enabled = dtype_flag == "fp16"});
 
+  const char* scaler_note = dtype_flag == "fp16"   ? "on"
+                            : dtype_flag == "bf16" ? "off (bfloat16 has float32's exponent range)"
+                                                   : "off";
   fmt::print("amp_loop: {} on cpu, {} steps, {} points, scaler {}\n", dtype_flag, steps,
-             data.x.size(0), scaler.is_enabled() ? "on" : "off");
+             data.x.size(0), scaler_note);
+  if (scaler.is_enabled()) {
+    fmt::print(
+        "GradScaler: starts at {}; an inf/NaN gradient skips the step and halves the scale, {} "
+        "clean steps in a row double it\n",
+        power_of_two(init_scale), scaler.get_growth_interval());
+    if (init_scale == kInitScale) {
+      fmt::print(
+          "  (torch.amp starts at 2^16, where this model's scaled gradients stay finite and "
+          "nothing is skipped: --init-scale 65536 to see)\n");
+    }
+  }
+  int64_t skipped = 0;
   for (int64_t step = 1; step <= steps; ++step) {
     opt.zero_grad();
     Tensor loss;
@@ -112,13 +153,27 @@ int main(int argc, char** argv) {
     scaler.scale(loss).backward();
     scaler.unscale_(opt);  // true gradients, so the clipping threshold means what it says
     nn::utils::clip_grad_norm_(model->parameters(), 1.0);
-    scaler.step(opt);
+    const bool stepped = scaler.step(opt);
+    const double scale = scaler.get_scale();  // the scale this step's backward ran with
     scaler.update();
-    if (step % print_every == 0 || step == 1) {
-      fmt::print("step {:>5}  loss {:.4f}  ({})  scale {:g}{}\n", step, loss.item<double>(),
-                 dtype_name(loss.dtype()), scaler.get_scale(),
-                 scaler.last_step_skipped() ? "  step skipped (inf/NaN gradient)" : "");
+    if (!stepped) ++skipped;
+    if (step % print_every != 0 && step != 1 && stepped) continue;
+    std::string line = fmt::format("step {:>5}  loss {:.4f}", step, loss.item<double>());
+    if (step == 1 && use_autocast) {
+      // cross_entropy is on autocast's float32 list: the loss is float32 in every mode.
+      line +=
+          fmt::format(" ({}: autocast runs cross_entropy in float32)", dtype_name(loss.dtype()));
     }
+    if (scaler.is_enabled()) line += fmt::format("  scale {}", power_of_two(scale));
+    if (!stepped) {
+      line += fmt::format("  inf/NaN gradient: step skipped, scale halved to {}",
+                          power_of_two(scaler.get_scale()));
+    }
+    fmt::print("{}\n", line);
+  }
+  if (scaler.is_enabled()) {
+    fmt::print("GradScaler: {} of {} steps skipped, scale {} -> {}\n", skipped, steps,
+               power_of_two(init_scale), power_of_two(scaler.get_scale()));
   }
 
   double accuracy = 0.0;

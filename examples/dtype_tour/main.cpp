@@ -21,6 +21,21 @@ struct Sample {
   const char* note;
 };
 
+// Whole numbers print in full (65504, not 6.55e+04: float16's largest value is an integer, and
+// its last digits are the point); other values with 7 significant digits, about float32's
+// precision and far more than float16's (about 3) or bfloat16's (about 2).
+std::string readable(double value) {
+  if (std::isfinite(value) && value == std::floor(value) && std::abs(value) < 1e15) {
+    return fmt::format("{:.0f}", value);
+  }
+  return fmt::format("{:.7g}", value);
+}
+
+// "2^-10 = 0.0009765625" for the limits that are powers of two by construction.
+std::string power_of_two(double value) {
+  return fmt::format("2^{} = {}", std::ilogb(value), readable(value));
+}
+
 std::string relative_error(double exact, double rounded) {
   if (std::isinf(rounded) && !std::isinf(exact)) return "overflow";
   if (rounded == 0.0 && exact != 0.0) return "underflow";
@@ -45,7 +60,7 @@ int main(int argc, char** argv) {
       {1000.1, "large with a fraction"},
       {65504.0, "float16's largest finite value"},
       {70000.0, "beyond float16's range"},
-      {1e-5, "a float16 subnormal"},
+      {1e-5, "a float16 subnormal: fewer bits"},
       {1e-8, "below float16's smallest subnormal"},
       {3e38, "near float32's largest"},
   };
@@ -66,17 +81,20 @@ int main(int argc, char** argv) {
   fmt::print("{:<36} {:>14} {:>14} {:>10} {:>14} {:>10}\n", "value", "float32", "float16",
              "rel.err", "bfloat16", "rel.err");
   for (size_t i = 0; i < chosen.size(); ++i) {
-    fmt::print("{:<36} {:>14.7g} {:>14.7g} {:>10} {:>14.7g} {:>10}\n", chosen[i].note, exact32[i],
-               as16[i], relative_error(exact32[i], as16[i]), asbf[i],
+    fmt::print("{:<36} {:>14} {:>14} {:>10} {:>14} {:>10}\n", chosen[i].note, readable(exact32[i]),
+               readable(as16[i]), relative_error(exact32[i], as16[i]), readable(asbf[i]),
                relative_error(exact32[i], asbf[i]));
   }
 
-  fmt::print("\n{:<10} {:>6} {:>12} {:>12} {:>12} {:>14}\n", "dtype", "bits", "eps", "max", "tiny",
-             "subnormal min");
+  // eps, tiny and the smallest subnormal are powers of two: 2^-(mantissa bits), 2^(1 - bias)
+  // and 2^(1 - bias - mantissa bits).
+  fmt::print("\n{:<9} {:>4}  {:<22} {:>13}  {:<24} {}\n", "dtype", "bits", "eps", "max",
+             "smallest normal (tiny)", "smallest subnormal");
   for (DType d : {kFloat32, kFloat16, kBFloat16}) {
     const FInfo f = finfo(d);
-    fmt::print("{:<10} {:>6} {:>12.4g} {:>12.4g} {:>12.4g} {:>14.4g}\n", dtype_name(d), f.bits,
-               f.eps, f.max, f.tiny, f.smallest_subnormal);
+    fmt::print("{:<9} {:>4}  {:<22} {:>13}  {:<24} {}\n", dtype_name(d), f.bits,
+               power_of_two(f.eps), readable(f.max), power_of_two(f.tiny),
+               power_of_two(f.smallest_subnormal));
   }
 
   // Inside the normal range, round-to-nearest-even never errs by more than half an ulp: a

@@ -9,10 +9,12 @@
 //     again and the scale halves back;
 //   - every --inject-every steps the program writes an inf into a gradient (standing in for a
 //     rare bad batch): that step is skipped and the scale backs off too.
-// It prints the scale history (the steps where something happened), writes every step as CSV
-// (--csv), and, when gnuplot is on PATH, plots scale against step into a PNG (--png). It exits
-// with 1 when the CSV could not be written or the run shows no skipped step, no growth, or
-// non-finite parameters.
+// It prints the scale history (the steps where something happened, each with the scale it ran
+// with, as a power of two), writes every step as CSV (--csv), and, when gnuplot is on PATH,
+// plots scale against step into a PNG (--png): a log2 axis labelled 2^k, the skipped steps
+// marked, overflows apart from the injected infs. It exits with 1 when the CSV could not be
+// written or the run shows no skipped step, no growth, or non-finite parameters.
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
@@ -39,21 +41,58 @@ int64_t count_lines(const std::string& path) {
 
 bool gnuplot_on_path() { return std::system("command -v gnuplot > /dev/null 2>&1") == 0; }
 
+// "2^24" for an exact power of two, the number otherwise.
+std::string power_of_two(double value) {
+  int exponent = 0;
+  const double mantissa = std::frexp(value, &exponent);  // value = mantissa * 2^exponent
+  if (mantissa == 0.5) return fmt::format("2^{}", exponent - 1);
+  return fmt::format("{:.0f}", value);
+}
+
+struct PlotSettings {
+  int64_t steps;
+  int64_t inject_every;  // 0: no injected infs
+  double min_scale;      // the history's smallest and largest scales
+  double max_scale;
+};
+
 // Writes a gnuplot script next to the PNG and runs it; returns whether gnuplot succeeded.
-bool plot_png(const std::string& csv, const std::string& png) {
+// The y axis is log2 with a tick at each power of two the scale reached (fewer when it spans
+// many); the key sits below the plot, where it cannot cover the sawtooth.
+bool plot_png(const std::string& csv, const std::string& png, const PlotSettings& plot) {
   const std::string script = png + ".gp";
   std::ofstream out(script);
   if (!out) return false;
+  const int low = int(std::floor(std::log2(plot.min_scale)));
+  const int high = std::max(int(std::ceil(std::log2(plot.max_scale))), low + 1);
+  const int tick_every = std::max(1, (high - low + 11) / 12);  // at most about 12 ticks
+  const double step_margin = std::max(1.0, double(plot.steps) / 75.0);
+  // Which skipped steps the program injected an inf into (the same rule as the training loop).
+  const std::string injected = plot.inject_every > 0
+                                   ? fmt::format("($1 > 0 && int($1) % {} == 0)", plot.inject_every)
+                                   : std::string("0");
   out << "set datafile separator ','\n"
-      << "set terminal png size 900,450\n"
+      << "set terminal png enhanced size 900,450\n"
       << "set output '" << png << "'\n"
-      << "set title 'GradScaler: loss scale per step (skipped steps marked)'\n"
+      << "set title 'GradScaler: the loss scale each step ran with (skipped steps marked)'\n"
       << "set xlabel 'step'\n"
-      << "set ylabel 'scale'\n"
+      << "set ylabel 'loss scale'\n"
+      << fmt::format("set xrange [{}:{}]\n", -step_margin, double(plot.steps - 1) + step_margin)
       << "set logscale y 2\n"
-      << "set key top right\n"
+      << fmt::format("set yrange [2**{}:2**{}]\n", low - 0.4, high + 0.4)
+      << fmt::format("set ytics 2**{}, 2**{}, 2**{}\n", low, tick_every, high)
+      << "set format y '2^{%L}'\n"
+      << "set grid ytics\n"
+      << "set key below horizontal maxrows 1 samplen 2\n"
+      // every ::1 leaves out the CSV's header line.
       << "plot '" << csv << "' every ::1 using 1:2 with steps lw 2 title 'scale', \\\n"
-      << "     '' every ::1 using 1:($3 > 0 ? $2 : 1/0) with points pt 7 ps 1 title 'skipped'\n";
+      << "     '' every ::1 using 1:($3 > 0 && !" << injected
+      << " ? $2 : 1/0) with points pt 7 ps 1.2 title 'skipped: overflow'";
+  if (plot.inject_every > 0) {
+    out << ", \\\n     '' every ::1 using 1:($3 > 0 && " << injected
+        << " ? $2 : 1/0) with points pt 5 ps 1.2 title 'skipped: injected inf'";
+  }
+  out << "\n";
   out.close();
   return std::system(("gnuplot '" + script + "'").c_str()) == 0;
 }
@@ -122,35 +161,40 @@ int main(int argc, char** argv) {
 
   // The history: one entry per update(), with the scale that iteration ran with.
   fmt::print(
-      "scaler_sawtooth: {} fp16 steps, init_scale {:.0f}, growth_interval {}, an inf every "
-      "{} steps\n\n",
-      steps, init_scale, growth_interval, inject_every);
-  fmt::print("{:>6} {:>12}  {}\n", "step", "scale", "event");
+      "scaler_sawtooth: {} fp16 steps, init_scale {}, growth_interval {}, an inf every {} "
+      "steps\n\n",
+      steps, power_of_two(init_scale), growth_interval, inject_every);
+  fmt::print("{:>6}  {:>7}  {}\n", "step", "scale", "event (scale: the one the step ran with)");
+  const auto is_injected = [&](int64_t step) {
+    return inject_every > 0 && step > 0 && step % inject_every == 0;
+  };
   int64_t skipped = 0;
   int64_t growths = 0;
   double previous = -1.0;
+  double min_scale = init_scale;
+  double max_scale = init_scale;
   for (const amp::HistoryEntry& entry : scaler.history()) {
-    std::string event;
+    min_scale = std::min(min_scale, entry.scale);
+    max_scale = std::max(max_scale, entry.scale);
+    std::string change;
     if (previous > 0 && entry.scale > previous) {
-      event = "grew";
+      change = fmt::format("doubled after {} clean steps; ", growth_interval);
       ++growths;
     } else if (previous > 0 && entry.scale < previous) {
-      event = "backed off";
-    }
-    if (entry.skipped) {
-      event += event.empty() ? "skipped (inf/NaN gradient)" : ", skipped (inf/NaN gradient)";
-      ++skipped;
-    }
-    const bool injected_here = inject_every > 0 && entry.step > 0 && entry.step % inject_every == 0;
-    if (injected_here) event += " <- injected inf";
-    if (!event.empty() || entry.step == 0) {
-      fmt::print("{:>6} {:>12.0f}  {}\n", entry.step, entry.scale, event);
+      change = "halved; ";
     }
     previous = entry.scale;
+    if (entry.skipped) ++skipped;
+    if (change.empty() && !entry.skipped && entry.step != 0) continue;
+    const std::string outcome = !entry.skipped ? "step ran"
+                                : is_injected(entry.step)
+                                    ? "injected inf: step skipped"
+                                    : "overflow (inf/NaN gradient): step skipped";
+    fmt::print("{:>6}  {:>7}  {}{}\n", entry.step, power_of_two(entry.scale), change, outcome);
   }
-  fmt::print("(steps without an event are left out; the CSV has every step)\n\n");
-  fmt::print("{} steps skipped ({} of them injected), {} growths, final scale {:.0f}\n", skipped,
-             injected, growths, scaler.get_scale());
+  fmt::print("(steps where nothing changed are left out; the CSV has every step)\n\n");
+  fmt::print("{} steps skipped ({} of them injected), {} growths, final scale {}\n", skipped,
+             injected, growths, power_of_two(scaler.get_scale()));
   fmt::print("loss {:.4f} -> {:.4f}\n", first_loss, last_loss);
 
   scaler.write_history_csv(csv);
@@ -162,7 +206,7 @@ int main(int argc, char** argv) {
   }
   fmt::print("wrote {} ({} rows)\n", csv, steps);
   if (gnuplot_on_path()) {
-    if (plot_png(csv, png)) {
+    if (plot_png(csv, png, {steps, inject_every, min_scale, max_scale})) {
       fmt::print("wrote {}\n", png);
     } else {
       fmt::print("scaler_sawtooth: FAILED - gnuplot is on PATH but did not write {}\n", png);
