@@ -189,9 +189,10 @@ static_assert(std::is_trivially_copyable_v<Half> && std::is_trivially_copyable_v
 }  // namespace hg
 
 // numeric_limits, as for the built-in floating types (std::numeric_limits<hg::Half>::max()).
-template <>
-class std::numeric_limits<hg::Half> {
- public:
+namespace hg::detail {
+// What the two 16-bit formats share: signed binary floats with infinities, NaNs and subnormals,
+// rounded to nearest.
+struct Float16BitLimits {
   static constexpr bool is_specialized = true;
   static constexpr bool is_signed = true;
   static constexpr bool is_integer = false;
@@ -200,7 +201,6 @@ class std::numeric_limits<hg::Half> {
   static constexpr bool has_quiet_NaN = true;
   static constexpr bool has_denorm_loss = false;
   static constexpr std::float_round_style round_style = std::round_to_nearest;
-  static constexpr bool is_iec559 = true;
   static constexpr bool has_signaling_NaN = true;
   static constexpr std::float_denorm_style has_denorm = std::denorm_present;
   static constexpr bool is_bounded = true;
@@ -208,6 +208,13 @@ class std::numeric_limits<hg::Half> {
   static constexpr bool traps = false;
   static constexpr bool tinyness_before = false;
   static constexpr int radix = 2;
+};
+}  // namespace hg::detail
+
+template <>
+class std::numeric_limits<hg::Half> : public hg::detail::Float16BitLimits {
+ public:
+  static constexpr bool is_iec559 = true;
   static constexpr int digits10 = 3;
   static constexpr int max_digits10 = 5;
   static constexpr int min_exponent10 = -4;
@@ -227,24 +234,9 @@ class std::numeric_limits<hg::Half> {
 };
 
 template <>
-class std::numeric_limits<hg::BFloat16> {
+class std::numeric_limits<hg::BFloat16> : public hg::detail::Float16BitLimits {
  public:
-  static constexpr bool is_specialized = true;
-  static constexpr bool is_signed = true;
-  static constexpr bool is_integer = false;
-  static constexpr bool is_exact = false;
-  static constexpr bool has_infinity = true;
-  static constexpr bool has_quiet_NaN = true;
-  static constexpr bool has_denorm_loss = false;
-  static constexpr std::float_round_style round_style = std::round_to_nearest;
   static constexpr bool is_iec559 = false;
-  static constexpr bool has_signaling_NaN = true;
-  static constexpr std::float_denorm_style has_denorm = std::denorm_present;
-  static constexpr bool is_bounded = true;
-  static constexpr bool is_modulo = false;
-  static constexpr bool traps = false;
-  static constexpr bool tinyness_before = false;
-  static constexpr int radix = 2;
   static constexpr int digits10 = 2;
   static constexpr int max_digits10 = 4;
   static constexpr int min_exponent10 = -37;
