@@ -22,7 +22,7 @@ GradScaler on; bf16 leaves it off. Times: CUDA events around --iters steps, the 
 repeats after --warmup steps (NOTE [GPU timing] in bench_util.h); peak_mib is
 torch.cuda.max_memory_allocated() from just before the model is built.
 
-Needs PyTorch with CUDA (the GPU machine's python3 has it); benchmarks/run-gpu runs it.
+Needs python3 with a CUDA build of PyTorch; benchmarks/run-gpu runs it.
 """
 import argparse
 from dataclasses import dataclass

@@ -21,7 +21,7 @@ Times: CUDA events around --iters calls, the median of --reps repeats after --wa
 (NOTE [GPU timing] in bench_util.h); peak_mib is torch.cuda.max_memory_allocated() from just
 before the inputs are made to the end of the timing.
 
-Needs PyTorch with CUDA (the GPU machine's python3 has it); benchmarks/run-gpu runs it.
+Needs python3 with a CUDA build of PyTorch; benchmarks/run-gpu runs it.
 """
 import argparse
 
