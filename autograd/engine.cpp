@@ -6,7 +6,7 @@
 //      edges point at; a node whose count drops to zero becomes ready.
 // Gradients that never arrive at some output of a node are zeros (made from OutputInfo).
 // The pass runs with grad mode = create_graph and autocast off: backward ops run in the
-// dtypes forward saved, never re-cast (DESIGN §3).
+// dtypes forward saved, never re-cast (docs/design.md §3).
 #include "halfgrad/autograd/engine.h"
 
 #include <algorithm>

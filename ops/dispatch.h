@@ -1,4 +1,4 @@
-// The one dispatch function every op goes through (DESIGN §2).
+// The one dispatch function every op goes through (docs/design.md §2).
 //
 // An op is a struct: its id in the op list, its attributes, its forward and its backward,
 // next to each other:

@@ -1,4 +1,5 @@
-// amp_loop: the canonical mixed-precision training loop (DESIGN §7) on a task made in-process.
+// amp_loop: the canonical mixed-precision training loop (docs/design.md §7) on a task made
+// in-process.
 //
 // A small MLP (2 -> 64 -> 64 -> 2, GELU) learns to tell apart the points of two interleaved
 // spirals. The loop is the one a PyTorch user writes with torch.amp:

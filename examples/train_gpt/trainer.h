@@ -4,7 +4,7 @@
 //   TrainMetrics m = train(task, {.dtype = kFloat16, .steps = 800});
 //   // m.accuracy, m.tokens_per_s, m.skipped_steps, m.final_scale, ...
 //
-// The loop is DESIGN §7's (the one amp_loop runs), on an nn::GPT:
+// The loop is docs/design.md §7's (the one amp_loop runs), on an nn::GPT:
 //   - fp32: no autocast, no scaling: the reference;
 //   - fp16: the forward under amp::Autocast(kCPU, kFloat16), the loss scaled by a GradScaler;
 //   - bf16: the forward under amp::Autocast(kCPU, kBFloat16), no scaling (bfloat16 has float32's

@@ -44,7 +44,7 @@ Mlp make_mlp(uint64_t seed) {
   return mlp;
 }
 
-// A model, its optimizer and its scaler, and the training step of DESIGN §7.
+// A model, its optimizer and its scaler, and the training step of docs/design.md §7.
 struct Trainer {
   Mlp model;
   optim::AdamW opt;

@@ -1,4 +1,4 @@
-// The op registry against DESIGN §2's policy tables (torch.amp's lists, restricted to
+// The op registry against the policy tables of docs/design.md §3 (torch.amp's lists, restricted to
 // halfgrad's ops), written out here independently of op_list.def.
 #include <catch2/catch.hpp>
 
