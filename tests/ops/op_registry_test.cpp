@@ -1,5 +1,5 @@
-// The op registry against the policy tables of docs/design.md §3 (torch.amp's lists, restricted to
-// halfgrad's ops), written out here independently of op_list.def.
+// The op registry against the policy tables of docs/design.md §3 (torch.amp's lists,
+// restricted to halfgrad's ops), written out here independently of op_list.def.
 #include <catch2/catch.hpp>
 
 #include <set>
