@@ -4,7 +4,7 @@
 
 include(GNUInstallDirs)
 
-set(HALFGRAD_MODULES core cpu autograd ops nn optim amp io)
+set(HALFGRAD_MODULES core kernel cpu autograd ops nn optim amp io)
 
 # NOTE [Include root] Every include reads <halfgrad/core/tensor.h>, in this tree as in an
 # installed prefix. The modules sit at the top of the repository, so the build tree gets an

@@ -12,12 +12,12 @@
 #include <cstdint>
 #include <optional>
 
-#include "halfgrad/core/kernel_kinds.h"
+#include "halfgrad/kernel/kinds.h"
 #include "halfgrad/core/tensor.h"
 
 namespace hg::cpu {
 
-using kernel::Unary;  // core/kernel_kinds.h: the kinds every backend implements
+using kernel::Unary;  // kernel/kinds.h: the kinds every backend implements
 
 // Elementwise f(x), same shape and dtype as x. Integer inputs are allowed for Neg, Abs,
 // Sign, Relu and Square (the op layer converts integers to float32 for the others).

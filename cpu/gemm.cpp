@@ -51,7 +51,7 @@
 #include "halfgrad/core/cpu_features.h"
 #include "halfgrad/core/factory.h"
 #include "halfgrad/core/format.h"
-#include "halfgrad/core/kernel_checks.h"
+#include "halfgrad/kernel/checks.h"
 #include "halfgrad/core/strided_loop.h"
 #include "halfgrad/core/view.h"
 #include "halfgrad/cpu/elementwise.h"

@@ -22,9 +22,9 @@
 #include "halfgrad/core/cast.h"
 #include "halfgrad/core/factory.h"
 #include "halfgrad/core/format.h"
-#include "halfgrad/core/kernel_common.h"
+#include "halfgrad/kernel/formulas.h"
 #include "halfgrad/core/strided_loop.h"
-#include "halfgrad/cpu/index_checks.h"
+#include "halfgrad/kernel/index_checks.h"
 
 namespace hg::cpu {
 

@@ -22,7 +22,7 @@
 #include "halfgrad/core/cast.h"
 #include "halfgrad/core/factory.h"
 #include "halfgrad/core/format.h"
-#include "halfgrad/core/kernel_checks.h"
+#include "halfgrad/kernel/checks.h"
 #include "halfgrad/core/strided_loop.h"
 
 namespace hg::cpu {
@@ -43,7 +43,7 @@ T store(A value) {
   return cast_value<T>(value);
 }
 
-// Checks and shapes shared with the CUDA kernels (core/kernel_checks.h).
+// Checks and shapes shared with the CUDA kernels (kernel/checks.h).
 using kernel::acc_dtype;
 using kernel::check_shape;
 using kernel::product;

@@ -23,7 +23,11 @@
 #include <array>
 #include <cstdint>
 
-#include "halfgrad/core/kernel_checks.h"
+#include "halfgrad/kernel/checks.h"
+#include "halfgrad/kernel/conv.h"
+#include "halfgrad/kernel/dropout.h"
+#include "halfgrad/kernel/norm.h"
+#include "halfgrad/kernel/pool.h"
 #include "halfgrad/core/random.h"
 #include "halfgrad/core/shape.h"
 #include "halfgrad/core/tensor.h"
@@ -50,16 +54,8 @@ Tensor log_softmax_backward(const Tensor& dy, const Tensor& y, int64_t dim);
 // has_bias), or in x's dtype when there is no weight. The variance used to normalise is the
 // biased one (divided by the count).
 
-struct NormForward {
-  Tensor out;
-  Tensor mean;
-  Tensor rstd;
-};
-struct NormBackward {
-  Tensor dx;
-  Tensor dweight;  // undefined when there is no weight
-  Tensor dbias;    // undefined when there is no bias
-};
+using kernel::NormBackward;  // kernel/norm.h
+using kernel::NormForward;
 
 // Normalises over the trailing dims given by normalized_shape; weight and bias (optional) have
 // normalized_shape. mean/rstd: [rows], rows = numel / prod(normalized_shape).
@@ -95,7 +91,7 @@ NormBackward batch_norm_backward(const Tensor& dy, const Tensor& x, const Tensor
 // ---- conv2d -------------------------------------------------------------------------------
 
 // stride (default 1), padding (0) and dilation (1), each {H, W}, and groups (1); shared with
-// the CUDA kernels (core/kernel_checks.h).
+// the CUDA kernels (kernel/checks.h).
 using kernel::Conv2dParams;
 
 // x: [N, C, H, W], weight: [O, C / groups, kH, kW], bias (optional): [O], all of one dtype.
@@ -103,11 +99,7 @@ using kernel::Conv2dParams;
 // im2col + a matrix product accumulating in float32 (float64 for float64).
 Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const Conv2dParams& p);
 
-struct Conv2dBackward {
-  Tensor dx;       // undefined unless needed[0]
-  Tensor dweight;  // undefined unless needed[1]
-  Tensor dbias;    // undefined unless needed[2] and has_bias
-};
+using kernel::Conv2dBackward;  // kernel/conv.h
 // needed = {dx, dweight, dbias}: the gradients to compute.
 Conv2dBackward conv2d_backward(const Tensor& dy, const Tensor& x, const Tensor& weight,
                                bool has_bias, const Conv2dParams& p, std::array<bool, 3> needed);
@@ -118,15 +110,12 @@ Conv2dBackward conv2d_backward(const Tensor& dy, const Tensor& x, const Tensor& 
 // the kernel, as torch requires. Windows that reach into the padding see -inf (max) or zeros
 // (avg). ceil_mode is false: Hout = (H + 2 padding - kernel) / stride + 1. kernel, stride and
 // padding are {H, W}; count_include_pad (avg_pool2d): divide by kH * kW, padding included.
-// Shared with the CUDA kernels (core/kernel_checks.h).
+// Shared with the CUDA kernels (kernel/checks.h).
 using kernel::Pool2dParams;
 
 // x: [N, C, H, W] or [C, H, W]. indices: int64, the flat offset h * W + w of each maximum
 // within its (H, W) plane, as torch returns them. A NaN in a window wins it.
-struct MaxPoolForward {
-  Tensor out;
-  Tensor indices;
-};
+using kernel::MaxPoolForward;  // kernel/pool.h
 MaxPoolForward max_pool2d(const Tensor& x, const Pool2dParams& p);
 // dx of input_shape, in dy's dtype: dy scattered (added) to the indices.
 Tensor max_pool2d_backward(const Tensor& dy, const Tensor& indices, const Shape& input_shape);
@@ -148,10 +137,7 @@ Tensor embedding_backward(const Tensor& dy, const Tensor& indices, int64_t num_e
 // The keep decision for element i (row-major) is u_i < 1 - p, u_i the i-th float32 uniform of
 // one random::fill_uniform draw of numel elements from gen, so a seed gives the same mask for
 // every dtype. p == 0 returns a copy of x and a mask of ones, p == 1 zeros; neither draws.
-struct DropoutForward {
-  Tensor out;
-  Tensor mask;
-};
+using kernel::DropoutForward;  // kernel/dropout.h
 DropoutForward dropout(const Tensor& x, double p, Generator& gen);
 
 }  // namespace hg::cpu

@@ -39,7 +39,7 @@
 #include "halfgrad/core/convert.h"
 #include "halfgrad/core/factory.h"
 #include "halfgrad/core/format.h"
-#include "halfgrad/core/kernel_checks.h"
+#include "halfgrad/kernel/checks.h"
 #include "halfgrad/core/strided_loop.h"
 
 namespace hg::cpu {
@@ -634,7 +634,7 @@ void check_cpu(const Tensor& x, const char* op) {
   HG_CHECK(x.is_cpu(), "{}: expected a CPU tensor, got one on {}", op, x.device());
 }
 
-// The checks and shapes shared with the CUDA reductions (core/kernel_checks.h).
+// The checks and shapes shared with the CUDA reductions (kernel/checks.h).
 using kernel::check_nonempty;
 using kernel::check_out_dtype;
 using kernel::reduced_dims;

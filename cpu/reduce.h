@@ -14,16 +14,17 @@
 #include <cstdint>
 #include <optional>
 
-#include "halfgrad/core/kernel_checks.h"
-#include "halfgrad/core/kernel_kinds.h"
+#include "halfgrad/kernel/checks.h"
+#include "halfgrad/kernel/kinds.h"
+#include "halfgrad/kernel/reduce.h"
 #include "halfgrad/core/tensor.h"
 
 namespace hg::cpu {
 
-using kernel::Reduction;  // core/kernel_kinds.h
+using kernel::Reduction;  // kernel/kinds.h
 
 // "sum", "prod", "mean", "amax", "amin", "logsumexp", "norm": the name errors use (shared
-// with the CUDA reductions, core/kernel_checks.h).
+// with the CUDA reductions, kernel/checks.h).
 using kernel::reduction_name;
 
 // Reduces x over `dims` (empty: every dim; negative dims count from the end; a dim given
@@ -51,10 +52,7 @@ float sum_floats(const float* x, int64_t n);
 // The extreme value along one dim and its index there (int64). Ties give the first
 // occurrence; NaN counts as beyond every number, so the first NaN wins (as in PyTorch).
 // Values keep x's dtype. Any dtype; the dim must not be empty.
-struct ValuesIndices {
-  Tensor values;
-  Tensor indices;  // int64
-};
+using kernel::ValuesIndices;  // kernel/reduce.h
 ValuesIndices max_dim(const Tensor& x, int64_t dim, bool keepdim);
 ValuesIndices min_dim(const Tensor& x, int64_t dim, bool keepdim);
 

@@ -44,7 +44,7 @@
 
 #include "halfgrad/core/factory.h"
 #include "halfgrad/core/format.h"
-#include "halfgrad/core/kernel_checks.h"
+#include "halfgrad/kernel/checks.h"
 #include "halfgrad/core/settings.h"
 #include "halfgrad/cuda/conv_launch.h"
 #include "halfgrad/cuda/host.h"
@@ -96,10 +96,10 @@ void check_input(const char* op, const char* what, const Tensor& t, bool read, D
 
 using kernel::ConvGeometry;
 
-// The CPU's checks and geometry (core/kernel_checks.h), with the device checks for the tensors
+// The CPU's checks and geometry (kernel/checks.h), with the device checks for the tensors
 // the kernel reads.
 ConvGeometry cuda_conv_geometry(const char* op, const Tensor& x, bool read_x, const Tensor& weight,
-                                bool read_weight, const cpu::Conv2dParams& p, Device device) {
+                                bool read_weight, const kernel::Conv2dParams& p, Device device) {
   check_input(op, "input", x, read_x, device);
   check_input(op, "weight", weight, read_weight, device);
   return kernel::conv_geometry(op, x, weight, p);
@@ -480,7 +480,7 @@ void zero_fill(const Tensor& t, const char* op) {
 }  // namespace
 
 Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias,
-              const cpu::Conv2dParams& p) {
+              const kernel::Conv2dParams& p) {
   const char* op = "conv2d";
   kernel::check_defined(op, "input", x);
   const Device device = x.device();
@@ -508,8 +508,8 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias,
   return y;
 }
 
-cpu::Conv2dBackward conv2d_backward(const Tensor& dy, const Tensor& x, const Tensor& weight,
-                                    bool has_bias, const cpu::Conv2dParams& p,
+kernel::Conv2dBackward conv2d_backward(const Tensor& dy, const Tensor& x, const Tensor& weight,
+                                    bool has_bias, const kernel::Conv2dParams& p,
                                     std::array<bool, 3> needed) {
   const char* op = "conv2d_backward";
   kernel::check_defined(op, "grad_output", dy);
@@ -521,7 +521,7 @@ cpu::Conv2dBackward conv2d_backward(const Tensor& dy, const Tensor& x, const Ten
   DeviceGuard guard(device.index);
   const TensorOptions options{.dtype = x.dtype(), .device = device};
   const Tensor dyc = dy.contiguous();
-  cpu::Conv2dBackward result;
+  kernel::Conv2dBackward result;
   if (needed[0]) {
     result.dx = empty(x.sizes(), options);
     if (result.dx.numel() > 0) {

@@ -1,5 +1,5 @@
 // Host side of the CUDA elementwise kernels (elementwise.h): the checks and errors of the CPU
-// kernels (cpu/elementwise.cpp, cpu/index_checks.h, core/copy.cpp, core/random.cpp), the output,
+// kernels (cpu/elementwise.cpp, kernel/index_checks.h, core/copy.cpp, core/random.cpp), the output,
 // the operand description of NOTE [Elementwise iteration] (elementwise_launch.h), and one
 // launch on the current stream. Nothing here waits for the GPU or reads its memory.
 #include "halfgrad/cuda/elementwise.h"
@@ -15,9 +15,9 @@
 #include "halfgrad/core/cast.h"
 #include "halfgrad/core/factory.h"
 #include "halfgrad/core/format.h"
-#include "halfgrad/core/kernel_common.h"
+#include "halfgrad/kernel/formulas.h"
 #include "halfgrad/core/small_vector.h"
-#include "halfgrad/cpu/index_checks.h"
+#include "halfgrad/kernel/index_checks.h"
 #include "halfgrad/cuda/elementwise_launch.h"
 #include "halfgrad/cuda/host.h"
 #include "halfgrad/cuda/stream.h"
@@ -387,7 +387,7 @@ Tensor where(const Tensor& condition, const Tensor& a, const Tensor& b) {
   detail::check_cuda_tensor(a, "where", "a");
   check_on(condition, a.device(), "where", "condition");
   check_on(b, a.device(), "where", "b");
-  const Shape shape = cpu::index_checks::where_shape(condition, a, b);
+  const Shape shape = kernel::index_checks::where_shape(condition, a, b);
   DeviceGuard guard(a.device().index);
   Tensor out = empty(shape, {.dtype = a.dtype(), .device = a.device()});
   if (out.numel() == 0) return out;
@@ -399,7 +399,7 @@ Tensor where(const Tensor& condition, const Tensor& a, const Tensor& b) {
 Tensor masked_fill(const Tensor& x, const Tensor& mask, Scalar value) {
   detail::check_cuda_tensor(x, "masked_fill", "input");
   check_on(mask, x.device(), "masked_fill", "mask");
-  const Shape shape = cpu::index_checks::masked_fill_shape(x, mask);
+  const Shape shape = kernel::index_checks::masked_fill_shape(x, mask);
   DeviceGuard guard(x.device().index);
   Tensor out = empty(shape, {.dtype = x.dtype(), .device = x.device()});
   if (out.numel() == 0) return out;

@@ -20,7 +20,7 @@
 #include <type_traits>
 #include <utility>
 
-#include "halfgrad/core/kernel_common.h"
+#include "halfgrad/kernel/formulas.h"
 #include "halfgrad/core/random.h"
 #include "halfgrad/cuda/device_utils.cuh"
 #include "halfgrad/cuda/elementwise_launch.h"

@@ -6,7 +6,7 @@
 
 #include <optional>
 
-#include "halfgrad/core/kernel_kinds.h"
+#include "halfgrad/kernel/kinds.h"
 #include "halfgrad/core/random.h"
 #include "halfgrad/core/scalar.h"
 #include "halfgrad/core/tensor.h"

@@ -26,7 +26,7 @@
 #include <cstdint>
 
 #include "halfgrad/core/dtype.h"
-#include "halfgrad/core/kernel_kinds.h"
+#include "halfgrad/kernel/kinds.h"
 #include "halfgrad/cuda/kernel_args.h"
 
 namespace hg::cuda::detail {

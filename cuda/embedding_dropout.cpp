@@ -1,4 +1,4 @@
-// CUDA embedding_backward and dropout (nn_kernels.h): the checks (shared, core/kernel_checks.h)
+// CUDA embedding_backward and dropout (nn_kernels.h): the checks (shared, kernel/checks.h)
 // and semantics of cpu/nn_kernels.cpp.
 //
 // Dims: T tokens (indices.numel()), D the embedding width.
@@ -7,7 +7,7 @@
 
 #include "halfgrad/core/factory.h"
 #include "halfgrad/core/format.h"
-#include "halfgrad/core/kernel_checks.h"
+#include "halfgrad/kernel/checks.h"
 #include "halfgrad/cuda/embedding_dropout_launch.h"
 #include "halfgrad/cuda/host.h"
 #include "halfgrad/cuda/index_launch.h"
@@ -104,10 +104,10 @@ Tensor embedding_backward(const Tensor& dy, const Tensor& indices, int64_t num_e
 
 // ---- dropout -----------------------------------------------------------------------------
 
-cpu::DropoutForward dropout(const Tensor& x, double p, Generator& gen) {
+kernel::DropoutForward dropout(const Tensor& x, double p, Generator& gen) {
   const char* op = "dropout";
   kernel::check_dropout(op, x, p, kCUDA);
-  cpu::DropoutForward result{empty(x.sizes(), x.options()), empty(x.sizes(), x.options())};
+  kernel::DropoutForward result{empty(x.sizes(), x.options()), empty(x.sizes(), x.options())};
   const int64_t n = x.numel();
   const double keep = 1.0 - p;
   detail::DropoutMode mode = detail::DropoutMode::Draw;

@@ -59,7 +59,7 @@
 
 #include "halfgrad/core/factory.h"
 #include "halfgrad/core/format.h"
-#include "halfgrad/core/kernel_checks.h"
+#include "halfgrad/kernel/checks.h"
 #include "halfgrad/core/settings.h"
 #include "halfgrad/cuda/elementwise.h"
 #include "halfgrad/cuda/gemm_launch.h"

@@ -1,4 +1,4 @@
-// CUDA indexing ops (index.h): the checks of cpu/index_checks.h on the host, the work on the
+// CUDA indexing ops (index.h): the checks of kernel/index_checks.h on the host, the work on the
 // device (index.cu). Index values are checked by the kernels (NOTE [Index checks on the device]
 // in index.h), and accumulation is sorted, never atomic (NOTE [Sorted accumulation on CUDA] in
 // index_launch.h).
@@ -12,7 +12,7 @@
 
 #include "halfgrad/core/factory.h"
 #include "halfgrad/core/format.h"
-#include "halfgrad/cpu/index_checks.h"
+#include "halfgrad/kernel/index_checks.h"
 #include "halfgrad/cuda/host.h"
 #include "halfgrad/cuda/index_launch.h"
 #include "halfgrad/cuda/reduce.h"
@@ -22,8 +22,8 @@ namespace hg::cuda {
 
 namespace {
 
-using cpu::index_checks::at_least_1d;
-using cpu::index_checks::product;
+using kernel::index_checks::at_least_1d;
+using kernel::index_checks::product;
 using detail::DeviceError;
 using detail::make_walk;
 using detail::Walk;
@@ -125,11 +125,11 @@ void cat_into(const Tensor& out, std::span<const Tensor> parts, int64_t d, cudaS
 // ---- cat, stack ----------------------------------------------------------------------------
 
 Tensor cat(std::span<const Tensor> tensors, int64_t dim) {
-  const auto [dtype, d, out_sizes] = cpu::index_checks::check_cat(tensors, dim, kCUDA);
+  const auto [dtype, d, out_sizes] = kernel::index_checks::check_cat(tensors, dim, kCUDA);
   const Device device = tensors[0].device();
   std::vector<Tensor> parts;
   for (const Tensor& t : tensors) {
-    if (!cpu::index_checks::cat_skips(t)) parts.push_back(t);
+    if (!kernel::index_checks::cat_skips(t)) parts.push_back(t);
   }
   Tensor out = empty(out_sizes, options_on(dtype, device));
   if (out.numel() == 0) return out;
@@ -139,7 +139,7 @@ Tensor cat(std::span<const Tensor> tensors, int64_t dim) {
 }
 
 Tensor stack(std::span<const Tensor> tensors, int64_t dim) {
-  const auto [d, out_sizes] = cpu::index_checks::check_stack(tensors, dim, kCUDA);
+  const auto [d, out_sizes] = kernel::index_checks::check_stack(tensors, dim, kCUDA);
   const Tensor& ref = tensors[0];
   Tensor out = empty(out_sizes, ref.options());
   if (out.numel() == 0) return out;
@@ -155,7 +155,7 @@ Tensor stack(std::span<const Tensor> tensors, int64_t dim) {
 // ---- gather, scatter_add -------------------------------------------------------------------
 
 Tensor gather(const Tensor& x, int64_t dim, const Tensor& index) {
-  const int64_t d = cpu::index_checks::check_gather(x, dim, index, kCUDA);
+  const int64_t d = kernel::index_checks::check_gather(x, dim, index, kCUDA);
   const Tensor x1 = at_least_1d(x), index1 = at_least_1d(index);
 
   Tensor out = empty(index.sizes(), x.options());
@@ -176,7 +176,7 @@ Tensor gather(const Tensor& x, int64_t dim, const Tensor& index) {
 }
 
 Tensor scatter_add(const Tensor& self, int64_t dim, const Tensor& index, const Tensor& src) {
-  const int64_t d = cpu::index_checks::check_scatter_add(self, dim, index, src, kCUDA);
+  const int64_t d = kernel::index_checks::check_scatter_add(self, dim, index, src, kCUDA);
   const Tensor self1 = at_least_1d(self), index1 = at_least_1d(index), src1 = at_least_1d(src);
 
   DeviceGuard guard(self.device().index);
@@ -226,7 +226,7 @@ void check_index_vector_values(const Tensor& index, int64_t bound, int64_t d, De
 }  // namespace
 
 Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index) {
-  const auto [d, out_sizes] = cpu::index_checks::check_index_select(x, dim, index, kCUDA);
+  const auto [d, out_sizes] = kernel::index_checks::check_index_select(x, dim, index, kCUDA);
   const Tensor x1 = at_least_1d(x);
   const int64_t N = index.numel();
   Tensor out = empty(out_sizes, x.options());
@@ -268,7 +268,7 @@ Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index) {
 }
 
 Tensor index_add(const Tensor& self, int64_t dim, const Tensor& index, const Tensor& source) {
-  const int64_t d = cpu::index_checks::check_index_add(self, dim, index, source, kCUDA);
+  const int64_t d = kernel::index_checks::check_index_add(self, dim, index, source, kCUDA);
   const Tensor self1 = at_least_1d(self), source1 = at_least_1d(source);
   const int64_t N = index.numel();
 
@@ -305,7 +305,7 @@ Tensor index_add(const Tensor& self, int64_t dim, const Tensor& index, const Ten
 
 Tensor index_put(const Tensor& self, std::span<const Tensor> indices, const Tensor& values,
                  bool accumulate) {
-  const auto [B, indexed] = cpu::index_checks::check_index_put(self, indices, values, kCUDA);
+  const auto [B, indexed] = kernel::index_checks::check_index_put(self, indices, values, kCUDA);
   const int64_t K = int64_t(indices.size());
   HG_CHECK(K <= detail::kMaxDims,
            "index_put: expected at most {} index tensors on CUDA, got {} (for self of shape {})",
@@ -362,7 +362,7 @@ Tensor index_put(const Tensor& self, std::span<const Tensor> indices, const Tens
 // ---- one_hot -------------------------------------------------------------------------------
 
 Tensor one_hot(const Tensor& x, int64_t num_classes) {
-  cpu::index_checks::check_one_hot(x, num_classes, kCUDA);
+  kernel::index_checks::check_one_hot(x, num_classes, kCUDA);
   DeviceGuard guard(x.device().index);
   const int64_t M = x.numel();
   if (num_classes == -1) {
@@ -373,7 +373,7 @@ Tensor one_hot(const Tensor& x, int64_t num_classes) {
     if (largest < 0) {  // every class is negative: name the first, as the CPU kernel does
       Tensor first = x;
       while (first.dim() > 0) first = first.select(0, 0);
-      cpu::index_checks::one_hot_class_error(first.item<int64_t>(), x.dim(), largest + 1);
+      kernel::index_checks::one_hot_class_error(first.item<int64_t>(), x.dim(), largest + 1);
     }
     num_classes = largest + 1;
   }

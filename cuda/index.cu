@@ -13,7 +13,7 @@
 #include <initializer_list>
 #include <type_traits>
 
-#include "halfgrad/core/kernel_common.h"
+#include "halfgrad/kernel/formulas.h"
 #include "halfgrad/cuda/device_utils.cuh"
 #include "halfgrad/cuda/index_launch.h"
 

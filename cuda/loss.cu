@@ -8,7 +8,7 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "halfgrad/core/kernel_common.h"
+#include "halfgrad/kernel/formulas.h"
 #include "halfgrad/cuda/device_utils.cuh"
 #include "halfgrad/cuda/loss_launch.h"
 

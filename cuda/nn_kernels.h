@@ -4,7 +4,10 @@
 
 #include "halfgrad/core/random.h"
 #include "halfgrad/core/tensor.h"
-#include "halfgrad/cpu/nn_kernels.h"  // the parameter and result structs
+#include "halfgrad/kernel/conv.h"
+#include "halfgrad/kernel/dropout.h"
+#include "halfgrad/kernel/norm.h"
+#include "halfgrad/kernel/pool.h"
 
 namespace hg::cuda {
 
@@ -13,35 +16,35 @@ Tensor log_softmax(const Tensor& x, int64_t dim);
 Tensor softmax_backward(const Tensor& dy, const Tensor& y, int64_t dim);
 Tensor log_softmax_backward(const Tensor& dy, const Tensor& y, int64_t dim);
 
-cpu::NormForward layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight,
+kernel::NormForward layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight,
                             const Tensor& bias, double eps);
-cpu::NormBackward layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& mean,
+kernel::NormBackward layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& mean,
                                       const Tensor& rstd, const Shape& normalized_shape,
                                       const Tensor& weight, bool has_bias);
-cpu::NormForward group_norm(const Tensor& x, int64_t num_groups, const Tensor& weight,
+kernel::NormForward group_norm(const Tensor& x, int64_t num_groups, const Tensor& weight,
                             const Tensor& bias, double eps);
-cpu::NormBackward group_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& mean,
+kernel::NormBackward group_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& mean,
                                       const Tensor& rstd, int64_t num_groups, const Tensor& weight,
                                       bool has_bias);
-cpu::NormForward batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& running_var,
+kernel::NormForward batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& running_var,
                             const Tensor& weight, const Tensor& bias, bool training,
                             double momentum, double eps);
-cpu::NormBackward batch_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& mean,
+kernel::NormBackward batch_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& mean,
                                       const Tensor& rstd, const Tensor& weight, bool has_bias,
                                       bool training);
 
 Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias,
-              const cpu::Conv2dParams& p);
-cpu::Conv2dBackward conv2d_backward(const Tensor& dy, const Tensor& x, const Tensor& weight,
-                                    bool has_bias, const cpu::Conv2dParams& p,
+              const kernel::Conv2dParams& p);
+kernel::Conv2dBackward conv2d_backward(const Tensor& dy, const Tensor& x, const Tensor& weight,
+                                    bool has_bias, const kernel::Conv2dParams& p,
                                     std::array<bool, 3> needed);
-cpu::MaxPoolForward max_pool2d(const Tensor& x, const cpu::Pool2dParams& p);
+kernel::MaxPoolForward max_pool2d(const Tensor& x, const kernel::Pool2dParams& p);
 Tensor max_pool2d_backward(const Tensor& dy, const Tensor& indices, const Shape& input_shape);
-Tensor avg_pool2d(const Tensor& x, const cpu::Pool2dParams& p);
-Tensor avg_pool2d_backward(const Tensor& dy, const Shape& input_shape, const cpu::Pool2dParams& p);
+Tensor avg_pool2d(const Tensor& x, const kernel::Pool2dParams& p);
+Tensor avg_pool2d_backward(const Tensor& dy, const Shape& input_shape, const kernel::Pool2dParams& p);
 
 Tensor embedding_backward(const Tensor& dy, const Tensor& indices, int64_t num_embeddings,
                           int64_t padding_idx);
-cpu::DropoutForward dropout(const Tensor& x, double p, Generator& gen);
+kernel::DropoutForward dropout(const Tensor& x, double p, Generator& gen);
 
 }  // namespace hg::cuda

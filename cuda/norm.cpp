@@ -1,5 +1,5 @@
 // CUDA softmax, log_softmax, layer_norm, group_norm and batch_norm (forward and backward), host
-// side: the checks of cpu/nn_kernels.cpp (shared through core/kernel_checks.h: same errors, with
+// side: the checks of cpu/nn_kernels.cpp (shared through kernel/checks.h: same errors, with
 // "on a CUDA device" for "on the CPU"), the outputs and their dtypes (NOTE [Norm kernels'
 // dtypes] in cpu/nn_kernels.h), and the launches of norm.cu. Nothing here waits for the GPU:
 // batch_norm's running statistics are updated on the stream too.
@@ -8,7 +8,7 @@
 // length, D the softmax dim.
 #include "halfgrad/core/factory.h"
 #include "halfgrad/core/format.h"
-#include "halfgrad/core/kernel_checks.h"
+#include "halfgrad/kernel/checks.h"
 #include "halfgrad/cuda/host.h"
 #include "halfgrad/cuda/nn_kernels.h"
 #include "halfgrad/cuda/norm_launch.h"
@@ -42,7 +42,7 @@ Tensor workspace(int64_t bytes, const Tensor& x) {
 }
 
 // A norm forward's outputs: out like x, mean and rstd [stat_shape] in the accumulation dtype.
-cpu::NormForward forward_outputs(const Tensor& x, const Shape& stat_shape) {
+kernel::NormForward forward_outputs(const Tensor& x, const Shape& stat_shape) {
   const TensorOptions stat_options{.dtype = acc_dtype(x.dtype()), .device = x.device()};
   return {empty(x.sizes(), {.dtype = x.dtype(), .device = x.device()}),
           empty(stat_shape, stat_options), empty(stat_shape, stat_options)};
@@ -72,9 +72,9 @@ BackwardBuffers backward_buffers(const Tensor& dy, const Tensor& x, const Tensor
 }
 
 // dx, and dweight and dbias in their dtypes (NOTE [Norm kernels' dtypes] in cpu/nn_kernels.h).
-cpu::NormBackward backward_result(const BackwardBuffers& b, const Tensor& x, const Tensor& weight,
+kernel::NormBackward backward_result(const BackwardBuffers& b, const Tensor& x, const Tensor& weight,
                                   bool has_bias) {
-  cpu::NormBackward result{b.dx, Tensor(), Tensor()};
+  kernel::NormBackward result{b.dx, Tensor(), Tensor()};
   if (weight.defined()) result.dweight = b.dweight.to(weight.dtype());
   if (has_bias) result.dbias = b.dbias.to(weight.defined() ? weight.dtype() : x.dtype());
   return result;
@@ -117,12 +117,12 @@ Tensor softmax_backward_impl(const Tensor& dy, const Tensor& y, int64_t dim, con
 
 // Normalises rows of x (checked) as g says, with weight and bias (checked; optional); mean and
 // rstd have stat_shape.
-cpu::NormForward row_norm_forward(const char* op, const Tensor& x, const Tensor& weight,
+kernel::NormForward row_norm_forward(const char* op, const Tensor& x, const Tensor& weight,
                                   const Tensor& bias, const Shape& stat_shape,
                                   const detail::RowNormGeometry& g, double eps) {
   DeviceGuard guard(x.device().index);
   const DType acc = acc_dtype(x.dtype());
-  cpu::NormForward result = forward_outputs(x, stat_shape);
+  kernel::NormForward result = forward_outputs(x, stat_shape);
   const Tensor xc = x.contiguous();
   const Tensor w = contiguous_as(weight, acc), b = contiguous_as(bias, acc);
   HG_CUDA_CHECK(detail::launch_row_norm_forward(xc.data_ptr(), result.out.data_ptr(), x.dtype(),
@@ -152,7 +152,7 @@ Tensor log_softmax_backward(const Tensor& dy, const Tensor& y, int64_t dim) {
 
 // ---- layer_norm -----------------------------------------------------------------------------
 
-cpu::NormForward layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight,
+kernel::NormForward layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight,
                             const Tensor& bias, double eps) {
   const char* op = "layer_norm";
   const kernel::LayerNormGeometry ln = kernel::layer_norm_geometry(op, x, normalized_shape, kCUDA);
@@ -162,7 +162,7 @@ cpu::NormForward layer_norm(const Tensor& x, const Shape& normalized_shape, cons
   return row_norm_forward(op, x, weight, bias, {ln.rows}, g, eps);
 }
 
-cpu::NormBackward layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& mean,
+kernel::NormBackward layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& mean,
                                       const Tensor& rstd, const Shape& normalized_shape,
                                       const Tensor& weight, bool has_bias) {
   const char* op = "layer_norm_backward";
@@ -189,7 +189,7 @@ cpu::NormBackward layer_norm_backward(const Tensor& dy, const Tensor& x, const T
 
 // ---- group_norm -----------------------------------------------------------------------------
 
-cpu::NormForward group_norm(const Tensor& x, int64_t num_groups, const Tensor& weight,
+kernel::NormForward group_norm(const Tensor& x, int64_t num_groups, const Tensor& weight,
                             const Tensor& bias, double eps) {
   const char* op = "group_norm";
   const kernel::GroupNormGeometry gn = kernel::group_norm_geometry(op, x, num_groups, kCUDA);
@@ -202,7 +202,7 @@ cpu::NormForward group_norm(const Tensor& x, int64_t num_groups, const Tensor& w
   return row_norm_forward(op, x, weight, bias, {gn.N, gn.G}, g, eps);
 }
 
-cpu::NormBackward group_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& mean,
+kernel::NormBackward group_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& mean,
                                       const Tensor& rstd, int64_t num_groups, const Tensor& weight,
                                       bool has_bias) {
   const char* op = "group_norm_backward";
@@ -227,7 +227,7 @@ cpu::NormBackward group_norm_backward(const Tensor& dy, const Tensor& x, const T
 
 // ---- batch_norm -----------------------------------------------------------------------------
 
-cpu::NormForward batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& running_var,
+kernel::NormForward batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& running_var,
                             const Tensor& weight, const Tensor& bias, bool training,
                             double momentum, double eps) {
   const char* op = "batch_norm";
@@ -236,7 +236,7 @@ cpu::NormForward batch_norm(const Tensor& x, const Tensor& running_mean, const T
   const detail::BatchNormGeometry bn{shape.N, shape.C, shape.S};
   DeviceGuard guard(x.device().index);
   const DType acc = acc_dtype(x.dtype());
-  cpu::NormForward result = forward_outputs(x, {bn.C});
+  kernel::NormForward result = forward_outputs(x, {bn.C});
   const Tensor xc = x.contiguous();
   const Tensor w = contiguous_as(weight, acc), b = contiguous_as(bias, acc);
   // The running statistics in float64, as the CPU kernel reads them; the new values come back
@@ -266,7 +266,7 @@ cpu::NormForward batch_norm(const Tensor& x, const Tensor& running_mean, const T
   return result;
 }
 
-cpu::NormBackward batch_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& mean,
+kernel::NormBackward batch_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& mean,
                                       const Tensor& rstd, const Tensor& weight, bool has_bias,
                                       bool training) {
   const char* op = "batch_norm_backward";

@@ -631,7 +631,7 @@ __global__ void batch_norm_mean_kernel(const A* part, A* mean, int64_t C, int64_
 }
 
 // Training pass 4: the biased variance, rstd, and torch's running-statistics update in double
-// with the unbiased variance (as cpu::batch_norm).
+// with the unbiased variance (as the CPU batch_norm).
 template <class A>
 __global__ void batch_norm_var_kernel(const A* part, const A* mean, A* rstd,
                                       const double* running_mean, const double* running_var,

@@ -5,7 +5,7 @@
 // output height/width.
 #include "halfgrad/core/factory.h"
 #include "halfgrad/core/format.h"
-#include "halfgrad/core/kernel_checks.h"
+#include "halfgrad/kernel/checks.h"
 #include "halfgrad/cuda/host.h"
 #include "halfgrad/cuda/nn_kernels.h"
 #include "halfgrad/cuda/pool_launch.h"
@@ -23,13 +23,13 @@ void check_input(const char* op, const char* what, const Tensor& t) {
   kernel::check_input(op, what, t, kCUDA);
 }
 
-// The CPU's checks and output shape (core/kernel_checks.h) and the kernels' view of the problem.
+// The CPU's checks and output shape (kernel/checks.h) and the kernels' view of the problem.
 struct PoolProblem {
   PoolShape shape;
   Shape out_shape;
 };
 
-PoolProblem pool_problem(const char* op, const Shape& input_shape, const cpu::Pool2dParams& p) {
+PoolProblem pool_problem(const char* op, const Shape& input_shape, const kernel::Pool2dParams& p) {
   const kernel::PoolGeometry g = kernel::pool_geometry(op, input_shape, p);
   return {
       {g.N, g.C, g.H, g.W, g.Hout, g.Wout, g.kH, g.kW, g.sH, g.sW, g.pH, g.pW, p.count_include_pad},
@@ -44,12 +44,12 @@ Strides4 strides4(const Tensor& t) {
 
 }  // namespace
 
-cpu::MaxPoolForward max_pool2d(const Tensor& x, const cpu::Pool2dParams& p) {
+kernel::MaxPoolForward max_pool2d(const Tensor& x, const kernel::Pool2dParams& p) {
   const char* op = "max_pool2d";
   check_input(op, "input", x);
   const PoolProblem g = pool_problem(op, x.sizes(), p);
   DeviceGuard guard(x.device().index);
-  cpu::MaxPoolForward result{empty(g.out_shape, x.options()),
+  kernel::MaxPoolForward result{empty(g.out_shape, x.options()),
                              empty(g.out_shape, {.dtype = kInt64, .device = x.device()})};
   HG_CUDA_CHECK(detail::launch_max_pool2d(x.data_ptr(), strides4(x), result.out.data_ptr(),
                                           result.indices.data_ptr<int64_t>(), x.dtype(), g.shape,
@@ -102,7 +102,7 @@ Tensor max_pool2d_backward(const Tensor& dy, const Tensor& indices, const Shape&
   return dx;
 }
 
-Tensor avg_pool2d(const Tensor& x, const cpu::Pool2dParams& p) {
+Tensor avg_pool2d(const Tensor& x, const kernel::Pool2dParams& p) {
   const char* op = "avg_pool2d";
   check_input(op, "input", x);
   const PoolProblem g = pool_problem(op, x.sizes(), p);
@@ -114,7 +114,7 @@ Tensor avg_pool2d(const Tensor& x, const cpu::Pool2dParams& p) {
   return out;
 }
 
-Tensor avg_pool2d_backward(const Tensor& dy, const Shape& input_shape, const cpu::Pool2dParams& p) {
+Tensor avg_pool2d_backward(const Tensor& dy, const Shape& input_shape, const kernel::Pool2dParams& p) {
   const char* op = "avg_pool2d_backward";
   check_input(op, "grad_output", dy);
   const PoolProblem g = pool_problem(op, input_shape, p);

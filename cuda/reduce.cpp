@@ -11,7 +11,7 @@
 
 #include "halfgrad/core/factory.h"
 #include "halfgrad/core/format.h"
-#include "halfgrad/core/kernel_checks.h"
+#include "halfgrad/kernel/checks.h"
 #include "halfgrad/cuda/host.h"
 #include "halfgrad/cuda/reduce_launch.h"
 #include "halfgrad/cuda/stream.h"
@@ -27,7 +27,7 @@ using kernel::Reduction;
 
 void check_input(const Tensor& x, const char* op) { detail::check_cuda_tensor(x, op, "the input"); }
 
-// The checks and shapes shared with the CPU reductions (core/kernel_checks.h).
+// The checks and shapes shared with the CPU reductions (kernel/checks.h).
 using kernel::check_nonempty;
 using kernel::check_out_dtype;
 using kernel::reduced_dims;
@@ -182,7 +182,7 @@ ReduceKind pass_kind(Reduction op, double p) {
 }
 
 template <bool kMax>
-cpu::ValuesIndices arg_reduce(const Tensor& x, const std::vector<bool>& reduced, bool keepdim,
+kernel::ValuesIndices arg_reduce(const Tensor& x, const std::vector<bool>& reduced, bool keepdim,
                               const char* op) {
   check_nonempty(x, reduced, op);
   DeviceGuard guard(x.device().index);
@@ -199,7 +199,7 @@ cpu::ValuesIndices arg_reduce(const Tensor& x, const std::vector<bool>& reduced,
 }
 
 template <bool kMax>
-cpu::ValuesIndices arg_reduce_dim(const Tensor& x, int64_t dim, bool keepdim, const char* op) {
+kernel::ValuesIndices arg_reduce_dim(const Tensor& x, int64_t dim, bool keepdim, const char* op) {
   check_input(x, op);
   const int64_t d = wrap_dim(dim, x.dim(), op);
   return arg_reduce<kMax>(x, reduced_dims(x, {d}, op), keepdim, op);
@@ -229,11 +229,11 @@ Tensor reduce(Reduction op, const Tensor& x, const Shape& dims, bool keepdim, DT
   return out.to(out_dtype);
 }
 
-cpu::ValuesIndices max_dim(const Tensor& x, int64_t dim, bool keepdim) {
+kernel::ValuesIndices max_dim(const Tensor& x, int64_t dim, bool keepdim) {
   return arg_reduce_dim<true>(x, dim, keepdim, "max");
 }
 
-cpu::ValuesIndices min_dim(const Tensor& x, int64_t dim, bool keepdim) {
+kernel::ValuesIndices min_dim(const Tensor& x, int64_t dim, bool keepdim) {
   return arg_reduce_dim<false>(x, dim, keepdim, "min");
 }
 

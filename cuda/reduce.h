@@ -6,16 +6,16 @@
 
 #include <optional>
 
-#include "halfgrad/core/kernel_kinds.h"
+#include "halfgrad/kernel/kinds.h"
 #include "halfgrad/core/tensor.h"
-#include "halfgrad/cpu/reduce.h"  // ValuesIndices
+#include "halfgrad/kernel/reduce.h"
 
 namespace hg::cuda {
 
 Tensor reduce(kernel::Reduction op, const Tensor& x, const Shape& dims, bool keepdim,
               DType out_dtype, double p = 2.0);
-cpu::ValuesIndices max_dim(const Tensor& x, int64_t dim, bool keepdim);
-cpu::ValuesIndices min_dim(const Tensor& x, int64_t dim, bool keepdim);
+kernel::ValuesIndices max_dim(const Tensor& x, int64_t dim, bool keepdim);
+kernel::ValuesIndices min_dim(const Tensor& x, int64_t dim, bool keepdim);
 Tensor argmax(const Tensor& x, std::optional<int64_t> dim, bool keepdim);
 Tensor var(const Tensor& x, const Shape& dims, int64_t correction, bool keepdim, DType out_dtype);
 Tensor cumsum(const Tensor& x, int64_t dim, DType out_dtype);

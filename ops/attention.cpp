@@ -14,7 +14,7 @@
 #include "halfgrad/config.h"
 #include "halfgrad/core/factory.h"
 #include "halfgrad/core/format.h"
-#include "halfgrad/core/kernel_checks.h"
+#include "halfgrad/kernel/checks.h"
 #include "halfgrad/ops/dispatch.h"
 #include "halfgrad/ops/ops.h"
 #if HALFGRAD_HAS_CUDA

@@ -1,11 +1,11 @@
 // The argument checks of the index kernels (index_checks.h).
-#include "halfgrad/cpu/index_checks.h"
+#include "halfgrad/kernel/index_checks.h"
 
 #include <algorithm>
 
 #include "halfgrad/core/format.h"
 
-namespace hg::cpu::index_checks {
+namespace hg::kernel::index_checks {
 
 namespace {
 
@@ -284,4 +284,4 @@ Shape masked_fill_shape(const Tensor& x, const Tensor& mask) {
   return broadcast_for("masked_fill", x.sizes(), "the input", mask.sizes(), "the mask");
 }
 
-}  // namespace hg::cpu::index_checks
+}  // namespace hg::kernel::index_checks

@@ -14,7 +14,7 @@
 
 #include "halfgrad/core/tensor.h"
 
-namespace hg::cpu::index_checks {
+namespace hg::kernel::index_checks {
 
 // ---- helpers ---------------------------------------------------------------------------------
 
@@ -93,4 +93,4 @@ void check_one_hot(const Tensor& x, int64_t num_classes, DeviceType backend);
 Shape where_shape(const Tensor& condition, const Tensor& a, const Tensor& b);
 Shape masked_fill_shape(const Tensor& x, const Tensor& mask);
 
-}  // namespace hg::cpu::index_checks
+}  // namespace hg::kernel::index_checks

@@ -1,5 +1,5 @@
 // What the CPU kernels (cpu/) and the CUDA kernels (cuda/) share: the dispatch from a kind
-// (kernel_kinds.h) or an element width to a compile-time value or type, the formulas of the
+// (kinds.h) or an element width to a compile-time value or type, the formulas of the
 // elementwise kinds, and wrapping addition. Free of fmt, so .cu files include it too; the
 // formulas are HG_HOST_DEVICE and use the std:: math functions, which CUDA device code has
 // (the float overloads for float: nothing is computed in double).
@@ -11,7 +11,7 @@
 #include <type_traits>
 
 #include "halfgrad/core/dtype.h"
-#include "halfgrad/core/kernel_kinds.h"
+#include "halfgrad/kernel/kinds.h"
 #include "halfgrad/core/random.h"  // HG_HOST_DEVICE
 
 namespace hg::kernel {

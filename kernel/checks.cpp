@@ -1,6 +1,6 @@
-// Shared kernel checks: the contract is in kernel_checks.h. The messages are the CPU kernels'
+// Shared kernel checks: the contract is in checks.h. The messages are the CPU kernels'
 // (cpu/reduce.cpp, cpu/nn_kernels.cpp), with the device wording of the backend.
-#include "halfgrad/core/kernel_checks.h"
+#include "halfgrad/kernel/checks.h"
 
 #include <algorithm>
 #include <cmath>

@@ -16,26 +16,12 @@
 #include <cstdint>
 #include <vector>
 
-#include "halfgrad/core/kernel_kinds.h"
+#include "halfgrad/kernel/conv.h"
+#include "halfgrad/kernel/kinds.h"
+#include "halfgrad/kernel/pool.h"
 #include "halfgrad/core/tensor.h"
 
 namespace hg::kernel {
-
-// ---- parameters (the contracts are in cpu/nn_kernels.h, which names them cpu::) -----------
-
-struct Conv2dParams {
-  std::array<int64_t, 2> stride{1, 1};
-  std::array<int64_t, 2> padding{0, 0};
-  std::array<int64_t, 2> dilation{1, 1};
-  int64_t groups = 1;
-};
-
-struct Pool2dParams {
-  std::array<int64_t, 2> kernel{0, 0};
-  std::array<int64_t, 2> stride{0, 0};
-  std::array<int64_t, 2> padding{0, 0};
-  bool count_include_pad = true;  // avg_pool2d: divide by kH * kW, padding included
-};
 
 // ---- small helpers --------------------------------------------------------------------------
 
