@@ -15,17 +15,28 @@
 #include <span>
 
 #include "halfgrad/config.h"
+#include "halfgrad/cpu/kernels.h"
 #include "halfgrad/cpu/elementwise.h"
 #include "halfgrad/cpu/gemm.h"
 #include "halfgrad/cpu/index.h"
 #include "halfgrad/cpu/nn_kernels.h"
 #include "halfgrad/cpu/reduce.h"
 #if HALFGRAD_HAS_CUDA
+#include "halfgrad/cuda/kernels.h"
 #include "halfgrad/cuda/elementwise.h"
 #include "halfgrad/cuda/gemm.h"
 #include "halfgrad/cuda/index.h"
 #include "halfgrad/cuda/nn_kernels.h"
 #include "halfgrad/cuda/reduce.h"
+#endif
+
+// HG_KERNEL_TABLE(on_cuda, family): the CUDA backend's table of that family when on_cuda,
+// else the CPU backend's (cpu/kernels.h, cuda/kernels.h).
+#if HALFGRAD_HAS_CUDA
+#define HG_KERNEL_TABLE(on_cuda, family) \
+  ((on_cuda) ? ::hg::cuda::family##_kernels : ::hg::cpu::family##_kernels)
+#else
+#define HG_KERNEL_TABLE(on_cuda, family) (::hg::cpu::family##_kernels)
 #endif
 
 // `return backend::call` with backend cuda when `tensor` is on a CUDA device, else cpu.
@@ -219,3 +230,4 @@ inline Tensor one_hot(const Tensor& x, int64_t num_classes) {
 
 #undef HG_KERNEL
 #undef HG_KERNEL_IF
+#undef HG_KERNEL_TABLE
