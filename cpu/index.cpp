@@ -30,8 +30,8 @@ namespace hg::cpu {
 
 namespace {
 
-using index_checks::at_least_1d;
-using index_checks::product;
+using kernel::index_checks::at_least_1d;
+using kernel::index_checks::product;
 using kernel::visit_bits;
 
 // ---- helpers ------------------------------------------------------------------------------------
@@ -194,12 +194,12 @@ void apply_row_groups(const Tensor& out, int64_t O, int64_t S, int64_t R, const 
 // ---- cat, stack ---------------------------------------------------------------------------------
 
 Tensor cat(std::span<const Tensor> tensors, int64_t dim) {
-  const index_checks::CatShape shape = index_checks::check_cat(tensors, dim, kCPU);
+  const kernel::index_checks::CatShape shape = kernel::index_checks::check_cat(tensors, dim, kCPU);
   Tensor out = empty(shape.sizes, shape.dtype);
   const int64_t d = shape.dim;
   int64_t offset = 0;
   for (const Tensor& t : tensors) {
-    if (index_checks::cat_skips(t)) continue;
+    if (kernel::index_checks::cat_skips(t)) continue;
     if (t.numel() > 0) copy_elements(out.narrow(d, offset, t.size(d)), t);
     offset += t.size(d);
   }
@@ -208,7 +208,7 @@ Tensor cat(std::span<const Tensor> tensors, int64_t dim) {
 
 Tensor stack(std::span<const Tensor> tensors, int64_t dim) {
   // (Named fields, not a structured binding: clang 14 cannot capture those in lambdas.)
-  const index_checks::DimShape checked = index_checks::check_stack(tensors, dim, kCPU);
+  const kernel::index_checks::DimShape checked = kernel::index_checks::check_stack(tensors, dim, kCPU);
   const int64_t d = checked.dim;
   const Shape& out_sizes = checked.sizes;
   Tensor out = empty(out_sizes, tensors[0].dtype());
@@ -220,7 +220,7 @@ Tensor stack(std::span<const Tensor> tensors, int64_t dim) {
 // ---- gather, scatter_add ------------------------------------------------------------------------
 
 Tensor gather(const Tensor& x, int64_t dim, const Tensor& index) {
-  const int64_t d = index_checks::check_gather(x, dim, index, kCPU);
+  const int64_t d = kernel::index_checks::check_gather(x, dim, index, kCPU);
   const Tensor x1 = at_least_1d(x), index1 = at_least_1d(index);
   check_index_values(index1, x1.size(d), d, "gather", /*negative_wraps=*/false);
 
@@ -339,7 +339,7 @@ void scatter_add_parallel(const Tensor& out, int64_t dim, const Tensor& index, c
 }  // namespace
 
 Tensor scatter_add(const Tensor& self, int64_t dim, const Tensor& index, const Tensor& src) {
-  const int64_t d = index_checks::check_scatter_add(self, dim, index, src, kCPU);
+  const int64_t d = kernel::index_checks::check_scatter_add(self, dim, index, src, kCPU);
   const Tensor self1 = at_least_1d(self), index1 = at_least_1d(index), src1 = at_least_1d(src);
   check_index_values(index1, self1.size(d), d, "scatter_add", /*negative_wraps=*/false);
 
@@ -355,7 +355,7 @@ Tensor scatter_add(const Tensor& self, int64_t dim, const Tensor& index, const T
 // ---- index_select, index_add --------------------------------------------------------------------
 
 Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index) {
-  const index_checks::DimShape checked = index_checks::check_index_select(x, dim, index, kCPU);
+  const kernel::index_checks::DimShape checked = kernel::index_checks::check_index_select(x, dim, index, kCPU);
   const int64_t d = checked.dim;
   const Shape& out_sizes = checked.sizes;
   const Tensor x1 = at_least_1d(x);
@@ -394,7 +394,7 @@ Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index) {
 }
 
 Tensor index_add(const Tensor& self, int64_t dim, const Tensor& index, const Tensor& source) {
-  const int64_t d = index_checks::check_index_add(self, dim, index, source, kCPU);
+  const int64_t d = kernel::index_checks::check_index_add(self, dim, index, source, kCPU);
   const Tensor self1 = at_least_1d(self);
   const int64_t N = index.numel();
   check_index_values(index, self1.size(d), d, "index_add", /*negative_wraps=*/false);
@@ -436,8 +436,8 @@ Tensor index_add(const Tensor& self, int64_t dim, const Tensor& index, const Ten
 
 Tensor index_put(const Tensor& self, std::span<const Tensor> indices, const Tensor& values,
                  bool accumulate) {
-  const index_checks::IndexPutShape checked =
-      index_checks::check_index_put(self, indices, values, kCPU);
+  const kernel::index_checks::IndexPutShape checked =
+      kernel::index_checks::check_index_put(self, indices, values, kCPU);
   const Shape& B = checked.indices;
   const Shape& indexed = checked.indexed;
   const int64_t K = int64_t(indices.size());
@@ -509,12 +509,12 @@ Tensor index_put(const Tensor& self, std::span<const Tensor> indices, const Tens
 // ---- one_hot ------------------------------------------------------------------------------------
 
 Tensor one_hot(const Tensor& x, int64_t num_classes) {
-  index_checks::check_one_hot(x, num_classes, kCPU);
+  kernel::index_checks::check_one_hot(x, num_classes, kCPU);
   const std::vector<int64_t> classes = x.to_vector<int64_t>();
   if (num_classes == -1) num_classes = *std::max_element(classes.begin(), classes.end()) + 1;
   for (int64_t c : classes) {
     if (c < 0 || c >= num_classes) [[unlikely]] {
-      index_checks::one_hot_class_error(c, x.dim(), num_classes);
+      kernel::index_checks::one_hot_class_error(c, x.dim(), num_classes);
     }
   }
   Shape out_sizes = x.sizes();
@@ -529,9 +529,9 @@ Tensor one_hot(const Tensor& x, int64_t num_classes) {
 // ---- masked_fill, where -------------------------------------------------------------------------
 
 Tensor masked_fill(const Tensor& x, const Tensor& mask, Scalar value) {
-  index_checks::check_tensor(x, "masked_fill", "input", kCPU);
-  index_checks::check_tensor(mask, "masked_fill", "mask", kCPU);
-  const Shape shape = index_checks::masked_fill_shape(x, mask);
+  kernel::index_checks::check_tensor(x, "masked_fill", "input", kCPU);
+  kernel::index_checks::check_tensor(mask, "masked_fill", "mask", kCPU);
+  const Shape shape = kernel::index_checks::masked_fill_shape(x, mask);
   Tensor out = empty(shape, x.dtype());
   if (out.numel() == 0) return out;
   visit_dtype(x.dtype(), [&](auto tag) {
@@ -560,10 +560,10 @@ Tensor masked_fill(const Tensor& x, const Tensor& mask, Scalar value) {
 }
 
 Tensor where(const Tensor& condition, const Tensor& a, const Tensor& b) {
-  index_checks::check_tensor(condition, "where", "condition", kCPU);
-  index_checks::check_tensor(a, "where", "a", kCPU);
-  index_checks::check_tensor(b, "where", "b", kCPU);
-  const Shape shape = index_checks::where_shape(condition, a, b);
+  kernel::index_checks::check_tensor(condition, "where", "condition", kCPU);
+  kernel::index_checks::check_tensor(a, "where", "a", kCPU);
+  kernel::index_checks::check_tensor(b, "where", "b", kCPU);
+  const Shape shape = kernel::index_checks::where_shape(condition, a, b);
   Tensor out = empty(shape, a.dtype());
   if (out.numel() == 0) return out;
   const Tensor c_spread = condition.expand(shape), a_spread = a.expand(shape),
