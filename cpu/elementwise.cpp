@@ -1,4 +1,10 @@
-#include "halfgrad/cpu/elementwise.h"
+// The CPU elementwise kernels (kernel/elementwise.h: the table cpu::elementwise_kernels):
+// strided loops over contiguous runs, with 16-lane AVX-512 passes for float32 relu.
+//
+// NOTE [Loops, not Eigen] Elementwise ops and reductions here (and in reduce.cpp) are plain
+// loops over for_each_row's contiguous runs, not Eigen: they handle halfgrad's strides,
+// broadcasting and 16-bit storage directly, and the compiler vectorizes the contiguous case.
+// Eigen is used where it wins: float64 GEMM and tiny GEMMs (cpu/gemm.cpp).
 
 #include <cmath>
 #include <cstring>
@@ -13,9 +19,12 @@
 #include "halfgrad/core/cpu_features.h"
 #include "halfgrad/core/factory.h"
 #include "halfgrad/core/format.h"
-#include "halfgrad/kernel/formulas.h"
 #include "halfgrad/core/strided_loop.h"
 #include "halfgrad/core/view.h"
+#include "halfgrad/cpu/index.h"  // where, masked_fill
+#include "halfgrad/cpu/kernels.h"
+#include "halfgrad/kernel/elementwise.h"
+#include "halfgrad/kernel/formulas.h"
 
 namespace hg::cpu {
 
@@ -149,8 +158,6 @@ void run_binary(const Tensor& out, const Tensor& a, const Tensor& b, double alph
 }
 
 Tensor as_dtype(const Tensor& t, DType dtype) { return core::to_dtype(t, dtype); }
-
-}  // namespace
 
 Tensor unary(Unary op, const Tensor& x) {
   return kernel::with_unary(op, [&](auto tag) { return run_unary<decltype(tag)::value>(x); });
@@ -293,8 +300,6 @@ Tensor clamp(const Tensor& x, std::optional<double> low, std::optional<double> h
   return out;
 }
 
-namespace {
-
 template <bool kDivide>
 Tensor addc(const Tensor& self, const Tensor& t1, const Tensor& t2, double value, DType dtype) {
   const Shape shape = broadcast_shapes(broadcast_shapes(self.sizes(), t1.sizes()), t2.sizes());
@@ -327,8 +332,6 @@ Tensor addc(const Tensor& self, const Tensor& t1, const Tensor& t2, double value
   return out;
 }
 
-}  // namespace
-
 Tensor addcmul(const Tensor& self, const Tensor& t1, const Tensor& t2, double value, DType dtype) {
   return addc<false>(self, t1, t2, value, dtype);
 }
@@ -336,5 +339,14 @@ Tensor addcmul(const Tensor& self, const Tensor& t1, const Tensor& t2, double va
 Tensor addcdiv(const Tensor& self, const Tensor& t1, const Tensor& t2, double value, DType dtype) {
   return addc<true>(self, t1, t2, value, dtype);
 }
+
+}  // namespace
+
+// clang-format off
+const kernel::ElementwiseKernels elementwise_kernels{
+    .unary = unary, .binary = binary, .binary_ = binary_, .compare = compare,
+    .threshold_backward = threshold_backward, .clamp = clamp, .addcmul = addcmul,
+    .addcdiv = addcdiv, .where = where, .masked_fill = masked_fill};
+// clang-format on
 
 }  // namespace hg::cpu

@@ -3,6 +3,9 @@
 // the CUDA backend's tables (cuda/kernels.h) by the device of a tensor argument.
 #pragma once
 
+#include "halfgrad/kernel/elementwise.h"
+
 namespace hg::cpu {
 
+extern const kernel::ElementwiseKernels elementwise_kernels;
 }  // namespace hg::cpu

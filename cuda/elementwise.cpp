@@ -1,5 +1,7 @@
-// Host side of the CUDA elementwise kernels (elementwise.h): the checks and errors of the CPU
-// kernels (cpu/elementwise.cpp, kernel/index_checks.h, core/copy.cpp, core/random.cpp), the output,
+// Host side of the CUDA elementwise kernels (the table cuda::elementwise_kernels of
+// kernel/elementwise.h) and of core's copies and fills on CUDA (elementwise.h): the checks and
+// errors of the CPU kernels (cpu/elementwise.cpp, kernel/index_checks.h, core/copy.cpp,
+// core/random.cpp), the output,
 // the operand description of NOTE [Elementwise iteration] (elementwise_launch.h), and one
 // launch on the current stream. Nothing here waits for the GPU or reads its memory.
 #include "halfgrad/cuda/elementwise.h"
@@ -15,12 +17,14 @@
 #include "halfgrad/core/cast.h"
 #include "halfgrad/core/factory.h"
 #include "halfgrad/core/format.h"
-#include "halfgrad/kernel/formulas.h"
 #include "halfgrad/core/small_vector.h"
-#include "halfgrad/kernel/index_checks.h"
 #include "halfgrad/cuda/elementwise_launch.h"
 #include "halfgrad/cuda/host.h"
+#include "halfgrad/cuda/kernels.h"
 #include "halfgrad/cuda/stream.h"
+#include "halfgrad/kernel/elementwise.h"
+#include "halfgrad/kernel/formulas.h"
+#include "halfgrad/kernel/index_checks.h"
 
 namespace hg::cuda {
 
@@ -252,8 +256,6 @@ void check_random_destination(const Tensor& dst, const char* op) {
            dst.strides());
 }
 
-}  // namespace
-
 // ---- elementwise ops ---------------------------------------------------------------------
 
 Tensor unary(Unary op, const Tensor& x) {
@@ -352,8 +354,6 @@ Tensor clamp(const Tensor& x, std::optional<double> low, std::optional<double> h
   return out;
 }
 
-namespace {
-
 Tensor addc(bool divide, const Tensor& self, const Tensor& t1, const Tensor& t2, double value,
             DType dtype) {
   const char* const op = divide ? "addcdiv" : "addcmul";
@@ -370,8 +370,6 @@ Tensor addc(bool divide, const Tensor& self, const Tensor& t1, const Tensor& t2,
   HG_CUDA_CHECK(detail::launch_addc(divide, dtype, value, args, current_stream()), op);
   return out;
 }
-
-}  // namespace
 
 Tensor addcmul(const Tensor& self, const Tensor& t1, const Tensor& t2, double value, DType dtype) {
   return addc(/*divide=*/false, self, t1, t2, value, dtype);
@@ -409,6 +407,15 @@ Tensor masked_fill(const Tensor& x, const Tensor& mask, Scalar value) {
                 "masked_fill");
   return out;
 }
+
+}  // namespace
+
+// clang-format off
+const kernel::ElementwiseKernels elementwise_kernels{
+    .unary = unary, .binary = binary, .binary_ = binary_, .compare = compare,
+    .threshold_backward = threshold_backward, .clamp = clamp, .addcmul = addcmul,
+    .addcdiv = addcdiv, .where = where, .masked_fill = masked_fill};
+// clang-format on
 
 // ---- copies and fills --------------------------------------------------------------------
 

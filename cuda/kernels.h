@@ -4,6 +4,9 @@
 // tables (cpu/kernels.h) by the device of a tensor argument.
 #pragma once
 
+#include "halfgrad/kernel/elementwise.h"
+
 namespace hg::cuda {
 
+extern const kernel::ElementwiseKernels elementwise_kernels;
 }  // namespace hg::cuda

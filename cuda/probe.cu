@@ -1,3 +1,5 @@
+// The probe kernel (probe.h): each thread writes the square of its index, so the host can tell
+// that this build's device code runs on the GPU it finds.
 #include "halfgrad/cuda/probe.h"
 
 namespace hg::cuda::detail {

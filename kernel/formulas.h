@@ -11,8 +11,8 @@
 #include <type_traits>
 
 #include "halfgrad/core/dtype.h"
-#include "halfgrad/kernel/kinds.h"
 #include "halfgrad/core/random.h"  // HG_HOST_DEVICE
+#include "halfgrad/kernel/kinds.h"
 
 namespace hg::kernel {
 
@@ -30,12 +30,18 @@ decltype(auto) with_value(decltype(V) value, F&& f) {
   }
 }
 
+// Calls f(std::integral_constant<Unary, K>{}) for the kind K equal to op (every line of
+// unary.def).
 template <class F>
 decltype(auto) with_unary(Unary op, F&& f) {
-  using U = Unary;
-  return with_value<U::Neg, U::Exp, U::Log, U::Log1p, U::Sqrt, U::Rsqrt, U::Reciprocal, U::Abs,
-                    U::Sin, U::Cos, U::Tanh, U::Sigmoid, U::Relu, U::Gelu, U::GeluTanh, U::Silu,
-                    U::Softplus, U::Sign, U::Erf, U::Square, U::GeluGrad, U::GeluTanhGrad>(op, f);
+  switch (op) {
+#define HG_UNARY(kind, takes_integers, formula) \
+  case Unary::kind:                             \
+    return f(std::integral_constant<Unary, Unary::kind>{});
+#include "halfgrad/kernel/unary.def"
+#undef HG_UNARY
+  }
+  return f(std::integral_constant<Unary, Unary::Neg>{});  // not reached: op is a listed kind
 }
 
 template <class F>
@@ -62,73 +68,60 @@ decltype(auto) visit_bits(size_t element_size, F&& f) {
 
 // ---- formulas ------------------------------------------------------------------------------
 
-// The unary kinds defined on integers; the others take floating tensors only.
+// Whether a unary kind is defined on integers (unary.def's takes_integers); the others take
+// floating tensors only.
 constexpr bool unary_takes_integers(Unary op) {
-  return op == Unary::Neg || op == Unary::Abs || op == Unary::Sign || op == Unary::Relu ||
-         op == Unary::Square;
+  switch (op) {
+#define HG_UNARY(kind, takes_integers, formula) \
+  case Unary::kind:                             \
+    return takes_integers;
+#include "halfgrad/kernel/unary.def"
+#undef HG_UNARY
+  }
+  return false;
 }
 
-// Op(x) in the compute type C (compute_t of the storage type, cast.h).
+// The formulas unary.def names that take more than an expression, in the compute type C.
+constexpr double kSqrtHalf = 0.70710678118654752440;
+constexpr double kInvSqrt2Pi = 0.39894228040143267794;
+constexpr double kSqrt2OverPi = 0.79788456080286535588;
+constexpr double kGeluCoef = 0.044715;
+
+// x Phi(x) with Phi(x) = erfc(-x / sqrt 2) / 2: 1 + erf(x / sqrt 2) would cancel for negative x
+// and keep only a few correct digits in float.
+template <class C>
+HG_HOST_DEVICE inline C gelu_erf(C x) {
+  return C(0.5) * x * std::erfc(-x * C(kSqrtHalf));
+}
+template <class C>
+HG_HOST_DEVICE inline C gelu_erf_grad(C x) {
+  const C cdf = C(0.5) * std::erfc(-x * C(kSqrtHalf));
+  return cdf + x * C(kInvSqrt2Pi) * std::exp(C(-0.5) * x * x);
+}
+// 0.5 x (1 + tanh u) = x sigmoid(2u), which does not cancel for negative u.
+template <class C>
+HG_HOST_DEVICE inline C gelu_tanh(C x) {
+  const C inner = C(kSqrt2OverPi) * (x + C(kGeluCoef) * x * x * x);
+  return x / (C(1) + std::exp(C(-2) * inner));
+}
+template <class C>
+HG_HOST_DEVICE inline C gelu_tanh_grad(C x) {
+  const C inner = C(kSqrt2OverPi) * (x + C(kGeluCoef) * x * x * x);
+  const C t = std::tanh(inner);
+  const C d_inner = C(kSqrt2OverPi) * (C(1) + C(3 * kGeluCoef) * x * x);
+  return C(0.5) * (C(1) + t) + C(0.5) * x * (C(1) - t * t) * d_inner;
+}
+
+// Op(x) in the compute type C: unary.def's formula for Op.
 template <Unary Op, class C>
 HG_HOST_DEVICE inline C unary_fn(C x) {
-  constexpr double kSqrtHalf = 0.70710678118654752440;
-  constexpr double kInvSqrt2Pi = 0.39894228040143267794;
-  constexpr double kSqrt2OverPi = 0.79788456080286535588;
-  constexpr double kGeluCoef = 0.044715;
-  if constexpr (Op == Unary::Neg) {
-    return -x;
-  } else if constexpr (Op == Unary::Abs) {
-    return x < C(0) ? C(-x) : x;
-  } else if constexpr (Op == Unary::Sign) {
-    return C((C(0) < x) - (x < C(0)));
-  } else if constexpr (Op == Unary::Relu) {
-    return x <= C(0) ? C(0) : x;  // NaN stays NaN, as in torch
-  } else if constexpr (Op == Unary::Square) {
-    return x * x;
-  } else if constexpr (Op == Unary::Exp) {
-    return std::exp(x);
-  } else if constexpr (Op == Unary::Log) {
-    return std::log(x);
-  } else if constexpr (Op == Unary::Log1p) {
-    return std::log1p(x);
-  } else if constexpr (Op == Unary::Sqrt) {
-    return std::sqrt(x);
-  } else if constexpr (Op == Unary::Rsqrt) {
-    return C(1) / std::sqrt(x);
-  } else if constexpr (Op == Unary::Reciprocal) {
-    return C(1) / x;
-  } else if constexpr (Op == Unary::Sin) {
-    return std::sin(x);
-  } else if constexpr (Op == Unary::Cos) {
-    return std::cos(x);
-  } else if constexpr (Op == Unary::Tanh) {
-    return std::tanh(x);
-  } else if constexpr (Op == Unary::Sigmoid) {
-    return C(1) / (C(1) + std::exp(-x));
-  } else if constexpr (Op == Unary::Silu) {
-    return x / (C(1) + std::exp(-x));
-  } else if constexpr (Op == Unary::Softplus) {  // beta 1, threshold 20 (torch's defaults)
-    return x > C(20) ? x : std::log1p(std::exp(x));
-  } else if constexpr (Op == Unary::Erf) {
-    return std::erf(x);
-  } else if constexpr (Op == Unary::Gelu) {
-    // x Phi(x) with Phi(x) = erfc(-x / sqrt 2) / 2: 1 + erf(x / sqrt 2) would cancel for
-    // negative x and keep only a few correct digits in float.
-    return C(0.5) * x * std::erfc(-x * C(kSqrtHalf));
-  } else if constexpr (Op == Unary::GeluGrad) {
-    const C cdf = C(0.5) * std::erfc(-x * C(kSqrtHalf));
-    return cdf + x * C(kInvSqrt2Pi) * std::exp(C(-0.5) * x * x);
-  } else if constexpr (Op == Unary::GeluTanh) {
-    // 0.5 x (1 + tanh u) = x sigmoid(2u), which does not cancel for negative u.
-    const C inner = C(kSqrt2OverPi) * (x + C(kGeluCoef) * x * x * x);
-    return x / (C(1) + std::exp(C(-2) * inner));
-  } else {
-    static_assert(Op == Unary::GeluTanhGrad);
-    const C inner = C(kSqrt2OverPi) * (x + C(kGeluCoef) * x * x * x);
-    const C t = std::tanh(inner);
-    const C d_inner = C(kSqrt2OverPi) * (C(1) + C(3 * kGeluCoef) * x * x);
-    return C(0.5) * (C(1) + t) + C(0.5) * x * (C(1) - t * t) * d_inner;
-  }
+#define HG_UNARY(kind, takes_integers, formula) \
+  if constexpr (Op == Unary::kind) {            \
+    return formula;                             \
+  } else
+#include "halfgrad/kernel/unary.def"
+#undef HG_UNARY
+  { static_assert(Op != Op, "a kind without a line in unary.def"); }
 }
 
 // Op(a, b) in the compute type C; alpha scales b for Add and Sub.

@@ -7,30 +7,11 @@
 
 namespace hg::kernel {
 
+// One kind per line of unary.def.
 enum class Unary : uint8_t {
-  Neg,
-  Exp,
-  Log,
-  Log1p,
-  Sqrt,
-  Rsqrt,
-  Reciprocal,
-  Abs,
-  Sin,
-  Cos,
-  Tanh,
-  Sigmoid,
-  Relu,
-  Gelu,      // x * Phi(x), Phi the normal CDF
-  GeluTanh,  // 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
-  Silu,
-  Softplus,
-  Sign,
-  Erf,
-  Square,
-  // Derivatives used by backward formulas, fused so they stay one pass:
-  GeluGrad,      // d/dx of Gelu
-  GeluTanhGrad,  // d/dx of GeluTanh
+#define HG_UNARY(kind, takes_integers, formula) kind,
+#include "halfgrad/kernel/unary.def"
+#undef HG_UNARY
 };
 
 enum class Binary : uint8_t { Add, Sub, Mul, Div, Pow, Maximum, Minimum };

@@ -9,7 +9,6 @@
 #include "halfgrad/autograd/grad_mode.h"
 #include "halfgrad/core/factory.h"
 #include "halfgrad/core/format.h"
-#include "halfgrad/cpu/elementwise.h"
 #include "halfgrad/ops/backward_helpers.h"
 #include "halfgrad/ops/dispatch.h"
 #include "halfgrad/ops/index_ops.h"
@@ -52,8 +51,8 @@ struct AddSub {
       a_dtype = a.dtype();
       b_dtype = b.dtype();
     }
-    const cpu::Binary kernel = Id == OpId::add ? cpu::Binary::Add : cpu::Binary::Sub;
-    return kernels::binary(kernel, a, b, result_type({a, b}), alpha);
+    const kernel::Binary kernel = Id == OpId::add ? kernel::Binary::Add : kernel::Binary::Sub;
+    return kernels::elementwise(a).binary(kernel, a, b, result_type({a, b}), alpha);
   }
   Grads backward(OpContext& ctx, const Grads& grads) {
     const Tensor& g = grads[0];
@@ -73,7 +72,7 @@ struct Mul {
   static constexpr OpId id = OpId::mul;
   Tensor forward(OpContext& ctx, const Tensor& a, const Tensor& b) {
     ctx.save({a, b});
-    return kernels::binary(cpu::Binary::Mul, a, b, result_type({a, b}));
+    return kernels::elementwise(a).binary(kernel::Binary::Mul, a, b, result_type({a, b}), 1.0);
   }
   Grads backward(OpContext& ctx, const Grads& grads) {
     const Tensor a = ctx.saved(0), b = ctx.saved(1);
@@ -90,7 +89,8 @@ struct Div {
   static constexpr OpId id = OpId::div;
   Tensor forward(OpContext& ctx, const Tensor& a, const Tensor& b) {
     ctx.save({a, b});
-    return kernels::binary(cpu::Binary::Div, a, b, floating_result(result_type({a, b})));
+    return kernels::elementwise(a).binary(kernel::Binary::Div, a, b,
+                                          floating_result(result_type({a, b})), 1.0);
   }
   Grads backward(OpContext& ctx, const Grads& grads) {
     const Tensor a = ctx.saved(0), b = ctx.saved(1);
@@ -106,7 +106,8 @@ struct Div {
 struct Pow {
   static constexpr OpId id = OpId::pow;
   Tensor forward(OpContext& ctx, const Tensor& a, const Tensor& b) {
-    Tensor out = kernels::binary(cpu::Binary::Pow, a, b, result_type({a, b}));
+    Tensor out =
+        kernels::elementwise(a).binary(kernel::Binary::Pow, a, b, result_type({a, b}), 1.0);
     ctx.save({a, b});
     ctx.save_output(out);
     return out;
@@ -131,8 +132,9 @@ struct Extremum {
   static constexpr OpId id = Id;
   Tensor forward(OpContext& ctx, const Tensor& a, const Tensor& b) {
     ctx.save({a, b});
-    return kernels::binary(Id == OpId::maximum ? cpu::Binary::Maximum : cpu::Binary::Minimum, a, b,
-                           result_type({a, b}));
+    return kernels::elementwise(a).binary(
+        Id == OpId::maximum ? kernel::Binary::Maximum : kernel::Binary::Minimum, a, b,
+        result_type({a, b}), 1.0);
   }
   Grads backward(OpContext& ctx, const Grads& grads) {
     const Tensor a = ctx.saved(0), b = ctx.saved(1);
@@ -149,14 +151,18 @@ struct Extremum {
 
 // ---- unary ops ---------------------------------------------------------------------------------
 
-// A unary op: forward runs one kernel (integers computed in float32 unless the op keeps
-// them); backward multiplies by the derivative, from the input x and/or the output y.
-template <OpId Id, cpu::Unary Kernel, bool kKeepsIntegers = false>
+// A unary op of op_list.def's HG_UNARY_OP lines: forward runs the kernel of its kind (integers
+// computed in float32 unless the kind takes them); backward multiplies by the derivative
+// (unary_derivative), from the input x and/or the output y.
+template <OpId Id>
+Tensor unary_derivative(const Tensor& x, const Tensor& y) = delete;
+
+template <OpId Id, kernel::Unary Kind>
 struct UnaryOp {
   static constexpr OpId id = Id;
   Tensor forward(OpContext& ctx, const Tensor& x) {
-    const Tensor in = kKeepsIntegers ? x : x.to(floating_result(x.dtype()));
-    Tensor y = kernels::unary(Kernel, in);
+    const Tensor in = kernel::unary_takes_integers(Kind) ? x : x.to(floating_result(x.dtype()));
+    Tensor y = kernels::elementwise(in).unary(Kind, in);
     ctx.save({x});
     ctx.save_output(y);
     return y;
@@ -169,85 +175,86 @@ struct UnaryOp {
       // relu is flat gives 0, not NaN). One fused pass, unless the backward pass is recorded
       // (create_graph): then the same select as ops, which give the same bits.
       if (!autograd::is_grad_enabled() && grads[0].dtype() == x.dtype()) {
-        return {kernels::threshold_backward(grads[0], ctx.saved_data(1), 0.0)};
+        return {kernels::elementwise(x).threshold_backward(grads[0], ctx.saved_data(1), 0.0)};
       }
       const Tensor y = ctx.saved(1);
       return {grad_for(where(le(y, 0), 0, grads[0]), x)};
     } else {
       const Tensor y = ctx.saved(1);
-      return {grad_for(mul(grads[0], derivative(x.to(y.dtype()), y)), x)};
+      return {grad_for(mul(grads[0], unary_derivative<Id>(x.to(y.dtype()), y)), x)};
     }
   }
-  static Tensor derivative(const Tensor& x, const Tensor& y);
 };
 
+// The derivatives, from x and y = op(x).
 template <>
-Tensor UnaryOp<OpId::neg, cpu::Unary::Neg, true>::derivative(const Tensor& x, const Tensor&) {
+Tensor unary_derivative<OpId::neg>(const Tensor& x, const Tensor&) {
   return full_like(x, -1);
 }
 template <>
-Tensor UnaryOp<OpId::exp, cpu::Unary::Exp>::derivative(const Tensor&, const Tensor& y) {
+Tensor unary_derivative<OpId::exp>(const Tensor&, const Tensor& y) {
   return y;
 }
 template <>
-Tensor UnaryOp<OpId::log, cpu::Unary::Log>::derivative(const Tensor& x, const Tensor&) {
+Tensor unary_derivative<OpId::log>(const Tensor& x, const Tensor&) {
   return reciprocal(x);
 }
 template <>
-Tensor UnaryOp<OpId::log1p, cpu::Unary::Log1p>::derivative(const Tensor& x, const Tensor&) {
+Tensor unary_derivative<OpId::log1p>(const Tensor& x, const Tensor&) {
   return reciprocal(add(x, 1));
 }
 template <>
-Tensor UnaryOp<OpId::sqrt, cpu::Unary::Sqrt>::derivative(const Tensor&, const Tensor& y) {
+Tensor unary_derivative<OpId::sqrt>(const Tensor&, const Tensor& y) {
   return 0.5 / y;
 }
 template <>
-Tensor UnaryOp<OpId::rsqrt, cpu::Unary::Rsqrt>::derivative(const Tensor&, const Tensor& y) {
+Tensor unary_derivative<OpId::rsqrt>(const Tensor&, const Tensor& y) {
   return mul(pow(y, 3), -0.5);
 }
 template <>
-Tensor UnaryOp<OpId::reciprocal, cpu::Unary::Reciprocal>::derivative(const Tensor&,
-                                                                     const Tensor& y) {
+Tensor unary_derivative<OpId::reciprocal>(const Tensor&, const Tensor& y) {
   return neg(mul(y, y));
 }
 template <>
-Tensor UnaryOp<OpId::abs, cpu::Unary::Abs, true>::derivative(const Tensor& x, const Tensor&) {
+Tensor unary_derivative<OpId::abs>(const Tensor& x, const Tensor&) {
   return sign(x);
 }
 template <>
-Tensor UnaryOp<OpId::sin, cpu::Unary::Sin>::derivative(const Tensor& x, const Tensor&) {
+Tensor unary_derivative<OpId::sin>(const Tensor& x, const Tensor&) {
   return cos(x);
 }
 template <>
-Tensor UnaryOp<OpId::cos, cpu::Unary::Cos>::derivative(const Tensor& x, const Tensor&) {
+Tensor unary_derivative<OpId::cos>(const Tensor& x, const Tensor&) {
   return neg(sin(x));
 }
 template <>
-Tensor UnaryOp<OpId::tanh, cpu::Unary::Tanh>::derivative(const Tensor&, const Tensor& y) {
+Tensor unary_derivative<OpId::tanh>(const Tensor&, const Tensor& y) {
   return 1.0 - mul(y, y);
 }
 template <>
-Tensor UnaryOp<OpId::sigmoid, cpu::Unary::Sigmoid>::derivative(const Tensor&, const Tensor& y) {
+Tensor unary_derivative<OpId::sigmoid>(const Tensor&, const Tensor& y) {
   return mul(y, 1.0 - y);
 }
 template <>
-Tensor UnaryOp<OpId::silu, cpu::Unary::Silu>::derivative(const Tensor& x, const Tensor&) {
+Tensor unary_derivative<OpId::silu>(const Tensor& x, const Tensor&) {
   const Tensor s = sigmoid(x);  // s (1 + x (1 - s))
   return mul(s, add(mul(x, 1.0 - s), 1));
 }
 template <>
-Tensor UnaryOp<OpId::softplus, cpu::Unary::Softplus>::derivative(const Tensor& x, const Tensor&) {
+Tensor unary_derivative<OpId::softplus>(const Tensor& x, const Tensor&) {
   return sigmoid(x);
 }
 template <>
-Tensor UnaryOp<OpId::erf, cpu::Unary::Erf>::derivative(const Tensor& x, const Tensor&) {
+Tensor unary_derivative<OpId::erf>(const Tensor& x, const Tensor&) {
   return mul(exp(neg(mul(x, x))), 2.0 / std::sqrt(std::numbers::pi));
 }
 
 // sign: no gradient (zero almost everywhere).
 struct Sign {
   static constexpr OpId id = OpId::sign;
-  Tensor forward(OpContext&, const Tensor& x) { return kernels::unary(cpu::Unary::Sign, x); }
+  Tensor forward(OpContext&, const Tensor& x) {
+    return kernels::elementwise(x).unary(kernel::Unary::Sign, x);
+  }
   Grads backward(OpContext&, const Grads&) { return Grads(1); }
 };
 
@@ -261,7 +268,8 @@ Tensor gelu_derivative(const Tensor& x, bool tanh_approximation) {
   // One fused kernel, unless the backward pass is recorded (create_graph): then the
   // derivative is written with ops so that it can be differentiated again.
   if (!autograd::is_grad_enabled()) {
-    return kernels::unary(tanh_approximation ? cpu::Unary::GeluTanhGrad : cpu::Unary::GeluGrad, x);
+    return kernels::elementwise(x).unary(
+        tanh_approximation ? kernel::Unary::GeluTanhGrad : kernel::Unary::GeluGrad, x);
   }
   if (!tanh_approximation) {  // Phi(x) + x phi(x)
     const Tensor cdf = mul(add(erf(mul(x, std::numbers::sqrt2 / 2)), 1), 0.5);
@@ -283,8 +291,9 @@ struct Gelu {
   bool tanh_approximation = false;
   Tensor forward(OpContext& ctx, const Tensor& x) {
     ctx.save({x});
-    return kernels::unary(tanh_approximation ? cpu::Unary::GeluTanh : cpu::Unary::Gelu,
-                          x.to(floating_result(x.dtype())));
+    const Tensor in = x.to(floating_result(x.dtype()));
+    return kernels::elementwise(in).unary(
+        tanh_approximation ? kernel::Unary::GeluTanh : kernel::Unary::Gelu, in);
   }
   Grads backward(OpContext& ctx, const Grads& grads) {
     const Tensor x = ctx.saved(0);
@@ -300,7 +309,7 @@ struct Clamp {
   std::optional<double> low{}, high{};
   Tensor forward(OpContext& ctx, const Tensor& x) {
     ctx.save({x});
-    return kernels::clamp(x, low, high);
+    return kernels::elementwise(x).clamp(x, low, high);
   }
   Grads backward(OpContext& ctx, const Grads& grads) {
     const Tensor x = ctx.saved(0);
@@ -321,8 +330,9 @@ struct AddC {
   Tensor forward(OpContext& ctx, const Tensor& self, const Tensor& t1, const Tensor& t2) {
     ctx.save({self, t1, t2});
     const DType dtype = result_type({self, t1, t2});
-    return Id == OpId::addcmul ? kernels::addcmul(self, t1, t2, value, dtype)
-                               : kernels::addcdiv(self, t1, t2, value, floating_result(dtype));
+    const kernel::ElementwiseKernels& k = kernels::elementwise(self);
+    return Id == OpId::addcmul ? k.addcmul(self, t1, t2, value, dtype)
+                               : k.addcdiv(self, t1, t2, value, floating_result(dtype));
   }
   Grads backward(OpContext& ctx, const Grads& grads) {
     const Tensor self = ctx.saved(0), t1 = ctx.saved(1), t2 = ctx.saved(2);
@@ -344,11 +354,11 @@ struct AddC {
 
 // ---- comparisons (no gradient) -----------------------------------------------------------------
 
-template <OpId Id, cpu::Compare Kernel>
+template <OpId Id, kernel::Compare Kernel>
 struct Comparison {
   static constexpr OpId id = Id;
   Tensor forward(OpContext&, const Tensor& a, const Tensor& b) {
-    return kernels::compare(Kernel, a, b, result_type({a, b}));
+    return kernels::elementwise(a).compare(Kernel, a, b, result_type({a, b}));
   }
   Grads backward(OpContext&, const Grads&) { return Grads(2); }
 };
@@ -393,28 +403,12 @@ Tensor minimum(const Tensor& a, const Tensor& b) {
   return dispatch(Extremum<OpId::minimum>{}, a, b);
 }
 
-Tensor neg(const Tensor& x) { return dispatch(UnaryOp<OpId::neg, cpu::Unary::Neg, true>{}, x); }
-Tensor exp(const Tensor& x) { return dispatch(UnaryOp<OpId::exp, cpu::Unary::Exp>{}, x); }
-Tensor log(const Tensor& x) { return dispatch(UnaryOp<OpId::log, cpu::Unary::Log>{}, x); }
-Tensor log1p(const Tensor& x) { return dispatch(UnaryOp<OpId::log1p, cpu::Unary::Log1p>{}, x); }
-Tensor sqrt(const Tensor& x) { return dispatch(UnaryOp<OpId::sqrt, cpu::Unary::Sqrt>{}, x); }
-Tensor rsqrt(const Tensor& x) { return dispatch(UnaryOp<OpId::rsqrt, cpu::Unary::Rsqrt>{}, x); }
-Tensor reciprocal(const Tensor& x) {
-  return dispatch(UnaryOp<OpId::reciprocal, cpu::Unary::Reciprocal>{}, x);
-}
-Tensor abs(const Tensor& x) { return dispatch(UnaryOp<OpId::abs, cpu::Unary::Abs, true>{}, x); }
-Tensor sin(const Tensor& x) { return dispatch(UnaryOp<OpId::sin, cpu::Unary::Sin>{}, x); }
-Tensor cos(const Tensor& x) { return dispatch(UnaryOp<OpId::cos, cpu::Unary::Cos>{}, x); }
-Tensor tanh(const Tensor& x) { return dispatch(UnaryOp<OpId::tanh, cpu::Unary::Tanh>{}, x); }
-Tensor sigmoid(const Tensor& x) {
-  return dispatch(UnaryOp<OpId::sigmoid, cpu::Unary::Sigmoid>{}, x);
-}
-Tensor relu(const Tensor& x) { return dispatch(UnaryOp<OpId::relu, cpu::Unary::Relu, true>{}, x); }
-Tensor silu(const Tensor& x) { return dispatch(UnaryOp<OpId::silu, cpu::Unary::Silu>{}, x); }
-Tensor softplus(const Tensor& x) {
-  return dispatch(UnaryOp<OpId::softplus, cpu::Unary::Softplus>{}, x);
-}
-Tensor erf(const Tensor& x) { return dispatch(UnaryOp<OpId::erf, cpu::Unary::Erf>{}, x); }
+#define HG_OP(name, cuda, cpu, differentiable)
+#define HG_UNARY_OP(name, kind, cuda, cpu, domain) \
+  Tensor name(const Tensor& x) { return dispatch(UnaryOp<OpId::name, kernel::Unary::kind>{}, x); }
+#include "halfgrad/ops/op_list.def"
+#undef HG_UNARY_OP
+#undef HG_OP
 Tensor sign(const Tensor& x) { return dispatch(Sign{}, x); }
 
 Tensor gelu(const Tensor& x, std::string_view approximate) {
@@ -437,12 +431,12 @@ Tensor addcdiv(const Tensor& self, const Tensor& t1, const Tensor& t2, Scalar va
   return dispatch(AddC<OpId::addcdiv>{.value = value.to_double()}, self, t1, t2);
 }
 
-using Eq = Comparison<OpId::eq, cpu::Compare::Eq>;
-using Ne = Comparison<OpId::ne, cpu::Compare::Ne>;
-using Lt = Comparison<OpId::lt, cpu::Compare::Lt>;
-using Le = Comparison<OpId::le, cpu::Compare::Le>;
-using Gt = Comparison<OpId::gt, cpu::Compare::Gt>;
-using Ge = Comparison<OpId::ge, cpu::Compare::Ge>;
+using Eq = Comparison<OpId::eq, kernel::Compare::Eq>;
+using Ne = Comparison<OpId::ne, kernel::Compare::Ne>;
+using Lt = Comparison<OpId::lt, kernel::Compare::Lt>;
+using Le = Comparison<OpId::le, kernel::Compare::Le>;
+using Gt = Comparison<OpId::gt, kernel::Compare::Gt>;
+using Ge = Comparison<OpId::ge, kernel::Compare::Ge>;
 Tensor eq(const Tensor& a, const Tensor& b) { return dispatch(Eq{}, a, b); }
 Tensor ne(const Tensor& a, const Tensor& b) { return dispatch(Ne{}, a, b); }
 Tensor lt(const Tensor& a, const Tensor& b) { return dispatch(Lt{}, a, b); }

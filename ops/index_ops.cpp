@@ -72,7 +72,8 @@ struct Where {
              condition.dtype());
     const DType dtype = result_type({input, other});
     Tensor out =
-        kernels::where(condition, core::to_dtype(input, dtype), core::to_dtype(other, dtype));
+        kernels::elementwise(input).where(condition, core::to_dtype(input, dtype),
+                                          core::to_dtype(other, dtype));
     input_sizes = input.sizes();
     other_sizes = other.sizes();
     input_dtype = input.dtype();
@@ -103,7 +104,7 @@ struct MaskedFill {
   Shape input_sizes{};
 
   Tensor forward(OpContext& ctx, const Tensor& input, const Tensor& mask) {
-    Tensor out = kernels::masked_fill(input, mask, value);
+    Tensor out = kernels::elementwise(input).masked_fill(input, mask, value);
     input_sizes = input.sizes();
     ctx.save({mask});
     return out;

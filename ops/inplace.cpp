@@ -11,7 +11,6 @@
 #include "halfgrad/autograd/node.h"
 #include "halfgrad/core/factory.h"
 #include "halfgrad/core/format.h"
-#include "halfgrad/cpu/elementwise.h"
 #include "halfgrad/ops/kernels.h"
 #include "halfgrad/ops/ops.h"
 #include "halfgrad/ops/type_promotion.h"
@@ -23,7 +22,7 @@ namespace {
 int category(DType dtype) { return dtype == kBool ? 0 : is_floating_point(dtype) ? 2 : 1; }
 
 template <class OutOfPlace>
-Tensor& inplace(Tensor& self, const Tensor& other, const char* op, cpu::Binary kernel, double alpha,
+Tensor& inplace(Tensor& self, const Tensor& other, const char* op, kernel::Binary kernel, double alpha,
                 OutOfPlace out_of_place) {
   HG_CHECK(self.defined() && other.defined(), "{}: expected defined tensors", op);
   const DType computed = result_type({self, other});
@@ -33,7 +32,7 @@ Tensor& inplace(Tensor& self, const Tensor& other, const char* op, cpu::Binary k
   const bool tracked =
       autograd::is_grad_enabled() && (self.requires_grad() || other.requires_grad());
   if (!tracked) {
-    kernels::binary_(kernel, self, other, alpha);
+    kernels::elementwise(self).binary_(kernel, self, other, alpha);
     return self;
   }
   HG_CHECK(!(self.is_leaf() && self.requires_grad()),
@@ -67,25 +66,25 @@ Tensor operand(Scalar value, const Tensor& like) {
 
 Tensor& Tensor::add_(const Tensor& other, Scalar alpha) {
   return inplace(
-      *this, other, "add_", cpu::Binary::Add, alpha.to_double(),
+      *this, other, "add_", kernel::Binary::Add, alpha.to_double(),
       [&](const Tensor& old, const Tensor& operand) { return add(old, operand, alpha); });
 }
 Tensor& Tensor::add_(Scalar other, Scalar alpha) { return add_(operand(other, *this), alpha); }
 Tensor& Tensor::sub_(const Tensor& other, Scalar alpha) {
   return inplace(
-      *this, other, "sub_", cpu::Binary::Sub, alpha.to_double(),
+      *this, other, "sub_", kernel::Binary::Sub, alpha.to_double(),
       [&](const Tensor& old, const Tensor& operand) { return sub(old, operand, alpha); });
 }
 Tensor& Tensor::sub_(Scalar other, Scalar alpha) { return sub_(operand(other, *this), alpha); }
 Tensor& Tensor::mul_(const Tensor& other) {
-  return inplace(*this, other, "mul_", cpu::Binary::Mul, 1.0,
+  return inplace(*this, other, "mul_", kernel::Binary::Mul, 1.0,
                  [&](const Tensor& old, const Tensor& operand) { return mul(old, operand); });
 }
 Tensor& Tensor::mul_(Scalar other) { return mul_(operand(other, *this)); }
 Tensor& Tensor::div_(const Tensor& other) {
   HG_CHECK(is_floating_point(), "div_: true division needs a floating tensor to write into, got {}",
            dtype());
-  return inplace(*this, other, "div_", cpu::Binary::Div, 1.0,
+  return inplace(*this, other, "div_", kernel::Binary::Div, 1.0,
                  [&](const Tensor& old, const Tensor& operand) { return div(old, operand); });
 }
 Tensor& Tensor::div_(Scalar other) { return div_(operand(other, *this)); }

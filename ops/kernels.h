@@ -3,7 +3,7 @@
 // device, the CUDA kernels (cuda/), which have the same signatures and semantics.
 //
 //   Tensor forward(OpContext& ctx, const Tensor& x) {
-//     return kernels::unary(Unary::Exp, x);   // cpu::unary or cuda::unary, by x's device
+//     return kernels::elementwise(x).unary(Unary::Exp, x);   // the CPU or the CUDA table
 //   }
 //
 // The op layer has already checked that every tensor input is on one device (dispatch step 1),
@@ -16,14 +16,12 @@
 
 #include "halfgrad/config.h"
 #include "halfgrad/cpu/kernels.h"
-#include "halfgrad/cpu/elementwise.h"
 #include "halfgrad/cpu/gemm.h"
 #include "halfgrad/cpu/index.h"
 #include "halfgrad/cpu/nn_kernels.h"
 #include "halfgrad/cpu/reduce.h"
 #if HALFGRAD_HAS_CUDA
 #include "halfgrad/cuda/kernels.h"
-#include "halfgrad/cuda/elementwise.h"
 #include "halfgrad/cuda/gemm.h"
 #include "halfgrad/cuda/index.h"
 #include "halfgrad/cuda/nn_kernels.h"
@@ -55,35 +53,8 @@ using kernel::Reduction;
 using kernel::Unary;
 
 // ---- elementwise -------------------------------------------------------------------------
-inline Tensor unary(Unary op, const Tensor& x) { HG_KERNEL(x, unary(op, x)); }
-inline Tensor binary(Binary op, const Tensor& a, const Tensor& b, DType dtype, double alpha = 1.0) {
-  HG_KERNEL(a, binary(op, a, b, dtype, alpha));
-}
-inline void binary_(Binary op, const Tensor& self, const Tensor& other, double alpha = 1.0) {
-  HG_KERNEL(self, binary_(op, self, other, alpha));
-}
-inline Tensor compare(Compare op, const Tensor& a, const Tensor& b, DType dtype) {
-  HG_KERNEL(a, compare(op, a, b, dtype));
-}
-inline Tensor threshold_backward(const Tensor& grad, const Tensor& x, double threshold) {
-  HG_KERNEL(grad, threshold_backward(grad, x, threshold));
-}
-inline Tensor clamp(const Tensor& x, std::optional<double> low, std::optional<double> high) {
-  HG_KERNEL(x, clamp(x, low, high));
-}
-inline Tensor addcmul(const Tensor& self, const Tensor& t1, const Tensor& t2, double value,
-                      DType dtype) {
-  HG_KERNEL(self, addcmul(self, t1, t2, value, dtype));
-}
-inline Tensor addcdiv(const Tensor& self, const Tensor& t1, const Tensor& t2, double value,
-                      DType dtype) {
-  HG_KERNEL(self, addcdiv(self, t1, t2, value, dtype));
-}
-inline Tensor where(const Tensor& condition, const Tensor& a, const Tensor& b) {
-  HG_KERNEL(a, where(condition, a, b));
-}
-inline Tensor masked_fill(const Tensor& x, const Tensor& mask, Scalar value) {
-  HG_KERNEL(x, masked_fill(x, mask, value));
+inline const kernel::ElementwiseKernels& elementwise(const Tensor& t) {
+  return HG_KERNEL_TABLE(t.is_cuda(), elementwise);
 }
 
 // ---- reductions --------------------------------------------------------------------------

@@ -354,7 +354,7 @@ struct LinearGelu {
       out = kernels::gemm_2d_gelu(x2, false, weight, true, bias_as_x, pre);
     } else {
       kernels::gemm_2d(x2, false, weight, true, pre, bias_as_x);
-      out = kernels::unary(kernel::Unary::Gelu, pre);
+      out = kernels::elementwise(pre).unary(kernel::Unary::Gelu, pre);
     }
     ctx.save({x, weight, bias, pre});
     Shape out_sizes = x.sizes();

@@ -24,7 +24,6 @@
 #include "halfgrad/core/format.h"
 #include "halfgrad/core/random.h"
 #include "halfgrad/core/view.h"
-#include "halfgrad/cpu/elementwise.h"
 #include "halfgrad/cpu/index.h"
 #include "halfgrad/cpu/nn_kernels.h"
 #include "halfgrad/ops/dispatch.h"
@@ -564,10 +563,11 @@ struct Prelu {
     }
     ctx.save({x, weight});
     const Tensor w = core::reshape(weight, prelu_weight_shape(x, weight));
-    const Tensor scaled = kernels::binary(cpu::Binary::Mul, x, w, x.dtype());
+    const kernel::ElementwiseKernels& k = kernels::elementwise(x);
+    const Tensor scaled = k.binary(kernel::Binary::Mul, x, w, x.dtype(), 1.0);
     const Tensor positive =
-        kernels::compare(cpu::Compare::Gt, x, full({}, 0, x.options()), x.dtype());
-    return kernels::where(positive, x, scaled);
+        k.compare(kernel::Compare::Gt, x, full({}, 0, x.options()), x.dtype());
+    return k.where(positive, x, scaled);
   }
   Grads backward(OpContext& ctx, const Grads& grads) {
     const Tensor x = ctx.saved(0), weight = ctx.saved(1);

@@ -28,24 +28,16 @@ Tensor pow(const Tensor& a, const Tensor& exponent);
 Tensor pow(const Tensor& a, Scalar exponent);
 Tensor maximum(const Tensor& a, const Tensor& b);
 Tensor minimum(const Tensor& a, const Tensor& b);
-Tensor neg(const Tensor& x);
-Tensor exp(const Tensor& x);
-Tensor log(const Tensor& x);
-Tensor log1p(const Tensor& x);
-Tensor sqrt(const Tensor& x);
-Tensor rsqrt(const Tensor& x);
-Tensor reciprocal(const Tensor& x);
-Tensor abs(const Tensor& x);
-Tensor sin(const Tensor& x);
-Tensor cos(const Tensor& x);
-Tensor tanh(const Tensor& x);
-Tensor sigmoid(const Tensor& x);
-Tensor relu(const Tensor& x);
+// The elementwise functions of one tensor (exp, log, sin, relu, ...): `Tensor name(const
+// Tensor& x)` for each HG_UNARY_OP line of op_list.def. Integer inputs compute in float32,
+// except where the kind takes integers (kernel/unary.def: neg, abs, relu keep them).
+#define HG_OP(name, cuda, cpu, differentiable)
+#define HG_UNARY_OP(name, kind, cuda, cpu, domain) Tensor name(const Tensor& x);
+#include "halfgrad/ops/op_list.def"
+#undef HG_UNARY_OP
+#undef HG_OP
 // approximate: "none" (exact, with erf) or "tanh", as torch.nn.functional.gelu.
 Tensor gelu(const Tensor& x, std::string_view approximate = "none");
-Tensor silu(const Tensor& x);
-Tensor softplus(const Tensor& x);
-Tensor erf(const Tensor& x);
 Tensor sign(const Tensor& x);
 Tensor clamp(const Tensor& x, std::optional<Scalar> min, std::optional<Scalar> max);
 Tensor addcmul(const Tensor& self, const Tensor& t1, const Tensor& t2, Scalar value = 1);

@@ -1,3 +1,5 @@
+// DType: names, sizes and kinds from the one list, promote_types against PyTorch's rules,
+// visit_dtype and finfo.
 #include <catch2/catch.hpp>
 
 #include <array>

@@ -1,3 +1,5 @@
+// Factories (zeros, ones, full, arange, linspace, eye, tensor, from_blob, rand/randn), the CPU
+// allocator's alignment, size classes and cache, and the thread count.
 #include <catch2/catch.hpp>
 
 #include <cmath>

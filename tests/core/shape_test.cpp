@@ -1,3 +1,4 @@
+// Shapes: SmallVector, numel and strides, contiguity, wrap_dim, broadcasting and infer_size.
 #include <catch2/catch.hpp>
 
 #include "halfgrad/core/error.h"

@@ -1,8 +1,8 @@
-// CUDA elementwise kernels (halfgrad/cuda/elementwise.h) against the CPU kernels in float64:
-// every unary kind, every binary op with broadcasting, strides and alpha, comparisons, where,
-// masked_fill, clamp, addcmul/addcdiv, threshold_backward, copies between every dtype pair,
-// fills, and the random fills (the same numbers as the CPU's); forward and backward through
-// the public ops for the differentiable ones.
+// CUDA elementwise kernels (cuda::elementwise_kernels, kernel/elementwise.h) against the CPU
+// kernels in float64: every unary kind, every binary op with broadcasting, strides and alpha,
+// comparisons, where, masked_fill, clamp, addcmul/addcdiv, threshold_backward, copies between every
+// dtype pair, fills, and the random fills (the same numbers as the CPU's); forward and backward
+// through the public ops for the differentiable ones.
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -12,9 +12,10 @@
 #include <vector>
 
 #include "cuda/cuda_test_util.h"
-#include "halfgrad/cpu/elementwise.h"
 #include "halfgrad/cpu/index.h"
+#include "halfgrad/cpu/kernels.h"
 #include "halfgrad/cuda/elementwise.h"
+#include "halfgrad/cuda/kernels.h"
 #include "halfgrad/halfgrad.h"
 #include "test_util.h"
 
@@ -26,6 +27,9 @@ using kernel::Compare;
 using kernel::Unary;
 
 namespace {
+
+const kernel::ElementwiseKernels& on_cpu = cpu::elementwise_kernels;
+const kernel::ElementwiseKernels& on_cuda = cuda::elementwise_kernels;
 
 const std::vector<DType> kFloating = {kFloat32, kFloat16, kBFloat16, kFloat64};
 const std::vector<DType> kAllDTypes = {kFloat32, kFloat16, kBFloat16, kFloat64,
@@ -122,21 +126,21 @@ TEST_CASE("cuda unary: every kind matches float64, contiguous and strided", "[cu
       CAPTURE(c.name, dtype);
       // [37, 29]: odd sizes, so vector loops have tails; the transpose takes the strided path.
       const Tensor x = uniform_values({37, 29}, c.low, c.high, dtype);
-      const Tensor got = cuda::unary(c.op, to_cuda(x));
+      const Tensor got = on_cuda.unary(c.op, to_cuda(x));
       REQUIRE(got.is_cuda());
       REQUIRE(got.dtype() == dtype);
       REQUIRE(got.is_contiguous());
-      require_close(got, cpu::unary(c.op, x.to(kFloat64)), dtype);
+      require_close(got, on_cpu.unary(c.op, x.to(kFloat64)), dtype);
 
       const Tensor xt = x.transpose(0, 1);
-      const Tensor got_t = cuda::unary(c.op, to_cuda(x).transpose(0, 1));
+      const Tensor got_t = on_cuda.unary(c.op, to_cuda(x).transpose(0, 1));
       REQUIRE(got_t.sizes() == Shape{29, 37});
-      require_close(got_t, cpu::unary(c.op, xt.to(kFloat64)), dtype);
+      require_close(got_t, on_cpu.unary(c.op, xt.to(kFloat64)), dtype);
 
       // A slice starting one element in: contiguous but not 16-byte aligned.
       const Tensor tail = to_cuda(x).flatten().slice(0, 1, 1000);
-      require_close(cuda::unary(c.op, tail),
-                    cpu::unary(c.op, x.to(kFloat64).flatten().slice(0, 1, 1000)), dtype);
+      require_close(on_cuda.unary(c.op, tail),
+                    on_cpu.unary(c.op, x.to(kFloat64).flatten().slice(0, 1, 1000)), dtype);
     }
   }
 }
@@ -149,16 +153,16 @@ TEST_CASE("cuda unary: integer kinds are exact and bool or integer math is refus
     const Tensor x = normal_values({5, 41}, dtype, 1000.0);
     for (Unary op : {Unary::Neg, Unary::Abs, Unary::Sign, Unary::Relu, Unary::Square}) {
       CAPTURE(dtype, int(op));
-      require_same_bits(cuda::unary(op, to_cuda(x)), cpu::unary(op, x));
-      require_same_bits(cuda::unary(op, to_cuda(x).transpose(0, 1)),
-                        cpu::unary(op, x.transpose(0, 1)));
+      require_same_bits(on_cuda.unary(op, to_cuda(x)), on_cpu.unary(op, x));
+      require_same_bits(on_cuda.unary(op, to_cuda(x).transpose(0, 1)),
+                        on_cpu.unary(op, x.transpose(0, 1)));
     }
-    REQUIRE_THROWS_WITH(cuda::unary(Unary::Exp, to_cuda(x)),
+    REQUIRE_THROWS_WITH(on_cuda.unary(Unary::Exp, to_cuda(x)),
                         Contains("elementwise: expected a floating tensor"));
   }
   const Tensor b = to_cuda(normal_values({4}, kBool));
-  REQUIRE_THROWS_WITH(cuda::unary(Unary::Neg, b), Contains("bool tensors are not supported"));
-  REQUIRE(cuda::unary(Unary::Exp, to_cuda(empty({0, 3}))).sizes() == Shape{0, 3});
+  REQUIRE_THROWS_WITH(on_cuda.unary(Unary::Neg, b), Contains("bool tensors are not supported"));
+  REQUIRE(on_cuda.unary(Unary::Exp, to_cuda(empty({0, 3}))).sizes() == Shape{0, 3});
 }
 
 TEST_CASE("cuda unary ops: forward and backward match float64", "[cuda]") {
@@ -219,29 +223,29 @@ TEST_CASE("cuda binary: every op with broadcasting, strides and alpha matches fl
         // a: [3, 1, 17]; b: [6, 17] given as the transpose of a [17, 6] tensor.
         const Tensor a = uniform_values({3, 1, 17}, c.a_low, c.a_high, dtype);
         const Tensor b = uniform_values({17, 6}, c.b_low, c.b_high, dtype).transpose(0, 1);
-        const Tensor got = cuda::binary(c.op, to_cuda(a),
-                                        to_cuda(b.transpose(0, 1)).transpose(0, 1), dtype, alpha);
+        const Tensor got = on_cuda.binary(c.op, to_cuda(a),
+                                          to_cuda(b.transpose(0, 1)).transpose(0, 1), dtype, alpha);
         REQUIRE(got.sizes() == Shape{3, 6, 17});
         REQUIRE(got.dtype() == dtype);
-        require_close(got, cpu::binary(c.op, a.to(kFloat64), b.to(kFloat64), kFloat64, alpha),
+        require_close(got, on_cpu.binary(c.op, a.to(kFloat64), b.to(kFloat64), kFloat64, alpha),
                       dtype);
         // Contiguous operands of one shape: the vector path.
         const Tensor x = uniform_values({1001}, c.a_low, c.a_high, dtype);
         const Tensor y = uniform_values({1001}, c.b_low, c.b_high, dtype);
-        require_close(cuda::binary(c.op, to_cuda(x), to_cuda(y), dtype, alpha),
-                      cpu::binary(c.op, x.to(kFloat64), y.to(kFloat64), kFloat64, alpha), dtype);
+        require_close(on_cuda.binary(c.op, to_cuda(x), to_cuda(y), dtype, alpha),
+                      on_cpu.binary(c.op, x.to(kFloat64), y.to(kFloat64), kFloat64, alpha), dtype);
         // A 0-d operand (a scalar) on either side.
         const Tensor s = uniform_values({}, c.b_low, c.b_high, dtype);
-        require_close(cuda::binary(c.op, to_cuda(x), to_cuda(s), dtype, alpha),
-                      cpu::binary(c.op, x.to(kFloat64), s.to(kFloat64), kFloat64, alpha), dtype);
+        require_close(on_cuda.binary(c.op, to_cuda(x), to_cuda(s), dtype, alpha),
+                      on_cpu.binary(c.op, x.to(kFloat64), s.to(kFloat64), kFloat64, alpha), dtype);
       }
     }
     // Mixed input dtypes computed in float32.
     CAPTURE(c.name);
     const Tensor h = uniform_values({4, 9}, c.a_low, c.a_high, kFloat16);
     const Tensor bf = uniform_values({9}, c.b_low, c.b_high, kBFloat16);
-    require_close(cuda::binary(c.op, to_cuda(h), to_cuda(bf), kFloat32),
-                  cpu::binary(c.op, h.to(kFloat64), bf.to(kFloat64), kFloat64), kFloat32);
+    require_close(on_cuda.binary(c.op, to_cuda(h), to_cuda(bf), kFloat32, 1.0),
+                  on_cpu.binary(c.op, h.to(kFloat64), bf.to(kFloat64), kFloat64, 1.0), kFloat32);
   }
 }
 
@@ -254,7 +258,7 @@ TEST_CASE("cuda binary: NaN propagates through maximum and minimum", "[cuda]") {
     const Tensor b = to_cuda(tensor({0.0, nan, 3.0, nan}).to(dtype));
     for (Binary op : {Binary::Maximum, Binary::Minimum}) {
       CAPTURE(dtype, int(op));
-      const std::vector<double> got = cuda::binary(op, a, b, dtype).to_vector<double>();
+      const std::vector<double> got = on_cuda.binary(op, a, b, dtype, 1.0).to_vector<double>();
       REQUIRE(std::isnan(got[0]));
       REQUIRE(std::isnan(got[1]));
       REQUIRE(got[2] == (op == Binary::Maximum ? 3.0 : 2.0));
@@ -274,15 +278,15 @@ TEST_CASE("cuda binary: integer ops match the CPU kernel exactly", "[cuda]") {
     for (Binary op :
          {Binary::Add, Binary::Sub, Binary::Mul, Binary::Div, Binary::Maximum, Binary::Minimum}) {
       CAPTURE(dtype, int(op));
-      require_same_bits(cuda::binary(op, to_cuda(a), to_cuda(b), dtype, 3.0),
-                        cpu::binary(op, a, b, dtype, 3.0));
+      require_same_bits(on_cuda.binary(op, to_cuda(a), to_cuda(b), dtype, 3.0),
+                        on_cpu.binary(op, a, b, dtype, 3.0));
     }
     const Tensor base = normal_values({7, 13}, dtype, 4.0);
-    require_same_bits(cuda::binary(Binary::Pow, to_cuda(base), to_cuda(e), dtype),
-                      cpu::binary(Binary::Pow, base, e, dtype));
+    require_same_bits(on_cuda.binary(Binary::Pow, to_cuda(base), to_cuda(e), dtype, 1.0),
+                      on_cpu.binary(Binary::Pow, base, e, dtype, 1.0));
   }
-  REQUIRE_THROWS_WITH(cuda::binary(Binary::Add, to_cuda(normal_values({3}, kBool)),
-                                   to_cuda(normal_values({3}, kBool)), kBool),
+  REQUIRE_THROWS_WITH(on_cuda.binary(Binary::Add, to_cuda(normal_values({3}, kBool)),
+                                     to_cuda(normal_values({3}, kBool)), kBool, 1.0),
                       Contains("arithmetic on bool tensors is not supported"));
 }
 
@@ -296,32 +300,33 @@ TEST_CASE("cuda binary_: in place, broadcast, aliased and strided", "[cuda]") {
     const Tensor b = normal_values({10}, kFloat32);  // another dtype: converted to self's
     Tensor self = to_cuda(a);
     const uint64_t version = self.version();
-    cuda::binary_(Binary::Add, self, to_cuda(b), 0.5);
+    on_cuda.binary_(Binary::Add, self, to_cuda(b), 0.5);
     REQUIRE(self.version() > version);
     Tensor want = a.to(kFloat64);
-    cpu::binary_(Binary::Add, want, b.to(dtype).to(kFloat64), 0.5);  // b in self's dtype
+    on_cpu.binary_(Binary::Add, want, b.to(dtype).to(kFloat64), 0.5);  // b in self's dtype
     require_close(self, want, dtype);
 
     // self read through a transposed view of itself: read in full before the write.
     Tensor square = to_cuda(normal_values({8, 8}, dtype));
     Tensor square_want = host(square).to(kFloat64);
-    cuda::binary_(Binary::Mul, square, square.transpose(0, 1));
-    cpu::binary_(Binary::Mul, square_want, square_want.clone().transpose(0, 1));
+    on_cuda.binary_(Binary::Mul, square, square.transpose(0, 1), 1.0);
+    on_cpu.binary_(Binary::Mul, square_want, square_want.clone().transpose(0, 1), 1.0);
     require_close(square, square_want, dtype);
 
     // A non-contiguous self: every other column.
     Tensor wide = to_cuda(normal_values({5, 12}, dtype));
     const Tensor before = host(wide);
     Tensor columns = wide.slice(1, 0, 12, 2);
-    cuda::binary_(Binary::Sub, columns, to_cuda(b.slice(0, 0, 6)), 2.0);
+    on_cuda.binary_(Binary::Sub, columns, to_cuda(b.slice(0, 0, 6)), 2.0);
     Tensor wide_want = before.to(kFloat64);
     Tensor want_columns = wide_want.slice(1, 0, 12, 2);
-    cpu::binary_(Binary::Sub, want_columns, b.slice(0, 0, 6).to(dtype).to(kFloat64), 2.0);
+    on_cpu.binary_(Binary::Sub, want_columns, b.slice(0, 0, 6).to(dtype).to(kFloat64), 2.0);
     require_close(wide, wide_want, dtype);
   }
   Tensor small = to_cuda(normal_values({3}, kFloat32));
-  REQUIRE_THROWS_WITH(cuda::binary_(Binary::Add, small, to_cuda(normal_values({2, 3}, kFloat32))),
-                      Contains("cannot be broadcast to the shape"));
+  REQUIRE_THROWS_WITH(
+      on_cuda.binary_(Binary::Add, small, to_cuda(normal_values({2, 3}, kFloat32)), 1.0),
+      Contains("cannot be broadcast to the shape"));
 }
 
 TEST_CASE("cuda binary ops: forward and backward match float64", "[cuda]") {
@@ -365,19 +370,19 @@ TEST_CASE("cuda compare: every op, broadcast and strided, matches the CPU exactl
     for (Compare op :
          {Compare::Eq, Compare::Ne, Compare::Lt, Compare::Le, Compare::Gt, Compare::Ge}) {
       CAPTURE(dtype, int(op));
-      const Tensor got = cuda::compare(op, to_cuda(a), to_cuda(base).transpose(0, 1), dtype);
+      const Tensor got = on_cuda.compare(op, to_cuda(a), to_cuda(base).transpose(0, 1), dtype);
       REQUIRE(got.dtype() == kBool);
-      require_same_bits(got, cpu::compare(op, a, b, dtype));
+      require_same_bits(got, on_cpu.compare(op, a, b, dtype));
       const Tensor flat_a = coarse({1003}), flat_b = coarse({1003});
-      require_same_bits(cuda::compare(op, to_cuda(flat_a), to_cuda(flat_b), dtype),
-                        cpu::compare(op, flat_a, flat_b, dtype));
+      require_same_bits(on_cuda.compare(op, to_cuda(flat_a), to_cuda(flat_b), dtype),
+                        on_cpu.compare(op, flat_a, flat_b, dtype));
     }
   }
   // Mixed dtypes compared in float32.
   const Tensor h = normal_values({50}, kInt64, 2.0).to(kFloat16);
   const Tensor f = normal_values({50}, kInt64, 2.0).to(kFloat32);
-  require_same_bits(cuda::compare(Compare::Le, to_cuda(h), to_cuda(f), kFloat32),
-                    cpu::compare(Compare::Le, h, f, kFloat32));
+  require_same_bits(on_cuda.compare(Compare::Le, to_cuda(h), to_cuda(f), kFloat32),
+                    on_cpu.compare(Compare::Le, h, f, kFloat32));
 }
 
 // ---- where, masked_fill ------------------------------------------------------------------
@@ -393,12 +398,12 @@ TEST_CASE("cuda where: every dtype, broadcast and strided, matches the CPU exact
     const Tensor base = normal_values({8, 3}, dtype, 10.0);
     const Tensor b = base.transpose(0, 1).unsqueeze(1);  // [3, 1, 8], strided
     const Tensor got =
-        cuda::where(to_cuda(condition), to_cuda(a), to_cuda(base).transpose(0, 1).unsqueeze(1));
+        on_cuda.where(to_cuda(condition), to_cuda(a), to_cuda(base).transpose(0, 1).unsqueeze(1));
     REQUIRE(got.sizes() == Shape{3, 5, 8});
-    require_same_bits(got, cpu::where(condition, a, b));
+    require_same_bits(got, on_cpu.where(condition, a, b));
     const Tensor c2 = normal_values({777}, kBool);
     const Tensor x = normal_values({777}, dtype, 10.0), y = normal_values({777}, dtype, 10.0);
-    require_same_bits(cuda::where(to_cuda(c2), to_cuda(x), to_cuda(y)), cpu::where(c2, x, y));
+    require_same_bits(on_cuda.where(to_cuda(c2), to_cuda(x), to_cuda(y)), on_cpu.where(c2, x, y));
     // Through the public op, with a gradient for floating inputs.
     if (is_floating_point(dtype)) {
       check_forward_backward(
@@ -409,11 +414,12 @@ TEST_CASE("cuda where: every dtype, broadcast and strided, matches the CPU exact
     }
   }
   const Tensor a = to_cuda(normal_values({4}, kFloat32));
-  REQUIRE_THROWS_WITH(cuda::where(a, a, a), Contains("where: expected a condition of dtype bool"));
+  REQUIRE_THROWS_WITH(on_cuda.where(a, a, a),
+                      Contains("where: expected a condition of dtype bool"));
   const Tensor c = to_cuda(normal_values({4}, kBool));
-  REQUIRE_THROWS_WITH(cuda::where(c, a, to_cuda(normal_values({4}, kFloat16))),
+  REQUIRE_THROWS_WITH(on_cuda.where(c, a, to_cuda(normal_values({4}, kFloat16))),
                       Contains("where: expected b of dtype float32"));
-  REQUIRE_THROWS_WITH(cuda::where(c, a, to_cuda(normal_values({3}, kFloat32))),
+  REQUIRE_THROWS_WITH(on_cuda.where(c, a, to_cuda(normal_values({3}, kFloat32))),
                       Contains("cannot be broadcast together"));
 }
 
@@ -426,19 +432,19 @@ TEST_CASE("cuda masked_fill: broadcast masks, every dtype, value conversion", "[
     const Tensor x = normal_values({6, 11}, dtype, 10.0);
     const Tensor mask = normal_values({11}, kBool);
     const Scalar value = dtype == kBool ? Scalar(true) : Scalar(-2.0);
-    require_same_bits(cuda::masked_fill(to_cuda(x), to_cuda(mask), value),
-                      cpu::masked_fill(x, mask, value));
+    require_same_bits(on_cuda.masked_fill(to_cuda(x), to_cuda(mask), value),
+                      on_cpu.masked_fill(x, mask, value));
     // A mask with more dims than x, x transposed.
     const Tensor mask3 = normal_values({2, 11, 6}, kBool);
     require_same_bits(
-        cuda::masked_fill(to_cuda(x).transpose(0, 1), to_cuda(mask3), Scalar(int64_t(3))),
-        cpu::masked_fill(x.transpose(0, 1), mask3, Scalar(int64_t(3))));
+        on_cuda.masked_fill(to_cuda(x).transpose(0, 1), to_cuda(mask3), Scalar(int64_t(3))),
+        on_cpu.masked_fill(x.transpose(0, 1), mask3, Scalar(int64_t(3))));
   }
   const Tensor ints = to_cuda(normal_values({5}, kInt32, 10.0));
   const Tensor mask = to_cuda(normal_values({5}, kBool));
-  REQUIRE_THROWS_WITH(cuda::masked_fill(ints, mask, 1e20),
+  REQUIRE_THROWS_WITH(on_cuda.masked_fill(ints, mask, 1e20),
                       Contains("masked_fill: value 1e+20 cannot be converted to int32"));
-  REQUIRE_THROWS_WITH(cuda::masked_fill(ints, ints, 1),
+  REQUIRE_THROWS_WITH(on_cuda.masked_fill(ints, ints, 1),
                       Contains("masked_fill: expected a mask of dtype bool"));
 }
 
@@ -454,23 +460,23 @@ TEST_CASE("cuda clamp: both bounds, one bound, NaN stays NaN, integers", "[cuda]
     for (const auto& [low, high] : bounds) {
       CAPTURE(dtype, low.has_value(), high.has_value());
       const Tensor x = normal_values({13, 7}, dtype);
-      require_close(cuda::clamp(to_cuda(x), low, high), cpu::clamp(x.to(kFloat64), low, high),
+      require_close(on_cuda.clamp(to_cuda(x), low, high), on_cpu.clamp(x.to(kFloat64), low, high),
                     dtype);
-      require_close(cuda::clamp(to_cuda(x).transpose(0, 1), low, high),
-                    cpu::clamp(x.transpose(0, 1).to(kFloat64), low, high), dtype);
+      require_close(on_cuda.clamp(to_cuda(x).transpose(0, 1), low, high),
+                    on_cpu.clamp(x.transpose(0, 1).to(kFloat64), low, high), dtype);
     }
     const double nan = std::numeric_limits<double>::quiet_NaN();
     const std::vector<double> got =
-        cuda::clamp(to_cuda(tensor({nan, -3.0, 3.0}).to(dtype)), -1.0, 1.0).to_vector<double>();
+        on_cuda.clamp(to_cuda(tensor({nan, -3.0, 3.0}).to(dtype)), -1.0, 1.0).to_vector<double>();
     REQUIRE(std::isnan(got[0]));
     REQUIRE(got[1] == -1.0);
     REQUIRE(got[2] == 1.0);
   }
   for (DType dtype : {kInt64, kInt32}) {
     const Tensor x = normal_values({40}, dtype, 50.0);
-    require_same_bits(cuda::clamp(to_cuda(x), -10.0, 20.0), cpu::clamp(x, -10.0, 20.0));
+    require_same_bits(on_cuda.clamp(to_cuda(x), -10.0, 20.0), on_cpu.clamp(x, -10.0, 20.0));
   }
-  REQUIRE_THROWS_WITH(cuda::clamp(to_cuda(normal_values({3}, kBool)), 0.0, 1.0),
+  REQUIRE_THROWS_WITH(on_cuda.clamp(to_cuda(normal_values({3}, kBool)), 0.0, 1.0),
                       Contains("clamp: bool tensors are not supported"));
   // The public op, forward and backward.
   for (DType dtype : kFloating) {
@@ -490,13 +496,13 @@ TEST_CASE("cuda addcmul and addcdiv: three broadcast operands match float64", "[
     const Tensor t1 = normal_values({6, 5}, dtype).transpose(0, 1);  // [5, 6], strided
     const Tensor t2 = uniform_values({6}, 0.5, 2, dtype);
     const Tensor t1_cuda = to_cuda(t1.contiguous());
-    require_close(cuda::addcmul(to_cuda(self), t1_cuda, to_cuda(t2), 0.5, dtype),
-                  cpu::addcmul(self.to(kFloat64), t1.to(kFloat64), t2.to(kFloat64), 0.5, kFloat64),
-                  dtype);
     require_close(
-        cuda::addcdiv(to_cuda(self), to_cuda(t1.transpose(0, 1).contiguous()).transpose(0, 1),
-                      to_cuda(t2), -1.5, dtype),
-        cpu::addcdiv(self.to(kFloat64), t1.to(kFloat64), t2.to(kFloat64), -1.5, kFloat64), dtype);
+        on_cuda.addcmul(to_cuda(self), t1_cuda, to_cuda(t2), 0.5, dtype),
+        on_cpu.addcmul(self.to(kFloat64), t1.to(kFloat64), t2.to(kFloat64), 0.5, kFloat64), dtype);
+    require_close(
+        on_cuda.addcdiv(to_cuda(self), to_cuda(t1.transpose(0, 1).contiguous()).transpose(0, 1),
+                        to_cuda(t2), -1.5, dtype),
+        on_cpu.addcdiv(self.to(kFloat64), t1.to(kFloat64), t2.to(kFloat64), -1.5, kFloat64), dtype);
     check_forward_backward(
         [](const std::vector<Tensor>& in) { return hg::addcmul(in[0], in[1], in[2], 0.5); },
         {normal_values({3, 8}, dtype), normal_values({3, 8}, dtype), normal_values({3, 8}, dtype)},
@@ -509,12 +515,12 @@ TEST_CASE("cuda addcmul and addcdiv: three broadcast operands match float64", "[
   }
   // Mixed dtypes computed in float32; integers computed exactly.
   const Tensor h = normal_values({7}, kFloat16), f = normal_values({7}, kFloat32);
-  require_close(cuda::addcmul(to_cuda(h), to_cuda(f), to_cuda(h), 2.0, kFloat32),
-                cpu::addcmul(h.to(kFloat64), f.to(kFloat64), h.to(kFloat64), 2.0, kFloat64),
+  require_close(on_cuda.addcmul(to_cuda(h), to_cuda(f), to_cuda(h), 2.0, kFloat32),
+                on_cpu.addcmul(h.to(kFloat64), f.to(kFloat64), h.to(kFloat64), 2.0, kFloat64),
                 kFloat32);
   const Tensor i = normal_values({9}, kInt64, 30.0);
-  require_same_bits(cuda::addcmul(to_cuda(i), to_cuda(i), to_cuda(i), 2.0, kInt64),
-                    cpu::addcmul(i, i, i, 2.0, kInt64));
+  require_same_bits(on_cuda.addcmul(to_cuda(i), to_cuda(i), to_cuda(i), 2.0, kInt64),
+                    on_cpu.addcmul(i, i, i, 2.0, kInt64));
 }
 
 TEST_CASE("cuda threshold_backward: a select matching the CPU exactly", "[cuda]") {
@@ -527,17 +533,17 @@ TEST_CASE("cuda threshold_backward: a select matching the CPU exactly", "[cuda]"
     const Tensor x = normal_values({9, 14}, dtype, 3.0);
     Tensor grad = normal_values({9, 14}, dtype, 3.0);
     if (is_floating_point(dtype)) {  // infinite gradients where x <= 0 still give 0
-      grad = cpu::where(cpu::compare(Compare::Le, x, zeros({}, dtype), dtype),
-                        full({9, 14}, inf, dtype), grad);
+      grad = on_cpu.where(on_cpu.compare(Compare::Le, x, zeros({}, dtype), dtype),
+                          full({9, 14}, inf, dtype), grad);
     }
-    require_same_bits(cuda::threshold_backward(to_cuda(grad), to_cuda(x), 0.0),
-                      cpu::threshold_backward(grad, x, 0.0));
+    require_same_bits(on_cuda.threshold_backward(to_cuda(grad), to_cuda(x), 0.0),
+                      on_cpu.threshold_backward(grad, x, 0.0));
     require_same_bits(
-        cuda::threshold_backward(to_cuda(grad).transpose(0, 1), to_cuda(x).transpose(0, 1), 0.5),
-        cpu::threshold_backward(grad.transpose(0, 1), x.transpose(0, 1), 0.5));
+        on_cuda.threshold_backward(to_cuda(grad).transpose(0, 1), to_cuda(x).transpose(0, 1), 0.5),
+        on_cpu.threshold_backward(grad.transpose(0, 1), x.transpose(0, 1), 0.5));
   }
   const Tensor x = to_cuda(normal_values({4}, kFloat32));
-  REQUIRE_THROWS_WITH(cuda::threshold_backward(to_cuda(normal_values({4}, kFloat16)), x, 0.0),
+  REQUIRE_THROWS_WITH(on_cuda.threshold_backward(to_cuda(normal_values({4}, kFloat16)), x, 0.0),
                       Contains("threshold_backward: expected a gradient of the input's shape"));
 }
 

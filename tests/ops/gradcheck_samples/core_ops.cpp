@@ -34,23 +34,14 @@ const bool registered = register_samples([](std::map<OpId, Sample>& s) {
                          [] {
                            return Inputs{input({2, 3}), input({3})};
                          });
-  s[OpId::neg] = one([](auto& x) { return neg(x); }, [] { return input({4}); });
-  s[OpId::exp] = one([](auto& x) { return exp(x); }, [] { return input({4}); });
-  s[OpId::log] = one([](auto& x) { return log(x); }, [] { return positive({4}); });
-  s[OpId::log1p] = one([](auto& x) { return log1p(x); }, [] { return positive({4}); });
-  s[OpId::sqrt] = one([](auto& x) { return sqrt(x); }, [] { return positive({4}); });
-  s[OpId::rsqrt] = one([](auto& x) { return rsqrt(x); }, [] { return positive({4}); });
-  s[OpId::reciprocal] = one([](auto& x) { return reciprocal(x); }, [] { return positive({4}); });
-  s[OpId::abs] = one([](auto& x) { return abs(x); }, [] { return positive({4}); });
-  s[OpId::sin] = one([](auto& x) { return sin(x); }, [] { return input({4}); });
-  s[OpId::cos] = one([](auto& x) { return cos(x); }, [] { return input({4}); });
-  s[OpId::tanh] = one([](auto& x) { return tanh(x); }, [] { return input({4}); });
-  s[OpId::sigmoid] = one([](auto& x) { return sigmoid(x); }, [] { return input({4}); });
-  s[OpId::relu] = one([](auto& x) { return relu(x); }, [] { return positive({4}); });
+  // Every HG_UNARY_OP line of op_list.def: its function on four inputs of its domain.
+#define HG_OP(name, cuda, cpu, differentiable)
+#define HG_UNARY_OP(name, kind, cuda, cpu, domain) \
+  s[OpId::name] = one([](auto& x) { return hg::name(x); }, [] { return domain({4}); });
+#include "halfgrad/ops/op_list.def"
+#undef HG_UNARY_OP
+#undef HG_OP
   s[OpId::gelu] = one([](auto& x) { return gelu(x) + gelu(x, "tanh"); }, [] { return input({5}); });
-  s[OpId::silu] = one([](auto& x) { return silu(x); }, [] { return input({4}); });
-  s[OpId::softplus] = one([](auto& x) { return softplus(x); }, [] { return input({4}); });
-  s[OpId::erf] = one([](auto& x) { return erf(x); }, [] { return input({4}); });
   s[OpId::clamp] = one([](auto& x) { return clamp(x, -1.0, 1.0); },
                        [] {
                          return tensor({-1.7, -0.4, 0.3, 0.9, 1.6}, kFloat64).requires_grad_();

@@ -1,3 +1,4 @@
+// The gradcheck samples' registry and the inputs they draw (gradcheck_samples.h).
 #include "../gradcheck_samples.h"
 
 namespace hg::testing {
