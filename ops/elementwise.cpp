@@ -196,12 +196,24 @@ Tensor unary_derivative<OpId::exp>(const Tensor&, const Tensor& y) {
   return y;
 }
 template <>
+Tensor unary_derivative<OpId::expm1>(const Tensor&, const Tensor& y) {
+  return add(y, 1);
+}
+template <>
 Tensor unary_derivative<OpId::log>(const Tensor& x, const Tensor&) {
   return reciprocal(x);
 }
 template <>
 Tensor unary_derivative<OpId::log1p>(const Tensor& x, const Tensor&) {
   return reciprocal(add(x, 1));
+}
+template <>
+Tensor unary_derivative<OpId::log2>(const Tensor& x, const Tensor&) {
+  return reciprocal(mul(x, std::numbers::ln2));
+}
+template <>
+Tensor unary_derivative<OpId::log10>(const Tensor& x, const Tensor&) {
+  return reciprocal(mul(x, std::numbers::ln10));
 }
 template <>
 Tensor unary_derivative<OpId::sqrt>(const Tensor&, const Tensor& y) {
