@@ -6,7 +6,7 @@
 // NOTE [Loops, not Eigen] DESIGN names Eigen for fp32/fp64 kernels. Elementwise ops and
 // reductions here are plain loops over for_each_row's contiguous runs instead: they handle
 // halfgrad's strides, broadcasting and 16-bit storage directly, and the compiler vectorizes
-// the contiguous case. Eigen is used where it wins: float64 GEMM and tiny GEMMs (cpu/gemm.cpp).
+// the contiguous case. Eigen is used where it wins: float64 GEMM and tiny GEMMs (cpu/linalg.cpp).
 #pragma once
 
 #include <cstdint>
