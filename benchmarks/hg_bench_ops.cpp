@@ -56,7 +56,8 @@
 #include "bench_util.h"
 #include "halfgrad/config.h"
 #include "halfgrad/core/settings.h"
-#include "halfgrad/cpu/gemm.h"
+#include "halfgrad/cpu/kernels.h"
+#include "halfgrad/cpu/linalg.h"
 #include "halfgrad/halfgrad.h"
 
 #if HALFGRAD_HAS_ONEDNN
@@ -64,7 +65,7 @@
 #endif
 #if HALFGRAD_HAS_CUDA
 #include "halfgrad/cuda/attention.h"
-#include "halfgrad/cuda/gemm.h"
+#include "halfgrad/cuda/kernels.h"
 #endif
 
 namespace {
@@ -150,10 +151,10 @@ void run_gemm_benchmarks(const Options& options) {
       const hg::Tensor b = hg::randn({1, shape.k, shape.n}, dtype);
       const hg::Tensor out = hg::empty({1, shape.m, shape.n}, dtype);
       std::vector<Candidate> candidates;
-      candidates.push_back(
-          {"halfgrad", hg::cpu::gemm_kernel_name(dtype), [&] { hg::cpu::gemm(a, b, out); }});
+      candidates.push_back({"halfgrad", hg::cpu::gemm_kernel_name(dtype),
+                            [&] { hg::cpu::linalg_kernels.gemm(a, b, out, 1.0, 0.0); }});
       if (dtype == hg::kFloat32) {
-        const bool picked_onednn = hg::cpu::gemm_backend(dtype) == "onednn";
+        const bool picked_onednn = hg::cpu::linalg_kernels.backend(dtype) == "onednn";
         if (picked_onednn) {
           candidates.push_back(
               {"halfgrad-eigen", "eigen", [&] { hg::cpu::gemm_with(GemmImpl::Eigen, a, b, out); }});
@@ -230,10 +231,10 @@ void run_dispatch_benchmarks(const Options& options) {
 
 // ---- tiny GEMMs ------------------------------------------------------------------------------
 //
-// The products of a small layer (NOTE [Small GEMM kernel] in cpu/gemm.cpp): a 16-row batch
-// times a 32-wide weight, read transposed as linear reads it or row-major, and into one output
-// column, on each float32 implementation gemm has. Each is the median over --reps batches of
-// kDispatchCalls calls (one call is under a microsecond).
+// The products of a small layer (NOTE [Small GEMM kernel] in cpu/small_gemm.cpp): a 16-row
+// batch times a 32-wide weight, read transposed as linear reads it or row-major, and into one
+// output column, on each float32 implementation gemm has. Each is the median over --reps
+// batches of kDispatchCalls calls (one call is under a microsecond).
 void run_tiny_gemm_benchmarks(const Options& options) {
   using hg::cpu::GemmImpl;
   struct Case {
@@ -293,7 +294,7 @@ void run_cuda_gemm_benchmarks(const Options& options) {
       const double ms = hg::bench::cuda_ms_per_call(options, [&] { (void)hg::matmul(a, b); });
       std::string kernel = "";
 #if HALFGRAD_HAS_CUDA
-      kernel = hg::cuda::gemm_backend(mode.dtype);
+      kernel = hg::cuda::linalg_kernels.backend(mode.dtype);
 #endif
       fmt::print(
           "{{\"bench\": \"cuda_gemm\", \"impl\": \"halfgrad\", \"mode\": \"{}\", "

@@ -1,11 +1,15 @@
 // The CPU backend's kernel tables, one per family: kernel/<family>.h declares each table's
 // functions with their contracts, cpu/<family>.cpp defines them. ops/kernels.h picks these or
-// the CUDA backend's tables (cuda/kernels.h) by the device of a tensor argument.
+// the CUDA backend's tables (cuda/kernels.h) by the device of a tensor argument. (Fused
+// attention has no CPU table: the op computes it with other ops there.)
 #pragma once
 
 #include "halfgrad/kernel/elementwise.h"
+#include "halfgrad/kernel/linalg.h"
 
 namespace hg::cpu {
 
 extern const kernel::ElementwiseKernels elementwise_kernels;
+extern const kernel::LinalgKernels linalg_kernels;
+
 }  // namespace hg::cpu

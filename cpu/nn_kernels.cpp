@@ -10,7 +10,7 @@
 // of threads (reductions never split across threads).
 #include "halfgrad/cpu/nn_kernels.h"
 
-#include "halfgrad/cpu/gemm.h"
+#include "halfgrad/cpu/kernels.h"
 
 #include <omp.h>
 
@@ -645,7 +645,7 @@ void conv_matmul(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, co
   const Tensor tb = from_blob(const_cast<A*>(b), {1, K, N}, dtype,
                               trans_b ? Shape{N * ldb, 1, ldb} : Shape{K * ldb, ldb, 1});
   const Tensor tc = from_blob(c, {1, M, N}, dtype);
-  gemm(ta, tb, tc, 1.0, accumulate ? 1.0 : 0.0);
+  linalg_kernels.gemm(ta, tb, tc, 1.0, accumulate ? 1.0 : 0.0);
 }
 
 // cols[(c, ki, kj), (oh, ow)] = x[c, oh sH - pH + ki dH, ow sW - pW + kj dW], zero in the

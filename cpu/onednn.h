@@ -1,4 +1,5 @@
 // oneDNN, the CPU library behind halfgrad's bf16 GEMM and convolution (AMX, AVX512-BF16).
+// onednn.cpp also holds the GEMM's oneDNN path, which only the GEMM sees (cpu/linalg_detail.h).
 #pragma once
 
 #include <string>

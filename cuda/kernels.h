@@ -5,8 +5,11 @@
 #pragma once
 
 #include "halfgrad/kernel/elementwise.h"
+#include "halfgrad/kernel/linalg.h"
 
 namespace hg::cuda {
 
 extern const kernel::ElementwiseKernels elementwise_kernels;
+extern const kernel::LinalgKernels linalg_kernels;
+
 }  // namespace hg::cuda

@@ -16,13 +16,11 @@
 
 #include "halfgrad/config.h"
 #include "halfgrad/cpu/kernels.h"
-#include "halfgrad/cpu/gemm.h"
 #include "halfgrad/cpu/index.h"
 #include "halfgrad/cpu/nn_kernels.h"
 #include "halfgrad/cpu/reduce.h"
 #if HALFGRAD_HAS_CUDA
 #include "halfgrad/cuda/kernels.h"
-#include "halfgrad/cuda/gemm.h"
 #include "halfgrad/cuda/index.h"
 #include "halfgrad/cuda/nn_kernels.h"
 #include "halfgrad/cuda/reduce.h"
@@ -81,20 +79,8 @@ inline Tensor cumsum(const Tensor& x, int64_t dim, DType out_dtype) {
 inline Tensor sum_to(const Tensor& x, const Shape& target) { HG_KERNEL(x, sum_to(x, target)); }
 
 // ---- linear algebra ----------------------------------------------------------------------
-inline void gemm(const Tensor& a, const Tensor& b, const Tensor& out, double alpha = 1.0,
-                 double beta = 0.0) {
-  HG_KERNEL(a, gemm(a, b, out, alpha, beta));
-}
-inline void gemm_bias(const Tensor& a, const Tensor& b, const Tensor& bias, const Tensor& out) {
-  HG_KERNEL(a, gemm_bias(a, b, bias, out));
-}
-inline void gemm_2d(const Tensor& a, bool transpose_a, const Tensor& b, bool transpose_b,
-                    const Tensor& out, const Tensor& bias = {}) {
-  HG_KERNEL(a, gemm_2d(a, transpose_a, b, transpose_b, out, bias));
-}
-inline Tensor gemm_2d_gelu(const Tensor& a, bool transpose_a, const Tensor& b, bool transpose_b,
-                           const Tensor& bias, const Tensor& pre) {
-  HG_KERNEL(a, gemm_2d_gelu(a, transpose_a, b, transpose_b, bias, pre));
+inline const kernel::LinalgKernels& linalg(const Tensor& t) {
+  return HG_KERNEL_TABLE(t.is_cuda(), linalg);
 }
 
 // ---- neural-network ops ------------------------------------------------------------------

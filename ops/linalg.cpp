@@ -1,13 +1,12 @@
-// The GEMM family: forward through cpu::gemm, backward written with the same ops
-// (dA = dC @ B^T, dB = A^T @ dC), so higher-order gradients work. matmul is a composite: it
-// autocasts once, at the outermost call, and records the ops it calls. linear is one node
-// (NOTE [Linear is one node]).
+// The GEMM family: forward through the linalg kernels (kernel/linalg.h), backward written
+// with the same ops (dA = dC @ B^T, dB = A^T @ dC), so higher-order gradients work. matmul is
+// a composite: it autocasts once, at the outermost call, and records the ops it calls. linear
+// is one node (NOTE [Linear is one node]).
 #include "halfgrad/ops/linalg.h"
 
 #include "halfgrad/core/factory.h"
 #include "halfgrad/core/format.h"
 #include "halfgrad/core/view.h"
-#include "halfgrad/cpu/gemm.h"
 #include "halfgrad/cpu/reduce.h"
 #include "halfgrad/ops/backward_helpers.h"
 #include "halfgrad/ops/dispatch.h"
@@ -47,7 +46,8 @@ Tensor product(const Tensor& a, const Tensor& b, const Tensor& input, double bet
   if (input.defined() && beta == 1.0 && alpha == 1.0 && input.dim() == 1 &&
       input.size(0) == b.size(2)) {  // a bias row: addmm(bias, x, w) (NOTE [GEMM with bias])
     out = empty(shape, a.options());
-    kernels::gemm_bias(a, b, core::to_dtype(input, a.dtype()).contiguous(), as_batched(out));
+    kernels::linalg(a).gemm_bias(a, b, core::to_dtype(input, a.dtype()).contiguous(),
+                                 as_batched(out));
     return out;
   }
   if (input.defined() && beta != 0.0) {
@@ -56,7 +56,7 @@ Tensor product(const Tensor& a, const Tensor& b, const Tensor& input, double bet
     out = empty(shape, a.options());
     beta = 0.0;
   }
-  kernels::gemm(a, b, as_batched(out), alpha, beta);
+  kernels::linalg(a).gemm(a, b, as_batched(out), alpha, beta);
   return out;
 }
 
@@ -117,7 +117,7 @@ struct AddMm {
 Tensor product_2d(const Tensor& a, bool transpose_a, const Tensor& b, bool transpose_b,
                   const Tensor& bias = {}) {
   Tensor out = empty({a.size(transpose_a ? 1 : 0), b.size(transpose_b ? 0 : 1)}, a.options());
-  kernels::gemm_2d(a, transpose_a, b, transpose_b, out, bias);
+  kernels::linalg(a).gemm_2d(a, transpose_a, b, transpose_b, out, bias);
   return out;
 }
 
@@ -321,8 +321,8 @@ struct Linear {
     out_sizes.back() = weight.size(0);
     const int64_t M = leading_rows(x.sizes());
     Tensor out = empty(out_sizes, x.options());
-    kernels::gemm_2d(core::reshape(x, {M, weight.size(1)}), false, weight, true,
-                     core::view(out, {M, weight.size(0)}), bias_as_x);
+    kernels::linalg(x).gemm_2d(core::reshape(x, {M, weight.size(1)}), false, weight, true,
+                               core::view(out, {M, weight.size(0)}), bias_as_x);
     return out;
   }
   Grads backward(OpContext& ctx, const Grads& grads) {
@@ -334,7 +334,7 @@ struct Linear {
 // ---- linear_gelu: gelu(linear(x, weight, bias)) ----------------------------------------------
 
 // One node, so that the GEMM's epilogue can apply the GELU (NOTE [GELU epilogue] in
-// cuda/gemm.cpp; the tanh form only). It saves the pre-activation x weight^T + bias, which
+// cuda/linalg.cpp; the tanh form only). It saves the pre-activation x weight^T + bias, which
 // its backward needs and the epilogue writes anyway: dL/dpre = g gelu'(pre), then linear's
 // gradients.
 struct LinearGelu {
@@ -351,9 +351,9 @@ struct LinearGelu {
     const Tensor pre = empty({M, N}, x.options());
     Tensor out;
     if (tanh_approximation) {
-      out = kernels::gemm_2d_gelu(x2, false, weight, true, bias_as_x, pre);
+      out = kernels::linalg(x2).gemm_2d_gelu(x2, false, weight, true, bias_as_x, pre);
     } else {
-      kernels::gemm_2d(x2, false, weight, true, pre, bias_as_x);
+      kernels::linalg(x2).gemm_2d(x2, false, weight, true, pre, bias_as_x);
       out = kernels::elementwise(pre).unary(kernel::Unary::Gelu, pre);
     }
     ctx.save({x, weight, bias, pre});

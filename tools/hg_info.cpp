@@ -6,7 +6,8 @@
 
 #include "halfgrad/config.h"
 #include "halfgrad/core/convert.h"
-#include "halfgrad/cpu/gemm.h"
+#include "halfgrad/cpu/kernels.h"
+#include "halfgrad/cpu/linalg.h"
 #include "halfgrad/cpu/onednn.h"
 #include "halfgrad/cuda/cuda.h"
 
@@ -21,8 +22,8 @@ int main(int argc, char** argv) {
              hg::convert::isa_name(hg::convert::best_isa()));
   fmt::print("oneDNN        {}\n", hg::cpu::onednn_version());
   for (hg::DType dtype : {hg::kFloat32, hg::kBFloat16, hg::kFloat16, hg::kFloat64}) {
-    fmt::print("GEMM {:<8} {} [{}]\n", hg::dtype_name(dtype), hg::cpu::gemm_backend(dtype),
-               hg::cpu::gemm_kernel_name(dtype));
+    fmt::print("GEMM {:<8} {} [{}]\n", hg::dtype_name(dtype),
+               hg::cpu::linalg_kernels.backend(dtype), hg::cpu::gemm_kernel_name(dtype));
   }
   fmt::print("CUDA backend  {}\n", hg::cuda::is_compiled() ? "built" : "not built");
   fmt::print("CUDA devices  {}\n", hg::cuda::describe());

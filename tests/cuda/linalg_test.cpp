@@ -1,4 +1,4 @@
-// The GEMM family on CUDA (cuBLASLt, cuda/gemm.cpp): mm, addmm, bmm, baddbmm, matmul and
+// The GEMM family on CUDA (cuBLASLt, cuda/linalg.cpp): mm, addmm, bmm, baddbmm, matmul and
 // linear, forward and backward, against the CPU ops in float64 on the same (already rounded)
 // inputs; transposed, offset, strided and broadcast operands; odd sizes; TF32 mode; K == 0;
 // and the kernels' own errors.
@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "cuda/cuda_test_util.h"
-#include "halfgrad/cuda/gemm.h"
+#include "halfgrad/cuda/kernels.h"
 #include "halfgrad/halfgrad.h"
 
 using namespace hg;
@@ -207,20 +207,21 @@ TEST_CASE("CUDA float32 GEMMs use TF32 only when allowed", "[cuda][gemm]") {
   const Tensor a = gpu_randn({m, k}, kFloat32), b = gpu_randn({k, n}, kFloat32);
   const Tensor want = mm(f64(a), f64(b));
   REQUIRE(get_float32_matmul_precision() == "highest");
-  CHECK(cuda::gemm_backend(kFloat32) == "cuBLASLt (fp32)");
+  CHECK(cuda::linalg_kernels.backend(kFloat32) == "cuBLASLt (fp32)");
   check_close(mm(a, b), want, kFloat32, sum_tolerance(kFloat32, k), "highest: exact float32");
   for (const char* precision : {"high", "medium"}) {
     CAPTURE(precision);
     MatmulPrecision tf32(precision);
-    CHECK(cuda::gemm_backend(kFloat32) == "cuBLASLt (TF32 tensor cores, fp32 accumulate)");
+    CHECK(cuda::linalg_kernels.backend(kFloat32) ==
+          "cuBLASLt (TF32 tensor cores, fp32 accumulate)");
     // TF32 keeps 10 of float32's 23 mantissa bits of each input: about 1e-3 per product.
     const Tolerance tol{1e-2, 1e-2 * std::sqrt(double(k))};
     check_close(mm(a, b), want, kFloat32, tol, "TF32 mm");
     check_close(linear(a, b.t(), zeros({n}, kFloat32).to(kGpu)), want, kFloat32, tol,
                 "TF32 linear with a bias");
     // 16-bit and float64 products do not change with the setting.
-    CHECK(cuda::gemm_backend(kFloat16) == "cuBLASLt (tensor cores, fp32 accumulate)");
-    CHECK(cuda::gemm_backend(kFloat64) == "cuBLASLt (fp64)");
+    CHECK(cuda::linalg_kernels.backend(kFloat16) == "cuBLASLt (tensor cores, fp32 accumulate)");
+    CHECK(cuda::linalg_kernels.backend(kFloat64) == "cuBLASLt (fp64)");
   }
   CHECK(get_float32_matmul_precision() == "highest");
   check_close(mm(a, b), want, kFloat32, sum_tolerance(kFloat32, k), "highest again");
@@ -267,20 +268,25 @@ TEST_CASE("CUDA GEMM kernels reject bad arguments naming them", "[cuda][gemm]") 
   manual_seed(108);
   const Tensor a = gpu_randn({2, 3, 4}, kFloat32), b = gpu_randn({2, 4, 5}, kFloat32);
   const Tensor out = empty({2, 3, 5}, {.dtype = kFloat32, .device = kGpu});
-  CHECK_THROWS_WITH(cuda::gemm(a, gpu_randn({2, 6, 5}, kFloat32), out),
+  CHECK_THROWS_WITH(cuda::linalg_kernels.gemm(a, gpu_randn({2, 6, 5}, kFloat32), out, 1.0, 0.0),
                     Contains("cannot be multiplied"));
-  CHECK_THROWS_WITH(cuda::gemm(a, b, empty({2, 3, 5}, kFloat32)),
+  CHECK_THROWS_WITH(cuda::linalg_kernels.gemm(a, b, empty({2, 3, 5}, kFloat32), 1.0, 0.0),
                     Contains("expected tensors on one CUDA device"));
-  CHECK_THROWS_WITH(cuda::gemm(a, b.to(kFloat16), out), Contains("one floating dtype"));
+  CHECK_THROWS_WITH(cuda::linalg_kernels.gemm(a, b.to(kFloat16), out, 1.0, 0.0),
+                    Contains("one floating dtype"));
   CHECK_THROWS_WITH(
-      cuda::gemm(a, b, empty({2, 5, 3}, {.dtype = kFloat32, .device = kGpu}).transpose(1, 2)),
+      cuda::linalg_kernels.gemm(
+          a, b, empty({2, 5, 3}, {.dtype = kFloat32, .device = kGpu}).transpose(1, 2), 1.0, 0.0),
       Contains("must be contiguous"));
-  CHECK_THROWS_WITH(cuda::gemm(a, b, empty({3, 3, 5}, {.dtype = kFloat32, .device = kGpu})),
+  CHECK_THROWS_WITH(cuda::linalg_kernels.gemm(
+                        a, b, empty({3, 3, 5}, {.dtype = kFloat32, .device = kGpu}), 1.0, 0.0),
                     Contains("does not fit"));
   const Tensor square = gpu_randn({2, 4, 4}, kFloat32);
-  CHECK_THROWS_WITH(cuda::gemm(square, square, square), Contains("overlaps"));
-  CHECK_THROWS_WITH(cuda::gemm_bias(a, b, gpu_randn({6}, kFloat32), out),
+  CHECK_THROWS_WITH(cuda::linalg_kernels.gemm(square, square, square, 1.0, 0.0),
+                    Contains("overlaps"));
+  CHECK_THROWS_WITH(cuda::linalg_kernels.gemm_bias(a, b, gpu_randn({6}, kFloat32), out),
                     Contains("expected a contiguous bias of shape [5]"));
-  CHECK_THROWS_WITH(cuda::gemm_2d(a[0], false, b[0], true, out[0]), Contains("does not fit"));
-  CHECK_THROWS_WITH(cuda::gemm_backend(kInt64), Contains("expected a floating dtype"));
+  CHECK_THROWS_WITH(cuda::linalg_kernels.gemm_2d(a[0], false, b[0], true, out[0], Tensor()),
+                    Contains("does not fit"));
+  CHECK_THROWS_WITH(cuda::linalg_kernels.backend(kInt64), Contains("expected a floating dtype"));
 }

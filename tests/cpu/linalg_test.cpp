@@ -12,7 +12,8 @@
 #include <thread>
 #include <vector>
 
-#include "halfgrad/cpu/gemm.h"
+#include "halfgrad/cpu/kernels.h"
+#include "halfgrad/cpu/linalg.h"
 #include "halfgrad/halfgrad.h"
 
 using namespace hg;
@@ -297,12 +298,12 @@ TEST_CASE("gemm_bias adds the bias row on every path", "[gemm]") {
       const Expected expected =
           reference_gemm(a, b, bias.expand({batch, m, n}).contiguous(), 1.0, 1.0);
       const Tensor out = full({batch, m, n}, NAN, dtype);
-      cpu::gemm_bias(a, b, bias, out);
+      cpu::linalg_kernels.gemm_bias(a, b, bias, out);
       check_against(out, expected);
     }
   }
   const Tensor a = randn({1, 4, 8}), b = randn({1, 8, 6}), out = empty({1, 4, 6});
-  CHECK_THROWS_WITH(cpu::gemm_bias(a, b, randn({5}), out),
+  CHECK_THROWS_WITH(cpu::linalg_kernels.gemm_bias(a, b, randn({5}), out),
                     Contains("expected a contiguous CPU bias of shape [6] and dtype float32"));
 }
 
@@ -350,30 +351,31 @@ TEST_CASE("gemm float16 tiles cover every block edge", "[gemm]") {
 
 TEST_CASE("gemm rejects bad shapes and dtypes with a message naming them", "[gemm]") {
   const Tensor a = randn({2, 3, 4}), b = randn({2, 4, 5}), out = empty({2, 3, 5});
-  CHECK_THROWS_WITH(cpu::gemm(randn({3, 4}), b, out),
+  CHECK_THROWS_WITH(cpu::linalg_kernels.gemm(randn({3, 4}), b, out, 1.0, 0.0),
                     Contains("[3, 4]") && Contains("[2, 4, 5]") && Contains("3-D"));
-  CHECK_THROWS_WITH(cpu::gemm(a, randn({2, 5, 6}), empty({2, 3, 6})),
+  CHECK_THROWS_WITH(cpu::linalg_kernels.gemm(a, randn({2, 5, 6}), empty({2, 3, 6}), 1.0, 0.0),
                     Contains("[2, 3, 4]") && Contains("[2, 5, 6]") && Contains("K = 4"));
-  CHECK_THROWS_WITH(cpu::gemm(a, b, empty({2, 3, 6})),
+  CHECK_THROWS_WITH(cpu::linalg_kernels.gemm(a, b, empty({2, 3, 6}), 1.0, 0.0),
                     Contains("[2, 3, 6]") && Contains("[2, 3, 4]") && Contains("[2, 4, 5]"));
-  CHECK_THROWS_WITH(cpu::gemm(randn({3, 3, 4}), b, empty({3, 3, 5})),
+  CHECK_THROWS_WITH(cpu::linalg_kernels.gemm(randn({3, 3, 4}), b, empty({3, 3, 5}), 1.0, 0.0),
                     Contains("[3, 3, 4]") && Contains("[2, 4, 5]") && Contains("[3, 3, 5]"));
-  CHECK_THROWS_WITH(cpu::gemm(a, randn({2, 4, 5}, kFloat16), out),
+  CHECK_THROWS_WITH(cpu::linalg_kernels.gemm(a, randn({2, 4, 5}, kFloat16), out, 1.0, 0.0),
                     Contains("float32") && Contains("float16") && Contains("[2, 4, 5]"));
-  CHECK_THROWS_WITH(
-      cpu::gemm(ones({2, 3, 4}, kInt64), ones({2, 4, 5}, kInt64), empty({2, 3, 5}, kInt64)),
-      Contains("int64") && Contains("floating"));
-  CHECK_THROWS_WITH(cpu::gemm(a, b, empty({2, 5, 3}).transpose(1, 2)),
+  CHECK_THROWS_WITH(cpu::linalg_kernels.gemm(ones({2, 3, 4}, kInt64), ones({2, 4, 5}, kInt64),
+                                             empty({2, 3, 5}, kInt64), 1.0, 0.0),
+                    Contains("int64") && Contains("floating"));
+  CHECK_THROWS_WITH(cpu::linalg_kernels.gemm(a, b, empty({2, 5, 3}).transpose(1, 2), 1.0, 0.0),
                     Contains("contiguous") && Contains("[2, 3, 5]"));
   const Tensor square = randn({2, 4, 4});
-  CHECK_THROWS_WITH(cpu::gemm(square, square, square), Contains("overlaps"));
+  CHECK_THROWS_WITH(cpu::linalg_kernels.gemm(square, square, square, 1.0, 0.0),
+                    Contains("overlaps"));
   CHECK_THROWS_WITH(cpu::gemm_with(GemmImpl::OneDNN, randn({2, 3, 4}, kFloat64),
                                    randn({2, 4, 5}, kFloat64), empty({2, 3, 5}, kFloat64)),
                     Contains("float64"));
   CHECK_THROWS_WITH(cpu::gemm_with(GemmImpl::Small, randn({2, 3, 4}, kFloat64),
                                    randn({2, 4, 5}, kFloat64), empty({2, 3, 5}, kFloat64)),
                     Contains("float64") && Contains("small kernel"));
-  CHECK_THROWS_AS(cpu::gemm(a, b, Tensor()), Error);
+  CHECK_THROWS_AS(cpu::linalg_kernels.gemm(a, b, Tensor(), 1.0, 0.0), Error);
 }
 
 TEST_CASE("gemm gives identical bits on repeated calls", "[gemm]") {
@@ -381,10 +383,10 @@ TEST_CASE("gemm gives identical bits on repeated calls", "[gemm]") {
     manual_seed(29);
     const Tensor a = randn({2, 33, 65}, dtype), b = randn({1, 65, 17}, dtype);
     const Tensor first = empty({2, 33, 17}, dtype), again = empty({2, 33, 17}, dtype);
-    cpu::gemm(a, b, first, 0.5, 0.0);
+    cpu::linalg_kernels.gemm(a, b, first, 0.5, 0.0);
     const int64_t cached = cpu::detail::onednn_matmul_cache_size();
     for (int rep = 0; rep < 3; ++rep) {
-      cpu::gemm(a, b, again, 0.5, 0.0);
+      cpu::linalg_kernels.gemm(a, b, again, 0.5, 0.0);
       CHECK(std::memcmp(first.data_ptr(), again.data_ptr(), first.nbytes()) == 0);
     }
     // The repeats found their primitive in the cache instead of creating another.
@@ -412,13 +414,14 @@ TEST_CASE("gemm runs from several threads at once", "[gemm]") {
     manual_seed(31);
     const Tensor a = randn({2, 48, 96}, dtype), b = randn({2, 96, 40}, dtype);
     const Tensor expected = empty({2, 48, 40}, dtype);
-    cpu::gemm(a, b, expected);
+    cpu::linalg_kernels.gemm(a, b, expected, 1.0, 0.0);
     std::vector<Tensor> outs;
     for (int t = 0; t < 4; ++t) outs.push_back(empty({2, 48, 40}, dtype));
     std::vector<std::thread> threads;
     for (int t = 0; t < 4; ++t) {
       threads.emplace_back([&, t] {
-        for (int rep = 0; rep < 20; ++rep) cpu::gemm(a, b, outs[size_t(t)]);
+        for (int rep = 0; rep < 20; ++rep)
+          cpu::linalg_kernels.gemm(a, b, outs[size_t(t)], 1.0, 0.0);
       });
     }
     for (std::thread& thread : threads) thread.join();
@@ -429,18 +432,18 @@ TEST_CASE("gemm runs from several threads at once", "[gemm]") {
 }
 
 TEST_CASE("gemm_backend names the path of each dtype", "[gemm]") {
-  CHECK(cpu::gemm_backend(kFloat64) == "eigen");
+  CHECK(cpu::linalg_kernels.backend(kFloat64) == "eigen");
   if (HALFGRAD_HAS_ONEDNN) {
-    CHECK(cpu::gemm_backend(kFloat32) == "onednn");
-    CHECK(cpu::gemm_backend(kFloat16) == "onednn(fp16 via fp32 tiles)");
+    CHECK(cpu::linalg_kernels.backend(kFloat32) == "onednn");
+    CHECK(cpu::linalg_kernels.backend(kFloat16) == "onednn(fp16 via fp32 tiles)");
   } else {
-    CHECK(cpu::gemm_backend(kFloat32) == "eigen");
-    CHECK(cpu::gemm_backend(kBFloat16) == "eigen(bf16 via fp32 tiles)");
+    CHECK(cpu::linalg_kernels.backend(kFloat32) == "eigen");
+    CHECK(cpu::linalg_kernels.backend(kBFloat16) == "eigen(bf16 via fp32 tiles)");
   }
   for (DType dtype : kFloating) {
-    UNSCOPED_INFO(dtype << ": " << cpu::gemm_backend(dtype) << ", kernel "
+    UNSCOPED_INFO(dtype << ": " << cpu::linalg_kernels.backend(dtype) << ", kernel "
                         << cpu::gemm_kernel_name(dtype));
     CHECK_FALSE(cpu::gemm_kernel_name(dtype).empty());
   }
-  CHECK_THROWS_WITH(cpu::gemm_backend(kInt32), Contains("int32"));
+  CHECK_THROWS_WITH(cpu::linalg_kernels.backend(kInt32), Contains("int32"));
 }

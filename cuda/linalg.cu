@@ -1,7 +1,7 @@
-// The small kernels around the cuBLASLt GEMMs (gemm_launch.h): scaling out by beta when K == 0,
-// and writing the bias row into every output row.
+// The small kernels around the cuBLASLt GEMMs (linalg_launch.h): scaling out by beta when
+// K == 0, and writing the bias row into every output row.
 #include "halfgrad/cuda/device_utils.cuh"
-#include "halfgrad/cuda/gemm_launch.h"
+#include "halfgrad/cuda/linalg_launch.h"
 
 namespace hg::cuda::detail {
 

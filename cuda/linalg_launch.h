@@ -1,4 +1,4 @@
-// Launchers of the two small kernels around the cuBLASLt GEMMs (gemm.cu): what gemm writes
+// Launchers of the two small kernels around the cuBLASLt GEMMs (linalg.cu): what gemm writes
 // itself when K == 0 (no product to run), and the bias rows when cuBLASLt has no bias
 // epilogue for a problem. Free of fmt (NOTE [CUDA headers without fmt] in probe.h).
 #pragma once

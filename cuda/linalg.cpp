@@ -1,4 +1,8 @@
-// CUDA GEMMs on cuBLASLt (gemm.h): out[i] = alpha * (a[i] @ b[i]) + beta * out[i].
+// The CUDA GEMMs, kernel/linalg.h's table, on cuBLASLt: out[i] = alpha * (a[i] @ b[i]) +
+// beta * out[i]. float16/bfloat16 inputs multiply on tensor cores with float32 accumulation
+// (CUBLAS_COMPUTE_32F) and round once into the output; float32 is exact float32 unless
+// hg::set_float32_matmul_precision("high") allows TF32; float64 is float64. One cuBLASLt
+// handle and one workspace per device, made on first use.
 //
 // Dims: B batch, M rows of a and out, K the reduced dim, N columns of b and out.
 // a [B, M, K], b [B, K, N], out [B, M, N] (contiguous).
@@ -42,7 +46,7 @@
 // Split-K algorithms may only reduce their partial sums in the compute type
 // (CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE), never in out's dtype nor in place in out, so that
 // promise holds for them too, and the result does not depend on the order of atomic adds.
-#include "halfgrad/cuda/gemm.h"
+#include "halfgrad/cuda/kernels.h"
 
 #include <cublasLt.h>
 #include <cuda_runtime.h>
@@ -59,12 +63,11 @@
 
 #include "halfgrad/core/factory.h"
 #include "halfgrad/core/format.h"
-#include "halfgrad/kernel/checks.h"
 #include "halfgrad/core/settings.h"
-#include "halfgrad/cuda/elementwise.h"
-#include "halfgrad/cuda/gemm_launch.h"
 #include "halfgrad/cuda/host.h"
+#include "halfgrad/cuda/linalg_launch.h"
 #include "halfgrad/cuda/stream.h"
+#include "halfgrad/kernel/checks.h"
 
 namespace hg::cuda {
 
@@ -437,7 +440,7 @@ void run_with_bias(Problem p, int device, const char* op) {
   run(p, device, op);
 }
 
-// ---- checks, as the CPU's (cpu/gemm.cpp) ------------------------------------------------
+// ---- checks, as the CPU's (cpu/linalg.cpp) ----------------------------------------------
 
 using kernel::spans_overlap;
 
@@ -520,8 +523,6 @@ Problem problem_3d(const Tensor& a, const Tensor& b, const Tensor& out, Tensor& 
                  .out = out.data_ptr()};
 }
 
-}  // namespace
-
 void gemm(const Tensor& a, const Tensor& b, const Tensor& out, double alpha, double beta) {
   const char* op = "gemm";
   check_arguments(op, a, b, out);
@@ -562,8 +563,6 @@ void gemm_bias(const Tensor& a, const Tensor& b, const Tensor& bias, const Tenso
   p.bias = bias.data_ptr();
   run_with_bias(p, device, op);
 }
-
-namespace {
 
 // gemm_2d's checks and problem; once the checks pass, `guard` makes out's device current.
 // nullopt when nothing is left to multiply (M, N or K zero), out then being written already.
@@ -624,8 +623,6 @@ void run_2d(const Problem& p, int device, const char* op) {
   run(p, device, op);
 }
 
-}  // namespace
-
 void gemm_2d(const Tensor& a, bool transpose_a, const Tensor& b, bool transpose_b,
              const Tensor& out, const Tensor& bias) {
   const char* op = "gemm_2d";
@@ -656,7 +653,7 @@ Tensor gemm_2d_gelu(const Tensor& a, bool transpose_a, const Tensor& b, bool tra
     }
     run_2d(*p, device, op);
   }
-  return unary(kernel::Unary::GeluTanh, pre);
+  return elementwise_kernels.unary(kernel::Unary::GeluTanh, pre);
 }
 
 std::string gemm_backend(DType dtype) {
@@ -673,5 +670,13 @@ std::string gemm_backend(DType dtype) {
       HG_ERROR("gemm_backend: expected a floating dtype, got {}", dtype);
   }
 }
+
+}  // namespace
+
+const kernel::LinalgKernels linalg_kernels{.gemm = gemm,
+                                           .gemm_bias = gemm_bias,
+                                           .gemm_2d = gemm_2d,
+                                           .gemm_2d_gelu = gemm_2d_gelu,
+                                           .backend = gemm_backend};
 
 }  // namespace hg::cuda

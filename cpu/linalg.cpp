@@ -1,0 +1,393 @@
+// The CPU GEMMs, kernel/linalg.h's table: the entry points, their argument checks and the path
+// each dtype takes. The paths live beside it: cpu/eigen_gemm.cpp, cpu/small_gemm.cpp (NOTE
+// [Small GEMM kernel]), cpu/onednn.cpp (NOTE [oneDNN matmul cache]) and cpu/reduced_gemm.cpp
+// (NOTE [fp16 GEMM through fp32 tiles]); cpu/linalg_detail.h is what they share.
+//
+// Dims used throughout: B batch, M rows of a and out, K the reduced dim, N columns of b and
+// out. a [B, M, K], b [B, K, N], out [B, M, N] (contiguous).
+//
+// NOTE [CPU GEMM paths]
+//
+// The public entry checks shapes, copies any operand whose matrices are neither row- nor
+// column-major, and hands a Problem (raw pointers and element strides) to one path:
+//
+//   float64   Eigen.
+//   float32   oneDNN's matmul primitive where halfgrad is built with oneDNN, else Eigen.
+//             Measured with hg-bench-ops on a 2-core AMD EPYC VM (AVX-512 and AVX512-BF16,
+//             no AMX), 2 OpenMP threads, median of 10 calls, GFLOP/s:
+//               shape (MxKxN)     oneDNN brg:avx512_core   Eigen 3.4   Eigen, HALFGRAD_NATIVE
+//               1024x1024x1024    219                      75          151
+//               4096x768x3072     207                      75          157
+//             Eigen sees only the baseline ISA (SSE2) unless the library is built with
+//             HALFGRAD_NATIVE; oneDNN picks its kernel for the CPU at run time.
+//   bfloat16  oneDNN's matmul: bf16 inputs, f32 accumulation, bf16 output rounded once (AMX
+//             on CPUs that have it, AVX512-BF16 otherwise). Without oneDNN, or where oneDNN
+//             has only its reference kernel, the float16 path (cpu/reduced_gemm.cpp).
+//   float16   no fp16 GEMM hardware path on x86 CPUs before AVX512-FP16: blocks ("tiles") of
+//             a and b are widened to float32 (F16C), multiplied by the float32 path over the
+//             whole K, and rounded once to float16 at the output.
+//
+// Problems under kTinyGemm multiply-adds run on halfgrad's small kernel (NOTE [Small GEMM
+// kernel] in cpu/small_gemm.cpp; float64 on Eigen): oneDNN's fixed cost per call, and Eigen's
+// packing, are larger than their whole work. oneDNN primitives are cached (NOTE [oneDNN matmul
+// cache] in cpu/onednn.cpp); alpha and beta are oneDNN's output scale and sum post-op, so they
+// cost no extra pass over out.
+#include "halfgrad/cpu/linalg.h"
+
+#include <array>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+
+#include "halfgrad/config.h"
+#include "halfgrad/core/cast.h"
+#include "halfgrad/core/format.h"
+#include "halfgrad/core/storage.h"
+#include "halfgrad/core/view.h"
+#include "halfgrad/cpu/kernels.h"
+#include "halfgrad/cpu/linalg_detail.h"
+#include "halfgrad/kernel/checks.h"
+#include "halfgrad/kernel/linalg.h"
+
+namespace hg::cpu {
+
+namespace linalg_detail {
+
+// A per-thread buffer of at least `bytes`, 64-byte aligned, kept for the thread's next calls
+// (fresh pages on every call would cost as much as the work done in them). Slot tells apart
+// the buffers one call needs at once.
+void* thread_buffer(int slot, size_t bytes) {
+  struct FreeDeleter {
+    void operator()(void* p) const { std::free(p); }
+  };
+  struct Buffer {
+    std::unique_ptr<void, FreeDeleter> memory;
+    size_t capacity = 0;
+  };
+  thread_local std::array<Buffer, 5> buffers;
+  Buffer& buffer = buffers.at(size_t(slot));
+  if (bytes > buffer.capacity) {
+    buffer.memory.reset();
+    buffer.capacity = (bytes + kCpuAlignment - 1) / kCpuAlignment * kCpuAlignment;
+    buffer.memory.reset(std::aligned_alloc(kCpuAlignment, buffer.capacity));
+    HG_CHECK(buffer.memory != nullptr, "gemm: could not allocate a {}-byte work buffer",
+             buffer.capacity);
+  }
+  return buffer.memory.get();
+}
+
+void float32_gemm(const Problem& p, GemmImpl impl) {
+  if (impl == GemmImpl::Small) return small_gemm(p);
+  if (impl == GemmImpl::OneDNN && onednn_gemm(p)) return;
+  eigen_gemm<float>(p);
+}
+
+}  // namespace linalg_detail
+
+namespace {
+
+using linalg_detail::eigen_gemm;
+using linalg_detail::float32_gemm;
+using linalg_detail::matrix_operand;
+using linalg_detail::MatrixOperand;
+using linalg_detail::onednn_gemm;
+using linalg_detail::onednn_probe;
+using linalg_detail::onednn_runs_bf16;
+using linalg_detail::Problem;
+using linalg_detail::reduced_gemm_via_float32;
+using linalg_detail::small_gemm;
+
+// The float32 implementation gemm uses (see NOTE [CPU GEMM paths] for the measurement).
+constexpr GemmImpl kFloat32Impl = HALFGRAD_HAS_ONEDNN ? GemmImpl::OneDNN : GemmImpl::Eigen;
+
+// Below this many multiply-adds in all, gemm's own choice (GemmImpl::Auto) is the small kernel
+// (float64: Eigen): a oneDNN call costs about 1.6 us here whatever its size (measured: 16^3
+// 0.5 us Eigen, 1.6 us oneDNN; 32^3 2.2 vs 2.8 us; 48^3 5.3 vs 3.6 us, float32, 2 threads), and
+// the small kernel is faster than Eigen on a small layer's products (hg-bench-ops --only
+// tiny_gemm, AVX-512, in a noisy period: 16 x 32 x 32 against a transposed weight 0.66 us,
+// Eigen 1.18, oneDNN 2.35; into one output column, 16 x 32 x 1, 0.099 against Eigen's 0.107).
+constexpr int64_t kTinyGemm = int64_t(1) << 15;
+
+// ---- the entry --------------------------------------------------------------------------
+
+void run(const Problem& p, GemmImpl impl) {
+  if (impl == GemmImpl::Auto && p.batch * p.m * p.n * p.k < kTinyGemm) {
+    impl = p.dtype == kFloat64 ? GemmImpl::Eigen : GemmImpl::Small;
+  }
+  switch (p.dtype) {
+    case kFloat64:
+      eigen_gemm<double>(p);
+      return;
+    case kFloat32:
+      float32_gemm(p, impl == GemmImpl::Auto ? kFloat32Impl : impl);
+      return;
+    case kBFloat16:
+      if (impl == GemmImpl::Eigen || impl == GemmImpl::Small) {
+        return reduced_gemm_via_float32(p, impl);
+      }
+      if (onednn_runs_bf16() && onednn_gemm(p)) return;
+      return reduced_gemm_via_float32(p, kFloat32Impl);
+    case kFloat16:
+      return reduced_gemm_via_float32(p, impl == GemmImpl::Auto ? kFloat32Impl : impl);
+    default:
+      HG_ERROR("gemm: no kernel for {}", p.dtype);
+  }
+}
+
+// out = beta * out, for K == 0 (beta == 0 writes zeros, whatever out held).
+void scale_out(const Tensor& out, double beta) {
+  visit_dtype(out.dtype(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    if constexpr (is_floating_v<T>) {
+      T* data = static_cast<T*>(out.data_ptr());
+      for (int64_t i = 0; i < out.numel(); ++i) {
+        const double old = beta == 0 ? 0.0 : static_cast<double>(data[i]);
+        data[i] = cast_value<T>(static_cast<compute_t<T>>(beta * old));
+      }
+    }
+  });
+}
+
+using kernel::spans_overlap;
+
+void check_arguments(GemmImpl impl, const Tensor& a, const Tensor& b, const Tensor& out) {
+  HG_CHECK(a.defined() && b.defined() && out.defined(),
+           "gemm: expected defined tensors a, b and out, got an undefined one");
+  HG_CHECK(a.dim() == 3 && b.dim() == 3 && out.dim() == 3,
+           "gemm: expected 3-D tensors a [B, M, K], b [B, K, N] and out [B, M, N], got a of "
+           "shape {}, b of shape {} and out of shape {}",
+           a.sizes(), b.sizes(), out.sizes());
+  HG_CHECK(a.is_cpu() && b.is_cpu() && out.is_cpu(),
+           "gemm: expected CPU tensors, got a on {}, b on {} and out on {}", a.device(), b.device(),
+           out.device());
+  HG_CHECK(a.dtype() == b.dtype() && a.dtype() == out.dtype() && a.is_floating_point(),
+           "gemm: expected a, b and out of one floating dtype, got a {} {}, b {} {} and out "
+           "{} {}",
+           a.dtype(), a.sizes(), b.dtype(), b.sizes(), out.dtype(), out.sizes());
+  HG_CHECK(a.size(2) == b.size(1),
+           "gemm: a of shape {} and b of shape {} cannot be multiplied: a has K = {} columns, "
+           "b has {} rows",
+           a.sizes(), b.sizes(), a.size(2), b.size(1));
+  const int64_t batch = out.size(0);
+  HG_CHECK(out.size(1) == a.size(1) && out.size(2) == b.size(2) &&
+               (a.size(0) == batch || a.size(0) == 1) && (b.size(0) == batch || b.size(0) == 1),
+           "gemm: out of shape {} does not fit a of shape {} times b of shape {}: expected out "
+           "[B, {}, {}] with a's and b's batch size B or 1",
+           out.sizes(), a.sizes(), b.sizes(), a.size(1), b.size(2));
+  HG_CHECK(out.is_contiguous(), "gemm: out (shape {}, strides {}) must be contiguous", out.sizes(),
+           out.strides());
+  HG_CHECK(!spans_overlap(out, a) && !spans_overlap(out, b),
+           "gemm: out (shape {}) overlaps a (shape {}) or b (shape {}) in memory", out.sizes(),
+           a.sizes(), b.sizes());
+  HG_CHECK(!(impl == GemmImpl::OneDNN && a.dtype() == kFloat64),
+           "gemm: oneDNN has no float64 matmul (use GemmImpl::Eigen or Auto)");
+  HG_CHECK(!(impl == GemmImpl::Small && a.dtype() == kFloat64),
+           "gemm: the small kernel has no float64 path (use GemmImpl::Eigen or Auto)");
+  HG_CHECK(!(impl == GemmImpl::OneDNN && !HALFGRAD_HAS_ONEDNN),
+           "gemm: GemmImpl::OneDNN asked for, but this halfgrad was built without oneDNN");
+}
+
+// The operand for t [B or 1, rows, cols]; copies t to contiguous (into `keep`) when its
+// matrices are neither row- nor column-major.
+MatrixOperand operand_of(const Tensor& t, Tensor& keep) {
+  const bool broadcast = t.size(0) == 1 || t.stride(0) == 0;
+  const int64_t rows = t.size(1), cols = t.size(2);
+  if (auto op = matrix_operand(t.data_ptr(), broadcast ? 0 : t.stride(0), rows, cols, t.stride(1),
+                               t.stride(2))) {
+    return *op;
+  }
+  keep = (broadcast ? t.narrow(0, 0, 1) : t).contiguous();
+  return *matrix_operand(keep.data_ptr(), broadcast ? 0 : rows * cols, rows, cols, cols, 1);
+}
+
+// The Problem for checked tensors a [B, M, K], b [B, K, N], out [B, M, N] (K > 0); the
+// copies of operands that needed one are kept in a_copy and b_copy.
+Problem problem_of(const Tensor& a, const Tensor& b, const Tensor& out, double alpha, double beta,
+                   Tensor& a_copy, Tensor& b_copy) {
+  return Problem{a.dtype(),
+                 out.size(0),
+                 out.size(1),
+                 out.size(2),
+                 a.size(2),
+                 operand_of(a, a_copy),
+                 operand_of(b, b_copy),
+                 static_cast<char*>(out.data_ptr()),
+                 alpha,
+                 beta};
+}
+
+}  // namespace
+
+void gemm_with(GemmImpl impl, const Tensor& a, const Tensor& b, const Tensor& out, double alpha,
+               double beta) {
+  check_arguments(impl, a, b, out);
+  const int64_t batch = out.size(0), m = out.size(1), n = out.size(2), k = a.size(2);
+  if (batch == 0 || m == 0 || n == 0) return;
+  if (k == 0) return scale_out(out, beta);
+  Tensor a_copy, b_copy;
+  run(problem_of(a, b, out, alpha, beta, a_copy, b_copy), impl);
+}
+
+namespace {
+
+void gemm(const Tensor& a, const Tensor& b, const Tensor& out, double alpha, double beta) {
+  gemm_with(GemmImpl::Auto, a, b, out, alpha, beta);
+}
+
+// out's rows, every one set to the bias row (all of p.dtype).
+void fill_rows(const Problem& p, const char* bias) {
+  const size_t row_bytes = size_t(p.n) * element_size(p.dtype);
+  for (int64_t r = 0; r < p.batch * p.m; ++r) std::memcpy(p.out + r * row_bytes, bias, row_bytes);
+}
+
+// Runs p (alpha 1, beta 0, K > 0) with the bias row added to every output row.
+void run_with_bias(Problem p, const char* bias) {
+  const int64_t macs = p.batch * p.m * p.n * p.k;
+  const bool small_runs = macs < kTinyGemm && p.dtype == kFloat32;
+  const bool onednn_runs =
+      macs >= kTinyGemm && ((p.dtype == kFloat32 && kFloat32Impl == GemmImpl::OneDNN) ||
+                            (p.dtype == kBFloat16 && onednn_runs_bf16()));
+  if (small_runs || onednn_runs) {
+    p.bias = bias;
+    if (small_runs) return small_gemm(p);
+    if (onednn_gemm(p)) return;
+    p.bias = nullptr;
+  }
+  fill_rows(p, bias);
+  p.beta = 1.0;
+  run(p, GemmImpl::Auto);
+}
+
+void check_bias(const char* fn, const Tensor& bias, int64_t n, DType dtype) {
+  HG_CHECK(bias.dim() == 1 && bias.size(0) == n && bias.dtype() == dtype && bias.is_cpu() &&
+               bias.is_contiguous(),
+           "{}: expected a contiguous CPU bias of shape [{}] and dtype {}, got {} {}", fn, n, dtype,
+           bias.dtype(), bias.sizes());
+}
+
+// The operand for op(t), t 2-D (op: transpose or not); copies t to contiguous (into `keep`)
+// when its layout is neither row- nor column-major.
+MatrixOperand operand_2d(const Tensor& t, bool transpose, Tensor& keep) {
+  const int64_t rows = t.size(transpose ? 1 : 0), cols = t.size(transpose ? 0 : 1);
+  const int64_t row_stride = t.stride(transpose ? 1 : 0), col_stride = t.stride(transpose ? 0 : 1);
+  if (auto op = matrix_operand(t.data_ptr(), 0, rows, cols, row_stride, col_stride)) return *op;
+  keep = (transpose ? core::transpose(t, 0, 1) : t).contiguous();
+  return *matrix_operand(keep.data_ptr(), 0, rows, cols, cols, 1);
+}
+
+// NOTE [GEMM with bias] linear's forward adds a bias row to every output row. Written into out
+// first and added by the GEMM's beta = 1, it costs a pass that writes out and one that reads it
+// back (12 ms of a 138 ms 512 x 4096 x 4096 bfloat16 addmm here, measured under load); oneDNN's
+// matmul takes it as a bias argument instead, added to the float32 accumulator before the one
+// rounding, which gives the same value as the beta = 1 form. Where oneDNN does not run the
+// product (float64, float16 tiles, no oneDNN), the beta = 1 form runs; the small kernel (NOTE
+// [Small GEMM kernel] in cpu/small_gemm.cpp) adds the bias at its one store, as oneDNN does.
+void gemm_bias(const Tensor& a, const Tensor& b, const Tensor& bias, const Tensor& out) {
+  check_arguments(GemmImpl::Auto, a, b, out);
+  const int64_t batch = out.size(0), m = out.size(1), n = out.size(2), k = a.size(2);
+  HG_CHECK(bias.defined(), "gemm_bias: expected a bias of shape [{}], got an undefined tensor", n);
+  check_bias("gemm_bias", bias, n, out.dtype());
+  if (batch == 0 || m == 0 || n == 0) return;
+  Tensor a_copy, b_copy;
+  const Problem p = problem_of(a, b, out, 1.0, 0.0, a_copy, b_copy);
+  const auto* bias_data = static_cast<const char*>(bias.data_ptr());
+  if (k == 0) return fill_rows(p, bias_data);
+  run_with_bias(p, bias_data);
+}
+
+void gemm_2d(const Tensor& a, bool transpose_a, const Tensor& b, bool transpose_b,
+             const Tensor& out, const Tensor& bias) {
+  HG_CHECK(a.defined() && b.defined() && out.defined(),
+           "gemm_2d: expected defined tensors a, b and out, got an undefined one");
+  HG_CHECK(a.dim() == 2 && b.dim() == 2 && out.dim() == 2,
+           "gemm_2d: expected 2-D tensors a, b and out, got shapes {}, {} and {}", a.sizes(),
+           b.sizes(), out.sizes());
+  HG_CHECK(a.is_cpu() && b.is_cpu() && out.is_cpu(),
+           "gemm_2d: expected CPU tensors, got a on {}, b on {} and out on {}", a.device(),
+           b.device(), out.device());
+  HG_CHECK(a.dtype() == b.dtype() && a.dtype() == out.dtype() && a.is_floating_point(),
+           "gemm_2d: expected a, b and out of one floating dtype, got {}, {} and {}", a.dtype(),
+           b.dtype(), out.dtype());
+  const int64_t m = a.size(transpose_a ? 1 : 0), k = a.size(transpose_a ? 0 : 1);
+  const int64_t n = b.size(transpose_b ? 0 : 1);
+  HG_CHECK(b.size(transpose_b ? 1 : 0) == k && out.size(0) == m && out.size(1) == n,
+           "gemm_2d: a of shape {}{} times b of shape {}{} does not fit out of shape {}", a.sizes(),
+           transpose_a ? " (transposed)" : "", b.sizes(), transpose_b ? " (transposed)" : "",
+           out.sizes());
+  HG_CHECK(out.is_contiguous(), "gemm_2d: out (shape {}, strides {}) must be contiguous",
+           out.sizes(), out.strides());
+  HG_CHECK(!spans_overlap(out, a) && !spans_overlap(out, b),
+           "gemm_2d: out (shape {}) overlaps a (shape {}) or b (shape {}) in memory", out.sizes(),
+           a.sizes(), b.sizes());
+  if (bias.defined()) check_bias("gemm_2d", bias, n, out.dtype());
+  if (m == 0 || n == 0) return;
+  Tensor a_copy, b_copy;
+  const Problem p{a.dtype(),
+                  1,
+                  m,
+                  n,
+                  k,
+                  k == 0 ? MatrixOperand{} : operand_2d(a, transpose_a, a_copy),
+                  k == 0 ? MatrixOperand{} : operand_2d(b, transpose_b, b_copy),
+                  static_cast<char*>(out.data_ptr()),
+                  1.0,
+                  0.0};
+  const auto* bias_data = bias.defined() ? static_cast<const char*>(bias.data_ptr()) : nullptr;
+  if (k == 0) {
+    if (bias_data != nullptr) return fill_rows(p, bias_data);
+    return scale_out(out, 0.0);
+  }
+  if (bias_data != nullptr) return run_with_bias(p, bias_data);
+  run(p, GemmImpl::Auto);
+}
+
+Tensor gemm_2d_gelu(const Tensor& a, bool transpose_a, const Tensor& b, bool transpose_b,
+                    const Tensor& bias, const Tensor& pre) {
+  gemm_2d(a, transpose_a, b, transpose_b, pre, bias);
+  return elementwise_kernels.unary(kernel::Unary::GeluTanh, pre);
+}
+
+std::string gemm_backend(DType dtype) {
+  const char* float32 = kFloat32Impl == GemmImpl::OneDNN ? "onednn" : "eigen";
+  switch (dtype) {
+    case kFloat64:
+      return "eigen";
+    case kFloat32:
+      return float32;
+    case kBFloat16:
+      return onednn_runs_bf16() ? "onednn" : fmt::format("{}(bf16 via fp32 tiles)", float32);
+    case kFloat16:
+      return fmt::format("{}(fp16 via fp32 tiles)", float32);
+    default:
+      HG_ERROR("gemm_backend: expected a floating dtype, got {}", dtype);
+  }
+}
+
+}  // namespace
+
+std::string gemm_kernel_name(DType dtype) {
+#if HALFGRAD_HAS_ONEDNN
+  switch (dtype) {
+    case kFloat32:
+      return onednn_probe(kFloat32);
+    case kBFloat16:
+      return onednn_runs_bf16() ? onednn_probe(kBFloat16)
+                                : onednn_probe(kFloat32) + " (fp32 tiles)";
+    case kFloat16:
+      return onednn_probe(kFloat32) + " (fp32 tiles)";
+    default:
+      break;
+  }
+#endif
+  HG_CHECK(is_floating_point(dtype), "gemm_kernel_name: expected a floating dtype, got {}", dtype);
+  return dtype == kFloat64 || dtype == kFloat32 ? "eigen" : "eigen (fp32 tiles)";
+}
+
+const kernel::LinalgKernels linalg_kernels{.gemm = gemm,
+                                           .gemm_bias = gemm_bias,
+                                           .gemm_2d = gemm_2d,
+                                           .gemm_2d_gelu = gemm_2d_gelu,
+                                           .backend = gemm_backend};
+
+}  // namespace hg::cpu

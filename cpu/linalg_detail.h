@@ -1,0 +1,106 @@
+// What the files of the CPU GEMM share, and no one else includes: the problem as the paths see
+// it (raw pointers and element strides), the per-thread work buffers, and the paths themselves
+// (NOTE [CPU GEMM paths] in cpu/linalg.cpp says which runs when).
+//
+// Dims: B batch, M rows of a and out, K the reduced dim, N columns of b and out.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "halfgrad/core/dtype.h"
+#include "halfgrad/cpu/linalg.h"
+
+namespace hg::cpu::linalg_detail {
+
+// ---- the problem as the kernels see it --------------------------------------------------
+
+// B matrices of rows x cols elements, each row-major (col_stride == 1) or column-major
+// (row_stride == 1, col_stride >= 2); batch_stride is 0 when one matrix serves every batch.
+struct MatrixOperand {
+  const char* data;  // element [0, 0, 0]
+  int64_t batch_stride;
+  int64_t row_stride;
+  int64_t col_stride;  // all in elements
+
+  bool row_major() const { return col_stride == 1; }
+  bool broadcast() const { return batch_stride == 0; }
+};
+
+struct Problem {
+  DType dtype;
+  int64_t batch, m, n, k;
+  MatrixOperand a;  // M x K
+  MatrixOperand b;  // K x N
+  char* out;        // contiguous [B, M, N]
+  double alpha, beta;
+  const char* bias = nullptr;  // contiguous [N] added to every row (oneDNN path only), or null
+};
+
+// The operand for a rows x cols matrix with the given strides, or nullopt when its layout is
+// neither row- nor column-major (a BLAS-style kernel cannot read it). Size-1 dims carry no
+// layout information: they get the strides of a dense layout, so equal layouts compare equal
+// (the oneDNN cache keys on them).
+inline std::optional<MatrixOperand> matrix_operand(const void* data, int64_t batch_stride,
+                                                   int64_t rows, int64_t cols, int64_t row_stride,
+                                                   int64_t col_stride) {
+  MatrixOperand op{static_cast<const char*>(data), batch_stride, 0, 0};
+  if ((cols == 1 || col_stride == 1) && (rows == 1 || row_stride >= cols)) {
+    op.row_stride = rows == 1 ? cols : row_stride;
+    op.col_stride = 1;
+    return op;
+  }
+  if ((rows == 1 || row_stride == 1) && (cols == 1 || col_stride >= rows)) {
+    op.row_stride = 1;
+    op.col_stride = cols == 1 ? rows : col_stride;
+    return op;
+  }
+  return std::nullopt;
+}
+
+inline const char* element(const MatrixOperand& op, size_t element_size, int64_t batch, int64_t row,
+                           int64_t col) {
+  return op.data + (batch * op.batch_stride + row * op.row_stride + col * op.col_stride) *
+                       int64_t(element_size);
+}
+
+// A per-thread buffer of at least `bytes`, 64-byte aligned, kept for the thread's next calls
+// (fresh pages on every call would cost as much as the work done in them). Slot tells apart
+// the buffers one call needs at once.
+void* thread_buffer(int slot, size_t bytes);
+
+enum BufferSlot { kScratchpadSlot, kATileSlot, kBTileSlot, kOutTileSlot, kSmallPackSlot };
+
+// ---- the paths ------------------------------------------------------------------------------
+
+// p (K > 0) on Eigen, T float or double (cpu/eigen_gemm.cpp).
+template <class T>
+void eigen_gemm(const Problem& p);
+
+// float32 p (K > 0) on the small kernel, in the widest copy allowed (NOTE [Small GEMM kernel]
+// in cpu/small_gemm.cpp). Adds p.bias at its one store.
+void small_gemm(const Problem& p);
+// The widest copy of the small kernel this CPU runs: 2 AVX-512, 1 AVX2+FMA, 0 baseline.
+int small_gemm_cpu_level();
+
+// Runs p on oneDNN, copying the operands to dense row-major when oneDNN has no usable kernel
+// for their layouts; false when it has none for the dense layout either, or halfgrad is built
+// without oneDNN (cpu/onednn.cpp).
+bool onednn_gemm(const Problem& p);
+// Whether oneDNN runs bfloat16 on this CPU with more than its reference kernel.
+bool onednn_runs_bf16();
+// The implementation oneDNN picks for a row-major 1024^3 GEMM of dtype ("none" when it has no
+// usable one). Defined only in a build with oneDNN.
+std::string onednn_probe(DType dtype);
+
+// float32 p (K > 0) on impl (Small, OneDNN or Eigen; OneDNN falls back to Eigen where oneDNN
+// has no kernel) (cpu/linalg.cpp).
+void float32_gemm(const Problem& p, GemmImpl impl);
+
+// float16 or bfloat16 p (K > 0) through float32 tiles on the float32 implementation
+// float32_impl (NOTE [fp16 GEMM through fp32 tiles] in cpu/reduced_gemm.cpp).
+void reduced_gemm_via_float32(const Problem& p, GemmImpl float32_impl);
+
+}  // namespace hg::cpu::linalg_detail

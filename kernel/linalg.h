@@ -1,0 +1,68 @@
+// The linear-algebra family's kernel table: the GEMMs behind mm, bmm, addmm, baddbmm, matmul,
+// linear and their backward passes, on the CPU (cpu/linalg.cpp) or on CUDA (cuda/linalg.cpp).
+//
+//   Tensor a = hg::randn({8, 64, 32}, kBFloat16);      // [B, M, K]
+//   Tensor b = hg::randn({32, 16}, kBFloat16);         // [K, N], shared by every batch
+//   Tensor out = hg::empty({8, 64, 16}, kBFloat16);    // [B, M, N]
+//   // out = a @ b, batch by batch
+//   hg::cpu::linalg_kernels.gemm(a, b.unsqueeze(0).expand({8, 32, 16}), out, 1.0, 0.0);
+//
+// B is the batch, M the rows of a and out, K the reduced dim, N the columns of b and out.
+// Which library runs each dtype is NOTE [CPU GEMM paths] in cpu/linalg.cpp on the CPU, and
+// cuBLASLt on CUDA (cuda/linalg.cpp); `backend` says it.
+#pragma once
+
+#include <string>
+
+#include "halfgrad/core/tensor.h"
+
+namespace hg::kernel {
+
+// The GEMM kernels. Every backend runs them on tensors of its own device (the CPU, or one
+// CUDA device), with the same semantics and the same errors.
+struct LinalgKernels {
+  // out[i] = alpha * (a[i] @ b[i]) + beta * out[i] for every batch i.
+  //   a: [B, M, K], b: [B, K, N], out: [B, M, N]; all three the same floating dtype (float32,
+  //   float64, float16, bfloat16), all on the backend's device. The batch dim of a or b may
+  //   have size 1 or stride 0 (broadcast). a and b may be any strided views whose last two dims
+  //   are row-major or column-major (a transposed view costs no copy); other layouts are copied
+  //   to contiguous first. out must be contiguous and must not overlap a or b. beta == 0 means
+  //   out's old contents are ignored (even NaN). float16 and bfloat16 accumulate in float32
+  //   over the whole K and round once, at the output. Does not bump out's version (the op
+  //   layer does).
+  void (*gemm)(const Tensor& a, const Tensor& b, const Tensor& out, double alpha, double beta);
+
+  // out[i] = a[i] @ b[i] + bias, the bias [N] added to every row (linear's forward): a, b and
+  // out as for gemm, bias contiguous, of their dtype. On oneDNN the bias is an argument of the
+  // matmul, so out is written once (NOTE [GEMM with bias] in cpu/linalg.cpp); on CUDA it is
+  // cuBLASLt's bias epilogue where there is one for the problem.
+  void (*gemm_bias)(const Tensor& a, const Tensor& b, const Tensor& bias, const Tensor& out);
+
+  // out = op(a) @ op(b), plus the bias [N] on every row when bias is defined (pass an undefined
+  // Tensor for none), for 2-D a, b and out: op(t) is t, or t^T when transpose_a / transpose_b
+  // say so (read in place, as a transposed view would be). The same paths, checks and bits as
+  // gemm and gemm_bias on the 3-D views of these operands, without making the views: mm and
+  // linear call it.
+  //   a: [M, K] ([K, M] when transposed), b: [K, N] ([N, K] when transposed), out: [M, N]
+  //   contiguous, bias: [N] contiguous; all of one floating dtype.
+  void (*gemm_2d)(const Tensor& a, bool transpose_a, const Tensor& b, bool transpose_b,
+                  const Tensor& out, const Tensor& bias);
+
+  // gelu(op(a) op(b) + bias, approximate="tanh") as a new [M, N] tensor, with the
+  // pre-activation op(a) op(b) + bias written to `pre` (gemm_2d's `out`: contiguous [M, N], a's
+  // dtype): linear_gelu's forward. On the CPU the GEMM and the GELU kernel run one after the
+  // other; on CUDA the GELU runs in the GEMM's epilogue where cuBLASLt has one for the problem
+  // (NOTE [GELU epilogue] in cuda/linalg.cpp).
+  Tensor (*gemm_2d_gelu)(const Tensor& a, bool transpose_a, const Tensor& b, bool transpose_b,
+                         const Tensor& bias, const Tensor& pre);
+
+  // Which implementation gemm uses for a floating dtype, for hg-info, the benchmarks and
+  // reports: on the CPU "onednn", "eigen", "onednn(fp16 via fp32 tiles)", ... (tiny products,
+  // under 2^15 multiply-adds in all, run on halfgrad's own small kernel whatever the dtype,
+  // float64 on Eigen: oneDNN's fixed cost per call is larger than their whole work); on CUDA
+  // "cuBLASLt (tensor cores, fp32 accumulate)" and the like. Throws hg::Error for a dtype that
+  // is not floating.
+  std::string (*backend)(DType dtype);
+};
+
+}  // namespace hg::kernel
