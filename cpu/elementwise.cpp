@@ -4,7 +4,7 @@
 // NOTE [Loops, not Eigen] Elementwise ops and reductions here (and in reduce.cpp) are plain
 // loops over for_each_row's contiguous runs, not Eigen: they handle halfgrad's strides,
 // broadcasting and 16-bit storage directly, and the compiler vectorizes the contiguous case.
-// Eigen is used where it wins: float64 GEMM and tiny GEMMs (cpu/gemm.cpp).
+// Eigen runs the float64 GEMM, and float32 GEMMs in builds without oneDNN (cpu/eigen_gemm.cpp).
 
 #include <cmath>
 #include <cstring>
