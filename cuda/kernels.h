@@ -4,6 +4,18 @@
 // tables (cpu/kernels.h) by the device of a tensor argument.
 #pragma once
 
+#include "halfgrad/kernel/conv.h"
+#include "halfgrad/kernel/dropout.h"
+#include "halfgrad/kernel/embedding.h"
+#include "halfgrad/kernel/norm.h"
+#include "halfgrad/kernel/pool.h"
+
 namespace hg::cuda {
+
+extern const kernel::ConvKernels conv_kernels;
+extern const kernel::DropoutKernels dropout_kernels;
+extern const kernel::EmbeddingKernels embedding_kernels;
+extern const kernel::NormKernels norm_kernels;
+extern const kernel::PoolKernels pool_kernels;
 
 }  // namespace hg::cuda
