@@ -118,6 +118,29 @@ std::vector<double> batch_norm_eval_reference(const Tensor& x, const Tensor& run
   return out;
 }
 
+// A norm backward's gradients against finite differences of forward: dx, and dweight and dbias
+// when affine; without affine parameters neither may come back.
+void check_norm_gradients(const Tensor& x, const Tensor& w, const Tensor& b,
+                          const std::function<Tensor()>& forward, const Tensor& R,
+                          const kernel::NormBackward& g, bool affine) {
+  check_gradient("x", x, forward, R, g.dx);
+  if (affine) {
+    check_gradient("weight", w, forward, R, g.dweight);
+    check_gradient("bias", b, forward, R, g.dbias);
+  } else {
+    CHECK_FALSE(g.dweight.defined());
+    CHECK_FALSE(g.dbias.defined());
+  }
+}
+
+// A low-precision norm backward's gradients against the float64 kernel's, ref.
+void expect_close_to_float64(const kernel::NormBackward& g, const kernel::NormBackward& ref,
+                             DType dtype) {
+  expect_close(g.dx, ref.dx, backward_tolerance(dtype), "dx");
+  expect_close(g.dweight, ref.dweight, backward_tolerance(dtype), "dweight");
+  expect_close(g.dbias, ref.dbias, backward_tolerance(dtype), "dbias");
+}
+
 }  // namespace
 
 // ---- softmax ------------------------------------------------------------------------------
@@ -282,14 +305,7 @@ TEST_CASE("layer_norm backward matches finite differences", "[nn_kernels][layer_
       const kernel::NormForward f = cpu::norm_kernels.layer_norm(x, normalized, w, b, 1e-5);
       const kernel::NormBackward g =
           cpu::norm_kernels.layer_norm_backward(R, x, f.mean, f.rstd, normalized, w, affine);
-      check_gradient("x", x, forward, R, g.dx);
-      if (affine) {
-        check_gradient("weight", w, forward, R, g.dweight);
-        check_gradient("bias", b, forward, R, g.dbias);
-      } else {
-        CHECK_FALSE(g.dweight.defined());
-        CHECK_FALSE(g.dbias.defined());
-      }
+      check_norm_gradients(x, w, b, forward, R, g, affine);
     }
   }
 }
@@ -314,9 +330,7 @@ TEST_CASE("layer_norm backward in low precision matches float64", "[nn_kernels][
     expect_result(g.dx, dtype, x_shape);
     expect_result(g.dweight, dtype, normalized);
     expect_result(g.dbias, dtype, normalized);
-    expect_close(g.dx, ref.dx, backward_tolerance(dtype), "dx");
-    expect_close(g.dweight, ref.dweight, backward_tolerance(dtype), "dweight");
-    expect_close(g.dbias, ref.dbias, backward_tolerance(dtype), "dbias");
+    expect_close_to_float64(g, ref, dtype);
   }
 }
 
@@ -401,14 +415,7 @@ TEST_CASE("group_norm backward matches finite differences", "[nn_kernels][group_
       const kernel::NormForward f = cpu::norm_kernels.group_norm(x, groups, w, b, 1e-5);
       const kernel::NormBackward g =
           cpu::norm_kernels.group_norm_backward(R, x, f.mean, f.rstd, groups, w, affine);
-      check_gradient("x", x, forward, R, g.dx);
-      if (affine) {
-        check_gradient("weight", w, forward, R, g.dweight);
-        check_gradient("bias", b, forward, R, g.dbias);
-      } else {
-        CHECK_FALSE(g.dweight.defined());
-        CHECK_FALSE(g.dbias.defined());
-      }
+      check_norm_gradients(x, w, b, forward, R, g, affine);
     }
   }
 }
@@ -429,9 +436,7 @@ TEST_CASE("group_norm backward in low precision matches float64", "[nn_kernels][
     const kernel::NormBackward ref = cpu::norm_kernels.group_norm_backward(
         f64(dy), f64(x), f_ref.mean, f_ref.rstd, 2, f64(w), true);
     expect_result(g.dx, dtype, shape);
-    expect_close(g.dx, ref.dx, backward_tolerance(dtype), "dx");
-    expect_close(g.dweight, ref.dweight, backward_tolerance(dtype), "dweight");
-    expect_close(g.dbias, ref.dbias, backward_tolerance(dtype), "dbias");
+    expect_close_to_float64(g, ref, dtype);
   }
 }
 
@@ -544,14 +549,7 @@ TEST_CASE("batch_norm backward matches finite differences", "[nn_kernels][batch_
             cpu::norm_kernels.batch_norm(x, rm, rv, w, b, training, 0.1, 1e-5);
         const kernel::NormBackward g =
             cpu::norm_kernels.batch_norm_backward(R, x, f.mean, f.rstd, w, affine, training);
-        check_gradient("x", x, forward, R, g.dx);
-        if (affine) {
-          check_gradient("weight", w, forward, R, g.dweight);
-          check_gradient("bias", b, forward, R, g.dbias);
-        } else {
-          CHECK_FALSE(g.dweight.defined());
-          CHECK_FALSE(g.dbias.defined());
-        }
+        check_norm_gradients(x, w, b, forward, R, g, affine);
       }
     }
   }
@@ -578,9 +576,7 @@ TEST_CASE("batch_norm backward in low precision matches float64", "[nn_kernels][
       const kernel::NormBackward ref = cpu::norm_kernels.batch_norm_backward(
           f64(dy), f64(x), f_ref.mean, f_ref.rstd, f64(w), true, training);
       expect_result(g.dx, dtype, shape);
-      expect_close(g.dx, ref.dx, backward_tolerance(dtype), "dx");
-      expect_close(g.dweight, ref.dweight, backward_tolerance(dtype), "dweight");
-      expect_close(g.dbias, ref.dbias, backward_tolerance(dtype), "dbias");
+      expect_close_to_float64(g, ref, dtype);
     }
   }
 }
