@@ -1,5 +1,5 @@
-// conv2d and its backward on cuDNN (cuda/nn_kernels.h): the semantics and errors of
-// cpu/nn_kernels.cpp's conv2d on one CUDA device.
+// CUDA kernels of the conv family (kernel/conv.h): conv2d and its backward on cuDNN, with the
+// semantics and errors of cpu/conv.cpp's conv2d on one CUDA device.
 //
 // Dims: N batch, C input channels, G groups (Cg = C / G each), O output channels, H/W input
 // height/width, Hout/Wout output height/width, kH/kW kernel height/width.
@@ -44,13 +44,13 @@
 
 #include "halfgrad/core/factory.h"
 #include "halfgrad/core/format.h"
-#include "halfgrad/kernel/checks.h"
 #include "halfgrad/core/settings.h"
 #include "halfgrad/cuda/conv_launch.h"
 #include "halfgrad/cuda/host.h"
-#include "halfgrad/cuda/nn_kernels.h"
+#include "halfgrad/cuda/kernels.h"
 #include "halfgrad/cuda/reduce.h"
 #include "halfgrad/cuda/stream.h"
+#include "halfgrad/kernel/checks.h"
 
 namespace hg::cuda {
 
@@ -477,8 +477,6 @@ void zero_fill(const Tensor& t, const char* op) {
   HG_CUDA_CHECK(cudaMemsetAsync(t.data_ptr(), 0, t.nbytes(), current_stream(t.device().index)), op);
 }
 
-}  // namespace
-
 Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias,
               const kernel::Conv2dParams& p) {
   const char* op = "conv2d";
@@ -509,8 +507,8 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias,
 }
 
 kernel::Conv2dBackward conv2d_backward(const Tensor& dy, const Tensor& x, const Tensor& weight,
-                                    bool has_bias, const kernel::Conv2dParams& p,
-                                    std::array<bool, 3> needed) {
+                                       bool has_bias, const kernel::Conv2dParams& p,
+                                       std::array<bool, 3> needed) {
   const char* op = "conv2d_backward";
   kernel::check_defined(op, "grad_output", dy);
   const Device device = dy.device();
@@ -552,5 +550,9 @@ kernel::Conv2dBackward conv2d_backward(const Tensor& dy, const Tensor& x, const 
   }
   return result;
 }
+
+}  // namespace
+
+const kernel::ConvKernels conv_kernels{.conv2d = conv2d, .conv2d_backward = conv2d_backward};
 
 }  // namespace hg::cuda

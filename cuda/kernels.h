@@ -6,10 +6,20 @@
 
 #include "halfgrad/kernel/elementwise.h"
 #include "halfgrad/kernel/linalg.h"
+#include "halfgrad/kernel/norm.h"
+#include "halfgrad/kernel/conv.h"
+#include "halfgrad/kernel/pool.h"
+#include "halfgrad/kernel/embedding.h"
+#include "halfgrad/kernel/dropout.h"
 
 namespace hg::cuda {
 
 extern const kernel::ElementwiseKernels elementwise_kernels;
 extern const kernel::LinalgKernels linalg_kernels;
+extern const kernel::NormKernels norm_kernels;
+extern const kernel::ConvKernels conv_kernels;
+extern const kernel::PoolKernels pool_kernels;
+extern const kernel::EmbeddingKernels embedding_kernels;
+extern const kernel::DropoutKernels dropout_kernels;
 
 }  // namespace hg::cuda

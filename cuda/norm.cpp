@@ -1,18 +1,18 @@
-// CUDA softmax, log_softmax, layer_norm, group_norm and batch_norm (forward and backward), host
-// side: the checks of cpu/nn_kernels.cpp (shared through kernel/checks.h: same errors, with
-// "on a CUDA device" for "on the CPU"), the outputs and their dtypes (NOTE [Norm kernels'
-// dtypes] in cpu/nn_kernels.h), and the launches of norm.cu. Nothing here waits for the GPU:
-// batch_norm's running statistics are updated on the stream too.
+// CUDA kernels of the norm family (kernel/norm.h), host side: softmax, log_softmax, layer_norm,
+// group_norm and batch_norm, forward and backward. The checks of cpu/norm.cpp (shared through
+// kernel/checks.h: same errors, with "on a CUDA device" for "on the CPU"), the outputs and their
+// dtypes (NOTE [Norm kernels' dtypes] in kernel/norm.h), and the launches of norm.cu. Nothing here
+// waits for the GPU: batch_norm's running statistics are updated on the stream too.
 //
 // Dims: N batch, C channels, G groups, S the flattened spatial size, M a normalized row's
 // length, D the softmax dim.
 #include "halfgrad/core/factory.h"
 #include "halfgrad/core/format.h"
-#include "halfgrad/kernel/checks.h"
 #include "halfgrad/cuda/host.h"
-#include "halfgrad/cuda/nn_kernels.h"
+#include "halfgrad/cuda/kernels.h"
 #include "halfgrad/cuda/norm_launch.h"
 #include "halfgrad/cuda/stream.h"
+#include "halfgrad/kernel/checks.h"
 
 namespace hg::cuda {
 
@@ -71,9 +71,9 @@ BackwardBuffers backward_buffers(const Tensor& dy, const Tensor& x, const Tensor
   return b;
 }
 
-// dx, and dweight and dbias in their dtypes (NOTE [Norm kernels' dtypes] in cpu/nn_kernels.h).
-kernel::NormBackward backward_result(const BackwardBuffers& b, const Tensor& x, const Tensor& weight,
-                                  bool has_bias) {
+// dx, and dweight and dbias in their dtypes (NOTE [Norm kernels' dtypes] in kernel/norm.h).
+kernel::NormBackward backward_result(const BackwardBuffers& b, const Tensor& x,
+                                     const Tensor& weight, bool has_bias) {
   kernel::NormBackward result{b.dx, Tensor(), Tensor()};
   if (weight.defined()) result.dweight = b.dweight.to(weight.dtype());
   if (has_bias) result.dbias = b.dbias.to(weight.defined() ? weight.dtype() : x.dtype());
@@ -118,8 +118,8 @@ Tensor softmax_backward_impl(const Tensor& dy, const Tensor& y, int64_t dim, con
 // Normalises rows of x (checked) as g says, with weight and bias (checked; optional); mean and
 // rstd have stat_shape.
 kernel::NormForward row_norm_forward(const char* op, const Tensor& x, const Tensor& weight,
-                                  const Tensor& bias, const Shape& stat_shape,
-                                  const detail::RowNormGeometry& g, double eps) {
+                                     const Tensor& bias, const Shape& stat_shape,
+                                     const detail::RowNormGeometry& g, double eps) {
   DeviceGuard guard(x.device().index);
   const DType acc = acc_dtype(x.dtype());
   kernel::NormForward result = forward_outputs(x, stat_shape);
@@ -131,8 +131,6 @@ kernel::NormForward row_norm_forward(const char* op, const Tensor& x, const Tens
                 op);
   return result;
 }
-
-}  // namespace
 
 // ---- softmax --------------------------------------------------------------------------------
 
@@ -153,7 +151,7 @@ Tensor log_softmax_backward(const Tensor& dy, const Tensor& y, int64_t dim) {
 // ---- layer_norm -----------------------------------------------------------------------------
 
 kernel::NormForward layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight,
-                            const Tensor& bias, double eps) {
+                               const Tensor& bias, double eps) {
   const char* op = "layer_norm";
   const kernel::LayerNormGeometry ln = kernel::layer_norm_geometry(op, x, normalized_shape, kCUDA);
   kernel::check_optional_param(op, "weight (of normalized_shape)", weight, normalized_shape, x);
@@ -163,8 +161,8 @@ kernel::NormForward layer_norm(const Tensor& x, const Shape& normalized_shape, c
 }
 
 kernel::NormBackward layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& mean,
-                                      const Tensor& rstd, const Shape& normalized_shape,
-                                      const Tensor& weight, bool has_bias) {
+                                         const Tensor& rstd, const Shape& normalized_shape,
+                                         const Tensor& weight, bool has_bias) {
   const char* op = "layer_norm_backward";
   const kernel::LayerNormGeometry ln = kernel::layer_norm_geometry(op, x, normalized_shape, kCUDA);
   kernel::check_grad_output(op, dy, x);
@@ -190,7 +188,7 @@ kernel::NormBackward layer_norm_backward(const Tensor& dy, const Tensor& x, cons
 // ---- group_norm -----------------------------------------------------------------------------
 
 kernel::NormForward group_norm(const Tensor& x, int64_t num_groups, const Tensor& weight,
-                            const Tensor& bias, double eps) {
+                               const Tensor& bias, double eps) {
   const char* op = "group_norm";
   const kernel::GroupNormGeometry gn = kernel::group_norm_geometry(op, x, num_groups, kCUDA);
   kernel::check_optional_param(op, "weight ([C])", weight, {gn.C}, x);
@@ -203,8 +201,8 @@ kernel::NormForward group_norm(const Tensor& x, int64_t num_groups, const Tensor
 }
 
 kernel::NormBackward group_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& mean,
-                                      const Tensor& rstd, int64_t num_groups, const Tensor& weight,
-                                      bool has_bias) {
+                                         const Tensor& rstd, int64_t num_groups,
+                                         const Tensor& weight, bool has_bias) {
   const char* op = "group_norm_backward";
   const kernel::GroupNormGeometry gn = kernel::group_norm_geometry(op, x, num_groups, kCUDA);
   kernel::check_grad_output(op, dy, x);
@@ -227,9 +225,9 @@ kernel::NormBackward group_norm_backward(const Tensor& dy, const Tensor& x, cons
 
 // ---- batch_norm -----------------------------------------------------------------------------
 
-kernel::NormForward batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& running_var,
-                            const Tensor& weight, const Tensor& bias, bool training,
-                            double momentum, double eps) {
+kernel::NormForward batch_norm(const Tensor& x, const Tensor& running_mean,
+                               const Tensor& running_var, const Tensor& weight, const Tensor& bias,
+                               bool training, double momentum, double eps) {
   const char* op = "batch_norm";
   const kernel::BatchNormGeometry shape = kernel::batch_norm_geometry(op, x, kCUDA);
   kernel::check_batch_norm(op, x, shape, running_mean, running_var, weight, bias, training);
@@ -267,8 +265,8 @@ kernel::NormForward batch_norm(const Tensor& x, const Tensor& running_mean, cons
 }
 
 kernel::NormBackward batch_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& mean,
-                                      const Tensor& rstd, const Tensor& weight, bool has_bias,
-                                      bool training) {
+                                         const Tensor& rstd, const Tensor& weight, bool has_bias,
+                                         bool training) {
   const char* op = "batch_norm_backward";
   const kernel::BatchNormGeometry shape = kernel::batch_norm_geometry(op, x, kCUDA);
   kernel::check_grad_output(op, dy, x);
@@ -287,5 +285,20 @@ kernel::NormBackward batch_norm_backward(const Tensor& dy, const Tensor& x, cons
                 op);
   return backward_result(b, x, weight, has_bias);
 }
+
+}  // namespace
+
+const kernel::NormKernels norm_kernels{
+    .softmax = softmax,
+    .log_softmax = log_softmax,
+    .softmax_backward = softmax_backward,
+    .log_softmax_backward = log_softmax_backward,
+    .layer_norm = layer_norm,
+    .layer_norm_backward = layer_norm_backward,
+    .group_norm = group_norm,
+    .group_norm_backward = group_norm_backward,
+    .batch_norm = batch_norm,
+    .batch_norm_backward = batch_norm_backward,
+};
 
 }  // namespace hg::cuda

@@ -1,5 +1,5 @@
 // CUDA kernels of softmax, log_softmax, layer_norm, group_norm and batch_norm (forward and
-// backward); the contract is cpu/nn_kernels.h, the launchers' is norm_launch.h.
+// backward); the contract is kernel/norm.h, the launchers' is norm_launch.h.
 //
 // Dims: N batch, C channels, G groups (Cg = C / G each), S the flattened spatial size, M a
 // normalized row's length, D the softmax dim. T is the storage type, A = acc_t<T> the

@@ -1,15 +1,15 @@
-// max_pool2d, avg_pool2d and their backward passes on CUDA (cuda/nn_kernels.h): the checks
-// and error messages of cpu/nn_kernels.cpp, the kernels of pool.cu.
+// CUDA kernels of the pool family (kernel/pool.h): max_pool2d, avg_pool2d and their backward
+// passes, with the checks and error messages of cpu/pool.cpp; the kernels are pool.cu's.
 //
 // Dims: N batch (1 for a 3-D [C, H, W] input), C channels, H/W input height/width, Hout/Wout
 // output height/width.
 #include "halfgrad/core/factory.h"
 #include "halfgrad/core/format.h"
-#include "halfgrad/kernel/checks.h"
 #include "halfgrad/cuda/host.h"
-#include "halfgrad/cuda/nn_kernels.h"
+#include "halfgrad/cuda/kernels.h"
 #include "halfgrad/cuda/pool_launch.h"
 #include "halfgrad/cuda/stream.h"
+#include "halfgrad/kernel/checks.h"
 
 namespace hg::cuda {
 
@@ -42,15 +42,13 @@ Strides4 strides4(const Tensor& t) {
   return {d == 4 ? t.stride(0) : 0, t.stride(d - 3), t.stride(d - 2), t.stride(d - 1)};
 }
 
-}  // namespace
-
 kernel::MaxPoolForward max_pool2d(const Tensor& x, const kernel::Pool2dParams& p) {
   const char* op = "max_pool2d";
   check_input(op, "input", x);
   const PoolProblem g = pool_problem(op, x.sizes(), p);
   DeviceGuard guard(x.device().index);
   kernel::MaxPoolForward result{empty(g.out_shape, x.options()),
-                             empty(g.out_shape, {.dtype = kInt64, .device = x.device()})};
+                                empty(g.out_shape, {.dtype = kInt64, .device = x.device()})};
   HG_CUDA_CHECK(detail::launch_max_pool2d(x.data_ptr(), strides4(x), result.out.data_ptr(),
                                           result.indices.data_ptr<int64_t>(), x.dtype(), g.shape,
                                           current_stream(x.device().index)),
@@ -114,7 +112,8 @@ Tensor avg_pool2d(const Tensor& x, const kernel::Pool2dParams& p) {
   return out;
 }
 
-Tensor avg_pool2d_backward(const Tensor& dy, const Shape& input_shape, const kernel::Pool2dParams& p) {
+Tensor avg_pool2d_backward(const Tensor& dy, const Shape& input_shape,
+                           const kernel::Pool2dParams& p) {
   const char* op = "avg_pool2d_backward";
   check_input(op, "grad_output", dy);
   const PoolProblem g = pool_problem(op, input_shape, p);
@@ -127,5 +126,14 @@ Tensor avg_pool2d_backward(const Tensor& dy, const Shape& input_shape, const ker
       op);
   return dx;
 }
+
+}  // namespace
+
+const kernel::PoolKernels pool_kernels{
+    .max_pool2d = max_pool2d,
+    .max_pool2d_backward = max_pool2d_backward,
+    .avg_pool2d = avg_pool2d,
+    .avg_pool2d_backward = avg_pool2d_backward,
+};
 
 }  // namespace hg::cuda

@@ -1,5 +1,5 @@
 // Pooling kernels (pool_launch.h): max_pool2d, avg_pool2d and their backward passes, with the
-// CPU kernels' semantics (cpu/nn_kernels.cpp) and summation orders.
+// CPU kernels' semantics (cpu/pool.cpp) and summation orders.
 //
 // Dims: N batch, C channels, H/W input height/width, Hout/Wout output height/width, kH/kW
 // kernel, sH/sW stride, pH/pW padding. Window (oh, ow) covers input rows oh sH - pH .. + kH

@@ -1,5 +1,5 @@
 // Shared kernel checks: the contract is in checks.h. The messages are the CPU kernels'
-// (cpu/reduce.cpp, cpu/nn_kernels.cpp), with the device wording of the backend.
+// (cpu/reduce.cpp, cpu/norm.cpp, cpu/conv.cpp, ...), with the device wording of the backend.
 #include "halfgrad/kernel/checks.h"
 
 #include <algorithm>

@@ -1,5 +1,5 @@
-// Argument checks and shape helpers shared by the CPU kernels (cpu/reduce.cpp,
-// cpu/nn_kernels.cpp) and the host side of the CUDA kernels of the same names (cuda/*.cpp):
+// Argument checks and shape helpers shared by the CPU kernels (cpu/reduce.cpp, cpu/norm.cpp,
+// cpu/conv.cpp, ...) and the host side of the CUDA kernels of the same names (cuda/*.cpp):
 // one copy of each, so both backends compute the same shapes and throw the same hg::Error for
 // the same bad input. Where a message names the device, the backend is a parameter
 // (DeviceType): "on the CPU" or "on a CUDA device". Host code only (tensor.h brings fmt).
@@ -78,7 +78,7 @@ std::vector<bool> check_var(const Tensor& x, const Shape& dims, int64_t correcti
 // unless target broadcasts to x's shape.
 Shape sum_to_dims(const Tensor& x, const Shape& target);
 
-// ---- softmax and the norms (cpu/nn_kernels.h) -----------------------------------------------
+// ---- softmax and the norms (kernel/norm.h) --------------------------------------------------
 //
 // The checks of a parameter, a saved statistic or grad_output against the input x take x
 // after its own checks: the tensor must be on x's device (so of x's backend).

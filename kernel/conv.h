@@ -1,5 +1,12 @@
-// The conv family's shared types: conv2d's parameters and what its backward returns, on every
-// backend.
+// The conv family: conv2d and its backward, as a table of kernels every backend fills
+// (cpu/conv.cpp on im2col and cpu::gemm, cuda/conv.cpp on cuDNN).
+//
+// Conventions shared by the nn kernel families (the opening of kernel/norm.h): inputs of any
+// strides, never modified; floating dtypes only, float16/bfloat16 computed in float and
+// rounded once; an undefined Tensor is an absent optional argument; bad arguments throw
+// hg::Error naming the op, what was expected and what was given.
+//
+// Dims: N batch, C input channels, O output channels, H/W height/width, kH/kW the kernel's.
 #pragma once
 
 #include <array>
@@ -21,6 +28,18 @@ struct Conv2dBackward {
   Tensor dx;       // undefined unless needed[0]
   Tensor dweight;  // undefined unless needed[1]
   Tensor dbias;    // undefined unless needed[2] and has_bias
+};
+
+struct ConvKernels {
+  // x: [N, C, H, W], weight: [O, C / groups, kH, kW], bias (optional): [O], all of one dtype.
+  // Returns [N, O, Hout, Wout], Hout = (H + 2 padding - dilation (kH - 1) - 1) / stride + 1.
+  // The products accumulate in float32 (float64 for float64).
+  Tensor (*conv2d)(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                   const Conv2dParams& p);
+  // needed = {dx, dweight, dbias}: the gradients to compute.
+  Conv2dBackward (*conv2d_backward)(const Tensor& dy, const Tensor& x, const Tensor& weight,
+                                    bool has_bias, const Conv2dParams& p,
+                                    std::array<bool, 3> needed);
 };
 
 }  // namespace hg::kernel

@@ -1,15 +1,26 @@
-// The pool family's shared types: the pooling parameters and what max_pool2d returns, on every
-// backend.
+// The pool family: max_pool2d, avg_pool2d and their backward passes, as a table of kernels
+// every backend fills (cpu/pool.cpp, cuda/pool.cpp).
+//
+// Conventions shared by the nn kernel families (the opening of kernel/norm.h): inputs of any
+// strides, never modified; results new contiguous tensors in the input's dtype unless stated;
+// floating dtypes only, float16/bfloat16 computed in float and rounded once; bad arguments
+// throw hg::Error naming the op, what was expected and what was given.
+//
+// Dims: N batch, C channels, H/W height/width, kH/kW the window's.
 #pragma once
 
 #include <array>
 #include <cstdint>
 
+#include "halfgrad/core/shape.h"
 #include "halfgrad/core/tensor.h"
 
 namespace hg::kernel {
 
-// kernel, stride and padding, each {H, W}; stride {0, 0} means stride = kernel.
+// kernel > 0; stride {0, 0} means stride = kernel (the torch default); padding at most half
+// the kernel, as torch requires. Windows that reach into the padding see -inf (max) or zeros
+// (avg). ceil_mode is false: Hout = (H + 2 padding - kernel) / stride + 1. kernel, stride and
+// padding are {H, W}; count_include_pad (avg_pool2d): divide by kH * kW, padding included.
 struct Pool2dParams {
   std::array<int64_t, 2> kernel{0, 0};
   std::array<int64_t, 2> stride{0, 0};
@@ -20,6 +31,16 @@ struct Pool2dParams {
 struct MaxPoolForward {
   Tensor out;
   Tensor indices;  // int64
+};
+
+struct PoolKernels {
+  // x: [N, C, H, W] or [C, H, W]. indices: int64, the flat offset h * W + w of each maximum
+  // within its (H, W) plane, as torch returns them. A NaN in a window wins it.
+  MaxPoolForward (*max_pool2d)(const Tensor& x, const Pool2dParams& p);
+  // dx of input_shape, in dy's dtype: dy scattered (added) to the indices.
+  Tensor (*max_pool2d_backward)(const Tensor& dy, const Tensor& indices, const Shape& input_shape);
+  Tensor (*avg_pool2d)(const Tensor& x, const Pool2dParams& p);
+  Tensor (*avg_pool2d_backward)(const Tensor& dy, const Shape& input_shape, const Pool2dParams& p);
 };
 
 }  // namespace hg::kernel

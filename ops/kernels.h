@@ -17,12 +17,10 @@
 #include "halfgrad/config.h"
 #include "halfgrad/cpu/kernels.h"
 #include "halfgrad/cpu/index.h"
-#include "halfgrad/cpu/nn_kernels.h"
 #include "halfgrad/cpu/reduce.h"
 #if HALFGRAD_HAS_CUDA
 #include "halfgrad/cuda/kernels.h"
 #include "halfgrad/cuda/index.h"
-#include "halfgrad/cuda/nn_kernels.h"
 #include "halfgrad/cuda/reduce.h"
 #endif
 
@@ -83,72 +81,22 @@ inline const kernel::LinalgKernels& linalg(const Tensor& t) {
   return HG_KERNEL_TABLE(t.is_cuda(), linalg);
 }
 
-// ---- neural-network ops ------------------------------------------------------------------
-inline Tensor softmax(const Tensor& x, int64_t dim) { HG_KERNEL(x, softmax(x, dim)); }
-inline Tensor log_softmax(const Tensor& x, int64_t dim) { HG_KERNEL(x, log_softmax(x, dim)); }
-inline Tensor softmax_backward(const Tensor& dy, const Tensor& y, int64_t dim) {
-  HG_KERNEL(dy, softmax_backward(dy, y, dim));
+// ---- kernel tables -----------------------------------------------------------------------
+// kernels::norm(x).softmax(x, dim): the table of the family on x's backend (kernel/<family>.h).
+inline const kernel::NormKernels& norm(const Tensor& t) {
+  return HG_KERNEL_TABLE(t.is_cuda(), norm);
 }
-inline Tensor log_softmax_backward(const Tensor& dy, const Tensor& y, int64_t dim) {
-  HG_KERNEL(dy, log_softmax_backward(dy, y, dim));
+inline const kernel::ConvKernels& conv(const Tensor& t) {
+  return HG_KERNEL_TABLE(t.is_cuda(), conv);
 }
-inline cpu::NormForward layer_norm(const Tensor& x, const Shape& normalized_shape,
-                                   const Tensor& weight, const Tensor& bias, double eps) {
-  HG_KERNEL(x, layer_norm(x, normalized_shape, weight, bias, eps));
+inline const kernel::PoolKernels& pool(const Tensor& t) {
+  return HG_KERNEL_TABLE(t.is_cuda(), pool);
 }
-inline cpu::NormBackward layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& mean,
-                                             const Tensor& rstd, const Shape& normalized_shape,
-                                             const Tensor& weight, bool has_bias) {
-  HG_KERNEL(dy, layer_norm_backward(dy, x, mean, rstd, normalized_shape, weight, has_bias));
+inline const kernel::EmbeddingKernels& embedding(const Tensor& t) {
+  return HG_KERNEL_TABLE(t.is_cuda(), embedding);
 }
-inline cpu::NormForward group_norm(const Tensor& x, int64_t num_groups, const Tensor& weight,
-                                   const Tensor& bias, double eps) {
-  HG_KERNEL(x, group_norm(x, num_groups, weight, bias, eps));
-}
-inline cpu::NormBackward group_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& mean,
-                                             const Tensor& rstd, int64_t num_groups,
-                                             const Tensor& weight, bool has_bias) {
-  HG_KERNEL(dy, group_norm_backward(dy, x, mean, rstd, num_groups, weight, has_bias));
-}
-inline cpu::NormForward batch_norm(const Tensor& x, const Tensor& running_mean,
-                                   const Tensor& running_var, const Tensor& weight,
-                                   const Tensor& bias, bool training, double momentum, double eps) {
-  HG_KERNEL(x, batch_norm(x, running_mean, running_var, weight, bias, training, momentum, eps));
-}
-inline cpu::NormBackward batch_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& mean,
-                                             const Tensor& rstd, const Tensor& weight,
-                                             bool has_bias, bool training) {
-  HG_KERNEL(dy, batch_norm_backward(dy, x, mean, rstd, weight, has_bias, training));
-}
-inline Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias,
-                     const cpu::Conv2dParams& p) {
-  HG_KERNEL(x, conv2d(x, weight, bias, p));
-}
-inline cpu::Conv2dBackward conv2d_backward(const Tensor& dy, const Tensor& x, const Tensor& weight,
-                                           bool has_bias, const cpu::Conv2dParams& p,
-                                           std::array<bool, 3> needed) {
-  HG_KERNEL(dy, conv2d_backward(dy, x, weight, has_bias, p, needed));
-}
-inline cpu::MaxPoolForward max_pool2d(const Tensor& x, const cpu::Pool2dParams& p) {
-  HG_KERNEL(x, max_pool2d(x, p));
-}
-inline Tensor max_pool2d_backward(const Tensor& dy, const Tensor& indices,
-                                  const Shape& input_shape) {
-  HG_KERNEL(dy, max_pool2d_backward(dy, indices, input_shape));
-}
-inline Tensor avg_pool2d(const Tensor& x, const cpu::Pool2dParams& p) {
-  HG_KERNEL(x, avg_pool2d(x, p));
-}
-inline Tensor avg_pool2d_backward(const Tensor& dy, const Shape& input_shape,
-                                  const cpu::Pool2dParams& p) {
-  HG_KERNEL(dy, avg_pool2d_backward(dy, input_shape, p));
-}
-inline Tensor embedding_backward(const Tensor& dy, const Tensor& indices, int64_t num_embeddings,
-                                 int64_t padding_idx) {
-  HG_KERNEL(dy, embedding_backward(dy, indices, num_embeddings, padding_idx));
-}
-inline cpu::DropoutForward dropout(const Tensor& x, double p, Generator& gen) {
-  HG_KERNEL(x, dropout(x, p, gen));
+inline const kernel::DropoutKernels& dropout(const Tensor& t) {
+  return HG_KERNEL_TABLE(t.is_cuda(), dropout);
 }
 
 // ---- indexing ----------------------------------------------------------------------------

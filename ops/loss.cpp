@@ -46,7 +46,7 @@
 #include "halfgrad/core/format.h"
 #include "halfgrad/core/strided_loop.h"
 #include "halfgrad/core/view.h"
-#include "halfgrad/cpu/nn_kernels.h"
+#include "halfgrad/cpu/kernels.h"
 #include "halfgrad/cpu/reduce.h"
 #include "halfgrad/cuda/loss_kinds.h"
 #include "halfgrad/ops/dispatch.h"
@@ -734,7 +734,7 @@ struct CrossEntropy {
 
     const DType dtype = probabilities ? result_type({input, target}) : input.dtype();
     const DType acc = acc_dtype(dtype);
-    const Tensor logp = cpu::log_softmax(dense(input, acc), layout.class_dim);
+    const Tensor logp = cpu::norm_kernels.log_softmax(dense(input, acc), layout.class_dim);
     const Tensor y = probabilities ? dense(target, acc) : Tensor();
     const Tensor t = probabilities ? Tensor() : dense(target, kInt64);
     const Tensor w = weight.defined() ? dense(weight, acc) : Tensor();
@@ -792,7 +792,7 @@ struct CrossEntropy {
     const bool need_dx = ctx.needs_input_grad(0);
     const bool need_dy = probabilities && ctx.needs_input_grad(1);
     const DType acc = acc_dtype(probabilities ? result_type({input, target}) : input.dtype());
-    const Tensor logp = cpu::log_softmax(dense(input, acc), layout.class_dim);
+    const Tensor logp = cpu::norm_kernels.log_softmax(dense(input, acc), layout.class_dim);
     const Tensor y = probabilities ? dense(target, acc) : Tensor();
     const Tensor t = probabilities ? Tensor() : dense(target, kInt64);
     const Tensor w = weight.defined() ? dense(weight, acc) : Tensor();

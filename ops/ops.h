@@ -97,8 +97,13 @@ Tensor sum_to_size(const Tensor& x, const Shape& sizes);
 
 }  // namespace hg
 
+#include "halfgrad/ops/activation.h"
 #include "halfgrad/ops/attention.h"
+#include "halfgrad/ops/conv.h"
+#include "halfgrad/ops/dropout.h"
+#include "halfgrad/ops/embedding.h"
 #include "halfgrad/ops/index_ops.h"
 #include "halfgrad/ops/linalg.h"
 #include "halfgrad/ops/loss.h"
-#include "halfgrad/ops/nn_ops.h"
+#include "halfgrad/ops/norm.h"
+#include "halfgrad/ops/pool.h"

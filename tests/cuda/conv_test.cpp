@@ -11,8 +11,8 @@
 #include <vector>
 
 #include "cuda/cuda_test_util.h"
-#include "halfgrad/cpu/nn_kernels.h"
-#include "halfgrad/cuda/nn_kernels.h"
+#include "halfgrad/cpu/kernels.h"
+#include "halfgrad/cuda/kernels.h"
 #include "halfgrad/halfgrad.h"
 
 using namespace hg;
@@ -66,7 +66,7 @@ const PoolCase kPoolCases[] = {
     {{2, 2, 5, 6}, {2, 3}, {3, 1}, {1, 1}, true},   // stride > kernel: rows in no window
 };
 
-cpu::Pool2dParams params_of(const PoolCase& c) {
+kernel::Pool2dParams params_of(const PoolCase& c) {
   return {c.kernel, c.stride, c.padding, c.count_include_pad};
 }
 
@@ -154,23 +154,24 @@ TEST_CASE("CUDA conv2d kernels reject bad arguments naming them", "[cuda][conv]"
   HG_REQUIRE_CUDA();
   manual_seed(204);
   const Tensor x = gpu_randn({2, 4, 6, 6}, kFloat32), weight = gpu_randn({6, 2, 3, 3}, kFloat32);
-  const cpu::Conv2dParams grouped{.groups = 2};
-  CHECK(cuda::conv2d(x, weight, {}, grouped).sizes() == Shape{2, 6, 4, 4});
-  CHECK_THROWS_WITH(cuda::conv2d(x, weight, {}, {}), Contains("expected weight [O, C/groups=4"));
-  CHECK_THROWS_WITH(cuda::conv2d(x, weight, {}, {.groups = 3}),
+  const kernel::Conv2dParams grouped{.groups = 2};
+  CHECK(cuda::conv_kernels.conv2d(x, weight, {}, grouped).sizes() == Shape{2, 6, 4, 4});
+  CHECK_THROWS_WITH(cuda::conv_kernels.conv2d(x, weight, {}, {}),
+                    Contains("expected weight [O, C/groups=4"));
+  CHECK_THROWS_WITH(cuda::conv_kernels.conv2d(x, weight, {}, {.groups = 3}),
                     Contains("expected groups to divide the input channels C=4"));
-  CHECK_THROWS_WITH(cuda::conv2d(x, weight.to(Device(kCPU)), {}, grouped),
+  CHECK_THROWS_WITH(cuda::conv_kernels.conv2d(x, weight.to(Device(kCPU)), {}, grouped),
                     Contains("expected weight on a CUDA device"));
-  CHECK_THROWS_WITH(cuda::conv2d(x, weight.to(kFloat16), {}, grouped),
+  CHECK_THROWS_WITH(cuda::conv_kernels.conv2d(x, weight.to(kFloat16), {}, grouped),
                     Contains("expected weight of dtype float32"));
-  CHECK_THROWS_WITH(cuda::conv2d(x, weight, {}, {.stride = {0, 1}, .groups = 2}),
+  CHECK_THROWS_WITH(cuda::conv_kernels.conv2d(x, weight, {}, {.stride = {0, 1}, .groups = 2}),
                     Contains("expected strides > 0"));
-  CHECK_THROWS_WITH(cuda::conv2d(x, gpu_randn({6, 2, 7, 3}, kFloat32), {}, grouped),
+  CHECK_THROWS_WITH(cuda::conv_kernels.conv2d(x, gpu_randn({6, 2, 7, 3}, kFloat32), {}, grouped),
                     Contains("expected a kernel no larger than the padded input"));
-  CHECK_THROWS_WITH(cuda::conv2d(x, weight, gpu_randn({5}, kFloat32), grouped),
+  CHECK_THROWS_WITH(cuda::conv_kernels.conv2d(x, weight, gpu_randn({5}, kFloat32), grouped),
                     Contains("expected bias ([O]) of shape [6]"));
-  CHECK_THROWS_WITH(cuda::conv2d_backward(gpu_randn({2, 6, 5, 4}, kFloat32), x, weight, false,
-                                          grouped, {true, true, false}),
+  CHECK_THROWS_WITH(cuda::conv_kernels.conv2d_backward(gpu_randn({2, 6, 5, 4}, kFloat32), x, weight,
+                                                       false, grouped, {true, true, false}),
                     Contains("expected grad_output [N, O, Hout, Wout] of shape [2, 6, 4, 4]"));
 }
 
@@ -194,8 +195,9 @@ TEST_CASE("CUDA max_pool2d and avg_pool2d match float64 forward and backward", "
                     dtype, tol, "avg_pool2d");
       }
       // The indices are the CPU kernel's, in the same dtype (ties included).
-      const cpu::MaxPoolForward got = cuda::max_pool2d(x_view, params_of(c));
-      const cpu::MaxPoolForward want = cpu::max_pool2d(x0.to(Device(kCPU)), params_of(c));
+      const kernel::MaxPoolForward got = cuda::pool_kernels.max_pool2d(x_view, params_of(c));
+      const kernel::MaxPoolForward want =
+          cpu::pool_kernels.max_pool2d(x0.to(Device(kCPU)), params_of(c));
       CHECK(got.indices.dtype() == kInt64);
       CHECK(got.indices.to(Device(kCPU)).to_vector<int64_t>() == want.indices.to_vector<int64_t>());
       // Gradients: each dy goes to its window's maximum, or is shared over its window.
@@ -224,18 +226,20 @@ TEST_CASE("CUDA pooling backward repeats bit for bit and sums as the CPU does", 
   // CPU's summation order gives the same bits.
   const PoolCase c{{4, 3, 15, 14}, {3, 3}, {1, 1}, {1, 1}, false};
   const Tensor x = gpu_randn(c.x, kFloat32);
-  const cpu::MaxPoolForward forward = cuda::max_pool2d(x, params_of(c));
+  const kernel::MaxPoolForward forward = cuda::pool_kernels.max_pool2d(x, params_of(c));
   const Tensor dy = gpu_randn(forward.out.sizes(), kFloat32);
-  const Tensor dx = cuda::max_pool2d_backward(dy, forward.indices, c.x);
+  const Tensor dx = cuda::pool_kernels.max_pool2d_backward(dy, forward.indices, c.x);
   for (int repeat = 0; repeat < 3; ++repeat) {
-    CHECK(values_of(cuda::max_pool2d_backward(dy, forward.indices, c.x)) == values_of(dx));
+    CHECK(values_of(cuda::pool_kernels.max_pool2d_backward(dy, forward.indices, c.x)) ==
+          values_of(dx));
   }
-  CHECK(values_of(dx) == values_of(cpu::max_pool2d_backward(
+  CHECK(values_of(dx) == values_of(cpu::pool_kernels.max_pool2d_backward(
                              dy.to(Device(kCPU)), forward.indices.to(Device(kCPU)), c.x)));
-  const Tensor avg_dx = cuda::avg_pool2d_backward(dy, c.x, params_of(c));
+  const Tensor avg_dx = cuda::pool_kernels.avg_pool2d_backward(dy, c.x, params_of(c));
   CHECK(values_of(avg_dx) ==
-        values_of(cpu::avg_pool2d_backward(dy.to(Device(kCPU)), c.x, params_of(c))));
-  CHECK(values_of(avg_dx) == values_of(cuda::avg_pool2d_backward(dy, c.x, params_of(c))));
+        values_of(cpu::pool_kernels.avg_pool2d_backward(dy.to(Device(kCPU)), c.x, params_of(c))));
+  CHECK(values_of(avg_dx) ==
+        values_of(cuda::pool_kernels.avg_pool2d_backward(dy, c.x, params_of(c))));
 }
 
 TEST_CASE("CUDA pooling kernels reject bad arguments naming them", "[cuda][pool]") {
@@ -244,19 +248,20 @@ TEST_CASE("CUDA pooling kernels reject bad arguments naming them", "[cuda][pool]
   const Tensor x = gpu_randn({2, 3, 6, 6}, kFloat32);
   CHECK_THROWS_WITH(avg_pool2d(x, {2, 2}, {0, 0}, {2, 2}),
                     Contains("expected a padding between 0 and half the kernel"));
-  CHECK_THROWS_WITH(cuda::max_pool2d(gpu_randn({6, 6}, kFloat32), {.kernel = {2, 2}}),
+  CHECK_THROWS_WITH(cuda::pool_kernels.max_pool2d(gpu_randn({6, 6}, kFloat32), {.kernel = {2, 2}}),
                     Contains("expected a 3-D [C, H, W] or 4-D [N, C, H, W] input"));
-  CHECK_THROWS_WITH(cuda::max_pool2d(x.to(Device(kCPU)), {.kernel = {2, 2}}),
+  CHECK_THROWS_WITH(cuda::pool_kernels.max_pool2d(x.to(Device(kCPU)), {.kernel = {2, 2}}),
                     Contains("expected input on a CUDA device"));
-  const cpu::MaxPoolForward forward = cuda::max_pool2d(x, {.kernel = {2, 2}});
+  const kernel::MaxPoolForward forward = cuda::pool_kernels.max_pool2d(x, {.kernel = {2, 2}});
   const Tensor dy = gpu_randn(forward.out.sizes(), kFloat32);
-  CHECK_THROWS_WITH(cuda::max_pool2d_backward(dy, forward.indices.to(kInt32), x.sizes()),
-                    Contains("expected int64 indices"));
-  CHECK_THROWS_WITH(cuda::avg_pool2d_backward(dy, {2, 3, 9, 9}, {.kernel = {2, 2}}),
+  CHECK_THROWS_WITH(
+      cuda::pool_kernels.max_pool2d_backward(dy, forward.indices.to(kInt32), x.sizes()),
+      Contains("expected int64 indices"));
+  CHECK_THROWS_WITH(cuda::pool_kernels.avg_pool2d_backward(dy, {2, 3, 9, 9}, {.kernel = {2, 2}}),
                     Contains("expected grad_output (avg_pool2d's output shape) of shape"));
   // An index outside the 6x6 plane is found on the device and reported at the next wait.
   const Tensor bad = full(forward.out.sizes(), 36, kInt64).to(kGpu);
-  cuda::max_pool2d_backward(dy, bad, x.sizes());
+  cuda::pool_kernels.max_pool2d_backward(dy, bad, x.sizes());
   CHECK_THROWS_WITH(cuda::synchronize(), Contains("36"));
   cuda::synchronize();  // the report is cleared once raised
 }

@@ -1,6 +1,6 @@
 // CUDA indexing kernels (halfgrad/cuda/index.h), embedding_backward and dropout
-// (halfgrad/cuda/nn_kernels.h), through the public ops: forward and backward against the ops on
-// float64 CPU copies of the same inputs, in float32, float16 and bfloat16, with duplicate
+// (kernel/embedding.h, kernel/dropout.h), through the public ops: forward and backward against the
+// ops on float64 CPU copies of the same inputs, in float32, float16 and bfloat16, with duplicate
 // indices and non-contiguous inputs; the accumulating kernels bit for bit against the CPU
 // kernels (the same sums in the same order, NOTE [Sorted accumulation on CUDA]); dropout's mask
 // bit for bit the CPU's for the same generator state; bad indices reported at the next
@@ -14,9 +14,9 @@
 
 #include "cuda/cuda_test_util.h"
 #include "halfgrad/cpu/index.h"
-#include "halfgrad/cpu/nn_kernels.h"
+#include "halfgrad/cpu/kernels.h"
 #include "halfgrad/cuda/index.h"
-#include "halfgrad/cuda/nn_kernels.h"
+#include "halfgrad/cuda/kernels.h"
 #include "halfgrad/halfgrad.h"
 #include "test_util.h"
 
@@ -236,10 +236,12 @@ TEST_CASE("cuda index_add and embedding_backward sum as the CPU kernels do, bit 
     const Tensor dy = normal({2, 250, 16}, dtype);
     for (DType index_dtype : {kInt64, kInt32}) {
       const Tensor tokens = random_indices(500, 30, {2, 250}, index_dtype, 21);
-      require_same_bits(cuda::embedding_backward(to_cuda(dy), to_cuda(tokens), 30, 3),
-                        cpu::embedding_backward(dy, tokens, 30, 3));
-      require_same_bits(cuda::embedding_backward(to_cuda(dy), to_cuda(tokens), 30, -1),
-                        cpu::embedding_backward(dy, tokens, 30, -1));
+      require_same_bits(
+          cuda::embedding_kernels.embedding_backward(to_cuda(dy), to_cuda(tokens), 30, 3),
+          cpu::embedding_kernels.embedding_backward(dy, tokens, 30, 3));
+      require_same_bits(
+          cuda::embedding_kernels.embedding_backward(to_cuda(dy), to_cuda(tokens), 30, -1),
+          cpu::embedding_kernels.embedding_backward(dy, tokens, 30, -1));
     }
   }
 }
@@ -267,8 +269,9 @@ TEST_CASE("cuda embedding's backward matches float64, padding rows get nothing",
     // Gradient rows that are not contiguous.
     const Tensor dy = normal({9, 3, 40}, dtype);
     require_same_bits(
-        cuda::embedding_backward(to_cuda(dy).permute({1, 2, 0}), to_cuda(tokens), 12, -1),
-        cpu::embedding_backward(dy.permute({1, 2, 0}), tokens, 12, -1));
+        cuda::embedding_kernels.embedding_backward(to_cuda(dy).permute({1, 2, 0}), to_cuda(tokens),
+                                                   12, -1),
+        cpu::embedding_kernels.embedding_backward(dy.permute({1, 2, 0}), tokens, 12, -1));
   }
 }
 
@@ -361,7 +364,7 @@ TEST_CASE("cuda indices out of range raise at the next synchronize, naming the o
       {"one_hot", [&] { one_hot(bad, 5); }},
       {"embedding backward",
        [&] {
-         cuda::embedding_backward(to_cuda(normal({3, 2}, kFloat32)), bad, 4, -1);
+         cuda::embedding_kernels.embedding_backward(to_cuda(normal({3, 2}, kFloat32)), bad, 4, -1);
        }},
   };
   for (const Case& c : cases) {
@@ -444,8 +447,9 @@ TEST_CASE("cuda dropout draws the CPU's mask from the same generator state", "[c
       Generator on_cpu(1234), on_cuda(1234);
       on_cpu.reserve(5);  // some earlier draw
       on_cuda.reserve(5);
-      const cpu::DropoutForward want = cpu::dropout(x, p, on_cpu);
-      const cpu::DropoutForward got = cuda::dropout(to_cuda(x.t().contiguous()).t(), p, on_cuda);
+      const kernel::DropoutForward want = cpu::dropout_kernels.dropout(x, p, on_cpu);
+      const kernel::DropoutForward got =
+          cuda::dropout_kernels.dropout(to_cuda(x.t().contiguous()).t(), p, on_cuda);
       require_same_bits(got.mask, want.mask);
       require_same_bits(got.out, want.out);
       CHECK(on_cuda.offset() == on_cpu.offset());  // p = 0 and 1 draw nothing

@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "cuda/cuda_test_util.h"
-#include "halfgrad/cuda/nn_kernels.h"
+#include "halfgrad/cuda/kernels.h"
 #include "halfgrad/halfgrad.h"
 
 using namespace hg;
@@ -389,26 +389,29 @@ TEST_CASE("CUDA softmax and norms reject bad arguments as the CPU kernels do", "
   CHECK_THROWS_WITH(batch_norm(x, to_cuda(zeros({6})), {}, {}, {}, true),
                     Contains("both given or both absent"));
   // The kernels' own checks (what the op layer does not check first).
-  const Tensor y = cuda::softmax(x, 1);
-  CHECK_THROWS_WITH(cuda::softmax_backward(y.to(kFloat16), y, 1), Contains("dtype"));
-  CHECK_THROWS_WITH(cuda::softmax_backward(y.narrow(1, 0, 2), y, 1), Contains("shape"));
-  const cpu::NormForward ln = cuda::layer_norm(x, {3}, {}, {}, 1e-5);
+  const Tensor y = cuda::norm_kernels.softmax(x, 1);
+  CHECK_THROWS_WITH(cuda::norm_kernels.softmax_backward(y.to(kFloat16), y, 1), Contains("dtype"));
+  CHECK_THROWS_WITH(cuda::norm_kernels.softmax_backward(y.narrow(1, 0, 2), y, 1),
+                    Contains("shape"));
+  const kernel::NormForward ln = cuda::norm_kernels.layer_norm(x, {3}, {}, {}, 1e-5);
   CHECK(ln.mean.dtype() == kFloat32);
   CHECK(ln.mean.sizes() == Shape{12});
+  CHECK_THROWS_WITH(cuda::norm_kernels.layer_norm_backward(x, x, ln.mean.narrow(0, 0, 5), ln.rstd,
+                                                           {3}, {}, false),
+                    Contains("mean"));
   CHECK_THROWS_WITH(
-      cuda::layer_norm_backward(x, x, ln.mean.narrow(0, 0, 5), ln.rstd, {3}, {}, false),
-      Contains("mean"));
-  CHECK_THROWS_WITH(cuda::layer_norm_backward(x.to(kFloat16), x, ln.mean, ln.rstd, {3}, {}, false),
-                    Contains("grad_output"));
-  const cpu::NormForward gn = cuda::group_norm(x, 3, {}, {}, 1e-5);
+      cuda::norm_kernels.layer_norm_backward(x.to(kFloat16), x, ln.mean, ln.rstd, {3}, {}, false),
+      Contains("grad_output"));
+  const kernel::NormForward gn = cuda::norm_kernels.group_norm(x, 3, {}, {}, 1e-5);
   CHECK(gn.mean.sizes() == Shape{2, 3});
-  CHECK_THROWS_WITH(cuda::group_norm_backward(x, x, gn.mean, gn.rstd.narrow(1, 0, 1), 3, {}, false),
-                    Contains("rstd"));
-  const cpu::NormForward bn = cuda::batch_norm(x, {}, {}, {}, {}, true, 0.1, 1e-5);
-  CHECK(bn.rstd.sizes() == Shape{6});
   CHECK_THROWS_WITH(
-      cuda::batch_norm_backward(x, x, bn.mean, bn.rstd.narrow(0, 0, 2), {}, false, true),
+      cuda::norm_kernels.group_norm_backward(x, x, gn.mean, gn.rstd.narrow(1, 0, 1), 3, {}, false),
       Contains("rstd"));
-  CHECK_THROWS_AS(cuda::softmax(x.to(Device(kCPU)), 0), Error);
-  CHECK_THROWS_WITH(cuda::layer_norm(x, {3}, ones({3}), {}, 1e-5), Contains("CUDA"));
+  const kernel::NormForward bn = cuda::norm_kernels.batch_norm(x, {}, {}, {}, {}, true, 0.1, 1e-5);
+  CHECK(bn.rstd.sizes() == Shape{6});
+  CHECK_THROWS_WITH(cuda::norm_kernels.batch_norm_backward(x, x, bn.mean, bn.rstd.narrow(0, 0, 2),
+                                                           {}, false, true),
+                    Contains("rstd"));
+  CHECK_THROWS_AS(cuda::norm_kernels.softmax(x.to(Device(kCPU)), 0), Error);
+  CHECK_THROWS_WITH(cuda::norm_kernels.layer_norm(x, {3}, ones({3}), {}, 1e-5), Contains("CUDA"));
 }

@@ -1,18 +1,17 @@
-// CUDA embedding_backward and dropout (nn_kernels.h): the checks (shared, kernel/checks.h)
-// and semantics of cpu/nn_kernels.cpp.
+// CUDA kernel of the embedding family (kernel/embedding.h): embedding_backward, with the checks
+// (shared, kernel/checks.h) and semantics of cpu/embedding.cpp. It needs no kernel of its own:
+// its work is the sorted accumulation of index_launch.h.
 //
 // Dims: T tokens (indices.numel()), D the embedding width.
 #include <algorithm>
-#include <array>
 
 #include "halfgrad/core/factory.h"
 #include "halfgrad/core/format.h"
-#include "halfgrad/kernel/checks.h"
-#include "halfgrad/cuda/embedding_dropout_launch.h"
 #include "halfgrad/cuda/host.h"
 #include "halfgrad/cuda/index_launch.h"
-#include "halfgrad/cuda/nn_kernels.h"
+#include "halfgrad/cuda/kernels.h"
 #include "halfgrad/cuda/stream.h"
+#include "halfgrad/kernel/checks.h"
 
 namespace hg::cuda {
 
@@ -27,8 +26,6 @@ Shape dense_strides(const Shape& sizes) {
   for (size_t d = sizes.size(); d-- > 1;) strides[d - 1] = strides[d] * sizes[d];
   return strides;
 }
-
-}  // namespace
 
 // ---- embedding ---------------------------------------------------------------------------
 
@@ -102,30 +99,8 @@ Tensor embedding_backward(const Tensor& dy, const Tensor& indices, int64_t num_e
   return dw;
 }
 
-// ---- dropout -----------------------------------------------------------------------------
+}  // namespace
 
-kernel::DropoutForward dropout(const Tensor& x, double p, Generator& gen) {
-  const char* op = "dropout";
-  kernel::check_dropout(op, x, p, kCUDA);
-  kernel::DropoutForward result{empty(x.sizes(), x.options()), empty(x.sizes(), x.options())};
-  const int64_t n = x.numel();
-  const double keep = 1.0 - p;
-  detail::DropoutMode mode = detail::DropoutMode::Draw;
-  if (p == 0.0) mode = detail::DropoutMode::KeepAll;
-  if (p == 1.0) mode = detail::DropoutMode::DropAll;
-  // As the CPU kernel: one float32 uniform draw of n elements (ceil(n / 4) Philox blocks), none
-  // for p == 0 or 1. The blocks are reserved here, on the host: no sync.
-  Generator::State reserved{0, 0};
-  if (mode == detail::DropoutMode::Draw) reserved = gen.reserve_with_seed(uint64_t((n + 3) / 4));
-  if (n == 0) return result;
-  DeviceGuard guard(x.device().index);
-  const Walk walk = make_walk(op, x.sizes(), {x.strides()});
-  HG_CUDA_CHECK(detail::launch_dropout(walk, x.dtype(), x.data_ptr(), result.out.data_ptr(),
-                                       result.mask.data_ptr(), mode, keep,
-                                       mode == detail::DropoutMode::Draw ? 1.0 / keep : 1.0,
-                                       reserved.seed, reserved.offset, current_stream()),
-                op);
-  return result;
-}
+const kernel::EmbeddingKernels embedding_kernels{.embedding_backward = embedding_backward};
 
 }  // namespace hg::cuda

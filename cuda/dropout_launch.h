@@ -1,5 +1,4 @@
-// Launchers of the dropout kernel (embedding_dropout.cu); embedding_backward's work is the
-// sorted accumulation of index_launch.h. Free of fmt (NOTE [CUDA headers without fmt] in
+// Launcher of the dropout kernel (dropout.cu). Free of fmt (NOTE [CUDA headers without fmt] in
 // probe.h).
 #pragma once
 
@@ -7,7 +6,7 @@
 
 #include <cstdint>
 
-#include "halfgrad/cuda/index_launch.h"
+#include "halfgrad/cuda/walk.h"
 
 namespace hg::cuda::detail {
 

@@ -1,85 +1,42 @@
-// CPU kernels for the neural-network ops; the contract is in nn_kernels.h.
+// CPU kernels of the norm family (kernel/norm.h): softmax, log_softmax, layer_norm, group_norm
+// and batch_norm, forward and backward.
 //
-// Dims: N batch, C channels, G groups (Cg = C / G channels each), O output channels
-// (Og = O / groups), S the flattened spatial size, H/W height/width, K = Cg kH kW (rows of a
-// group's im2col matrix), L = Hout Wout (its columns), D the softmax dim or embedding width.
+// Dims: N batch, C channels, G groups (Cg = C / G channels each), S the flattened spatial size,
+// M a normalized row's length, D the softmax dim.
 //
 // Every kernel is templated on the storage type T and computes in A = acc_t<T>: float for
 // float16/bfloat16/float32, double for float64. Loops that write disjoint parts of the output
 // run on OpenMP threads when there is enough work; no kernel's result depends on the number
 // of threads (reductions never split across threads).
-#include "halfgrad/cpu/nn_kernels.h"
-
-#include "halfgrad/cpu/kernels.h"
-
-#include <omp.h>
-
 #include <algorithm>
 #include <cmath>
 #include <limits>
 #include <vector>
 
-#include "halfgrad/core/cast.h"
 #include "halfgrad/core/factory.h"
-#include "halfgrad/core/format.h"
+#include "halfgrad/cpu/kernels.h"
+#include "halfgrad/cpu/nn_common.h"
 #include "halfgrad/kernel/checks.h"
-#include "halfgrad/core/strided_loop.h"
 
 namespace hg::cpu {
 
 namespace {
 
-// ---- shared helpers -----------------------------------------------------------------------
-
-template <class T>
-using acc_t = compute_t<T>;
-
-template <class T>
-acc_t<T> load(T value) {
-  return cast_value<acc_t<T>>(value);
-}
-template <class T, class A>
-T store(A value) {
-  return cast_value<T>(value);
-}
-
-// Checks and shapes shared with the CUDA kernels (kernel/checks.h).
 using kernel::acc_dtype;
-using kernel::check_shape;
-using kernel::product;
+using kernel::NormBackward;
+using kernel::NormForward;
+using nn_common::acc_t;
+using nn_common::check_input;
+using nn_common::load;
+using nn_common::parallel_for;
+using nn_common::store;
 
-// Calls f(TypeTag<A>{}) for an accumulation dtype: float32 or float64.
-template <class F>
-auto dispatch_acc(DType acc, F&& f) {
-  return acc == kFloat64 ? f(TypeTag<double>{}) : f(TypeTag<float>{});
-}
-
-// Defined, on the CPU, floating.
-void check_input(const char* op, const char* what, const Tensor& t) {
-  kernel::check_input(op, what, t, kCPU);
-}
-
-// t as a contiguous tensor of dtype (no copy when it already is one).
-Tensor contiguous_as(const Tensor& t, DType dtype) { return t.to(dtype).contiguous(); }
+// ---- sums and moments ---------------------------------------------------------------------
 
 // The values of an optional parameter in the accumulation type; `fill` when absent.
 template <class A>
 std::vector<A> values_or(const Tensor& t, int64_t n, A fill) {
   return t.defined() ? t.to_vector<A>() : std::vector<A>(size_t(n), fill);
-}
-
-// Runs f(i) for i in [0, count), on OpenMP threads when count * work_per_item (elements
-// touched) is worth it. f must not throw: every check happens before a kernel starts.
-template <class F>
-void parallel_for(int64_t count, int64_t work_per_item, F&& f) {
-  const bool parallel = count > 1 && count * work_per_item >= kParallelGrain &&
-                        omp_get_max_threads() > 1 && !omp_in_parallel();
-  if (!parallel) {
-    for (int64_t i = 0; i < count; ++i) f(i);
-    return;
-  }
-#pragma omp parallel for schedule(static)
-  for (int64_t i = 0; i < count; ++i) f(i);
 }
 
 // Sums term(x) over `chunks` runs of `length` values, the runs `stride` apart. Each block of
@@ -232,8 +189,6 @@ Tensor softmax_backward_impl(const Tensor& dy, const Tensor& y, int64_t dim, con
   return dx;
 }
 
-}  // namespace
-
 Tensor softmax(const Tensor& x, int64_t dim) { return softmax_forward<false>(x, dim, "softmax"); }
 
 Tensor log_softmax(const Tensor& x, int64_t dim) {
@@ -256,8 +211,6 @@ Tensor log_softmax_backward(const Tensor& dy, const Tensor& y, int64_t dim) {
 //   dweight = sum over rows of dy * xhat,  dbias = sum over rows of dy.
 // group_norm and batch_norm (training) use the same dx formula over their own sets.
 
-namespace {
-
 // Saved statistics: shape [count], any floating dtype (read in the accumulation type).
 template <class A>
 std::vector<A> saved_stat(const char* op, const char* what, const Tensor& t, const Shape& shape,
@@ -265,8 +218,6 @@ std::vector<A> saved_stat(const char* op, const char* what, const Tensor& t, con
   kernel::check_saved_stat(op, what, t, shape, x);
   return t.to_vector<A>();
 }
-
-}  // namespace
 
 NormForward layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight,
                        const Tensor& bias, double eps) {
@@ -605,462 +556,19 @@ NormBackward batch_norm_backward(const Tensor& dy, const Tensor& x, const Tensor
   return result;
 }
 
-// ---- conv2d -------------------------------------------------------------------------------
-//
-// For each image n and group g: cols = im2col(x[n, g]) is [K, L], and
-//   forward:  y[n, g] [Og, L]  = w[g] [Og, K] * cols
-//   dweight:  dw[g]   [Og, K] += dy[n, g] [Og, L] * cols^T
-//   dx:       dcols   [K, L]   = w[g]^T [K, Og] * dy[n, g],  then col2im adds dcols into dx[n, g]
-// x, w and dy are first converted to the accumulation type, so the products run in float
-// (double for float64) and the output is rounded once.
-
-namespace {
-
-using kernel::ConvGeometry;
-
-// x and weight on the CPU, then the shared checks and shapes.
-ConvGeometry cpu_conv_geometry(const char* op, const Tensor& x, const Tensor& weight,
-                               const Conv2dParams& p) {
-  check_input(op, "input", x);
-  check_input(op, "weight", weight);
-  return kernel::conv_geometry(op, x, weight, p);
-}
-
-// NOTE [conv2d's matrix product] Every matrix product of conv2d and its backward goes
-// through conv_matmul, on cpu::gemm (oneDNN for float32, Eigen for float64; 16-bit inputs
-// reach here already widened to the float accumulation type).
-//
-// c[M, N] = op(a)[M, K] * op(b)[K, N], plus c's old values when accumulate. Row-major with
-// row strides lda/ldb/ldc. op(a) = a stored [M, K], or a^T when trans_a (a stored [K, M]);
-// op(b) = b stored [K, N], or b^T when trans_b (b stored [N, K]). c is dense (ldc == N).
-template <class A>
-void conv_matmul(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const A* a,
-                 int64_t lda, const A* b, int64_t ldb, A* c, int64_t ldc, bool accumulate) {
-  HG_CHECK(ldc == N, "conv2d: internal error: the product's output rows are not dense");
-  if (M == 0 || N == 0) return;
-  constexpr DType dtype = dtype_of<A>;
-  // Transposed operands are strided views: the GEMM reads them without a copy.
-  const Tensor ta = from_blob(const_cast<A*>(a), {1, M, K}, dtype,
-                              trans_a ? Shape{M * lda, 1, lda} : Shape{M * lda, lda, 1});
-  const Tensor tb = from_blob(const_cast<A*>(b), {1, K, N}, dtype,
-                              trans_b ? Shape{N * ldb, 1, ldb} : Shape{K * ldb, ldb, 1});
-  const Tensor tc = from_blob(c, {1, M, N}, dtype);
-  linalg_kernels.gemm(ta, tb, tc, 1.0, accumulate ? 1.0 : 0.0);
-}
-
-// cols[(c, ki, kj), (oh, ow)] = x[c, oh sH - pH + ki dH, ow sW - pW + kj dW], zero in the
-// padding. x: [Cg, H, W] of one image and group; cols: [K, L].
-template <class A>
-void im2col(const A* x, const ConvGeometry& g, A* cols) {
-  for (int64_t c = 0; c < g.Cg; ++c) {
-    for (int64_t ki = 0; ki < g.kH; ++ki) {
-      for (int64_t kj = 0; kj < g.kW; ++kj) {
-        A* row = cols + ((c * g.kH + ki) * g.kW + kj) * g.L();
-        for (int64_t oh = 0; oh < g.Hout; ++oh) {
-          const int64_t ih = oh * g.sH - g.pH + ki * g.dH;
-          A* out = row + oh * g.Wout;
-          if (ih < 0 || ih >= g.H) {
-            std::fill_n(out, g.Wout, A(0));
-            continue;
-          }
-          const A* in = x + (c * g.H + ih) * g.W;
-          for (int64_t ow = 0; ow < g.Wout; ++ow) {
-            const int64_t iw = ow * g.sW - g.pW + kj * g.dW;
-            out[ow] = iw >= 0 && iw < g.W ? in[iw] : A(0);
-          }
-        }
-      }
-    }
-  }
-}
-
-// The adjoint of im2col: adds each cols entry into the x position it was read from.
-template <class A>
-void col2im_add(const A* cols, const ConvGeometry& g, A* dx) {
-  for (int64_t c = 0; c < g.Cg; ++c) {
-    for (int64_t ki = 0; ki < g.kH; ++ki) {
-      for (int64_t kj = 0; kj < g.kW; ++kj) {
-        const A* row = cols + ((c * g.kH + ki) * g.kW + kj) * g.L();
-        for (int64_t oh = 0; oh < g.Hout; ++oh) {
-          const int64_t ih = oh * g.sH - g.pH + ki * g.dH;
-          if (ih < 0 || ih >= g.H) continue;
-          const A* in = row + oh * g.Wout;
-          A* out = dx + (c * g.H + ih) * g.W;
-          for (int64_t ow = 0; ow < g.Wout; ++ow) {
-            const int64_t iw = ow * g.sW - g.pW + kj * g.dW;
-            if (iw >= 0 && iw < g.W) out[iw] += in[ow];
-          }
-        }
-      }
-    }
-  }
-}
-
-// Whether a loop over `count` items of `work` each should run on threads (from its own
-// parallel region, one scratch buffer per thread).
-bool worth_threads(int64_t count, int64_t work) {
-  return count > 1 && count * work >= kParallelGrain && omp_get_max_threads() > 1 &&
-         !omp_in_parallel();
-}
-
-template <class A>
-void conv2d_forward_kernel(const A* x, const A* w, const A* bias, A* y, const ConvGeometry& g) {
-  const int64_t K = g.K(), L = g.L();
-  // Images on threads when there are several; otherwise conv_matmul splits the rows.
-#pragma omp parallel if (worth_threads(g.N, g.C * K * L))
-  {
-    std::vector<A> cols(size_t(K * L));
-#pragma omp for schedule(static)
-    for (int64_t n = 0; n < g.N; ++n) {
-      for (int64_t group = 0; group < g.groups; ++group) {
-        im2col(x + (n * g.C + group * g.Cg) * g.H * g.W, g, cols.data());
-        A* y_group = y + (n * g.O + group * g.Og) * L;
-        conv_matmul(false, false, g.Og, L, K, w + group * g.Og * K, K, cols.data(), L, y_group, L,
-                    false);
-        if (bias == nullptr) continue;
-        for (int64_t o = 0; o < g.Og; ++o) {
-          const A b = bias[group * g.Og + o];
-          for (int64_t l = 0; l < L; ++l) y_group[o * L + l] += b;
-        }
-      }
-    }
-  }
-}
-
-template <class A>
-void conv2d_input_grad_kernel(const A* dy, const A* w, A* dx, const ConvGeometry& g) {
-  const int64_t K = g.K(), L = g.L();
-#pragma omp parallel if (worth_threads(g.N, g.C * K * L))
-  {
-    std::vector<A> dcols(size_t(K * L));
-#pragma omp for schedule(static)
-    for (int64_t n = 0; n < g.N; ++n) {
-      A* dx_image = dx + n * g.C * g.H * g.W;
-      std::fill_n(dx_image, g.C * g.H * g.W, A(0));
-      for (int64_t group = 0; group < g.groups; ++group) {
-        conv_matmul(true, false, K, L, g.Og, w + group * g.Og * K, K,
-                    dy + (n * g.O + group * g.Og) * L, L, dcols.data(), L, false);
-        col2im_add(dcols.data(), g, dx_image + group * g.Cg * g.H * g.W);
-      }
-    }
-  }
-}
-
-template <class A>
-void conv2d_weight_grad_kernel(const A* dy, const A* x, A* dw, const ConvGeometry& g) {
-  const int64_t K = g.K(), L = g.L();
-  std::fill_n(dw, g.O * K, A(0));
-  // Groups own disjoint rows of dw, so they may run on threads; images are summed in order.
-#pragma omp parallel if (worth_threads(g.groups, g.N * g.Og * K * L))
-  {
-    std::vector<A> cols(size_t(K * L));
-#pragma omp for schedule(static)
-    for (int64_t group = 0; group < g.groups; ++group) {
-      for (int64_t n = 0; n < g.N; ++n) {
-        im2col(x + (n * g.C + group * g.Cg) * g.H * g.W, g, cols.data());
-        conv_matmul(false, true, g.Og, K, L, dy + (n * g.O + group * g.Og) * L, L, cols.data(), L,
-                    dw + group * g.Og * K, K, true);
-      }
-    }
-  }
-}
-
 }  // namespace
 
-Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const Conv2dParams& p) {
-  const char* op = "conv2d";
-  const ConvGeometry g = cpu_conv_geometry(op, x, weight, p);
-  if (bias.defined()) {
-    check_input(op, "bias ([O])", bias);
-    kernel::check_conv_bias(op, bias, g, x.dtype());
-  }
-  const DType acc = acc_dtype(x.dtype());
-  const Tensor xa = contiguous_as(x, acc), wa = contiguous_as(weight, acc);
-  const Tensor ba = bias.defined() ? contiguous_as(bias, acc) : Tensor();
-  Tensor ya = empty({g.N, g.O, g.Hout, g.Wout}, acc);
-  dispatch_acc(acc, [&](auto tag) {
-    using A = typename decltype(tag)::type;
-    conv2d_forward_kernel<A>(xa.data_ptr<A>(), wa.data_ptr<A>(),
-                             ba.defined() ? ba.data_ptr<A>() : nullptr, ya.data_ptr<A>(), g);
-  });
-  return ya.to(x.dtype());
-}
-
-Conv2dBackward conv2d_backward(const Tensor& dy, const Tensor& x, const Tensor& weight,
-                               bool has_bias, const Conv2dParams& p, std::array<bool, 3> needed) {
-  const char* op = "conv2d_backward";
-  const ConvGeometry g = cpu_conv_geometry(op, x, weight, p);
-  check_input(op, "grad_output", dy);
-  kernel::check_conv_grad_output(op, dy, g, x.dtype());
-  const DType acc = acc_dtype(x.dtype());
-  const Tensor dya = contiguous_as(dy, acc);
-  Conv2dBackward result;
-  dispatch_acc(acc, [&](auto tag) {
-    using A = typename decltype(tag)::type;
-    if (needed[0]) {
-      const Tensor wa = contiguous_as(weight, acc);
-      Tensor dxa = empty(x.sizes(), acc);
-      conv2d_input_grad_kernel<A>(dya.data_ptr<A>(), wa.data_ptr<A>(), dxa.data_ptr<A>(), g);
-      result.dx = dxa.to(x.dtype());
-    }
-    if (needed[1]) {
-      const Tensor xa = contiguous_as(x, acc);
-      Tensor dwa = empty(weight.sizes(), acc);
-      conv2d_weight_grad_kernel<A>(dya.data_ptr<A>(), xa.data_ptr<A>(), dwa.data_ptr<A>(), g);
-      result.dweight = dwa.to(x.dtype());
-    }
-    if (needed[2] && has_bias) {
-      Tensor dba = empty({g.O}, acc);
-      const A* d = dya.data_ptr<A>();
-      A* db = dba.data_ptr<A>();
-      const int64_t L = g.L();
-      parallel_for(g.O, g.N * L, [&](int64_t o) {
-        A total = 0;
-        for (int64_t n = 0; n < g.N; ++n) {
-          const A* run = d + (n * g.O + o) * L;
-          A partial = 0;
-          for (int64_t l = 0; l < L; ++l) partial += run[l];
-          total += partial;
-        }
-        db[o] = total;
-      });
-      result.dbias = dba.to(x.dtype());
-    }
-  });
-  return result;
-}
-
-// ---- pooling ------------------------------------------------------------------------------
-//
-// x: [planes, H, W] once the leading dims are flattened; planes run on threads. Window
-// (oh, ow) covers rows oh sH - pH .. + kH and columns ow sW - pW .. + kW, cut to the input.
-
-namespace {
-
-using kernel::pool_geometry;
-using kernel::PoolGeometry;
-
-// The window of one output position: input rows [h0, h1) and columns [w0, w1), and how many
-// positions it covers once the padding counts (for count_include_pad).
-struct Window {
-  int64_t h0, h1, w0, w1, padded_size;
+const kernel::NormKernels norm_kernels{
+    .softmax = softmax,
+    .log_softmax = log_softmax,
+    .softmax_backward = softmax_backward,
+    .log_softmax_backward = log_softmax_backward,
+    .layer_norm = layer_norm,
+    .layer_norm_backward = layer_norm_backward,
+    .group_norm = group_norm,
+    .group_norm_backward = group_norm_backward,
+    .batch_norm = batch_norm,
+    .batch_norm_backward = batch_norm_backward,
 };
-
-Window window_at(const PoolGeometry& g, int64_t oh, int64_t ow) {
-  const int64_t h_start = oh * g.sH - g.pH, w_start = ow * g.sW - g.pW;
-  const int64_t h_end = std::min(h_start + g.kH, g.H + g.pH);
-  const int64_t w_end = std::min(w_start + g.kW, g.W + g.pW);
-  return {std::max<int64_t>(h_start, 0), std::min(h_end, g.H), std::max<int64_t>(w_start, 0),
-          std::min(w_end, g.W), (h_end - h_start) * (w_end - w_start)};
-}
-
-int64_t avg_divisor(const Window& win, bool count_include_pad) {
-  return count_include_pad ? win.padded_size : (win.h1 - win.h0) * (win.w1 - win.w0);
-}
-
-}  // namespace
-
-MaxPoolForward max_pool2d(const Tensor& x, const Pool2dParams& p) {
-  const char* op = "max_pool2d";
-  check_input(op, "input", x);
-  const PoolGeometry g = pool_geometry(op, x.sizes(), p);
-  const Tensor xc = x.contiguous();
-  MaxPoolForward result{empty(g.out_shape, x.dtype()), empty(g.out_shape, kInt64)};
-  visit_floating_dtype(op, x.dtype(), [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    using A = acc_t<T>;
-    const T* xp = xc.data_ptr<T>();
-    T* out = result.out.data_ptr<T>();
-    int64_t* indices = result.indices.data_ptr<int64_t>();
-    parallel_for(g.planes, g.Hout * g.Wout * g.kH * g.kW, [&](int64_t plane) {
-      const T* in = xp + plane * g.H * g.W;
-      const int64_t out_base = plane * g.Hout * g.Wout;
-      for (int64_t oh = 0; oh < g.Hout; ++oh) {
-        for (int64_t ow = 0; ow < g.Wout; ++ow) {
-          const Window win = window_at(g, oh, ow);
-          A best = -std::numeric_limits<A>::infinity();
-          int64_t best_index = win.h0 * g.W + win.w0;
-          for (int64_t h = win.h0; h < win.h1; ++h) {
-            for (int64_t w = win.w0; w < win.w1; ++w) {
-              const A v = load(in[h * g.W + w]);
-              if (v > best || std::isnan(v)) {  // NaN propagates, as in torch
-                best = v;
-                best_index = h * g.W + w;
-              }
-            }
-          }
-          out[out_base + oh * g.Wout + ow] = store<T>(best);
-          indices[out_base + oh * g.Wout + ow] = best_index;
-        }
-      }
-    });
-  });
-  return result;
-}
-
-Tensor max_pool2d_backward(const Tensor& dy, const Tensor& indices, const Shape& input_shape) {
-  const char* op = "max_pool2d_backward";
-  check_input(op, "grad_output", dy);
-  kernel::check_max_pool2d_backward(op, dy, indices, input_shape);
-  const int64_t dims = int64_t(input_shape.size());
-  const int64_t H = input_shape[size_t(dims - 2)], W = input_shape[size_t(dims - 1)];
-  const int64_t planes = product(input_shape, 0, size_t(dims - 2));
-  const int64_t per_plane = dy.size(-2) * dy.size(-1);
-  const Tensor ic = indices.contiguous(), dyc = dy.contiguous();
-  const int64_t* idx = ic.data_ptr<int64_t>();
-  for (int64_t i = 0; i < ic.numel(); ++i) {
-    HG_CHECK(idx[i] >= 0 && idx[i] < H * W,
-             "{}: expected indices in [0, {}) (flat positions in a {}x{} plane), got {} at "
-             "element {}",
-             op, H * W, H, W, idx[i], i);
-  }
-  const DType acc = acc_dtype(dy.dtype());
-  Tensor dxa = zeros(input_shape, acc);
-  visit_floating_dtype(op, dy.dtype(), [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    using A = acc_t<T>;
-    const T* g = dyc.data_ptr<T>();
-    A* dx = dxa.data_ptr<A>();
-    parallel_for(planes, per_plane, [&](int64_t plane) {
-      A* dx_plane = dx + plane * H * W;
-      for (int64_t i = plane * per_plane; i < (plane + 1) * per_plane; ++i) {
-        dx_plane[idx[i]] += load(g[i]);
-      }
-    });
-  });
-  return dxa.to(dy.dtype());
-}
-
-Tensor avg_pool2d(const Tensor& x, const Pool2dParams& p) {
-  const char* op = "avg_pool2d";
-  check_input(op, "input", x);
-  const PoolGeometry g = pool_geometry(op, x.sizes(), p);
-  const Tensor xc = x.contiguous();
-  Tensor out = empty(g.out_shape, x.dtype());
-  visit_floating_dtype(op, x.dtype(), [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    using A = acc_t<T>;
-    const T* xp = xc.data_ptr<T>();
-    T* y = out.data_ptr<T>();
-    parallel_for(g.planes, g.Hout * g.Wout * g.kH * g.kW, [&](int64_t plane) {
-      const T* in = xp + plane * g.H * g.W;
-      for (int64_t oh = 0; oh < g.Hout; ++oh) {
-        for (int64_t ow = 0; ow < g.Wout; ++ow) {
-          const Window win = window_at(g, oh, ow);
-          A sum = 0;
-          for (int64_t h = win.h0; h < win.h1; ++h) {
-            for (int64_t w = win.w0; w < win.w1; ++w) sum += load(in[h * g.W + w]);
-          }
-          y[(plane * g.Hout + oh) * g.Wout + ow] =
-              store<T>(sum / A(avg_divisor(win, p.count_include_pad)));
-        }
-      }
-    });
-  });
-  return out;
-}
-
-Tensor avg_pool2d_backward(const Tensor& dy, const Shape& input_shape, const Pool2dParams& p) {
-  const char* op = "avg_pool2d_backward";
-  check_input(op, "grad_output", dy);
-  const PoolGeometry g = pool_geometry(op, input_shape, p);
-  check_shape(op, "grad_output (avg_pool2d's output shape)", dy, g.out_shape);
-  const Tensor dyc = dy.contiguous();
-  const DType acc = acc_dtype(dy.dtype());
-  Tensor dxa = zeros(input_shape, acc);
-  visit_floating_dtype(op, dy.dtype(), [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    using A = acc_t<T>;
-    const T* gp = dyc.data_ptr<T>();
-    A* dx = dxa.data_ptr<A>();
-    parallel_for(g.planes, g.Hout * g.Wout * g.kH * g.kW, [&](int64_t plane) {
-      A* dx_plane = dx + plane * g.H * g.W;
-      for (int64_t oh = 0; oh < g.Hout; ++oh) {
-        for (int64_t ow = 0; ow < g.Wout; ++ow) {
-          const Window win = window_at(g, oh, ow);
-          const A share = load(gp[(plane * g.Hout + oh) * g.Wout + ow]) /
-                          A(avg_divisor(win, p.count_include_pad));
-          for (int64_t h = win.h0; h < win.h1; ++h) {
-            for (int64_t w = win.w0; w < win.w1; ++w) dx_plane[h * g.W + w] += share;
-          }
-        }
-      }
-    });
-  });
-  return dxa.to(dy.dtype());
-}
-
-// ---- embedding ----------------------------------------------------------------------------
-
-Tensor embedding_backward(const Tensor& dy, const Tensor& indices, int64_t num_embeddings,
-                          int64_t padding_idx) {
-  const char* op = "embedding_backward";
-  check_input(op, "grad_output", dy);
-  kernel::check_embedding_indices(op, indices);
-  kernel::check_embedding_sizes(op, dy, indices, num_embeddings, padding_idx);
-  const int64_t D = dy.dim() > 0 ? dy.size(-1) : 1;
-  const std::vector<int64_t> rows = indices.to_vector<int64_t>();
-  for (size_t t = 0; t < rows.size(); ++t) {
-    HG_CHECK(rows[t] >= 0 && rows[t] < num_embeddings,
-             "{}: expected indices in [0, {}) (num_embeddings), got {} at element {}", op,
-             num_embeddings, rows[t], t);
-  }
-  const Tensor dyc = dy.contiguous();
-  const DType acc = acc_dtype(dy.dtype());
-  Tensor dwa = zeros({num_embeddings, D}, acc);
-  visit_floating_dtype(op, dy.dtype(), [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    using A = acc_t<T>;
-    const T* g = dyc.data_ptr<T>();
-    A* dw = dwa.data_ptr<A>();
-    // Column blocks on threads, tokens in order inside: no two threads touch one value.
-    constexpr int64_t kColumns = 64;
-    const int64_t tokens = int64_t(rows.size());
-    parallel_for((D + kColumns - 1) / kColumns, tokens * kColumns, [&](int64_t block) {
-      const int64_t begin = block * kColumns, end = std::min(D, begin + kColumns);
-      for (int64_t t = 0; t < tokens; ++t) {
-        const int64_t row = rows[size_t(t)];
-        if (row == padding_idx) continue;
-        for (int64_t j = begin; j < end; ++j) dw[row * D + j] += load(g[t * D + j]);
-      }
-    });
-  });
-  return dwa.to(dy.dtype());
-}
-
-// ---- dropout ------------------------------------------------------------------------------
-
-DropoutForward dropout(const Tensor& x, double p, Generator& gen) {
-  const char* op = "dropout";
-  kernel::check_dropout(op, x, p, kCPU);
-  if (p == 0.0) return {x.clone(), ones(x.sizes(), x.dtype())};
-  if (p == 1.0) return {zeros(x.sizes(), x.dtype()), zeros(x.sizes(), x.dtype())};
-  const int64_t n = x.numel();
-  std::vector<float> uniforms(static_cast<size_t>(n));
-  random::fill_uniform(kFloat32, uniforms.data(), n, 0.0, 1.0, gen);
-  const Tensor xc = x.contiguous();
-  DropoutForward result{empty(x.sizes(), x.dtype()), empty(x.sizes(), x.dtype())};
-  const double keep = 1.0 - p;
-  visit_floating_dtype(op, x.dtype(), [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    // out = x * mask with the mask value as stored, so forward and the backward's dy * mask
-    // scale by the same number (and a dropped NaN stays NaN, as x * 0 does in torch).
-    const T scale = store<T>(1.0 / keep);
-    const acc_t<T> scale_value = load(scale);
-    const T* in = xc.data_ptr<T>();
-    T* out = result.out.data_ptr<T>();
-    T* mask = result.mask.data_ptr<T>();
-    constexpr int64_t kChunk = 4096;
-    parallel_for((n + kChunk - 1) / kChunk, kChunk, [&](int64_t chunk) {
-      const int64_t begin = chunk * kChunk, end = std::min(n, begin + kChunk);
-      for (int64_t i = begin; i < end; ++i) {
-        const bool kept = double(uniforms[size_t(i)]) < keep;
-        mask[i] = kept ? scale : store<T>(0.0);
-        out[i] = store<T>(load(in[i]) * (kept ? scale_value : acc_t<T>(0)));
-      }
-    });
-  });
-  return result;
-}
 
 }  // namespace hg::cpu

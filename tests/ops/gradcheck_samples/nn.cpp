@@ -1,5 +1,6 @@
-// Gradcheck samples of the neural-network ops (ops/nn_ops.cpp), and of their backward ops,
-// reached by differentiating a gradient (create_graph).
+// Gradcheck samples of the nn ops (ops/norm.cpp, conv.cpp, pool.cpp, embedding.cpp,
+// dropout.cpp, activation.cpp), and of their backward ops, reached by differentiating a
+// gradient (create_graph).
 #include "../gradcheck_samples.h"
 
 namespace hg::testing {

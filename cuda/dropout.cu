@@ -1,10 +1,9 @@
-// CUDA dropout kernel (embedding_dropout_launch.h). embedding_backward needs no kernel of its
-// own: it is the sorted accumulation of index.cu (embedding_dropout.cpp).
+// CUDA dropout kernel (dropout_launch.h).
 #include <cstdint>
 
 #include "halfgrad/core/random.h"
 #include "halfgrad/cuda/device_utils.cuh"
-#include "halfgrad/cuda/embedding_dropout_launch.h"
+#include "halfgrad/cuda/dropout_launch.h"
 
 namespace hg::cuda::detail {
 

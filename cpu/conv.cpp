@@ -1,0 +1,261 @@
+// CPU kernels of the conv family (kernel/conv.h): conv2d and its backward, on im2col and
+// cpu::linalg_kernels.gemm.
+//
+// Dims: N batch, C channels, G groups (Cg = C / G channels each), O output channels
+// (Og = O / groups), H/W height/width, K = Cg kH kW (rows of a group's im2col matrix),
+// L = Hout Wout (its columns).
+#include <omp.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "halfgrad/core/factory.h"
+#include "halfgrad/cpu/kernels.h"
+#include "halfgrad/cpu/nn_common.h"
+#include "halfgrad/kernel/checks.h"
+
+namespace hg::cpu {
+
+namespace {
+
+using kernel::acc_dtype;
+using kernel::Conv2dBackward;
+using kernel::Conv2dParams;
+using nn_common::check_input;
+using nn_common::parallel_for;
+
+// Calls f(TypeTag<A>{}) for an accumulation dtype: float32 or float64.
+template <class F>
+auto dispatch_acc(DType acc, F&& f) {
+  return acc == kFloat64 ? f(TypeTag<double>{}) : f(TypeTag<float>{});
+}
+
+// t as a contiguous tensor of dtype (no copy when it already is one).
+Tensor contiguous_as(const Tensor& t, DType dtype) { return t.to(dtype).contiguous(); }
+
+// ---- conv2d -------------------------------------------------------------------------------
+//
+// For each image n and group g: cols = im2col(x[n, g]) is [K, L], and
+//   forward:  y[n, g] [Og, L]  = w[g] [Og, K] * cols
+//   dweight:  dw[g]   [Og, K] += dy[n, g] [Og, L] * cols^T
+//   dx:       dcols   [K, L]   = w[g]^T [K, Og] * dy[n, g],  then col2im adds dcols into dx[n, g]
+// x, w and dy are first converted to the accumulation type, so the products run in float
+// (double for float64) and the output is rounded once.
+
+using kernel::ConvGeometry;
+
+// x and weight on the CPU, then the shared checks and shapes.
+ConvGeometry cpu_conv_geometry(const char* op, const Tensor& x, const Tensor& weight,
+                               const Conv2dParams& p) {
+  check_input(op, "input", x);
+  check_input(op, "weight", weight);
+  return kernel::conv_geometry(op, x, weight, p);
+}
+
+// NOTE [conv2d's matrix product] Every matrix product of conv2d and its backward goes
+// through conv_matmul, on cpu::linalg_kernels.gemm (oneDNN for float32, Eigen for float64; 16-bit
+// inputs reach here already widened to the float accumulation type).
+//
+// c[M, N] = op(a)[M, K] * op(b)[K, N], plus c's old values when accumulate. Row-major with
+// row strides lda/ldb/ldc. op(a) = a stored [M, K], or a^T when trans_a (a stored [K, M]);
+// op(b) = b stored [K, N], or b^T when trans_b (b stored [N, K]). c is dense (ldc == N).
+template <class A>
+void conv_matmul(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const A* a,
+                 int64_t lda, const A* b, int64_t ldb, A* c, int64_t ldc, bool accumulate) {
+  HG_CHECK(ldc == N, "conv2d: internal error: the product's output rows are not dense");
+  if (M == 0 || N == 0) return;
+  constexpr DType dtype = dtype_of<A>;
+  // Transposed operands are strided views: the GEMM reads them without a copy.
+  const Tensor ta = from_blob(const_cast<A*>(a), {1, M, K}, dtype,
+                              trans_a ? Shape{M * lda, 1, lda} : Shape{M * lda, lda, 1});
+  const Tensor tb = from_blob(const_cast<A*>(b), {1, K, N}, dtype,
+                              trans_b ? Shape{N * ldb, 1, ldb} : Shape{K * ldb, ldb, 1});
+  const Tensor tc = from_blob(c, {1, M, N}, dtype);
+  linalg_kernels.gemm(ta, tb, tc, 1.0, accumulate ? 1.0 : 0.0);
+}
+
+// cols[(c, ki, kj), (oh, ow)] = x[c, oh sH - pH + ki dH, ow sW - pW + kj dW], zero in the
+// padding. x: [Cg, H, W] of one image and group; cols: [K, L].
+template <class A>
+void im2col(const A* x, const ConvGeometry& g, A* cols) {
+  for (int64_t c = 0; c < g.Cg; ++c) {
+    for (int64_t ki = 0; ki < g.kH; ++ki) {
+      for (int64_t kj = 0; kj < g.kW; ++kj) {
+        A* row = cols + ((c * g.kH + ki) * g.kW + kj) * g.L();
+        for (int64_t oh = 0; oh < g.Hout; ++oh) {
+          const int64_t ih = oh * g.sH - g.pH + ki * g.dH;
+          A* out = row + oh * g.Wout;
+          if (ih < 0 || ih >= g.H) {
+            std::fill_n(out, g.Wout, A(0));
+            continue;
+          }
+          const A* in = x + (c * g.H + ih) * g.W;
+          for (int64_t ow = 0; ow < g.Wout; ++ow) {
+            const int64_t iw = ow * g.sW - g.pW + kj * g.dW;
+            out[ow] = iw >= 0 && iw < g.W ? in[iw] : A(0);
+          }
+        }
+      }
+    }
+  }
+}
+
+// The adjoint of im2col: adds each cols entry into the x position it was read from.
+template <class A>
+void col2im_add(const A* cols, const ConvGeometry& g, A* dx) {
+  for (int64_t c = 0; c < g.Cg; ++c) {
+    for (int64_t ki = 0; ki < g.kH; ++ki) {
+      for (int64_t kj = 0; kj < g.kW; ++kj) {
+        const A* row = cols + ((c * g.kH + ki) * g.kW + kj) * g.L();
+        for (int64_t oh = 0; oh < g.Hout; ++oh) {
+          const int64_t ih = oh * g.sH - g.pH + ki * g.dH;
+          if (ih < 0 || ih >= g.H) continue;
+          const A* in = row + oh * g.Wout;
+          A* out = dx + (c * g.H + ih) * g.W;
+          for (int64_t ow = 0; ow < g.Wout; ++ow) {
+            const int64_t iw = ow * g.sW - g.pW + kj * g.dW;
+            if (iw >= 0 && iw < g.W) out[iw] += in[ow];
+          }
+        }
+      }
+    }
+  }
+}
+
+// Whether a loop over `count` items of `work` each should run on threads (from its own
+// parallel region, one scratch buffer per thread).
+bool worth_threads(int64_t count, int64_t work) {
+  return count > 1 && count * work >= kParallelGrain && omp_get_max_threads() > 1 &&
+         !omp_in_parallel();
+}
+
+template <class A>
+void conv2d_forward_kernel(const A* x, const A* w, const A* bias, A* y, const ConvGeometry& g) {
+  const int64_t K = g.K(), L = g.L();
+  // Images on threads when there are several; otherwise conv_matmul splits the rows.
+#pragma omp parallel if (worth_threads(g.N, g.C * K * L))
+  {
+    std::vector<A> cols(size_t(K * L));
+#pragma omp for schedule(static)
+    for (int64_t n = 0; n < g.N; ++n) {
+      for (int64_t group = 0; group < g.groups; ++group) {
+        im2col(x + (n * g.C + group * g.Cg) * g.H * g.W, g, cols.data());
+        A* y_group = y + (n * g.O + group * g.Og) * L;
+        conv_matmul(false, false, g.Og, L, K, w + group * g.Og * K, K, cols.data(), L, y_group, L,
+                    false);
+        if (bias == nullptr) continue;
+        for (int64_t o = 0; o < g.Og; ++o) {
+          const A b = bias[group * g.Og + o];
+          for (int64_t l = 0; l < L; ++l) y_group[o * L + l] += b;
+        }
+      }
+    }
+  }
+}
+
+template <class A>
+void conv2d_input_grad_kernel(const A* dy, const A* w, A* dx, const ConvGeometry& g) {
+  const int64_t K = g.K(), L = g.L();
+#pragma omp parallel if (worth_threads(g.N, g.C * K * L))
+  {
+    std::vector<A> dcols(size_t(K * L));
+#pragma omp for schedule(static)
+    for (int64_t n = 0; n < g.N; ++n) {
+      A* dx_image = dx + n * g.C * g.H * g.W;
+      std::fill_n(dx_image, g.C * g.H * g.W, A(0));
+      for (int64_t group = 0; group < g.groups; ++group) {
+        conv_matmul(true, false, K, L, g.Og, w + group * g.Og * K, K,
+                    dy + (n * g.O + group * g.Og) * L, L, dcols.data(), L, false);
+        col2im_add(dcols.data(), g, dx_image + group * g.Cg * g.H * g.W);
+      }
+    }
+  }
+}
+
+template <class A>
+void conv2d_weight_grad_kernel(const A* dy, const A* x, A* dw, const ConvGeometry& g) {
+  const int64_t K = g.K(), L = g.L();
+  std::fill_n(dw, g.O * K, A(0));
+  // Groups own disjoint rows of dw, so they may run on threads; images are summed in order.
+#pragma omp parallel if (worth_threads(g.groups, g.N * g.Og * K * L))
+  {
+    std::vector<A> cols(size_t(K * L));
+#pragma omp for schedule(static)
+    for (int64_t group = 0; group < g.groups; ++group) {
+      for (int64_t n = 0; n < g.N; ++n) {
+        im2col(x + (n * g.C + group * g.Cg) * g.H * g.W, g, cols.data());
+        conv_matmul(false, true, g.Og, K, L, dy + (n * g.O + group * g.Og) * L, L, cols.data(), L,
+                    dw + group * g.Og * K, K, true);
+      }
+    }
+  }
+}
+
+Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const Conv2dParams& p) {
+  const char* op = "conv2d";
+  const ConvGeometry g = cpu_conv_geometry(op, x, weight, p);
+  if (bias.defined()) {
+    check_input(op, "bias ([O])", bias);
+    kernel::check_conv_bias(op, bias, g, x.dtype());
+  }
+  const DType acc = acc_dtype(x.dtype());
+  const Tensor xa = contiguous_as(x, acc), wa = contiguous_as(weight, acc);
+  const Tensor ba = bias.defined() ? contiguous_as(bias, acc) : Tensor();
+  Tensor ya = empty({g.N, g.O, g.Hout, g.Wout}, acc);
+  dispatch_acc(acc, [&](auto tag) {
+    using A = typename decltype(tag)::type;
+    conv2d_forward_kernel<A>(xa.data_ptr<A>(), wa.data_ptr<A>(),
+                             ba.defined() ? ba.data_ptr<A>() : nullptr, ya.data_ptr<A>(), g);
+  });
+  return ya.to(x.dtype());
+}
+
+Conv2dBackward conv2d_backward(const Tensor& dy, const Tensor& x, const Tensor& weight,
+                               bool has_bias, const Conv2dParams& p, std::array<bool, 3> needed) {
+  const char* op = "conv2d_backward";
+  const ConvGeometry g = cpu_conv_geometry(op, x, weight, p);
+  check_input(op, "grad_output", dy);
+  kernel::check_conv_grad_output(op, dy, g, x.dtype());
+  const DType acc = acc_dtype(x.dtype());
+  const Tensor dya = contiguous_as(dy, acc);
+  Conv2dBackward result;
+  dispatch_acc(acc, [&](auto tag) {
+    using A = typename decltype(tag)::type;
+    if (needed[0]) {
+      const Tensor wa = contiguous_as(weight, acc);
+      Tensor dxa = empty(x.sizes(), acc);
+      conv2d_input_grad_kernel<A>(dya.data_ptr<A>(), wa.data_ptr<A>(), dxa.data_ptr<A>(), g);
+      result.dx = dxa.to(x.dtype());
+    }
+    if (needed[1]) {
+      const Tensor xa = contiguous_as(x, acc);
+      Tensor dwa = empty(weight.sizes(), acc);
+      conv2d_weight_grad_kernel<A>(dya.data_ptr<A>(), xa.data_ptr<A>(), dwa.data_ptr<A>(), g);
+      result.dweight = dwa.to(x.dtype());
+    }
+    if (needed[2] && has_bias) {
+      Tensor dba = empty({g.O}, acc);
+      const A* d = dya.data_ptr<A>();
+      A* db = dba.data_ptr<A>();
+      const int64_t L = g.L();
+      parallel_for(g.O, g.N * L, [&](int64_t o) {
+        A total = 0;
+        for (int64_t n = 0; n < g.N; ++n) {
+          const A* run = d + (n * g.O + o) * L;
+          A partial = 0;
+          for (int64_t l = 0; l < L; ++l) partial += run[l];
+          total += partial;
+        }
+        db[o] = total;
+      });
+      result.dbias = dba.to(x.dtype());
+    }
+  });
+  return result;
+}
+
+}  // namespace
+
+const kernel::ConvKernels conv_kernels{.conv2d = conv2d, .conv2d_backward = conv2d_backward};
+
+}  // namespace hg::cpu

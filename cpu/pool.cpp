@@ -1,0 +1,193 @@
+// CPU kernels of the pool family (kernel/pool.h): max_pool2d, avg_pool2d and their backward
+// passes. Planes (the flattened leading dims) run on OpenMP threads.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "halfgrad/core/factory.h"
+#include "halfgrad/core/format.h"
+#include "halfgrad/cpu/kernels.h"
+#include "halfgrad/cpu/nn_common.h"
+#include "halfgrad/kernel/checks.h"
+
+namespace hg::cpu {
+
+namespace {
+
+using kernel::acc_dtype;
+using kernel::check_shape;
+using kernel::MaxPoolForward;
+using kernel::Pool2dParams;
+using kernel::product;
+using nn_common::acc_t;
+using nn_common::check_input;
+using nn_common::load;
+using nn_common::parallel_for;
+using nn_common::store;
+
+// ---- pooling ------------------------------------------------------------------------------
+//
+// x: [planes, H, W] once the leading dims are flattened; planes run on threads. Window
+// (oh, ow) covers rows oh sH - pH .. + kH and columns ow sW - pW .. + kW, cut to the input.
+
+using kernel::pool_geometry;
+using kernel::PoolGeometry;
+
+// The window of one output position: input rows [h0, h1) and columns [w0, w1), and how many
+// positions it covers once the padding counts (for count_include_pad).
+struct Window {
+  int64_t h0, h1, w0, w1, padded_size;
+};
+
+Window window_at(const PoolGeometry& g, int64_t oh, int64_t ow) {
+  const int64_t h_start = oh * g.sH - g.pH, w_start = ow * g.sW - g.pW;
+  const int64_t h_end = std::min(h_start + g.kH, g.H + g.pH);
+  const int64_t w_end = std::min(w_start + g.kW, g.W + g.pW);
+  return {std::max<int64_t>(h_start, 0), std::min(h_end, g.H), std::max<int64_t>(w_start, 0),
+          std::min(w_end, g.W), (h_end - h_start) * (w_end - w_start)};
+}
+
+int64_t avg_divisor(const Window& win, bool count_include_pad) {
+  return count_include_pad ? win.padded_size : (win.h1 - win.h0) * (win.w1 - win.w0);
+}
+
+MaxPoolForward max_pool2d(const Tensor& x, const Pool2dParams& p) {
+  const char* op = "max_pool2d";
+  check_input(op, "input", x);
+  const PoolGeometry g = pool_geometry(op, x.sizes(), p);
+  const Tensor xc = x.contiguous();
+  MaxPoolForward result{empty(g.out_shape, x.dtype()), empty(g.out_shape, kInt64)};
+  visit_floating_dtype(op, x.dtype(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    using A = acc_t<T>;
+    const T* xp = xc.data_ptr<T>();
+    T* out = result.out.data_ptr<T>();
+    int64_t* indices = result.indices.data_ptr<int64_t>();
+    parallel_for(g.planes, g.Hout * g.Wout * g.kH * g.kW, [&](int64_t plane) {
+      const T* in = xp + plane * g.H * g.W;
+      const int64_t out_base = plane * g.Hout * g.Wout;
+      for (int64_t oh = 0; oh < g.Hout; ++oh) {
+        for (int64_t ow = 0; ow < g.Wout; ++ow) {
+          const Window win = window_at(g, oh, ow);
+          A best = -std::numeric_limits<A>::infinity();
+          int64_t best_index = win.h0 * g.W + win.w0;
+          for (int64_t h = win.h0; h < win.h1; ++h) {
+            for (int64_t w = win.w0; w < win.w1; ++w) {
+              const A v = load(in[h * g.W + w]);
+              if (v > best || std::isnan(v)) {  // NaN propagates, as in torch
+                best = v;
+                best_index = h * g.W + w;
+              }
+            }
+          }
+          out[out_base + oh * g.Wout + ow] = store<T>(best);
+          indices[out_base + oh * g.Wout + ow] = best_index;
+        }
+      }
+    });
+  });
+  return result;
+}
+
+Tensor max_pool2d_backward(const Tensor& dy, const Tensor& indices, const Shape& input_shape) {
+  const char* op = "max_pool2d_backward";
+  check_input(op, "grad_output", dy);
+  kernel::check_max_pool2d_backward(op, dy, indices, input_shape);
+  const int64_t dims = int64_t(input_shape.size());
+  const int64_t H = input_shape[size_t(dims - 2)], W = input_shape[size_t(dims - 1)];
+  const int64_t planes = product(input_shape, 0, size_t(dims - 2));
+  const int64_t per_plane = dy.size(-2) * dy.size(-1);
+  const Tensor ic = indices.contiguous(), dyc = dy.contiguous();
+  const int64_t* idx = ic.data_ptr<int64_t>();
+  for (int64_t i = 0; i < ic.numel(); ++i) {
+    HG_CHECK(idx[i] >= 0 && idx[i] < H * W,
+             "{}: expected indices in [0, {}) (flat positions in a {}x{} plane), got {} at "
+             "element {}",
+             op, H * W, H, W, idx[i], i);
+  }
+  const DType acc = acc_dtype(dy.dtype());
+  Tensor dxa = zeros(input_shape, acc);
+  visit_floating_dtype(op, dy.dtype(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    using A = acc_t<T>;
+    const T* g = dyc.data_ptr<T>();
+    A* dx = dxa.data_ptr<A>();
+    parallel_for(planes, per_plane, [&](int64_t plane) {
+      A* dx_plane = dx + plane * H * W;
+      for (int64_t i = plane * per_plane; i < (plane + 1) * per_plane; ++i) {
+        dx_plane[idx[i]] += load(g[i]);
+      }
+    });
+  });
+  return dxa.to(dy.dtype());
+}
+
+Tensor avg_pool2d(const Tensor& x, const Pool2dParams& p) {
+  const char* op = "avg_pool2d";
+  check_input(op, "input", x);
+  const PoolGeometry g = pool_geometry(op, x.sizes(), p);
+  const Tensor xc = x.contiguous();
+  Tensor out = empty(g.out_shape, x.dtype());
+  visit_floating_dtype(op, x.dtype(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    using A = acc_t<T>;
+    const T* xp = xc.data_ptr<T>();
+    T* y = out.data_ptr<T>();
+    parallel_for(g.planes, g.Hout * g.Wout * g.kH * g.kW, [&](int64_t plane) {
+      const T* in = xp + plane * g.H * g.W;
+      for (int64_t oh = 0; oh < g.Hout; ++oh) {
+        for (int64_t ow = 0; ow < g.Wout; ++ow) {
+          const Window win = window_at(g, oh, ow);
+          A sum = 0;
+          for (int64_t h = win.h0; h < win.h1; ++h) {
+            for (int64_t w = win.w0; w < win.w1; ++w) sum += load(in[h * g.W + w]);
+          }
+          y[(plane * g.Hout + oh) * g.Wout + ow] =
+              store<T>(sum / A(avg_divisor(win, p.count_include_pad)));
+        }
+      }
+    });
+  });
+  return out;
+}
+
+Tensor avg_pool2d_backward(const Tensor& dy, const Shape& input_shape, const Pool2dParams& p) {
+  const char* op = "avg_pool2d_backward";
+  check_input(op, "grad_output", dy);
+  const PoolGeometry g = pool_geometry(op, input_shape, p);
+  check_shape(op, "grad_output (avg_pool2d's output shape)", dy, g.out_shape);
+  const Tensor dyc = dy.contiguous();
+  const DType acc = acc_dtype(dy.dtype());
+  Tensor dxa = zeros(input_shape, acc);
+  visit_floating_dtype(op, dy.dtype(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    using A = acc_t<T>;
+    const T* gp = dyc.data_ptr<T>();
+    A* dx = dxa.data_ptr<A>();
+    parallel_for(g.planes, g.Hout * g.Wout * g.kH * g.kW, [&](int64_t plane) {
+      A* dx_plane = dx + plane * g.H * g.W;
+      for (int64_t oh = 0; oh < g.Hout; ++oh) {
+        for (int64_t ow = 0; ow < g.Wout; ++ow) {
+          const Window win = window_at(g, oh, ow);
+          const A share = load(gp[(plane * g.Hout + oh) * g.Wout + ow]) /
+                          A(avg_divisor(win, p.count_include_pad));
+          for (int64_t h = win.h0; h < win.h1; ++h) {
+            for (int64_t w = win.w0; w < win.w1; ++w) dx_plane[h * g.W + w] += share;
+          }
+        }
+      }
+    });
+  });
+  return dxa.to(dy.dtype());
+}
+
+}  // namespace
+
+const kernel::PoolKernels pool_kernels{
+    .max_pool2d = max_pool2d,
+    .max_pool2d_backward = max_pool2d_backward,
+    .avg_pool2d = avg_pool2d,
+    .avg_pool2d_backward = avg_pool2d_backward,
+};
+
+}  // namespace hg::cpu

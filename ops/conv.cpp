@@ -1,0 +1,137 @@
+// The conv family's ops: conv2d, forward (the kernel of kernel/conv.h) and backward, and
+// the recorded backwards conv2d_input_backward and conv2d_weight_backward (NOTE
+// [Differentiable nn backwards] in ops/norm.cpp).
+//
+// Dims: N batch, C channels, O output channels, H/W height/width.
+#include <array>
+#include <string>
+
+#include "halfgrad/autograd/grad_mode.h"
+#include "halfgrad/core/factory.h"
+#include "halfgrad/core/format.h"
+#include "halfgrad/core/view.h"
+#include "halfgrad/ops/dispatch.h"
+#include "halfgrad/ops/kernels.h"
+#include "halfgrad/ops/ops.h"
+
+namespace hg {
+
+namespace {
+
+using ops::dispatch;
+using ops::OpContext;
+using Grads = autograd::GradList;
+
+// ---- conv2d: x [N, C, H, W], weight [O, C / groups, kH, kW], bias [O] -> [N, O, Hout, Wout] ---
+
+// Stands in for a tensor the kernel needs only the shape and dtype of (no memory).
+Tensor shape_only(const Shape& sizes, DType dtype, Device device) {
+  return core::expand(full({}, 0, {.dtype = dtype, .device = device}), sizes);
+}
+
+struct Conv2d {
+  static constexpr OpId id = OpId::conv2d;
+  kernel::Conv2dParams params{};
+  bool has_bias = false;
+
+  Tensor forward(OpContext& ctx, const Tensor& x, const Tensor& weight, const Tensor& bias) {
+    has_bias = bias.defined();
+    Tensor y = kernels::conv(x).conv2d(x, weight, bias, params);
+    ctx.save({x, weight});
+    return y;
+  }
+  Grads backward(OpContext& ctx, const Grads& grads);
+};
+
+// dx from dy [N, O, Hout, Wout] and the weight: bilinear in both. Its backward, from
+// <G, dx(dy, w)> = <dy, conv2d(G, w)> = <w, dweight(dy, G)>, is conv2d and the weight's one.
+struct Conv2dInputBackward {
+  static constexpr OpId id = OpId::conv2d_input_backward;
+  kernel::Conv2dParams params{};
+  Shape input_sizes{};
+
+  Tensor forward(OpContext& ctx, const Tensor& dy, const Tensor& weight) {
+    ctx.save({dy, weight});
+    return kernels::conv(dy)
+        .conv2d_backward(dy, shape_only(input_sizes, dy.dtype(), dy.device()), weight, false,
+                         params, {true, false, false})
+        .dx;
+  }
+  Grads backward(OpContext& ctx, const Grads& grads);
+};
+
+// dweight from dy and x: bilinear in both. Its backward, from
+// <H, dweight(dy, x)> = <dy, conv2d(x, H)> = <x, dx(dy, H)>, is conv2d and the input's one.
+struct Conv2dWeightBackward {
+  static constexpr OpId id = OpId::conv2d_weight_backward;
+  kernel::Conv2dParams params{};
+  Shape weight_sizes{};
+
+  Tensor forward(OpContext& ctx, const Tensor& dy, const Tensor& x) {
+    ctx.save({dy, x});
+    return kernels::conv(dy)
+        .conv2d_backward(dy, x, shape_only(weight_sizes, dy.dtype(), dy.device()), false, params,
+                         {false, true, false})
+        .dweight;
+  }
+  Grads backward(OpContext& ctx, const Grads& grads) {
+    const Tensor dy = ctx.saved(0), x = ctx.saved(1);
+    Grads out(2);
+    if (ctx.needs_input_grad(0)) out[0] = dispatch(Conv2d{.params = params}, x, grads[0], Tensor());
+    if (ctx.needs_input_grad(1)) {
+      out[1] = dispatch(Conv2dInputBackward{params, x.sizes()}, dy, grads[0]);
+    }
+    return out;
+  }
+};
+
+Grads Conv2dInputBackward::backward(OpContext& ctx, const Grads& grads) {
+  const Tensor dy = ctx.saved(0), weight = ctx.saved(1);
+  Grads out(2);
+  if (ctx.needs_input_grad(0)) {
+    out[0] = dispatch(Conv2d{.params = params}, grads[0], weight, Tensor());
+  }
+  if (ctx.needs_input_grad(1)) {
+    out[1] = dispatch(Conv2dWeightBackward{params, weight.sizes()}, dy, grads[0]);
+  }
+  return out;
+}
+
+Grads Conv2d::backward(OpContext& ctx, const Grads& grads) {
+  const Tensor x = ctx.saved(0), weight = ctx.saved(1);
+  const Tensor& dy = grads[0];
+  const bool bias_grad = has_bias && ctx.needs_input_grad(2);
+  if (!autograd::is_grad_enabled()) {
+    kernel::Conv2dBackward r = kernels::conv(dy).conv2d_backward(
+        dy, x, weight, has_bias, params,
+        {ctx.needs_input_grad(0), ctx.needs_input_grad(1), bias_grad});
+    return {r.dx, r.dweight, r.dbias};
+  }
+  Grads out(3);
+  if (ctx.needs_input_grad(0)) {
+    out[0] = dispatch(Conv2dInputBackward{params, x.sizes()}, dy, weight);
+  }
+  if (ctx.needs_input_grad(1)) {
+    out[1] = dispatch(Conv2dWeightBackward{params, weight.sizes()}, dy, x);
+  }
+  if (bias_grad) out[2] = sum(dy, {0, 2, 3});
+  return out;
+}
+
+}  // namespace
+
+// ---- the public functions -------------------------------------------------------------------
+
+Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias,
+              std::array<int64_t, 2> stride, std::array<int64_t, 2> padding,
+              std::array<int64_t, 2> dilation, int64_t groups) {
+  HG_CHECK(x.defined() && (x.dim() == 3 || x.dim() == 4),
+           "conv2d: expected a 3-D [C, H, W] or 4-D [N, C, H, W] input, got {}",
+           x.defined() ? fmt::format("{}-D (shape {})", x.dim(), x.sizes())
+                       : std::string("an undefined tensor"));
+  const Conv2d op{.params = {stride, padding, dilation, groups}};
+  if (x.dim() == 3) return dispatch(op, x.unsqueeze(0), weight, bias).squeeze(0);  // unbatched
+  return dispatch(op, x, weight, bias);
+}
+
+}  // namespace hg

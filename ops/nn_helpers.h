@@ -1,0 +1,24 @@
+// Helpers shared by the nn op families (ops/norm.cpp, pool.cpp, embedding.cpp, activation.cpp).
+#pragma once
+
+#include <cstdint>
+
+#include "halfgrad/core/shape.h"
+#include "halfgrad/core/tensor.h"
+
+namespace hg::ops {
+
+// Every dim of an [N, C, *] tensor but the channels: [0, 2, 3, ...].
+inline Shape all_but_channels(int64_t ndim) {
+  Shape dims{0};
+  for (int64_t d = 2; d < ndim; ++d) dims.push_back(d);
+  return dims;
+}
+
+// The recorded op embedding_backward (ops/embedding.cpp): dy [*, D]'s rows added into the rows
+// of a [num_embeddings, D] gradient that indices [*] name, none into row padding_idx (-1:
+// none). max_pool2d's backward under create_graph is this over the flattened input.
+Tensor embedding_backward(const Tensor& dy, const Tensor& indices, int64_t num_embeddings,
+                          int64_t padding_idx);
+
+}  // namespace hg::ops
