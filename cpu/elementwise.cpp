@@ -30,6 +30,10 @@ namespace hg::cpu {
 
 namespace {
 
+using kernel::Binary;
+using kernel::Compare;
+using kernel::Unary;
+
 // Byte strides of t read as `shape` (t broadcasts to it): 0 along broadcast dims. Cheaper
 // than an expand() view on this hot path (no TensorImpl is made).
 Shape broadcast_byte_strides(const Tensor& t, const Shape& shape) {

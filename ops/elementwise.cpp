@@ -9,6 +9,7 @@
 #include "halfgrad/autograd/grad_mode.h"
 #include "halfgrad/core/factory.h"
 #include "halfgrad/core/format.h"
+#include "halfgrad/kernel/formulas.h"
 #include "halfgrad/ops/backward_helpers.h"
 #include "halfgrad/ops/dispatch.h"
 #include "halfgrad/ops/index_ops.h"
