@@ -106,7 +106,7 @@ Tensor sum_to_size(const Tensor& x, const Shape& sizes);
 }  // namespace hg
 
 #include "halfgrad/ops/attention.h"
-#include "halfgrad/ops/index_ops.h"
+#include "halfgrad/ops/index.h"
 #include "halfgrad/ops/linalg.h"
 #include "halfgrad/ops/loss.h"
 #include "halfgrad/ops/nn_ops.h"

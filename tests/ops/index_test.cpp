@@ -1,4 +1,4 @@
-// Indexing and shape ops (halfgrad/ops/index_ops.h): forwards in float32, float16 and bfloat16
+// Indexing and shape ops (halfgrad/ops/index.h): forwards in float32, float16 and bfloat16
 // against float64 references computed here with plain loops on the (already rounded) inputs,
 // gradients where the gradcheck sweep cannot reach (max / min along a dim, second
 // derivatives, dtypes of gradients), and bad inputs (an hg::Error naming the op, what was
