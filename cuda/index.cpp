@@ -15,7 +15,7 @@
 #include "halfgrad/kernel/index_checks.h"
 #include "halfgrad/cuda/host.h"
 #include "halfgrad/cuda/index_launch.h"
-#include "halfgrad/cuda/reduce.h"
+#include "halfgrad/cuda/kernels.h"
 #include "halfgrad/cuda/stream.h"
 
 namespace hg::cuda {
@@ -369,7 +369,8 @@ Tensor one_hot(const Tensor& x, int64_t num_classes) {
     // The output's shape depends on the data: the host waits for max(x) here, as PyTorch's
     // one_hot does on CUDA. Pass num_classes to avoid the sync.
     const int64_t largest =
-        reduce(kernel::Reduction::Amax, x, {}, /*keepdim=*/false, kInt64).item<int64_t>();
+        reduce_kernels.reduce(kernel::Reduction::Amax, x, {}, /*keepdim=*/false, kInt64, /*p=*/2.0)
+            .item<int64_t>();
     if (largest < 0) {  // every class is negative: name the first, as the CPU kernel does
       Tensor first = x;
       while (first.dim() > 0) first = first.select(0, 0);

@@ -24,7 +24,6 @@
 #include "halfgrad/core/format.h"
 #include "halfgrad/core/view.h"
 #include "halfgrad/cpu/index.h"
-#include "halfgrad/cpu/reduce.h"
 #include "halfgrad/ops/dispatch.h"
 #include "halfgrad/ops/kernels.h"
 #include "halfgrad/ops/ops.h"
@@ -496,8 +495,8 @@ struct ExtremeDim {
   std::tuple<Tensor, Tensor> forward(OpContext& ctx, const Tensor& x) {
     const char* name = Id == OpId::max ? "max" : "min";
     check_defined(x, name, "input");
-    auto [values, indices] =
-        Id == OpId::max ? kernels::max_dim(x, dim, keepdim) : kernels::min_dim(x, dim, keepdim);
+    auto [values, indices] = Id == OpId::max ? kernels::reduce(x).max_dim(x, dim, keepdim)
+                                             : kernels::reduce(x).min_dim(x, dim, keepdim);
     dim = wrap_dim(dim, x.dim(), name);
     input_sizes = x.sizes();
     ctx.save_output(indices);

@@ -20,14 +20,12 @@
 #include "halfgrad/cpu/gemm.h"
 #include "halfgrad/cpu/index.h"
 #include "halfgrad/cpu/nn_kernels.h"
-#include "halfgrad/cpu/reduce.h"
 #if HALFGRAD_HAS_CUDA
 #include "halfgrad/cuda/kernels.h"
 #include "halfgrad/cuda/elementwise.h"
 #include "halfgrad/cuda/gemm.h"
 #include "halfgrad/cuda/index.h"
 #include "halfgrad/cuda/nn_kernels.h"
-#include "halfgrad/cuda/reduce.h"
 #endif
 
 // HG_KERNEL_TABLE(on_cuda, family): the CUDA backend's table of that family when on_cuda,
@@ -87,27 +85,9 @@ inline Tensor masked_fill(const Tensor& x, const Tensor& mask, Scalar value) {
 }
 
 // ---- reductions --------------------------------------------------------------------------
-inline Tensor reduce(Reduction op, const Tensor& x, const Shape& dims, bool keepdim,
-                     DType out_dtype, double p = 2.0) {
-  HG_KERNEL(x, reduce(op, x, dims, keepdim, out_dtype, p));
+inline const kernel::ReduceKernels& reduce(const Tensor& x) {
+  return HG_KERNEL_TABLE(x.is_cuda(), reduce);
 }
-inline cpu::ValuesIndices max_dim(const Tensor& x, int64_t dim, bool keepdim) {
-  HG_KERNEL(x, max_dim(x, dim, keepdim));
-}
-inline cpu::ValuesIndices min_dim(const Tensor& x, int64_t dim, bool keepdim) {
-  HG_KERNEL(x, min_dim(x, dim, keepdim));
-}
-inline Tensor argmax(const Tensor& x, std::optional<int64_t> dim, bool keepdim) {
-  HG_KERNEL(x, argmax(x, dim, keepdim));
-}
-inline Tensor var(const Tensor& x, const Shape& dims, int64_t correction, bool keepdim,
-                  DType out_dtype) {
-  HG_KERNEL(x, var(x, dims, correction, keepdim, out_dtype));
-}
-inline Tensor cumsum(const Tensor& x, int64_t dim, DType out_dtype) {
-  HG_KERNEL(x, cumsum(x, dim, out_dtype));
-}
-inline Tensor sum_to(const Tensor& x, const Shape& target) { HG_KERNEL(x, sum_to(x, target)); }
 
 // ---- linear algebra ----------------------------------------------------------------------
 inline void gemm(const Tensor& a, const Tensor& b, const Tensor& out, double alpha = 1.0,
