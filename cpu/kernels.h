@@ -3,10 +3,12 @@
 // the CUDA backend's tables (cuda/kernels.h) by the device of a tensor argument.
 #pragma once
 
+#include "halfgrad/kernel/index.h"
 #include "halfgrad/kernel/reduce.h"
 
 namespace hg::cpu {
 
+extern const kernel::IndexKernels index_kernels;
 extern const kernel::ReduceKernels reduce_kernels;
 
 }  // namespace hg::cpu

@@ -4,10 +4,12 @@
 // tables (cpu/kernels.h) by the device of a tensor argument.
 #pragma once
 
+#include "halfgrad/kernel/index.h"
 #include "halfgrad/kernel/reduce.h"
 
 namespace hg::cuda {
 
+extern const kernel::IndexKernels index_kernels;
 extern const kernel::ReduceKernels reduce_kernels;
 
 }  // namespace hg::cuda

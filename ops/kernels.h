@@ -24,7 +24,6 @@
 #include "halfgrad/cuda/kernels.h"
 #include "halfgrad/cuda/elementwise.h"
 #include "halfgrad/cuda/gemm.h"
-#include "halfgrad/cuda/index.h"
 #include "halfgrad/cuda/nn_kernels.h"
 #endif
 
@@ -175,35 +174,13 @@ inline cpu::DropoutForward dropout(const Tensor& x, double p, Generator& gen) {
 }
 
 // ---- indexing ----------------------------------------------------------------------------
-// (An empty list goes to the CPU kernel, whose error names the op.)
-inline bool on_cuda(std::span<const Tensor> tensors) {
-  return !tensors.empty() && tensors[0].defined() && tensors[0].is_cuda();
+inline const kernel::IndexKernels& index(const Tensor& x) {
+  return HG_KERNEL_TABLE(x.is_cuda(), index);
 }
-inline Tensor cat(std::span<const Tensor> tensors, int64_t dim) {
-  HG_KERNEL_IF(on_cuda(tensors), cat(tensors, dim));
-}
-inline Tensor stack(std::span<const Tensor> tensors, int64_t dim) {
-  HG_KERNEL_IF(on_cuda(tensors), stack(tensors, dim));
-}
-inline Tensor gather(const Tensor& x, int64_t dim, const Tensor& index) {
-  HG_KERNEL(x, gather(x, dim, index));
-}
-inline Tensor scatter_add(const Tensor& self, int64_t dim, const Tensor& index, const Tensor& src) {
-  HG_KERNEL(self, scatter_add(self, dim, index, src));
-}
-inline Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index) {
-  HG_KERNEL(x, index_select(x, dim, index));
-}
-inline Tensor index_add(const Tensor& self, int64_t dim, const Tensor& index,
-                        const Tensor& source) {
-  HG_KERNEL(self, index_add(self, dim, index, source));
-}
-inline Tensor index_put(const Tensor& self, std::span<const Tensor> indices, const Tensor& values,
-                        bool accumulate) {
-  HG_KERNEL(self, index_put(self, indices, values, accumulate));
-}
-inline Tensor one_hot(const Tensor& x, int64_t num_classes) {
-  HG_KERNEL(x, one_hot(x, num_classes));
+// cat and stack: the first tensor picks (an empty list gets the CPU kernels, whose error names
+// the op).
+inline const kernel::IndexKernels& index(std::span<const Tensor> tensors) {
+  return HG_KERNEL_TABLE(!tensors.empty() && tensors[0].defined() && tensors[0].is_cuda(), index);
 }
 
 }  // namespace hg::kernels

@@ -7,9 +7,9 @@
 // Tolerances: where, masked_fill, cat, stack, split, chunk, gather, index_select, index_put
 // without accumulate, one_hot and max / min only move elements, so they must match the
 // reference exactly. scatter_add, index_add and index_put with accumulate sum in float32 and
-// round once (NOTE [Accumulation of duplicates] in cpu/index.h); they are held to tolerance(dtype)
-// relative to the sum of the magnitudes added into an element (the scale of the rounding
-// error of a sum, whatever cancellation leaves of the result).
+// round once (NOTE [Accumulation of duplicates] in kernel/index.h); they are held to
+// tolerance(dtype) relative to the sum of the magnitudes added into an element (the scale of
+// the rounding error of a sum, whatever cancellation leaves of the result).
 #include <catch2/catch.hpp>
 
 #include <algorithm>
