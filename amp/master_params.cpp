@@ -8,7 +8,7 @@
 #include "halfgrad/core/format.h"
 #include "halfgrad/nn/module.h"
 #include "halfgrad/nn/modules.h"
-#include "halfgrad/ops/index_ops.h"
+#include "halfgrad/ops/index.h"
 #include "halfgrad/ops/ops.h"
 
 namespace hg::amp {

@@ -1,6 +1,9 @@
-// Shape and stride rules (shape.h): contiguity, broadcasting, dim wrapping, and which reshapes
-// can be views.
+// Shape and stride rules (shape.h): contiguity, broadcasting, dim wrapping, which reshapes
+// can be views, and the pieces of split and chunk.
 #include "halfgrad/core/shape.h"
+
+#include <algorithm>
+#include <vector>
 
 #include "halfgrad/core/error.h"
 #include "halfgrad/core/format.h"
@@ -134,6 +137,27 @@ std::optional<Shape> view_strides(const Shape& old_sizes, const Shape& old_strid
   }
   if (view_d != -1) return std::nullopt;
   return new_strides;
+}
+
+std::vector<int64_t> split_sizes(int64_t size, int64_t split_size) {
+  HG_CHECK(size >= 0, "split: expected a dim size >= 0, got {}", size);
+  HG_CHECK(split_size >= 0, "split: expected split_size >= 0, got {}", split_size);
+  if (split_size == 0) {
+    HG_CHECK(size == 0, "split: split_size can be 0 only for a dim of size 0, got a dim of size {}",
+             size);
+    return {0};
+  }
+  const int64_t pieces = std::max<int64_t>((size + split_size - 1) / split_size, 1);
+  std::vector<int64_t> sizes(size_t(pieces), split_size);
+  sizes.back() = size - split_size * (pieces - 1);
+  return sizes;
+}
+
+std::vector<int64_t> chunk_sizes(int64_t size, int64_t chunks) {
+  HG_CHECK(size >= 0, "chunk: expected a dim size >= 0, got {}", size);
+  HG_CHECK(chunks > 0, "chunk: expected chunks > 0, got {}", chunks);
+  if (size == 0) return std::vector<int64_t>(size_t(chunks), 0);
+  return split_sizes(size, (size + chunks - 1) / chunks);
 }
 
 }  // namespace hg

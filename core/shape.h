@@ -1,9 +1,10 @@
 // Shapes and strides: sizes and strides of a tensor, in elements, and the rules that
-// relate them (contiguity, broadcasting, which reshapes can be views).
+// relate them (contiguity, broadcasting, which reshapes can be views, the pieces of a split).
 #pragma once
 
 #include <cstdint>
 #include <optional>
+#include <vector>
 
 #include "halfgrad/core/small_vector.h"
 
@@ -52,5 +53,13 @@ Shape infer_size(const Shape& sizes, int64_t numel, const char* op);
 // copying, or nullopt when no such strides exist (then reshape must copy).
 std::optional<Shape> view_strides(const Shape& old_sizes, const Shape& old_strides,
                                   const Shape& new_sizes);
+
+// The sizes of the pieces of a dim of `size` cut every split_size elements (torch.split):
+// all split_size except a shorter last one; one piece of size 0 when size is 0.
+std::vector<int64_t> split_sizes(int64_t size, int64_t split_size);
+
+// The sizes of torch.chunk: pieces of ceil(size / chunks), so possibly fewer than chunks
+// pieces (size 5 in 4 chunks gives [2, 2, 1]); `chunks` pieces of size 0 when size is 0.
+std::vector<int64_t> chunk_sizes(int64_t size, int64_t chunks);
 
 }  // namespace hg

@@ -1,4 +1,5 @@
-// CPU kernels for shape and indexing ops (index.h).
+// CPU kernels for shape and indexing ops: the table cpu::index_kernels (kernel/index.h), and
+// masked_fill and where (index.h).
 //
 // Shapes in comments: along the dim an op works on, a tensor is viewed as [O, S, I]:
 //   O  the product of the sizes before dim (outer)
@@ -10,20 +11,25 @@
 //
 // Pure data movement (cat, stack, gather, index_select, where, index_put without accumulate)
 // copies elements as unsigned integers of the element's width: no conversion can happen.
-// Accumulating kernels convert through cast.h (NOTE [Accumulation of duplicates] in index.h).
+// Accumulating kernels convert through cast.h (NOTE [Accumulation of duplicates] in
+// kernel/index.h).
 #include "halfgrad/cpu/index.h"
 
 #include <algorithm>
 #include <array>
 #include <cstdlib>
 #include <cstring>
+#include <span>
 #include <type_traits>
+#include <vector>
 
 #include "halfgrad/core/cast.h"
 #include "halfgrad/core/factory.h"
 #include "halfgrad/core/format.h"
-#include "halfgrad/kernel/formulas.h"
 #include "halfgrad/core/strided_loop.h"
+#include "halfgrad/cpu/kernels.h"
+#include "halfgrad/kernel/formulas.h"
+#include "halfgrad/kernel/index.h"
 #include "halfgrad/kernel/index_checks.h"
 
 namespace hg::cpu {
@@ -189,8 +195,6 @@ void apply_row_groups(const Tensor& out, int64_t O, int64_t S, int64_t R, const 
   }
 }
 
-}  // namespace
-
 // ---- cat, stack ---------------------------------------------------------------------------------
 
 Tensor cat(std::span<const Tensor> tensors, int64_t dim) {
@@ -230,8 +234,6 @@ Tensor gather(const Tensor& x, int64_t dim, const Tensor& index) {
                        byte_strides(index1));
   return out;
 }
-
-namespace {
 
 // Accumulators a thread keeps for 16-bit scatter_add: columns are summed in float32 this many
 // elements at a time.
@@ -335,8 +337,6 @@ void scatter_add_parallel(const Tensor& out, int64_t dim, const Tensor& index, c
     }
   }
 }
-
-}  // namespace
 
 Tensor scatter_add(const Tensor& self, int64_t dim, const Tensor& index, const Tensor& src) {
   const int64_t d = kernel::index_checks::check_scatter_add(self, dim, index, src, kCPU);
@@ -526,6 +526,8 @@ Tensor one_hot(const Tensor& x, int64_t num_classes) {
   return out;
 }
 
+}  // namespace
+
 // ---- masked_fill, where -------------------------------------------------------------------------
 
 Tensor masked_fill(const Tensor& x, const Tensor& mask, Scalar value) {
@@ -585,27 +587,15 @@ Tensor where(const Tensor& condition, const Tensor& a, const Tensor& b) {
   return out;
 }
 
-// ---- split, chunk sizes -------------------------------------------------------------------------
-
-std::vector<int64_t> split_sizes(int64_t size, int64_t split_size) {
-  HG_CHECK(size >= 0, "split: expected a dim size >= 0, got {}", size);
-  HG_CHECK(split_size >= 0, "split: expected split_size >= 0, got {}", split_size);
-  if (split_size == 0) {
-    HG_CHECK(size == 0, "split: split_size can be 0 only for a dim of size 0, got a dim of size {}",
-             size);
-    return {0};
-  }
-  const int64_t pieces = std::max<int64_t>((size + split_size - 1) / split_size, 1);
-  std::vector<int64_t> sizes(size_t(pieces), split_size);
-  sizes.back() = size - split_size * (pieces - 1);
-  return sizes;
-}
-
-std::vector<int64_t> chunk_sizes(int64_t size, int64_t chunks) {
-  HG_CHECK(size >= 0, "chunk: expected a dim size >= 0, got {}", size);
-  HG_CHECK(chunks > 0, "chunk: expected chunks > 0, got {}", chunks);
-  if (size == 0) return std::vector<int64_t>(size_t(chunks), 0);
-  return split_sizes(size, (size + chunks - 1) / chunks);
-}
+const kernel::IndexKernels index_kernels{
+    .cat = cat,
+    .stack = stack,
+    .gather = gather,
+    .scatter_add = scatter_add,
+    .index_select = index_select,
+    .index_add = index_add,
+    .index_put = index_put,
+    .one_hot = one_hot,
+};
 
 }  // namespace hg::cpu

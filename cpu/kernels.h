@@ -5,7 +5,9 @@
 #pragma once
 
 #include "halfgrad/kernel/elementwise.h"
+#include "halfgrad/kernel/reduce.h"
 #include "halfgrad/kernel/linalg.h"
+#include "halfgrad/kernel/index.h"
 #include "halfgrad/kernel/norm.h"
 #include "halfgrad/kernel/conv.h"
 #include "halfgrad/kernel/pool.h"
@@ -15,7 +17,9 @@
 namespace hg::cpu {
 
 extern const kernel::ElementwiseKernels elementwise_kernels;
+extern const kernel::ReduceKernels reduce_kernels;
 extern const kernel::LinalgKernels linalg_kernels;
+extern const kernel::IndexKernels index_kernels;
 extern const kernel::NormKernels norm_kernels;
 extern const kernel::ConvKernels conv_kernels;
 extern const kernel::PoolKernels pool_kernels;

@@ -39,12 +39,19 @@
 #include "halfgrad/core/convert.h"
 #include "halfgrad/core/factory.h"
 #include "halfgrad/core/format.h"
-#include "halfgrad/kernel/checks.h"
 #include "halfgrad/core/strided_loop.h"
+#include "halfgrad/cpu/kernels.h"
+#include "halfgrad/kernel/checks.h"
+#include "halfgrad/kernel/kinds.h"
+#include "halfgrad/kernel/reduce.h"
 
 namespace hg::cpu {
 
 namespace {
+
+using kernel::Reduction;
+using kernel::reduction_name;
+using kernel::ValuesIndices;
 
 // Values converted at a time by the inner walk and cumsum.
 constexpr int64_t kBlock = 512;
@@ -769,6 +776,8 @@ float sum_floats(const float* x, int64_t n) {
   return total;
 }
 
+namespace {
+
 Tensor reduce(Reduction op, const Tensor& x, const Shape& dims, bool keepdim, DType out_dtype,
               double p) {
   const char* name = reduction_name(op);
@@ -890,7 +899,19 @@ Tensor sum_to(const Tensor& x, const Shape& target) {
   check_cpu(x, "sum_to");
   const Shape dims = kernel::sum_to_dims(x, target);
   if (dims.empty()) return x.clone();  // same shape: a new contiguous copy
-  return reduce(Reduction::Sum, x, dims, /*keepdim=*/false, x.dtype()).view(target);
+  return reduce(Reduction::Sum, x, dims, /*keepdim=*/false, x.dtype(), /*p=*/2.0).view(target);
 }
+
+}  // namespace
+
+const kernel::ReduceKernels reduce_kernels{
+    .reduce = reduce,
+    .max_dim = max_dim,
+    .min_dim = min_dim,
+    .argmax = argmax,
+    .var = var,
+    .cumsum = cumsum,
+    .sum_to = sum_to,
+};
 
 }  // namespace hg::cpu

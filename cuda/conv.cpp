@@ -48,7 +48,6 @@
 #include "halfgrad/cuda/conv_launch.h"
 #include "halfgrad/cuda/host.h"
 #include "halfgrad/cuda/kernels.h"
-#include "halfgrad/cuda/reduce.h"
 #include "halfgrad/cuda/stream.h"
 #include "halfgrad/kernel/checks.h"
 
@@ -546,7 +545,8 @@ kernel::Conv2dBackward conv2d_backward(const Tensor& dy, const Tensor& x, const 
   }
   if (needed[2] && has_bias) {
     // The sum of dy over N, Hout and Wout, accumulated in float (double for float64).
-    result.dbias = cuda::reduce(kernel::Reduction::Sum, dyc, {0, 2, 3}, false, dy.dtype());
+    result.dbias =
+        cuda::reduce_kernels.reduce(kernel::Reduction::Sum, dyc, {0, 2, 3}, false, dy.dtype(), 2.0);
   }
   return result;
 }

@@ -1,22 +1,29 @@
-// CUDA indexing ops (index.h): the checks of kernel/index_checks.h on the host, the work on the
-// device (index.cu). Index values are checked by the kernels (NOTE [Index checks on the device]
-// in index.h), and accumulation is sorted, never atomic (NOTE [Sorted accumulation on CUDA] in
-// index_launch.h).
+// CUDA indexing ops, the table cuda::index_kernels (kernel/index.h): the checks of
+// kernel/index_checks.h on the host, the work on the device (index.cu). Index values are checked
+// by the kernels (NOTE [Index checks on the device] below), and accumulation is sorted, never
+// atomic (NOTE [Sorted accumulation on CUDA] in index_launch.h).
+//
+// NOTE [Index checks on the device] The CPU kernels check every index before writing. Here a
+// check on the host would need the indices on the host (a sync per op), so the kernels check
+// on the device: an index out of range sets a device flag and the kernel writes nothing for
+// it; the flag is read, and turned into hg::Error naming the op, when the host next waits
+// (item(), to(kCPU), synchronize()), like PyTorch's device-side asserts but recoverable.
 //
 // Shapes in comments: along the dim an op works on, a tensor is viewed as [O, S, I] (outer,
 // size at dim, inner); N indices; M index tuples of index_put, each addressing a row of R
 // elements among P rows; C classes of one_hot.
-#include "halfgrad/cuda/index.h"
-
 #include <algorithm>
+#include <span>
+#include <vector>
 
 #include "halfgrad/core/factory.h"
 #include "halfgrad/core/format.h"
-#include "halfgrad/kernel/index_checks.h"
 #include "halfgrad/cuda/host.h"
 #include "halfgrad/cuda/index_launch.h"
-#include "halfgrad/cuda/reduce.h"
+#include "halfgrad/cuda/kernels.h"
 #include "halfgrad/cuda/stream.h"
+#include "halfgrad/kernel/index.h"
+#include "halfgrad/kernel/index_checks.h"
 
 namespace hg::cuda {
 
@@ -120,8 +127,6 @@ void cat_into(const Tensor& out, std::span<const Tensor> parts, int64_t d, cudaS
   }
 }
 
-}  // namespace
-
 // ---- cat, stack ----------------------------------------------------------------------------
 
 Tensor cat(std::span<const Tensor> tensors, int64_t dim) {
@@ -210,8 +215,6 @@ Tensor scatter_add(const Tensor& self, int64_t dim, const Tensor& index, const T
 
 // ---- index_select, index_add ---------------------------------------------------------------
 
-namespace {
-
 // Checks the N values of a 1-D or 0-d index against [0, bound) on the device, nothing else.
 void check_index_vector_values(const Tensor& index, int64_t bound, int64_t d, DeviceError code,
                                cudaStream_t stream, const char* op) {
@@ -222,8 +225,6 @@ void check_index_vector_values(const Tensor& index, int64_t bound, int64_t d, De
                                             detail::device_error_slot(), code, int32_t(d), stream),
                 op);
 }
-
-}  // namespace
 
 Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index) {
   const auto [d, out_sizes] = kernel::index_checks::check_index_select(x, dim, index, kCUDA);
@@ -369,7 +370,8 @@ Tensor one_hot(const Tensor& x, int64_t num_classes) {
     // The output's shape depends on the data: the host waits for max(x) here, as PyTorch's
     // one_hot does on CUDA. Pass num_classes to avoid the sync.
     const int64_t largest =
-        reduce(kernel::Reduction::Amax, x, {}, /*keepdim=*/false, kInt64).item<int64_t>();
+        reduce_kernels.reduce(kernel::Reduction::Amax, x, {}, /*keepdim=*/false, kInt64, /*p=*/2.0)
+            .item<int64_t>();
     if (largest < 0) {  // every class is negative: name the first, as the CPU kernel does
       Tensor first = x;
       while (first.dim() > 0) first = first.select(0, 0);
@@ -389,5 +391,18 @@ Tensor one_hot(const Tensor& x, int64_t num_classes) {
       "one_hot");
   return out;
 }
+
+}  // namespace
+
+const kernel::IndexKernels index_kernels{
+    .cat = cat,
+    .stack = stack,
+    .gather = gather,
+    .scatter_add = scatter_add,
+    .index_select = index_select,
+    .index_add = index_add,
+    .index_put = index_put,
+    .one_hot = one_hot,
+};
 
 }  // namespace hg::cuda

@@ -1,4 +1,4 @@
-// CUDA kernels for the indexing ops (index.h); launchers declared in index_launch.h.
+// CUDA kernels for the indexing ops (kernel/index.h); launchers declared in index_launch.h.
 //
 // Dims: a tensor indexed along one dim is viewed as [O, S, I] (outer, size at dim, inner);
 // N is the number of indices, R the elements of one destination row, M the index tuples of

@@ -4,7 +4,7 @@
 //
 // NOTE [Sorted accumulation on CUDA] scatter_add, index_add, index_put(accumulate=true) and
 // embedding_backward must add every contribution that lands on one element in a fixed order
-// (NOTE [Accumulation of duplicates] in cpu/index.h), so no float atomics: each contribution
+// (NOTE [Accumulation of duplicates] in kernel/index.h), so no float atomics: each contribution
 // gets a key, the destination (a row or an element), and a value, where it comes from; the
 // (key, value) pairs are sorted by key with a stable radix sort, so equal keys keep the
 // row-major order of the index; then one thread per destination element walks its run of

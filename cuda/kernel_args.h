@@ -21,7 +21,7 @@ struct TensorArg {
   bool contiguous = false;         // row-major dense: offset == linear index
 };
 
-// NOTE [Index checks on the device] (cuda/index.h). A kernel that finds a bad index (or a bad
+// NOTE [Index checks on the device] (cuda/index.cpp). A kernel that finds a bad index (or a bad
 // class target) reports it here and skips that element; the first report wins. The slot is
 // mapped host memory, one per device: the host reads it after each wait (item(), copies to
 // the CPU, synchronize()) and throws hg::Error naming the op, the value and its bound.

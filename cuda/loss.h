@@ -13,7 +13,7 @@
 // the device: for nll_loss and cross_entropy with class indices by the total weight of the
 // targets not ignored, summed on the device. A class index outside [0, C) (and not
 // ignore_index) is reported through the device-error slot (NOTE [Index checks on the device]
-// in cuda/index.h): hg::Error at the next synchronize; its row counts as ignored.
+// in cuda/index.cpp): hg::Error at the next synchronize; its row counts as ignored.
 //
 // Dims: N batch, C classes, S positions per sample (input [N, C, d1, ...] or [C]).
 #pragma once

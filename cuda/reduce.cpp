@@ -2,19 +2,19 @@
 // layout of NOTE [CUDA reduction layout] (reduce_launch.h), and the launches of reduce.cu.
 // Multi-pass reductions (logsumexp, var) run their passes on the stream one after the other;
 // nothing here waits for the GPU.
-#include "halfgrad/cuda/reduce.h"
-
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <optional>
 #include <vector>
 
 #include "halfgrad/core/factory.h"
 #include "halfgrad/core/format.h"
-#include "halfgrad/kernel/checks.h"
 #include "halfgrad/cuda/host.h"
+#include "halfgrad/cuda/kernels.h"
 #include "halfgrad/cuda/reduce_launch.h"
 #include "halfgrad/cuda/stream.h"
+#include "halfgrad/kernel/checks.h"
 
 namespace hg::cuda {
 
@@ -205,8 +205,6 @@ kernel::ValuesIndices arg_reduce_dim(const Tensor& x, int64_t dim, bool keepdim,
   return arg_reduce<kMax>(x, reduced_dims(x, {d}, op), keepdim, op);
 }
 
-}  // namespace
-
 Tensor reduce(Reduction op, const Tensor& x, const Shape& dims, bool keepdim, DType out_dtype,
               double p) {
   const char* name = kernel::reduction_name(op);
@@ -312,7 +310,19 @@ Tensor sum_to(const Tensor& x, const Shape& target) {
   check_input(x, "sum_to");
   const Shape dims = kernel::sum_to_dims(x, target);
   if (dims.empty()) return x.clone();  // same shape: a new contiguous copy
-  return reduce(Reduction::Sum, x, dims, /*keepdim=*/false, x.dtype()).view(target);
+  return reduce(Reduction::Sum, x, dims, /*keepdim=*/false, x.dtype(), /*p=*/2.0).view(target);
 }
+
+}  // namespace
+
+const kernel::ReduceKernels reduce_kernels{
+    .reduce = reduce,
+    .max_dim = max_dim,
+    .min_dim = min_dim,
+    .argmax = argmax,
+    .var = var,
+    .cumsum = cumsum,
+    .sum_to = sum_to,
+};
 
 }  // namespace hg::cuda

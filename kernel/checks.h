@@ -54,7 +54,7 @@ void check_same_dtype(const char* op, const char* what, const Tensor& t, DType e
 void check_same_device(const char* op, const char* what, const Tensor& t, Device device,
                        const char* whose);
 
-// ---- reductions (cpu/reduce.h) --------------------------------------------------------------
+// ---- reductions (kernel/reduce.h) -----------------------------------------------------------
 
 // "sum", "prod", "mean", "amax", "amin", "logsumexp", "norm": the name errors use.
 const char* reduction_name(Reduction op);

@@ -2,7 +2,7 @@
 // kernels (cpu/index.cpp) and the CUDA ones (cuda/index.cpp, cuda/elementwise.cpp), so both
 // accept the same arguments and throw the same hg::Error for bad ones. Index values are not
 // checked here: the CPU kernels scan them on the host, the CUDA kernels on the device (NOTE
-// [Index checks on the device] in cuda/index.h).
+// [Index checks on the device] in cuda/index.cpp).
 //
 // `backend` is where the kernel runs (kCPU or kCUDA): every tensor must be there, and on a
 // CUDA device on the device of the op's first tensor.

@@ -12,7 +12,7 @@
 #include "halfgrad/kernel/formulas.h"
 #include "halfgrad/ops/backward_helpers.h"
 #include "halfgrad/ops/dispatch.h"
-#include "halfgrad/ops/index_ops.h"
+#include "halfgrad/ops/index.h"
 #include "halfgrad/ops/kernels.h"
 #include "halfgrad/ops/ops.h"
 #include "halfgrad/ops/type_promotion.h"

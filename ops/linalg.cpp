@@ -293,7 +293,8 @@ struct LinearShapes {
     }
     if (ctx.needs_input_grad(2)) {  // the sum of g's rows
       const Tensor db =
-          record ? sum(g, {0}) : kernels::reduce(cpu::Reduction::Sum, g, {0}, false, g.dtype());
+          record ? sum(g, {0})
+                 : kernels::reduce(g).reduce(kernel::Reduction::Sum, g, {0}, false, g.dtype(), 2.0);
       out[2] = db.dtype() == bias_dtype ? db
                : record                 ? db.to(bias_dtype)
                                         : core::to_dtype(db, bias_dtype);

@@ -119,10 +119,13 @@ Tensor reduce_losses(const Tensor& losses, Reduction reduction, DType dtype, dou
     case Reduction::None:
       return core::to_dtype(losses, dtype);
     case Reduction::Sum:
-      return cpu::reduce(cpu::Reduction::Sum, losses, {}, /*keepdim=*/false, dtype);
+      return cpu::reduce_kernels.reduce(kernel::Reduction::Sum, losses, {}, /*keepdim=*/false,
+                                        dtype, /*p=*/2.0);
     default: {
       const double total =
-          cpu::reduce(cpu::Reduction::Sum, losses, {}, /*keepdim=*/false, kFloat64).item<double>();
+          cpu::reduce_kernels
+              .reduce(kernel::Reduction::Sum, losses, {}, /*keepdim=*/false, kFloat64, /*p=*/2.0)
+              .item<double>();
       return scalar_tensor(total / divisor, dtype);
     }
   }
@@ -177,10 +180,12 @@ void check_weight(const Tensor& weight, const Tensor& input, const char* op, con
 // too, as in torch. The CUDA kernel checks on the device instead (NOTE [Losses on CUDA]).
 void check_probabilities(const Tensor& input) {
   if (input.numel() == 0 || input.is_cuda()) return;
-  const double low =
-      kernels::reduce(kernel::Reduction::Amin, input, {}, false, kFloat64).item<double>();
-  const double high =
-      kernels::reduce(kernel::Reduction::Amax, input, {}, false, kFloat64).item<double>();
+  const double low = kernels::reduce(input)
+                         .reduce(kernel::Reduction::Amin, input, {}, false, kFloat64, 2.0)
+                         .item<double>();
+  const double high = kernels::reduce(input)
+                          .reduce(kernel::Reduction::Amax, input, {}, false, kFloat64, 2.0)
+                          .item<double>();
   HG_CHECK(low >= 0.0 && high <= 1.0,
            "binary_cross_entropy: expected every element of input in [0, 1] (probabilities), "
            "got values from {} to {}",

@@ -102,7 +102,7 @@ Tensor sum_to_size(const Tensor& x, const Shape& sizes);
 #include "halfgrad/ops/conv.h"
 #include "halfgrad/ops/dropout.h"
 #include "halfgrad/ops/embedding.h"
-#include "halfgrad/ops/index_ops.h"
+#include "halfgrad/ops/index.h"
 #include "halfgrad/ops/linalg.h"
 #include "halfgrad/ops/loss.h"
 #include "halfgrad/ops/norm.h"

@@ -1,11 +1,10 @@
-// Reductions: forward (cpu/reduce.h kernels, accumulating in float32 or float64) and
+// Reductions: forward (kernel/reduce.h kernels, accumulating in float32 or float64) and
 // backward of each, in op_list.def's order.
 #include <cmath>
 #include <limits>
 
 #include "halfgrad/core/factory.h"
 #include "halfgrad/core/format.h"
-#include "halfgrad/cpu/reduce.h"
 #include "halfgrad/ops/dispatch.h"
 #include "halfgrad/ops/kernels.h"
 #include "halfgrad/ops/ops.h"
@@ -15,6 +14,7 @@ namespace hg {
 
 namespace {
 
+using kernel::Reduction;
 using ops::dispatch;
 using ops::OpContext;
 using Grads = autograd::GradList;
@@ -76,8 +76,8 @@ struct SumMean {
     input_dtype = x.dtype();
     if (Id == OpId::mean && !dtype) require_floating(x, name);
     const DType out_dtype = dtype.value_or(is_floating_point(x.dtype()) ? x.dtype() : kInt64);
-    return kernels::reduce(Id == OpId::sum ? cpu::Reduction::Sum : cpu::Reduction::Mean, x, dims,
-                           keepdim, out_dtype);
+    return kernels::reduce(x).reduce(Id == OpId::sum ? Reduction::Sum : Reduction::Mean, x, dims,
+                                     keepdim, out_dtype, /*p=*/2.0);
   }
   Grads backward(OpContext&, const Grads& grads) {
     Tensor g = expand_back(grads[0], dims, keepdim, input_sizes);
@@ -94,8 +94,9 @@ struct Prod {
   bool keepdim = false;
   Tensor forward(OpContext& ctx, const Tensor& x) {
     dims = resolve_dims(dims, x.dim(), "prod");
-    Tensor out = kernels::reduce(cpu::Reduction::Prod, x, dims, keepdim,
-                                 is_floating_point(x.dtype()) ? x.dtype() : kInt64);
+    Tensor out = kernels::reduce(x).reduce(Reduction::Prod, x, dims, keepdim,
+                                           is_floating_point(x.dtype()) ? x.dtype() : kInt64,
+                                           /*p=*/2.0);
     ctx.save({x});
     ctx.save_output(out);
     return out;
@@ -129,8 +130,8 @@ struct Extreme {
   bool keepdim = false;
   Tensor forward(OpContext& ctx, const Tensor& x) {
     dims = resolve_dims(dims, x.dim(), op_name(Id).data());
-    Tensor out = kernels::reduce(Id == OpId::min ? cpu::Reduction::Amin : cpu::Reduction::Amax, x,
-                                 dims, keepdim, x.dtype());
+    Tensor out = kernels::reduce(x).reduce(Id == OpId::min ? Reduction::Amin : Reduction::Amax, x,
+                                           dims, keepdim, x.dtype(), /*p=*/2.0);
     ctx.save({x});
     ctx.save_output(out);
     return out;
@@ -150,7 +151,7 @@ struct Argmax {
   static constexpr OpId id = OpId::argmax;
   std::optional<int64_t> dim{};
   bool keepdim = false;
-  Tensor forward(OpContext&, const Tensor& x) { return kernels::argmax(x, dim, keepdim); }
+  Tensor forward(OpContext&, const Tensor& x) { return kernels::reduce(x).argmax(x, dim, keepdim); }
   Grads backward(OpContext&, const Grads&) { return Grads(1); }
 };
 
@@ -165,7 +166,7 @@ struct Var {
     require_floating(x, "var");
     dims = resolve_dims(dims, x.dim(), "var");
     ctx.save({x});
-    return kernels::var(x, dims, correction, keepdim, x.dtype());
+    return kernels::reduce(x).var(x, dims, correction, keepdim, x.dtype());
   }
   Grads backward(OpContext& ctx, const Grads& grads) {
     const Tensor x = ctx.saved(0);
@@ -187,7 +188,7 @@ struct Norm {
     require_floating(x, "norm");
     HG_CHECK(p >= 0, "norm: expected p >= 0, got {}", p);
     dims = resolve_dims(dims, x.dim(), "norm");
-    Tensor out = kernels::reduce(cpu::Reduction::Norm, x, dims, keepdim, x.dtype(), p);
+    Tensor out = kernels::reduce(x).reduce(Reduction::Norm, x, dims, keepdim, x.dtype(), p);
     ctx.save({x});
     ctx.save_output(out);
     return out;
@@ -219,7 +220,8 @@ struct LogSumExp {
   Tensor forward(OpContext& ctx, const Tensor& x) {
     require_floating(x, "logsumexp");
     dims = resolve_dims(dims, x.dim(), "logsumexp");
-    Tensor out = kernels::reduce(cpu::Reduction::LogSumExp, x, dims, keepdim, x.dtype());
+    Tensor out =
+        kernels::reduce(x).reduce(Reduction::LogSumExp, x, dims, keepdim, x.dtype(), /*p=*/2.0);
     ctx.save({x});
     ctx.save_output(out);
     return out;
@@ -242,8 +244,8 @@ struct Cumsum {
   Tensor forward(OpContext&, const Tensor& x) {
     dim = wrap_dim(dim, x.dim(), "cumsum");
     input_dtype = x.dtype();
-    return kernels::cumsum(x, dim,
-                           dtype.value_or(is_floating_point(x.dtype()) ? x.dtype() : kInt64));
+    return kernels::reduce(x).cumsum(
+        x, dim, dtype.value_or(is_floating_point(x.dtype()) ? x.dtype() : kInt64));
   }
   Grads backward(OpContext&, const Grads& grads) {
     // The gradient of an inclusive prefix sum is the suffix sum: total - prefix + self.

@@ -88,3 +88,36 @@ TEST_CASE("infer_size fills one -1 and checks the count", "[shape]") {
   CHECK_THROWS_WITH(infer_size({2, 5}, 12, "reshape"),
                     Contains("reshape: shape [2, 5] is invalid for a tensor of 12 elements"));
 }
+
+TEST_CASE("split_sizes and chunk_sizes follow torch", "[shape][split]") {
+  using V = std::vector<int64_t>;
+  REQUIRE(split_sizes(10, 3) == V{3, 3, 3, 1});
+  REQUIRE(split_sizes(9, 3) == V{3, 3, 3});
+  REQUIRE(split_sizes(2, 5) == V{2});
+  REQUIRE(split_sizes(0, 3) == V{0});
+  REQUIRE(split_sizes(0, 0) == V{0});
+  REQUIRE(chunk_sizes(10, 3) == V{4, 4, 2});
+  REQUIRE(chunk_sizes(5, 4) == V{2, 2, 1});  // fewer chunks than asked
+  REQUIRE(chunk_sizes(6, 4) == V{2, 2, 2});
+  REQUIRE(chunk_sizes(3, 5) == V{1, 1, 1});
+  REQUIRE(chunk_sizes(0, 3) == V{0, 0, 0});
+  REQUIRE(chunk_sizes(7, 1) == V{7});
+  // Every split covers the dim exactly.
+  for (int64_t size = 0; size <= 20; ++size) {
+    for (int64_t step = 1; step <= 7; ++step) {
+      const V pieces = split_sizes(size, step);
+      int64_t total = 0;
+      for (int64_t p : pieces) total += p;
+      REQUIRE(total == size);
+      const V chunks = chunk_sizes(size, step);
+      total = 0;
+      for (int64_t p : chunks) total += p;
+      REQUIRE(total == size);
+      REQUIRE(int64_t(chunks.size()) <= step);
+    }
+  }
+  REQUIRE_THROWS_WITH(split_sizes(5, 0),
+                      Contains("split_size can be 0 only") && Contains("size 5"));
+  REQUIRE_THROWS_WITH(split_sizes(5, -1), Contains("split_size >= 0, got -1"));
+  REQUIRE_THROWS_WITH(chunk_sizes(5, 0), Contains("chunks > 0, got 0"));
+}

@@ -1,5 +1,6 @@
-// Shape and indexing kernels (halfgrad/cpu/index.h) against references written here with
-// plain loops over row-major values, for every dtype, contiguous and strided inputs.
+// Shape and indexing kernels (cpu::index_kernels, kernel/index.h; masked_fill and where,
+// cpu/index.h) against references written here with plain loops over row-major values, for
+// every dtype, contiguous and strided inputs.
 //
 // Inputs are seeded random tensors, then laid out three ways with the same values:
 // contiguous, transposed (last two dims swapped in memory) and stepped (every other row of
@@ -20,6 +21,7 @@
 #include <vector>
 
 #include "halfgrad/cpu/index.h"
+#include "halfgrad/cpu/kernels.h"
 #include "halfgrad/halfgrad.h"
 
 using namespace hg;
@@ -343,7 +345,7 @@ TEST_CASE("cat matches the loop reference for every dtype and layout", "[index][
           inputs.insert(inputs.begin() + 1, empty({0}, dtype));
           refs.insert(refs.begin() + 1, Ref{{0}, {}});
           CAPTURE(dtype_name(dtype), int(layout), rank, dim);
-          require_equal(cpu::cat(inputs, dim), build(ref_cat(refs, d), dtype));
+          require_equal(cpu::index_kernels.cat(inputs, dim), build(ref_cat(refs, d), dtype));
         }
       }
     }
@@ -354,26 +356,26 @@ TEST_CASE("cat edge cases follow torch", "[index][cat]") {
   std::mt19937_64 rng(102);
   SECTION("a single tensor gives a contiguous copy") {
     const Tensor x = random_tensor({3, 4}, kFloat32, rng, Layout::Transposed);
-    const Tensor out = cpu::cat(std::vector<Tensor>{x}, 1);
+    const Tensor out = cpu::index_kernels.cat(std::vector<Tensor>{x}, 1);
     require_equal(out, x.contiguous());
     REQUIRE_FALSE(out.shares_storage(x));
   }
   SECTION("only skipped tensors give shape [0]") {
     const std::vector<Tensor> inputs = {empty({0}, kBFloat16), empty({0}, kBFloat16)};
-    const Tensor out = cpu::cat(inputs, 0);
+    const Tensor out = cpu::index_kernels.cat(inputs, 0);
     REQUIRE(sizes_of(out) == Sizes{0});
     REQUIRE(out.dtype() == kBFloat16);
   }
   SECTION("empty tensors of higher rank take part") {
     const std::vector<Tensor> inputs = {empty({0, 3}, kInt64), random_tensor({2, 3}, kInt64, rng)};
-    require_equal(cpu::cat(inputs, 0), inputs[1]);
+    require_equal(cpu::index_kernels.cat(inputs, 0), inputs[1]);
     const std::vector<Tensor> wide = {empty({2, 0}, kInt64), empty({2, 0}, kInt64)};
-    REQUIRE(sizes_of(cpu::cat(wide, 1)) == Sizes{2, 0});
+    REQUIRE(sizes_of(cpu::index_kernels.cat(wide, 1)) == Sizes{2, 0});
   }
   SECTION("the output is not the storage of any input") {
     const Tensor base = random_tensor({4, 3}, kFloat64, rng);
     const std::vector<Tensor> halves = {base.narrow(0, 0, 2), base.narrow(0, 2, 2)};
-    const Tensor out = cpu::cat(halves, 0);
+    const Tensor out = cpu::index_kernels.cat(halves, 0);
     require_equal(out, base);
     REQUIRE_FALSE(out.shares_storage(base));
   }
@@ -386,35 +388,36 @@ TEST_CASE("cat errors name the problem and leave inputs unchanged", "[index][cat
   const Tensor c = random_tensor({2, 3}, kFloat16, rng);
   const Tensor d = random_tensor({2, 3, 1}, kFloat32, rng);
   const Tensor s = scalar_tensor(1.0);
-  require_error([&] { cpu::cat(std::vector<Tensor>{}, 0); }, {"cat", "non-empty list"}, {});
+  require_error([&] { cpu::index_kernels.cat(std::vector<Tensor>{}, 0); },
+                {"cat", "non-empty list"}, {});
   require_error(
       [&] {
-        cpu::cat(std::vector<Tensor>{a, b}, 0);
+        cpu::index_kernels.cat(std::vector<Tensor>{a, b}, 0);
       },
       {"cat", "expected size 3 at dim 1", "got size 4 for tensor 1"}, {a, b});
   require_error(
       [&] {
-        cpu::cat(std::vector<Tensor>{a, c}, 0);
+        cpu::index_kernels.cat(std::vector<Tensor>{a, c}, 0);
       },
       {"cat", "dtype float32", "got float16 for tensor 1"}, {a, c});
   require_error(
       [&] {
-        cpu::cat(std::vector<Tensor>{a, d}, 0);
+        cpu::index_kernels.cat(std::vector<Tensor>{a, d}, 0);
       },
       {"cat", "expected tensors of 2 dims", "got 3 dims for tensor 1"}, {a, d});
   require_error(
       [&] {
-        cpu::cat(std::vector<Tensor>{a, s}, 0);
+        cpu::index_kernels.cat(std::vector<Tensor>{a, s}, 0);
       },
       {"cat", "tensor 1 is 0-d"}, {a, s});
   require_error(
       [&] {
-        cpu::cat(std::vector<Tensor>{a, a}, 2);
+        cpu::index_kernels.cat(std::vector<Tensor>{a, a}, 2);
       },
       {"cat", "dim out of range", "got 2"}, {a});
   require_error(
       [&] {
-        cpu::cat(std::vector<Tensor>{a, a}, -3);
+        cpu::index_kernels.cat(std::vector<Tensor>{a, a}, -3);
       },
       {"cat", "dim out of range", "got -3"}, {a});
 }
@@ -436,14 +439,14 @@ TEST_CASE("stack matches the loop reference for every dtype and layout", "[index
           }
           CAPTURE(dtype_name(dtype), int(layout), rank, dim);
           const int64_t d = dim < 0 ? dim + rank + 1 : dim;
-          require_equal(cpu::stack(inputs, dim), build(ref_stack(refs, d), dtype));
+          require_equal(cpu::index_kernels.stack(inputs, dim), build(ref_stack(refs, d), dtype));
         }
       }
     }
   }
   SECTION("empty inputs stack to an empty result") {
     const std::vector<Tensor> inputs = {empty({0, 2}, kFloat32), empty({0, 2}, kFloat32)};
-    REQUIRE(sizes_of(cpu::stack(inputs, 1)) == Sizes{0, 2, 2});
+    REQUIRE(sizes_of(cpu::index_kernels.stack(inputs, 1)) == Sizes{0, 2, 2});
   }
 }
 
@@ -452,25 +455,26 @@ TEST_CASE("stack errors name the problem and leave inputs unchanged", "[index][s
   const Tensor a = random_tensor({2, 3}, kFloat32, rng);
   const Tensor b = random_tensor({3, 2}, kFloat32, rng);
   const Tensor c = random_tensor({2, 3}, kInt64, rng);
-  require_error([&] { cpu::stack(std::vector<Tensor>{}, 0); }, {"stack", "non-empty list"}, {});
+  require_error([&] { cpu::index_kernels.stack(std::vector<Tensor>{}, 0); },
+                {"stack", "non-empty list"}, {});
   require_error(
       [&] {
-        cpu::stack(std::vector<Tensor>{a, b}, 0);
+        cpu::index_kernels.stack(std::vector<Tensor>{a, b}, 0);
       },
       {"stack", "shape [2, 3]", "got [3, 2] for tensor 1"}, {a, b});
   require_error(
       [&] {
-        cpu::stack(std::vector<Tensor>{a, c}, 0);
+        cpu::index_kernels.stack(std::vector<Tensor>{a, c}, 0);
       },
       {"stack", "dtype float32", "got int64 for tensor 1"}, {a, c});
   require_error(
       [&] {
-        cpu::stack(std::vector<Tensor>{a, a}, 3);
+        cpu::index_kernels.stack(std::vector<Tensor>{a, a}, 3);
       },
       {"stack", "dim out of range", "got 3"}, {a});
   require_error(
       [&] {
-        cpu::stack(std::vector<Tensor>{a, a}, -4);
+        cpu::index_kernels.stack(std::vector<Tensor>{a, a}, -4);
       },
       {"stack", "dim out of range", "got -4"}, {a});
 }
@@ -494,7 +498,7 @@ TEST_CASE("gather matches the loop reference for every dtype and layout", "[inde
               random_index(index_sizes, 0, x_sizes[d], rng, kInt64,
                            layout == Layout::Stepped ? layout : Layout::Transposed);
           CAPTURE(dtype_name(dtype), int(layout), rank, dim);
-          require_equal(cpu::gather(x, dim, index),
+          require_equal(cpu::index_kernels.gather(x, dim, index),
                         build(ref_gather(read(x), d, read(index)), dtype));
         }
       }
@@ -506,17 +510,17 @@ TEST_CASE("gather with 0-d and empty operands", "[index][gather]") {
   std::mt19937_64 rng(302);
   const Tensor x = random_tensor({5}, kFloat64, rng);
   const Tensor scalar = tensor(std::vector<int64_t>{3}, Shape{});
-  const Tensor picked = cpu::gather(x, 0, scalar);
+  const Tensor picked = cpu::index_kernels.gather(x, 0, scalar);
   REQUIRE(picked.dim() == 0);
   REQUIRE(picked.item<double>() == x.to_vector<double>()[3]);
   // A 0-d input counts as 1-D of size 1.
   const Tensor s = scalar_tensor(2.5, kBFloat16);
-  require_equal(cpu::gather(s, -1, zeros({3}, kInt64)), full({3}, 2.5, kBFloat16));
-  require_equal(cpu::gather(s, 0, zeros({}, kInt64)), s);
+  require_equal(cpu::index_kernels.gather(s, -1, zeros({3}, kInt64)), full({3}, 2.5, kBFloat16));
+  require_equal(cpu::index_kernels.gather(s, 0, zeros({}, kInt64)), s);
   // An empty index gives an empty result, whatever x holds.
   const Tensor y = random_tensor({2, 3}, kFloat16, rng);
-  REQUIRE(sizes_of(cpu::gather(y, 1, empty({2, 0}, kInt64))) == Sizes{2, 0});
-  REQUIRE(sizes_of(cpu::gather(y, 0, empty({0, 3}, kInt64))) == Sizes{0, 3});
+  REQUIRE(sizes_of(cpu::index_kernels.gather(y, 1, empty({2, 0}, kInt64))) == Sizes{2, 0});
+  REQUIRE(sizes_of(cpu::index_kernels.gather(y, 0, empty({0, 3}, kInt64))) == Sizes{0, 3});
 }
 
 TEST_CASE("gather errors name the problem and leave inputs unchanged", "[index][gather][errors]") {
@@ -528,20 +532,21 @@ TEST_CASE("gather errors name the problem and leave inputs unchanged", "[index][
   const Tensor int32 = tensor(std::vector<int32_t>{0, 1}, Shape{1, 2});
   const Tensor flat = tensor(std::vector<int64_t>{0, 1});
   const Tensor wide = zeros({1, 5}, kInt64);
-  require_error([&] { cpu::gather(x, 1, too_big); },
+  require_error([&] { cpu::index_kernels.gather(x, 1, too_big); },
                 {"gather", "index 4 is out of range for dim 1 of size 4"}, {x, too_big});
-  require_error([&] { cpu::gather(x, 1, negative); },
+  require_error([&] { cpu::index_kernels.gather(x, 1, negative); },
                 {"gather", "index -1 is out of range for dim 1 of size 4", "negative"},
                 {x, negative});
-  require_error([&] { cpu::gather(x, 0, floats); }, {"gather", "int64", "got float32"},
-                {x, floats});
-  require_error([&] { cpu::gather(x, 0, int32); }, {"gather", "int64", "got int32"}, {x, int32});
-  require_error([&] { cpu::gather(x, 0, flat); },
+  require_error([&] { cpu::index_kernels.gather(x, 0, floats); },
+                {"gather", "int64", "got float32"}, {x, floats});
+  require_error([&] { cpu::index_kernels.gather(x, 0, int32); }, {"gather", "int64", "got int32"},
+                {x, int32});
+  require_error([&] { cpu::index_kernels.gather(x, 0, flat); },
                 {"gather", "as many dims as the input (2)", "got 1"}, {x, flat});
-  require_error([&] { cpu::gather(x, 0, wide); },
+  require_error([&] { cpu::index_kernels.gather(x, 0, wide); },
                 {"gather", "index.size(1) <= input.size(1) = 4", "got 5"}, {x, wide});
-  require_error([&] { cpu::gather(x, 2, too_big); }, {"gather", "dim out of range", "got 2"},
-                {x, too_big});
+  require_error([&] { cpu::index_kernels.gather(x, 2, too_big); },
+                {"gather", "dim out of range", "got 2"}, {x, too_big});
 }
 
 TEST_CASE("scatter_add matches the loop reference with duplicate indices", "[index][scatter_add]") {
@@ -563,7 +568,7 @@ TEST_CASE("scatter_add matches the loop reference with duplicate indices", "[ind
           const Tensor src = random_tensor(src_sizes, dtype, rng, layout);
           const std::vector<double> before = self.to_vector<double>();
           CAPTURE(dtype_name(dtype), int(layout), rank, dim);
-          const Tensor out = cpu::scatter_add(self, dim, index, src);
+          const Tensor out = cpu::index_kernels.scatter_add(self, dim, index, src);
           require_equal(
               out, build(ref_scatter_add(read(self), d, read(index), read(src), dtype), dtype));
           REQUIRE(self.to_vector<double>() == before);
@@ -581,23 +586,25 @@ TEST_CASE("scatter_add sums 16-bit duplicates in float32 and rounds once", "[ind
     const Tensor self = full({2}, big, dtype);
     const Tensor index = zeros({4}, kInt64);
     const Tensor src = ones({4}, dtype);
-    const Tensor out = cpu::scatter_add(self, 0, index, src);
+    const Tensor out = cpu::index_kernels.scatter_add(self, 0, index, src);
     REQUIRE(out.to_vector<double>() == std::vector<double>{big + 4, big});
-    const Tensor added = cpu::index_add(self, 0, index, src);
+    const Tensor added = cpu::index_kernels.index_add(self, 0, index, src);
     REQUIRE(added.to_vector<double>() == std::vector<double>{big + 4, big});
     const std::vector<Tensor> indices = {index};
-    const Tensor put = cpu::index_put(self, indices, src, /*accumulate=*/true);
+    const Tensor put = cpu::index_kernels.index_put(self, indices, src, /*accumulate=*/true);
     REQUIRE(put.to_vector<double>() == std::vector<double>{big + 4, big});
   }
 }
 
 TEST_CASE("scatter_add with 0-d and empty operands", "[index][scatter_add]") {
   const Tensor s = scalar_tensor(1.5);
-  const Tensor out = cpu::scatter_add(s, 0, zeros({3}, kInt64), full({3}, 2.0, kFloat32));
+  const Tensor out =
+      cpu::index_kernels.scatter_add(s, 0, zeros({3}, kInt64), full({3}, 2.0, kFloat32));
   REQUIRE(out.dim() == 0);
   REQUIRE(out.item<double>() == 7.5);
   const Tensor self = ones({2, 3}, kInt64);
-  require_equal(cpu::scatter_add(self, 1, empty({2, 0}, kInt64), empty({2, 0}, kInt64)), self);
+  require_equal(
+      cpu::index_kernels.scatter_add(self, 1, empty({2, 0}, kInt64), empty({2, 0}, kInt64)), self);
 }
 
 TEST_CASE("scatter_add errors name the problem and leave inputs unchanged",
@@ -614,31 +621,31 @@ TEST_CASE("scatter_add errors name the problem and leave inputs unchanged",
   const Tensor tall = zeros({4, 1}, kInt64);
   const Tensor narrow_src = random_tensor({3, 1}, kFloat32, rng);
   const Tensor index = zeros({3, 2}, kInt64);
-  require_error([&] { cpu::scatter_add(self, 0, too_big, src); },
+  require_error([&] { cpu::index_kernels.scatter_add(self, 0, too_big, src); },
                 {"scatter_add", "index 3 is out of range for dim 0 of size 3"},
                 {self, too_big, src});
-  require_error([&] { cpu::scatter_add(self, 1, negative, src); },
+  require_error([&] { cpu::index_kernels.scatter_add(self, 1, negative, src); },
                 {"scatter_add", "index -2 is out of range for dim 1 of size 4", "negative"},
                 {self, negative, src});
-  require_error([&] { cpu::scatter_add(self, 0, floats, src); },
+  require_error([&] { cpu::index_kernels.scatter_add(self, 0, floats, src); },
                 {"scatter_add", "int64", "got float32"}, {self, floats, src});
-  require_error([&] { cpu::scatter_add(self, 0, flat, src); },
+  require_error([&] { cpu::index_kernels.scatter_add(self, 0, flat, src); },
                 {"scatter_add", "as many dims as self (2)", "got 1"}, {self, flat, src});
-  require_error([&] { cpu::scatter_add(self, 0, wide, src); },
+  require_error([&] { cpu::index_kernels.scatter_add(self, 0, wide, src); },
                 {"scatter_add", "index.size(1) <= src.size(1) = 4", "got 5"}, {self, wide, src});
   require_error(
       [&] {
-        cpu::scatter_add(self, 1, tall, random_tensor({4, 4}, kFloat32, rng));
+        cpu::index_kernels.scatter_add(self, 1, tall, random_tensor({4, 4}, kFloat32, rng));
       },
       {"scatter_add", "index.size(0) <= self.size(0) = 3", "got 4"}, {self, tall});
-  require_error([&] { cpu::scatter_add(self, 1, index, narrow_src); },
+  require_error([&] { cpu::index_kernels.scatter_add(self, 1, index, narrow_src); },
                 {"scatter_add", "index.size(1) <= src.size(1) = 1", "got 2"},
                 {self, index, narrow_src});
-  require_error([&] { cpu::scatter_add(self, 0, index, src_half); },
+  require_error([&] { cpu::index_kernels.scatter_add(self, 0, index, src_half); },
                 {"scatter_add", "src of dtype float32", "got float16"}, {self, index, src_half});
   require_error(
       [&] {
-        cpu::scatter_add(self, 0, zeros({3, 2, 1}, kInt64), src);
+        cpu::index_kernels.scatter_add(self, 0, zeros({3, 2, 1}, kInt64), src);
       },
       {"scatter_add", "as many dims as self (2)", "got 3"}, {self, src});
 }
@@ -659,7 +666,7 @@ TEST_CASE("index_select matches the loop reference for every dtype and layout",
             const int64_t n = int64_t(rng() % 6);
             const Tensor index = random_index({n}, 0, x_sizes[d], rng, index_dtype, layout);
             CAPTURE(dtype_name(dtype), int(layout), dtype_name(index_dtype), rank, dim, n);
-            require_equal(cpu::index_select(x, dim, index),
+            require_equal(cpu::index_kernels.index_select(x, dim, index),
                           build(ref_index_select(read(x), d, index.to_vector<double>()), dtype));
           }
         }
@@ -672,12 +679,13 @@ TEST_CASE("index_select with 0-d and large operands", "[index][index_select]") {
   std::mt19937_64 rng(502);
   SECTION("a 0-d index keeps the dim with size 1") {
     const Tensor x = random_tensor({3, 4}, kFloat16, rng);
-    const Tensor out = cpu::index_select(x, 1, tensor(std::vector<int32_t>{2}, Shape{}));
+    const Tensor out =
+        cpu::index_kernels.index_select(x, 1, tensor(std::vector<int32_t>{2}, Shape{}));
     require_equal(out, x.narrow(1, 2, 1).contiguous());
   }
   SECTION("a 0-d input takes one index and stays 0-d") {
     const Tensor s = scalar_tensor(int64_t{9});
-    const Tensor out = cpu::index_select(s, 0, zeros({1}, kInt64));
+    const Tensor out = cpu::index_kernels.index_select(s, 0, zeros({1}, kInt64));
     REQUIRE(out.dim() == 0);
     REQUIRE(out.item<int64_t>() == 9);
   }
@@ -685,7 +693,8 @@ TEST_CASE("index_select with 0-d and large operands", "[index][index_select]") {
     for (Layout layout : {Layout::Contiguous, Layout::Transposed}) {
       const Tensor x = random_tensor({300, 200}, kBFloat16, rng, layout);
       const Tensor index = random_index({500}, 0, 300, rng);
-      const Tensor out = with_threads(3, [&] { return cpu::index_select(x, 0, index); });
+      const Tensor out =
+          with_threads(3, [&] { return cpu::index_kernels.index_select(x, 0, index); });
       require_equal(out, build(ref_index_select(read(x), 0, index.to_vector<double>()), kBFloat16));
     }
   }
@@ -700,18 +709,18 @@ TEST_CASE("index_select errors name the problem and leave inputs unchanged",
   const Tensor floats = tensor({0.0, 1.0});
   const Tensor matrix = zeros({2, 2}, kInt64);
   const Tensor two = zeros({2}, kInt64);
-  require_error([&] { cpu::index_select(x, 1, too_big); },
+  require_error([&] { cpu::index_kernels.index_select(x, 1, too_big); },
                 {"index_select", "index 4 is out of range for dim 1 of size 4"}, {x, too_big});
-  require_error([&] { cpu::index_select(x, -2, negative); },
+  require_error([&] { cpu::index_kernels.index_select(x, -2, negative); },
                 {"index_select", "index -1 is out of range for dim 0 of size 3", "negative"},
                 {x, negative});
-  require_error([&] { cpu::index_select(x, 0, floats); },
+  require_error([&] { cpu::index_kernels.index_select(x, 0, floats); },
                 {"index_select", "int64 or int32", "got float32"}, {x, floats});
-  require_error([&] { cpu::index_select(x, 0, matrix); },
+  require_error([&] { cpu::index_kernels.index_select(x, 0, matrix); },
                 {"index_select", "1-D or 0-d index", "2-D index of shape [2, 2]"}, {x, matrix});
-  require_error([&] { cpu::index_select(scalar_tensor(1.0), 0, two); },
+  require_error([&] { cpu::index_kernels.index_select(scalar_tensor(1.0), 0, two); },
                 {"index_select", "exactly one index", "got 2"}, {two});
-  require_error([&] { cpu::index_select(x, 2, two); },
+  require_error([&] { cpu::index_kernels.index_select(x, 2, two); },
                 {"index_select", "dim out of range", "got 2"}, {x, two});
 }
 
@@ -733,7 +742,7 @@ TEST_CASE("index_add matches the loop reference with duplicate indices", "[index
             const std::vector<double> before = self.to_vector<double>();
             CAPTURE(dtype_name(dtype), int(layout), dtype_name(index_dtype), rank, dim, n);
             require_equal(
-                cpu::index_add(self, dim, index, source),
+                cpu::index_kernels.index_add(self, dim, index, source),
                 build(ref_index_add(read(self), d, index.to_vector<double>(), read(source), dtype),
                       dtype));
             REQUIRE(self.to_vector<double>() == before);
@@ -746,11 +755,13 @@ TEST_CASE("index_add matches the loop reference with duplicate indices", "[index
 
 TEST_CASE("index_add with 0-d and empty operands", "[index][index_add]") {
   const Tensor s = scalar_tensor(1.0, kFloat64);
-  const Tensor out = cpu::index_add(s, 0, zeros({}, kInt64), scalar_tensor(2.0, kFloat64));
+  const Tensor out =
+      cpu::index_kernels.index_add(s, 0, zeros({}, kInt64), scalar_tensor(2.0, kFloat64));
   REQUIRE(out.dim() == 0);
   REQUIRE(out.item<double>() == 3.0);
   const Tensor self = ones({3, 2}, kFloat32);
-  require_equal(cpu::index_add(self, 0, empty({0}, kInt64), empty({0, 2}, kFloat32)), self);
+  require_equal(cpu::index_kernels.index_add(self, 0, empty({0}, kInt64), empty({0, 2}, kFloat32)),
+                self);
 }
 
 TEST_CASE("index_add errors name the problem and leave inputs unchanged",
@@ -766,25 +777,25 @@ TEST_CASE("index_add errors name the problem and leave inputs unchanged",
   const Tensor source_wide = random_tensor({2, 5}, kFloat32, rng);
   const Tensor source_half = random_tensor({2, 4}, kFloat16, rng);
   const Tensor source_flat = random_tensor({8}, kFloat32, rng);
-  require_error([&] { cpu::index_add(self, 0, too_big, source); },
+  require_error([&] { cpu::index_kernels.index_add(self, 0, too_big, source); },
                 {"index_add", "index 3 is out of range for dim 0 of size 3"},
                 {self, too_big, source});
-  require_error([&] { cpu::index_add(self, 0, negative, source); },
+  require_error([&] { cpu::index_kernels.index_add(self, 0, negative, source); },
                 {"index_add", "index -3 is out of range for dim 0 of size 3", "negative"},
                 {self, negative, source});
-  require_error([&] { cpu::index_add(self, 0, floats, source); },
+  require_error([&] { cpu::index_kernels.index_add(self, 0, floats, source); },
                 {"index_add", "int64 or int32", "got float32"}, {self, floats, source});
-  require_error([&] { cpu::index_add(self, 0, three, source); },
+  require_error([&] { cpu::index_kernels.index_add(self, 0, three, source); },
                 {"index_add", "source.size(0) == 3", "got 2"}, {self, three, source});
-  require_error([&] { cpu::index_add(self, 0, two, source_wide); },
+  require_error([&] { cpu::index_kernels.index_add(self, 0, two, source_wide); },
                 {"index_add", "source.size(1) == 4", "got 5"}, {self, two, source_wide});
-  require_error([&] { cpu::index_add(self, 0, two, source_half); },
+  require_error([&] { cpu::index_kernels.index_add(self, 0, two, source_half); },
                 {"index_add", "source of dtype float32", "got float16"}, {self, two, source_half});
-  require_error([&] { cpu::index_add(self, 0, two, source_flat); },
+  require_error([&] { cpu::index_kernels.index_add(self, 0, two, source_flat); },
                 {"index_add", "as many dims as self (2)", "got 1"}, {self, two, source_flat});
   require_error(
       [&] {
-        cpu::index_add(self, 0, zeros({2, 1}, kInt64), source);
+        cpu::index_kernels.index_add(self, 0, zeros({2, 1}, kInt64), source);
       },
       {"index_add", "1-D or 0-d index"}, {self, source});
 }
@@ -820,7 +831,8 @@ TEST_CASE("index_put matches the loop reference for every dtype and layout", "[i
               if (shape_kind == 2) value_sizes = {};
               const Tensor values = random_tensor(value_sizes, dtype, rng, layout);
               CAPTURE(dtype_name(dtype), int(layout), accumulate_values, rank, K, M, shape_kind);
-              const Tensor out = cpu::index_put(self, indices, values, accumulate_values);
+              const Tensor out =
+                  cpu::index_kernels.index_put(self, indices, values, accumulate_values);
               require_equal(out, build(ref_index_put(read(self), index_refs, read(values),
                                                      accumulate_values, dtype),
                                        dtype));
@@ -837,22 +849,23 @@ TEST_CASE("index_put with duplicates: the last write wins or the writes sum",
   const Tensor self = zeros({3, 2}, kFloat32);
   const std::vector<Tensor> indices = {tensor(std::vector<int64_t>{1, -2, 0, 1})};
   const Tensor values = tensor({1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0}, Shape{4, 2});
-  require_equal(cpu::index_put(self, indices, values, false),
+  require_equal(cpu::index_kernels.index_put(self, indices, values, false),
                 tensor({5.0, 6.0, 7.0, 8.0, 0.0, 0.0}, Shape{3, 2}));
-  require_equal(cpu::index_put(self, indices, values, true),
+  require_equal(cpu::index_kernels.index_put(self, indices, values, true),
                 tensor({5.0, 6.0, 1.0 + 3.0 + 7.0, 2.0 + 4.0 + 8.0, 0.0, 0.0}, Shape{3, 2}));
   // Two 1-D indices pick elements; 0-d indices pick a single element.
   const Tensor grid = zeros({2, 3}, kInt64);
   const std::vector<Tensor> pairs = {tensor(std::vector<int64_t>{0, 1, 0}),
                                      tensor(std::vector<int64_t>{2, 0, 2})};
-  require_equal(cpu::index_put(grid, pairs, tensor(std::vector<int64_t>{4, 5, 6}), true),
-                tensor(std::vector<int64_t>{0, 0, 10, 5, 0, 0}, Shape{2, 3}));
+  require_equal(
+      cpu::index_kernels.index_put(grid, pairs, tensor(std::vector<int64_t>{4, 5, 6}), true),
+      tensor(std::vector<int64_t>{0, 0, 10, 5, 0, 0}, Shape{2, 3}));
   const std::vector<Tensor> point = {zeros({}, kInt64), full({}, -1, kInt64)};
-  require_equal(cpu::index_put(grid, point, scalar_tensor(int64_t{7}), false),
+  require_equal(cpu::index_kernels.index_put(grid, point, scalar_tensor(int64_t{7}), false),
                 tensor(std::vector<int64_t>{0, 0, 7, 0, 0, 0}, Shape{2, 3}));
   // Empty indices change nothing.
   const std::vector<Tensor> none = {empty({0}, kInt64)};
-  require_equal(cpu::index_put(self, none, scalar_tensor(1.0), true), self);
+  require_equal(cpu::index_kernels.index_put(self, none, scalar_tensor(1.0), true), self);
 }
 
 TEST_CASE("index_put errors name the problem and leave inputs unchanged",
@@ -869,7 +882,7 @@ TEST_CASE("index_put errors name the problem and leave inputs unchanged",
   const Tensor values_half = random_tensor({2, 4}, kFloat16, rng);
   const Tensor values_wide = random_tensor({2, 5}, kFloat32, rng);
   const auto put = [&](std::vector<Tensor> indices, const Tensor& v) {
-    return cpu::index_put(self, indices, v, true);
+    return cpu::index_kernels.index_put(self, indices, v, true);
   };
   require_error([&] { put({too_big}, values); },
                 {"index_put", "index 3 is out of range for dim 0 of size 3"},
@@ -925,12 +938,12 @@ TEST_CASE("one_hot matches the loop reference", "[index][one_hot]") {
           expected.values[m * size_t(C) + size_t(classes[m])] = 1.0;
         }
         CAPTURE(int(layout), rank, num_classes);
-        require_equal(cpu::one_hot(x, num_classes), build(expected, kInt64));
+        require_equal(cpu::index_kernels.one_hot(x, num_classes), build(expected, kInt64));
       }
     }
   }
-  REQUIRE(sizes_of(cpu::one_hot(empty({0, 2}, kInt64), 4)) == Sizes{0, 2, 4});
-  REQUIRE(sizes_of(cpu::one_hot(empty({0}, kInt64), 0)) == Sizes{0, 0});
+  REQUIRE(sizes_of(cpu::index_kernels.one_hot(empty({0, 2}, kInt64), 4)) == Sizes{0, 2, 4});
+  REQUIRE(sizes_of(cpu::index_kernels.one_hot(empty({0}, kInt64), 0)) == Sizes{0, 0});
 }
 
 TEST_CASE("one_hot errors name the problem and leave inputs unchanged",
@@ -938,13 +951,15 @@ TEST_CASE("one_hot errors name the problem and leave inputs unchanged",
   const Tensor x = tensor(std::vector<int64_t>{0, 3, 1});
   const Tensor negative = tensor(std::vector<int64_t>{0, -1});
   const Tensor floats = tensor({0.0, 1.0});
-  require_error([&] { cpu::one_hot(x, 3); },
+  require_error([&] { cpu::index_kernels.one_hot(x, 3); },
                 {"one_hot", "class index 3 is out of range", "dim 1 of size num_classes = 3"}, {x});
-  require_error([&] { cpu::one_hot(negative, -1); }, {"one_hot", "class index -1 is out of range"},
-                {negative});
-  require_error([&] { cpu::one_hot(floats, 3); }, {"one_hot", "int64", "got float32"}, {floats});
-  require_error([&] { cpu::one_hot(empty({0}, kInt64), -1); }, {"one_hot", "empty tensor"}, {});
-  require_error([&] { cpu::one_hot(x, -2); }, {"one_hot", "num_classes = -2"}, {x});
+  require_error([&] { cpu::index_kernels.one_hot(negative, -1); },
+                {"one_hot", "class index -1 is out of range"}, {negative});
+  require_error([&] { cpu::index_kernels.one_hot(floats, 3); }, {"one_hot", "int64", "got float32"},
+                {floats});
+  require_error([&] { cpu::index_kernels.one_hot(empty({0}, kInt64), -1); },
+                {"one_hot", "empty tensor"}, {});
+  require_error([&] { cpu::index_kernels.one_hot(x, -2); }, {"one_hot", "num_classes = -2"}, {x});
 }
 
 // ---- masked_fill, where -------------------------------------------------------------------------
@@ -1045,41 +1060,6 @@ TEST_CASE("where errors name the problem and leave inputs unchanged", "[index][w
                 {"where", "the condition of shape [5, 1]", "cannot be broadcast"}, {c_wrong, a, b});
 }
 
-// ---- split, chunk sizes -------------------------------------------------------------------------
-
-TEST_CASE("split_sizes and chunk_sizes follow torch", "[index][split]") {
-  using V = std::vector<int64_t>;
-  REQUIRE(cpu::split_sizes(10, 3) == V{3, 3, 3, 1});
-  REQUIRE(cpu::split_sizes(9, 3) == V{3, 3, 3});
-  REQUIRE(cpu::split_sizes(2, 5) == V{2});
-  REQUIRE(cpu::split_sizes(0, 3) == V{0});
-  REQUIRE(cpu::split_sizes(0, 0) == V{0});
-  REQUIRE(cpu::chunk_sizes(10, 3) == V{4, 4, 2});
-  REQUIRE(cpu::chunk_sizes(5, 4) == V{2, 2, 1});  // fewer chunks than asked
-  REQUIRE(cpu::chunk_sizes(6, 4) == V{2, 2, 2});
-  REQUIRE(cpu::chunk_sizes(3, 5) == V{1, 1, 1});
-  REQUIRE(cpu::chunk_sizes(0, 3) == V{0, 0, 0});
-  REQUIRE(cpu::chunk_sizes(7, 1) == V{7});
-  // Every split covers the dim exactly.
-  for (int64_t size = 0; size <= 20; ++size) {
-    for (int64_t step = 1; step <= 7; ++step) {
-      const V pieces = cpu::split_sizes(size, step);
-      int64_t total = 0;
-      for (int64_t p : pieces) total += p;
-      REQUIRE(total == size);
-      const V chunks = cpu::chunk_sizes(size, step);
-      total = 0;
-      for (int64_t p : chunks) total += p;
-      REQUIRE(total == size);
-      REQUIRE(int64_t(chunks.size()) <= step);
-    }
-  }
-  REQUIRE_THROWS_WITH(cpu::split_sizes(5, 0),
-                      Contains("split_size can be 0 only") && Contains("size 5"));
-  REQUIRE_THROWS_WITH(cpu::split_sizes(5, -1), Contains("split_size >= 0, got -1"));
-  REQUIRE_THROWS_WITH(cpu::chunk_sizes(5, 0), Contains("chunks > 0, got 0"));
-}
-
 // ---- threads ------------------------------------------------------------------------------------
 
 TEST_CASE("accumulating kernels give the same bits on any number of threads", "[index][threads]") {
@@ -1090,7 +1070,7 @@ TEST_CASE("accumulating kernels give the same bits on any number of threads", "[
       const Tensor self = random_tensor({64, 600}, dtype, rng);
       const Tensor index = random_index({400}, 0, 64, rng);
       const Tensor source = random_tensor({400, 600}, dtype, rng, Layout::Transposed);
-      const auto run = [&] { return cpu::index_add(self, 0, index, source); };
+      const auto run = [&] { return cpu::index_kernels.index_add(self, 0, index, source); };
       const Tensor one = with_threads(1, run), three = with_threads(3, run);
       REQUIRE(one.to_vector<double>() == three.to_vector<double>());
       require_equal(
@@ -1101,7 +1081,7 @@ TEST_CASE("accumulating kernels give the same bits on any number of threads", "[
       const Tensor self = random_tensor({50, 700}, dtype, rng);
       const Tensor index = random_index({120, 700}, 0, 50, rng);
       const Tensor src = random_tensor({120, 700}, dtype, rng);
-      const auto run = [&] { return cpu::scatter_add(self, 0, index, src); };
+      const auto run = [&] { return cpu::index_kernels.scatter_add(self, 0, index, src); };
       const Tensor one = with_threads(1, run), three = with_threads(3, run);
       REQUIRE(one.to_vector<double>() == three.to_vector<double>());
       require_equal(three,
@@ -1113,7 +1093,9 @@ TEST_CASE("accumulating kernels give the same bits on any number of threads", "[
                                            random_index({900}, 0, 30, rng)};
       const Tensor values = random_tensor({900, 50}, dtype, rng);
       for (bool accumulate_values : {false, true}) {
-        const auto run = [&] { return cpu::index_put(self, indices, values, accumulate_values); };
+        const auto run = [&] {
+          return cpu::index_kernels.index_put(self, indices, values, accumulate_values);
+        };
         const Tensor one = with_threads(1, run), three = with_threads(3, run);
         REQUIRE(one.to_vector<double>() == three.to_vector<double>());
         require_equal(three, build(ref_index_put(read(self), {read(indices[0]), read(indices[1])},

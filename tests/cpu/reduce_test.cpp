@@ -1,9 +1,7 @@
-// Tests for halfgrad/cpu/reduce.h: every kernel against a float64 reference computed here
-// with plain loops, over dtypes, shapes (0-d, size-1 dims, odd sizes, sizes large enough to
-// run in parallel and in pieces), strided inputs, dim sets and keepdim; then NaN and inf,
-// empty reductions, errors, accuracy of float16 sums and determinism across thread counts.
-#include "halfgrad/cpu/reduce.h"
-
+// Tests for cpu::reduce_kernels (kernel/reduce.h): every kernel against a float64 reference
+// computed here with plain loops, over dtypes, shapes (0-d, size-1 dims, odd sizes, sizes large
+// enough to run in parallel and in pieces), strided inputs, dim sets and keepdim; then NaN and
+// inf, empty reductions, errors, accuracy of float16 sums and determinism across thread counts.
 #include <omp.h>
 
 #include <algorithm>
@@ -20,12 +18,16 @@
 #include "halfgrad/core/factory.h"
 #include "halfgrad/core/format.h"
 #include "halfgrad/core/random.h"
+#include "halfgrad/cpu/kernels.h"
+#include "halfgrad/kernel/checks.h"
 
 using namespace hg;
 using Catch::Contains;
-using cpu::Reduction;
+using kernel::Reduction;
 
 namespace {
+
+const kernel::ReduceKernels& K = cpu::reduce_kernels;
 
 constexpr std::array<DType, 4> kFloatTypes = {kFloat32, kFloat16, kBFloat16, kFloat64};
 constexpr double kInf = std::numeric_limits<double>::infinity();
@@ -297,8 +299,8 @@ std::string describe(const Tensor& x, const Shape& dims, bool keepdim, DType out
 void check_reduce_all_dims(Reduction op, const Tensor& x, DType out, double p = 2.0) {
   for (const Shape& dims : dim_sets(x.dim())) {
     for (bool keepdim : {false, true}) {
-      INFO(cpu::reduction_name(op) << " p=" << p << ": " << describe(x, dims, keepdim, out));
-      const Tensor got = cpu::reduce(op, x, dims, keepdim, out, p);
+      INFO(kernel::reduction_name(op) << " p=" << p << ": " << describe(x, dims, keepdim, out));
+      const Tensor got = K.reduce(op, x, dims, keepdim, out, p);
       const Groups groups = group_by_output(x, dims, keepdim);
       std::vector<Expected> expected;
       for (const auto& group : groups.values) {
@@ -384,8 +386,8 @@ TEST_CASE("reduce of large inputs runs in parallel and in pieces and stays accur
         for (Reduction op :
              {Reduction::Sum, Reduction::Amax, Reduction::LogSumExp, Reduction::Norm}) {
           const DType out = dtype == kFloat16 ? kFloat32 : dtype;
-          INFO(cpu::reduction_name(op) << ": " << describe(x, dims, false, out));
-          const Tensor got = cpu::reduce(op, x, dims, false, out);
+          INFO(kernel::reduction_name(op) << ": " << describe(x, dims, false, out));
+          const Tensor got = K.reduce(op, x, dims, false, out, 2.0);
           const Groups groups = group_by_output(x, dims, false);
           std::vector<Expected> expected;
           for (const auto& group : groups.values) {
@@ -418,11 +420,11 @@ TEST_CASE("reduce of integer and bool inputs accumulates exactly in int64", "[re
 
   // bool sums count the true values; an int32 sum is an int64 sum rounded to the out dtype.
   const Tensor flags = from_values({1, 0, 1, 1, 0, 1}, {2, 3}, kBool);
-  CHECK(cpu::reduce(Reduction::Sum, flags, {}, false, kInt64).item<int64_t>() == 4);
-  CHECK(cpu::reduce(Reduction::Sum, flags, {1}, false, kInt64).to_vector<int64_t>() ==
+  CHECK(K.reduce(Reduction::Sum, flags, {}, false, kInt64, 2.0).item<int64_t>() == 4);
+  CHECK(K.reduce(Reduction::Sum, flags, {1}, false, kInt64, 2.0).to_vector<int64_t>() ==
         std::vector<int64_t>{2, 2});
   const Tensor big = full({3}, int64_t(1) << 62, kInt64);
-  CHECK(cpu::reduce(Reduction::Sum, big, {}, false, kFloat64).item<double>() ==
+  CHECK(K.reduce(Reduction::Sum, big, {}, false, kFloat64, 2.0).item<double>() ==
         -double(uint64_t(1) << 62));  // wraps as int64 does: 3 * 2^62 - 2^64 = -2^62
 }
 
@@ -440,8 +442,8 @@ TEST_CASE("reduce leaves its input untouched and returns a new tensor", "[reduce
   manual_seed(700);
   const Tensor x = randn({5, 6}, kFloat16).transpose(0, 1);
   const std::vector<double> before = x.to_vector<double>();
-  const Tensor s = cpu::reduce(Reduction::Sum, x, {0}, true, kFloat16);
-  const Tensor l = cpu::reduce(Reduction::LogSumExp, x, {1}, false, kFloat16);
+  const Tensor s = K.reduce(Reduction::Sum, x, {0}, true, kFloat16, 2.0);
+  const Tensor l = K.reduce(Reduction::LogSumExp, x, {1}, false, kFloat16, 2.0);
   CHECK(x.to_vector<double>() == before);
   CHECK(x.strides() == Shape{1, 6});
   CHECK_FALSE(s.shares_storage(x));
@@ -462,15 +464,15 @@ TEST_CASE("float16 and bfloat16 sums accumulate in float not in 16 bits", "[redu
     const double exact = std::accumulate(rounded.begin(), rounded.end(), 0.0);
     INFO("dtype " << dtype << ", exact sum " << exact);
 
-    const double sum = cpu::reduce(Reduction::Sum, x, {}, false, kFloat32).item<double>();
+    const double sum = K.reduce(Reduction::Sum, x, {}, false, kFloat32, 2.0).item<double>();
     CHECK(std::fabs(sum - exact) <= 1e-5 * exact);
-    const double mean = cpu::reduce(Reduction::Mean, x, {}, false, dtype).item<double>();
+    const double mean = K.reduce(Reduction::Mean, x, {}, false, dtype, 2.0).item<double>();
     CHECK(std::fabs(mean - exact / 1e5) <= output_eps(dtype) * exact / 1e5);
     // Rounded once at the output: the float16 sum (over 65504) overflows to inf.
     if (dtype == kFloat16) {
-      CHECK(cpu::reduce(Reduction::Sum, x, {}, false, kFloat16).item<double>() == kInf);
+      CHECK(K.reduce(Reduction::Sum, x, {}, false, kFloat16, 2.0).item<double>() == kInf);
     }
-    const double norm = cpu::reduce(Reduction::Norm, x, {}, false, kFloat32).item<double>();
+    const double norm = K.reduce(Reduction::Norm, x, {}, false, kFloat32, 2.0).item<double>();
     double squares = 0;
     for (double v : rounded) squares += v * v;
     CHECK(std::fabs(norm - std::sqrt(squares)) <= 1e-5 * std::sqrt(squares));
@@ -485,18 +487,18 @@ TEST_CASE("NaN propagates through every reduction", "[reduce]") {
     const Tensor x = from_values({1, 2, kNaN, 4, -5, 6, 7, 8}, {2, 4}, dtype);
     for (Reduction op : {Reduction::Sum, Reduction::Prod, Reduction::Mean, Reduction::Amax,
                          Reduction::Amin, Reduction::LogSumExp, Reduction::Norm}) {
-      INFO(cpu::reduction_name(op));
-      const std::vector<double> rows = cpu::reduce(op, x, {1}, false, dtype).to_vector<double>();
+      INFO(kernel::reduction_name(op));
+      const std::vector<double> rows = K.reduce(op, x, {1}, false, dtype, 2.0).to_vector<double>();
       CHECK(std::isnan(rows[0]));
       CHECK_FALSE(std::isnan(rows[1]));
-      CHECK(std::isnan(cpu::reduce(op, x, {}, false, dtype).item<double>()));
-      const std::vector<double> cols = cpu::reduce(op, x, {0}, false, dtype).to_vector<double>();
+      CHECK(std::isnan(K.reduce(op, x, {}, false, dtype, 2.0).item<double>()));
+      const std::vector<double> cols = K.reduce(op, x, {0}, false, dtype, 2.0).to_vector<double>();
       CHECK(std::isnan(cols[2]));
       CHECK_FALSE(std::isnan(cols[3]));
     }
-    CHECK(std::isnan(cpu::reduce(Reduction::Norm, x, {}, false, dtype, kInf).item<double>()));
-    CHECK(cpu::reduce(Reduction::Norm, x, {}, false, dtype, 0.0).item<double>() == 8.0);
-    CHECK(std::isnan(cpu::var(x, {}, 1, false, dtype).item<double>()));
+    CHECK(std::isnan(K.reduce(Reduction::Norm, x, {}, false, dtype, kInf).item<double>()));
+    CHECK(K.reduce(Reduction::Norm, x, {}, false, dtype, 0.0).item<double>() == 8.0);
+    CHECK(std::isnan(K.var(x, {}, 1, false, dtype).item<double>()));
   }
 }
 
@@ -504,8 +506,9 @@ TEST_CASE("logsumexp is stable and handles infinities", "[reduce]") {
   for (DType dtype : {kFloat32, kFloat64, kFloat16, kBFloat16}) {
     INFO("dtype " << dtype);
     const auto lse = [&](std::vector<double> values) {
-      return cpu::reduce(Reduction::LogSumExp, from_values(values, {int64_t(values.size())}, dtype),
-                         {}, false, kFloat64)
+      return K
+          .reduce(Reduction::LogSumExp, from_values(values, {int64_t(values.size())}, dtype), {},
+                  false, kFloat64, 2.0)
           .item<double>();
     };
     // exp(1000) overflows every dtype; the shifted sum does not.
@@ -524,16 +527,16 @@ TEST_CASE("max_dim and argmax pick the first extreme and the first NaN", "[reduc
   for (DType dtype : kFloatTypes) {
     INFO("dtype " << dtype);
     const Tensor x = from_values({3, 1, 3, -2, 5, 5, 0, kNaN, 2, kNaN, 9, 9}, {3, 4}, dtype);
-    auto [values, indices] = cpu::max_dim(x, 1, false);
+    auto [values, indices] = K.max_dim(x, 1, false);
     CHECK(indices.to_vector<int64_t>() == std::vector<int64_t>{0, 3, 1});
     CHECK(values.dtype() == dtype);
     const std::vector<double> v = values.to_vector<double>();
     CHECK(v[0] == 3);
     CHECK(std::isnan(v[1]));
     CHECK(std::isnan(v[2]));
-    CHECK(cpu::min_dim(x, 1, false).indices.to_vector<int64_t>() == std::vector<int64_t>{3, 3, 1});
-    CHECK(cpu::argmax(x, std::nullopt, false).item<int64_t>() == 7);
-    const Tensor columns = cpu::argmax(x, 0, true);
+    CHECK(K.min_dim(x, 1, false).indices.to_vector<int64_t>() == std::vector<int64_t>{3, 3, 1});
+    CHECK(K.argmax(x, std::nullopt, false).item<int64_t>() == 7);
+    const Tensor columns = K.argmax(x, 0, true);
     CHECK(columns.sizes() == Shape{1, 4});
     CHECK(columns.to_vector<int64_t>() == std::vector<int64_t>{1, 2, 2, 1});
   }
@@ -576,8 +579,8 @@ TEST_CASE("max_dim min_dim and argmax match the reference", "[reduce]") {
             INFO(describe(x, {dim}, keepdim, dtype));
             const Groups groups = group_by_output(x, {dim}, keepdim);
             for (bool is_max : {true, false}) {
-              const cpu::ValuesIndices got =
-                  is_max ? cpu::max_dim(x, dim, keepdim) : cpu::min_dim(x, dim, keepdim);
+              const kernel::ValuesIndices got =
+                  is_max ? K.max_dim(x, dim, keepdim) : K.min_dim(x, dim, keepdim);
               std::vector<Expected> values, indices;
               for (const auto& group : groups.values) {
                 const int64_t i = reference_arg(group, is_max);
@@ -587,7 +590,7 @@ TEST_CASE("max_dim min_dim and argmax match the reference", "[reduce]") {
               check_result(got.values, groups.out_shape, dtype, values);
               check_result(got.indices, groups.out_shape, kInt64, indices);
             }
-            check_result(cpu::argmax(x, dim, keepdim), groups.out_shape, kInt64, [&] {
+            check_result(K.argmax(x, dim, keepdim), groups.out_shape, kInt64, [&] {
               std::vector<Expected> indices;
               for (const auto& group : groups.values) {
                 indices.push_back({double(reference_arg(group, true))});
@@ -598,9 +601,9 @@ TEST_CASE("max_dim min_dim and argmax match the reference", "[reduce]") {
         }
         // No dim: the index into x flattened in row-major (logical) order.
         const std::vector<double> flat = x.to_vector<double>();
-        const Tensor flat_index = cpu::argmax(x, std::nullopt, false);
+        const Tensor flat_index = K.argmax(x, std::nullopt, false);
         check_result(flat_index, {}, kInt64, {{double(reference_arg(flat, true))}});
-        const Tensor kept = cpu::argmax(x, std::nullopt, true);
+        const Tensor kept = K.argmax(x, std::nullopt, true);
         CHECK(kept.sizes() == Shape(size_t(x.dim()), 1));
         CHECK(kept.item<int64_t>() == reference_arg(flat, true));
       }
@@ -610,13 +613,13 @@ TEST_CASE("max_dim min_dim and argmax match the reference", "[reduce]") {
 
 TEST_CASE("max_dim of bool and int32 inputs keeps the dtype", "[reduce]") {
   const Tensor b = from_values({0, 1, 1, 0, 0, 0}, {2, 3}, kBool);
-  const cpu::ValuesIndices m = cpu::max_dim(b, 1, false);
+  const kernel::ValuesIndices m = K.max_dim(b, 1, false);
   CHECK(m.values.dtype() == kBool);
   CHECK(m.values.to_vector<double>() == std::vector<double>{1, 0});
   CHECK(m.indices.to_vector<int64_t>() == std::vector<int64_t>{1, 0});
   const Tensor i = from_values({5, -7, 2, 9}, {4}, kInt32);
-  CHECK(cpu::min_dim(i, 0, true).values.to_vector<double>() == std::vector<double>{-7});
-  CHECK(cpu::min_dim(i, 0, true).values.sizes() == Shape{1});
+  CHECK(K.min_dim(i, 0, true).values.to_vector<double>() == std::vector<double>{-7});
+  CHECK(K.min_dim(i, 0, true).values.sizes() == Shape{1});
 }
 
 // ---- var ----------------------------------------------------------------------------------
@@ -636,7 +639,7 @@ TEST_CASE("var matches the two-pass reference for corrections 0 1 and 2", "[redu
             for (bool keepdim : {false, true}) {
               for (DType out : out_dtypes_for(dtype)) {
                 INFO("correction " << correction << ": " << describe(x, dims, keepdim, out));
-                const Tensor got = cpu::var(x, dims, correction, keepdim, out);
+                const Tensor got = K.var(x, dims, correction, keepdim, out);
                 const Groups groups = group_by_output(x, dims, keepdim);
                 std::vector<Expected> expected;
                 for (const auto& group : groups.values) {
@@ -654,11 +657,11 @@ TEST_CASE("var matches the two-pass reference for corrections 0 1 and 2", "[redu
 
 TEST_CASE("var of n <= correction is NaN", "[reduce]") {
   const Tensor x = from_values({1.5, 2.5, 4.0}, {3, 1}, kFloat32);
-  CHECK(std::isnan(cpu::var(x, {1}, 1, false, kFloat32).to_vector<double>()[0]));
-  CHECK(cpu::var(x, {1}, 0, false, kFloat32).to_vector<double>()[0] == 0.0);
-  CHECK(std::isnan(cpu::var(x, {}, 3, false, kFloat32).item<double>()));
-  CHECK(std::isnan(cpu::var(x, {}, 5, false, kFloat32).item<double>()));
-  CHECK(cpu::var(x, {}, 2, false, kFloat32).item<double>() == Approx(19.0 / 6.0));
+  CHECK(std::isnan(K.var(x, {1}, 1, false, kFloat32).to_vector<double>()[0]));
+  CHECK(K.var(x, {1}, 0, false, kFloat32).to_vector<double>()[0] == 0.0);
+  CHECK(std::isnan(K.var(x, {}, 3, false, kFloat32).item<double>()));
+  CHECK(std::isnan(K.var(x, {}, 5, false, kFloat32).item<double>()));
+  CHECK(K.var(x, {}, 2, false, kFloat32).item<double>() == Approx(19.0 / 6.0));
 }
 
 // ---- cumsum -------------------------------------------------------------------------------
@@ -702,7 +705,7 @@ TEST_CASE("cumsum matches the reference along every dim", "[reduce]") {
                                          double(sum_abs)};
               }
             }
-            check_result(cpu::cumsum(x, dim, out), x.sizes(), out, expected);
+            check_result(K.cumsum(x, dim, out), x.sizes(), out, expected);
           }
         }
       }
@@ -712,11 +715,11 @@ TEST_CASE("cumsum matches the reference along every dim", "[reduce]") {
 
 TEST_CASE("cumsum of an empty tensor is empty and of bool counts", "[reduce]") {
   const Tensor empty_rows = zeros({0, 4}, kFloat16);
-  const Tensor c = cpu::cumsum(empty_rows, 0, kFloat32);
+  const Tensor c = K.cumsum(empty_rows, 0, kFloat32);
   CHECK(c.sizes() == Shape{0, 4});
   CHECK(c.dtype() == kFloat32);
   const Tensor flags = from_values({1, 0, 1, 1}, {4}, kBool);
-  CHECK(cpu::cumsum(flags, 0, kInt64).to_vector<int64_t>() == std::vector<int64_t>{1, 1, 2, 3});
+  CHECK(K.cumsum(flags, 0, kInt64).to_vector<int64_t>() == std::vector<int64_t>{1, 1, 2, 3});
 }
 
 // ---- sum_to -------------------------------------------------------------------------------
@@ -731,7 +734,7 @@ TEST_CASE("sum_to sums the broadcast dims and keeps the dtype", "[reduce]") {
       for (Layout layout : {Layout::Contiguous, Layout::Transposed}) {
         const Tensor x = make_input(shape, dtype, layout, ++seed);
         INFO("sum_to " << target << ": " << describe(x, {}, false, dtype));
-        const Tensor got = cpu::sum_to(x, target);
+        const Tensor got = K.sum_to(x, target);
         // Reference: the element of the target each input element broadcasts from.
         const int64_t lead = x.dim() - int64_t(target.size());
         const std::vector<double> values = x.to_vector<double>();
@@ -763,7 +766,7 @@ TEST_CASE("sum_to sums the broadcast dims and keeps the dtype", "[reduce]") {
     }
   }
   const Tensor ints = from_values({1, 2, 3, 4, 5, 6}, {2, 3}, kInt32);
-  const Tensor s = cpu::sum_to(ints, {3});
+  const Tensor s = K.sum_to(ints, {3});
   CHECK(s.dtype() == kInt32);
   CHECK(s.to_vector<double>() == std::vector<double>{5, 7, 9});
 }
@@ -773,7 +776,7 @@ TEST_CASE("sum_to sums the broadcast dims and keeps the dtype", "[reduce]") {
 TEST_CASE("reductions over zero elements follow PyTorch", "[reduce]") {
   const Tensor x = zeros({0, 3}, kFloat32);
   const auto over_rows = [&](Reduction op, double p = 2.0) {
-    const Tensor r = cpu::reduce(op, x, {0}, false, kFloat32, p);
+    const Tensor r = K.reduce(op, x, {0}, false, kFloat32, p);
     REQUIRE(r.sizes() == Shape{3});
     return r.to_vector<double>();
   };
@@ -783,27 +786,27 @@ TEST_CASE("reductions over zero elements follow PyTorch", "[reduce]") {
   CHECK(over_rows(Reduction::LogSumExp) == std::vector<double>{-kInf, -kInf, -kInf});
   CHECK(over_rows(Reduction::Norm) == std::vector<double>{0, 0, 0});
   CHECK(over_rows(Reduction::Norm, 0.0) == std::vector<double>{0, 0, 0});
-  CHECK(std::isnan(cpu::var(x, {0}, 1, false, kFloat32).to_vector<double>()[1]));
-  CHECK(cpu::reduce(Reduction::Sum, x, {}, false, kFloat32).item<double>() == 0.0);
-  CHECK(cpu::reduce(Reduction::Sum, zeros({0}, kInt64), {}, false, kInt64).item<int64_t>() == 0);
+  CHECK(std::isnan(K.var(x, {0}, 1, false, kFloat32).to_vector<double>()[1]));
+  CHECK(K.reduce(Reduction::Sum, x, {}, false, kFloat32, 2.0).item<double>() == 0.0);
+  CHECK(K.reduce(Reduction::Sum, zeros({0}, kInt64), {}, false, kInt64, 2.0).item<int64_t>() == 0);
 
   // No identity: an empty reduced dim is an error naming the op.
-  CHECK_THROWS_WITH(cpu::reduce(Reduction::Amax, x, {0}, false, kFloat32),
+  CHECK_THROWS_WITH(K.reduce(Reduction::Amax, x, {0}, false, kFloat32, 2.0),
                     Contains("amax: expected non-empty reduced dims") &&
                         Contains("got dim 0 of size 0 in an input of shape [0, 3]"));
-  CHECK_THROWS_WITH(cpu::reduce(Reduction::Amin, x, {}, false, kFloat32), Contains("amin"));
-  CHECK_THROWS_WITH(cpu::reduce(Reduction::Norm, x, {0}, false, kFloat32, kInf),
+  CHECK_THROWS_WITH(K.reduce(Reduction::Amin, x, {}, false, kFloat32, 2.0), Contains("amin"));
+  CHECK_THROWS_WITH(K.reduce(Reduction::Norm, x, {0}, false, kFloat32, kInf),
                     Contains("norm (p = inf)"));
-  CHECK_THROWS_WITH(cpu::max_dim(x, 0, false), Contains("max: expected non-empty reduced dims"));
-  CHECK_THROWS_WITH(cpu::argmax(x, std::nullopt, false),
+  CHECK_THROWS_WITH(K.max_dim(x, 0, false), Contains("max: expected non-empty reduced dims"));
+  CHECK_THROWS_WITH(K.argmax(x, std::nullopt, false),
                     Contains("argmax: expected a non-empty input, got one of shape [0, 3]"));
 
   // Reducing the non-empty dim of an empty tensor gives an empty result, even for amax.
-  const Tensor a = cpu::reduce(Reduction::Amax, x, {1}, true, kFloat32);
+  const Tensor a = K.reduce(Reduction::Amax, x, {1}, true, kFloat32, 2.0);
   CHECK(a.sizes() == Shape{0, 1});
-  CHECK(cpu::max_dim(x, 1, false).indices.sizes() == Shape{0});
-  CHECK(cpu::cumsum(x, 1, kFloat32).sizes() == Shape{0, 3});
-  CHECK(cpu::sum_to(x, {3}).to_vector<double>() == std::vector<double>{0, 0, 0});
+  CHECK(K.max_dim(x, 1, false).indices.sizes() == Shape{0});
+  CHECK(K.cumsum(x, 1, kFloat32).sizes() == Shape{0, 3});
+  CHECK(K.sum_to(x, {3}).to_vector<double>() == std::vector<double>{0, 0, 0});
 }
 
 // ---- Errors -------------------------------------------------------------------------------
@@ -811,43 +814,42 @@ TEST_CASE("reductions over zero elements follow PyTorch", "[reduce]") {
 TEST_CASE("reduction errors name the op with what was expected and given", "[reduce]") {
   const Tensor x = zeros({2, 3, 4}, kFloat32);
   CHECK_THROWS_WITH(
-      cpu::reduce(Reduction::Sum, x, {3}, false, kFloat32),
+      K.reduce(Reduction::Sum, x, {3}, false, kFloat32, 2.0),
       Contains("sum: dim out of range (expected in [-3, 2] for a 3-D tensor, got 3)"));
-  CHECK_THROWS_WITH(cpu::reduce(Reduction::Mean, x, {-4}, false, kFloat32),
+  CHECK_THROWS_WITH(K.reduce(Reduction::Mean, x, {-4}, false, kFloat32, 2.0),
                     Contains("mean: dim out of range"));
-  CHECK_THROWS_WITH(cpu::reduce(Reduction::Sum, x, {1, -2}, false, kFloat32),
+  CHECK_THROWS_WITH(K.reduce(Reduction::Sum, x, {1, -2}, false, kFloat32, 2.0),
                     Contains("sum: expected distinct dims, got dim 1 more than once in [1, -2]"));
-  CHECK_THROWS_WITH(cpu::var(x, {0, 0}, 1, false, kFloat32),
-                    Contains("var: expected distinct dims"));
-  CHECK_THROWS_WITH(cpu::max_dim(x, 5, false), Contains("max: dim out of range"));
-  CHECK_THROWS_WITH(cpu::argmax(x, -4, false), Contains("argmax: dim out of range"));
-  CHECK_THROWS_WITH(cpu::cumsum(x, 3, kFloat32), Contains("cumsum: dim out of range"));
-  CHECK_THROWS_WITH(cpu::reduce(Reduction::Sum, scalar_tensor(1.0), {1}, false, kFloat32),
+  CHECK_THROWS_WITH(K.var(x, {0, 0}, 1, false, kFloat32), Contains("var: expected distinct dims"));
+  CHECK_THROWS_WITH(K.max_dim(x, 5, false), Contains("max: dim out of range"));
+  CHECK_THROWS_WITH(K.argmax(x, -4, false), Contains("argmax: dim out of range"));
+  CHECK_THROWS_WITH(K.cumsum(x, 3, kFloat32), Contains("cumsum: dim out of range"));
+  CHECK_THROWS_WITH(K.reduce(Reduction::Sum, scalar_tensor(1.0), {1}, false, kFloat32, 2.0),
                     Contains("for a 0-D tensor, got 1"));
 
   const Tensor ints = zeros({2, 3}, kInt64);
   for (Reduction op : {Reduction::Mean, Reduction::LogSumExp, Reduction::Norm}) {
     CHECK_THROWS_WITH(
-        cpu::reduce(op, ints, {}, false, kFloat32),
-        Contains(std::string(cpu::reduction_name(op)) +
+        K.reduce(op, ints, {}, false, kFloat32, 2.0),
+        Contains(std::string(kernel::reduction_name(op)) +
                  ": expected a floating input (float32, float16, bfloat16 or float64), got int64"));
   }
-  CHECK_THROWS_WITH(cpu::var(zeros({3}, kInt32), {}, 1, false, kFloat32),
+  CHECK_THROWS_WITH(K.var(zeros({3}, kInt32), {}, 1, false, kFloat32),
                     Contains("var: expected a floating input") && Contains("got int32"));
-  CHECK_THROWS_WITH(cpu::reduce(Reduction::Sum, x, {}, false, kInt64),
+  CHECK_THROWS_WITH(K.reduce(Reduction::Sum, x, {}, false, kInt64, 2.0),
                     Contains("sum: expected a floating out_dtype for float32 input, got int64"));
-  CHECK_THROWS_WITH(cpu::cumsum(x.to(kFloat16), 0, kInt32),
+  CHECK_THROWS_WITH(K.cumsum(x.to(kFloat16), 0, kInt32),
                     Contains("cumsum: expected a floating out_dtype for float16 input, got int32"));
-  CHECK_THROWS_WITH(cpu::reduce(Reduction::Norm, x, {}, false, kFloat32, -1.0),
+  CHECK_THROWS_WITH(K.reduce(Reduction::Norm, x, {}, false, kFloat32, -1.0),
                     Contains("norm: expected p > 0, p = 0 or p = inf, got p = -1"));
-  CHECK_THROWS_WITH(cpu::var(x, {}, -1, false, kFloat32),
+  CHECK_THROWS_WITH(K.var(x, {}, -1, false, kFloat32),
                     Contains("var: expected correction >= 0, got -1"));
   CHECK_THROWS_WITH(
-      cpu::sum_to(x, {2, 4}),
+      K.sum_to(x, {2, 4}),
       Contains("sum_to: expected a target shape that broadcasts to the input's shape [2, 3, 4], "
                "got [2, 4]"));
-  CHECK_THROWS_WITH(cpu::sum_to(x, {1, 2, 3, 4}), Contains("got [1, 2, 3, 4]"));
-  CHECK_THROWS_WITH(cpu::reduce(Reduction::Sum, Tensor(), {}, false, kFloat32),
+  CHECK_THROWS_WITH(K.sum_to(x, {1, 2, 3, 4}), Contains("got [1, 2, 3, 4]"));
+  CHECK_THROWS_WITH(K.reduce(Reduction::Sum, Tensor(), {}, false, kFloat32, 2.0),
                     Contains("sum: expected a defined tensor"));
 }
 
@@ -867,14 +869,14 @@ TEST_CASE("results are bitwise the same with 1 and 2 threads", "[reduce]") {
       for (const Shape& dims : std::vector<Shape>{{}, {0}, {1}}) {
         for (Reduction op : {Reduction::Sum, Reduction::Mean, Reduction::LogSumExp, Reduction::Norm,
                              Reduction::Amax}) {
-          results.push_back(cpu::reduce(op, x, dims, false, kFloat32));
+          results.push_back(K.reduce(op, x, dims, false, kFloat32, 2.0));
         }
-        results.push_back(cpu::var(x, dims, 1, false, kFloat32));
+        results.push_back(K.var(x, dims, 1, false, kFloat32));
       }
-      results.push_back(cpu::max_dim(x, 0, false).indices);
-      results.push_back(cpu::argmax(x, std::nullopt, false));
-      results.push_back(cpu::cumsum(x, 0, kFloat32));
-      results.push_back(cpu::sum_to(x, {1, x.size(1)}));
+      results.push_back(K.max_dim(x, 0, false).indices);
+      results.push_back(K.argmax(x, std::nullopt, false));
+      results.push_back(K.cumsum(x, 0, kFloat32));
+      results.push_back(K.sum_to(x, {1, x.size(1)}));
     }
     return results;
   };
@@ -905,7 +907,7 @@ TEST_CASE("a column sum folds each column row after row from 0 on both paths", "
     const Tensor x = randn({rows, cols});
     const std::vector<float> values = x.to_vector<float>();
     for (bool keepdim : {false, true}) {
-      const Tensor sums = cpu::reduce(Reduction::Sum, x, {0}, keepdim, kFloat32);
+      const Tensor sums = K.reduce(Reduction::Sum, x, {0}, keepdim, kFloat32, 2.0);
       CHECK(sums.sizes() == (keepdim ? Shape{1, cols} : Shape{cols}));
       const std::vector<float> got = sums.to_vector<float>();
       int64_t different = 0;
@@ -931,11 +933,11 @@ TEST_CASE("a full float32 sum gives the strided walk's bits", "[reduce]") {
     const Tensor dense = strided.contiguous();
     REQUIRE(!strided.is_contiguous());
     for (DType out_dtype : {kFloat32, kFloat64}) {
-      const Tensor walked = cpu::reduce(Reduction::Sum, strided, {}, false, out_dtype);
-      const Tensor direct = cpu::reduce(Reduction::Sum, dense, {}, false, out_dtype);
+      const Tensor walked = K.reduce(Reduction::Sum, strided, {}, false, out_dtype, 2.0);
+      const Tensor direct = K.reduce(Reduction::Sum, dense, {}, false, out_dtype, 2.0);
       CHECK(walked.item<double>() == direct.item<double>());
     }
   }
-  const Tensor kept = cpu::reduce(Reduction::Sum, randn({16, 1}), {}, true, kFloat32);
+  const Tensor kept = K.reduce(Reduction::Sum, randn({16, 1}), {}, true, kFloat32, 2.0);
   CHECK(kept.sizes() == Shape{1, 1});
 }

@@ -1,9 +1,9 @@
-// CUDA indexing kernels (halfgrad/cuda/index.h), embedding_backward and dropout
-// (kernel/embedding.h, kernel/dropout.h), through the public ops: forward and backward against the
-// ops on float64 CPU copies of the same inputs, in float32, float16 and bfloat16, with duplicate
-// indices and non-contiguous inputs; the accumulating kernels bit for bit against the CPU
-// kernels (the same sums in the same order, NOTE [Sorted accumulation on CUDA]); dropout's mask
-// bit for bit the CPU's for the same generator state; bad indices reported at the next
+// CUDA indexing kernels (cuda::index_kernels, kernel/index.h), embedding_backward and dropout
+// (kernel/embedding.h, kernel/dropout.h), through the public ops: forward and backward against
+// the ops on float64 CPU copies of the same inputs, in float32, float16 and bfloat16, with
+// duplicate indices and non-contiguous inputs; the accumulating kernels bit for bit against the
+// CPU kernels (the same sums in the same order, NOTE [Sorted accumulation on CUDA]); dropout's
+// mask bit for bit the CPU's for the same generator state; bad indices reported at the next
 // synchronize, naming the op; shape errors worded as the CPU kernels word them.
 #include <catch2/catch.hpp>
 
@@ -13,9 +13,7 @@
 #include <vector>
 
 #include "cuda/cuda_test_util.h"
-#include "halfgrad/cpu/index.h"
 #include "halfgrad/cpu/kernels.h"
-#include "halfgrad/cuda/index.h"
 #include "halfgrad/cuda/kernels.h"
 #include "halfgrad/halfgrad.h"
 #include "test_util.h"
@@ -105,14 +103,14 @@ TEST_CASE("cuda cat and stack match the CPU, contiguous or not, forward and back
 TEST_CASE("cuda cat and stack reject what the CPU kernels reject, with their words", "[cuda]") {
   HG_REQUIRE_CUDA();
   const Tensor a = normal({2, 3}, kFloat32), b = normal({3, 3}, kFloat32);
-  const std::string cpu = error_of([&] { cpu::cat(std::vector<Tensor>{a, b}, 1); });
+  const std::string cpu = error_of([&] { cpu::index_kernels.cat(std::vector<Tensor>{a, b}, 1); });
   const std::string gpu = error_of([&] {
-    cuda::cat(std::vector<Tensor>{to_cuda(a), to_cuda(b)}, 1);
+    cuda::index_kernels.cat(std::vector<Tensor>{to_cuda(a), to_cuda(b)}, 1);
   });
   REQUIRE_FALSE(gpu.empty());
   CHECK(what_it_says(gpu, "cat") == what_it_says(cpu, "cat"));
   const std::string stack_error = error_of([&] {
-    cuda::stack(std::vector<Tensor>{to_cuda(a), to_cuda(b)}, 0);
+    cuda::index_kernels.stack(std::vector<Tensor>{to_cuda(a), to_cuda(b)}, 0);
   });
   CHECK_THAT(stack_error, Contains("stack") && Contains("[3, 3]"));
 }
@@ -169,11 +167,13 @@ TEST_CASE("cuda scatter_add sums duplicates as the CPU kernel does, bit for bit"
     CAPTURE(dtype);
     const Tensor self = normal({5, 8}, dtype), src = normal({5, 300}, dtype);
     const Tensor index = random_indices(5 * 300, 8, {5, 300});
-    const Tensor want = cpu::scatter_add(self, 1, index, src);
-    const Tensor got = cuda::scatter_add(to_cuda(self), 1, to_cuda(index), to_cuda(src));
+    const Tensor want = cpu::index_kernels.scatter_add(self, 1, index, src);
+    const Tensor got =
+        cuda::index_kernels.scatter_add(to_cuda(self), 1, to_cuda(index), to_cuda(src));
     require_same_bits(got, want);
     // The same again: no atomics, no order that depends on the run.
-    require_same_bits(cuda::scatter_add(to_cuda(self), 1, to_cuda(index), to_cuda(src)), got);
+    require_same_bits(
+        cuda::index_kernels.scatter_add(to_cuda(self), 1, to_cuda(index), to_cuda(src)), got);
   }
 }
 
@@ -230,8 +230,9 @@ TEST_CASE("cuda index_add and embedding_backward sum as the CPU kernels do, bit 
     CAPTURE(dtype);
     const Tensor self = normal({4, 10, 7}, dtype), source = normal({4, 500, 7}, dtype);
     const Tensor index = random_indices(500, 10);
-    require_same_bits(cuda::index_add(to_cuda(self), 1, to_cuda(index), to_cuda(source)),
-                      cpu::index_add(self, 1, index, source));
+    require_same_bits(
+        cuda::index_kernels.index_add(to_cuda(self), 1, to_cuda(index), to_cuda(source)),
+        cpu::index_kernels.index_add(self, 1, index, source));
     // embedding_backward: dy [2, 250, 16] from indices [2, 250] into 30 rows, row 3 padding.
     const Tensor dy = normal({2, 250, 16}, dtype);
     for (DType index_dtype : {kInt64, kInt32}) {
@@ -390,44 +391,51 @@ TEST_CASE("cuda index kernels reject bad shapes and dtypes as the CPU kernels do
     REQUIRE_FALSE(gpu.empty());
     CHECK(what_it_says(gpu, op) == what_it_says(cpu, op));
   };
-  same_words(error_of([&] { cpu::gather(x, 1, index.reshape({6})); }),
-             error_of([&] { cuda::gather(to_cuda(x), 1, to_cuda(index.reshape({6}))); }), "gather");
-  same_words(error_of([&] { cpu::gather(x, 1, index.to(kInt32)); }),
-             error_of([&] { cuda::gather(to_cuda(x), 1, to_cuda(index.to(kInt32))); }), "gather");
-  same_words(error_of([&] { cpu::index_select(x, 0, index); }),
-             error_of([&] { cuda::index_select(to_cuda(x), 0, to_cuda(index)); }), "index_select");
+  same_words(error_of([&] { cpu::index_kernels.gather(x, 1, index.reshape({6})); }), error_of([&] {
+               cuda::index_kernels.gather(to_cuda(x), 1, to_cuda(index.reshape({6})));
+             }),
+             "gather");
+  same_words(error_of([&] { cpu::index_kernels.gather(x, 1, index.to(kInt32)); }), error_of([&] {
+               cuda::index_kernels.gather(to_cuda(x), 1, to_cuda(index.to(kInt32)));
+             }),
+             "gather");
+  same_words(error_of([&] { cpu::index_kernels.index_select(x, 0, index); }),
+             error_of([&] { cuda::index_kernels.index_select(to_cuda(x), 0, to_cuda(index)); }),
+             "index_select");
   same_words(error_of([&] {
-               cpu::index_add(x, 0, index.reshape({6}), normal({5, 3}, kFloat32));
+               cpu::index_kernels.index_add(x, 0, index.reshape({6}), normal({5, 3}, kFloat32));
              }),
              error_of([&] {
-               cuda::index_add(to_cuda(x), 0, to_cuda(index.reshape({6})),
-                               to_cuda(normal({5, 3}, kFloat32)));
+               cuda::index_kernels.index_add(to_cuda(x), 0, to_cuda(index.reshape({6})),
+                                             to_cuda(normal({5, 3}, kFloat32)));
              }),
              "index_add");
   same_words(error_of([&] {
-               cpu::scatter_add(x, 0, index, normal({2, 3}, kFloat16));
+               cpu::index_kernels.scatter_add(x, 0, index, normal({2, 3}, kFloat16));
              }),
              error_of([&] {
-               cuda::scatter_add(to_cuda(x), 0, to_cuda(index), to_cuda(normal({2, 3}, kFloat16)));
+               cuda::index_kernels.scatter_add(to_cuda(x), 0, to_cuda(index),
+                                               to_cuda(normal({2, 3}, kFloat16)));
              }),
              "scatter_add");
   same_words(error_of([&] {
                const std::vector<Tensor> indices = {index, index.reshape({3, 2})};
-               cpu::index_put(x, indices, normal({1}, kFloat32), false);
+               cpu::index_kernels.index_put(x, indices, normal({1}, kFloat32), false);
              }),
              error_of([&] {
                const std::vector<Tensor> indices = {to_cuda(index), to_cuda(index.reshape({3, 2}))};
-               cuda::index_put(to_cuda(x), indices, to_cuda(normal({1}, kFloat32)), false);
+               cuda::index_kernels.index_put(to_cuda(x), indices, to_cuda(normal({1}, kFloat32)),
+                                             false);
              }),
              "index_put");
-  same_words(error_of([&] { cpu::one_hot(x, 3); }), error_of([&] { cuda::one_hot(to_cuda(x), 3); }),
-             "one_hot");
+  same_words(error_of([&] { cpu::index_kernels.one_hot(x, 3); }),
+             error_of([&] { cuda::index_kernels.one_hot(to_cuda(x), 3); }), "one_hot");
   // Every class negative: num_classes cannot be inferred.
   same_words(error_of([&] {
-               cpu::one_hot(tensor(std::vector<int64_t>{-2, -1}), -1);
+               cpu::index_kernels.one_hot(tensor(std::vector<int64_t>{-2, -1}), -1);
              }),
              error_of([&] {
-               cuda::one_hot(to_cuda(tensor(std::vector<int64_t>{-2, -1})), -1);
+               cuda::index_kernels.one_hot(to_cuda(tensor(std::vector<int64_t>{-2, -1})), -1);
              }),
              "one_hot");
 }

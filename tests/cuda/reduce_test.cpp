@@ -1,4 +1,4 @@
-// Tests for halfgrad/cuda/reduce.{h,cpp,cu}: every reduction through the public ops (sum, mean,
+// Tests for halfgrad/cuda/reduce.{cpp,cu}: every reduction through the public ops (sum, mean,
 // prod, amax/amin, max/min, argmax, var, norm, logsumexp, cumsum) on CUDA against the CPU op in
 // float64 on the same (already rounded) inputs, for float32, float16 and bfloat16, forward and
 // backward; integer inputs exactly; odd sizes (1, 31, 1000, 50257 columns), dim sets and keepdim,
@@ -15,7 +15,8 @@
 #include <vector>
 
 #include "cuda/cuda_test_util.h"
-#include "halfgrad/cuda/reduce.h"
+#include "halfgrad/cpu/kernels.h"
+#include "halfgrad/cuda/kernels.h"
 #include "halfgrad/halfgrad.h"
 
 using namespace hg;
@@ -208,8 +209,10 @@ TEST_CASE("CUDA amax, amin, max and min are exact and propagate NaN", "[cuda]") 
         const Tensor x = random_input(c.shape, dtype, seed++);
         CHECK(mismatch(amax(to_cuda(x), c.dims, keepdim), amax(x, c.dims, keepdim), exact) == "");
         // amin has no op of its own but min(x): the kernel directly.
-        CHECK(mismatch(cuda::reduce(kernel::Reduction::Amin, to_cuda(x), c.dims, keepdim, dtype),
-                       cpu::reduce(kernel::Reduction::Amin, x, c.dims, keepdim, dtype),
+        CHECK(mismatch(cuda::reduce_kernels.reduce(kernel::Reduction::Amin, to_cuda(x), c.dims,
+                                                   keepdim, dtype, 2.0),
+                       cpu::reduce_kernels.reduce(kernel::Reduction::Amin, x, c.dims, keepdim,
+                                                  dtype, 2.0),
                        exact) == "");
       }
     }
@@ -548,18 +551,24 @@ TEST_CASE("CUDA reductions reject bad arguments as the CPU kernels do", "[cuda]"
   CHECK_THROWS_AS(var(x, {1}, -1), Error);
   CHECK_THROWS_AS(mean(to_cuda(x.to(Device(kCPU)).to(kInt64))), Error);
   // The kernels' own checks and messages (what the op layer does not check first).
-  CHECK_THROWS_WITH(cuda::reduce(kernel::Reduction::Sum, x, {0, -2}, false, kFloat32),
-                    Contains("expected distinct dims"));
-  CHECK_THROWS_WITH(cuda::reduce(kernel::Reduction::Mean, x.to(kInt64), {}, false, kFloat32),
-                    Contains("expected a floating input"));
-  CHECK_THROWS_WITH(cuda::reduce(kernel::Reduction::Sum, x, {}, false, kInt64),
+  CHECK_THROWS_WITH(
+      cuda::reduce_kernels.reduce(kernel::Reduction::Sum, x, {0, -2}, false, kFloat32, 2.0),
+      Contains("expected distinct dims"));
+  CHECK_THROWS_WITH(
+      cuda::reduce_kernels.reduce(kernel::Reduction::Mean, x.to(kInt64), {}, false, kFloat32, 2.0),
+      Contains("expected a floating input"));
+  CHECK_THROWS_WITH(cuda::reduce_kernels.reduce(kernel::Reduction::Sum, x, {}, false, kInt64, 2.0),
                     Contains("expected a floating out_dtype"));
-  CHECK_THROWS_WITH(cuda::reduce(kernel::Reduction::Norm, x, {}, false, kFloat32, -2.0),
-                    Contains("expected p > 0"));
-  CHECK_THROWS_WITH(cuda::var(x, {1}, -1, false, kFloat32), Contains("correction >= 0"));
-  CHECK_THROWS_WITH(cuda::cumsum(x, 0, kInt64), Contains("expected a floating out_dtype"));
-  CHECK_THROWS_WITH(cuda::sum_to(x, {5, 4}), Contains("broadcasts"));
-  CHECK_THROWS_AS(cuda::reduce(kernel::Reduction::Sum, x.to(Device(kCPU)), {}, false, kFloat32),
+  CHECK_THROWS_WITH(
+      cuda::reduce_kernels.reduce(kernel::Reduction::Norm, x, {}, false, kFloat32, -2.0),
+      Contains("expected p > 0"));
+  CHECK_THROWS_WITH(cuda::reduce_kernels.var(x, {1}, -1, false, kFloat32),
+                    Contains("correction >= 0"));
+  CHECK_THROWS_WITH(cuda::reduce_kernels.cumsum(x, 0, kInt64),
+                    Contains("expected a floating out_dtype"));
+  CHECK_THROWS_WITH(cuda::reduce_kernels.sum_to(x, {5, 4}), Contains("broadcasts"));
+  CHECK_THROWS_AS(cuda::reduce_kernels.reduce(kernel::Reduction::Sum, x.to(Device(kCPU)), {}, false,
+                                              kFloat32, 2.0),
                   Error);
 }
 
@@ -573,14 +582,15 @@ TEST_CASE("CUDA sum_to reduces a broadcast gradient back to its shape", "[cuda]"
     for (const Shape& target :
          {Shape{768}, Shape{1, 768}, Shape{4, 1, 768}, Shape{64, 1}, Shape{4, 64, 768}}) {
       INFO(fmt::format("target {} dtype {}", target, dtype));
-      const Tensor got = cuda::sum_to(to_cuda(x), target);
+      const Tensor got = cuda::reduce_kernels.sum_to(to_cuda(x), target);
       CHECK(got.sizes() == target);
       CHECK(got.dtype() == dtype);
       CHECK(mismatch_scaled(got, sum_to_size(x64, target), sum_to_size(abs(x64), target),
                             tolerance_for(dtype)) == "");
     }
     const Tensor rows = random_input({8192, 768}, dtype, 1502);
-    CHECK(mismatch_scaled(cuda::sum_to(to_cuda(rows), {768}), sum(rows.to(kFloat64), {0}),
-                          sum(abs(rows.to(kFloat64)), {0}), tolerance_for(dtype)) == "");
+    CHECK(mismatch_scaled(cuda::reduce_kernels.sum_to(to_cuda(rows), {768}),
+                          sum(rows.to(kFloat64), {0}), sum(abs(rows.to(kFloat64)), {0}),
+                          tolerance_for(dtype)) == "");
   }
 }

@@ -1,5 +1,5 @@
-// Indexing and shape ops: forward (cpu/index.h and cpu/reduce.h kernels) and backward of each,
-// in op_list.def's order, then max / min along a dim (OpId::max / OpId::min, whose
+// Indexing and shape ops: forward (kernel/index.h and kernel/reduce.h kernels) and backward of
+// each, in op_list.def's order, then max / min along a dim (OpId::max / OpId::min, whose
 // all-elements forms are in ops/reduce.cpp).
 //
 // Shapes in comments:
@@ -23,8 +23,6 @@
 #include "halfgrad/core/factory.h"
 #include "halfgrad/core/format.h"
 #include "halfgrad/core/view.h"
-#include "halfgrad/cpu/index.h"
-#include "halfgrad/cpu/reduce.h"
 #include "halfgrad/ops/dispatch.h"
 #include "halfgrad/ops/kernels.h"
 #include "halfgrad/ops/ops.h"
@@ -159,7 +157,8 @@ struct Cat {
   std::vector<DType> input_dtypes{};
 
   Tensor forward(OpContext&, std::span<const Tensor> tensors) {
-    Tensor out = kernels::cat(promoted(tensors, "cat"), dim);
+    const std::vector<Tensor> inputs = promoted(tensors, "cat");
+    Tensor out = kernels::index(inputs).cat(inputs, dim);
     dim = wrap_dim(dim, out.dim(), "cat");  // resolved for backward
     for (const Tensor& t : tensors) {
       input_sizes.push_back(t.sizes());
@@ -173,7 +172,7 @@ struct Cat {
     int64_t offset = 0;
     for (size_t i = 0; i < input_sizes.size(); ++i) {
       const Shape& sizes = input_sizes[i];
-      // A skipped 1-D tensor of shape [0] (cpu::cat) has nothing of the result.
+      // A skipped 1-D tensor of shape [0] (IndexKernels::cat) has nothing of the result.
       if (sizes.size() == 1 && sizes[0] == 0) {
         if (ctx.needs_input_grad(i)) {
           out[i] = zeros(sizes, {.dtype = input_dtypes[i], .device = g.device()});
@@ -195,7 +194,8 @@ struct Stack {
   std::vector<DType> input_dtypes{};
 
   Tensor forward(OpContext&, std::span<const Tensor> tensors) {
-    Tensor out = kernels::stack(promoted(tensors, "stack"), dim);
+    const std::vector<Tensor> inputs = promoted(tensors, "stack");
+    Tensor out = kernels::index(inputs).stack(inputs, dim);
     dim = wrap_dim(dim, out.dim(), "stack");
     for (const Tensor& t : tensors) input_dtypes.push_back(t.dtype());
     return out;
@@ -240,7 +240,7 @@ struct Split {
   std::vector<Tensor> forward(OpContext&, const Tensor& x) {
     const int64_t d = split_dim(x, dim, "split");
     const int64_t size = x.size(d);
-    if (!with_sizes) return narrow_pieces(x, d, cpu::split_sizes(size, split_size));
+    if (!with_sizes) return narrow_pieces(x, d, hg::split_sizes(size, split_size));
     int64_t total = 0;
     for (int64_t s : split_sizes) {
       HG_CHECK(s >= 0, "split: expected split sizes >= 0, got {} in {}", s,
@@ -263,7 +263,7 @@ struct Chunk {
 
   std::vector<Tensor> forward(OpContext&, const Tensor& x) {
     const int64_t d = split_dim(x, dim, "chunk");
-    return narrow_pieces(x, d, cpu::chunk_sizes(x.size(d), chunks));
+    return narrow_pieces(x, d, hg::chunk_sizes(x.size(d), chunks));
   }
 };
 
@@ -275,7 +275,7 @@ struct Gather {
   Shape input_sizes{};
 
   Tensor forward(OpContext& ctx, const Tensor& x, const Tensor& index) {
-    Tensor out = kernels::gather(x, dim, index);
+    Tensor out = kernels::index(x).gather(x, dim, index);
     dim = wrap_dim(dim, x.dim(), "gather");
     input_sizes = x.sizes();
     ctx.save({index});
@@ -311,7 +311,7 @@ struct ScatterAdd {
     check_defined(self, "scatter_add", "self");
     check_defined(src, "scatter_add", "src");
     check_same_dtype(src, self, "scatter_add", "src");
-    Tensor out = kernels::scatter_add(self, dim, index, src);
+    Tensor out = kernels::index(self).scatter_add(self, dim, index, src);
     dim = wrap_dim(dim, self.dim(), "scatter_add");
     src_sizes = src.sizes();
     ctx.save({index});
@@ -338,7 +338,7 @@ struct IndexSelect {
   Shape input_sizes{};
 
   Tensor forward(OpContext& ctx, const Tensor& x, const Tensor& index) {
-    Tensor out = kernels::index_select(x, dim, index);
+    Tensor out = kernels::index(x).index_select(x, dim, index);
     dim = wrap_dim(dim, x.dim(), "index_select");
     input_sizes = x.sizes();
     ctx.save({index});
@@ -366,7 +366,7 @@ struct IndexAdd {
                self.dtype(), alpha.to_double());
       scaled = core::to_dtype(mul(source, alpha), self.dtype());
     }
-    Tensor out = kernels::index_add(self, dim, index, scaled);
+    Tensor out = kernels::index(self).index_add(self, dim, index, scaled);
     dim = wrap_dim(dim, self.dim(), "index_add");
     ctx.save({index});
     return out;
@@ -399,7 +399,7 @@ struct IndexPut {
     check_defined(self, "index_put", "self");
     check_defined(values, "index_put", "values");
     check_same_dtype(values, self, "index_put", "values");
-    Tensor out = kernels::index_put(self, indices, values, accumulate);
+    Tensor out = kernels::index(self).index_put(self, indices, values, accumulate);
     index_count = int64_t(indices.size());
     values_sizes = values.sizes();
     values_dtype = values.dtype();
@@ -414,7 +414,7 @@ struct IndexPut {
   // The position in self's leading K dims (flattened row-major) that each index tuple writes,
   // an int64 tensor of shape B; and, when accumulate is off and a position is written more
   // than once, a bool tensor of shape B marking the tuples whose write survives (the last,
-  // cpu::index_put), else undefined.
+  // IndexKernels::index_put), else undefined.
   std::pair<Tensor, Tensor> flat_positions(const Tensor& self,
                                            std::span<const Tensor> indices) const {
     Shape B = indices[0].sizes();
@@ -481,7 +481,7 @@ struct IndexPut {
 struct OneHot {
   static constexpr OpId id = OpId::one_hot;
   int64_t num_classes = -1;
-  Tensor forward(OpContext&, const Tensor& x) { return kernels::one_hot(x, num_classes); }
+  Tensor forward(OpContext&, const Tensor& x) { return kernels::index(x).one_hot(x, num_classes); }
   Grads backward(OpContext&, const Grads&) { return Grads(1); }
 };
 
@@ -497,8 +497,8 @@ struct ExtremeDim {
   std::tuple<Tensor, Tensor> forward(OpContext& ctx, const Tensor& x) {
     const char* name = Id == OpId::max ? "max" : "min";
     check_defined(x, name, "input");
-    auto [values, indices] =
-        Id == OpId::max ? kernels::max_dim(x, dim, keepdim) : kernels::min_dim(x, dim, keepdim);
+    auto [values, indices] = Id == OpId::max ? kernels::reduce(x).max_dim(x, dim, keepdim)
+                                             : kernels::reduce(x).min_dim(x, dim, keepdim);
     dim = wrap_dim(dim, x.dim(), name);
     input_sizes = x.sizes();
     ctx.save_output(indices);

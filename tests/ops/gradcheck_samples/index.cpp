@@ -1,7 +1,7 @@
-// Gradcheck samples of the indexing and shape ops (ops/index_ops.cpp). Index tensors and
+// Gradcheck samples of the indexing and shape ops (ops/index.cpp). Index tensors and
 // masks are fixed, with repeated positions where an op accumulates. max / min along a dim
 // share their OpId with the all-elements forms (core_ops.cpp); they are gradchecked in
-// tests/ops/index_ops_test.cpp.
+// tests/ops/index_test.cpp.
 #include "../gradcheck_samples.h"
 
 namespace hg::testing {

@@ -1,4 +1,4 @@
-// Indexing and shape ops (halfgrad/ops/index_ops.h): forwards in float32, float16 and bfloat16
+// Indexing and shape ops (halfgrad/ops/index.h): forwards in float32, float16 and bfloat16
 // against float64 references computed here with plain loops on the (already rounded) inputs,
 // gradients where the gradcheck sweep cannot reach (max / min along a dim, second
 // derivatives, dtypes of gradients), and bad inputs (an hg::Error naming the op, what was
@@ -7,9 +7,9 @@
 // Tolerances: where, masked_fill, cat, stack, split, chunk, gather, index_select, index_put
 // without accumulate, one_hot and max / min only move elements, so they must match the
 // reference exactly. scatter_add, index_add and index_put with accumulate sum in float32 and
-// round once (NOTE [Accumulation of duplicates] in cpu/index.h); they are held to tolerance(dtype)
-// relative to the sum of the magnitudes added into an element (the scale of the rounding
-// error of a sum, whatever cancellation leaves of the result).
+// round once (NOTE [Accumulation of duplicates] in kernel/index.h); they are held to
+// tolerance(dtype) relative to the sum of the magnitudes added into an element (the scale of
+// the rounding error of a sum, whatever cancellation leaves of the result).
 #include <catch2/catch.hpp>
 
 #include <algorithm>

@@ -1,5 +1,5 @@
 // Indexing and shape ops: where, masked_fill, cat, stack, split, chunk, gather, scatter_add,
-// index_select, index_add, index_put, one_hot, and max/min along a dim (ops/index_ops.cpp).
+// index_select, index_add, index_put, one_hot, and max/min along a dim (ops/index.cpp).
 //
 //   Tensor x = hg::randn({4, 3});
 //   Tensor rows = hg::index_select(x, 0, hg::tensor(std::vector<int64_t>{3, 0}));  // [2, 3]
