@@ -14,12 +14,27 @@
 
 #include <array>
 #include <cstdint>
+#include <cstring>
 
 #include "halfgrad/core/parallel.h"
 #include "halfgrad/core/shape.h"
 #include "halfgrad/core/tensor.h"
 
 namespace hg {
+
+// A tensor's first byte, and one element read or written at any byte address (the pointers
+// for_each_row hands a kernel are not aligned to the element type in general).
+inline char* byte_data(const Tensor& t) { return static_cast<char*>(t.data_ptr()); }
+template <class T>
+T load_bytes(const char* p) {
+  T value;
+  std::memcpy(&value, p, sizeof(T));
+  return value;
+}
+template <class T>
+void store_bytes(char* p, T value) {
+  std::memcpy(p, &value, sizeof(T));
+}
 
 // A tensor's strides in bytes, as for_each_row takes them.
 inline Shape byte_strides(const Tensor& t) {

@@ -21,10 +21,10 @@
 #include "halfgrad/core/format.h"
 #include "halfgrad/core/strided_loop.h"
 #include "halfgrad/core/view.h"
-#include "halfgrad/cpu/index.h"  // where, masked_fill
 #include "halfgrad/cpu/kernels.h"
 #include "halfgrad/kernel/elementwise.h"
 #include "halfgrad/kernel/formulas.h"
+#include "halfgrad/kernel/index_checks.h"
 
 namespace hg::cpu {
 
@@ -43,20 +43,6 @@ Shape broadcast_byte_strides(const Tensor& t, const Shape& shape) {
     if (t.sizes()[d - lead] != 1) strides[d] = t.strides()[d - lead] * int64_t(t.element_size());
   }
   return strides;
-}
-
-char* address(const Tensor& t) { return static_cast<char*>(t.data_ptr()); }
-
-template <class T>
-T load(const char* p) {
-  T value;
-  std::memcpy(&value, p, sizeof(T));
-  return value;
-}
-
-template <class T>
-void store(char* p, T value) {
-  std::memcpy(p, &value, sizeof(T));
 }
 
 // ---- unary ------------------------------------------------------------------------------------
@@ -115,8 +101,8 @@ Tensor run_unary(const Tensor& x) {
                           return;
                         }
                         for (int64_t i = 0; i < n; ++i) {
-                          const C v = cast_value<C>(load<T>(p[1] + i * s[1]));
-                          store(p[0] + i * s[0], cast_value<T>(kernel::unary_fn<Op, C>(v)));
+                          const C v = cast_value<C>(load_bytes<T>(p[1] + i * s[1]));
+                          store_bytes(p[0] + i * s[0], cast_value<T>(kernel::unary_fn<Op, C>(v)));
                         }
                       });
     }
@@ -138,7 +124,7 @@ void run_binary(const Tensor& out, const Tensor& a, const Tensor& b, double alph
       using C = compute_t<T>;
       const C scale = cast_value<C>(alpha);
       for_each_row<3>(
-          shape, {address(out), address(a), address(b)},
+          shape, {byte_data(out), byte_data(a), byte_data(b)},
           {byte_strides(out), broadcast_byte_strides(a, shape), broadcast_byte_strides(b, shape)},
           [scale](std::array<char*, 3> p, std::array<int64_t, 3> s, int64_t n) {
             if (s[0] == sizeof(T) && s[1] == sizeof(T) && s[2] == sizeof(T)) {
@@ -152,9 +138,9 @@ void run_binary(const Tensor& out, const Tensor& a, const Tensor& b, double alph
               return;
             }
             for (int64_t i = 0; i < n; ++i) {
-              const C x = cast_value<C>(load<T>(p[1] + i * s[1]));
-              const C y = cast_value<C>(load<T>(p[2] + i * s[2]));
-              store(p[0] + i * s[0], cast_value<T>(kernel::binary_fn<Op, C>(x, y, scale)));
+              const C x = cast_value<C>(load_bytes<T>(p[1] + i * s[1]));
+              const C y = cast_value<C>(load_bytes<T>(p[2] + i * s[2]));
+              store_bytes(p[0] + i * s[0], cast_value<T>(kernel::binary_fn<Op, C>(x, y, scale)));
             }
           });
     }
@@ -202,8 +188,8 @@ Tensor compare(Compare op, const Tensor& a, const Tensor& b, DType dtype) {
                     {byte_strides(out), byte_strides(x), byte_strides(y)},
                     [op](std::array<char*, 3> p, std::array<int64_t, 3> s, int64_t n) {
                       for (int64_t i = 0; i < n; ++i) {
-                        const C u = cast_value<C>(load<T>(p[1] + i * s[1]));
-                        const C v = cast_value<C>(load<T>(p[2] + i * s[2]));
+                        const C u = cast_value<C>(load_bytes<T>(p[1] + i * s[1]));
+                        const C v = cast_value<C>(load_bytes<T>(p[2] + i * s[2]));
                         bool r = false;
                         switch (op) {
                           case Compare::Eq:
@@ -225,7 +211,7 @@ Tensor compare(Compare op, const Tensor& a, const Tensor& b, DType dtype) {
                             r = u >= v;
                             break;
                         }
-                        store(p[0] + i * s[0], r);
+                        store_bytes(p[0] + i * s[0], r);
                       }
                     });
   });
@@ -246,7 +232,7 @@ Tensor threshold_backward(const Tensor& grad, const Tensor& x, double threshold)
       using C = compute_t<T>;
       const C limit = cast_value<C>(threshold);
       const T zero = cast_value<T>(C(0));
-      for_each_row<3>(x.sizes(), {address(out), address(grad), address(x)},
+      for_each_row<3>(x.sizes(), {byte_data(out), byte_data(grad), byte_data(x)},
                       {byte_strides(out), byte_strides(grad), byte_strides(x)},
                       [=](std::array<char*, 3> p, std::array<int64_t, 3> s, int64_t n) {
                         if (s[0] == sizeof(T) && s[1] == sizeof(T) && s[2] == sizeof(T)) {
@@ -267,9 +253,9 @@ Tensor threshold_backward(const Tensor& grad, const Tensor& x, double threshold)
                           return;
                         }
                         for (int64_t i = 0; i < n; ++i) {
-                          const T g = load<T>(p[1] + i * s[1]);
-                          const C v = cast_value<C>(load<T>(p[2] + i * s[2]));
-                          store(p[0] + i * s[0], v <= limit ? zero : g);
+                          const T g = load_bytes<T>(p[1] + i * s[1]);
+                          const C v = cast_value<C>(load_bytes<T>(p[2] + i * s[2]));
+                          store_bytes(p[0] + i * s[0], v <= limit ? zero : g);
                         }
                       });
     }
@@ -293,10 +279,10 @@ Tensor clamp(const Tensor& x, std::optional<double> low, std::optional<double> h
                       {byte_strides(out), byte_strides(x)},
                       [=](std::array<char*, 2> p, std::array<int64_t, 2> s, int64_t n) {
                         for (int64_t i = 0; i < n; ++i) {
-                          C v = cast_value<C>(load<T>(p[1] + i * s[1]));
+                          C v = cast_value<C>(load_bytes<T>(p[1] + i * s[1]));
                           if (has_low && v < lo) v = lo;
                           if (has_high && v > hi) v = hi;
-                          store(p[0] + i * s[0], cast_value<T>(v));
+                          store_bytes(p[0] + i * s[0], cast_value<T>(v));
                         }
                       });
     }
@@ -324,11 +310,11 @@ Tensor addc(const Tensor& self, const Tensor& t1, const Tensor& t2, double value
                       {byte_strides(out), byte_strides(a), byte_strides(b), byte_strides(c)},
                       [v](std::array<char*, 4> p, std::array<int64_t, 4> s, int64_t n) {
                         for (int64_t i = 0; i < n; ++i) {
-                          const C x = cast_value<C>(load<T>(p[1] + i * s[1]));
-                          const C y = cast_value<C>(load<T>(p[2] + i * s[2]));
-                          const C z = cast_value<C>(load<T>(p[3] + i * s[3]));
-                          store(p[0] + i * s[0],
-                                cast_value<T>(kDivide ? x + v * y / z : x + v * y * z));
+                          const C x = cast_value<C>(load_bytes<T>(p[1] + i * s[1]));
+                          const C y = cast_value<C>(load_bytes<T>(p[2] + i * s[2]));
+                          const C z = cast_value<C>(load_bytes<T>(p[3] + i * s[3]));
+                          store_bytes(p[0] + i * s[0],
+                                      cast_value<T>(kDivide ? x + v * y / z : x + v * y * z));
                         }
                       });
     }
@@ -342,6 +328,67 @@ Tensor addcmul(const Tensor& self, const Tensor& t1, const Tensor& t2, double va
 
 Tensor addcdiv(const Tensor& self, const Tensor& t1, const Tensor& t2, double value, DType dtype) {
   return addc<true>(self, t1, t2, value, dtype);
+}
+
+// ---- masked_fill, where ---------------------------------------------------------------------
+
+// Pure data movement for where: elements copied as unsigned integers of their width.
+
+Tensor masked_fill(const Tensor& x, const Tensor& mask, Scalar value) {
+  kernel::index_checks::check_tensor(x, "masked_fill", "input", kCPU);
+  kernel::index_checks::check_tensor(mask, "masked_fill", "mask", kCPU);
+  const Shape shape = kernel::index_checks::masked_fill_shape(x, mask);
+  Tensor out = empty(shape, x.dtype());
+  if (out.numel() == 0) return out;
+  visit_dtype(x.dtype(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    T fill;
+    if (value.is_floating()) {
+      if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
+        HG_CHECK(fits_in_integer<T>(value.to_double()),
+                 "masked_fill: value {} cannot be converted to {}", value.to_double(), x.dtype());
+      }
+      fill = cast_value<T>(value.to_double());
+    } else {
+      fill = cast_value<T>(value.to_int64());
+    }
+    const auto row = [fill](std::array<char*, 3> ptrs, std::array<int64_t, 3> step, int64_t n) {
+      for (int64_t k = 0; k < n; ++k) {
+        const bool masked = load_bytes<bool>(ptrs[2] + k * step[2]);
+        store_bytes<T>(ptrs[0] + k * step[0], masked ? fill : load_bytes<T>(ptrs[1] + k * step[1]));
+      }
+    };
+    const Tensor x_spread = x.expand(shape), mask_spread = mask.expand(shape);
+    for_each_row<3>(shape, {byte_data(out), byte_data(x_spread), byte_data(mask_spread)},
+                    {byte_strides(out), byte_strides(x_spread), byte_strides(mask_spread)}, row);
+  });
+  return out;
+}
+
+Tensor where(const Tensor& condition, const Tensor& a, const Tensor& b) {
+  kernel::index_checks::check_tensor(condition, "where", "condition", kCPU);
+  kernel::index_checks::check_tensor(a, "where", "a", kCPU);
+  kernel::index_checks::check_tensor(b, "where", "b", kCPU);
+  const Shape shape = kernel::index_checks::where_shape(condition, a, b);
+  Tensor out = empty(shape, a.dtype());
+  if (out.numel() == 0) return out;
+  const Tensor c_spread = condition.expand(shape), a_spread = a.expand(shape),
+               b_spread = b.expand(shape);
+  visit_bits(a.element_size(), [&](auto tag) {
+    using U = typename decltype(tag)::type;
+    const auto row = [](std::array<char*, 4> ptrs, std::array<int64_t, 4> step, int64_t n) {
+      for (int64_t k = 0; k < n; ++k) {
+        const bool pick_a = load_bytes<bool>(ptrs[1] + k * step[1]);
+        const char* src = pick_a ? ptrs[2] + k * step[2] : ptrs[3] + k * step[3];
+        store_bytes<U>(ptrs[0] + k * step[0], load_bytes<U>(src));
+      }
+    };
+    for_each_row<4>(
+        shape, {byte_data(out), byte_data(c_spread), byte_data(a_spread), byte_data(b_spread)},
+        {byte_strides(out), byte_strides(c_spread), byte_strides(a_spread), byte_strides(b_spread)},
+        row);
+  });
+  return out;
 }
 
 }  // namespace

@@ -1,5 +1,4 @@
-// CPU kernels for shape and indexing ops: the table cpu::index_kernels (kernel/index.h), and
-// masked_fill and where (index.h).
+// CPU kernels for shape and indexing ops: the table cpu::index_kernels (kernel/index.h).
 //
 // Shapes in comments: along the dim an op works on, a tensor is viewed as [O, S, I]:
 //   O  the product of the sizes before dim (outer)
@@ -9,12 +8,10 @@
 //   M  the number of index tuples of index_put (the broadcast shape of its indices)
 //   R  the elements of one indexed row of index_put (the product of self.sizes()[K:])
 //
-// Pure data movement (cat, stack, gather, index_select, where, index_put without accumulate)
+// Pure data movement (cat, stack, gather, index_select, index_put without accumulate)
 // copies elements as unsigned integers of the element's width: no conversion can happen.
 // Accumulating kernels convert through cast.h (NOTE [Accumulation of duplicates] in
 // kernel/index.h).
-#include "halfgrad/cpu/index.h"
-
 #include <algorithm>
 #include <array>
 #include <cstdlib>
@@ -36,25 +33,11 @@ namespace hg::cpu {
 
 namespace {
 
+using kernel::visit_bits;
 using kernel::index_checks::at_least_1d;
 using kernel::index_checks::product;
-using kernel::visit_bits;
 
 // ---- helpers ------------------------------------------------------------------------------------
-
-template <class T>
-T load(const char* p) {
-  T value;
-  std::memcpy(&value, p, sizeof(T));
-  return value;
-}
-
-template <class T>
-void store(char* p, T value) {
-  std::memcpy(p, &value, sizeof(T));
-}
-
-char* bytes(const Tensor& t) { return static_cast<char*>(t.data_ptr()); }
 
 // Calls f(TypeTag<I>{}) for an index dtype already checked to be int64 or int32.
 template <class F>
@@ -74,14 +57,14 @@ void check_index_values(const Tensor& index, int64_t size, int64_t dim, const ch
     using I = typename decltype(tag)::type;
     const auto scan = [&](std::array<char*, 1> ptrs, std::array<int64_t, 1> step, int64_t n) {
       for (int64_t k = 0; k < n && !found; ++k) {
-        const int64_t value = load<I>(ptrs[0] + k * step[0]);
+        const int64_t value = load_bytes<I>(ptrs[0] + k * step[0]);
         if (value < low || value >= size) {
           found = true;
           offending = value;
         }
       }
     };
-    for_each_row<1>(index.sizes(), {bytes(index)}, {byte_strides(index)}, scan,
+    for_each_row<1>(index.sizes(), {byte_data(index)}, {byte_strides(index)}, scan,
                     /*parallel=*/false);
   });
   HG_CHECK(!found, "{}: index {} is out of range for dim {} of size {}{}", op, offending, dim, size,
@@ -98,10 +81,10 @@ void copy_elements(const Tensor& dst, const Tensor& src) {
         return;
       }
       for (int64_t k = 0; k < n; ++k)
-        store<U>(ptrs[0] + k * step[0], load<U>(ptrs[1] + k * step[1]));
+        store_bytes<U>(ptrs[0] + k * step[0], load_bytes<U>(ptrs[1] + k * step[1]));
     };
-    for_each_row<2>(dst.sizes(), {bytes(dst), bytes(src)}, {byte_strides(dst), byte_strides(src)},
-                    row);
+    for_each_row<2>(dst.sizes(), {byte_data(dst), byte_data(src)},
+                    {byte_strides(dst), byte_strides(src)}, row);
   });
 }
 
@@ -120,11 +103,12 @@ void gather_walk(const Shape& sizes, const Tensor& out, const Tensor& x, int64_t
     const auto row = [dim_stride](std::array<char*, 3> ptrs, std::array<int64_t, 3> step,
                                   int64_t n) {
       for (int64_t k = 0; k < n; ++k) {
-        const int64_t j = load<I>(ptrs[2] + k * step[2]);
-        store<U>(ptrs[0] + k * step[0], load<U>(ptrs[1] + k * step[1] + j * dim_stride));
+        const int64_t j = load_bytes<I>(ptrs[2] + k * step[2]);
+        store_bytes<U>(ptrs[0] + k * step[0],
+                       load_bytes<U>(ptrs[1] + k * step[1] + j * dim_stride));
       }
     };
-    for_each_row<3>(sizes, {bytes(out), bytes(x), const_cast<char*>(index)},
+    for_each_row<3>(sizes, {byte_data(out), byte_data(x), const_cast<char*>(index)},
                     {byte_strides(out), x_strides, index_strides}, row);
   });
 }
@@ -156,7 +140,7 @@ void apply_row_groups(const Tensor& out, int64_t O, int64_t S, int64_t R, const 
   const int64_t blocks = (R + kRowBlock - 1) / kRowBlock;
   const int64_t tasks = O * group_count * blocks;
   const int64_t work = O * (int64_t(groups.rows.size()) + group_count) * R;
-  char* const out_data = bytes(out);
+  char* const out_data = byte_data(out);
   const auto run_task = [&](int64_t task) {
     const int64_t o = task / (group_count * blocks);
     const int64_t g = task / blocks % group_count;
@@ -169,22 +153,24 @@ void apply_row_groups(const Tensor& out, int64_t O, int64_t S, int64_t R, const 
       if (source_step == int64_t(sizeof(T))) {
         std::memcpy(dst, src, size_t(length) * sizeof(T));
       } else {
-        for (int64_t k = 0; k < length; ++k) store<T>(dst + k * sizeof(T), load<T>(src));
+        for (int64_t k = 0; k < length; ++k)
+          store_bytes<T>(dst + k * sizeof(T), load_bytes<T>(src));
       }
       return;
     }
     std::array<Acc, kRowBlock> sums;
     for (int64_t k = 0; k < length; ++k) {
-      sums[k] = cast_value<Acc>(load<T>(dst + k * int64_t(sizeof(T))));
+      sums[k] = cast_value<Acc>(load_bytes<T>(dst + k * int64_t(sizeof(T))));
     }
     for (int64_t r = begin; r < end; ++r) {
       const char* src = source_row(o, groups.rows[r]) + first * source_step;
       for (int64_t k = 0; k < length; ++k) {
-        sums[k] = kernel::add_wrapping(sums[k], cast_value<Acc>(load<T>(src + k * source_step)));
+        sums[k] =
+            kernel::add_wrapping(sums[k], cast_value<Acc>(load_bytes<T>(src + k * source_step)));
       }
     }
     for (int64_t k = 0; k < length; ++k) {
-      store<T>(dst + k * int64_t(sizeof(T)), cast_value<T>(sums[k]));
+      store_bytes<T>(dst + k * int64_t(sizeof(T)), cast_value<T>(sums[k]));
     }
   };
   if (work >= kParallelGrain && omp_get_max_threads() > 1 && !omp_in_parallel()) {
@@ -212,7 +198,8 @@ Tensor cat(std::span<const Tensor> tensors, int64_t dim) {
 
 Tensor stack(std::span<const Tensor> tensors, int64_t dim) {
   // (Named fields, not a structured binding: clang 14 cannot capture those in lambdas.)
-  const kernel::index_checks::DimShape checked = kernel::index_checks::check_stack(tensors, dim, kCPU);
+  const kernel::index_checks::DimShape checked =
+      kernel::index_checks::check_stack(tensors, dim, kCPU);
   const int64_t d = checked.dim;
   const Shape& out_sizes = checked.sizes;
   Tensor out = empty(out_sizes, tensors[0].dtype());
@@ -230,7 +217,7 @@ Tensor gather(const Tensor& x, int64_t dim, const Tensor& index) {
 
   Tensor out = empty(index.sizes(), x.dtype());
   if (out.numel() == 0) return out;
-  gather_walk<int64_t>(index1.sizes(), at_least_1d(out), x1, d, bytes(index1),
+  gather_walk<int64_t>(index1.sizes(), at_least_1d(out), x1, d, byte_data(index1),
                        byte_strides(index1));
   return out;
 }
@@ -253,10 +240,11 @@ void scatter_add_columns(const Tensor& out, int64_t dim, const Tensor& index, co
   const auto columns = [=](std::array<char*, 3> ptrs, std::array<int64_t, 3> step, int64_t n) {
     if constexpr (std::is_same_v<T, Acc>) {
       const auto add_one = [&](int64_t p, int64_t k) {
-        const int64_t j = load<int64_t>(ptrs[1] + p * step[1] + k * index_step);
+        const int64_t j = load_bytes<int64_t>(ptrs[1] + p * step[1] + k * index_step);
         char* const dst = ptrs[0] + p * step[0] + j * out_step;
-        store<T>(dst,
-                 kernel::add_wrapping(load<T>(dst), load<T>(ptrs[2] + p * step[2] + k * src_step)));
+        store_bytes<T>(dst,
+                       kernel::add_wrapping(load_bytes<T>(dst),
+                                            load_bytes<T>(ptrs[2] + p * step[2] + k * src_step)));
       };
       if (std::abs(index_step) < std::abs(step[1])) {  // dim is the innermost: walk along it
         for (int64_t p = 0; p < n; ++p) {
@@ -278,14 +266,15 @@ void scatter_add_columns(const Tensor& out, int64_t dim, const Tensor& index, co
         const char* const values = ptrs[2] + first * step[2];
         for (int64_t j = 0; j < S; ++j) {
           for (int64_t p = 0; p < width; ++p) {
-            sums[j * width + p] = cast_value<Acc>(load<T>(column + p * step[0] + j * out_step));
+            sums[j * width + p] =
+                cast_value<Acc>(load_bytes<T>(column + p * step[0] + j * out_step));
           }
         }
         const auto add_one = [&](int64_t p, int64_t k) {
-          const int64_t j = load<int64_t>(where + p * step[1] + k * index_step);
+          const int64_t j = load_bytes<int64_t>(where + p * step[1] + k * index_step);
           Acc& sum = sums[j * width + p];
-          sum = kernel::add_wrapping(sum,
-                                     cast_value<Acc>(load<T>(values + p * step[2] + k * src_step)));
+          sum = kernel::add_wrapping(
+              sum, cast_value<Acc>(load_bytes<T>(values + p * step[2] + k * src_step)));
         };
         if (std::abs(index_step) < std::abs(step[1])) {
           for (int64_t p = 0; p < width; ++p) {
@@ -298,7 +287,7 @@ void scatter_add_columns(const Tensor& out, int64_t dim, const Tensor& index, co
         }
         for (int64_t j = 0; j < S; ++j) {
           for (int64_t p = 0; p < width; ++p) {
-            store<T>(column + p * step[0] + j * out_step, cast_value<T>(sums[j * width + p]));
+            store_bytes<T>(column + p * step[0] + j * out_step, cast_value<T>(sums[j * width + p]));
           }
         }
       }
@@ -306,7 +295,7 @@ void scatter_add_columns(const Tensor& out, int64_t dim, const Tensor& index, co
   };
   Shape walk = index.sizes();
   walk[dim] = 1;
-  for_each_row<3>(walk, {bytes(out), bytes(index), bytes(src)},
+  for_each_row<3>(walk, {byte_data(out), byte_data(index), byte_data(src)},
                   {byte_strides(out), byte_strides(index), byte_strides(src)}, columns,
                   /*parallel=*/false);
 }
@@ -355,7 +344,8 @@ Tensor scatter_add(const Tensor& self, int64_t dim, const Tensor& index, const T
 // ---- index_select, index_add --------------------------------------------------------------------
 
 Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index) {
-  const kernel::index_checks::DimShape checked = kernel::index_checks::check_index_select(x, dim, index, kCPU);
+  const kernel::index_checks::DimShape checked =
+      kernel::index_checks::check_index_select(x, dim, index, kCPU);
   const int64_t d = checked.dim;
   const Shape& out_sizes = checked.sizes;
   const Tensor x1 = at_least_1d(x);
@@ -370,7 +360,7 @@ Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index) {
 
   visit_index(index.dtype(), [&](auto tag) {
     using I = typename decltype(tag)::type;
-    const char* const where = bytes(index);
+    const char* const where = byte_data(index);
     if (!x1.is_contiguous()) {  // any strides: the gather walk with a broadcast index
       Shape index_strides(size_t(out1.dim()), 0);
       index_strides[d] = index_stride;
@@ -381,11 +371,11 @@ Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index) {
     const int64_t O = product(x1.sizes(), 0, size_t(d)), S = x1.size(d);
     const int64_t slice_bytes =
         product(x1.sizes(), size_t(d) + 1, x1.sizes().size()) * int64_t(x1.element_size());
-    const char* const x_data = bytes(x1);
-    char* const out_data = bytes(out1);
+    const char* const x_data = byte_data(x1);
+    char* const out_data = byte_data(out1);
     parallel_for(O * N, out.numel(), [&](int64_t row) {
       const int64_t o = row / N, n = row % N;
-      const int64_t j = load<I>(where + n * index_stride);
+      const int64_t j = load_bytes<I>(where + n * index_stride);
       std::memcpy(out_data + row * slice_bytes, x_data + (o * S + j) * slice_bytes,
                   size_t(slice_bytes));
     });
@@ -423,7 +413,7 @@ Tensor index_add(const Tensor& self, int64_t dim, const Tensor& index, const Ten
   const Tensor source_rows = source.contiguous();
   visit_dtype(self.dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
-    const char* const data = bytes(source_rows);
+    const char* const data = byte_data(source_rows);
     const int64_t row_bytes = I * int64_t(sizeof(T));
     const auto source_row = [=](int64_t o, int64_t n) { return data + (o * N + n) * row_bytes; };
     apply_row_groups<T>(out, O, S, I, groups, source_row, int64_t(sizeof(T)),
@@ -495,7 +485,7 @@ Tensor index_put(const Tensor& self, std::span<const Tensor> indices, const Tens
   }
   visit_dtype(self.dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
-    const char* const data = bytes(spread);
+    const char* const data = byte_data(spread);
     const auto source_row = [&](int64_t, int64_t m) {
       return data + row_offset[m] * int64_t(sizeof(T));
     };
@@ -527,65 +517,6 @@ Tensor one_hot(const Tensor& x, int64_t num_classes) {
 }
 
 }  // namespace
-
-// ---- masked_fill, where -------------------------------------------------------------------------
-
-Tensor masked_fill(const Tensor& x, const Tensor& mask, Scalar value) {
-  kernel::index_checks::check_tensor(x, "masked_fill", "input", kCPU);
-  kernel::index_checks::check_tensor(mask, "masked_fill", "mask", kCPU);
-  const Shape shape = kernel::index_checks::masked_fill_shape(x, mask);
-  Tensor out = empty(shape, x.dtype());
-  if (out.numel() == 0) return out;
-  visit_dtype(x.dtype(), [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    T fill;
-    if (value.is_floating()) {
-      if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
-        HG_CHECK(fits_in_integer<T>(value.to_double()),
-                 "masked_fill: value {} cannot be converted to {}", value.to_double(), x.dtype());
-      }
-      fill = cast_value<T>(value.to_double());
-    } else {
-      fill = cast_value<T>(value.to_int64());
-    }
-    const auto row = [fill](std::array<char*, 3> ptrs, std::array<int64_t, 3> step, int64_t n) {
-      for (int64_t k = 0; k < n; ++k) {
-        const bool masked = load<bool>(ptrs[2] + k * step[2]);
-        store<T>(ptrs[0] + k * step[0], masked ? fill : load<T>(ptrs[1] + k * step[1]));
-      }
-    };
-    const Tensor x_spread = x.expand(shape), mask_spread = mask.expand(shape);
-    for_each_row<3>(shape, {bytes(out), bytes(x_spread), bytes(mask_spread)},
-                    {byte_strides(out), byte_strides(x_spread), byte_strides(mask_spread)}, row);
-  });
-  return out;
-}
-
-Tensor where(const Tensor& condition, const Tensor& a, const Tensor& b) {
-  kernel::index_checks::check_tensor(condition, "where", "condition", kCPU);
-  kernel::index_checks::check_tensor(a, "where", "a", kCPU);
-  kernel::index_checks::check_tensor(b, "where", "b", kCPU);
-  const Shape shape = kernel::index_checks::where_shape(condition, a, b);
-  Tensor out = empty(shape, a.dtype());
-  if (out.numel() == 0) return out;
-  const Tensor c_spread = condition.expand(shape), a_spread = a.expand(shape),
-               b_spread = b.expand(shape);
-  visit_bits(a.element_size(), [&](auto tag) {
-    using U = typename decltype(tag)::type;
-    const auto row = [](std::array<char*, 4> ptrs, std::array<int64_t, 4> step, int64_t n) {
-      for (int64_t k = 0; k < n; ++k) {
-        const bool pick_a = load<bool>(ptrs[1] + k * step[1]);
-        const char* src = pick_a ? ptrs[2] + k * step[2] : ptrs[3] + k * step[3];
-        store<U>(ptrs[0] + k * step[0], load<U>(src));
-      }
-    };
-    for_each_row<4>(
-        shape, {bytes(out), bytes(c_spread), bytes(a_spread), bytes(b_spread)},
-        {byte_strides(out), byte_strides(c_spread), byte_strides(a_spread), byte_strides(b_spread)},
-        row);
-  });
-  return out;
-}
 
 const kernel::IndexKernels index_kernels{
     .cat = cat,

@@ -1,6 +1,6 @@
-// Shape and indexing kernels (cpu::index_kernels, kernel/index.h; masked_fill and where,
-// cpu/index.h) against references written here with plain loops over row-major values, for
-// every dtype, contiguous and strided inputs.
+// Shape and indexing kernels (cpu::index_kernels, kernel/index.h; masked_fill and where, from
+// cpu::elementwise_kernels) against references written here with plain loops over row-major values,
+// for every dtype, contiguous and strided inputs.
 //
 // Inputs are seeded random tensors, then laid out three ways with the same values:
 // contiguous, transposed (last two dims swapped in memory) and stepped (every other row of
@@ -20,7 +20,6 @@
 #include <string>
 #include <vector>
 
-#include "halfgrad/cpu/index.h"
 #include "halfgrad/cpu/kernels.h"
 #include "halfgrad/halfgrad.h"
 
@@ -984,15 +983,16 @@ TEST_CASE("masked_fill matches the loop reference with broadcasting", "[index][m
                                                              : xr.at_broadcast(at));
         }
         CAPTURE(dtype_name(dtype), int(layout), x_sizes, mask_sizes);
-        require_equal(cpu::masked_fill(x, mask, value), build(expected, dtype));
+        require_equal(cpu::elementwise_kernels.masked_fill(x, mask, value), build(expected, dtype));
       }
     }
   }
   SECTION("the value converts as fill_ does") {
     const Tensor mask = tensor(std::vector<bool>{true, false});
-    require_equal(cpu::masked_fill(zeros({2}, kInt64), mask, 2.75),
+    require_equal(cpu::elementwise_kernels.masked_fill(zeros({2}, kInt64), mask, 2.75),
                   tensor(std::vector<int64_t>{2, 0}));
-    require_equal(cpu::masked_fill(zeros({2}, kFloat16), mask, 0.1), tensor({0.1, 0.0}, kFloat16));
+    require_equal(cpu::elementwise_kernels.masked_fill(zeros({2}, kFloat16), mask, 0.1),
+                  tensor({0.1, 0.0}, kFloat16));
   }
 }
 
@@ -1004,13 +1004,13 @@ TEST_CASE("masked_fill errors name the problem and leave inputs unchanged",
   const Tensor floats = random_tensor({3, 4}, kFloat32, rng);
   const Tensor mask = random_tensor({3, 4}, kBool, rng);
   const Tensor ints = random_tensor({3, 4}, kInt64, rng);
-  require_error([&] { cpu::masked_fill(x, wrong, 1.0); },
+  require_error([&] { cpu::elementwise_kernels.masked_fill(x, wrong, 1.0); },
                 {"masked_fill", "the input of shape [3, 4]", "the mask of shape [3, 3]",
                  "cannot be broadcast"},
                 {x, wrong});
-  require_error([&] { cpu::masked_fill(x, floats, 1.0); },
+  require_error([&] { cpu::elementwise_kernels.masked_fill(x, floats, 1.0); },
                 {"masked_fill", "mask of dtype bool", "got float32"}, {x, floats});
-  require_error([&] { cpu::masked_fill(ints, mask, std::nan("")); },
+  require_error([&] { cpu::elementwise_kernels.masked_fill(ints, mask, std::nan("")); },
                 {"masked_fill", "cannot be converted to int64"}, {ints, mask});
 }
 
@@ -1035,7 +1035,7 @@ TEST_CASE("where matches the loop reference with broadcasting", "[index][where]"
                                                              : br.at_broadcast(at));
         }
         CAPTURE(dtype_name(dtype), int(layout), c_sizes, a_sizes, b_sizes);
-        require_equal(cpu::where(c, a, b), build(expected, dtype));
+        require_equal(cpu::elementwise_kernels.where(c, a, b), build(expected, dtype));
       }
     }
   }
@@ -1050,13 +1050,13 @@ TEST_CASE("where errors name the problem and leave inputs unchanged", "[index][w
   const Tensor b_wrong = random_tensor({2, 4}, kFloat32, rng);
   const Tensor c_wrong = random_tensor({5, 1}, kBool, rng);
   const Tensor c_float = random_tensor({3, 4}, kFloat32, rng);
-  require_error([&] { cpu::where(c_float, a, b); },
+  require_error([&] { cpu::elementwise_kernels.where(c_float, a, b); },
                 {"where", "condition of dtype bool", "got float32"}, {c_float, a, b});
-  require_error([&] { cpu::where(c, a, b_half); }, {"where", "b of dtype float32", "got float16"},
-                {c, a, b_half});
-  require_error([&] { cpu::where(c, a, b_wrong); },
+  require_error([&] { cpu::elementwise_kernels.where(c, a, b_half); },
+                {"where", "b of dtype float32", "got float16"}, {c, a, b_half});
+  require_error([&] { cpu::elementwise_kernels.where(c, a, b_wrong); },
                 {"where", "a of shape [3, 4]", "b of shape [2, 4]"}, {c, a, b_wrong});
-  require_error([&] { cpu::where(c_wrong, a, b); },
+  require_error([&] { cpu::elementwise_kernels.where(c_wrong, a, b); },
                 {"where", "the condition of shape [5, 1]", "cannot be broadcast"}, {c_wrong, a, b});
 }
 

@@ -12,7 +12,6 @@
 #include <vector>
 
 #include "cuda/cuda_test_util.h"
-#include "halfgrad/cpu/index.h"
 #include "halfgrad/cpu/kernels.h"
 #include "halfgrad/cuda/elementwise.h"
 #include "halfgrad/cuda/kernels.h"
