@@ -3,6 +3,10 @@
 // the CUDA backend's tables (cuda/kernels.h) by the device of a tensor argument.
 #pragma once
 
+#include "halfgrad/kernel/loss.h"
+
 namespace hg::cpu {
+
+extern const kernel::LossKernels loss_kernels;
 
 }  // namespace hg::cpu

@@ -4,6 +4,10 @@
 // tables (cpu/kernels.h) by the device of a tensor argument.
 #pragma once
 
+#include "halfgrad/kernel/loss.h"
+
 namespace hg::cuda {
+
+extern const kernel::LossKernels loss_kernels;
 
 }  // namespace hg::cuda

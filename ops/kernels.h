@@ -194,6 +194,11 @@ inline cpu::DropoutForward dropout(const Tensor& x, double p, Generator& gen) {
   HG_KERNEL(x, dropout(x, p, gen));
 }
 
+// ---- losses --------------------------------------------------------------------------------
+inline const kernel::LossKernels& loss(const Tensor& t) {
+  return HG_KERNEL_TABLE(t.is_cuda(), loss);
+}
+
 // ---- indexing ----------------------------------------------------------------------------
 // (An empty list goes to the CPU kernel, whose error names the op.)
 inline bool on_cuda(std::span<const Tensor> tensors) {
