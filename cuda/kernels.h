@@ -4,10 +4,12 @@
 // tables (cpu/kernels.h) by the device of a tensor argument.
 #pragma once
 
+#include "halfgrad/kernel/attention.h"
 #include "halfgrad/kernel/loss.h"
 
 namespace hg::cuda {
 
+extern const kernel::AttentionKernels attention_kernels;
 extern const kernel::LossKernels loss_kernels;
 
 }  // namespace hg::cuda

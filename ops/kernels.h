@@ -21,6 +21,7 @@
 #include "halfgrad/cpu/index.h"
 #include "halfgrad/cpu/nn_kernels.h"
 #include "halfgrad/cpu/reduce.h"
+#include "halfgrad/kernel/attention.h"
 #if HALFGRAD_HAS_CUDA
 #include "halfgrad/cuda/kernels.h"
 #include "halfgrad/cuda/elementwise.h"
@@ -197,6 +198,17 @@ inline cpu::DropoutForward dropout(const Tensor& x, double p, Generator& gen) {
 // ---- losses --------------------------------------------------------------------------------
 inline const kernel::LossKernels& loss(const Tensor& t) {
   return HG_KERNEL_TABLE(t.is_cuda(), loss);
+}
+
+// ---- attention -----------------------------------------------------------------------------
+// The fused attention kernels of t's backend; null where it has none (the CPU, and every build
+// without CUDA): the op computes the same math with halfgrad's ops.
+inline const kernel::AttentionKernels* attention(const Tensor& t) {
+#if HALFGRAD_HAS_CUDA
+  if (t.is_cuda()) return &::hg::cuda::attention_kernels;
+#endif
+  (void)t;
+  return nullptr;
 }
 
 // ---- indexing ----------------------------------------------------------------------------
