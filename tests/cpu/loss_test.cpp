@@ -23,7 +23,8 @@ TEST_CASE("a small float loss sums its terms in the reduction's order", "[loss]"
     const Tensor x = randn({n}), y = randn({n});
     const Tensor diff = sub(x, y);
     const Tensor terms = mul(diff, diff);
-    const double total = cpu::reduce(cpu::Reduction::Sum, terms, {}, false, kFloat64).item<double>();
+    const double total =
+        cpu::reduce(cpu::Reduction::Sum, terms, {}, false, kFloat64).item<double>();
     CHECK(mse_loss(x, y).item<double>() == scalar_tensor(total / double(n)).item<double>());
     CHECK(mse_loss(x, y, "sum").item<double>() == scalar_tensor(total).item<double>());
   }
