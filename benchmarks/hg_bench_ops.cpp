@@ -64,7 +64,6 @@
 #include <dnnl.hpp>
 #endif
 #if HALFGRAD_HAS_CUDA
-#include "halfgrad/cuda/attention.h"
 #include "halfgrad/cuda/kernels.h"
 #endif
 
@@ -430,7 +429,7 @@ void run_cuda_attention_benchmarks(const Options& options) {
     const hg::Tensor dy = hg::randn({B, H, T, E}, on_gpu);
     std::string kernel = "composite";
 #if HALFGRAD_HAS_CUDA
-    if (hg::cuda::flash_attention_fits(q, k, v)) kernel = "fused";
+    if (hg::cuda::attention_kernels.fits(q, k, v)) kernel = "fused";
 #endif
     struct Pass {
       const char* name;

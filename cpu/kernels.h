@@ -13,6 +13,7 @@
 #include "halfgrad/kernel/pool.h"
 #include "halfgrad/kernel/embedding.h"
 #include "halfgrad/kernel/dropout.h"
+#include "halfgrad/kernel/loss.h"
 
 namespace hg::cpu {
 
@@ -25,5 +26,6 @@ extern const kernel::ConvKernels conv_kernels;
 extern const kernel::PoolKernels pool_kernels;
 extern const kernel::EmbeddingKernels embedding_kernels;
 extern const kernel::DropoutKernels dropout_kernels;
+extern const kernel::LossKernels loss_kernels;
 
 }  // namespace hg::cpu

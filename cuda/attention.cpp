@@ -1,7 +1,6 @@
-// CUDA fused attention, host side: which operands the kernels take, the views they read, the
-// outputs, and the launches of attention.cu. Nothing here waits for the GPU.
-#include "halfgrad/cuda/attention.h"
-
+// The CUDA fused attention kernels (kernel/attention.h), host side: which operands the kernels
+// take, the views they read, the outputs, and the launches of attention.cu. Nothing here waits
+// for the GPU.
 #include <algorithm>
 #include <cstdint>
 #include <mutex>
@@ -12,11 +11,16 @@
 #include "halfgrad/core/format.h"
 #include "halfgrad/cuda/attention_launch.h"
 #include "halfgrad/cuda/host.h"
+#include "halfgrad/cuda/kernels.h"
 #include "halfgrad/cuda/stream.h"
+#include "halfgrad/kernel/attention.h"
 
 namespace hg::cuda {
 
 namespace {
+
+using kernel::FlashBackward;
+using kernel::FlashForward;
 
 constexpr const char* kOp = "scaled_dot_product_flash_attention";
 
@@ -95,8 +99,6 @@ Shape rows_of(const Tensor& q) {
 
 TensorOptions like(const Tensor& t, DType dtype) { return {.dtype = dtype, .device = t.device()}; }
 
-}  // namespace
-
 bool flash_attention_fits(const Tensor& q, const Tensor& k, const Tensor& v) {
   if (!q.defined() || !k.defined() || !v.defined() || !q.is_cuda()) return false;
   if (k.device() != q.device() || v.device() != q.device()) return false;
@@ -172,5 +174,13 @@ FlashBackward flash_attention_backward(const Tensor& dout, const Tensor& q, cons
       kOp);
   return result;
 }
+
+}  // namespace
+
+const kernel::AttentionKernels attention_kernels{
+    .fits = flash_attention_fits,
+    .forward = flash_attention_forward,
+    .backward = flash_attention_backward,
+};
 
 }  // namespace hg::cuda

@@ -13,6 +13,8 @@
 #include "halfgrad/kernel/pool.h"
 #include "halfgrad/kernel/embedding.h"
 #include "halfgrad/kernel/dropout.h"
+#include "halfgrad/kernel/loss.h"
+#include "halfgrad/kernel/attention.h"
 
 namespace hg::cuda {
 
@@ -25,5 +27,7 @@ extern const kernel::ConvKernels conv_kernels;
 extern const kernel::PoolKernels pool_kernels;
 extern const kernel::EmbeddingKernels embedding_kernels;
 extern const kernel::DropoutKernels dropout_kernels;
+extern const kernel::LossKernels loss_kernels;
+extern const kernel::AttentionKernels attention_kernels;
 
 }  // namespace hg::cuda

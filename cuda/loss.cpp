@@ -1,15 +1,30 @@
-// CUDA losses over Tensors (loss.h): layouts and buffers here, the work in loss.cu.
+// The CUDA loss kernels (kernel/loss.h) over Tensors: layouts and buffers here, the work in
+// loss.cu. Nothing here waits for the GPU.
 //
 // Dims: N batch, C classes, S positions per sample, R = N S rows of a class loss.
-#include "halfgrad/cuda/loss.h"
-
+//
+// NOTE [Losses on CUDA] For CUDA inputs each forward, and each first-order backward, runs these
+// kernels instead of the CPU's host loops (cpu/loss.cpp): nothing reads tensor memory on the
+// host and nothing waits for the GPU. "mean" divides on the device; the mean of nll_loss and
+// cross_entropy over class indices divides by the total weight of the targets not ignored,
+// summed on the device and kept there (ClassLossForward::divisor) for the backward. Class
+// indices are checked on the device: a bad one is reported through the device-error slot (NOTE
+// [Index checks on the device] in cuda/index.h), an hg::Error at the next synchronize naming the
+// op, and its row counts as ignored. A backward that is itself recorded (create_graph), or that
+// needs a weight's gradient, takes the op formulas of ops/loss.cpp, which run on any device.
+// binary_cross_entropy's input must lie in [0, 1]: the CPU checks before computing (the error
+// gives the range found); the CUDA kernel checks each element as it reads it and the error
+// (with the first value found outside) comes at the next synchronize, as for class indices.
 #include <iterator>
+#include <optional>
 
 #include "halfgrad/core/factory.h"
 #include "halfgrad/core/format.h"
 #include "halfgrad/cuda/host.h"
+#include "halfgrad/cuda/kernels.h"
 #include "halfgrad/cuda/loss_launch.h"
 #include "halfgrad/cuda/stream.h"
+#include "halfgrad/kernel/loss.h"
 
 namespace hg::cuda {
 
@@ -20,6 +35,10 @@ using detail::ClassWeight;
 using detail::LossOperand;
 using detail::make_walk;
 using detail::Walk;
+using kernel::ClassLossForward;
+using kernel::LossGrads;
+using kernel::LossReduction;
+using kernel::PointwiseLoss;
 
 DType acc_dtype(DType dtype) { return dtype == kFloat64 ? kFloat64 : kFloat32; }
 
@@ -143,8 +162,6 @@ ClassLossForward class_forward_outputs(const Shape& input_sizes, LossReduction r
   return result;
 }
 
-}  // namespace
-
 // ---- pointwise losses ----------------------------------------------------------------------
 
 Tensor pointwise_loss(PointwiseLoss kind, const Tensor& input, const Tensor& target,
@@ -177,10 +194,11 @@ Tensor pointwise_loss(PointwiseLoss kind, const Tensor& input, const Tensor& tar
   return out;
 }
 
-LossGrads pointwise_loss_backward(PointwiseLoss kind, const Tensor& grad, const Tensor& input,
-                                  const Tensor& target, const Tensor& weight,
-                                  const Tensor& pos_weight, double divisor, bool need_input,
-                                  bool need_target, double beta) {
+std::optional<LossGrads> pointwise_loss_backward(PointwiseLoss kind, const Tensor& grad,
+                                                 const Tensor& input, const Tensor& target,
+                                                 const Tensor& weight, const Tensor& pos_weight,
+                                                 LossReduction reduction, double divisor,
+                                                 bool need_input, bool need_target, double beta) {
   const char* op = loss_name(kind);
   check_on(grad, input.device(), op, "the gradient");
   check_on(target, input.device(), op, "target");
@@ -203,7 +221,8 @@ LossGrads pointwise_loss_backward(PointwiseLoss kind, const Tensor& grad, const 
   if (need_target) out.target = empty(target.sizes(), target.options());
   HG_CUDA_CHECK(detail::launch_pointwise_loss_backward(
                     kind, beta, walk, operand(input), operand(target), operand(grad),
-                    operand(weight), operand(pos_weight), acc, divisor, data_or_null(out.input),
+                    operand(weight), operand(pos_weight), acc,
+                    reduction == LossReduction::Mean ? divisor : 1.0, data_or_null(out.input),
                     data_or_null(out.target), current_stream()),
                 op);
   return out;
@@ -230,10 +249,12 @@ ClassLossForward nll_loss(const Tensor& input, const Tensor& target, const Tenso
   return result;
 }
 
-Tensor nll_loss_backward(const Tensor& grad, const Tensor& target, const Tensor& weight,
-                         const Shape& input_sizes, DType input_dtype, const Tensor& divisor,
-                         int64_t ignore_index, LossReduction reduction) {
+std::optional<Tensor> nll_loss_backward(const Tensor& grad, const Tensor& target,
+                                        const Tensor& weight, const Shape& input_sizes,
+                                        DType input_dtype, const ClassLossForward& forward,
+                                        int64_t ignore_index, LossReduction reduction) {
   const char* op = "nll_loss";
+  const Tensor& divisor = forward.divisor;
   const Device device = target.device();
   check_on(grad, device, op, "the gradient");
   check_on(weight, device, op, "weight");
@@ -283,10 +304,12 @@ ClassLossForward cross_entropy(const Tensor& input, const Tensor& target, const 
 }
 
 LossGrads cross_entropy_backward(const Tensor& grad, const Tensor& input, const Tensor& target,
-                                 const Tensor& weight, const Tensor& stats, const Tensor& divisor,
+                                 const Tensor& weight, const ClassLossForward& forward,
                                  int64_t ignore_index, LossReduction reduction,
                                  double label_smoothing, bool need_input, bool need_target) {
   const char* op = "cross_entropy";
+  const Tensor& stats = forward.stats;
+  const Tensor& divisor = forward.divisor;
   const Device device = input.device();
   check_on(grad, device, op, "the gradient");
   check_on(target, device, op, "target");
@@ -332,5 +355,17 @@ Tensor class_coefficients(const Tensor& target, const Tensor& weight, const Shap
                 op);
   return out;
 }
+
+}  // namespace
+
+const kernel::LossKernels loss_kernels{
+    .pointwise_loss = pointwise_loss,
+    .pointwise_loss_backward = pointwise_loss_backward,
+    .nll_loss = nll_loss,
+    .nll_loss_backward = nll_loss_backward,
+    .cross_entropy = cross_entropy,
+    .cross_entropy_backward = cross_entropy_backward,
+    .class_coefficients = class_coefficients,
+};
 
 }  // namespace hg::cuda

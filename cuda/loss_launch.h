@@ -11,10 +11,13 @@
 #include <cstdint>
 
 #include "halfgrad/cuda/kernel_args.h"
-#include "halfgrad/cuda/loss_kinds.h"
 #include "halfgrad/cuda/walk.h"
+#include "halfgrad/kernel/kinds.h"
 
 namespace hg::cuda::detail {
+
+using kernel::LossReduction;  // kernel/kinds.h
+using kernel::PointwiseLoss;
 
 // A floating tensor read at offsets a walk (or a row layout) gives; data null: absent (reads
 // as 1 for a weight).

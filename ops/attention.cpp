@@ -4,22 +4,20 @@
 // back, which keeps the probabilities accurate without changing the result dtype.
 //
 // On a GPU, a call the fused kernels take (no attn_mask, no dropout, float16/bfloat16 heads
-// up to 128 wide: cuda/attention.h) goes to scaled_dot_product_flash_attention instead, one
+// up to 128 wide: kernel/attention.h) goes to scaled_dot_product_flash_attention instead, one
 // node whose forward and backward never write the [L, S] scores (NOTE [Fused attention] in
 // cuda/attention.cu), as torch picks its flash kernel.
 #include "halfgrad/ops/attention.h"
 
 #include <cmath>
 
-#include "halfgrad/config.h"
 #include "halfgrad/core/factory.h"
 #include "halfgrad/core/format.h"
+#include "halfgrad/kernel/attention.h"
 #include "halfgrad/kernel/checks.h"
 #include "halfgrad/ops/dispatch.h"
+#include "halfgrad/ops/kernels.h"
 #include "halfgrad/ops/ops.h"
-#if HALFGRAD_HAS_CUDA
-#include "halfgrad/cuda/attention.h"
-#endif
 
 namespace hg {
 
@@ -40,12 +38,8 @@ double default_scale(const Tensor& q) { return 1.0 / std::sqrt(double(q.size(-1)
 
 // The fused kernels take these operands (on a GPU only).
 bool flash_fits(const Tensor& q, const Tensor& k, const Tensor& v) {
-#if HALFGRAD_HAS_CUDA
-  return cuda::flash_attention_fits(q, k, v);
-#else
-  (void)q, (void)k, (void)v;
-  return false;
-#endif
+  const kernel::AttentionKernels* fused = kernels::attention(q);
+  return fused != nullptr && fused->fits(q, k, v);
 }
 
 // q k^T * factor, the future masked with -inf when causal: [N..., L, S].
@@ -56,7 +50,7 @@ Tensor scores(const Tensor& q, const Tensor& k, double factor, bool causal) {
 
 using Grads = autograd::GradList;
 
-// softmax(q k^T * scale, causal) v as one node. On a GPU where cuda::flash_attention_fits, the
+// softmax(q k^T * scale, causal) v as one node. On a GPU where the fused kernels fit, the
 // fused kernels run forward and backward (saving the rows' logsumexp, not the weights);
 // elsewhere, and in a backward that is itself recorded (create_graph), the same math runs as
 // halfgrad ops in the accumulation dtype (float32 for 16-bit inputs), recomputing the weights.
@@ -84,15 +78,13 @@ struct ScaledDotProductFlashAttention {
     HG_CHECK(q.is_floating_point() && q.dtype() == k.dtype() && q.dtype() == v.dtype(),
              "expected floating q, k and v of one dtype, got {}, {} and {}", q.dtype(), k.dtype(),
              v.dtype());
-#if HALFGRAD_HAS_CUDA
-    if (cuda::flash_attention_fits(q, k, v)) {
-      cuda::FlashForward r = cuda::flash_attention_forward(q, k, v, is_causal, factor(q));
+    if (flash_fits(q, k, v)) {
+      kernel::FlashForward r = kernels::attention(q)->forward(q, k, v, is_causal, factor(q));
       fused = true;
       ctx.save({q, k, v, r.lse});
       ctx.save_output(r.out);
       return r.out;
     }
-#endif
     ctx.save({q, k, v});
     const DType acc = kernel::acc_dtype(q.dtype());
     const Tensor weights = softmax(scores(q.to(acc), k.to(acc), factor(q), is_causal), -1);
@@ -101,13 +93,11 @@ struct ScaledDotProductFlashAttention {
 
   Grads backward(OpContext& ctx, const Grads& grads) {
     const Tensor q = ctx.saved(0), k = ctx.saved(1), v = ctx.saved(2);
-#if HALFGRAD_HAS_CUDA
     if (fused && !autograd::is_grad_enabled()) {
-      cuda::FlashBackward r = cuda::flash_attention_backward(
+      kernel::FlashBackward r = kernels::attention(q)->backward(
           grads[0], q, k, v, ctx.saved_data(4), ctx.saved_data(3), is_causal, factor(q));
       return {r.dq, r.dk, r.dv};
     }
-#endif
     // P = softmax(S), dV = P^T dO, dP = dO V^T, dS = P (dP - rowsum(dP P)), dQ = dS K scale,
     // dK = dS^T Q scale: differentiable again.
     const DType acc = kernel::acc_dtype(q.dtype());

@@ -16,6 +16,7 @@
 
 #include "halfgrad/config.h"
 #include "halfgrad/cpu/kernels.h"
+#include "halfgrad/kernel/attention.h"
 #if HALFGRAD_HAS_CUDA
 #include "halfgrad/cuda/kernels.h"
 #endif
@@ -66,6 +67,22 @@ inline const kernel::EmbeddingKernels& embedding(const Tensor& t) {
 }
 inline const kernel::DropoutKernels& dropout(const Tensor& t) {
   return HG_KERNEL_TABLE(t.is_cuda(), dropout);
+}
+
+// ---- losses --------------------------------------------------------------------------------
+inline const kernel::LossKernels& loss(const Tensor& t) {
+  return HG_KERNEL_TABLE(t.is_cuda(), loss);
+}
+
+// ---- attention -----------------------------------------------------------------------------
+// The fused attention kernels of t's backend; null where it has none (the CPU, and every build
+// without CUDA): the op computes the same math with halfgrad's ops.
+inline const kernel::AttentionKernels* attention(const Tensor& t) {
+#if HALFGRAD_HAS_CUDA
+  if (t.is_cuda()) return &::hg::cuda::attention_kernels;
+#endif
+  (void)t;
+  return nullptr;
 }
 
 // ---- indexing ----------------------------------------------------------------------------

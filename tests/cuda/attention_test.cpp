@@ -4,7 +4,7 @@
 #include <catch2/catch.hpp>
 
 #include "cuda/cuda_test_util.h"
-#include "halfgrad/cuda/attention.h"
+#include "halfgrad/cuda/kernels.h"
 #include "halfgrad/halfgrad.h"
 
 using namespace hg;
@@ -143,7 +143,7 @@ TEST_CASE("attention the fused kernels do not take still runs on CUDA", "[cuda][
   manual_seed(34);
   const Tensor q = gpu_randn({2, 9, 12}, kFloat16), k = gpu_randn({2, 11, 12}, kFloat16),
                v = gpu_randn({2, 11, 12}, kFloat16);
-  CHECK_FALSE(cuda::flash_attention_fits(q, k, v));  // E = 12 is not a multiple of 8
+  CHECK_FALSE(cuda::attention_kernels.fits(q, k, v));  // E = 12 is not a multiple of 8
   const Tensor y = scaled_dot_product_flash_attention(q, k, v, true);
   const Tensor want = scaled_dot_product_attention(f64(q), f64(k), f64(v), {}, 0.0, true);
   check_close(y, want, kFloat16, sum_tolerance(kFloat16, 11), "math path");

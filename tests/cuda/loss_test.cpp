@@ -1,4 +1,4 @@
-// CUDA losses (halfgrad/cuda/loss.h through the public ops of halfgrad/ops/loss.h): every loss,
+// CUDA losses (cuda::loss_kernels through the public ops of halfgrad/ops/loss.h): every loss,
 // forward and backward, in float32, float16 and bfloat16 against the same loss on float64 CPU
 // copies of the inputs, for each reduction and option (weights, ignore_index, label smoothing,
 // class probabilities, [N, C, d...] and [C] inputs, non-contiguous inputs); the create_graph

@@ -11,7 +11,6 @@
 #include <string>
 #include <vector>
 
-#include "halfgrad/cpu/kernels.h"
 #include "halfgrad/halfgrad.h"
 
 using namespace hg;
@@ -710,23 +709,5 @@ TEST_CASE("losses run in float32 under CPU autocast", "[loss][autocast]") {
       under_autocast.backward();
       CHECK(x.grad().dtype() == kBFloat16);  // the gradient flows back through the cast
     }
-  }
-}
-
-TEST_CASE("a small float loss sums its terms in the reduction's order", "[loss]") {
-  // Up to 4096 terms are summed from a buffer (cpu::sum_floats), more through a tensor and
-  // cpu::reduce_kernels.reduce: both must give the bits of reduce over the terms computed as
-  // tensors.
-  for (int64_t n : {16, 100, 5000}) {
-    INFO("n = " << n);
-    manual_seed(uint64_t(n));
-    const Tensor x = randn({n}), y = randn({n});
-    const Tensor diff = sub(x, y);
-    const Tensor terms = mul(diff, diff);
-    const double total =
-        cpu::reduce_kernels.reduce(kernel::Reduction::Sum, terms, {}, false, kFloat64, 2.0)
-            .item<double>();
-    CHECK(mse_loss(x, y).item<double>() == scalar_tensor(total / double(n)).item<double>());
-    CHECK(mse_loss(x, y, "sum").item<double>() == scalar_tensor(total).item<double>());
   }
 }
