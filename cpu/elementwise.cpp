@@ -394,10 +394,10 @@ Tensor where(const Tensor& condition, const Tensor& a, const Tensor& b) {
 }  // namespace
 
 // clang-format off
-const kernel::ElementwiseKernels elementwise_kernels{
-    .unary = unary, .binary = binary, .binary_ = binary_, .compare = compare,
-    .threshold_backward = threshold_backward, .clamp = clamp, .addcmul = addcmul,
-    .addcdiv = addcdiv, .where = where, .masked_fill = masked_fill};
+const kernel::ElementwiseKernels elementwise_kernels{.unary = unary, .binary = binary,
+    .binary_ = binary_, .compare = compare, .threshold_backward = threshold_backward,
+    .clamp = clamp, .addcmul = addcmul, .addcdiv = addcdiv, .where = where,
+    .masked_fill = masked_fill};
 // clang-format on
 
 }  // namespace hg::cpu

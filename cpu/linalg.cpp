@@ -384,10 +384,9 @@ std::string gemm_kernel_name(DType dtype) {
   return dtype == kFloat64 || dtype == kFloat32 ? "eigen" : "eigen (fp32 tiles)";
 }
 
-const kernel::LinalgKernels linalg_kernels{.gemm = gemm,
-                                           .gemm_bias = gemm_bias,
-                                           .gemm_2d = gemm_2d,
-                                           .gemm_2d_gelu = gemm_2d_gelu,
-                                           .backend = gemm_backend};
+// clang-format off
+const kernel::LinalgKernels linalg_kernels{.gemm = gemm, .gemm_bias = gemm_bias, .gemm_2d = gemm_2d,
+    .gemm_2d_gelu = gemm_2d_gelu, .backend = gemm_backend};
+// clang-format on
 
 }  // namespace hg::cpu

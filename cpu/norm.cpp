@@ -558,17 +558,12 @@ NormBackward batch_norm_backward(const Tensor& dy, const Tensor& x, const Tensor
 
 }  // namespace
 
-const kernel::NormKernels norm_kernels{
-    .softmax = softmax,
-    .log_softmax = log_softmax,
-    .softmax_backward = softmax_backward,
-    .log_softmax_backward = log_softmax_backward,
-    .layer_norm = layer_norm,
-    .layer_norm_backward = layer_norm_backward,
-    .group_norm = group_norm,
-    .group_norm_backward = group_norm_backward,
-    .batch_norm = batch_norm,
-    .batch_norm_backward = batch_norm_backward,
-};
+// clang-format off
+const kernel::NormKernels norm_kernels{.softmax = softmax, .log_softmax = log_softmax,
+    .softmax_backward = softmax_backward, .log_softmax_backward = log_softmax_backward,
+    .layer_norm = layer_norm, .layer_norm_backward = layer_norm_backward, .group_norm = group_norm,
+    .group_norm_backward = group_norm_backward, .batch_norm = batch_norm,
+    .batch_norm_backward = batch_norm_backward};
+// clang-format on
 
 }  // namespace hg::cpu

@@ -904,14 +904,9 @@ Tensor sum_to(const Tensor& x, const Shape& target) {
 
 }  // namespace
 
-const kernel::ReduceKernels reduce_kernels{
-    .reduce = reduce,
-    .max_dim = max_dim,
-    .min_dim = min_dim,
-    .argmax = argmax,
-    .var = var,
-    .cumsum = cumsum,
-    .sum_to = sum_to,
-};
+// clang-format off
+const kernel::ReduceKernels reduce_kernels{.reduce = reduce, .max_dim = max_dim, .min_dim = min_dim,
+    .argmax = argmax, .var = var, .cumsum = cumsum, .sum_to = sum_to};
+// clang-format on
 
 }  // namespace hg::cpu

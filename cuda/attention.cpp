@@ -177,10 +177,9 @@ FlashBackward flash_attention_backward(const Tensor& dout, const Tensor& q, cons
 
 }  // namespace
 
-const kernel::AttentionKernels attention_kernels{
-    .fits = flash_attention_fits,
-    .forward = flash_attention_forward,
-    .backward = flash_attention_backward,
-};
+// clang-format off
+const kernel::AttentionKernels attention_kernels{.fits = flash_attention_fits,
+    .forward = flash_attention_forward, .backward = flash_attention_backward};
+// clang-format on
 
 }  // namespace hg::cuda

@@ -411,10 +411,10 @@ Tensor masked_fill(const Tensor& x, const Tensor& mask, Scalar value) {
 }  // namespace
 
 // clang-format off
-const kernel::ElementwiseKernels elementwise_kernels{
-    .unary = unary, .binary = binary, .binary_ = binary_, .compare = compare,
-    .threshold_backward = threshold_backward, .clamp = clamp, .addcmul = addcmul,
-    .addcdiv = addcdiv, .where = where, .masked_fill = masked_fill};
+const kernel::ElementwiseKernels elementwise_kernels{.unary = unary, .binary = binary,
+    .binary_ = binary_, .compare = compare, .threshold_backward = threshold_backward,
+    .clamp = clamp, .addcmul = addcmul, .addcdiv = addcdiv, .where = where,
+    .masked_fill = masked_fill};
 // clang-format on
 
 // ---- copies and fills --------------------------------------------------------------------

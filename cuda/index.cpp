@@ -394,15 +394,10 @@ Tensor one_hot(const Tensor& x, int64_t num_classes) {
 
 }  // namespace
 
-const kernel::IndexKernels index_kernels{
-    .cat = cat,
-    .stack = stack,
-    .gather = gather,
-    .scatter_add = scatter_add,
-    .index_select = index_select,
-    .index_add = index_add,
-    .index_put = index_put,
-    .one_hot = one_hot,
-};
+// clang-format off
+const kernel::IndexKernels index_kernels{.cat = cat, .stack = stack, .gather = gather,
+    .scatter_add = scatter_add, .index_select = index_select, .index_add = index_add,
+    .index_put = index_put, .one_hot = one_hot};
+// clang-format on
 
 }  // namespace hg::cuda

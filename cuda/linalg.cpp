@@ -673,10 +673,9 @@ std::string gemm_backend(DType dtype) {
 
 }  // namespace
 
-const kernel::LinalgKernels linalg_kernels{.gemm = gemm,
-                                           .gemm_bias = gemm_bias,
-                                           .gemm_2d = gemm_2d,
-                                           .gemm_2d_gelu = gemm_2d_gelu,
-                                           .backend = gemm_backend};
+// clang-format off
+const kernel::LinalgKernels linalg_kernels{.gemm = gemm, .gemm_bias = gemm_bias, .gemm_2d = gemm_2d,
+    .gemm_2d_gelu = gemm_2d_gelu, .backend = gemm_backend};
+// clang-format on
 
 }  // namespace hg::cuda
