@@ -256,6 +256,6 @@ Conv2dBackward conv2d_backward(const Tensor& dy, const Tensor& x, const Tensor& 
 
 }  // namespace
 
-const kernel::ConvKernels conv_kernels{.conv2d = conv2d, .conv2d_backward = conv2d_backward};
+const kernel::ConvKernels conv_kernels = HG_CONV_KERNELS;
 
 }  // namespace hg::cpu

@@ -56,6 +56,6 @@ DropoutForward dropout(const Tensor& x, double p, Generator& gen) {
 
 }  // namespace
 
-const kernel::DropoutKernels dropout_kernels{.dropout = dropout};
+const kernel::DropoutKernels dropout_kernels = HG_DROPOUT_KERNELS;
 
 }  // namespace hg::cpu

@@ -374,7 +374,7 @@ Tensor where(const Tensor& condition, const Tensor& a, const Tensor& b) {
   if (out.numel() == 0) return out;
   const Tensor c_spread = condition.expand(shape), a_spread = a.expand(shape),
                b_spread = b.expand(shape);
-  visit_bits(a.element_size(), [&](auto tag) {
+  kernel::visit_bits(a.element_size(), [&](auto tag) {
     using U = typename decltype(tag)::type;
     const auto row = [](std::array<char*, 4> ptrs, std::array<int64_t, 4> step, int64_t n) {
       for (int64_t k = 0; k < n; ++k) {
@@ -393,11 +393,6 @@ Tensor where(const Tensor& condition, const Tensor& a, const Tensor& b) {
 
 }  // namespace
 
-// clang-format off
-const kernel::ElementwiseKernels elementwise_kernels{.unary = unary, .binary = binary,
-    .binary_ = binary_, .compare = compare, .threshold_backward = threshold_backward,
-    .clamp = clamp, .addcmul = addcmul, .addcdiv = addcdiv, .where = where,
-    .masked_fill = masked_fill};
-// clang-format on
+const kernel::ElementwiseKernels elementwise_kernels = HG_ELEMENTWISE_KERNELS;
 
 }  // namespace hg::cpu

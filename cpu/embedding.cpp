@@ -61,6 +61,6 @@ Tensor embedding_backward(const Tensor& dy, const Tensor& indices, int64_t num_e
 
 }  // namespace
 
-const kernel::EmbeddingKernels embedding_kernels{.embedding_backward = embedding_backward};
+const kernel::EmbeddingKernels embedding_kernels = HG_EMBEDDING_KERNELS;
 
 }  // namespace hg::cpu

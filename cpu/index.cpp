@@ -518,10 +518,6 @@ Tensor one_hot(const Tensor& x, int64_t num_classes) {
 
 }  // namespace
 
-// clang-format off
-const kernel::IndexKernels index_kernels{.cat = cat, .stack = stack, .gather = gather,
-    .scatter_add = scatter_add, .index_select = index_select, .index_add = index_add,
-    .index_put = index_put, .one_hot = one_hot};
-// clang-format on
+const kernel::IndexKernels index_kernels = HG_INDEX_KERNELS;
 
 }  // namespace hg::cpu

@@ -384,9 +384,6 @@ std::string gemm_kernel_name(DType dtype) {
   return dtype == kFloat64 || dtype == kFloat32 ? "eigen" : "eigen (fp32 tiles)";
 }
 
-// clang-format off
-const kernel::LinalgKernels linalg_kernels{.gemm = gemm, .gemm_bias = gemm_bias, .gemm_2d = gemm_2d,
-    .gemm_2d_gelu = gemm_2d_gelu, .backend = gemm_backend};
-// clang-format on
+const kernel::LinalgKernels linalg_kernels = HG_LINALG_KERNELS;
 
 }  // namespace hg::cpu

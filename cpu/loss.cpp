@@ -467,11 +467,6 @@ LossGrads cross_entropy_backward(const Tensor& grad, const Tensor& input, const 
 
 }  // namespace
 
-// clang-format off
-const kernel::LossKernels loss_kernels{.pointwise_loss = pointwise_loss,
-    .pointwise_loss_backward = pointwise_loss_backward, .nll_loss = nll_loss,
-    .nll_loss_backward = nll_loss_backward, .cross_entropy = cross_entropy,
-    .cross_entropy_backward = cross_entropy_backward, .class_coefficients = class_coefficients};
-// clang-format on
+const kernel::LossKernels loss_kernels = HG_LOSS_KERNELS;
 
 }  // namespace hg::cpu

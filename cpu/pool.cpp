@@ -183,10 +183,6 @@ Tensor avg_pool2d_backward(const Tensor& dy, const Shape& input_shape, const Poo
 
 }  // namespace
 
-// clang-format off
-const kernel::PoolKernels pool_kernels{.max_pool2d = max_pool2d,
-    .max_pool2d_backward = max_pool2d_backward, .avg_pool2d = avg_pool2d,
-    .avg_pool2d_backward = avg_pool2d_backward};
-// clang-format on
+const kernel::PoolKernels pool_kernels = HG_POOL_KERNELS;
 
 }  // namespace hg::cpu

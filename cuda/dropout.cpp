@@ -41,6 +41,6 @@ kernel::DropoutForward dropout(const Tensor& x, double p, Generator& gen) {
 
 }  // namespace
 
-const kernel::DropoutKernels dropout_kernels{.dropout = dropout};
+const kernel::DropoutKernels dropout_kernels = HG_DROPOUT_KERNELS;
 
 }  // namespace hg::cuda

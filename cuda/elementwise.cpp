@@ -410,12 +410,7 @@ Tensor masked_fill(const Tensor& x, const Tensor& mask, Scalar value) {
 
 }  // namespace
 
-// clang-format off
-const kernel::ElementwiseKernels elementwise_kernels{.unary = unary, .binary = binary,
-    .binary_ = binary_, .compare = compare, .threshold_backward = threshold_backward,
-    .clamp = clamp, .addcmul = addcmul, .addcdiv = addcdiv, .where = where,
-    .masked_fill = masked_fill};
-// clang-format on
+const kernel::ElementwiseKernels elementwise_kernels = HG_ELEMENTWISE_KERNELS;
 
 // ---- copies and fills --------------------------------------------------------------------
 

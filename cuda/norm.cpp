@@ -288,12 +288,6 @@ kernel::NormBackward batch_norm_backward(const Tensor& dy, const Tensor& x, cons
 
 }  // namespace
 
-// clang-format off
-const kernel::NormKernels norm_kernels{.softmax = softmax, .log_softmax = log_softmax,
-    .softmax_backward = softmax_backward, .log_softmax_backward = log_softmax_backward,
-    .layer_norm = layer_norm, .layer_norm_backward = layer_norm_backward, .group_norm = group_norm,
-    .group_norm_backward = group_norm_backward, .batch_norm = batch_norm,
-    .batch_norm_backward = batch_norm_backward};
-// clang-format on
+const kernel::NormKernels norm_kernels = HG_NORM_KERNELS;
 
 }  // namespace hg::cuda

@@ -315,9 +315,6 @@ Tensor sum_to(const Tensor& x, const Shape& target) {
 
 }  // namespace
 
-// clang-format off
-const kernel::ReduceKernels reduce_kernels{.reduce = reduce, .max_dim = max_dim, .min_dim = min_dim,
-    .argmax = argmax, .var = var, .cumsum = cumsum, .sum_to = sum_to};
-// clang-format on
+const kernel::ReduceKernels reduce_kernels = HG_REDUCE_KERNELS;
 
 }  // namespace hg::cuda

@@ -16,10 +16,10 @@
 #include <cstdint>
 #include <vector>
 
+#include "halfgrad/core/tensor.h"
 #include "halfgrad/kernel/conv.h"
 #include "halfgrad/kernel/kinds.h"
 #include "halfgrad/kernel/pool.h"
-#include "halfgrad/core/tensor.h"
 
 namespace hg::kernel {
 

@@ -42,4 +42,9 @@ struct ConvKernels {
                                     std::array<bool, 3> needed);
 };
 
+// A backend's table, from its functions of these names (cpu/conv.cpp and cuda/conv.cpp):
+//   const kernel::ConvKernels conv_kernels = HG_CONV_KERNELS;
+#define HG_CONV_KERNELS \
+  { .conv2d = conv2d, .conv2d_backward = conv2d_backward }
+
 }  // namespace hg::kernel

@@ -26,4 +26,9 @@ struct DropoutKernels {
   DropoutForward (*dropout)(const Tensor& x, double p, Generator& gen);
 };
 
+// A backend's table, from its functions of these names (cpu/dropout.cpp and cuda/dropout.cpp):
+//   const kernel::DropoutKernels dropout_kernels = HG_DROPOUT_KERNELS;
+#define HG_DROPOUT_KERNELS \
+  { .dropout = dropout }
+
 }  // namespace hg::kernel

@@ -51,4 +51,14 @@ struct ElementwiseKernels {
   Tensor (*masked_fill)(const Tensor& x, const Tensor& mask, Scalar value);
 };
 
+// A backend's table, from its functions of these names (cpu/elementwise.cpp and
+// cuda/elementwise.cpp):
+//   const kernel::ElementwiseKernels elementwise_kernels = HG_ELEMENTWISE_KERNELS;
+#define HG_ELEMENTWISE_KERNELS                                                    \
+  {                                                                               \
+    .unary = unary, .binary = binary, .binary_ = binary_, .compare = compare,     \
+    .threshold_backward = threshold_backward, .clamp = clamp, .addcmul = addcmul, \
+    .addcdiv = addcdiv, .where = where, .masked_fill = masked_fill                \
+  }
+
 }  // namespace hg::kernel

@@ -23,4 +23,9 @@ struct EmbeddingKernels {
                                int64_t padding_idx);
 };
 
+// A backend's table, from its functions of these names (cpu/embedding.cpp and cuda/embedding.cpp):
+//   const kernel::EmbeddingKernels embedding_kernels = HG_EMBEDDING_KERNELS;
+#define HG_EMBEDDING_KERNELS \
+  { .embedding_backward = embedding_backward }
+
 }  // namespace hg::kernel

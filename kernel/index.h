@@ -82,4 +82,13 @@ struct IndexKernels {
   Tensor (*one_hot)(const Tensor& x, int64_t num_classes);
 };
 
+// A backend's table, from its functions of these names (cpu/index.cpp and cuda/index.cpp):
+//   const kernel::IndexKernels index_kernels = HG_INDEX_KERNELS;
+#define HG_INDEX_KERNELS                                                          \
+  {                                                                               \
+    .cat = cat, .stack = stack, .gather = gather, .scatter_add = scatter_add,     \
+    .index_select = index_select, .index_add = index_add, .index_put = index_put, \
+    .one_hot = one_hot                                                            \
+  }
+
 }  // namespace hg::kernel

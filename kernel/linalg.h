@@ -65,4 +65,12 @@ struct LinalgKernels {
   std::string (*backend)(DType dtype);
 };
 
+// A backend's table, from its functions of these names (cpu/linalg.cpp and cuda/linalg.cpp):
+//   const kernel::LinalgKernels linalg_kernels = HG_LINALG_KERNELS;
+#define HG_LINALG_KERNELS                                                                   \
+  {                                                                                         \
+    .gemm = gemm, .gemm_bias = gemm_bias, .gemm_2d = gemm_2d, .gemm_2d_gelu = gemm_2d_gelu, \
+    .backend = gemm_backend                                                                 \
+  }
+
 }  // namespace hg::kernel

@@ -134,4 +134,13 @@ struct LossKernels {
                                int64_t ignore_index, double label_smoothing, DType dtype);
 };
 
+// A backend's table, from its functions of these names (cpu/loss.cpp and cuda/loss.cpp):
+//   const kernel::LossKernels loss_kernels = HG_LOSS_KERNELS;
+#define HG_LOSS_KERNELS                                                                           \
+  {                                                                                               \
+    .pointwise_loss = pointwise_loss, .pointwise_loss_backward = pointwise_loss_backward,         \
+    .nll_loss = nll_loss, .nll_loss_backward = nll_loss_backward, .cross_entropy = cross_entropy, \
+    .cross_entropy_backward = cross_entropy_backward, .class_coefficients = class_coefficients    \
+  }
+
 }  // namespace hg::kernel

@@ -87,4 +87,15 @@ struct NormKernels {
                                       bool training);
 };
 
+// A backend's table, from its functions of these names (cpu/norm.cpp and cuda/norm.cpp):
+//   const kernel::NormKernels norm_kernels = HG_NORM_KERNELS;
+#define HG_NORM_KERNELS                                                                   \
+  {                                                                                       \
+    .softmax = softmax, .log_softmax = log_softmax, .softmax_backward = softmax_backward, \
+    .log_softmax_backward = log_softmax_backward, .layer_norm = layer_norm,               \
+    .layer_norm_backward = layer_norm_backward, .group_norm = group_norm,                 \
+    .group_norm_backward = group_norm_backward, .batch_norm = batch_norm,                 \
+    .batch_norm_backward = batch_norm_backward                                            \
+  }
+
 }  // namespace hg::kernel

@@ -43,4 +43,12 @@ struct PoolKernels {
   Tensor (*avg_pool2d_backward)(const Tensor& dy, const Shape& input_shape, const Pool2dParams& p);
 };
 
+// A backend's table, from its functions of these names (cpu/pool.cpp and cuda/pool.cpp):
+//   const kernel::PoolKernels pool_kernels = HG_POOL_KERNELS;
+#define HG_POOL_KERNELS                                                   \
+  {                                                                       \
+    .max_pool2d = max_pool2d, .max_pool2d_backward = max_pool2d_backward, \
+    .avg_pool2d = avg_pool2d, .avg_pool2d_backward = avg_pool2d_backward  \
+  }
+
 }  // namespace hg::kernel

@@ -75,4 +75,12 @@ struct ReduceKernels {
   Tensor (*sum_to)(const Tensor& x, const Shape& target);
 };
 
+// A backend's table, from its functions of these names (cpu/reduce.cpp and cuda/reduce.cpp):
+//   const kernel::ReduceKernels reduce_kernels = HG_REDUCE_KERNELS;
+#define HG_REDUCE_KERNELS                                                                   \
+  {                                                                                         \
+    .reduce = reduce, .max_dim = max_dim, .min_dim = min_dim, .argmax = argmax, .var = var, \
+    .cumsum = cumsum, .sum_to = sum_to                                                      \
+  }
+
 }  // namespace hg::kernel

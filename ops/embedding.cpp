@@ -59,7 +59,7 @@ struct Embedding {
     Shape out_sizes = indices.sizes();
     out_sizes.push_back(weight.size(1));
     ctx.save({indices});
-    return reshaped_result(kernels::index_select(weight, 0, flat), out_sizes);
+    return reshaped_result(kernels::index(weight).index_select(weight, 0, flat), out_sizes);
   }
   Grads backward(OpContext& ctx, const Grads& grads);
 };
