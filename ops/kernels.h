@@ -52,6 +52,16 @@ inline const kernel::LinalgKernels& linalg(const Tensor& t) {
   return HG_KERNEL_TABLE(t.is_cuda(), linalg);
 }
 
+// ---- indexing ----------------------------------------------------------------------------
+inline const kernel::IndexKernels& index(const Tensor& x) {
+  return HG_KERNEL_TABLE(x.is_cuda(), index);
+}
+// cat and stack: the first tensor picks (an empty list gets the CPU kernels, whose error names
+// the op).
+inline const kernel::IndexKernels& index(std::span<const Tensor> tensors) {
+  return HG_KERNEL_TABLE(!tensors.empty() && tensors[0].defined() && tensors[0].is_cuda(), index);
+}
+
 // ---- the nn families ---------------------------------------------------------------------
 inline const kernel::NormKernels& norm(const Tensor& t) {
   return HG_KERNEL_TABLE(t.is_cuda(), norm);
@@ -83,16 +93,6 @@ inline const kernel::AttentionKernels* attention(const Tensor& t) {
 #endif
   (void)t;
   return nullptr;
-}
-
-// ---- indexing ----------------------------------------------------------------------------
-inline const kernel::IndexKernels& index(const Tensor& x) {
-  return HG_KERNEL_TABLE(x.is_cuda(), index);
-}
-// cat and stack: the first tensor picks (an empty list gets the CPU kernels, whose error names
-// the op).
-inline const kernel::IndexKernels& index(std::span<const Tensor> tensors) {
-  return HG_KERNEL_TABLE(!tensors.empty() && tensors[0].defined() && tensors[0].is_cuda(), index);
 }
 
 }  // namespace hg::kernels
