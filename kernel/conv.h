@@ -1,5 +1,5 @@
 // The conv family: conv2d and its backward, as a table of kernels every backend fills
-// (cpu/conv.cpp on im2col and cpu::gemm, cuda/conv.cpp on cuDNN).
+// (cpu/conv.cpp on im2col and the CPU GEMM, cuda/conv.cpp on cuDNN).
 //
 // Conventions shared by the nn kernel families (the opening of kernel/norm.h): inputs of any
 // strides, never modified; floating dtypes only, float16/bfloat16 computed in float and

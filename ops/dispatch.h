@@ -7,7 +7,7 @@
 //     static constexpr OpId id = OpId::mul;
 //     Tensor forward(OpContext& ctx, const Tensor& a, const Tensor& b) {
 //       ctx.save({a, b});                         // exactly what backward needs
-//       return cpu::binary(cpu::Binary::Mul, a, b, result_dtype);
+//       return kernels::elementwise(a).binary(Binary::Mul, a, b, result_dtype, 1.0);
 //     }
 //     autograd::GradList backward(OpContext& ctx, const autograd::GradList& grads) {
 //       ...                                       // halfgrad ops: differentiable again

@@ -22,8 +22,10 @@
 
 #include "halfgrad/cpu/kernels.h"
 #include "halfgrad/halfgrad.h"
+#include "test_util.h"
 
 using namespace hg;
+using namespace hg::testing;
 using Catch::Contains;
 
 namespace {
@@ -31,31 +33,8 @@ namespace {
 constexpr std::array<DType, 7> kAllDTypes = {kFloat32, kFloat16, kBFloat16, kFloat64,
                                              kInt64,   kInt32,   kBool};
 
-using Sizes = std::vector<int64_t>;
-
 Shape to_shape(const Sizes& sizes) { return Shape(std::span<const int64_t>(sizes)); }
-Sizes sizes_of(const Tensor& t) { return Sizes(t.sizes().begin(), t.sizes().end()); }
 
-int64_t count(const Sizes& sizes) {
-  int64_t n = 1;
-  for (int64_t s : sizes) n *= s;
-  return n;
-}
-
-Sizes unravel(int64_t flat, const Sizes& sizes) {
-  Sizes index(sizes.size());
-  for (size_t d = sizes.size(); d-- > 0;) {
-    index[d] = flat % sizes[d];
-    flat /= sizes[d];
-  }
-  return index;
-}
-
-int64_t ravel(const Sizes& index, const Sizes& sizes) {
-  int64_t flat = 0;
-  for (size_t d = 0; d < sizes.size(); ++d) flat = flat * sizes[d] + index[d];
-  return flat;
-}
 
 Sizes broadcast(const Sizes& a, const Sizes& b) {
   const size_t n = std::max(a.size(), b.size());

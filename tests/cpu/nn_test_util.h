@@ -13,6 +13,7 @@
 #include <catch2/catch.hpp>
 
 #include "halfgrad/halfgrad.h"
+#include "test_util.h"
 
 namespace hg::testing {
 
@@ -53,29 +54,11 @@ struct Tolerance {
 // Forward kernels see the same rounded inputs as the reference: what is left is float
 // arithmetic and the one rounding of the output.
 inline Tolerance forward_tolerance(DType dtype) {
-  switch (dtype) {
-    case kFloat64:
-      return {1e-12, 1e-10};
-    case kFloat32:
-      return {1e-5, 1e-5};
-    case kFloat16:
-      return {1e-3, 2e-3};
-    default:
-      return {8e-3, 1.6e-2};
-  }
+  return per_dtype<Tolerance>(dtype, {1e-12, 1e-10}, {1e-5, 1e-5}, {1e-3, 2e-3}, {8e-3, 1.6e-2});
 }
 
 inline Tolerance backward_tolerance(DType dtype) {
-  switch (dtype) {
-    case kFloat64:
-      return {1e-10, 1e-9};
-    case kFloat32:
-      return {2e-5, 1e-4};
-    case kFloat16:
-      return {2e-3, 4e-3};
-    default:
-      return {1.6e-2, 3.2e-2};
-  }
+  return per_dtype<Tolerance>(dtype, {1e-10, 1e-9}, {2e-5, 1e-4}, {2e-3, 4e-3}, {1.6e-2, 3.2e-2});
 }
 
 inline constexpr Tolerance kFiniteDifferenceTolerance{1e-6, 1e-5};

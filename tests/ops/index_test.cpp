@@ -20,51 +20,19 @@
 #include <vector>
 
 #include "halfgrad/halfgrad.h"
+#include "test_util.h"
 
 using namespace hg;
+using namespace hg::testing;
 using Catch::Contains;
 
 namespace {
 
 constexpr std::array<DType, 3> kFloatDTypes = {kFloat32, kFloat16, kBFloat16};
 
-// Relative error allowed for a value rounded once from a float32 accumulator: a few units of
-// the last place (float16 has 11 significant bits, bfloat16 8).
-double tolerance(DType dtype) {
-  switch (dtype) {
-    case kFloat16:
-      return 2e-3;
-    case kBFloat16:
-      return 1e-2;
-    default:
-      return 1e-5;
-  }
-}
+double tolerance(DType dtype) { return rounding_tolerance(dtype); }
 
-using Sizes = std::vector<int64_t>;
 
-Sizes sizes_of(const Tensor& t) { return Sizes(t.sizes().begin(), t.sizes().end()); }
-
-int64_t count(const Sizes& sizes) {
-  int64_t n = 1;
-  for (int64_t s : sizes) n *= s;
-  return n;
-}
-
-Sizes unravel(int64_t flat, const Sizes& sizes) {
-  Sizes index(sizes.size());
-  for (size_t d = sizes.size(); d-- > 0;) {
-    index[d] = flat % sizes[d];
-    flat /= sizes[d];
-  }
-  return index;
-}
-
-int64_t ravel(const Sizes& index, const Sizes& sizes) {
-  int64_t flat = 0;
-  for (size_t d = 0; d < sizes.size(); ++d) flat = flat * sizes[d] + index[d];
-  return flat;
-}
 
 // A tensor's values in row-major order with its sizes: what references read.
 struct Ref {

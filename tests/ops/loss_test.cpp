@@ -12,8 +12,10 @@
 #include <vector>
 
 #include "halfgrad/halfgrad.h"
+#include "test_util.h"
 
 using namespace hg;
+using namespace hg::testing;
 using Catch::Contains;
 using Values = std::vector<double>;
 
@@ -22,18 +24,7 @@ namespace {
 const DType kLossDtypes[] = {kFloat32, kFloat16, kBFloat16};
 const char* const kReductions[] = {"none", "mean", "sum"};
 
-// A loss is computed in float32 and rounded once to its dtype (NOTE [Loss kernels]): the error
-// is half an ulp of the dtype (2^-11 for float16, 2^-8 for bfloat16) plus float32 arithmetic.
-double tolerance(DType dtype) {
-  switch (dtype) {
-    case kFloat16:
-      return 2e-3;
-    case kBFloat16:
-      return 1e-2;
-    default:
-      return 1e-5;
-  }
-}
+double tolerance(DType dtype) { return rounding_tolerance(dtype); }
 
 // actual (of `dtype`) against the reference. Values below 0.1 in magnitude are held to the
 // tolerance at 0.1: the terms a loss adds are of order one, so a small result is a cancellation
@@ -85,12 +76,7 @@ void check_rejects(const std::vector<Tensor>& tensors, const std::function<void(
     before.push_back(values(t));
     versions.push_back(t.version());
   }
-  std::string message;
-  try {
-    f();
-  } catch (const Error& e) {
-    message = e.what();
-  }
+  const std::string message = hg::testing::error_message(f);
   INFO("message: " << message);
   CHECK_FALSE(message.empty());
   for (const std::string& fragment : fragments) CHECK_THAT(message, Contains(fragment));

@@ -13,6 +13,7 @@
 #include <catch2/catch.hpp>
 
 #include "halfgrad/halfgrad.h"
+#include "test_util.h"
 
 namespace hg::testing {
 
@@ -46,16 +47,7 @@ struct Tolerance {
 // 2^-8 for bfloat16). The outputs here are of order one, so the same bound serves as the
 // absolute tolerance for values near zero.
 inline Tolerance forward_tolerance(DType dtype) {
-  switch (dtype) {
-    case kFloat64:
-      return {1e-12, 1e-12};
-    case kFloat32:
-      return {1e-5, 1e-5};
-    case kFloat16:
-      return {2e-3, 2e-3};
-    default:
-      return {1e-2, 1e-2};
-  }
+  return per_dtype<Tolerance>(dtype, {1e-12, 1e-12}, {1e-5, 1e-5}, {2e-3, 2e-3}, {1e-2, 1e-2});
 }
 
 // Gradients through a norm subtract means of the incoming gradient from it, so their values
@@ -105,12 +97,7 @@ inline void expect_rejected(const std::function<void()>& f, const std::vector<Te
                             const std::vector<std::string>& parts) {
   std::vector<Snapshot> before;
   for (const Tensor& t : inputs) before.push_back({values(t), t.version()});
-  std::string message;
-  try {
-    f();
-  } catch (const Error& e) {
-    message = e.what();
-  }
+  const std::string message = error_message(f);
   INFO("message: " << message);
   REQUIRE_FALSE(message.empty());
   for (const std::string& part : parts) CHECK_THAT(message, Catch::Contains(part));
