@@ -5,6 +5,19 @@ find_package(fmt 9 REQUIRED)
 find_package(Threads REQUIRED)
 find_package(OpenMP REQUIRED COMPONENTS CXX)
 
+# xxHash (libxxhash-dev) computes the checksums of the safetensors files halfgrad writes
+# (NOTE [Safetensors checksums]); Debian ships no CMake package for it, so the header and the
+# library are located directly.
+find_path(HALFGRAD_XXHASH_INCLUDE_DIR xxhash.h)
+find_library(HALFGRAD_XXHASH_LIBRARY NAMES xxhash)
+if(NOT HALFGRAD_XXHASH_INCLUDE_DIR OR NOT HALFGRAD_XXHASH_LIBRARY)
+  message(FATAL_ERROR "xxHash was not found (xxhash.h, libxxhash); install libxxhash-dev "
+                      "(./scripts/setup does)")
+endif()
+add_library(halfgrad_xxhash INTERFACE)
+target_include_directories(halfgrad_xxhash INTERFACE "${HALFGRAD_XXHASH_INCLUDE_DIR}")
+target_link_libraries(halfgrad_xxhash INTERFACE "${HALFGRAD_XXHASH_LIBRARY}")
+
 # ---- oneDNN -------------------------------------------------------------------------------
 # NOTE [Finding oneDNN] Debian's dnnl-config.cmake insists on OpenCL (its package is built
 # with the OpenCL GPU runtime, which halfgrad does not use), so the library and header are

@@ -47,6 +47,11 @@ target_link_libraries(halfgrad PRIVATE $<BUILD_INTERFACE:Eigen3::Eigen>)
 find_package(nlohmann_json 3.10 REQUIRED)
 target_link_libraries(halfgrad PRIVATE $<BUILD_INTERFACE:nlohmann_json::nlohmann_json>)
 
+# xxHash checksums the safetensors files in io/ (NOTE [Safetensors checksums]); no public header
+# includes it, and an installed consumer links libxxhash as it links libdnnl.
+target_link_libraries(halfgrad PRIVATE $<BUILD_INTERFACE:halfgrad_xxhash>)
+target_link_libraries(halfgrad INTERFACE $<INSTALL_INTERFACE:${HALFGRAD_XXHASH_LIBRARY}>)
+
 if(HALFGRAD_HAS_ONEDNN)
   target_link_libraries(halfgrad PRIVATE $<BUILD_INTERFACE:halfgrad_dnnl>)
   # A static library carries its link dependencies; an installed consumer links libdnnl too.
