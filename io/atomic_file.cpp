@@ -67,6 +67,24 @@ void AtomicFileWriter::write(const void* data, size_t size) {
   }
 }
 
+void AtomicFileWriter::write_at(uint64_t offset, const void* data, size_t size) {
+  HG_CHECK(fd_ >= 0 && !committed_, "save: writing to \"{}\" after it was committed", path_);
+  HG_CHECK(offset <= bytes_written_ && size <= bytes_written_ - offset,
+           "save: \"{}\": expected to overwrite bytes within the {} written, got {} bytes at "
+           "offset {}",
+           path_, bytes_written_, size, offset);
+  const char* bytes = static_cast<const char*>(data);
+  while (size > 0) {
+    const ssize_t written = ::pwrite(fd_, bytes, size, off_t(offset));
+    if (written < 0 && errno == EINTR) continue;
+    HG_CHECK(written > 0, "save: writing \"{}\" at offset {} failed: {}", path_, offset,
+             system_reason(written < 0 ? errno : EIO));
+    bytes += written;
+    size -= size_t(written);
+    offset += uint64_t(written);
+  }
+}
+
 void AtomicFileWriter::commit() {
   HG_CHECK(fd_ >= 0 && !committed_, "save: \"{}\" was already committed", path_);
   HG_CHECK(::fsync(fd_) == 0, "save: flushing \"{}\" to the disk failed: {}", temporary_path_,

@@ -31,6 +31,9 @@ class AtomicFileWriter {
   // Appends bytes; an error (naming the file and the system's reason) when they cannot all
   // be written.
   void write(const void* data, size_t size);
+  // Overwrites `size` bytes at `offset` within what was already written (a field whose value
+  // is known only once the rest is written, as a checksum in a header); an error otherwise.
+  void write_at(uint64_t offset, const void* data, size_t size);
   // fsync, rename over the destination, fsync the folder.
   void commit();
 

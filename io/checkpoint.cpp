@@ -156,8 +156,10 @@ std::map<std::string, std::string> load_checkpoint(const std::string& path, nn::
                                                    optim::Optimizer& optimizer,
                                                    amp::GradScaler& scaler,
                                                    LoadCheckpointOptions options) {
-  // 1. The whole file, checked (NOTE [Safetensors validation]).
-  const SafetensorsContents contents = load_safetensors(path);
+  // 1. The whole file, checked (NOTE [Safetensors validation]) and verified against its
+  // checksums (NOTE [Safetensors checksums]).
+  const SafetensorsContents contents =
+      load_safetensors(path, {.require_checksum = options.require_checksum});
   const std::map<std::string, std::string>& metadata = contents.metadata;
   const auto format = metadata.find("format");
   HG_CHECK(format != metadata.end() && format->second == kFormat,

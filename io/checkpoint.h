@@ -20,7 +20,9 @@
 // the checkpoint, so dropout masks and data drawn after a resume are the ones an uninterrupted
 // run draws: a resumed run continues bit-identically.
 //
-// NOTE [All-or-nothing resume] load_checkpoint reads and checks the whole file first, then
+// NOTE [All-or-nothing resume] load_checkpoint reads and checks the whole file first, its
+// checksums included (NOTE [Safetensors checksums]: a flipped bit in a weight, an optimizer
+// step, an option or the generator's offset is an error before anything is used), then
 // checks the model's keys, shapes and dtypes (a checkpoint must match its model exactly; no
 // dtype conversion), then loads the scaler, the optimizer (which checks its own state before
 // changing anything; on its error the scaler's previous state is put back) and last the model
@@ -46,6 +48,9 @@ namespace hg::io {
 struct LoadCheckpointOptions {
   // Put the default generator back to its saved state.
   bool restore_rng = true;
+  // Refuse a checkpoint without checksums (one written before halfgrad wrote them) instead of
+  // loading it unverified.
+  bool require_checksum = false;
 };
 
 void save_checkpoint(const std::string& path, const nn::Module& model,

@@ -1,5 +1,5 @@
-// The safetensors format (safetensors.h): the JSON header, dtype names, and reading and
-// writing tensors from files and memory.
+// The safetensors format (safetensors.h): the JSON header, dtype names, the checksums, and
+// reading and writing tensors from files and memory.
 #include "halfgrad/io/safetensors.h"
 
 #include <fcntl.h>
@@ -12,10 +12,13 @@
 #include <cerrno>
 #include <cstring>
 #include <limits>
+#include <memory>
+#include <optional>
 #include <set>
 #include <utility>
 #include <vector>
 
+#include <xxhash.h>
 #include <nlohmann/json.hpp>
 
 #include "halfgrad/core/error.h"
@@ -77,6 +80,115 @@ struct Header {
   std::vector<Entry> entries;  // sorted by offset
   std::map<std::string, std::string> metadata;
 };
+
+// ---- checksums (NOTE [Safetensors checksums]) ----------------------------------------------
+
+constexpr size_t kDigestHexDigits = 16;
+
+bool starts_with(std::string_view text, std::string_view prefix) {
+  return text.substr(0, prefix.size()) == prefix;
+}
+
+std::string hex_digest(uint64_t digest) { return fmt::format("{:016x}", digest); }
+
+// XXH64 of bytes that arrive in pieces: the data region, tensor by tensor.
+class DataHasher {
+ public:
+  DataHasher() : state_(XXH64_createState()) {
+    HG_CHECK(state_ != nullptr, "safetensors: cannot allocate the checksum's state");
+    XXH64_reset(state_.get(), 0);
+  }
+  void update(const void* data, size_t size) {
+    if (size > 0) XXH64_update(state_.get(), data, size);
+  }
+  uint64_t digest() const { return XXH64_digest(state_.get()); }
+
+ private:
+  struct FreeState {
+    void operator()(XXH64_state_t* state) const { XXH64_freeState(state); }
+  };
+  std::unique_ptr<XXH64_state_t, FreeState> state_;
+};
+
+void append_counted(std::string& out, std::string_view text) {
+  out += std::to_string(text.size());
+  out += ':';
+  out += text;
+}
+
+// XXH64 of the header's canonical text: its tensors by name, then the metadata other than the
+// checksums (`metadata` holds none) by key.
+uint64_t header_digest(const std::vector<Entry>& entries,
+                       const std::map<std::string, std::string>& metadata) {
+  std::vector<const Entry*> by_name;
+  by_name.reserve(entries.size());
+  for (const Entry& entry : entries) by_name.push_back(&entry);
+  std::sort(by_name.begin(), by_name.end(),
+            [](const Entry* a, const Entry* b) { return a->name < b->name; });
+  std::string text;
+  for (const Entry* entry : by_name) {
+    text += "tensor ";
+    append_counted(text, entry->name);
+    text += fmt::format(" {} {}", safetensors_dtype_name(entry->dtype), entry->shape.size());
+    for (int64_t size : entry->shape) text += fmt::format(" {}", size);
+    text += fmt::format(" {} {}\n", entry->begin, entry->end);
+  }
+  for (const auto& [key, value] : metadata) {
+    text += "metadata ";
+    append_counted(text, key);
+    text += ' ';
+    append_counted(text, value);
+    text += '\n';
+  }
+  return XXH64(text.data(), text.size(), 0);
+}
+
+// The checksums a file's metadata holds, taken out of it; none when it has no key with the
+// reserved prefix.
+struct StoredChecksums {
+  uint64_t data;
+  uint64_t header;
+};
+
+uint64_t parse_digest(const std::string& key, const std::string& value, std::string_view source) {
+  const bool well_formed =
+      value.size() == kDigestHexDigits && std::all_of(value.begin(), value.end(), [](char c) {
+        return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f');
+      });
+  HG_CHECK(well_formed,
+           "load: \"{}\": __metadata__ key \"{}\": expected {} lower-case hex digits (an XXH64 "
+           "checksum), got \"{}\"",
+           source, key, kDigestHexDigits, value);
+  return std::stoull(value, nullptr, 16);
+}
+
+std::optional<StoredChecksums> take_checksums(std::map<std::string, std::string>& metadata,
+                                              std::string_view source) {
+  std::optional<uint64_t> data, header;
+  auto it = metadata.lower_bound(std::string(kChecksumKeyPrefix));
+  while (it != metadata.end() && starts_with(it->first, kChecksumKeyPrefix)) {
+    if (it->first == kDataChecksumKey) {
+      data = parse_digest(it->first, it->second, source);
+    } else if (it->first == kHeaderChecksumKey) {
+      header = parse_digest(it->first, it->second, source);
+    } else {
+      HG_ERROR(
+          "load: \"{}\": __metadata__ key \"{}\": expected \"{}\" or \"{}\" (the prefix "
+          "\"{}\" is reserved for halfgrad's checksums)",
+          source, it->first, kDataChecksumKey, kHeaderChecksumKey, kChecksumKeyPrefix);
+    }
+    it = metadata.erase(it);
+  }
+  if (!data && !header) return std::nullopt;
+  HG_CHECK(data && header,
+           "load: \"{}\": expected both checksums \"{}\" and \"{}\" in __metadata__, got only "
+           "\"{}\"",
+           source, kDataChecksumKey, kHeaderChecksumKey,
+           data ? kDataChecksumKey : kHeaderChecksumKey);
+  return StoredChecksums{.data = *data, .header = *header};
+}
+
+// ---- parsing -------------------------------------------------------------------------------
 
 // A JSON value's kind, for messages.
 std::string describe(const json& value) {
@@ -249,8 +361,10 @@ struct ByteSource {
   }
 };
 
-// Reads the header at the start of a source of `total` bytes, then every tensor.
-SafetensorsContents read_contents(const ByteSource& source, uint64_t total) {
+// Reads the header at the start of a source of `total` bytes, then every tensor, verifying
+// the checksums when the file has them (NOTE [Safetensors checksums]).
+SafetensorsContents read_contents(const ByteSource& source, uint64_t total,
+                                  const LoadOptions& options) {
   HG_CHECK(total >= 8,
            "load: \"{}\": expected at least the 8-byte header length, got a file of {} bytes",
            source.name, total);
@@ -271,20 +385,55 @@ SafetensorsContents read_contents(const ByteSource& source, uint64_t total) {
 
   SafetensorsContents contents;
   contents.metadata = header.metadata;
+  const std::optional<StoredChecksums> stored = take_checksums(contents.metadata, source.name);
+  HG_CHECK(stored || !options.require_checksum,
+           "load: \"{}\": expected a file with halfgrad's checksums (require_checksum), got one "
+           "without (no \"{}\" or \"{}\" in __metadata__)",
+           source.name, kDataChecksumKey, kHeaderChecksumKey);
+  if (stored) {
+    const uint64_t computed = header_digest(header.entries, contents.metadata);
+    HG_CHECK(computed == stored->header,
+             "load: \"{}\": the header does not match its checksum (tensor names, dtypes, shapes, "
+             "offsets and metadata: \"{}\" is {}, they hash to {}); the file is corrupted",
+             source.name, kHeaderChecksumKey, hex_digest(stored->header), hex_digest(computed));
+  }
+
+  // The tensors tile the data (parse_header checked it), so hashing each as it is read, in
+  // offset order, hashes the data region once.
+  std::optional<DataHasher> data_hasher;
+  if (stored) data_hasher.emplace();
+  std::vector<Tensor> tensors;
+  tensors.reserve(header.entries.size());
   for (const Entry& entry : header.entries) {
     Tensor tensor = empty(entry.shape, entry.dtype);
     const uint64_t nbytes = entry.end - entry.begin;
     if (nbytes > 0) source.read(data_start + entry.begin, tensor.data_ptr(), nbytes);
+    if (data_hasher) data_hasher->update(tensor.data_ptr(), nbytes);
+    tensors.push_back(std::move(tensor));
+  }
+  if (stored) {
+    const uint64_t computed = data_hasher->digest();
+    HG_CHECK(computed == stored->data,
+             "load: \"{}\": the data does not match its checksum (the {} bytes after the header: "
+             "\"{}\" is {}, they hash to {}); the file is corrupted",
+             source.name, total - data_start, kDataChecksumKey, hex_digest(stored->data),
+             hex_digest(computed));
+  }
+
+  for (size_t i = 0; i < header.entries.size(); ++i) {
+    const Entry& entry = header.entries[i];
     if (entry.dtype == kBool) {
       // Read as bytes before any is used as a bool: a bool holding 2 is undefined behaviour.
-      const auto* bytes = static_cast<const unsigned char*>(tensor.data_ptr());
+      const auto* bytes = static_cast<const unsigned char*>(tensors[i].data_ptr());
+      const uint64_t nbytes = entry.end - entry.begin;
       const auto bad = std::find_if(bytes, bytes + nbytes, [](unsigned char b) { return b > 1; });
       HG_CHECK(bad == bytes + nbytes,
                "load: \"{}\": key \"{}\": expected BOOL bytes to be 0 or 1, got {} at element {}",
                source.name, entry.name, int(*bad), bad - bytes);
     }
-    contents.tensors.emplace(entry.name, std::move(tensor));
+    contents.tensors.emplace(entry.name, std::move(tensors[i]));
   }
+  contents.verified = stored.has_value();
   return contents;
 }
 
@@ -308,43 +457,83 @@ std::vector<std::pair<std::string, Tensor>> prepare(const TensorMap& tensors) {
   return ordered;
 }
 
-// The header (length prefix included) of the prepared tensors, padded with spaces to a
-// multiple of 8 bytes as the Python writer does.
-std::string header_bytes(const std::vector<std::pair<std::string, Tensor>>& ordered,
-                         const std::map<std::string, std::string>& metadata) {
-  ordered_json header = ordered_json::object();
-  if (!metadata.empty()) {
-    ordered_json meta = ordered_json::object();
-    for (const auto& [key, value] : metadata) meta[key] = value;
-    header[std::string(kMetadataKey)] = std::move(meta);
+void check_user_metadata(const std::map<std::string, std::string>& metadata) {
+  for (const auto& [key, value] : metadata) {
+    HG_CHECK(!starts_with(key, kChecksumKeyPrefix),
+             "save: metadata key \"{}\": expected a key without the prefix \"{}\" (reserved for "
+             "the checksums halfgrad writes)",
+             key, kChecksumKeyPrefix);
   }
+}
+
+// Where the prepared tensors' bytes go: their header entries, back to back from offset 0.
+std::vector<Entry> layout(const std::vector<std::pair<std::string, Tensor>>& ordered) {
+  std::vector<Entry> entries;
   uint64_t offset = 0;
   for (const auto& [name, tensor] : ordered) {
     const uint64_t nbytes = tensor.nbytes();
-    header[name] = {{"dtype", safetensors_dtype_name(tensor.dtype())},
-                    {"shape", std::vector<int64_t>(tensor.sizes().begin(), tensor.sizes().end())},
-                    {"data_offsets", {offset, offset + nbytes}}};
+    entries.push_back({.name = name,
+                       .dtype = tensor.dtype(),
+                       .shape = tensor.sizes(),
+                       .begin = offset,
+                       .end = offset + nbytes});
     offset += nbytes;
   }
+  return entries;
+}
+
+struct HeaderBytes {
+  std::string bytes;
+  // Where the data checksum's placeholder digits sit, from the start of the file.
+  uint64_t data_checksum_offset;
+};
+
+// The header (length prefix included), padded with spaces to a multiple of 8 bytes as the
+// Python writer does. The data checksum, unknown until the data is written, is a placeholder
+// of its final width at a fixed place: __metadata__ comes first and the checksums first in it.
+HeaderBytes header_bytes(const std::vector<Entry>& entries,
+                         const std::map<std::string, std::string>& metadata) {
+  ordered_json meta = ordered_json::object();
+  meta[std::string(kDataChecksumKey)] = std::string(kDigestHexDigits, '0');
+  meta[std::string(kHeaderChecksumKey)] = hex_digest(header_digest(entries, metadata));
+  for (const auto& [key, value] : metadata) meta[key] = value;
+  ordered_json header = ordered_json::object();
+  header[std::string(kMetadataKey)] = std::move(meta);
+  for (const Entry& entry : entries) {
+    header[entry.name] = {{"dtype", safetensors_dtype_name(entry.dtype)},
+                          {"shape", std::vector<int64_t>(entry.shape.begin(), entry.shape.end())},
+                          {"data_offsets", {entry.begin, entry.end}}};
+  }
   std::string text = header.dump();
+  const std::string placeholder_prefix =
+      fmt::format(R"({{"{}":{{"{}":")", kMetadataKey, kDataChecksumKey);
+  HG_CHECK(starts_with(text, placeholder_prefix),
+           "save: internal error: expected the header to start with {}, got {}", placeholder_prefix,
+           text.substr(0, placeholder_prefix.size()));
   text.append((8 - text.size() % 8) % 8, ' ');
   std::string out(8, '\0');
   uint64_t length = text.size();
   for (int i = 0; i < 8; ++i, length >>= 8) out[size_t(i)] = char(length & 0xff);
-  return out + text;
+  return {.bytes = out + text, .data_checksum_offset = 8 + placeholder_prefix.size()};
 }
 
-// Calls write(data, size) for the header and then each tensor's bytes.
-template <class Write>
+// Calls write(data, size) for the header and then each tensor's bytes, hashing them as they
+// go, then patch(offset, data, size) to put the data checksum in the header.
+template <class Write, class Patch>
 void write_safetensors(const TensorMap& tensors, const std::map<std::string, std::string>& metadata,
-                       Write&& write) {
+                       Write&& write, Patch&& patch) {
   const std::vector<std::pair<std::string, Tensor>> ordered = prepare(tensors);
-  const std::string header = header_bytes(ordered, metadata);
-  write(header.data(), header.size());
+  check_user_metadata(metadata);
+  const HeaderBytes header = header_bytes(layout(ordered), metadata);
+  write(header.bytes.data(), header.bytes.size());
+  DataHasher data_hasher;
   for (const auto& [name, tensor] : ordered) {
-    const Tensor bytes = tensor.to(kCPU).contiguous();
+    const Tensor bytes = tensor.to(kCPU).contiguous();  // no copy for a contiguous CPU tensor
+    data_hasher.update(bytes.data_ptr(), bytes.nbytes());
     write(bytes.data_ptr(), bytes.nbytes());
   }
+  const std::string digest = hex_digest(data_hasher.digest());
+  patch(header.data_checksum_offset, digest.data(), digest.size());
 }
 
 }  // namespace
@@ -366,17 +555,22 @@ DType dtype_from_safetensors_name(std::string_view name) {
 std::string to_safetensors_bytes(const TensorMap& tensors,
                                  const std::map<std::string, std::string>& metadata) {
   std::string out;
-  write_safetensors(tensors, metadata, [&](const void* data, size_t size) {
-    out.append(static_cast<const char*>(data), size);
-  });
+  write_safetensors(
+      tensors, metadata,
+      [&](const void* data, size_t size) { out.append(static_cast<const char*>(data), size); },
+      [&](uint64_t offset, const void* data, size_t size) {
+        out.replace(size_t(offset), size, static_cast<const char*>(data), size);
+      });
   return out;
 }
 
-SafetensorsContents from_safetensors_bytes(std::string_view bytes, std::string_view source) {
-  return read_contents(ByteSource{.memory = bytes, .fd = -1, .name = source}, bytes.size());
+SafetensorsContents from_safetensors_bytes(std::string_view bytes, std::string_view source,
+                                           const LoadOptions& options) {
+  return read_contents(ByteSource{.memory = bytes, .fd = -1, .name = source}, bytes.size(),
+                       options);
 }
 
-SafetensorsContents load_safetensors(const std::string& path) {
+SafetensorsContents load_safetensors(const std::string& path, const LoadOptions& options) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   HG_CHECK(fd >= 0, "load: cannot open \"{}\": {}", path, std::strerror(errno));
   struct Closer {
@@ -386,7 +580,8 @@ SafetensorsContents load_safetensors(const std::string& path) {
   struct stat info {};
   HG_CHECK(::fstat(fd, &info) == 0, "load: cannot stat \"{}\": {}", path, std::strerror(errno));
   HG_CHECK(S_ISREG(info.st_mode), "load: expected \"{}\" to be a regular file", path);
-  return read_contents(ByteSource{.memory = {}, .fd = fd, .name = path}, uint64_t(info.st_size));
+  return read_contents(ByteSource{.memory = {}, .fd = fd, .name = path}, uint64_t(info.st_size),
+                       options);
 }
 
 }  // namespace io
@@ -394,11 +589,14 @@ SafetensorsContents load_safetensors(const std::string& path) {
 void save(const std::string& path, const TensorMap& tensors,
           const std::map<std::string, std::string>& metadata) {
   io::AtomicFileWriter out(path);
-  io::write_safetensors(tensors, metadata,
-                        [&](const void* data, size_t size) { out.write(data, size); });
+  io::write_safetensors(
+      tensors, metadata, [&](const void* data, size_t size) { out.write(data, size); },
+      [&](uint64_t offset, const void* data, size_t size) { out.write_at(offset, data, size); });
   out.commit();
 }
 
-TensorMap load(const std::string& path) { return io::load_safetensors(path).tensors; }
+TensorMap load(const std::string& path, const io::LoadOptions& options) {
+  return io::load_safetensors(path, options).tensors;
+}
 
 }  // namespace hg
