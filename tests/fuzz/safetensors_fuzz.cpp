@@ -1,6 +1,7 @@
 // The safetensors loader under libFuzzer: any bytes either parse, or raise hg::Error; nothing
 // else (no crash, no sanitizer report, no other exception). What parses must survive a
-// round trip: written again and read back, it gives the same tensors and metadata.
+// round trip: written again and read back, it gives the same tensors and metadata, verified
+// against the checksums the write added (NOTE [Safetensors checksums]).
 //
 // Built with clang's -fsanitize=fuzzer when HALFGRAD_FUZZ is on (hg-fuzz-safetensors, run by
 // ctest for a bounded time over tests/fuzz/corpus/safetensors); otherwise linked with
@@ -32,7 +33,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   const std::string again = hg::io::to_safetensors_bytes(contents.tensors, contents.metadata);
   const hg::io::SafetensorsContents back = hg::io::from_safetensors_bytes(again, "round trip");
-  if (back.metadata != contents.metadata || back.tensors.size() != contents.tensors.size()) {
+  if (!back.verified || back.metadata != contents.metadata ||
+      back.tensors.size() != contents.tensors.size()) {
     std::abort();
   }
   for (const auto& [name, tensor] : contents.tensors) {

@@ -1,5 +1,6 @@
 // io::save_checkpoint / io::load_checkpoint: a resumed fp16 + GradScaler run continues
-// bit-identically, and a bad checkpoint changes nothing.
+// bit-identically, and a bad checkpoint (a corrupted one included) changes nothing.
+#include <cctype>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -82,6 +83,50 @@ void check_same(const Snapshot& a, const Snapshot& b) {
     }
   }
   CHECK(a.scaler == b.scaler);
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  REQUIRE(in.good());
+  std::ostringstream out;
+  out << in.rdbuf();
+  return out.str();
+}
+
+void write_file(const std::string& path, const std::string& bytes) {
+  std::ofstream out(path, std::ios::binary);
+  out.write(bytes.data(), std::streamsize(bytes.size()));
+  REQUIRE(out.good());
+}
+
+// The bytes with the digit right after `marker` changed (0 -> 1, ..., 9 -> 0): a value in the
+// header edited in place, the file's length unchanged.
+std::string with_digit_after(std::string bytes, const std::string& marker) {
+  const size_t at = bytes.find(marker);
+  REQUIRE(at != std::string::npos);
+  char& digit = bytes[at + marker.size()];
+  REQUIRE(std::isdigit(static_cast<unsigned char>(digit)));
+  digit = char('0' + (digit - '0' + 1) % 10);
+  return bytes;
+}
+
+// The bytes with the scalar tensor `key` holding `value` instead (same dtype, same length).
+std::string with_scalar(std::string bytes, const std::string& key, double value) {
+  const std::string entry = "\"" + key + "\":{\"dtype\":\"";
+  const size_t at = bytes.find(entry);
+  REQUIRE(at != std::string::npos);
+  const size_t dtype_begin = at + entry.size();
+  const DType dtype = io::dtype_from_safetensors_name(
+      bytes.substr(dtype_begin, bytes.find('"', dtype_begin) - dtype_begin));
+  const std::string offsets = "\"data_offsets\":[";
+  const size_t begin = std::stoull(bytes.substr(bytes.find(offsets, at) + offsets.size()));
+  uint64_t header_length = 0;
+  for (int i = 7; i >= 0; --i) header_length = (header_length << 8) | uint8_t(bytes[size_t(i)]);
+  const Tensor replacement = full({}, value, dtype);
+  REQUIRE(replacement.nbytes() > 0);
+  std::memcpy(bytes.data() + 8 + header_length + begin, replacement.data_ptr(),
+              replacement.nbytes());
+  return bytes;
 }
 
 }  // namespace
@@ -196,4 +241,88 @@ TEST_CASE("a bad checkpoint leaves model optimizer and scaler unchanged",
     io::load_checkpoint(path, *reloaded.model, *reloaded.opt, *reloaded.scaler);
     check_same(snapshot(saved), snapshot(reloaded));
   }
+}
+
+TEST_CASE("a corrupted checkpoint is refused and changes nothing", "[io][checkpoint][checksum]") {
+  TempFolder folder;
+  const std::string path = folder.file("ckpt.safetensors");
+  manual_seed(4);
+  Run saved;
+  for (int64_t i = 0; i < 5; ++i) saved.iteration(i);  // iteration 3 is skipped: step 4
+  REQUIRE(saved.opt->state(0, 0).step == 4);
+  io::save_checkpoint(path, *saved.model, *saved.opt, *saved.scaler, {{"step", "4"}});
+  const std::string good = read_file(path);
+
+  manual_seed(3);
+  Run target;
+  target.iteration(0);
+  const Snapshot before = snapshot(target);
+  const Generator::State rng_before = default_generator().get_state();
+  auto check_refused = [&](const std::string& bytes, const std::string& part) {
+    write_file(path, bytes);
+    CHECK_THROWS_WITH(
+        io::load_checkpoint(path, *target.model, *target.opt, *target.scaler),
+        Contains("ckpt.safetensors") && Contains("the " + part + " does not match its checksum"));
+    check_same(before, snapshot(target));
+    CHECK(default_generator().get_state().seed == rng_before.seed);
+    CHECK(default_generator().get_state().offset == rng_before.offset);
+  };
+
+  SECTION("the optimizer's step 4 -> 5 in the data") {
+    check_refused(with_scalar(good, "optimizer.state.0.step", 5.0), "data");
+  }
+  SECTION("a single bit of a weight") {
+    std::string flipped = good;
+    flipped[good.size() - 3] = char(flipped[good.size() - 3] ^ 0x01);
+    check_refused(flipped, "data");
+  }
+  SECTION("amsgrad 0 -> 1") { check_refused(with_digit_after(good, R"(\"amsgrad\":)"), "header"); }
+  SECTION("the lr") { check_refused(with_digit_after(good, R"(\"lr\":0.0)"), "header"); }
+  SECTION("the generator's offset") {
+    check_refused(with_digit_after(good, R"(\"offset\":)"), "header");
+  }
+  SECTION("the scaler's scale") {
+    check_refused(with_digit_after(good, R"(\"scale\":)"), "header");
+  }
+  SECTION("an extra string, step 4 -> 5") {
+    check_refused(with_digit_after(good, R"("extra.step":")"), "header");
+  }
+  SECTION("intact, it loads") {
+    Run reloaded;
+    io::load_checkpoint(path, *reloaded.model, *reloaded.opt, *reloaded.scaler,
+                        {.require_checksum = true});
+    check_same(snapshot(saved), snapshot(reloaded));
+  }
+}
+
+TEST_CASE("a checkpoint without checksums loads unless they are required",
+          "[io][checkpoint][checksum]") {
+  TempFolder folder;
+  const std::string path = folder.file("old.safetensors");
+  manual_seed(6);
+  Run saved;
+  for (int64_t i = 0; i < 3; ++i) saved.iteration(i);
+  io::save_checkpoint(path, *saved.model, *saved.opt, *saved.scaler);
+  // The file an older halfgrad wrote: the checksum entries blanked out (JSON whitespace).
+  std::string old = read_file(path);
+  const size_t entries = old.find(fmt::format(R"("{}":")", io::kDataChecksumKey));
+  REQUIRE(entries != std::string::npos);
+  const size_t length =
+      fmt::format(R"("{}":"{}","{}":"{}",)", io::kDataChecksumKey, std::string(16, '0'),
+                  io::kHeaderChecksumKey, std::string(16, '0'))
+          .size();
+  REQUIRE(old.substr(entries + length - 2, 3) == "\",\"");  // the next key follows
+  old.replace(entries, length, std::string(length, ' '));
+  write_file(path, old);
+  REQUIRE_FALSE(io::load_safetensors(path).verified);
+
+  Run target;
+  target.iteration(0);
+  const Snapshot before = snapshot(target);
+  CHECK_THROWS_WITH(io::load_checkpoint(path, *target.model, *target.opt, *target.scaler,
+                                        {.require_checksum = true}),
+                    Contains("old.safetensors") && Contains("require_checksum"));
+  check_same(before, snapshot(target));
+  io::load_checkpoint(path, *target.model, *target.opt, *target.scaler);
+  check_same(snapshot(saved), snapshot(target));
 }

@@ -1,12 +1,14 @@
 // hg::save / hg::load against the safetensors format: fixtures written in Python from the
-// format's definition (tests/io/fixtures/make_fixtures.py), round trips of every dtype, and
-// files broken in each way the loader must refuse.
+// format's definition (tests/io/fixtures/make_fixtures.py), round trips of every dtype, files
+// broken in each way the loader must refuse, and the checksums that catch a flipped bit.
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <vector>
 
+#include <xxhash.h>
 #include <catch2/catch.hpp>
 
 #include "halfgrad/halfgrad.h"
@@ -71,6 +73,47 @@ void check_refused(const std::string& bytes, const std::string& expected) {
                     Contains("case.safetensors") && Contains(expected));
 }
 
+// Where a file's data begins: after the 8-byte length and the header text.
+size_t data_start(const std::string& bytes) {
+  REQUIRE(bytes.size() >= 8);
+  uint64_t length = 0;
+  for (int i = 7; i >= 0; --i) length = (length << 8) | uint8_t(bytes[size_t(i)]);
+  return size_t(8 + length);
+}
+
+// The value of a metadata string in a header halfgrad wrote ("key":"value", no escapes).
+std::string metadata_value(const std::string& bytes, std::string_view key) {
+  const std::string pattern = fmt::format("\"{}\":\"", key);
+  const size_t at = bytes.find(pattern);
+  REQUIRE(at != std::string::npos);
+  const size_t begin = at + pattern.size();
+  return bytes.substr(begin, bytes.find('"', begin) - begin);
+}
+
+// The bytes with `from` replaced by `to`, of the same length: a file edited in place.
+std::string edited(std::string bytes, const std::string& from, const std::string& to) {
+  REQUIRE(from.size() == to.size());
+  const size_t at = bytes.find(from);
+  REQUIRE(at != std::string::npos);
+  return bytes.replace(at, from.size(), to);
+}
+
+// halfgrad's bytes with the two checksum entries taken out of the header (which is padded
+// again): what the Python writer gives for the same tensors and a non-empty metadata.
+std::string without_checksums(const std::string& bytes) {
+  const size_t start = data_start(bytes);
+  std::string header = bytes.substr(8, start - 8);
+  const std::string entries = fmt::format(
+      R"("{}":"{}","{}":"{}",)", io::kDataChecksumKey, metadata_value(bytes, io::kDataChecksumKey),
+      io::kHeaderChecksumKey, metadata_value(bytes, io::kHeaderChecksumKey));
+  const size_t at = header.find(entries);
+  REQUIRE(at != std::string::npos);
+  header.erase(at, entries.size());
+  header.erase(header.find_last_not_of(' ') + 1);
+  header.append((8 - header.size() % 8) % 8, ' ');
+  return file_bytes(header, bytes.substr(start));
+}
+
 }  // namespace
 
 TEST_CASE("load reads a fixture written in Python with every dtype", "[io][safetensors]") {
@@ -87,12 +130,14 @@ TEST_CASE("load reads a fixture written in Python with every dtype", "[io][safet
   CHECK(load((kFixtures / "all_dtypes.safetensors").string()).size() == expected.size());
 }
 
-TEST_CASE("save writes the same bytes as the Python writer", "[io][safetensors]") {
+TEST_CASE("save writes the Python writer's bytes plus the two checksum entries",
+          "[io][safetensors]") {
   const std::string python = read_file(kFixtures / "all_dtypes.safetensors");
-  CHECK(io::to_safetensors_bytes(all_dtypes_tensors(), {{"format", "pt"}}) == python);
+  const std::string bytes = io::to_safetensors_bytes(all_dtypes_tensors(), {{"format", "pt"}});
+  CHECK(without_checksums(bytes) == python);
   TempFolder folder;
   save(folder.file("out.safetensors"), all_dtypes_tensors(), {{"format", "pt"}});
-  CHECK(read_file(folder.file("out.safetensors")) == python);
+  CHECK(read_file(folder.file("out.safetensors")) == bytes);
   CHECK(folder.entries() == 1);  // no temporary file left behind
 }
 
@@ -136,6 +181,7 @@ TEST_CASE("save and load round trip every dtype and layout", "[io][safetensors]"
     CHECK_FALSE(back.tensors.at(name).requires_grad());
   }
   CHECK(back.metadata == metadata);
+  CHECK(back.verified);
   // The in-memory form is the file.
   CHECK(io::to_safetensors_bytes(tensors, metadata) == read_file(folder.file("t.safetensors")));
 }
@@ -249,4 +295,148 @@ TEST_CASE("a failing write leaves the previous file intact", "[io][safetensors][
   }
   save(path, second);  // without a fault the new file replaces the old one
   CHECK(bit_identical(load(path).at("b"), full({8}, 3.0)));
+}
+
+// ---- checksums (NOTE [Safetensors checksums]) ----------------------------------------------
+
+TEST_CASE("the checksums are XXH64 of the data and of the header's canonical text",
+          "[io][safetensors][checksum]") {
+  // The NOTE's example, and a file with two tensors and two metadata entries.
+  const std::string example = io::to_safetensors_bytes({{"w", zeros({2, 3})}}, {{"format", "pt"}});
+  const std::string example_text = "tensor 1:w F32 2 2 3 0 24\nmetadata 6:format 2:pt\n";
+  CHECK(metadata_value(example, io::kHeaderChecksumKey) ==
+        fmt::format("{:016x}", XXH64(example_text.data(), example_text.size(), 0)));
+
+  const std::string bytes =
+      io::to_safetensors_bytes({{"w", zeros({2, 3})}, {"n", arange(2)}, {"s", scalar_tensor(1.0)}},
+                               {{"note", "a b"}, {"format", "pt"}});
+  // Tensors by name with their offsets (the data holds n, s, w: I64 first), then metadata by
+  // key.
+  const std::string text =
+      "tensor 1:n I64 1 2 0 16\ntensor 1:s F32 0 16 20\ntensor 1:w F32 2 2 3 20 44\n"
+      "metadata 6:format 2:pt\nmetadata 4:note 3:a b\n";
+  CHECK(metadata_value(bytes, io::kHeaderChecksumKey) ==
+        fmt::format("{:016x}", XXH64(text.data(), text.size(), 0)));
+  const std::string data = bytes.substr(data_start(bytes));
+  CHECK(data.size() == 44);
+  CHECK(metadata_value(bytes, io::kDataChecksumKey) ==
+        fmt::format("{:016x}", XXH64(data.data(), data.size(), 0)));
+  const io::SafetensorsContents back = io::from_safetensors_bytes(bytes);
+  CHECK(back.verified);
+  CHECK(back.metadata == std::map<std::string, std::string>{{"format", "pt"}, {"note", "a b"}});
+}
+
+TEST_CASE("every single-bit flip in a saved file is refused or changes nothing loaded",
+          "[io][safetensors][checksum]") {
+  const std::map<std::string, std::string> metadata = {{"format", "pt"}, {"step", "4"}};
+  const std::string good = io::to_safetensors_bytes(all_dtypes_tensors(), metadata);
+  const io::SafetensorsContents original = io::from_safetensors_bytes(good);
+  REQUIRE(original.verified);
+  auto same_as_original = [&](const io::SafetensorsContents& contents) {
+    if (contents.metadata != original.metadata) return false;
+    if (contents.tensors.size() != original.tensors.size()) return false;
+    for (const auto& [name, tensor] : original.tensors) {
+      const auto found = contents.tensors.find(name);
+      if (found == contents.tensors.end() || !bit_identical(found->second, tensor)) return false;
+    }
+    return true;
+  };
+  const size_t start = data_start(good);
+  // A flip that loads may only touch what means nothing: the header's padding spaces.
+  std::vector<std::string> loaded_changed, misreported;
+  for (size_t bit = 0; bit < good.size() * 8; ++bit) {
+    std::string bad = good;
+    bad[bit / 8] = char(bad[bit / 8] ^ (1 << (bit % 8)));
+    const std::string where = fmt::format("byte {} bit {}", bit / 8, bit % 8);
+    try {
+      if (!same_as_original(io::from_safetensors_bytes(bad, "flip.safetensors"))) {
+        loaded_changed.push_back(where);
+      }
+    } catch (const Error& e) {
+      const std::string message = e.what();
+      const bool named = message.find("flip.safetensors") != std::string::npos;
+      const bool data_named =
+          message.find("the data does not match its checksum") != std::string::npos;
+      if (!named || (bit / 8 >= start && !data_named)) {
+        misreported.push_back(where + ": " + message);
+      }
+    }
+  }
+  INFO("data begins at byte " << start << " of " << good.size());
+  CHECK(loaded_changed == std::vector<std::string>{});
+  CHECK(misreported == std::vector<std::string>{});
+}
+
+TEST_CASE("a flipped data bit or an edited metadata digit in a file is an error naming it",
+          "[io][safetensors][checksum]") {
+  TempFolder folder;
+  const std::string path = folder.file("w.safetensors");
+  manual_seed(7);
+  save(path, {{"weight", randn({64})}, {"mask", gt(randn({8}), 0.0)}}, {{"step", "4"}});
+  const std::string good = read_file(path);
+  REQUIRE(io::load_safetensors(path).verified);
+
+  std::string flipped = good;
+  const size_t middle = (data_start(good) + good.size()) / 2;
+  flipped[middle] = char(flipped[middle] ^ 0x10);
+  write_file(path, flipped);
+  CHECK_THROWS_WITH(load(path), Contains(path) && Contains("the data does not match its checksum"));
+
+  write_file(path, edited(good, R"("step":"4")", R"("step":"5")"));
+  CHECK_THROWS_WITH(io::load_safetensors(path),
+                    Contains(path) && Contains("the header does not match its checksum"));
+  // A tensor's name, which no other check could catch.
+  write_file(path, edited(good, R"("weight":{)", R"("weighs":{)"));
+  CHECK_THROWS_WITH(load(path), Contains(path) && Contains("the header does not match"));
+  write_file(path, good);
+  CHECK(load(path, {.require_checksum = true}).size() == 2);
+}
+
+TEST_CASE("a file without checksums loads unverified unless they are required",
+          "[io][safetensors][checksum]") {
+  const std::string fixture = (kFixtures / "all_dtypes.safetensors").string();
+  const io::SafetensorsContents contents = io::load_safetensors(fixture);
+  CHECK_FALSE(contents.verified);
+  CHECK(contents.tensors.size() == all_dtypes_tensors().size());
+  CHECK_THROWS_WITH(io::load_safetensors(fixture, {.require_checksum = true}),
+                    Contains("all_dtypes.safetensors") && Contains("require_checksum") &&
+                        Contains("got one without"));
+  CHECK_THROWS_WITH(load(fixture, {.require_checksum = true}), Contains("all_dtypes.safetensors"));
+  CHECK_FALSE(io::load_safetensors((kFixtures / "sequential_mlp.safetensors").string()).verified);
+
+  TempFolder folder;
+  save(folder.file("ours.safetensors"), all_dtypes_tensors());
+  const io::SafetensorsContents ours =
+      io::load_safetensors(folder.file("ours.safetensors"), {.require_checksum = true});
+  CHECK(ours.verified);
+  CHECK(ours.metadata.empty());  // the checksums are not the caller's metadata
+}
+
+TEST_CASE("the checksum keys are reserved and checked", "[io][safetensors][checksum][errors]") {
+  TempFolder folder;
+  const std::string path = folder.file("a.safetensors");
+  for (const std::string key : {"halfgrad.checksum.data", "halfgrad.checksum.mine"}) {
+    CHECK_THROWS_WITH(save(path, {{"w", ones({1})}}, {{key, "0123456789abcdef"}}),
+                      Contains(key) && Contains("reserved"));
+    CHECK_THROWS_WITH(io::to_safetensors_bytes({{"w", ones({1})}}, {{key, "x"}}),
+                      Contains("reserved"));
+  }
+  CHECK(folder.entries() == 0);
+
+  const std::string good = io::to_safetensors_bytes({{"w", ones({2})}}, {{"format", "pt"}});
+  const std::string digest = metadata_value(good, io::kDataChecksumKey);
+  std::string upper = digest;
+  upper[0] = upper[0] >= 'a' ? char(upper[0] - 'a' + 'A') : 'G';
+  check_refused(edited(good, digest, upper), "expected 16 lower-case hex digits");
+  // A flipped bit in a checksum's name.
+  check_refused(edited(good, "halfgrad.checksum.data", "halfgrad.checksum.dat`"),
+                "\"halfgrad.checksum.dat`\": expected \"halfgrad.checksum.data\" or");
+  const std::string w = R"("w":{"dtype":"F32","shape":[1],"data_offsets":[0,4]})";
+  check_refused(
+      file_bytes(R"({"__metadata__":{"halfgrad.checksum.data":"0123456789abcdef"},)" + w + "}",
+                 std::string(4, '\0')),
+      "expected both checksums");
+  check_refused(file_bytes(R"({"__metadata__":{"halfgrad.checksum.data":"012345"},)" + w + "}",
+                           std::string(4, '\0')),
+                "expected 16 lower-case hex digits");
 }
