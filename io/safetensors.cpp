@@ -158,7 +158,7 @@ uint64_t parse_digest(const std::string& key, const std::string& value, std::str
   HG_CHECK(well_formed,
            "load: \"{}\": __metadata__ key \"{}\": expected {} lower-case hex digits (an XXH64 "
            "checksum), got \"{}\"",
-           source, key, kDigestHexDigits, value);
+           source, key, kDigestHexDigits, value.size() > 40 ? value.substr(0, 37) + "..." : value);
   return std::stoull(value, nullptr, 16);
 }
 
