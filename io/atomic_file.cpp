@@ -13,6 +13,7 @@
 #include <atomic>
 #include <cerrno>
 #include <cstring>
+#include <exception>
 #include <filesystem>
 #include <limits>
 #include <random>
@@ -46,9 +47,15 @@ std::string basename_of(const std::string& path) {
 }
 
 // A fresh std::random_device per name: a forked child must not repeat its parent's names.
-std::string random_suffix() {
-  std::random_device device;
-  const uint64_t bits = (uint64_t(device()) << 32) ^ uint64_t(device());
+std::string random_suffix(const std::string& path) {
+  uint64_t bits = 0;
+  try {
+    std::random_device device;
+    bits = (uint64_t(device()) << 32) ^ uint64_t(device());
+  } catch (const std::exception& e) {
+    HG_CHECK(false, "save: cannot draw a random name for the temporary of \"{}\": {}", path,
+             e.what());
+  }
   return fmt::format("{:0{}x}", bits, kRandomSuffixDigits);
 }
 
@@ -147,7 +154,7 @@ AtomicFileWriter::AtomicFileWriter(std::string path) : path_(std::move(path)) {
   // again for the writers that die meanwhile.
   remove_stale_temporaries(folder, basename_of(path_));
   for (int attempt = 0; attempt < kMaxCreateAttempts; ++attempt) {
-    std::string candidate = path_ + ".tmp-" + random_suffix();
+    std::string candidate = path_ + ".tmp-" + random_suffix(path_);
     const int fd = ::open(candidate.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
     if (fd < 0 && errno == EEXIST) continue;
     HG_CHECK(fd >= 0, "save: cannot create \"{}\" next to \"{}\": {}", candidate, path_,
