@@ -83,7 +83,7 @@ void LossScaler::load_state_dict(const std::map<std::string, double>& state) {
   double iter = need(state, "cur_iter");
   HG_CHECK(std::isfinite(scale) && scale > 0,
            "LossScaler.load_state_dict: expected a positive finite cur_scale, got {}", scale);
-  // NOTE [Loaded integers]
+  // Checked before converting: NOTE [Loaded integers] in core/whole_number.h.
   const int64_t checked_iter =
       checked_whole_number(iter, 0, INT64_MAX, "LossScaler.load_state_dict: 'cur_iter'");
   cur_scale_ = scale;
@@ -126,7 +126,8 @@ void DynamicLossScaler::load_state_dict(const std::map<std::string, double>& sta
            factor);
   HG_CHECK(window >= 1, "DynamicLossScaler.load_state_dict: expected scale_window >= 1, got {}",
            window);
-  // NOTE [Loaded integers]; -1: no overflow yet.
+  // -1: no overflow yet. Checked before converting: NOTE [Loaded integers] in
+  // core/whole_number.h.
   const int64_t checked_last = checked_whole_number(
       last, -1, INT64_MAX, "DynamicLossScaler.load_state_dict: 'last_overflow_iter'");
   const int64_t checked_window = checked_whole_number(
