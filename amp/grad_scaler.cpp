@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <string_view>
 #include <utility>
 
 #include "halfgrad/amp/grad_scaler_detail.h"
@@ -14,6 +16,7 @@
 #include "halfgrad/core/factory.h"
 #include "halfgrad/core/format.h"
 #include "halfgrad/core/half.h"
+#include "halfgrad/core/whole_number.h"
 #include "halfgrad/ops/ops.h"
 #include "halfgrad/optim/optimizer.h"
 #if HALFGRAD_HAS_CUDA
@@ -76,15 +79,46 @@ bool unscale_group(const std::vector<Tensor*>& grads, DType dtype, float inv_sca
 
 }  // namespace
 
+// NOTE [Scaler checks] Each setting and state value of the scaler has one check, called by
+// the constructor, the setters and load_state_dict alike (and update(new_scale) for the
+// scale), so that a value rejected when constructed is rejected when loaded; `caller` starts
+// the message, which names the value, what was given and the allowed range. Counters loaded as
+// doubles are checked as whole numbers before they are converted (NOTE [Loaded integers]);
+// the trackers are int32 on the device (cuda/multi_tensor.h), hence their range.
+namespace {
+
+void check_growth_factor(double growth_factor, std::string_view caller) {
+  HG_CHECK(growth_factor > 1.0, "{}: the growth factor must be > 1.0, got {}", caller,
+           growth_factor);
+}
+
+void check_backoff_factor(double backoff_factor, std::string_view caller) {
+  // torch checks < 1 only; 0 or less would make the scale 0 or negative on an overflow.
+  HG_CHECK(backoff_factor > 0.0 && backoff_factor < 1.0,
+           "{}: the backoff factor must be < 1.0 and > 0, got {}", caller, backoff_factor);
+}
+
+void check_growth_interval(int64_t growth_interval, std::string_view caller) {
+  HG_CHECK(growth_interval >= 1, "{}: the growth interval must be >= 1, got {}", caller,
+           growth_interval);
+}
+
+void check_scale(double scale, std::string_view caller, std::string_view name) {
+  HG_CHECK(std::isfinite(scale) && scale > 0.0, "{}: {} must be finite and > 0, got {}", caller,
+           name, scale);
+}
+
+constexpr int64_t kTrackerMax = INT32_MAX;
+
+}  // namespace
+
 GradScaler::GradScaler(GradScalerOptions options)
     : options_(std::move(options)), warning_handler_(detail::print_to_stderr) {
   if (!options_.enabled) return;
-  HG_CHECK(options_.growth_factor > 1.0, "GradScaler: the growth factor must be > 1.0, got {}",
-           options_.growth_factor);
-  HG_CHECK(options_.backoff_factor < 1.0, "GradScaler: the backoff factor must be < 1.0, got {}",
-           options_.backoff_factor);
-  HG_CHECK(options_.growth_interval >= 1, "GradScaler: the growth interval must be >= 1, got {}",
-           options_.growth_interval);
+  constexpr std::string_view kCaller = "GradScaler";
+  check_growth_factor(options_.growth_factor, kCaller);
+  check_backoff_factor(options_.backoff_factor, kCaller);
+  check_growth_interval(options_.growth_interval, kCaller);
   HG_CHECK(options_.hysteresis >= 0, "GradScaler: hysteresis must be >= 0, got {}",
            options_.hysteresis);
   HG_CHECK(options_.alarm_after_consecutive_skips >= 0,
@@ -94,8 +128,7 @@ GradScaler::GradScaler(GradScalerOptions options)
     HG_CHECK(*options_.alarm_scale_floor > 0.0, "GradScaler: alarm_scale_floor must be > 0, got {}",
              *options_.alarm_scale_floor);
   }
-  HG_CHECK(std::isfinite(options_.init_scale) && options_.init_scale > 0.0,
-           "GradScaler: init_scale must be finite and > 0, got {}", options_.init_scale);
+  check_scale(options_.init_scale, kCaller, "init_scale");
   if (options_.min_scale) {
     HG_CHECK(*options_.min_scale > 0.0 && *options_.min_scale <= options_.init_scale,
              "GradScaler: min_scale must be in (0, init_scale = {}], got {}", options_.init_scale,
@@ -106,6 +139,21 @@ GradScaler::GradScaler(GradScalerOptions options)
              "GradScaler: max_scale must be >= init_scale = {}, got {}", options_.init_scale,
              *options_.max_scale);
   }
+}
+
+void GradScaler::set_growth_factor(double growth_factor) {
+  check_growth_factor(growth_factor, "GradScaler.set_growth_factor");
+  options_.growth_factor = growth_factor;
+}
+
+void GradScaler::set_backoff_factor(double backoff_factor) {
+  check_backoff_factor(backoff_factor, "GradScaler.set_backoff_factor");
+  options_.backoff_factor = backoff_factor;
+}
+
+void GradScaler::set_growth_interval(int64_t growth_interval) {
+  check_growth_interval(growth_interval, "GradScaler.set_growth_interval");
+  options_.growth_interval = growth_interval;
 }
 
 GradScaler::~GradScaler() = default;
@@ -328,6 +376,7 @@ void GradScaler::update(std::optional<double> new_scale) {
   const double scale_used = options_.record_history ? double(scale_.item<float>()) : 0.0;
   bool skipped = false;
   if (new_scale) {
+    check_scale(*new_scale, "GradScaler.update", "new_scale");
     if (any_inf_check) skipped = found_inf_sum() != 0.0;
     NoGradGuard no_grad;
     scale_.fill_(*new_scale);
@@ -376,17 +425,35 @@ void GradScaler::load_state_dict(const std::map<std::string, double>& state) {
              "GradScaler.load_state_dict: expected the key \"{}\", got a state dict without it",
              key);
   }
-  options_.init_scale = state.at("scale");
+  // NOTE [Scaler checks]: every value checked before anything changes.
+  auto caller = [](const char* key) {
+    return fmt::format("GradScaler.load_state_dict: \"{}\"", key);
+  };
+  const double scale = state.at("scale");
+  check_scale(scale, "GradScaler.load_state_dict", "\"scale\"");
+  check_growth_factor(state.at("growth_factor"), caller("growth_factor"));
+  check_backoff_factor(state.at("backoff_factor"), caller("backoff_factor"));
+  const int64_t growth_interval =
+      checked_whole_number(state.at("growth_interval"), 1, INT64_MAX, caller("growth_interval"));
+  check_growth_interval(growth_interval, caller("growth_interval"));
+  const int64_t growth_tracker =
+      checked_whole_number(state.at("_growth_tracker"), 0, kTrackerMax, caller("_growth_tracker"));
+  const auto overflow = state.find("_overflow_tracker");
+  const int64_t overflow_tracker =
+      overflow == state.end()
+          ? 0
+          : checked_whole_number(overflow->second, 0, kTrackerMax, caller("_overflow_tracker"));
+
+  options_.init_scale = scale;
   options_.growth_factor = state.at("growth_factor");
   options_.backoff_factor = state.at("backoff_factor");
-  options_.growth_interval = int64_t(state.at("growth_interval"));
+  options_.growth_interval = growth_interval;
   // Before the first scale() the values wait for the lazy initialization, as in PyTorch.
-  init_growth_tracker_ = int64_t(state.at("_growth_tracker"));
+  init_growth_tracker_ = growth_tracker;
   NoGradGuard no_grad;
-  if (scale_.defined()) scale_.fill_(state.at("scale"));
+  if (scale_.defined()) scale_.fill_(scale);
   if (growth_tracker_.defined()) growth_tracker_.fill_(init_growth_tracker_);
-  const auto overflow = state.find("_overflow_tracker");
-  set_overflow_tracker(overflow != state.end() ? int64_t(overflow->second) : 0);
+  set_overflow_tracker(overflow_tracker);
 }
 
 }  // namespace hg::amp

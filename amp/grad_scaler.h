@@ -60,7 +60,7 @@ struct GradScalerOptions {
   // PyTorch's parameters and defaults.
   double init_scale = 65536.0;
   double growth_factor = 2.0;      // must be > 1
-  double backoff_factor = 0.5;     // must be < 1
+  double backoff_factor = 0.5;     // must be in (0, 1)
   int64_t growth_interval = 2000;  // clean steps in a row before the scale grows
   bool enabled = true;
 
@@ -147,25 +147,30 @@ class GradScaler {
   // handed the found_inf flag and skips on its own, on the device for CUDA parameters.
   StepResult step(optim::Optimizer& optimizer);
 
-  // Updates the scale from this iteration's found_inf flags, or sets it to new_scale.
+  // Updates the scale from this iteration's found_inf flags, or sets it to new_scale (finite
+  // and > 0, or hg::Error).
   void update(std::optional<double> new_scale = std::nullopt);
 
   // The current scale (init_scale before the first scale(); 1 when disabled). A scale on a
   // CUDA device is read on the host: this waits for the device.
   double get_scale() const;
+  // The setters check as the constructor does (hg::Error, nothing changed, when out of range).
   double get_growth_factor() const { return options_.growth_factor; }
-  void set_growth_factor(double growth_factor) { options_.growth_factor = growth_factor; }
+  void set_growth_factor(double growth_factor);
   double get_backoff_factor() const { return options_.backoff_factor; }
-  void set_backoff_factor(double backoff_factor) { options_.backoff_factor = backoff_factor; }
+  void set_backoff_factor(double backoff_factor);
   int64_t get_growth_interval() const { return options_.growth_interval; }
-  void set_growth_interval(int64_t growth_interval) { options_.growth_interval = growth_interval; }
+  void set_growth_interval(int64_t growth_interval);
   bool is_enabled() const { return options_.enabled; }
 
   // Keys "scale", "growth_factor", "backoff_factor", "growth_interval", "_growth_tracker"
   // (and "_overflow_tracker" when hysteresis is on); empty when disabled, as in PyTorch.
   // Waits for the device when the scale is on one.
   std::map<std::string, double> state_dict() const;
-  // A missing key is an error naming it (before anything changes). Disabled: does nothing.
+  // A missing key, or a value the constructor or a setter would reject (NOTE [Scaler checks]
+  // in grad_scaler.cpp: a scale finite and > 0, whole trackers in [0, 2^31 - 1], a whole
+  // growth_interval >= 1), is an error naming it, before anything changes. Disabled: does
+  // nothing.
   void load_state_dict(const std::map<std::string, double>& state);
 
   // ---- beyond PyTorch ----------------------------------------------------------------------

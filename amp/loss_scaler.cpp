@@ -4,10 +4,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 
 #include "halfgrad/autograd/grad_mode.h"
 #include "halfgrad/config.h"
 #include "halfgrad/core/error.h"
+#include "halfgrad/core/whole_number.h"
 #include "halfgrad/ops/ops.h"
 #if HALFGRAD_HAS_CUDA
 #include <map>
@@ -81,8 +83,11 @@ void LossScaler::load_state_dict(const std::map<std::string, double>& state) {
   double iter = need(state, "cur_iter");
   HG_CHECK(std::isfinite(scale) && scale > 0,
            "LossScaler.load_state_dict: expected a positive finite cur_scale, got {}", scale);
+  // Checked before converting: NOTE [Loaded integers] in core/whole_number.h.
+  const int64_t checked_iter =
+      checked_whole_number(iter, 0, INT64_MAX, "LossScaler.load_state_dict: 'cur_iter'");
   cur_scale_ = scale;
-  cur_iter_ = int64_t(iter);
+  cur_iter_ = checked_iter;
 }
 
 DynamicLossScaler::DynamicLossScaler(double init_scale, double scale_factor, int64_t scale_window)
@@ -121,10 +126,16 @@ void DynamicLossScaler::load_state_dict(const std::map<std::string, double>& sta
            factor);
   HG_CHECK(window >= 1, "DynamicLossScaler.load_state_dict: expected scale_window >= 1, got {}",
            window);
-  LossScaler::load_state_dict(state);
-  last_overflow_iter_ = int64_t(last);
+  // -1: no overflow yet. Checked before converting: NOTE [Loaded integers] in
+  // core/whole_number.h.
+  const int64_t checked_last = checked_whole_number(
+      last, -1, INT64_MAX, "DynamicLossScaler.load_state_dict: 'last_overflow_iter'");
+  const int64_t checked_window = checked_whole_number(
+      window, 1, INT64_MAX, "DynamicLossScaler.load_state_dict: 'scale_window'");
+  LossScaler::load_state_dict(state);  // checks its keys before changing anything
+  last_overflow_iter_ = checked_last;
   scale_factor_ = factor;
-  scale_window_ = int64_t(window);
+  scale_window_ = checked_window;
 }
 
 }  // namespace hg::amp

@@ -36,6 +36,7 @@ std::map<std::string, double> adam_defaults(const Options& o) {
           {"maximize", o.maximize ? 1.0 : 0.0}};
 }
 
+// NOTE [One check per option] in optimizer.h: torch.optim.Adam's checks, and the booleans.
 void check_adam_options(const char* name, const std::map<std::string, double>& o) {
   HG_CHECK(o.at("lr") >= 0, "{}: expected lr >= 0, got {}", name, o.at("lr"));
   HG_CHECK(o.at("eps") >= 0, "{}: expected eps >= 0, got {}", name, o.at("eps"));
@@ -45,6 +46,10 @@ void check_adam_options(const char* name, const std::map<std::string, double>& o
            o.at("beta2"));
   HG_CHECK(o.at("weight_decay") >= 0, "{}: expected weight_decay >= 0, got {}", name,
            o.at("weight_decay"));
+  for (const char* flag : {"amsgrad", "maximize"}) {
+    HG_CHECK(o.at(flag) == 0 || o.at(flag) == 1, "{}: expected {} to be 0 or 1 (a bool), got {}",
+             name, flag, o.at(flag));
+  }
 }
 
 struct AdamStep {
@@ -204,6 +209,10 @@ AdamBase::AdamBase(std::vector<ParamGroup> groups, std::map<std::string, double>
       name_(name) {
   check_adam_options(name_, defaults_);
   for (const ParamGroup& group : groups_) check_adam_options(name_, group.options);
+}
+
+void AdamBase::check_options(const std::map<std::string, double>& options) const {
+  check_adam_options(name_, options);
 }
 
 std::vector<std::string> AdamBase::state_buffer_names(const ParamGroup& group) const {

@@ -58,6 +58,7 @@ class AdamBase : public Optimizer {
  protected:
   AdamBase(std::vector<ParamGroup> groups, std::map<std::string, double> defaults,
            bool decoupled_weight_decay, bool float32_state, const char* name);
+  void check_options(const std::map<std::string, double>& options) const override;
   std::vector<std::string> state_buffer_names(const ParamGroup& group) const override;
   bool keeps_step() const override { return true; }
   DType state_dtype(const Tensor& param) const override;
@@ -74,7 +75,8 @@ class AdamBase : public Optimizer {
 
 class Adam : public AdamBase {
  public:
-  // lr, eps, weight_decay >= 0 and betas in [0, 1), or hg::Error.
+  // lr, eps, weight_decay >= 0 and betas in [0, 1), or hg::Error (for the defaults and for
+  // every group's options; add_param_group and load_state_dict check the same).
   Adam(std::vector<Tensor> params, AdamOptions options = {});
   Adam(std::vector<ParamGroup> groups, AdamOptions options = {});
 };

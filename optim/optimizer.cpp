@@ -7,6 +7,7 @@
 #include "halfgrad/autograd/grad_mode.h"
 #include "halfgrad/core/factory.h"
 #include "halfgrad/core/format.h"
+#include "halfgrad/core/whole_number.h"
 #include "halfgrad/cuda/cuda.h"
 
 #include <fmt/ranges.h>
@@ -15,10 +16,20 @@ namespace hg::optim {
 
 Optimizer::Optimizer(std::vector<ParamGroup> groups, std::map<std::string, double> defaults)
     : defaults_(std::move(defaults)) {
-  for (ParamGroup& group : groups) add_param_group(std::move(group));
+  for (ParamGroup& group : groups) append_param_group(std::move(group));
 }
 
 void Optimizer::add_param_group(ParamGroup group) {
+  for (const auto& [name, value] : group.options) {
+    HG_CHECK(defaults_.count(name) == 1, "optimizer: unknown option \"{}\" in a param group", name);
+  }
+  std::map<std::string, double> options = group.options;
+  for (const auto& [name, value] : defaults_) options.emplace(name, value);
+  check_options(options);
+  append_param_group(std::move(group));
+}
+
+void Optimizer::append_param_group(ParamGroup group) {
   for (const auto& [name, value] : group.options) {
     HG_CHECK(defaults_.count(name) == 1, "optimizer: unknown option \"{}\" in a param group", name);
   }
@@ -192,7 +203,9 @@ void Optimizer::check_cuda_param(const char* optimizer, const Tensor& param, siz
 }
 
 int64_t ParamState::step_count() const {
-  return device_step.defined() ? int64_t(device_step.item<float>()) : step;
+  if (!device_step.defined()) return step;
+  // float32 rounds a count near 2^63 up to 2^63 (NOTE [Loaded integers]).
+  return checked_whole_number(device_step.item<float>(), 0, INT64_MAX, "the device step count");
 }
 
 OptimizerStateDict Optimizer::state_dict() const {
@@ -231,6 +244,14 @@ void Optimizer::load_state_dict(const OptimizerStateDict& state_dict) {
       HG_CHECK(defaults_.count(name) == 1,
                "load_state_dict: unknown option \"{}\" in param group {}", name, g);
     }
+    // NOTE [One check per option]: the options the group would have once loaded.
+    std::map<std::string, double> options = loaded.options;
+    for (const auto& [name, value] : groups_[g].options) options.emplace(name, value);
+    try {
+      check_options(options);
+    } catch (const Error& e) {
+      HG_ERROR("load_state_dict: param group {}: {}", g, e.what());
+    }
     for (size_t i = 0; i < loaded.params.size(); ++i) location.emplace_back(g, i);
   }
   std::map<int64_t, std::pair<size_t, size_t>> index_of;  // loaded index -> (group, index)
@@ -267,12 +288,10 @@ void Optimizer::load_state_dict(const OptimizerStateDict& state_dict) {
                  "load_state_dict: expected \"step\" of parameter {} to hold one element, got "
                  "{}",
                  loaded_index, tensor.numel());
-        const double step = tensor.item<double>();
-        HG_CHECK(step >= 0 && step == double(int64_t(step)),
-                 "load_state_dict: expected \"step\" of parameter {} to be a whole number >= 0, "
-                 "got {}",
-                 loaded_index, step);
-        s.step = int64_t(step);
+        // NOTE [Loaded integers]: a step of 1e20 or NaN is an error, not a conversion.
+        s.step = checked_whole_number(
+            tensor.item<double>(), 0, INT64_MAX,
+            fmt::format("load_state_dict: \"step\" of parameter {}", loaded_index));
         continue;
       }
       HG_CHECK(std::find(names.begin(), names.end(), name) != names.end(),

@@ -99,22 +99,36 @@ class Optimizer {
 
   std::vector<ParamGroup>& param_groups() { return groups_; }
   const std::vector<ParamGroup>& param_groups() const { return groups_; }
-  // Adds a group; options it does not set take the optimizer's defaults.
+  // Adds a group; options it does not set take the optimizer's defaults. The group's options
+  // are checked as the constructor checks them (hg::Error, nothing added, when one is out of
+  // range).
   void add_param_group(ParamGroup group);
 
   // The state of parameter `index` of group `group` (empty before its first step).
   const ParamState& state(size_t group, size_t index) const;
 
   // PyTorch's state_dict / load_state_dict (see OptimizerStateDict). load_state_dict checks
-  // the number of groups and of parameters per group, the option names, the state keys and
-  // every buffer's shape, and changes nothing when a check fails; buffers are converted to
-  // the dtype this optimizer keeps them in. Group options are replaced by the loaded ones.
+  // the number of groups and of parameters per group, the option names and values (the
+  // constructor's checks: NOTE [One check per option]), the state keys, every buffer's shape
+  // and every "step" (a whole number in [0, 2^63)), and changes nothing when a check fails;
+  // buffers are converted to the dtype this optimizer keeps them in. Group options are
+  // replaced by the loaded ones.
   OptimizerStateDict state_dict() const;
   void load_state_dict(const OptimizerStateDict& state_dict);
 
  protected:
-  // `defaults`: every option the optimizer knows, with its default value.
+  // `defaults`: every option the optimizer knows, with its default value. The derived
+  // constructor checks them and the groups (check_options).
   Optimizer(std::vector<ParamGroup> groups, std::map<std::string, double> defaults);
+
+  // NOTE [One check per option] Each optimizer checks its options (a complete set: every
+  // option of the defaults) in one function, which its constructor (defaults and groups),
+  // add_param_group, load_state_dict (the loaded options over the group's own) and its step
+  // all call, so a value rejected when constructed is rejected when loaded, with the same
+  // message naming the option, the value and the allowed range. Booleans, kept as doubles, must
+  // be exactly 0 or 1. The base accepts anything; it is never called while the base is
+  // constructed (the derived constructor checks its groups itself).
+  virtual void check_options(const std::map<std::string, double>& options) const {}
 
   // The state of a parameter, created empty on first use.
   ParamState& mutable_state(size_t group, size_t index);
@@ -156,6 +170,11 @@ class Optimizer {
   std::vector<std::vector<ParamState>> state_;
   // (group, CUDA device index) -> the group's lr there, float64 [1].
   std::map<std::pair<size_t, int>, Tensor> device_lrs_;
+
+ private:
+  // add_param_group without the option check (the constructor's, before the derived one
+  // exists).
+  void append_param_group(ParamGroup group);
 };
 
 }  // namespace hg::optim

@@ -3,6 +3,7 @@
 #include "halfgrad/optim/sgd.h"
 
 #include <atomic>
+#include <cmath>
 #include <type_traits>
 
 #if defined(__x86_64__)
@@ -37,18 +38,30 @@ struct SGDStep {
   bool nesterov, maximize, first;
 };
 
-// A group's options, each looked up once (the step runs every iteration), checked.
-SGDStep sgd_step_of(const std::map<std::string, double>& o, double inv_scale) {
-  const SGDStep s{o.at("lr"), o.at("momentum"),      o.at("dampening"),     o.at("weight_decay"),
-                  inv_scale,  o.at("nesterov") != 0, o.at("maximize") != 0, false};
-  HG_CHECK(s.lr >= 0, "SGD: expected lr >= 0, got {}", s.lr);
-  HG_CHECK(s.momentum >= 0, "SGD: expected momentum >= 0, got {}", s.momentum);
-  HG_CHECK(s.weight_decay >= 0, "SGD: expected weight_decay >= 0, got {}", s.weight_decay);
-  HG_CHECK(!s.nesterov || (s.momentum > 0 && s.dampening == 0),
+// NOTE [One check per option] in optimizer.h: torch.optim.SGD's checks, the booleans, and a
+// finite dampening (torch does not check it; a NaN one would make every update NaN).
+void check_sgd_options(const std::map<std::string, double>& o) {
+  HG_CHECK(o.at("lr") >= 0, "SGD: expected lr >= 0, got {}", o.at("lr"));
+  HG_CHECK(o.at("momentum") >= 0, "SGD: expected momentum >= 0, got {}", o.at("momentum"));
+  HG_CHECK(o.at("weight_decay") >= 0, "SGD: expected weight_decay >= 0, got {}",
+           o.at("weight_decay"));
+  HG_CHECK(std::isfinite(o.at("dampening")), "SGD: expected a finite dampening, got {}",
+           o.at("dampening"));
+  for (const char* flag : {"nesterov", "maximize"}) {
+    HG_CHECK(o.at(flag) == 0 || o.at(flag) == 1, "SGD: expected {} to be 0 or 1 (a bool), got {}",
+             flag, o.at(flag));
+  }
+  HG_CHECK(o.at("nesterov") == 0 || (o.at("momentum") > 0 && o.at("dampening") == 0),
            "SGD: Nesterov momentum expects momentum > 0 and dampening 0, got momentum {} and "
            "dampening {}",
-           s.momentum, s.dampening);
-  return s;
+           o.at("momentum"), o.at("dampening"));
+}
+
+// A group's options, each looked up once (the step runs every iteration), checked.
+SGDStep sgd_step_of(const std::map<std::string, double>& o, double inv_scale) {
+  check_sgd_options(o);
+  return {o.at("lr"), o.at("momentum"),      o.at("dampening"),     o.at("weight_decay"),
+          inv_scale,  o.at("nesterov") != 0, o.at("maximize") != 0, false};
 }
 
 // T: parameter/gradient/buffer storage type.
@@ -163,8 +176,12 @@ SGD::SGD(std::vector<Tensor> params, SGDOptions options)
 
 SGD::SGD(std::vector<ParamGroup> groups, SGDOptions options)
     : Optimizer(std::move(groups), sgd_defaults(options)) {
-  sgd_step_of(defaults_, 1.0);
-  for (const ParamGroup& group : groups_) sgd_step_of(group.options, 1.0);
+  check_sgd_options(defaults_);
+  for (const ParamGroup& group : groups_) check_sgd_options(group.options);
+}
+
+void SGD::check_options(const std::map<std::string, double>& options) const {
+  check_sgd_options(options);
 }
 
 std::vector<std::string> SGD::state_buffer_names(const ParamGroup& /*group*/) const {

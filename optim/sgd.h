@@ -27,8 +27,9 @@ struct SGDOptions {
 
 class SGD : public Optimizer {
  public:
-  // Nesterov needs momentum > 0 and dampening 0; lr, momentum, weight_decay must be >= 0
-  // (hg::Error otherwise, for the defaults and for every group's options).
+  // Nesterov needs momentum > 0 and dampening 0; lr, momentum, weight_decay must be >= 0, the
+  // dampening finite (hg::Error otherwise, for the defaults and for every group's options;
+  // add_param_group and load_state_dict check the same).
   SGD(std::vector<Tensor> params, SGDOptions options = {});
   SGD(std::vector<ParamGroup> groups, SGDOptions options = {});
 
@@ -37,6 +38,7 @@ class SGD : public Optimizer {
   void step_scaled(const Tensor& grad_scale, const Tensor& found_inf) override;
 
  protected:
+  void check_options(const std::map<std::string, double>& options) const override;
   std::vector<std::string> state_buffer_names(const ParamGroup& group) const override;
   bool keeps_step() const override { return false; }
 

@@ -9,6 +9,7 @@
 #include <fstream>
 #include <limits>
 #include <sstream>
+#include <tuple>
 
 #include "halfgrad/amp/grad_scaler.h"
 #include "halfgrad/halfgrad.h"
@@ -435,6 +436,85 @@ TEST_CASE("GradScaler state_dict round trip resumes the same sequence", "[grad_s
   CHECK_THROWS_WITH(other.load_state_dict({}), Contains("empty"));
 }
 
+TEST_CASE("GradScaler load_state_dict checks every value as the constructor does",
+          "[grad_scaler]") {
+  amp::GradScaler scaler({.init_scale = 16.0,
+                          .growth_factor = 4.0,
+                          .backoff_factor = 0.25,
+                          .growth_interval = 3,
+                          .hysteresis = 2});
+  Tensor p = zeros({1}).requires_grad_();
+  TestSGD opt({p}, 0.0);
+  scaler.scale(scalar_tensor(1.0));
+  set_grad(p, {1.0});
+  scaler.step(opt);
+  scaler.update();
+  const std::map<std::string, double> good = scaler.state_dict();
+  REQUIRE(good.at("_growth_tracker") == 1.0);
+
+  const double inf = std::numeric_limits<double>::infinity();
+  const std::vector<std::tuple<std::string, double, std::string>> cases = {
+      {"backoff_factor", 8.5,
+       "\"backoff_factor\": the backoff factor must be < 1.0 and > 0, got 8.5"},
+      {"backoff_factor", 0.0, "the backoff factor must be < 1.0 and > 0, got 0"},
+      {"backoff_factor", -0.5, "the backoff factor must be < 1.0 and > 0, got -0.5"},
+      {"growth_factor", 0.0, "\"growth_factor\": the growth factor must be > 1.0, got 0"},
+      {"growth_factor", std::nan(""), "the growth factor must be > 1.0, got nan"},
+      {"_growth_tracker", 0.5,
+       "\"_growth_tracker\": expected a whole number in [0, 2147483647], got 0.5"},
+      {"_growth_tracker", -1.0,
+       "\"_growth_tracker\": expected a whole number in [0, 2147483647], got -1"},
+      {"_growth_tracker", 1e20, "got 1e+20"},
+      {"_overflow_tracker", 1.5,
+       "\"_overflow_tracker\": expected a whole number in [0, 2147483647], got 1.5"},
+      {"_overflow_tracker", -inf, "got -inf"},
+      {"growth_interval", 0.0,
+       "\"growth_interval\": expected a whole number in [1, 9223372036854775807], got 0"},
+      {"growth_interval", -3.0, "got -3"},
+      {"growth_interval", 2.5, "got 2.5"},
+      {"growth_interval", 1e20, "got 1e+20"},
+      {"scale", 0.0, "\"scale\" must be finite and > 0, got 0"},
+      {"scale", -16.0, "\"scale\" must be finite and > 0, got -16"},
+      {"scale", inf, "\"scale\" must be finite and > 0, got inf"},
+      {"scale", std::nan(""), "\"scale\" must be finite and > 0, got nan"},
+  };
+  for (const auto& [key, value, message] : cases) {
+    INFO(key << " = " << value);
+    std::map<std::string, double> bad = good;
+    bad["scale"] = 1024.0;  // loaded first, and must not stay loaded
+    bad[key] = value;
+    CHECK_THROWS_WITH(scaler.load_state_dict(bad),
+                      Contains("GradScaler.load_state_dict: ") && Contains(message));
+    CHECK(scaler.state_dict() == good);
+    CHECK(scaler.get_growth_interval() == 3);
+  }
+  // Before the first scale() too (the values then wait for the lazy initialization).
+  amp::GradScaler fresh({.init_scale = 2.0});
+  std::map<std::string, double> bad = good;
+  bad["backoff_factor"] = 8.5;
+  CHECK_THROWS_WITH(fresh.load_state_dict(bad), Contains("backoff factor"));
+  CHECK(fresh.get_scale() == 2.0);
+  CHECK(fresh.get_backoff_factor() == 0.5);
+  // The values the constructor rejects, and the setters reject them too.
+  CHECK_THROWS_WITH(amp::GradScaler({.backoff_factor = 0.0}),
+                    Contains("GradScaler: the backoff factor must be < 1.0 and > 0, got 0"));
+  CHECK_THROWS_WITH(amp::GradScaler({.growth_interval = 0}),
+                    Contains("GradScaler: the growth interval must be >= 1, got 0"));
+  CHECK_THROWS_WITH(amp::GradScaler({.init_scale = inf}),
+                    Contains("GradScaler: init_scale must be finite and > 0, got inf"));
+  CHECK_THROWS_WITH(scaler.set_backoff_factor(8.5),
+                    Contains("GradScaler.set_backoff_factor: the backoff factor must be < 1.0"));
+  CHECK_THROWS_WITH(scaler.set_growth_factor(0.5),
+                    Contains("GradScaler.set_growth_factor: the growth factor must be > 1.0"));
+  CHECK_THROWS_WITH(scaler.set_growth_interval(-1),
+                    Contains("GradScaler.set_growth_interval: the growth interval must be >= 1"));
+  CHECK_THROWS_WITH(scaler.update(0.0),
+                    Contains("GradScaler.update: new_scale must be finite and > 0, got 0"));
+  CHECK(scaler.state_dict() == good);
+  scaler.set_backoff_factor(0.125);
+  CHECK(scaler.get_backoff_factor() == 0.125);
+}
+
 TEST_CASE("GradScaler does not grow a scale that would overflow float32", "[grad_scaler]") {
   const double big = std::ldexp(1.0, 127);  // 2^128 is past float32's largest finite value
   amp::GradScaler scaler({.init_scale = big, .growth_interval = 1});
@@ -561,7 +641,6 @@ TEST_CASE("GradScaler raises the collapse alarm once after N skipped iterations 
   CHECK_THROWS_WITH(amp::GradScaler({.alarm_scale_floor = 0.0}),
                     Contains("alarm_scale_floor must be > 0"));
 }
-
 
 // ---- beyond PyTorch ----------------------------------------------------------------------
 

@@ -11,6 +11,7 @@
 
 #include "halfgrad/halfgrad.h"
 #include "halfgrad/io/checkpoint.h"
+#include "halfgrad/io/safetensors.h"
 #include "test_util.h"
 
 using namespace hg;
@@ -223,6 +224,50 @@ TEST_CASE("a bad checkpoint leaves model optimizer and scaler unchanged",
     CHECK_THROWS_WITH(io::load_checkpoint(path, *target.model, sgd, *target.scaler),
                       Contains("optimizer") && Contains("unknown option"));
     CHECK(target.scaler->state_dict() == scaler_before);
+    check_unchanged();
+  }
+  SECTION("values out of range") {
+    // The file rewritten with one value changed (and without entries other than the
+    // checkpoint's own, e.g. a checksum, which the change would contradict).
+    auto rewrite = [&](auto edit) {
+      io::SafetensorsContents contents = io::load_safetensors(path);
+      std::erase_if(contents.metadata, [](const auto& entry) {
+        return entry.first != "format" && entry.first != "version" &&
+               entry.first != "optimizer.param_groups" && entry.first != "scaler" &&
+               entry.first != "rng.cpu";
+      });
+      edit(contents);
+      save(path, contents.tensors, contents.metadata);
+    };
+    auto replace_in = [](std::string& text, const std::string& from, const std::string& to) {
+      const size_t at = text.find(from);
+      REQUIRE(at != std::string::npos);
+      text.replace(at, from.size(), to);
+    };
+    SECTION("an optimizer option") {
+      rewrite([&](io::SafetensorsContents& c) {
+        replace_in(c.metadata.at("optimizer.param_groups"), "\"beta2\":0.999", "\"beta2\":8.999");
+      });
+      CHECK_THROWS_WITH(
+          io::load_checkpoint(path, *target.model, *target.opt, *target.scaler),
+          Contains("ckpt.safetensors") && Contains("AdamW: expected beta2 in [0, 1), got 8.999"));
+    }
+    SECTION("a scaler value") {
+      rewrite([&](io::SafetensorsContents& c) {
+        replace_in(c.metadata.at("scaler"), "\"backoff_factor\":0.5", "\"backoff_factor\":8.5");
+      });
+      CHECK_THROWS_WITH(
+          io::load_checkpoint(path, *target.model, *target.opt, *target.scaler),
+          Contains("ckpt.safetensors") && Contains("\"backoff_factor\"") && Contains("got 8.5"));
+    }
+    SECTION("a step count of 1e20") {
+      rewrite([&](io::SafetensorsContents& c) {
+        c.tensors.at("optimizer.state.0.step") = scalar_tensor(1e20, kFloat32);
+      });
+      CHECK_THROWS_WITH(io::load_checkpoint(path, *target.model, *target.opt, *target.scaler),
+                        Contains("ckpt.safetensors") && Contains("\"step\" of parameter 0") &&
+                            Contains("got 1.0000000200408773e+20"));
+    }
     check_unchanged();
   }
   SECTION("not a checkpoint") {

@@ -4,6 +4,9 @@
 // state_dict round trips and the checks of load_state_dict.
 #include <catch2/catch.hpp>
 
+#include <limits>
+#include <tuple>
+
 #include "reference.h"
 
 using namespace hg;
@@ -445,6 +448,95 @@ TEST_CASE("load_state_dict: checks keys and shapes and changes nothing on error"
 
   opt.load_state_dict(good);
   expect_unchanged();
+}
+
+TEST_CASE("load_state_dict: out-of-range options are the constructor's errors, nothing changed") {
+  for (bool decoupled : {false, true}) {
+    const char* name = decoupled ? "AdamW" : "Adam";
+    INFO(name);
+    Tensor a = make_param({1.0, 2.0}, kFloat32);
+    std::unique_ptr<optim::Optimizer> opt =
+        decoupled ? std::unique_ptr<optim::Optimizer>(new optim::AdamW({a}, {.lr = 0.1}))
+                  : std::unique_ptr<optim::Optimizer>(new optim::Adam({a}, {.lr = 0.1}));
+    set_grad(a, {1.0, 1.0});
+    opt->step();
+    const optim::OptimizerStateDict good = opt->state_dict();
+    const std::map<std::string, double> options_before = opt->param_groups()[0].options;
+    const auto exp_avg_bytes = bytes_of(opt->state(0, 0).buffers.at("exp_avg"));
+
+    // Each value the constructor rejects, loaded (with an lr change that must not happen).
+    const std::vector<std::tuple<std::string, double, std::string>> cases = {
+        {"beta2", 8.999, "expected beta2 in [0, 1), got 8.999"},
+        {"beta1", -0.5, "expected beta1 in [0, 1), got -0.5"},
+        {"beta1", 1.0, "expected beta1 in [0, 1), got 1"},
+        {"eps", -1e-8, "expected eps >= 0, got -1e-08"},
+        {"weight_decay", -0.01, "expected weight_decay >= 0, got -0.01"},
+        {"lr", -1.0, "expected lr >= 0, got -1"},
+        {"lr", std::nan(""), "expected lr >= 0, got nan"},
+        {"amsgrad", 0.5, "expected amsgrad to be 0 or 1 (a bool), got 0.5"},
+        {"maximize", 2.0, "expected maximize to be 0 or 1 (a bool), got 2"},
+    };
+    for (const auto& [key, value, message] : cases) {
+      INFO(key << " = " << value);
+      optim::OptimizerStateDict bad = good;
+      if (key != "lr") bad.param_groups[0].options["lr"] = 0.5;
+      bad.param_groups[0].options[key] = value;
+      CHECK_THROWS_WITH(opt->load_state_dict(bad), Contains("load_state_dict: param group 0") &&
+                                                       Contains(fmt::format("{}: ", name)) &&
+                                                       Contains(message));
+      CHECK(opt->param_groups()[0].options == options_before);
+      CHECK(opt->state(0, 0).step == 1);
+      CHECK(bytes_of(opt->state(0, 0).buffers.at("exp_avg")) == exp_avg_bytes);
+    }
+    // The same values are still rejected by the constructor and, now, by add_param_group.
+    Tensor b = make_param({1.0}, kFloat32);
+    CHECK_THROWS_WITH(opt->add_param_group({{b}, {{"beta2", 8.999}}}),
+                      Contains("expected beta2 in [0, 1), got 8.999"));
+    CHECK_THROWS_WITH(opt->add_param_group({{b}, {{"amsgrad", 0.5}}}),
+                      Contains("expected amsgrad to be 0 or 1"));
+    CHECK(opt->param_groups().size() == 1);
+    opt->load_state_dict(good);
+  }
+  Tensor p = make_param({1.0}, kFloat32);
+  CHECK_THROWS_WITH(optim::Adam(std::vector<optim::ParamGroup>{{{p}, {{"beta2", 8.999}}}}),
+                    Contains("Adam: expected beta2 in [0, 1), got 8.999"));
+  CHECK_THROWS_WITH(optim::AdamW(std::vector<optim::ParamGroup>{{{p}, {{"maximize", -1.0}}}}),
+                    Contains("AdamW: expected maximize to be 0 or 1 (a bool), got -1"));
+}
+
+TEST_CASE("load_state_dict: a step that int64 does not hold is an error, not a conversion") {
+  Tensor a = make_param({1.0, 2.0}, kFloat32);
+  optim::Adam opt({a}, {.lr = 0.1});
+  set_grad(a, {1.0, 1.0});
+  opt.step();
+  const optim::OptimizerStateDict good = opt.state_dict();
+  // 1e20 and 2^63 do not fit int64 (converting them is undefined behaviour); the others are not
+  // whole numbers >= 0. float64 "step" tensors carry the values exactly.
+  const std::vector<std::pair<double, std::string>> cases = {
+      {1e20, "got 1e+20"},
+      {0x1p63, "got 9.223372036854776e+18"},
+      {std::numeric_limits<double>::infinity(), "got inf"},
+      {std::nan(""), "got nan"},
+      {-1.0, "got -1"},
+      {2.5, "got 2.5"},
+  };
+  for (const auto& [step, message] : cases) {
+    INFO(step);
+    optim::OptimizerStateDict bad = good;
+    bad.param_groups[0].options["lr"] = 0.5;
+    bad.state[0]["step"] = scalar_tensor(step, kFloat64);
+    CHECK_THROWS_WITH(opt.load_state_dict(bad),
+                      Contains("\"step\" of parameter 0") &&
+                          Contains("expected a whole number in [0, 9223372036854775807]") &&
+                          Contains(message));
+    CHECK(opt.state(0, 0).step == 1);
+    CHECK(opt.param_groups()[0].options.at("lr") == 0.1);
+  }
+  // The largest float32 below 2^63 is a step count like any other.
+  optim::OptimizerStateDict big = good;
+  big.state[0]["step"] = scalar_tensor(0x1p63 - 0x1p39, kFloat32);
+  opt.load_state_dict(big);
+  CHECK(opt.state(0, 0).step == int64_t(0x1p63 - 0x1p39));
 }
 
 TEST_CASE("AdamW: the result does not depend on the number of threads") {

@@ -3,6 +3,8 @@
 // a case worked by hand; per-group options; zero_grad; the scaled step; bad options.
 #include <catch2/catch.hpp>
 
+#include <limits>
+
 #include "reference.h"
 
 using namespace hg;
@@ -199,6 +201,53 @@ TEST_CASE("SGD: bad options are errors naming what was expected") {
   p.mutable_grad() = make_tensor({1.0}, kFloat64);
   CHECK_THROWS_WITH(opt.step(), Contains("expected a gradient of the parameter's dtype float32"));
   CHECK(p.item<double>() == 1.0);
+}
+
+TEST_CASE("SGD: out-of-range loaded options are the constructor's errors, nothing changed") {
+  Tensor p = make_param({1.0, 2.0}, kFloat32);
+  optim::SGD opt({p}, {.lr = 0.1, .momentum = 0.9});
+  set_grad(p, {1.0, 1.0});
+  opt.step();
+  const optim::OptimizerStateDict good = opt.state_dict();
+  const std::map<std::string, double> options_before = opt.param_groups()[0].options;
+  const auto buffer_bytes = bytes_of(opt.state(0, 0).buffers.at("momentum_buffer"));
+
+  using Options = std::map<std::string, double>;
+  const std::vector<std::pair<Options, std::string>> cases = {
+      {{{"lr", -1.0}}, "SGD: expected lr >= 0, got -1"},
+      {{{"momentum", -0.5}}, "SGD: expected momentum >= 0, got -0.5"},
+      {{{"weight_decay", -1e-4}}, "SGD: expected weight_decay >= 0, got -0.0001"},
+      {{{"dampening", std::numeric_limits<double>::infinity()}},
+       "SGD: expected a finite dampening, got inf"},
+      {{{"nesterov", 0.5}}, "SGD: expected nesterov to be 0 or 1 (a bool), got 0.5"},
+      {{{"maximize", 3.0}}, "SGD: expected maximize to be 0 or 1 (a bool), got 3"},
+      {{{"nesterov", 1.0}, {"dampening", 0.1}},
+       "Nesterov momentum expects momentum > 0 and dampening 0, got momentum 0.9 and dampening "
+       "0.1"},
+      {{{"nesterov", 1.0}, {"momentum", 0.0}}, "Nesterov momentum expects momentum > 0"},
+  };
+  for (const auto& [options, message] : cases) {
+    INFO(message);
+    optim::OptimizerStateDict bad = good;
+    if (options.count("lr") == 0) bad.param_groups[0].options["lr"] = 0.5;
+    for (const auto& [key, value] : options) bad.param_groups[0].options[key] = value;
+    CHECK_THROWS_WITH(opt.load_state_dict(bad),
+                      Contains("load_state_dict: param group 0") && Contains(message));
+    CHECK(opt.param_groups()[0].options == options_before);
+    CHECK(bytes_of(opt.state(0, 0).buffers.at("momentum_buffer")) == buffer_bytes);
+  }
+  // The constructor and add_param_group reject them too.
+  CHECK_THROWS_WITH(optim::SGD({p}, {.lr = 0.1, .dampening = std::nan("")}),
+                    Contains("SGD: expected a finite dampening, got nan"));
+  CHECK_THROWS_WITH(
+      optim::SGD(std::vector<optim::ParamGroup>{{{p}, {{"maximize", 0.5}}}}, {.lr = 0.1}),
+      Contains("expected maximize to be 0 or 1"));
+  Tensor q = make_param({1.0}, kFloat32);
+  CHECK_THROWS_WITH(opt.add_param_group({{q}, {{"lr", -2.0}}}),
+                    Contains("SGD: expected lr >= 0, got -2"));
+  CHECK(opt.param_groups().size() == 1);
+  opt.add_param_group({{q}, {{"lr", 0.2}}});
+  CHECK(opt.param_groups().size() == 2);
 }
 
 TEST_CASE("SGD: a scaled step with found_inf set changes nothing") {
