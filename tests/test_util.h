@@ -1,5 +1,5 @@
 // Helpers shared by tests: bit-exact tensor comparison, row-major index arithmetic, per-dtype
-// tolerances, the message of a rejected call, and a temporary folder.
+// tolerances, the message of a rejected call, a temporary folder and whole-file reads and writes.
 #pragma once
 
 #include <unistd.h>
@@ -7,8 +7,10 @@
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <iterator>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -88,6 +90,23 @@ inline std::string error_message(const std::function<void()>& f) {
     return e.what();
   }
   return {};
+}
+
+// ---- files --------------------------------------------------------------------------------
+
+// Every byte of a file, and a file made of these bytes (an hg::Error naming the file when it
+// cannot be read or written).
+inline std::string read_file(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  HG_CHECK(in.good(), "read_file: cannot open \"{}\"", path.string());
+  std::ostringstream out;
+  out << in.rdbuf();
+  return out.str();
+}
+inline void write_file(const std::filesystem::path& path, const std::string& bytes) {
+  std::ofstream out(path, std::ios::binary);
+  out.write(bytes.data(), std::streamsize(bytes.size()));
+  HG_CHECK(out.good(), "write_file: cannot write \"{}\"", path.string());
 }
 
 // A fresh folder under the system's temporary folder, removed with everything in it at the

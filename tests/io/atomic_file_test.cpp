@@ -20,24 +20,12 @@
 #include "test_util.h"
 
 using namespace hg;
+using hg::testing::read_file;
+using hg::testing::write_file;
 using hg::testing::bit_identical;
 using hg::testing::TempFolder;
 
 namespace {
-
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  REQUIRE(in.good());
-  std::ostringstream out;
-  out << in.rdbuf();
-  return out.str();
-}
-
-void write_file(const std::string& path, const std::string& bytes) {
-  std::ofstream out(path, std::ios::binary);
-  out << bytes;
-  REQUIRE(out.good());
-}
 
 std::set<std::string> entries(const TempFolder& folder) {
   std::set<std::string> names;

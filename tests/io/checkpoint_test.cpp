@@ -15,6 +15,8 @@
 #include "test_util.h"
 
 using namespace hg;
+using hg::testing::read_file;
+using hg::testing::write_file;
 using Catch::Matchers::Contains;
 using hg::testing::bit_identical;
 using hg::testing::TempFolder;
@@ -84,20 +86,6 @@ void check_same(const Snapshot& a, const Snapshot& b) {
     }
   }
   CHECK(a.scaler == b.scaler);
-}
-
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  REQUIRE(in.good());
-  std::ostringstream out;
-  out << in.rdbuf();
-  return out.str();
-}
-
-void write_file(const std::string& path, const std::string& bytes) {
-  std::ofstream out(path, std::ios::binary);
-  out.write(bytes.data(), std::streamsize(bytes.size()));
-  REQUIRE(out.good());
 }
 
 // The bytes with the digit right after `marker` changed (0 -> 1, ..., 9 -> 0): a value in the

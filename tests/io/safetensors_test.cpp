@@ -15,6 +15,8 @@
 #include "test_util.h"
 
 using namespace hg;
+using hg::testing::read_file;
+using hg::testing::write_file;
 using Catch::Matchers::Contains;
 using hg::testing::bit_identical;
 using hg::testing::TempFolder;
@@ -22,20 +24,6 @@ using hg::testing::TempFolder;
 namespace {
 
 const std::filesystem::path kFixtures = std::filesystem::path(HG_TESTS_SOURCE_DIR) / "io/fixtures";
-
-std::string read_file(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  REQUIRE(in.good());
-  std::ostringstream out;
-  out << in.rdbuf();
-  return out.str();
-}
-
-void write_file(const std::filesystem::path& path, const std::string& bytes) {
-  std::ofstream out(path, std::ios::binary);
-  out.write(bytes.data(), std::streamsize(bytes.size()));
-  REQUIRE(out.good());
-}
 
 // A file built by hand: the 8-byte little-endian length, the header text, the data.
 std::string file_bytes(const std::string& header, const std::string& data) {
