@@ -16,6 +16,7 @@
 #include <exception>
 #include <filesystem>
 #include <limits>
+#include <optional>
 #include <random>
 #include <string_view>
 #include <vector>
@@ -36,6 +37,24 @@ constexpr uint64_t kNoFault = std::numeric_limits<uint64_t>::max();
 std::atomic<uint64_t> fail_after_bytes{kNoFault};
 
 std::string system_reason(int error) { return std::strerror(error); }
+
+// Writes all `size` bytes to fd, at `offset` (pwrite) when given, else at the file's position,
+// in pieces of at most 1 GiB, retrying on EINTR and short writes; `written` counts the bytes
+// done. Returns 0, or the errno of the write that failed (EIO for one that wrote nothing).
+int write_all(int fd, const char* bytes, size_t size, std::optional<uint64_t> offset,
+              uint64_t& written) {
+  while (size > 0) {
+    const size_t chunk = std::min<size_t>(size, size_t(1) << 30);
+    const ssize_t n =
+        offset ? ::pwrite(fd, bytes, chunk, off_t(*offset + written)) : ::write(fd, bytes, chunk);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return n < 0 ? errno : EIO;
+    bytes += n;
+    size -= size_t(n);
+    written += uint64_t(n);
+  }
+  return 0;
+}
 
 std::string folder_of(const std::string& path) {
   const std::filesystem::path parent = std::filesystem::path(path).parent_path();
@@ -181,23 +200,14 @@ AtomicFileWriter::~AtomicFileWriter() {
 
 void AtomicFileWriter::write(const void* data, size_t size) {
   HG_CHECK(fd_ >= 0 && !committed_, "save: writing to \"{}\" after it was committed", path_);
-  const char* bytes = static_cast<const char*>(data);
-  while (size > 0) {
-    size_t chunk = std::min<size_t>(size, size_t(1) << 30);
-    const uint64_t limit = fail_after_bytes.load();
-    if (limit != kNoFault) {
-      HG_CHECK(bytes_written_ < limit, "save: writing \"{}\" failed after {} bytes: {}", path_,
-               bytes_written_, system_reason(ENOSPC));
-      chunk = std::min<size_t>(chunk, size_t(limit - bytes_written_));
-    }
-    const ssize_t written = ::write(fd_, bytes, chunk);
-    if (written < 0 && errno == EINTR) continue;
-    HG_CHECK(written > 0, "save: writing \"{}\" failed after {} bytes: {}", path_, bytes_written_,
-             system_reason(written < 0 ? errno : EIO));
-    bytes += written;
-    size -= size_t(written);
-    bytes_written_ += uint64_t(written);
-  }
+  const uint64_t limit = fail_after_bytes.load();
+  const size_t allowed =
+      limit == kNoFault ? size
+                        : size_t(std::min<uint64_t>(size, limit - std::min(limit, bytes_written_)));
+  const int error =
+      write_all(fd_, static_cast<const char*>(data), allowed, std::nullopt, bytes_written_);
+  HG_CHECK(error == 0 && allowed == size, "save: writing \"{}\" failed after {} bytes: {}", path_,
+           bytes_written_, system_reason(error != 0 ? error : ENOSPC));
 }
 
 void AtomicFileWriter::write_at(uint64_t offset, const void* data, size_t size) {
@@ -206,16 +216,10 @@ void AtomicFileWriter::write_at(uint64_t offset, const void* data, size_t size) 
            "save: \"{}\": expected to overwrite bytes within the {} written, got {} bytes at "
            "offset {}",
            path_, bytes_written_, size, offset);
-  const char* bytes = static_cast<const char*>(data);
-  while (size > 0) {
-    const ssize_t written = ::pwrite(fd_, bytes, size, off_t(offset));
-    if (written < 0 && errno == EINTR) continue;
-    HG_CHECK(written > 0, "save: writing \"{}\" at offset {} failed: {}", path_, offset,
-             system_reason(written < 0 ? errno : EIO));
-    bytes += written;
-    size -= size_t(written);
-    offset += uint64_t(written);
-  }
+  uint64_t done = 0;
+  const int error = write_all(fd_, static_cast<const char*>(data), size, offset, done);
+  HG_CHECK(error == 0, "save: writing \"{}\" at offset {} failed: {}", path_, offset + done,
+           system_reason(error));
 }
 
 void AtomicFileWriter::commit() {
