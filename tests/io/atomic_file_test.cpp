@@ -20,10 +20,7 @@
 #include "test_util.h"
 
 using namespace hg;
-using hg::testing::read_file;
-using hg::testing::write_file;
-using hg::testing::bit_identical;
-using hg::testing::TempFolder;
+using namespace hg::testing;
 
 namespace {
 

@@ -15,11 +15,8 @@
 #include "test_util.h"
 
 using namespace hg;
-using hg::testing::read_file;
-using hg::testing::write_file;
+using namespace hg::testing;
 using Catch::Matchers::Contains;
-using hg::testing::bit_identical;
-using hg::testing::TempFolder;
 
 namespace {
 
