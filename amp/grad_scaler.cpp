@@ -103,9 +103,11 @@ void check_growth_interval(int64_t growth_interval, std::string_view caller) {
            growth_interval);
 }
 
+// Any scale the scaler can hold: finite and >= 0. Repeated back-offs without min_scale can
+// take a float32 scale down to 0, and state_dict() must give a state load_state_dict() takes.
 void check_scale(double scale, std::string_view caller, std::string_view name) {
-  HG_CHECK(std::isfinite(scale) && scale > 0.0, "{}: {} must be finite and > 0, got {}", caller,
-           name, scale);
+  HG_CHECK(std::isfinite(scale) && scale >= 0.0, "{}: {} must be finite and >= 0, got {}",
+           caller, name, scale);
 }
 
 constexpr int64_t kTrackerMax = INT32_MAX;
@@ -128,7 +130,9 @@ GradScaler::GradScaler(GradScalerOptions options)
     HG_CHECK(*options_.alarm_scale_floor > 0.0, "GradScaler: alarm_scale_floor must be > 0, got {}",
              *options_.alarm_scale_floor);
   }
-  check_scale(options_.init_scale, kCaller, "init_scale");
+  // A scale of 0 can be reached and loaded, not started from.
+  HG_CHECK(std::isfinite(options_.init_scale) && options_.init_scale > 0.0,
+           "GradScaler: init_scale must be finite and > 0, got {}", options_.init_scale);
   if (options_.min_scale) {
     HG_CHECK(*options_.min_scale > 0.0 && *options_.min_scale <= options_.init_scale,
              "GradScaler: min_scale must be in (0, init_scale = {}], got {}", options_.init_scale,

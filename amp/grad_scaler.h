@@ -168,7 +168,7 @@ class GradScaler {
   // Waits for the device when the scale is on one.
   std::map<std::string, double> state_dict() const;
   // A missing key, or a value the constructor or a setter would reject (NOTE [Scaler checks]
-  // in grad_scaler.cpp: a scale finite and > 0, whole trackers in [0, 2^31 - 1], a whole
+  // in grad_scaler.cpp: a scale finite and >= 0, whole trackers in [0, 2^31 - 1], a whole
   // growth_interval >= 1), is an error naming it, before anything changes. Disabled: does
   // nothing.
   void load_state_dict(const std::map<std::string, double>& state);

@@ -473,10 +473,9 @@ TEST_CASE("GradScaler load_state_dict checks every value as the constructor does
       {"growth_interval", -3.0, "got -3"},
       {"growth_interval", 2.5, "got 2.5"},
       {"growth_interval", 1e20, "got 1e+20"},
-      {"scale", 0.0, "\"scale\" must be finite and > 0, got 0"},
-      {"scale", -16.0, "\"scale\" must be finite and > 0, got -16"},
-      {"scale", inf, "\"scale\" must be finite and > 0, got inf"},
-      {"scale", std::nan(""), "\"scale\" must be finite and > 0, got nan"},
+      {"scale", -16.0, "\"scale\" must be finite and >= 0, got -16"},
+      {"scale", inf, "\"scale\" must be finite and >= 0, got inf"},
+      {"scale", std::nan(""), "\"scale\" must be finite and >= 0, got nan"},
   };
   for (const auto& [key, value, message] : cases) {
     INFO(key << " = " << value);
@@ -508,9 +507,20 @@ TEST_CASE("GradScaler load_state_dict checks every value as the constructor does
                     Contains("GradScaler.set_growth_factor: the growth factor must be > 1.0"));
   CHECK_THROWS_WITH(scaler.set_growth_interval(-1),
                     Contains("GradScaler.set_growth_interval: the growth interval must be >= 1"));
-  CHECK_THROWS_WITH(scaler.update(0.0),
-                    Contains("GradScaler.update: new_scale must be finite and > 0, got 0"));
+  CHECK_THROWS_WITH(scaler.update(-1.0),
+                    Contains("GradScaler.update: new_scale must be finite and >= 0, got -1"));
   CHECK(scaler.state_dict() == good);
+  // A scale backed off all the way to 0 is a state the scaler reaches (float32 underflow
+  // without min_scale): state_dict() gives it and load_state_dict() takes it back; a scaler
+  // cannot start from it.
+  amp::GradScaler collapsed({.init_scale = 2.0, .hysteresis = 2});
+  std::map<std::string, double> zero = good;
+  zero["scale"] = 0.0;
+  collapsed.load_state_dict(zero);
+  CHECK(collapsed.get_scale() == 0.0);
+  CHECK(collapsed.state_dict() == zero);
+  CHECK_THROWS_WITH(amp::GradScaler({.init_scale = 0.0}),
+                    Contains("GradScaler: init_scale must be finite and > 0, got 0"));
   scaler.set_backoff_factor(0.125);
   CHECK(scaler.get_backoff_factor() == 0.125);
 }
