@@ -437,6 +437,16 @@ SafetensorsContents read_contents(const ByteSource& source, uint64_t total,
   return contents;
 }
 
+// Throws unless `text` (a tensor name, a metadata key or value: a JSON string of the header)
+// is UTF-8, as JSON requires; `what` names it in the error.
+void check_utf8(const std::string& text, const std::string& what) {
+  try {
+    (void)json(text).dump();
+  } catch (const json::type_error& e) {
+    HG_ERROR("save: {}: expected UTF-8 text (the header is JSON), got {}", what, e.what());
+  }
+}
+
 // The tensors of a save, checked, in the order their bytes are laid out, each as contiguous
 // CPU memory.
 std::vector<std::pair<std::string, Tensor>> prepare(const TensorMap& tensors) {
@@ -445,6 +455,7 @@ std::vector<std::pair<std::string, Tensor>> prepare(const TensorMap& tensors) {
     HG_CHECK(name != kMetadataKey,
              "save: \"__metadata__\" is the format's metadata key (expected a tensor name, got "
              "that one)");
+    check_utf8(name, "a tensor name");
     HG_CHECK(tensor.defined(), "save: key \"{}\": expected a tensor, got an undefined one", name);
     HG_CHECK(layout_rank(tensor.dtype()) < kDTypeNames.size(),
              "save: key \"{}\": expected a dtype safetensors stores, got {}", name,
@@ -459,6 +470,8 @@ std::vector<std::pair<std::string, Tensor>> prepare(const TensorMap& tensors) {
 
 void check_user_metadata(const std::map<std::string, std::string>& metadata) {
   for (const auto& [key, value] : metadata) {
+    check_utf8(key, "a metadata key");
+    check_utf8(value, fmt::format("the value of metadata key \"{}\"", key));
     HG_CHECK(!starts_with(key, kChecksumKeyPrefix),
              "save: metadata key \"{}\": expected a key without the prefix \"{}\" (reserved for "
              "the checksums halfgrad writes)",

@@ -179,6 +179,16 @@ TEST_CASE("save refuses what the format cannot hold", "[io][safetensors][errors]
                     Contains("key \"w\"") && Contains("undefined"));
   CHECK_THROWS_WITH(save(folder.file("missing/a.safetensors"), {{"w", ones({1})}}),
                     Contains("missing/a.safetensors") && Contains("No such file"));
+  // The header is JSON: names, metadata keys and values must be UTF-8 text.
+  const std::string not_utf8("a\0\xff", 3);
+  CHECK_THROWS_WITH(save(folder.file("a.safetensors"), {{"w", ones({1})}}, {{"step", not_utf8}}),
+                    Contains("metadata key \"step\"") && Contains("expected UTF-8 text"));
+  CHECK_THROWS_WITH(save(folder.file("a.safetensors"), {{"w", ones({1})}}, {{not_utf8, "1"}}),
+                    Contains("a metadata key") && Contains("expected UTF-8 text"));
+  CHECK_THROWS_WITH(save(folder.file("a.safetensors"), {{not_utf8, ones({1})}}),
+                    Contains("a tensor name") && Contains("expected UTF-8 text"));
+  CHECK_THROWS_WITH(io::to_safetensors_bytes({{"w", ones({1})}}, {{"note", "\xc3"}}),
+                    Contains("expected UTF-8 text"));
   CHECK(folder.entries() == 0);
 }
 
