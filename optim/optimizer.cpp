@@ -20,16 +20,18 @@ Optimizer::Optimizer(std::vector<ParamGroup> groups, std::map<std::string, doubl
 }
 
 void Optimizer::add_param_group(ParamGroup group) {
-  for (const auto& [name, value] : group.options) {
-    HG_CHECK(defaults_.count(name) == 1, "optimizer: unknown option \"{}\" in a param group", name);
+  // The group as it will be held (defaults filled in, names and parameters checked), then its
+  // values; a group they refuse is taken out again.
+  const ParamGroup& added = append_param_group(std::move(group));
+  try {
+    check_options(added.options);
+  } catch (...) {
+    groups_.pop_back();
+    throw;
   }
-  std::map<std::string, double> options = group.options;
-  for (const auto& [name, value] : defaults_) options.emplace(name, value);
-  check_options(options);
-  append_param_group(std::move(group));
 }
 
-void Optimizer::append_param_group(ParamGroup group) {
+const ParamGroup& Optimizer::append_param_group(ParamGroup group) {
   for (const auto& [name, value] : group.options) {
     HG_CHECK(defaults_.count(name) == 1, "optimizer: unknown option \"{}\" in a param group", name);
   }
@@ -39,7 +41,7 @@ void Optimizer::append_param_group(ParamGroup group) {
     HG_CHECK(p.defined() && p.is_leaf() && p.is_floating_point(),
              "optimizer: parameter {} of a group must be a floating leaf tensor", i);
   }
-  groups_.push_back(std::move(group));
+  return groups_.emplace_back(std::move(group));
 }
 
 void Optimizer::zero_grad(bool set_to_none) {

@@ -173,8 +173,9 @@ class Optimizer {
 
  private:
   // add_param_group without the option check (the constructor's, before the derived one
-  // exists).
-  void append_param_group(ParamGroup group);
+  // exists): fills in the defaults, checks the option names and the parameters, appends the
+  // group and returns it.
+  const ParamGroup& append_param_group(ParamGroup group);
 };
 
 }  // namespace hg::optim

@@ -38,30 +38,40 @@ struct SGDStep {
   bool nesterov, maximize, first;
 };
 
-// NOTE [One check per option] in optimizer.h: torch.optim.SGD's checks, the booleans, and a
-// finite dampening (torch does not check it; a NaN one would make every update NaN).
-void check_sgd_options(const std::map<std::string, double>& o) {
-  HG_CHECK(o.at("lr") >= 0, "SGD: expected lr >= 0, got {}", o.at("lr"));
-  HG_CHECK(o.at("momentum") >= 0, "SGD: expected momentum >= 0, got {}", o.at("momentum"));
-  HG_CHECK(o.at("weight_decay") >= 0, "SGD: expected weight_decay >= 0, got {}",
-           o.at("weight_decay"));
-  HG_CHECK(std::isfinite(o.at("dampening")), "SGD: expected a finite dampening, got {}",
-           o.at("dampening"));
-  for (const char* flag : {"nesterov", "maximize"}) {
-    HG_CHECK(o.at(flag) == 0 || o.at(flag) == 1, "SGD: expected {} to be 0 or 1 (a bool), got {}",
-             flag, o.at(flag));
-  }
-  HG_CHECK(o.at("nesterov") == 0 || (o.at("momentum") > 0 && o.at("dampening") == 0),
-           "SGD: Nesterov momentum expects momentum > 0 and dampening 0, got momentum {} and "
-           "dampening {}",
-           o.at("momentum"), o.at("dampening"));
+// A group's options, each looked up once (the step reads them every iteration).
+struct SGDValues {
+  double lr, momentum, dampening, weight_decay, nesterov, maximize;
+};
+SGDValues sgd_values(const std::map<std::string, double>& o) {
+  return {o.at("lr"),           o.at("momentum"), o.at("dampening"),
+          o.at("weight_decay"), o.at("nesterov"), o.at("maximize")};
 }
 
-// A group's options, each looked up once (the step runs every iteration), checked.
+// NOTE [One check per option] in optimizer.h: torch.optim.SGD's checks, the booleans, and a
+// finite dampening (torch does not check it; a NaN one would make every update NaN).
+void check_sgd_values(const SGDValues& v) {
+  HG_CHECK(v.lr >= 0, "SGD: expected lr >= 0, got {}", v.lr);
+  HG_CHECK(v.momentum >= 0, "SGD: expected momentum >= 0, got {}", v.momentum);
+  HG_CHECK(v.weight_decay >= 0, "SGD: expected weight_decay >= 0, got {}", v.weight_decay);
+  HG_CHECK(std::isfinite(v.dampening), "SGD: expected a finite dampening, got {}", v.dampening);
+  for (const auto& [flag, value] :
+       {std::pair{"nesterov", v.nesterov}, std::pair{"maximize", v.maximize}}) {
+    HG_CHECK(value == 0 || value == 1, "SGD: expected {} to be 0 or 1 (a bool), got {}", flag,
+             value);
+  }
+  HG_CHECK(v.nesterov == 0 || (v.momentum > 0 && v.dampening == 0),
+           "SGD: Nesterov momentum expects momentum > 0 and dampening 0, got momentum {} and "
+           "dampening {}",
+           v.momentum, v.dampening);
+}
+void check_sgd_options(const std::map<std::string, double>& o) { check_sgd_values(sgd_values(o)); }
+
+// A group's step parameters, checked.
 SGDStep sgd_step_of(const std::map<std::string, double>& o, double inv_scale) {
-  check_sgd_options(o);
-  return {o.at("lr"), o.at("momentum"),      o.at("dampening"),     o.at("weight_decay"),
-          inv_scale,  o.at("nesterov") != 0, o.at("maximize") != 0, false};
+  const SGDValues v = sgd_values(o);
+  check_sgd_values(v);
+  return {v.lr,      v.momentum,      v.dampening,     v.weight_decay,
+          inv_scale, v.nesterov != 0, v.maximize != 0, false};
 }
 
 // T: parameter/gradient/buffer storage type.
