@@ -182,7 +182,7 @@ class TensorPrinter {
 
 std::string to_string(const Tensor& tensor) {
   if (!tensor.defined()) return "tensor(undefined)";
-  return TensorPrinter(tensor.cpu()).print();
+  return TensorPrinter(tensor).print();  // it reads a CPU copy, and names tensor's device
 }
 
 std::ostream& operator<<(std::ostream& out, DType dtype) { return out << dtype_name(dtype); }

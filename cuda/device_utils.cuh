@@ -68,6 +68,25 @@ __device__ __forceinline__ compute_t<T> load(const T* p) {
   return convert<compute_t<T>>(*p);
 }
 
+// NOTE [Rounded products where terms cancel] nvcc fuses `a * b + c` into one multiply-add
+// (fma) by default, rounding once instead of twice. Where the formula relies on a product
+// cancelling against the same product computed elsewhere, the fusion breaks it: layer_norm's
+// dx = rstd (g w - mean(g w) - ...) over one element must be exactly 0, but fma(g, w, -mean)
+// leaves the rounding error of g w, times rstd (316 for eps 1e-5). And where the CPU pass
+// rounds each operation (SGD's momentum buffer, NOTE [Vectorized SGD pass]), the fused form
+// differs from it by up to an ulp of the larger term, which is most of the result when the
+// terms cancel. mul_rn(a, b) is a * b rounded on its own, never fused with what follows.
+template <class A>
+__device__ __forceinline__ A mul_rn(A a, A b) {
+  if constexpr (std::is_same_v<A, double>) {
+    return __dmul_rn(a, b);
+  } else if constexpr (std::is_same_v<A, float>) {
+    return __fmul_rn(a, b);
+  } else {
+    return a * b;
+  }
+}
+
 // Calls f(tag) with tag's `type` the storage type of dtype (host code choosing a kernel).
 template <class T>
 struct TypeTag {

@@ -325,14 +325,17 @@ __global__ void __launch_bounds__(kBlock)
       C g = convert<C>(grad[i]);
       if (scaled) g *= inv_scale;
       if (a.maximize) g = -g;
-      if (decay) g += weight_decay * p;
+      // Each product rounded on its own, as the CPU pass computes them (NOTE [Rounded products
+      // where terms cancel] in device_utils.cuh): the results are the CPU's bits.
+      if (decay) g += mul_rn(weight_decay, p);
       if constexpr (Lists == 3) {
-        const T b_stored = convert<T>(first ? g : momentum * convert<C>(buffer[i]) + damp * g);
+        const T b_stored = convert<T>(
+            first ? g : mul_rn(momentum, convert<C>(buffer[i])) + mul_rn(damp, g));
         buffer[i] = b_stored;
         const C b = convert<C>(b_stored);  // the stored (rounded) buffer, as the CPU pass uses
-        g = a.nesterov ? g + momentum * b : b;
+        g = a.nesterov ? g + mul_rn(momentum, b) : b;
       }
-      param[i] = convert<T>(p - lr * g);
+      param[i] = convert<T>(p - mul_rn(lr, g));
     }
   }
 }

@@ -408,7 +408,9 @@ __global__ void __launch_bounds__(kBlock)
       mu = mean[r];
       rs = rstd[r];
       for_lane2<T, kVector>(dy + r * M, x + r * M, M, lane, group, [&](int64_t k, A g, A v) {
-        const A gi = g * (weight != nullptr ? weight[k] : A(1));
+        // gi rounded on its own, as dx below uses it (NOTE [Rounded products where terms
+        // cancel] in device_utils.cuh)
+        const A gi = mul_rn(g, weight != nullptr ? weight[k] : A(1));
         sums.a += gi;
         sums.b += gi * (v - mu) * rs;
       });
@@ -420,7 +422,7 @@ __global__ void __launch_bounds__(kBlock)
                           [&](int64_t k, A g, A v) {
                             const A xhat = (v - mu) * rs;
                             const A w = weight != nullptr ? weight[k] : A(1);
-                            return rs * (g * w - mean_g - xhat * mean_gx);
+                            return rs * (mul_rn(g, w) - mean_g - xhat * mean_gx);
                           });
   });
 }
@@ -524,7 +526,7 @@ __global__ void group_norm_coefficients_kernel(const A* channel_g, const A* chan
     for (int64_t k = 0; k < Cg; ++k) {
       const int64_t c = group * Cg + k;
       const A w = weight != nullptr ? weight[c] : A(1);
-      sum_g += channel_g[n * C + c] * w;
+      sum_g += mul_rn(channel_g[n * C + c], w);
       sum_gx += channel_gx[n * C + c] * w;
     }
     const A block = A(Cg * S);
@@ -547,7 +549,8 @@ __global__ void group_norm_dx_kernel(const T* dy, const T* x, const acc_t<T>* me
     const A r = rstd[ng];
     const A xhat = (to_value<A>(x[i]) - mean[ng]) * r;
     const A w = weight != nullptr ? weight[c] : A(1);
-    dx[i] = convert<T>(r * (to_value<A>(dy[i]) * w - mean_g[ng] - xhat * mean_gx[ng]));
+    // dy w rounded as in mean(dy w) (NOTE [Rounded products where terms cancel])
+    dx[i] = convert<T>(r * (mul_rn(to_value<A>(dy[i]), w) - mean_g[ng] - xhat * mean_gx[ng]));
   }
 }
 
