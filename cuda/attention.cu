@@ -1,32 +1,48 @@
 // Fused scaled dot-product attention on tensor cores, forward and backward, for float16 and
 // bfloat16 heads up to 128 wide; the launchers' contract is attention_launch.h.
 //
-// NOTE [Fused attention] The [L, S] score matrix never reaches global memory. Each block owns a
-// tile of 64 rows and walks the other operand in tiles of 64 rows through shared memory; its
-// four warps own 16 rows each. The products run on WMMA fragments (16x16x16, 16-bit inputs,
-// float32 accumulation); everything between them (scale, mask, exp, the running max and sum)
-// is float32, one lane pair per row, each lane on half the row's columns.
+// NOTE [Fused attention] The [L, S] score matrix never reaches global memory, nor shared
+// memory: it lives in the registers of the warp that computes it. A block of four warps owns a
+// tile of 64 rows (queries, or keys in the dK/dV kernel), each warp 16 of them, and walks the
+// other operand in tiles of 64 rows, loaded into shared memory with cp.async one tile ahead of
+// the one in use (two buffers). The products are mma.sync m16n8k16 (16-bit inputs, float32
+// accumulation), fed by ldmatrix; everything between them (scale, mask, exp, the running max
+// and sum) is float32 on the accumulator registers.
+//
+// NOTE [Fragments of m16n8k16] The PTX ISA fixes which elements each lane holds: with
+// g = lane / 4 and t = lane % 4, an accumulator tile [16, 8] holds (g, 2t), (g, 2t+1) in c0, c1
+// and (g + 8, 2t), (g + 8, 2t+1) in c2, c3; an A tile [16, 16] holds rows g and g + 8, columns
+// 2t, 2t+1 and 2t+8, 2t+9, in the order (g, 2t) (g+8, 2t) (g, 2t+8) (g+8, 2t+8). So the
+// accumulators of two neighbouring [16, 8] tiles, rounded to 16 bits in pairs, are the A
+// operand [16, 16] of the next product as they stand: P = softmax(S) feeds P V without leaving
+// the registers, and the same holds for P^T, dS and dS^T in the backward.
 //   forward  block = 64 queries. Per key tile: S = Q K^T, then the online softmax (NOTE
-//            [Online softmax] in norm.cu) rescales the output accumulator by exp(m_old - m_new)
+//            [Online softmax] in norm.cu) rescales the output accumulators by exp(m_old - m_new)
 //            and adds P V, P rounded to the input dtype. The row's logsumexp is saved.
 //   backward delta = rowsum(dO * O) first. Then two kernels, so that no gradient is summed with
 //            atomics (the result has the same bits every run):
-//              dK, dV: block = 64 keys, walking the query tiles:
-//                P = exp(S - lse), dV += P^T dO, dP = dO V^T, dS = P (dP - delta), dK += dS^T Q
+//              dK, dV: block = 64 keys, walking the query tiles; each warp computes its 16
+//                keys' S^T = K Q^T and dP^T = V dO^T, so that P^T and dS^T are A operands:
+//                P^T = exp(S^T - lse), dV += P^T dO, dS^T = P^T (dP^T - delta), dK += dS^T Q;
 //              dQ:     block = 64 queries, walking the key tiles: the same P and dS, dQ += dS K.
-//            dQ and dK take the scale once, at the end.
+//            dQ and dK take the scale once, at the end. The price of no atomics is S and dP
+//            computed twice (7 products per tile pair instead of 5).
 // Exponentials are exp2 of scores premultiplied by scale * log2(e). Tiles past L or S are
 // zero-filled in shared memory and masked, so padding never produces a NaN; causal masking
 // (key j > query i, top-left aligned as torch's is_causal) skips the tiles wholly in the
-// future and masks the diagonal ones element by element.
+// future and masks the others element by element where they cross the diagonal.
 //
 // Operands: each row's E values are contiguous and read as 16-byte vectors (the host makes E,
 // the strides and the pointers multiples of 8 elements first); E is padded to D = 32, 64 or
 // 128 with zeros, which add nothing to a dot product, and the padded columns are not stored.
-#include <mma.h>
+// Shared-memory rows are D + 8 elements long: the 16 bytes of padding put the eight rows one
+// ldmatrix reads in eight different bank groups.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 
 #include "halfgrad/cuda/attention_launch.h"
 #include "halfgrad/cuda/reduce_utils.cuh"
@@ -35,70 +51,120 @@ namespace hg::cuda::detail {
 
 namespace {
 
-namespace wmma = nvcuda::wmma;
-
 constexpr int kWarps = 4;
 constexpr int kBlockThreads = kWarps * 32;
 constexpr int kTile = 64;      // rows of a tile, queries or keys
 constexpr int kWarpRows = 16;  // rows a warp owns: kTile / kWarps
-constexpr int kFrag = 16;      // WMMA's m = n = k
+constexpr int kTileBlocks = kTile / 8;  // [16, 8] accumulator tiles across a 64-wide tile
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
 
 static_assert(kWarps * kWarpRows == kTile, "each warp owns 16 rows of a tile");
 
 // ---- shared memory layout -------------------------------------------------------------------
-// Leading dims pad each row by 16 bytes, which keeps WMMA's rules (a multiple of 8 elements for
-// 16-bit tiles, of 4 for float ones; 32-byte aligned fragment pointers) and moves consecutive
-// rows to different banks. Regions start on 128 bytes.
 
 constexpr int64_t align128(int64_t bytes) { return (bytes + 127) / 128 * 128; }
 
 template <int D>
 struct Layout {
-  static constexpr int kLdT = D + 8;                        // [64, D] operand tiles
-  static constexpr int kLdP = kTile + 8;                    // [64, 64] P and dS tiles
-  static constexpr int kLdF = (D > kTile ? D : kTile) + 4;  // [64, max(64, D)] floats
-  static constexpr int64_t kOperand = align128(int64_t(kTile) * kLdT * 2);
-  static constexpr int64_t kProbs = align128(int64_t(kTile) * kLdP * 2);
-  static constexpr int64_t kFloats = align128(int64_t(kTile) * kLdF * 4);
+  static constexpr int kLd = D + 8;  // elements per row of a [64, D] tile
+  static constexpr int64_t kOperand = align128(int64_t(kTile) * kLd * 2);
   static constexpr int64_t kRowStats = align128(kTile * 4);
 
-  // forward: q, k, v | scores (float) | P | output accumulator (float)
-  static constexpr int64_t kForward = 3 * kOperand + kFloats + kProbs + kFloats;
-  // backward (either kernel): q, dO, k, v | scores/dP/staging (float) | P | dS | lse, delta
-  static constexpr int64_t kBackward = 4 * kOperand + kFloats + 2 * kProbs + 2 * kRowStats;
+  // forward: Q | K, V twice (the tile in use and the next)
+  static constexpr int64_t kForward = kOperand + 4 * kOperand;
+  // dK/dV: K, V | Q, dO, lse, delta twice;  dQ: Q, dO, lse, delta | K, V twice
+  static constexpr int64_t kBackward = 2 * kOperand + 2 * (2 * kOperand + 2 * kRowStats);
 };
 
-// A carve of the dynamic shared memory, in order.
-struct Carve {
-  unsigned char* next;
-  template <class X>
-  __device__ X* take(int64_t bytes) {
-    X* out = reinterpret_cast<X*>(next);
-    next += bytes;
-    return out;
-  }
-};
+// ---- PTX: shared-memory addresses, cp.async, ldmatrix, mma ------------------------------------
 
-// ---- tiles ----------------------------------------------------------------------------------
+__device__ __forceinline__ uint32_t smem_address(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
 
-// Copies rows [0, rows) x columns [0, E) of a global tile (row stride `stride`) into the shared
-// [64, D] tile `dst`, zeros elsewhere; 16-byte vectors (E, stride and src are multiples of 8
-// elements, dst's rows of 16 bytes).
-template <class T, int D>
-__device__ void load_tile(T* dst, const T* src, int64_t stride, int rows, int E) {
-  constexpr int kLd = Layout<D>::kLdT;
-  constexpr int kChunks = D / 8;
-  for (int i = threadIdx.x; i < kTile * kChunks; i += kBlockThreads) {
-    const int r = i / kChunks, c = (i % kChunks) * 8;
-    uint4 value = make_uint4(0u, 0u, 0u, 0u);
-    if (r < rows && c < E) value = *reinterpret_cast<const uint4*>(src + r * stride + c);
-    *reinterpret_cast<uint4*>(dst + r * kLd + c) = value;
+// 16 bytes from global src to shared dst, asynchronously; zeros instead when !valid (src is
+// then not read, but must be a valid address).
+__device__ __forceinline__ void cp_async16(void* dst, const void* src, bool valid) {
+  const int bytes = valid ? 16 : 0;
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_address(dst)),
+               "l"(src), "r"(bytes));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+// Waits until at most N of this thread's committed groups are still in flight.
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+// Four 8x8 16-bit matrices; lane l gives the address of row l % 8 of matrix l / 8, and gets in
+// r[i] its (l / 4, 2 (l % 4)) pair of matrix i (transposed with .trans).
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* row) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_address(row)));
+}
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const void* row) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_address(row)));
+}
+
+// d += a b: a [16, 16] row-major, b [16, 8] column-major, d [16, 8] float32.
+template <class T>
+__device__ __forceinline__ void mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
+                                    uint32_t b1) {
+  if constexpr (std::is_same_v<T, __half>) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+        "{%8, %9}, {%0, %1, %2, %3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  } else {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, "
+        "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
   }
 }
 
-// Float32 values [rows of the block] of a [B, H, L] vector, times `factor`; 0 past L.
+// Two floats rounded to T, the first in the low half (the lower column of an operand pair).
+template <class T>
+__device__ __forceinline__ uint32_t pack(float lo, float hi) {
+  uint32_t out;
+  if constexpr (std::is_same_v<T, __half>) {
+    const __half2 h = __floats2half2_rn(lo, hi);
+    memcpy(&out, &h, 4);
+  } else {
+    const __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
+    memcpy(&out, &h, 4);
+  }
+  return out;
+}
+
+// 2^x (0 for -inf), the hardware's approximation (relative error about 2^-22).
+__device__ __forceinline__ float exp2_approx(float x) {
+  float y;
+  asm("ex2.approx.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+
+// ---- tiles ----------------------------------------------------------------------------------
+
+// Starts copying rows [0, rows) x columns [0, E) of a global tile (row stride `stride`) into
+// the shared [64, D] tile `dst`, zeros elsewhere (E, stride and src multiples of 8 elements).
+template <class T, int D>
+__device__ void load_tile_async(T* dst, const T* src, int64_t stride, int rows, int E) {
+  constexpr int kChunks = D / 8;
+  for (int i = threadIdx.x; i < kTile * kChunks; i += kBlockThreads) {
+    const int r = i / kChunks, c = (i % kChunks) * 8;
+    const bool valid = r < rows && c < E;
+    cp_async16(dst + r * Layout<D>::kLd + c, valid ? src + r * stride + c : src, valid);
+  }
+}
+
+// Float32 values of the block's rows of a [B, H, L] vector, times `factor`; 0 past `rows`.
 __device__ void load_row_stats(float* dst, const float* src, int rows, float factor) {
   for (int i = threadIdx.x; i < kTile; i += kBlockThreads)
     dst[i] = i < rows ? src[i] * factor : 0.f;
@@ -106,82 +172,125 @@ __device__ void load_row_stats(float* dst, const float* src, int rows, float fac
 
 // ---- warp products --------------------------------------------------------------------------
 
-template <class T, class Layout_>
-using FragA = wmma::fragment<wmma::matrix_a, kFrag, kFrag, kFrag, T, Layout_>;
-template <class T, class Layout_>
-using FragB = wmma::fragment<wmma::matrix_b, kFrag, kFrag, kFrag, T, Layout_>;
-using FragAcc = wmma::fragment<wmma::accumulator, kFrag, kFrag, kFrag, float>;
+// The A operand [16, 16] at rows [row0, row0 + 16), columns [16 kk, 16 kk + 16) of a shared
+// row-major [64, D] tile.
+template <int D>
+__device__ __forceinline__ void load_a(uint32_t (&a)[4], const void* tile, int row0, int kk) {
+  const int lane = threadIdx.x % 32;
+  const auto* base = static_cast<const unsigned char*>(tile);
+  ldmatrix_x4(a, base + ((row0 + lane % 16) * Layout<D>::kLd + kk * 16 + lane / 16 * 8) * 2);
+}
 
-// out[16, 64] (float, row-major, ld kLdF) = a[16, D] b[64, D]^T: the warp's scores (a = its Q
-// rows, b = the K tile) or its dP (a = its dO rows, b = the V tile).
+// acc[8][4] = a[16, D] b^T, b a shared [64, D] tile: [16, 64] scores of the warp's 16 rows
+// against the tile's 64 (a: from shared memory, rows row0..row0+15 of `a_tile`).
 template <class T, int D>
-__device__ void warp_abt(const T* a, const T* b, float* out) {
-  constexpr int kLdT = Layout<D>::kLdT;
+__device__ __forceinline__ void warp_abt(float (&acc)[kTileBlocks][4], const T* a_tile, int row0,
+                                         const T* b_tile) {
+  const int lane = threadIdx.x % 32, quad = lane / 8;
 #pragma unroll
-  for (int n = 0; n < kTile / kFrag; ++n) {
-    FragAcc acc;
-    wmma::fill_fragment(acc, 0.f);
+  for (int n = 0; n < kTileBlocks; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.f;
 #pragma unroll
-    for (int kk = 0; kk < D / kFrag; ++kk) {
-      FragA<T, wmma::row_major> fa;
-      FragB<T, wmma::col_major> fb;  // b^T: b's row n*16 + j is column j
-      wmma::load_matrix_sync(fa, a + kk * kFrag, kLdT);
-      wmma::load_matrix_sync(fb, b + n * kFrag * kLdT + kk * kFrag, kLdT);
-      wmma::mma_sync(acc, fa, fb, acc);
-    }
-    wmma::store_matrix_sync(out + n * kFrag, acc, Layout<D>::kLdF, wmma::mem_row_major);
-  }
-}
-
-// acc[n] += a[16, 64] b[64, D], n over D's 16-column blocks, b the row-major operand tile. a is
-// read from a [64, 64] tile of ld kLdP, its k-th 16-wide block at a + k * a_step, laid out as
-// ALayout says:
-//   row_major, a_step 16:          the warp's own 16 rows (P V, dS K);
-//   col_major, a_step 16 * kLdP:   the transpose of the warp's 16 columns (P^T dO, dS^T Q for
-//                                  the warp's 16 keys): a's row k*16 + j is column j.
-template <class ALayout, class T, int D>
-__device__ void warp_accumulate(const T* a, int a_step, const T* b, FragAcc (&acc)[D / kFrag]) {
+  for (int kk = 0; kk < D / 16; ++kk) {
+    uint32_t a[4];
+    load_a<D>(a, a_tile, row0, kk);
 #pragma unroll
-  for (int kk = 0; kk < kTile / kFrag; ++kk) {
-    FragA<T, ALayout> fa;
-    wmma::load_matrix_sync(fa, a + kk * a_step, Layout<D>::kLdP);
-#pragma unroll
-    for (int n = 0; n < D / kFrag; ++n) {
-      FragB<T, wmma::row_major> fb;
-      wmma::load_matrix_sync(fb, b + kk * kFrag * Layout<D>::kLdT + n * kFrag, Layout<D>::kLdT);
-      wmma::mma_sync(acc[n], fa, fb, acc[n]);
+    for (int n2 = 0; n2 < kTileBlocks / 2; ++n2) {
+      // b^T's [16, 16] block: rows (of b) 16 n2.., columns 16 kk..; matrices 0, 1 are the
+      // first [16, 8] operand (columns kk.. and kk + 8..), 2, 3 the second.
+      uint32_t b[4];
+      const int row = n2 * 16 + lane % 8 + quad / 2 * 8, col = kk * 16 + quad % 2 * 8;
+      ldmatrix_x4(b, b_tile + row * Layout<D>::kLd + col);
+      mma<T>(acc[2 * n2], a, b[0], b[1]);
+      mma<T>(acc[2 * n2 + 1], a, b[2], b[3]);
     }
   }
 }
 
-// Writes the warp's accumulators [16, D] times `factor` to global rows (row stride `stride`) of
-// which `rows` exist, columns [0, E): through `staging` (the warp's 16 float rows).
+// acc[D / 8][4] += p[16, 64] b, p the warp's accumulators of a [16, 64] product (NOTE
+// [Fragments of m16n8k16]), b a shared row-major [64, D] tile.
 template <class T, int D>
-__device__ void warp_store(FragAcc (&acc)[D / kFrag], float* staging, T* dst, int64_t stride,
-                           int rows, int E, float factor) {
-  constexpr int kLdF = Layout<D>::kLdF;
+__device__ __forceinline__ void warp_pb(float (&acc)[D / 8][4], const float (&p)[kTileBlocks][4],
+                                        const T* b_tile) {
+  const int lane = threadIdx.x % 32, quad = lane / 8;
 #pragma unroll
-  for (int n = 0; n < D / kFrag; ++n) {
-    wmma::store_matrix_sync(staging + n * kFrag, acc[n], kLdF, wmma::mem_row_major);
-  }
-  __syncwarp();
-  const int lane = threadIdx.x % 32, r = lane / 2, half = lane % 2;
-  if (r < rows) {
-    for (int c = half * (D / 2); c < (half + 1) * (D / 2) && c < E; ++c) {
-      dst[r * stride + c] = convert<T>(staging[r * kLdF + c] * factor);
+  for (int kk = 0; kk < kTile / 16; ++kk) {
+    const uint32_t a[4] = {pack<T>(p[2 * kk][0], p[2 * kk][1]),
+                           pack<T>(p[2 * kk][2], p[2 * kk][3]),
+                           pack<T>(p[2 * kk + 1][0], p[2 * kk + 1][1]),
+                           pack<T>(p[2 * kk + 1][2], p[2 * kk + 1][3])};
+#pragma unroll
+    for (int n2 = 0; n2 < D / 16; ++n2) {
+      // b's [16, 16] block at rows 16 kk.., columns 16 n2.., transposed by ldmatrix: matrices
+      // 0, 1 (rows kk.. and kk + 8..) are the first [16, 8] operand, 2, 3 the second.
+      uint32_t b[4];
+      const int row = kk * 16 + lane % 8 + quad % 2 * 8, col = n2 * 16 + quad / 2 * 8;
+      ldmatrix_x4_trans(b, b_tile + row * Layout<D>::kLd + col);
+      mma<T>(acc[2 * n2], a, b[0], b[1]);
+      mma<T>(acc[2 * n2 + 1], a, b[2], b[3]);
     }
   }
-  __syncwarp();
 }
 
-// Keys of the tile a block of 64 queries from q0 must see: all S, or up to its last query.
-__device__ __forceinline__ int64_t key_end(const FlashGeometry& g, int64_t q0) {
-  return g.causal ? min64(g.S, q0 + kTile) : g.S;
+// Writes the warp's [16, D] accumulators times `factor` to global rows [first, first + 16) of
+// which `rows` exist (row stride `stride`), columns [0, E).
+template <class T, int D>
+__device__ __forceinline__ void warp_store(const float (&acc)[D / 8][4], T* dst, int64_t stride,
+                                           int rows, int E, float factor) {
+  const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+#pragma unroll
+  for (int n = 0; n < D / 8; ++n) {
+    const int col = n * 8 + 2 * t;
+    if (col >= E) continue;  // E is a multiple of 8: a whole tile is in or out
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int row = g + 8 * half;
+      if (row < rows) {
+        const uint32_t v = pack<T>(acc[n][2 * half] * factor, acc[n][2 * half + 1] * factor);
+        *reinterpret_cast<uint32_t*>(dst + row * stride + col) = v;
+      }
+    }
+  }
+}
+
+// How many of the 16 rows from `first` exist, of `total`.
+__device__ __forceinline__ int rows_from(int64_t first, int64_t total) {
+  const int64_t rows = total - first;
+  return rows <= 0 ? 0 : rows >= kWarpRows ? kWarpRows : int(rows);
+}
+
+template <int N>
+__device__ __forceinline__ void zero(float (&acc)[N][4]) {
+#pragma unroll
+  for (int n = 0; n < N; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.f;
 }
 
 __device__ __forceinline__ bool visible(const FlashGeometry& g, int64_t query, int64_t key) {
   return query < g.L && key < g.S && !(g.causal && key > query);
 }
+
+// Whether the tile pair at (q0, k0) needs masking element by element: past L or S, or crossing
+// the causal diagonal.
+__device__ __forceinline__ bool needs_mask(const FlashGeometry& g, int64_t q0, int64_t k0) {
+  return q0 + kTile > g.L || k0 + kTile > g.S || (g.causal && k0 + kTile - 1 > q0);
+}
+
+// Keys a block of 64 queries from q0 must see: all S, or up to its last query.
+__device__ __forceinline__ int64_t key_end(const FlashGeometry& g, int64_t q0) {
+  return g.causal ? min64(g.S, q0 + kTile) : g.S;
+}
+
+// The block's tile and (batch, head): the tiles with the most work (causal: the last) first,
+// so that the short ones fill the gaps at the end.
+struct BlockWork {
+  int64_t tile, bh, b, h;
+  __device__ BlockWork(const FlashGeometry& g, int64_t tiles) {
+    const int64_t heads = g.B * g.H;
+    tile = tiles - 1 - int64_t(blockIdx.x) / heads;
+    bh = int64_t(blockIdx.x) % heads;
+    b = bh / g.H;
+    h = bh % g.H;
+  }
+};
 
 // ---- forward --------------------------------------------------------------------------------
 
@@ -193,93 +302,120 @@ __global__ void __launch_bounds__(kBlockThreads)
                          int64_t q_tiles) {
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
   using L_ = Layout<D>;
+  constexpr int kTileElems = int(L_::kOperand / 2);
   extern __shared__ __align__(128) unsigned char smem[];
-  Carve carve{smem};
-  T* sq = carve.take<T>(L_::kOperand);
-  T* sk = carve.take<T>(L_::kOperand);
-  T* sv = carve.take<T>(L_::kOperand);
-  float* ss = carve.take<float>(L_::kFloats);
-  T* sp = carve.take<T>(L_::kProbs);
-  float* so = carve.take<float>(L_::kFloats);
+  T* sq = reinterpret_cast<T*>(smem);
+  T* skv = sq + kTileElems;  // K of buffer i at skv + 2 i tiles, V after it
 
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int r = lane / 2, half = lane % 2;  // this lane's row of the warp's 16, half its columns
-  const int64_t tile = blockIdx.x % q_tiles, bh = blockIdx.x / q_tiles;
-  const int64_t b = bh / g.H, h = bh % g.H;
-  const int64_t q0 = tile * kTile;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, gr = lane / 4, t = lane % 4;
+  const BlockWork work(g, q_tiles);
+  const int64_t q0 = work.tile * kTile;
   const int E = int(g.E);
-  const T* kb = k + b * ks.batch + h * ks.head;
-  const T* vb = v + b * vs.batch + h * vs.head;
-
-  load_tile<T, D>(sq, q + b * qs.batch + h * qs.head + q0 * qs.row, qs.row,
-                  int(min64(kTile, g.L - q0)), E);
-  for (int i = threadIdx.x; i < kTile * L_::kLdF; i += kBlockThreads) so[i] = 0.f;
-
-  const int wrow = warp * kWarpRows + r;  // the lane's row in the tile
-  const int64_t query = q0 + wrow;
-  const float scale2 = g.scale * kLog2e;
-  float m = -INFINITY, l = 0.f;  // running max (log2 units) and sum of exp2(x - m)
+  const T* kb = k + work.b * ks.batch + work.h * ks.head;
+  const T* vb = v + work.b * vs.batch + work.h * vs.head;
   const int64_t keys = key_end(g, q0);
-  for (int64_t k0 = 0; k0 < keys; k0 += kTile) {
-    const int k_rows = int(min64(kTile, g.S - k0));
-    __syncthreads();  // the previous tile's K and V are no longer read
-    load_tile<T, D>(sk, kb + k0 * ks.row, ks.row, k_rows, E);
-    load_tile<T, D>(sv, vb + k0 * vs.row, vs.row, k_rows, E);
+  const int64_t k_tiles = ceil_div(keys, kTile);
+
+  auto load_kv = [&](int64_t tile, int buffer) {
+    const int64_t k0 = tile * kTile;
+    const int rows = int(min64(kTile, g.S - k0));
+    load_tile_async<T, D>(skv + 2 * buffer * kTileElems, kb + k0 * ks.row, ks.row, rows, E);
+    load_tile_async<T, D>(skv + (2 * buffer + 1) * kTileElems, vb + k0 * vs.row, vs.row, rows, E);
+  };
+  load_tile_async<T, D>(sq, q + work.b * qs.batch + work.h * qs.head + q0 * qs.row, qs.row,
+                        int(min64(kTile, g.L - q0)), E);
+  load_kv(0, 0);
+  cp_async_commit();
+
+  const float scale2 = g.scale * kLog2e;
+  float m[2] = {-INFINITY, -INFINITY};  // running max of rows gr and gr + 8 (log2 units)
+  float l[2] = {0.f, 0.f};  // this lane's part of the running sums of exp2(x - m)
+  float o[D / 8][4];
+  zero(o);
+  const int row0 = warp * kWarpRows;
+  for (int64_t j = 0; j < k_tiles; ++j) {
+    const int buffer = int(j % 2);
+    if (j + 1 < k_tiles) {
+      __syncthreads();  // every warp is done with the buffer the next tile goes to
+      load_kv(j + 1, 1 - buffer);
+    }
+    cp_async_commit();
+    cp_async_wait<1>();  // this tile's group (and Q's) has landed; the next may be in flight
     __syncthreads();
+    const T* sk = skv + 2 * buffer * kTileElems;
+    const T* sv = sk + kTileElems;
+    const int64_t k0 = j * kTile;
 
-    float* sw = ss + warp * kWarpRows * L_::kLdF;
-    warp_abt<T, D>(sq + warp * kWarpRows * L_::kLdT, sk, sw);
-    __syncwarp();
+    float s[kTileBlocks][4];
+    warp_abt<T, D>(s, sq, row0, sk);
 
-    const float* srow = sw + r * L_::kLdF + half * 32;
-    float x[32];
-    float tile_max = -INFINITY;
+    const bool mask = needs_mask(g, q0, k0);
+    float tile_max[2] = {-INFINITY, -INFINITY};
 #pragma unroll
-    for (int c = 0; c < 32; ++c) {
-      x[c] = visible(g, query, k0 + half * 32 + c) ? srow[c] * scale2 : -INFINITY;
-      tile_max = fmaxf(tile_max, x[c]);
-    }
-    tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 1));
-    const float m_new = fmaxf(m, tile_max);
-    const float base = m_new == -INFINITY ? 0.f : m_new;  // nothing visible yet: all p are 0
-    const float alpha = exp2f(m - base);
-    float sum = 0.f;
-    T* prow = sp + wrow * L_::kLdP + half * 32;
+    for (int n = 0; n < kTileBlocks; ++n) {
 #pragma unroll
-    for (int c = 0; c < 32; ++c) {
-      const float p = exp2f(x[c] - base);
-      sum += p;
-      prow[c] = convert<T>(p);
+      for (int e = 0; e < 4; ++e) {
+        const int64_t query = q0 + row0 + gr + 8 * (e / 2), key = k0 + n * 8 + 2 * t + e % 2;
+        // Rows past L stay unmasked (their Q is zero, their output is not stored), so that
+        // their sums stay positive.
+        const bool shown = !mask || query >= g.L || visible(g, query, key);
+        s[n][e] = shown ? s[n][e] * scale2 : -INFINITY;
+        tile_max[e / 2] = fmaxf(tile_max[e / 2], s[n][e]);
+      }
     }
-    sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-    l = l * alpha + sum;
-    m = m_new;
-    float* orow = so + wrow * L_::kLdF + half * (D / 2);
-    for (int c = 0; c < D / 2; ++c) orow[c] *= alpha;
-    __syncwarp();
-
-    FragAcc acc[D / kFrag];
-    float* ow = so + warp * kWarpRows * L_::kLdF;
+    float alpha[2], base[2];
 #pragma unroll
-    for (int n = 0; n < D / kFrag; ++n) {
-      wmma::load_matrix_sync(acc[n], ow + n * kFrag, L_::kLdF, wmma::mem_row_major);
+    for (int i = 0; i < 2; ++i) {
+      tile_max[i] = fmaxf(tile_max[i], __shfl_xor_sync(0xffffffffu, tile_max[i], 1));
+      tile_max[i] = fmaxf(tile_max[i], __shfl_xor_sync(0xffffffffu, tile_max[i], 2));
+      const float m_new = fmaxf(m[i], tile_max[i]);
+      base[i] = m_new == -INFINITY ? 0.f : m_new;  // nothing visible yet: every p is 0
+      alpha[i] = exp2_approx(m[i] - base[i]);
+      m[i] = m_new;
+      l[i] *= alpha[i];
     }
-    warp_accumulate<wmma::row_major, T, D>(sp + warp * kWarpRows * L_::kLdP, kFrag, sv, acc);
 #pragma unroll
-    for (int n = 0; n < D / kFrag; ++n) {
-      wmma::store_matrix_sync(ow + n * kFrag, acc[n], L_::kLdF, wmma::mem_row_major);
+    for (int n = 0; n < kTileBlocks; ++n) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        s[n][e] = exp2_approx(s[n][e] - base[e / 2]);
+        l[e / 2] += s[n][e];
+      }
     }
-    __syncwarp();
+#pragma unroll
+    for (int n = 0; n < D / 8; ++n) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) o[n][e] *= alpha[e / 2];
+    }
+    warp_pb<T, D>(o, s, sv);
   }
+  cp_async_wait<0>();  // no copy outlives the block (the last group is empty)
 
-  if (query < g.L) {
-    const float inv = l > 0.f ? 1.f / l : 0.f;
-    T* orow = out + b * os.batch + h * os.head + query * os.row;
-    const float* acc_row = so + wrow * L_::kLdF;
-    for (int c = half * (D / 2); c < (half + 1) * (D / 2) && c < E; ++c) {
-      orow[c] = convert<T>(acc_row[c] * inv);
+  // The row sums over the quad of lanes that share each row, then out = o / l.
+  float inv[2];
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    l[i] += __shfl_xor_sync(0xffffffffu, l[i], 1);
+    l[i] += __shfl_xor_sync(0xffffffffu, l[i], 2);
+    inv[i] = l[i] > 0.f ? 1.f / l[i] : 0.f;
+  }
+#pragma unroll
+  for (int n = 0; n < D / 8; ++n) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) o[n][e] *= inv[e / 2];
+  }
+  const int64_t first = q0 + row0;
+  const int rows = rows_from(first, g.L);
+  warp_store<T, D>(o, out + work.b * os.batch + work.h * os.head + first * os.row, os.row, rows,
+                   E, 1.f);
+  if (t == 0) {
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const int64_t query = first + gr + 8 * i;
+      if (query < g.L) {
+        lse[work.bh * g.L + query] = l[i] > 0.f ? (m[i] + log2f(l[i])) * kLn2 : -INFINITY;
+      }
     }
-    if (half == 0) lse[bh * g.L + query] = l > 0.f ? (m + log2f(l)) * kLn2 : -INFINITY;
   }
 #else
   __trap();  // the host launches these only on compute capability 8.0 and newer
@@ -306,83 +442,27 @@ __global__ void flash_delta_kernel(const T* __restrict__ out, const T* __restric
   if (lane == 0) delta[row] = acc;
 }
 
-// The shared memory of both backward kernels.
+// The shared memory of both backward kernels: the block's own tiles (`fixed`: K and V, or Q and
+// dO), and two buffers of the walked side, each two tiles and, on the query side, lse (in log2
+// units) and delta.
 template <class T, int D>
 struct BackwardTiles {
-  T *sq, *sdo, *sk, *sv;
-  float* ss;  // scores, then dP; the gradients' staging at the end
-  T *sp, *sds;
-  float *slse, *sdelta;  // per query row of the tile: lse in log2 units, delta
-
-  __device__ explicit BackwardTiles(unsigned char* smem) {
-    using L_ = Layout<D>;
-    Carve carve{smem};
-    sq = carve.take<T>(L_::kOperand);
-    sdo = carve.take<T>(L_::kOperand);
-    sk = carve.take<T>(L_::kOperand);
-    sv = carve.take<T>(L_::kOperand);
-    ss = carve.take<float>(L_::kFloats);
-    sp = carve.take<T>(L_::kProbs);
-    sds = carve.take<T>(L_::kProbs);
-    slse = carve.take<float>(L_::kRowStats);
-    sdelta = carve.take<float>(L_::kRowStats);
+  static constexpr int kTileElems = int(Layout<D>::kOperand / 2);
+  static constexpr int64_t kBufferBytes = 2 * Layout<D>::kOperand + 2 * Layout<D>::kRowStats;
+  unsigned char* smem;
+  __device__ explicit BackwardTiles(unsigned char* s) : smem(s) {}
+  __device__ T* fixed(int i) const { return reinterpret_cast<T*>(smem) + i * kTileElems; }
+  __device__ unsigned char* buffer(int b) const {
+    return smem + 2 * Layout<D>::kOperand + b * kBufferBytes;
   }
+  __device__ T* walked(int b, int i) const {
+    return reinterpret_cast<T*>(buffer(b)) + i * kTileElems;
+  }
+  __device__ float* lse(int b) const {
+    return reinterpret_cast<float*>(buffer(b) + 2 * Layout<D>::kOperand);
+  }
+  __device__ float* delta(int b) const { return lse(b) + Layout<D>::kRowStats / 4; }
 };
-
-// For the warp's 16 query rows of the tile at q0 against the key tile at k0 (both in `t`):
-// P (into sp, and `p` for this lane's 32 columns) and dS = P (dP - delta) (into sds).
-template <class T, int D>
-__device__ void warp_probs_and_dscores(const BackwardTiles<T, D>& t, const FlashGeometry& g,
-                                       int64_t q0, int64_t k0) {
-  using L_ = Layout<D>;
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int r = lane / 2, half = lane % 2;
-  const int wrow = warp * kWarpRows + r;
-  const int64_t query = q0 + wrow;
-  float* sw = t.ss + warp * kWarpRows * L_::kLdF;
-  const float* srow = sw + r * L_::kLdF + half * 32;
-  const float scale2 = g.scale * kLog2e;
-
-  warp_abt<T, D>(t.sq + warp * kWarpRows * L_::kLdT, t.sk, sw);  // S
-  __syncwarp();
-  float p[32];
-  const float lse2 = t.slse[wrow];
-  T* prow = t.sp + wrow * L_::kLdP + half * 32;
-#pragma unroll
-  for (int c = 0; c < 32; ++c) {
-    p[c] = visible(g, query, k0 + half * 32 + c) ? exp2f(srow[c] * scale2 - lse2) : 0.f;
-    prow[c] = convert<T>(p[c]);
-  }
-  __syncwarp();
-  warp_abt<T, D>(t.sdo + warp * kWarpRows * L_::kLdT, t.sv, sw);  // dP
-  __syncwarp();
-  const float delta = t.sdelta[wrow];
-  T* dsrow = t.sds + wrow * L_::kLdP + half * 32;
-#pragma unroll
-  for (int c = 0; c < 32; ++c) dsrow[c] = convert<T>(p[c] * (srow[c] - delta));
-  __syncwarp();
-}
-
-// Loads the query-side tiles at q0: Q, dO, and lse (to log2 units) and delta of its rows.
-template <class T, int D>
-__device__ void load_query_side(const BackwardTiles<T, D>& t, const T* qb, const T* dob,
-                                const float* lse, const float* delta, const FlashGeometry& g,
-                                const FlashStrides& qs, const FlashStrides& dos, int64_t q0) {
-  const int rows = int(min64(kTile, g.L - q0));
-  load_tile<T, D>(t.sq, qb + q0 * qs.row, qs.row, rows, int(g.E));
-  load_tile<T, D>(t.sdo, dob + q0 * dos.row, dos.row, rows, int(g.E));
-  load_row_stats(t.slse, lse + q0, rows, kLog2e);
-  load_row_stats(t.sdelta, delta + q0, rows, 1.f);
-}
-
-template <class T, int D>
-__device__ void load_key_side(const BackwardTiles<T, D>& t, const T* kb, const T* vb,
-                              const FlashGeometry& g, const FlashStrides& ks,
-                              const FlashStrides& vs, int64_t k0) {
-  const int rows = int(min64(kTile, g.S - k0));
-  load_tile<T, D>(t.sk, kb + k0 * ks.row, ks.row, rows, int(g.E));
-  load_tile<T, D>(t.sv, vb + k0 * vs.row, vs.row, rows, int(g.E));
-}
 
 // dK and dV for 64 keys: the block walks every query tile that can see them.
 template <class T, int D>
@@ -394,42 +474,83 @@ __global__ void __launch_bounds__(kBlockThreads)
                              FlashStrides qs, FlashStrides ks, FlashStrides vs, FlashStrides dos,
                              int64_t k_tiles) {
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
-  using L_ = Layout<D>;
   extern __shared__ __align__(128) unsigned char smem[];
-  const BackwardTiles<T, D> t(smem);
-  const int warp = threadIdx.x / 32;
-  const int64_t tile = blockIdx.x % k_tiles, bh = blockIdx.x / k_tiles;
-  const int64_t b = bh / g.H, h = bh % g.H;
-  const int64_t k0 = tile * kTile;
-  const T* qb = q + b * qs.batch + h * qs.head;
-  const T* dob = dout + b * dos.batch + h * dos.head;
-  load_key_side(t, k + b * ks.batch + h * ks.head, v + b * vs.batch + h * vs.head, g, ks, vs, k0);
-
-  FragAcc dk_acc[D / kFrag], dv_acc[D / kFrag];
-#pragma unroll
-  for (int n = 0; n < D / kFrag; ++n) {
-    wmma::fill_fragment(dk_acc[n], 0.f);
-    wmma::fill_fragment(dv_acc[n], 0.f);
-  }
+  const BackwardTiles<T, D> tiles(smem);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, gr = lane / 4, t = lane % 4;
+  // Causal: the tiles of the first keys see the most queries; BlockWork starts with the last
+  // tile, so count the tiles backwards.
+  BlockWork work(g, k_tiles);
+  if (g.causal) work.tile = k_tiles - 1 - work.tile;
+  const int64_t k0 = work.tile * kTile;
+  const int E = int(g.E);
+  const T* qb = q + work.b * qs.batch + work.h * qs.head;
+  const T* dob = dout + work.b * dos.batch + work.h * dos.head;
+  const float* lse_b = lse + work.bh * g.L;
+  const float* delta_b = delta + work.bh * g.L;
+  const int k_rows = int(min64(kTile, g.S - k0));
+  load_tile_async<T, D>(tiles.fixed(0), k + work.b * ks.batch + work.h * ks.head + k0 * ks.row,
+                        ks.row, k_rows, E);
+  load_tile_async<T, D>(tiles.fixed(1), v + work.b * vs.batch + work.h * vs.head + k0 * vs.row,
+                        vs.row, k_rows, E);
   // Queries before k0 see none of these keys when causal.
-  for (int64_t q0 = g.causal ? k0 : 0; q0 < g.L; q0 += kTile) {
-    __syncthreads();  // the previous query tile is no longer read
-    load_query_side(t, qb, dob, lse + bh * g.L, delta + bh * g.L, g, qs, dos, q0);
-    __syncthreads();
-    warp_probs_and_dscores(t, g, q0, k0);
-    __syncthreads();  // every warp's rows of P and dS are written
-    // The warp's 16 keys are columns of P and dS: dV += P^T dO, dK += dS^T Q.
-    const int keys = warp * kWarpRows, step = kFrag * L_::kLdP;
-    warp_accumulate<wmma::col_major, T, D>(t.sp + keys, step, t.sdo, dv_acc);
-    warp_accumulate<wmma::col_major, T, D>(t.sds + keys, step, t.sq, dk_acc);
-  }
+  const int64_t first_tile = g.causal ? k0 / kTile : 0, q_tiles = ceil_div(g.L, kTile);
+  auto load_query_side = [&](int64_t tile, int buffer) {
+    const int64_t q0 = tile * kTile;
+    const int rows = int(min64(kTile, g.L - q0));
+    load_tile_async<T, D>(tiles.walked(buffer, 0), qb + q0 * qs.row, qs.row, rows, E);
+    load_tile_async<T, D>(tiles.walked(buffer, 1), dob + q0 * dos.row, dos.row, rows, E);
+    load_row_stats(tiles.lse(buffer), lse_b + q0, rows, kLog2e);
+    load_row_stats(tiles.delta(buffer), delta_b + q0, rows, 1.f);
+  };
+  if (first_tile < q_tiles) load_query_side(first_tile, 0);
+  cp_async_commit();
 
-  const int rows = int(min64(kWarpRows, g.S - k0 - warp * kWarpRows));
-  const int64_t first = k0 + warp * kWarpRows;
-  float* staging = t.ss + warp * kWarpRows * L_::kLdF;
-  const int64_t out_row = bh * g.S + first;  // dk, dv: contiguous [B, H, S, E]
-  warp_store<T, D>(dv_acc, staging, dv + out_row * g.E, g.E, rows, int(g.E), 1.f);
-  warp_store<T, D>(dk_acc, staging, dk + out_row * g.E, g.E, rows, int(g.E), g.scale);
+  const float scale2 = g.scale * kLog2e;
+  const int row0 = warp * kWarpRows;  // the warp's 16 keys in the tile
+  float dk_acc[D / 8][4], dv_acc[D / 8][4];
+  zero(dk_acc);
+  zero(dv_acc);
+  for (int64_t j = first_tile; j < q_tiles; ++j) {
+    const int buffer = int((j - first_tile) % 2);
+    if (j + 1 < q_tiles) {
+      __syncthreads();  // every warp is done with the buffer the next tile goes to
+      load_query_side(j + 1, 1 - buffer);
+    }
+    cp_async_commit();
+    cp_async_wait<1>();
+    __syncthreads();  // this tile's operands (cp.async) and row statistics (stores) are there
+    const T* sq = tiles.walked(buffer, 0);
+    const T* sdo = tiles.walked(buffer, 1);
+    const float* slse = tiles.lse(buffer);
+    const float* sdelta = tiles.delta(buffer);
+    const int64_t q0 = j * kTile;
+
+    // S^T and dP^T: [16 keys, 64 queries]; P^T = exp2(S^T scale2 - lse), dS^T = P^T (dP^T - delta)
+    float p[kTileBlocks][4], ds[kTileBlocks][4];
+    warp_abt<T, D>(p, tiles.fixed(0), row0, sq);
+    warp_abt<T, D>(ds, tiles.fixed(1), row0, sdo);
+    const bool mask = needs_mask(g, q0, k0);
+#pragma unroll
+    for (int n = 0; n < kTileBlocks; ++n) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int col = n * 8 + 2 * t + e % 2;  // the query in the tile
+        const int64_t key = k0 + row0 + gr + 8 * (e / 2), query = q0 + col;
+        const bool shown = !mask || visible(g, query, key);
+        p[n][e] = shown ? exp2_approx(p[n][e] * scale2 - slse[col]) : 0.f;
+        ds[n][e] = p[n][e] * (ds[n][e] - sdelta[col]);
+      }
+    }
+    warp_pb<T, D>(dv_acc, p, sdo);
+    warp_pb<T, D>(dk_acc, ds, sq);
+  }
+  cp_async_wait<0>();  // also when no query tile sees these keys
+
+  const int64_t first = k0 + row0;
+  const int rows = rows_from(first, g.S);
+  const int64_t out_row = work.bh * g.S + first;  // dk, dv: contiguous [B, H, S, E]
+  warp_store<T, D>(dv_acc, dv + out_row * g.E, g.E, rows, E, 1.f);
+  warp_store<T, D>(dk_acc, dk + out_row * g.E, g.E, rows, E, g.scale);
 #else
   __trap();
 #endif
@@ -444,36 +565,79 @@ __global__ void __launch_bounds__(kBlockThreads)
                             T* __restrict__ dq, FlashGeometry g, FlashStrides qs, FlashStrides ks,
                             FlashStrides vs, FlashStrides dos, int64_t q_tiles) {
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
-  using L_ = Layout<D>;
   extern __shared__ __align__(128) unsigned char smem[];
-  const BackwardTiles<T, D> t(smem);
-  const int warp = threadIdx.x / 32;
-  const int64_t tile = blockIdx.x % q_tiles, bh = blockIdx.x / q_tiles;
-  const int64_t b = bh / g.H, h = bh % g.H;
-  const int64_t q0 = tile * kTile;
-  const T* kb = k + b * ks.batch + h * ks.head;
-  const T* vb = v + b * vs.batch + h * vs.head;
-  load_query_side(t, q + b * qs.batch + h * qs.head, dout + b * dos.batch + h * dos.head,
-                  lse + bh * g.L, delta + bh * g.L, g, qs, dos, q0);
+  const BackwardTiles<T, D> tiles(smem);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, gr = lane / 4, t = lane % 4;
+  const BlockWork work(g, q_tiles);
+  const int64_t q0 = work.tile * kTile;
+  const int E = int(g.E);
+  const T* kb = k + work.b * ks.batch + work.h * ks.head;
+  const T* vb = v + work.b * vs.batch + work.h * vs.head;
+  const int q_rows = int(min64(kTile, g.L - q0));
+  load_tile_async<T, D>(tiles.fixed(0), q + work.b * qs.batch + work.h * qs.head + q0 * qs.row,
+                        qs.row, q_rows, E);
+  load_tile_async<T, D>(tiles.fixed(1),
+                        dout + work.b * dos.batch + work.h * dos.head + q0 * dos.row, dos.row,
+                        q_rows, E);
+  // lse and delta of the block's queries, in buffer 0's row statistics (the key side has none).
+  load_row_stats(tiles.lse(0), lse + work.bh * g.L + q0, q_rows, kLog2e);
+  load_row_stats(tiles.delta(0), delta + work.bh * g.L + q0, q_rows, 1.f);
+  const int64_t k_tiles = ceil_div(key_end(g, q0), kTile);
+  auto load_key_side = [&](int64_t tile, int buffer) {
+    const int64_t k0 = tile * kTile;
+    const int rows = int(min64(kTile, g.S - k0));
+    load_tile_async<T, D>(tiles.walked(buffer, 0), kb + k0 * ks.row, ks.row, rows, E);
+    load_tile_async<T, D>(tiles.walked(buffer, 1), vb + k0 * vs.row, vs.row, rows, E);
+  };
+  load_key_side(0, 0);
+  cp_async_commit();
+  __syncthreads();  // the row statistics are there
 
-  FragAcc dq_acc[D / kFrag];
+  const float scale2 = g.scale * kLog2e;
+  const int row0 = warp * kWarpRows;  // the warp's 16 queries in the tile
+  float lse2[2], row_delta[2];
 #pragma unroll
-  for (int n = 0; n < D / kFrag; ++n) wmma::fill_fragment(dq_acc[n], 0.f);
-  const int64_t keys = key_end(g, q0);
-  for (int64_t k0 = 0; k0 < keys; k0 += kTile) {
-    __syncthreads();  // the previous key tile is no longer read
-    load_key_side(t, kb, vb, g, ks, vs, k0);
-    __syncthreads();
-    warp_probs_and_dscores(t, g, q0, k0);
-    // dQ += dS K over the warp's own rows of dS (written by this warp: __syncwarp sufficed)
-    warp_accumulate<wmma::row_major, T, D>(t.sds + warp * kWarpRows * L_::kLdP, kFrag, t.sk,
-                                           dq_acc);
+  for (int i = 0; i < 2; ++i) {
+    lse2[i] = tiles.lse(0)[row0 + gr + 8 * i];
+    row_delta[i] = tiles.delta(0)[row0 + gr + 8 * i];
   }
+  float dq_acc[D / 8][4];
+  zero(dq_acc);
+  for (int64_t j = 0; j < k_tiles; ++j) {
+    const int buffer = int(j % 2);
+    if (j + 1 < k_tiles) {
+      __syncthreads();
+      load_key_side(j + 1, 1 - buffer);
+    }
+    cp_async_commit();
+    cp_async_wait<1>();
+    __syncthreads();
+    const T* sk = tiles.walked(buffer, 0);
+    const T* sv = tiles.walked(buffer, 1);
+    const int64_t k0 = j * kTile;
 
-  const int rows = int(min64(kWarpRows, g.L - q0 - warp * kWarpRows));
-  float* staging = t.ss + warp * kWarpRows * L_::kLdF;
-  const int64_t out_row = bh * g.L + q0 + warp * kWarpRows;  // dq: contiguous [B, H, L, E]
-  warp_store<T, D>(dq_acc, staging, dq + out_row * g.E, g.E, rows, int(g.E), g.scale);
+    float p[kTileBlocks][4], ds[kTileBlocks][4];
+    warp_abt<T, D>(p, tiles.fixed(0), row0, sk);
+    warp_abt<T, D>(ds, tiles.fixed(1), row0, sv);
+    const bool mask = needs_mask(g, q0, k0);
+#pragma unroll
+    for (int n = 0; n < kTileBlocks; ++n) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int64_t query = q0 + row0 + gr + 8 * (e / 2), key = k0 + n * 8 + 2 * t + e % 2;
+        const bool shown = !mask || visible(g, query, key);
+        p[n][e] = shown ? exp2_approx(p[n][e] * scale2 - lse2[e / 2]) : 0.f;
+        ds[n][e] = p[n][e] * (ds[n][e] - row_delta[e / 2]);
+      }
+    }
+    warp_pb<T, D>(dq_acc, ds, sk);
+  }
+  cp_async_wait<0>();
+
+  const int64_t first = q0 + row0;
+  const int rows = rows_from(first, g.L);
+  const int64_t out_row = work.bh * g.L + first;  // dq: contiguous [B, H, L, E]
+  warp_store<T, D>(dq_acc, dq + out_row * g.E, g.E, rows, E, g.scale);
 #else
   __trap();
 #endif
@@ -510,7 +674,7 @@ cudaError_t flash_kernels_compiled_for_current_device(bool* compiled) {
   cudaFuncAttributes attributes{};
   const cudaError_t status = cudaFuncGetAttributes(&attributes, flash_forward_kernel<__half, 64>);
   // The virtual architecture the kernel was compiled from (the JIT keeps it): 80 and up has
-  // the WMMA code, below that the __trap.
+  // the mma.sync code, below that the __trap.
   *compiled = status == cudaSuccess && attributes.ptxVersion >= 80;
   return status;
 }
