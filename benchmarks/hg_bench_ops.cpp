@@ -24,6 +24,8 @@
 //   {"bench": "cuda_attention", "impl": "halfgrad", "dtype": "bfloat16", "pass": "forward",
 //    "shape": "8x12x1024x64", "causal": true, "tflops": ..., "ms": ..., "peak_mib": ...,
 //    "kernel": "fused"}
+//   {"bench": "cuda_attention_row_tiles", "dtype": ..., "pass": ..., "row_tiles": 1, "round": 0,
+//    "tflops": ..., "ms": ...}
 //
 //   gemm       hg::matmul on [M, K] x [K, N] at 4096^3 and 8192^3 in fp32, tf32
 //              (hg::set_float32_matmul_precision("high")), fp16 and bf16, in TFLOP/s.
@@ -35,6 +37,8 @@
 //              (B 8, H 12, T 1024, E 64) in fp16 and bf16: the forward, and forward +
 //              backward, in TFLOP/s of the causal half's matmuls (2 and 5 GEMMs of
 //              B H T^2 E / 2 multiply-adds); "kernel" says whether the fused kernels ran.
+//              Then the fused kernels again with one and with two query row tiles per warp
+//              (cuda_attention_row_tiles; two rounds, alternating).
 // GPU times are CUDA events around --iters calls, the median of --reps repeats after --warmup
 // calls (NOTE [GPU timing] in bench_util.h); peak_mib is hg::cuda::max_memory_allocated()
 // from just before the inputs are made to the end of the timing.
@@ -64,6 +68,7 @@
 #include <dnnl.hpp>
 #endif
 #if HALFGRAD_HAS_CUDA
+#include "halfgrad/cuda/attention_launch.h"
 #include "halfgrad/cuda/kernels.h"
 #endif
 
@@ -458,6 +463,28 @@ void run_cuda_attention_benchmarks(const Options& options) {
           pass.products * half_product_flops / ms * 1e-9, ms, hg::bench::cuda_peak_mib(), kernel);
       std::fflush(stdout);
     }
+#if HALFGRAD_HAS_CUDA
+    // The fused kernels with one and with two query row tiles per warp (NOTE [Two row tiles per
+    // warp] in cuda/attention.cu), timed alternately: which one the default should be.
+    if (kernel == "fused") {
+      for (int round = 0; round < 2; ++round) {
+        for (const int row_tiles : {1, 2}) {
+          hg::cuda::detail::set_flash_query_row_tiles(row_tiles);
+          for (const Pass& pass : passes) {
+            const double ms = hg::bench::cuda_ms_per_call(options, pass.call);
+            fmt::print(
+                "{{\"bench\": \"cuda_attention_row_tiles\", \"impl\": \"halfgrad\", "
+                "\"dtype\": \"{}\", \"pass\": \"{}\", \"row_tiles\": {}, \"round\": {}, "
+                "\"tflops\": {:.1f}, \"ms\": {:.4f}}}\n",
+                hg::dtype_name(dtype), pass.name, row_tiles, round,
+                pass.products * half_product_flops / ms * 1e-9, ms);
+          }
+        }
+      }
+      hg::cuda::detail::set_flash_query_row_tiles(0);
+      std::fflush(stdout);
+    }
+#endif
   }
 }
 

@@ -41,6 +41,10 @@
 //    "batch": 8, "tokens": 8192, "ms": ..., "tokens_per_s": ..., "peak_mib": ..., ...}
 //   {"bench": "train_gpt_speedup", "mode": "bf16", "vs": "halfgrad_fp32", "halfgrad": ...,
 //    "peer": ..., "speedup": ..., "target": 3, "met": ...}
+//   {"bench": "train_gpt_phases", "impl": "halfgrad", "mode": "bf16", "forward_ms": ...,
+//    "backward_ms": ..., "optimizer_ms": ..., "host_ms": ...}
+//   {"bench": "train_gpt_graph", "impl": "halfgrad", "mode": "bf16", "host_syncs": 0, "ms": ...,
+//    "eager_ms": ..., "eager_over_graph": ...}
 //
 //   gpt     a GPT-2-small-like nn::GPT (12 layers, 768 wide, 12 heads, T = 1024, vocabulary
 //           --vocab, default 50304; lm_head untied, so 163M parameters), batch --batch
@@ -53,13 +57,16 @@
 //           gradients and optimizer state stay float32. Each mode is built, timed (NOTE [GPU
 //           timing] in bench_util.h: --iters steps per repeat) and freed before the next, so
 //           peak_mib (hg::cuda::max_memory_allocated since just before the model is built) is
-//           that mode's alone. --small: a 2-layer, 128-wide model on T = 64 (smoke tests; no
-//           twin).
+//           that mode's alone. Then per mode the phases of single steps (forward and loss,
+//           backward, the optimizer's part from unscale_ to update) by events, and for bf16
+//           the step captured into a CUDA graph and replayed (capturing fails on any host
+//           sync). --small: a 2-layer, 128-wide model on T = 64 (smoke tests; no twin).
 #include <omp.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <fstream>
@@ -486,7 +493,10 @@ class GptRun {
     params_ = model_->parameters();
   }
 
-  void step() {
+  // One training step; mark(i), when given, is called at the start (0), after the forward and
+  // loss (1), after the backward (2) and at the end (3).
+  void step(const std::function<void(int)>& mark = {}) {
+    if (mark) mark(0);
     opt_.zero_grad();
     {
       hg::amp::Autocast autocast(hg::kCUDA, mode_ == Mode::Fp16 ? hg::kFloat16 : hg::kBFloat16,
@@ -494,11 +504,14 @@ class GptRun {
       const Tensor logits = model_->forward(idx_);  // [B, T, V]
       loss_ = hg::cross_entropy(logits.reshape({-1, config_.vocab}), targets_);
     }
+    if (mark) mark(1);
     scaler_.scale(loss_).backward();
+    if (mark) mark(2);
     scaler_.unscale_(opt_);
     hg::nn::utils::clip_grad_norm_(params_, 1.0);
     scaler_.step(opt_);
     scaler_.update();
+    if (mark) mark(3);
   }
 
   int64_t parameter_count() const {
@@ -538,6 +551,58 @@ void print_speedup(const std::string& bench, const std::string& mode, const std:
       bench, mode, vs, halfgrad, peer, speedup, target, json_bool(speedup >= target));
 }
 
+#if HALFGRAD_HAS_CUDA
+// {"bench": "train_gpt_phases", ...}: where a step's GPU time goes (events at run.step's marks,
+// the median over --reps single steps) and how long step() takes to return on the host
+// (enqueueing; the GPU runs behind it): a host_ms near the step's GPU time would mean the
+// host, not the GPU, sets the pace.
+void print_gpt_phases(const TrainOptions& options, GptRun& run, Mode mode) {
+  std::vector<std::unique_ptr<hg::cuda::Event>> events;
+  for (int i = 0; i < 4; ++i) events.push_back(std::make_unique<hg::cuda::Event>());
+  std::vector<double> forward, backward, optimizer, host;
+  for (int rep = 0; rep < options.reps; ++rep) {
+    hg::cuda::synchronize();
+    const auto start = std::chrono::steady_clock::now();
+    run.step([&](int i) { events[size_t(i)]->record(); });
+    host.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() -
+                                                             start)
+                       .count());
+    events[3]->synchronize();
+    forward.push_back(events[0]->elapsed_ms(*events[1]));
+    backward.push_back(events[1]->elapsed_ms(*events[2]));
+    optimizer.push_back(events[2]->elapsed_ms(*events[3]));
+  }
+  fmt::print(
+      "{{\"bench\": \"train_gpt_phases\", \"impl\": \"halfgrad\", \"mode\": \"{}\", "
+      "\"forward_ms\": {:.3f}, \"backward_ms\": {:.3f}, \"optimizer_ms\": {:.3f}, "
+      "\"host_ms\": {:.3f}}}\n",
+      mode_name(mode), median(forward), median(backward), median(optimizer), median(host));
+  std::fflush(stdout);
+}
+
+// {"bench": "train_gpt_graph", ...}: the step captured once into a CUDA graph (it makes no host
+// sync, NOTE [No host sync in the step]) and replayed: its time without the host's enqueueing.
+void print_gpt_graph(const TrainOptions& options, GptRun& run, Mode mode, double eager_ms) {
+  try {
+    hg::cuda::Graph graph;
+    graph.capture_begin();
+    run.step();
+    graph.capture_end();
+    const double ms = hg::bench::cuda_ms_per_call(options, [&] { graph.replay(); });
+    fmt::print(
+        "{{\"bench\": \"train_gpt_graph\", \"impl\": \"halfgrad\", \"mode\": \"{}\", "
+        "\"host_syncs\": 0, \"ms\": {:.3f}, \"eager_ms\": {:.3f}, \"eager_over_graph\": "
+        "{:.3f}}}\n",
+        mode_name(mode), ms, eager_ms, eager_ms / ms);
+  } catch (const std::exception& e) {
+    fmt::print("{{\"bench\": \"train_gpt_graph\", \"impl\": \"halfgrad\", \"mode\": \"{}\", "
+               "\"error\": {}}}\n",
+               mode_name(mode), nlohmann::json(std::string(e.what())).dump());
+  }
+  std::fflush(stdout);
+}
+#endif
+
 void run_gpt(const TrainOptions& options, Peers&) {
   const GptConfig config = gpt_config(options);
   const int64_t tokens = config.batch * config.block;
@@ -560,6 +625,10 @@ void run_gpt(const TrainOptions& options, Peers&) {
         mode_name(mode), config.shape(), config.batch, tokens, ms, tokens_per_s[mode_name(mode)],
         peak_mib, run.parameter_count(), run.last_loss(), run.scale());
     std::fflush(stdout);
+#if HALFGRAD_HAS_CUDA
+    print_gpt_phases(options, run, mode);
+    if (mode == Mode::Bf16) print_gpt_graph(options, run, mode, ms);
+#endif
   }
   if (tokens_per_s.count("bf16") && tokens_per_s.count("fp32")) {
     print_speedup("train_gpt", "bf16", "halfgrad_fp32", tokens_per_s["bf16"], tokens_per_s["fp32"],

@@ -40,6 +40,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -61,6 +62,25 @@ constexpr float kLn2 = 0.6931471805599453f;
 
 static_assert(kWarps * kWarpRows == kTile, "each warp owns 16 rows of a tile");
 
+// NOTE [Two row tiles per warp] On the query side of the forward and dQ kernels a warp owns R
+// row tiles of 16, so the block owns 64 R queries and each K or V fragment read from shared
+// memory feeds R products instead of one; but the accumulators double, and with them the
+// registers, so fewer blocks fit on a multiprocessor. R = 2 is compiled for heads up to 64
+// wide (wider ones would spill) and R = 1 for all; set_flash_query_row_tiles (for benchmarks
+// and tests) picks one, and the default is the one measured faster (benchmarks/results/NOTES.md).
+template <int D>
+inline constexpr int kMaxRowTiles = D <= 64 ? 2 : 1;
+constexpr int kDefaultRowTiles = 2;
+std::atomic<int> query_row_tiles_setting{0};  // 0: kDefaultRowTiles
+
+// The row tiles the kernels for head width D take now.
+template <int D>
+int query_row_tiles() {
+  const int setting = query_row_tiles_setting.load(std::memory_order_relaxed);
+  const int wanted = setting == 0 ? kDefaultRowTiles : setting;
+  return wanted < kMaxRowTiles<D> ? wanted : kMaxRowTiles<D>;
+}
+
 // ---- shared memory layout -------------------------------------------------------------------
 
 constexpr int64_t align128(int64_t bytes) { return (bytes + 127) / 128 * 128; }
@@ -71,10 +91,18 @@ struct Layout {
   static constexpr int64_t kOperand = align128(int64_t(kTile) * kLd * 2);
   static constexpr int64_t kRowStats = align128(kTile * 4);
 
-  // forward: Q | K, V twice (the tile in use and the next)
-  static constexpr int64_t kForward = kOperand + 4 * kOperand;
-  // dK/dV: K, V | Q, dO, lse, delta twice;  dQ: Q, dO, lse, delta | K, V twice
-  static constexpr int64_t kBackward = 2 * kOperand + 2 * (2 * kOperand + 2 * kRowStats);
+  // forward: Q (64 R rows) | K, V twice (the tile in use and the next)
+  static constexpr int64_t forward(int R) { return R * kOperand + 4 * kOperand; }
+  // dK/dV: K, V | Q, dO, lse, delta twice
+  static constexpr int64_t kBackwardKV = 2 * kOperand + 2 * (2 * kOperand + 2 * kRowStats);
+  // dQ: Q, dO, lse, delta (64 R rows) | K, V twice
+  static constexpr int64_t backward_q(int R) {
+    return 2 * R * kOperand + 2 * (2 * kOperand + 2 * R * kRowStats);
+  }
+  // The most any row-tile setting asks for.
+  static constexpr int64_t kForward = forward(kMaxRowTiles<D>);
+  static constexpr int64_t kBackward =
+      kBackwardKV > backward_q(kMaxRowTiles<D>) ? kBackwardKV : backward_q(kMaxRowTiles<D>);
 };
 
 // ---- PTX: shared-memory addresses, cp.async, ldmatrix, mma ------------------------------------
@@ -153,21 +181,35 @@ __device__ __forceinline__ float exp2_approx(float x) {
 // ---- tiles ----------------------------------------------------------------------------------
 
 // Starts copying rows [0, rows) x columns [0, E) of a global tile (row stride `stride`) into
-// the shared [64, D] tile `dst`, zeros elsewhere (E, stride and src multiples of 8 elements).
-template <class T, int D>
+// the shared [64 R, D] tile `dst`, zeros elsewhere (E, stride and src multiples of 8 elements).
+template <class T, int D, int R = 1>
 __device__ void load_tile_async(T* dst, const T* src, int64_t stride, int rows, int E) {
   constexpr int kChunks = D / 8;
-  for (int i = threadIdx.x; i < kTile * kChunks; i += kBlockThreads) {
+  for (int i = threadIdx.x; i < R * kTile * kChunks; i += kBlockThreads) {
     const int r = i / kChunks, c = (i % kChunks) * 8;
     const bool valid = r < rows && c < E;
     cp_async16(dst + r * Layout<D>::kLd + c, valid ? src + r * stride + c : src, valid);
   }
 }
 
-// Float32 values of the block's rows of a [B, H, L] vector, times `factor`; 0 past `rows`.
-__device__ void load_row_stats(float* dst, const float* src, int rows, float factor) {
-  for (int i = threadIdx.x; i < kTile; i += kBlockThreads)
+// Float32 values of the block's `count` rows of a [B, H, L] vector, times `factor`; 0 past
+// `rows`.
+__device__ void load_row_stats(float* dst, const float* src, int rows, float factor,
+                               int count = kTile) {
+  for (int i = threadIdx.x; i < count; i += kBlockThreads)
     dst[i] = i < rows ? src[i] * factor : 0.f;
+}
+
+// How many of the 16 rows from `first` exist, of `total`.
+__device__ __forceinline__ int rows_from(int64_t first, int64_t total) {
+  const int64_t rows = total - first;
+  return rows <= 0 ? 0 : rows >= kWarpRows ? kWarpRows : int(rows);
+}
+
+template <int N>
+__device__ __forceinline__ void zero(float (&acc)[N][4]) {
+#pragma unroll
+  for (int n = 0; n < N; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.f;
 }
 
 // ---- warp products --------------------------------------------------------------------------
@@ -181,18 +223,19 @@ __device__ __forceinline__ void load_a(uint32_t (&a)[4], const void* tile, int r
   ldmatrix_x4(a, base + ((row0 + lane % 16) * Layout<D>::kLd + kk * 16 + lane / 16 * 8) * 2);
 }
 
-// acc[8][4] = a[16, D] b^T, b a shared [64, D] tile: [16, 64] scores of the warp's 16 rows
-// against the tile's 64 (a: from shared memory, rows row0..row0+15 of `a_tile`).
-template <class T, int D>
-__device__ __forceinline__ void warp_abt(float (&acc)[kTileBlocks][4], const T* a_tile, int row0,
-                                         const T* b_tile) {
+// acc[r][8][4] = a[16, D] b^T for each of the warp's R row tiles r: [16, 64] scores of rows
+// row0 + 16 r.. of the shared tile `a_tile` against the 64 rows of the shared [64, D] tile b.
+template <class T, int D, int R>
+__device__ __forceinline__ void warp_abt(float (&acc)[R][kTileBlocks][4], const T* a_tile,
+                                         int row0, const T* b_tile) {
   const int lane = threadIdx.x % 32, quad = lane / 8;
 #pragma unroll
-  for (int n = 0; n < kTileBlocks; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.f;
+  for (int r = 0; r < R; ++r) zero(acc[r]);
 #pragma unroll
   for (int kk = 0; kk < D / 16; ++kk) {
-    uint32_t a[4];
-    load_a<D>(a, a_tile, row0, kk);
+    uint32_t a[R][4];
+#pragma unroll
+    for (int r = 0; r < R; ++r) load_a<D>(a[r], a_tile, row0 + 16 * r, kk);
 #pragma unroll
     for (int n2 = 0; n2 < kTileBlocks / 2; ++n2) {
       // b^T's [16, 16] block: rows (of b) 16 n2.., columns 16 kk..; matrices 0, 1 are the
@@ -200,24 +243,31 @@ __device__ __forceinline__ void warp_abt(float (&acc)[kTileBlocks][4], const T* 
       uint32_t b[4];
       const int row = n2 * 16 + lane % 8 + quad / 2 * 8, col = kk * 16 + quad % 2 * 8;
       ldmatrix_x4(b, b_tile + row * Layout<D>::kLd + col);
-      mma<T>(acc[2 * n2], a, b[0], b[1]);
-      mma<T>(acc[2 * n2 + 1], a, b[2], b[3]);
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        mma<T>(acc[r][2 * n2], a[r], b[0], b[1]);
+        mma<T>(acc[r][2 * n2 + 1], a[r], b[2], b[3]);
+      }
     }
   }
 }
 
-// acc[D / 8][4] += p[16, 64] b, p the warp's accumulators of a [16, 64] product (NOTE
-// [Fragments of m16n8k16]), b a shared row-major [64, D] tile.
-template <class T, int D>
-__device__ __forceinline__ void warp_pb(float (&acc)[D / 8][4], const float (&p)[kTileBlocks][4],
-                                        const T* b_tile) {
+// acc[r][D / 8][4] += p[r] b for each row tile r, p[r] the warp's accumulators of a [16, 64]
+// product (NOTE [Fragments of m16n8k16]), b a shared row-major [64, D] tile.
+template <class T, int D, int R>
+__device__ __forceinline__ void warp_pb(float (&acc)[R][D / 8][4],
+                                        const float (&p)[R][kTileBlocks][4], const T* b_tile) {
   const int lane = threadIdx.x % 32, quad = lane / 8;
 #pragma unroll
   for (int kk = 0; kk < kTile / 16; ++kk) {
-    const uint32_t a[4] = {pack<T>(p[2 * kk][0], p[2 * kk][1]),
-                           pack<T>(p[2 * kk][2], p[2 * kk][3]),
-                           pack<T>(p[2 * kk + 1][0], p[2 * kk + 1][1]),
-                           pack<T>(p[2 * kk + 1][2], p[2 * kk + 1][3])};
+    uint32_t a[R][4];
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      a[r][0] = pack<T>(p[r][2 * kk][0], p[r][2 * kk][1]);
+      a[r][1] = pack<T>(p[r][2 * kk][2], p[r][2 * kk][3]);
+      a[r][2] = pack<T>(p[r][2 * kk + 1][0], p[r][2 * kk + 1][1]);
+      a[r][3] = pack<T>(p[r][2 * kk + 1][2], p[r][2 * kk + 1][3]);
+    }
 #pragma unroll
     for (int n2 = 0; n2 < D / 16; ++n2) {
       // b's [16, 16] block at rows 16 kk.., columns 16 n2.., transposed by ldmatrix: matrices
@@ -225,8 +275,11 @@ __device__ __forceinline__ void warp_pb(float (&acc)[D / 8][4], const float (&p)
       uint32_t b[4];
       const int row = kk * 16 + lane % 8 + quad % 2 * 8, col = n2 * 16 + quad / 2 * 8;
       ldmatrix_x4_trans(b, b_tile + row * Layout<D>::kLd + col);
-      mma<T>(acc[2 * n2], a, b[0], b[1]);
-      mma<T>(acc[2 * n2 + 1], a, b[2], b[3]);
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        mma<T>(acc[r][2 * n2], a[r], b[0], b[1]);
+        mma<T>(acc[r][2 * n2 + 1], a[r], b[2], b[3]);
+      }
     }
   }
 }
@@ -252,31 +305,21 @@ __device__ __forceinline__ void warp_store(const float (&acc)[D / 8][4], T* dst,
   }
 }
 
-// How many of the 16 rows from `first` exist, of `total`.
-__device__ __forceinline__ int rows_from(int64_t first, int64_t total) {
-  const int64_t rows = total - first;
-  return rows <= 0 ? 0 : rows >= kWarpRows ? kWarpRows : int(rows);
-}
-
-template <int N>
-__device__ __forceinline__ void zero(float (&acc)[N][4]) {
-#pragma unroll
-  for (int n = 0; n < N; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.f;
-}
 
 __device__ __forceinline__ bool visible(const FlashGeometry& g, int64_t query, int64_t key) {
   return query < g.L && key < g.S && !(g.causal && key > query);
 }
 
-// Whether the tile pair at (q0, k0) needs masking element by element: past L or S, or crossing
-// the causal diagonal.
-__device__ __forceinline__ bool needs_mask(const FlashGeometry& g, int64_t q0, int64_t k0) {
-  return q0 + kTile > g.L || k0 + kTile > g.S || (g.causal && k0 + kTile - 1 > q0);
+// Whether the tile pair at (q0, k0), q_rows queries and 64 keys, needs masking element by
+// element: past L or S, or crossing the causal diagonal.
+__device__ __forceinline__ bool needs_mask(const FlashGeometry& g, int64_t q0, int64_t k0,
+                                           int q_rows = kTile) {
+  return q0 + q_rows > g.L || k0 + kTile > g.S || (g.causal && k0 + kTile - 1 > q0);
 }
 
-// Keys a block of 64 queries from q0 must see: all S, or up to its last query.
-__device__ __forceinline__ int64_t key_end(const FlashGeometry& g, int64_t q0) {
-  return g.causal ? min64(g.S, q0 + kTile) : g.S;
+// Keys a block of q_rows queries from q0 must see: all S, or up to its last query.
+__device__ __forceinline__ int64_t key_end(const FlashGeometry& g, int64_t q0, int q_rows) {
+  return g.causal ? min64(g.S, q0 + q_rows) : g.S;
 }
 
 // The block's tile and (batch, head): the tiles with the most work (causal: the last) first,
@@ -294,7 +337,7 @@ struct BlockWork {
 
 // ---- forward --------------------------------------------------------------------------------
 
-template <class T, int D>
+template <class T, int D, int R>
 __global__ void __launch_bounds__(kBlockThreads)
     flash_forward_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
                          T* __restrict__ out, float* __restrict__ lse, FlashGeometry g,
@@ -302,19 +345,19 @@ __global__ void __launch_bounds__(kBlockThreads)
                          int64_t q_tiles) {
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
   using L_ = Layout<D>;
+  constexpr int kQueryRows = R * kTile;
   constexpr int kTileElems = int(L_::kOperand / 2);
   extern __shared__ __align__(128) unsigned char smem[];
   T* sq = reinterpret_cast<T*>(smem);
-  T* skv = sq + kTileElems;  // K of buffer i at skv + 2 i tiles, V after it
+  T* skv = sq + R * kTileElems;  // K of buffer i at skv + 2 i tiles, V after it
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, gr = lane / 4, t = lane % 4;
   const BlockWork work(g, q_tiles);
-  const int64_t q0 = work.tile * kTile;
+  const int64_t q0 = work.tile * kQueryRows;
   const int E = int(g.E);
   const T* kb = k + work.b * ks.batch + work.h * ks.head;
   const T* vb = v + work.b * vs.batch + work.h * vs.head;
-  const int64_t keys = key_end(g, q0);
-  const int64_t k_tiles = ceil_div(keys, kTile);
+  const int64_t k_tiles = ceil_div(key_end(g, q0, kQueryRows), kTile);
 
   auto load_kv = [&](int64_t tile, int buffer) {
     const int64_t k0 = tile * kTile;
@@ -322,17 +365,24 @@ __global__ void __launch_bounds__(kBlockThreads)
     load_tile_async<T, D>(skv + 2 * buffer * kTileElems, kb + k0 * ks.row, ks.row, rows, E);
     load_tile_async<T, D>(skv + (2 * buffer + 1) * kTileElems, vb + k0 * vs.row, vs.row, rows, E);
   };
-  load_tile_async<T, D>(sq, q + work.b * qs.batch + work.h * qs.head + q0 * qs.row, qs.row,
-                        int(min64(kTile, g.L - q0)), E);
+  load_tile_async<T, D, R>(sq, q + work.b * qs.batch + work.h * qs.head + q0 * qs.row, qs.row,
+                           int(min64(kQueryRows, g.L - q0)), E);
   load_kv(0, 0);
   cp_async_commit();
 
   const float scale2 = g.scale * kLog2e;
-  float m[2] = {-INFINITY, -INFINITY};  // running max of rows gr and gr + 8 (log2 units)
-  float l[2] = {0.f, 0.f};  // this lane's part of the running sums of exp2(x - m)
-  float o[D / 8][4];
-  zero(o);
-  const int row0 = warp * kWarpRows;
+  // Per row tile r, rows gr and gr + 8 (i = 2 r + h): the running max (log2 units) and this
+  // lane's part of the running sum of exp2(x - max).
+  float m[2 * R], l[2 * R];
+#pragma unroll
+  for (int i = 0; i < 2 * R; ++i) {
+    m[i] = -INFINITY;
+    l[i] = 0.f;
+  }
+  float o[R][D / 8][4];
+#pragma unroll
+  for (int r = 0; r < R; ++r) zero(o[r]);
+  const int row0 = warp * kWarpRows * R;  // the warp's first row in the block's tile
   for (int64_t j = 0; j < k_tiles; ++j) {
     const int buffer = int(j % 2);
     if (j + 1 < k_tiles) {
@@ -346,26 +396,33 @@ __global__ void __launch_bounds__(kBlockThreads)
     const T* sv = sk + kTileElems;
     const int64_t k0 = j * kTile;
 
-    float s[kTileBlocks][4];
-    warp_abt<T, D>(s, sq, row0, sk);
+    float s[R][kTileBlocks][4];
+    warp_abt<T, D, R>(s, sq, row0, sk);
 
-    const bool mask = needs_mask(g, q0, k0);
-    float tile_max[2] = {-INFINITY, -INFINITY};
+    const bool mask = needs_mask(g, q0, k0, kQueryRows);
+    float tile_max[2 * R];
 #pragma unroll
-    for (int n = 0; n < kTileBlocks; ++n) {
+    for (int i = 0; i < 2 * R; ++i) tile_max[i] = -INFINITY;
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int64_t query = q0 + row0 + gr + 8 * (e / 2), key = k0 + n * 8 + 2 * t + e % 2;
-        // Rows past L stay unmasked (their Q is zero, their output is not stored), so that
-        // their sums stay positive.
-        const bool shown = !mask || query >= g.L || visible(g, query, key);
-        s[n][e] = shown ? s[n][e] * scale2 : -INFINITY;
-        tile_max[e / 2] = fmaxf(tile_max[e / 2], s[n][e]);
+    for (int r = 0; r < R; ++r) {
+#pragma unroll
+      for (int n = 0; n < kTileBlocks; ++n) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int i = 2 * r + e / 2;
+          const int64_t query = q0 + row0 + 16 * r + gr + 8 * (e / 2);
+          const int64_t key = k0 + n * 8 + 2 * t + e % 2;
+          // Rows past L stay unmasked (their Q is zero, their output is not stored), so that
+          // their sums stay positive.
+          const bool shown = !mask || query >= g.L || visible(g, query, key);
+          s[r][n][e] = shown ? s[r][n][e] * scale2 : -INFINITY;
+          tile_max[i] = fmaxf(tile_max[i], s[r][n][e]);
+        }
       }
     }
-    float alpha[2], base[2];
+    float alpha[2 * R], base[2 * R];
 #pragma unroll
-    for (int i = 0; i < 2; ++i) {
+    for (int i = 0; i < 2 * R; ++i) {
       tile_max[i] = fmaxf(tile_max[i], __shfl_xor_sync(0xffffffffu, tile_max[i], 1));
       tile_max[i] = fmaxf(tile_max[i], __shfl_xor_sync(0xffffffffu, tile_max[i], 2));
       const float m_new = fmaxf(m[i], tile_max[i]);
@@ -375,45 +432,52 @@ __global__ void __launch_bounds__(kBlockThreads)
       l[i] *= alpha[i];
     }
 #pragma unroll
-    for (int n = 0; n < kTileBlocks; ++n) {
+    for (int r = 0; r < R; ++r) {
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        s[n][e] = exp2_approx(s[n][e] - base[e / 2]);
-        l[e / 2] += s[n][e];
+      for (int n = 0; n < kTileBlocks; ++n) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int i = 2 * r + e / 2;
+          s[r][n][e] = exp2_approx(s[r][n][e] - base[i]);
+          l[i] += s[r][n][e];
+        }
+      }
+#pragma unroll
+      for (int n = 0; n < D / 8; ++n) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) o[r][n][e] *= alpha[2 * r + e / 2];
       }
     }
-#pragma unroll
-    for (int n = 0; n < D / 8; ++n) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) o[n][e] *= alpha[e / 2];
-    }
-    warp_pb<T, D>(o, s, sv);
+    warp_pb<T, D, R>(o, s, sv);
   }
   cp_async_wait<0>();  // no copy outlives the block (the last group is empty)
 
   // The row sums over the quad of lanes that share each row, then out = o / l.
-  float inv[2];
+  float inv[2 * R];
 #pragma unroll
-  for (int i = 0; i < 2; ++i) {
+  for (int i = 0; i < 2 * R; ++i) {
     l[i] += __shfl_xor_sync(0xffffffffu, l[i], 1);
     l[i] += __shfl_xor_sync(0xffffffffu, l[i], 2);
     inv[i] = l[i] > 0.f ? 1.f / l[i] : 0.f;
   }
 #pragma unroll
-  for (int n = 0; n < D / 8; ++n) {
+  for (int r = 0; r < R; ++r) {
 #pragma unroll
-    for (int e = 0; e < 4; ++e) o[n][e] *= inv[e / 2];
-  }
-  const int64_t first = q0 + row0;
-  const int rows = rows_from(first, g.L);
-  warp_store<T, D>(o, out + work.b * os.batch + work.h * os.head + first * os.row, os.row, rows,
-                   E, 1.f);
-  if (t == 0) {
+    for (int n = 0; n < D / 8; ++n) {
 #pragma unroll
-    for (int i = 0; i < 2; ++i) {
-      const int64_t query = first + gr + 8 * i;
-      if (query < g.L) {
-        lse[work.bh * g.L + query] = l[i] > 0.f ? (m[i] + log2f(l[i])) * kLn2 : -INFINITY;
+      for (int e = 0; e < 4; ++e) o[r][n][e] *= inv[2 * r + e / 2];
+    }
+    const int64_t first = q0 + row0 + 16 * r;
+    warp_store<T, D>(o[r], out + work.b * os.batch + work.h * os.head + first * os.row, os.row,
+                     rows_from(first, g.L), E, 1.f);
+    if (t == 0) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int i = 2 * r + h;
+        const int64_t query = first + gr + 8 * h;
+        if (query < g.L) {
+          lse[work.bh * g.L + query] = l[i] > 0.f ? (m[i] + log2f(l[i])) * kLn2 : -INFINITY;
+        }
       }
     }
   }
@@ -443,17 +507,19 @@ __global__ void flash_delta_kernel(const T* __restrict__ out, const T* __restric
 }
 
 // The shared memory of both backward kernels: the block's own tiles (`fixed`: K and V, or Q and
-// dO), and two buffers of the walked side, each two tiles and, on the query side, lse (in log2
-// units) and delta.
-template <class T, int D>
+// dO; 64 R rows each), and two buffers of the walked side, each two tiles and room for 64 R row
+// statistics, lse (in log2 units) and delta, of the query side.
+template <class T, int D, int R>
 struct BackwardTiles {
   static constexpr int kTileElems = int(Layout<D>::kOperand / 2);
-  static constexpr int64_t kBufferBytes = 2 * Layout<D>::kOperand + 2 * Layout<D>::kRowStats;
+  static constexpr int64_t kStats = R * Layout<D>::kRowStats;
+  static constexpr int64_t kBufferBytes = 2 * Layout<D>::kOperand + 2 * kStats;
+  static constexpr int64_t kBytes = 2 * R * Layout<D>::kOperand + 2 * kBufferBytes;
   unsigned char* smem;
   __device__ explicit BackwardTiles(unsigned char* s) : smem(s) {}
-  __device__ T* fixed(int i) const { return reinterpret_cast<T*>(smem) + i * kTileElems; }
+  __device__ T* fixed(int i) const { return reinterpret_cast<T*>(smem) + i * R * kTileElems; }
   __device__ unsigned char* buffer(int b) const {
-    return smem + 2 * Layout<D>::kOperand + b * kBufferBytes;
+    return smem + 2 * R * Layout<D>::kOperand + b * kBufferBytes;
   }
   __device__ T* walked(int b, int i) const {
     return reinterpret_cast<T*>(buffer(b)) + i * kTileElems;
@@ -461,10 +527,14 @@ struct BackwardTiles {
   __device__ float* lse(int b) const {
     return reinterpret_cast<float*>(buffer(b) + 2 * Layout<D>::kOperand);
   }
-  __device__ float* delta(int b) const { return lse(b) + Layout<D>::kRowStats / 4; }
+  __device__ float* delta(int b) const { return lse(b) + kStats / 4; }
 };
+static_assert(BackwardTiles<__half, 64, 1>::kBytes == Layout<64>::kBackwardKV);
+static_assert(BackwardTiles<__half, 64, 2>::kBytes == Layout<64>::backward_q(2));
+static_assert(BackwardTiles<__half, 128, 1>::kBytes == Layout<128>::backward_q(1));
 
-// dK and dV for 64 keys: the block walks every query tile that can see them.
+// dK and dV for 64 keys: the block walks every query tile that can see them. One row tile per
+// warp: the accumulators of two would not fit the registers.
 template <class T, int D>
 __global__ void __launch_bounds__(kBlockThreads)
     flash_backward_kv_kernel(const T* __restrict__ q, const T* __restrict__ k,
@@ -475,7 +545,7 @@ __global__ void __launch_bounds__(kBlockThreads)
                              int64_t k_tiles) {
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
   extern __shared__ __align__(128) unsigned char smem[];
-  const BackwardTiles<T, D> tiles(smem);
+  const BackwardTiles<T, D, 1> tiles(smem);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, gr = lane / 4, t = lane % 4;
   // Causal: the tiles of the first keys see the most queries; BlockWork starts with the last
   // tile, so count the tiles backwards.
@@ -507,9 +577,9 @@ __global__ void __launch_bounds__(kBlockThreads)
 
   const float scale2 = g.scale * kLog2e;
   const int row0 = warp * kWarpRows;  // the warp's 16 keys in the tile
-  float dk_acc[D / 8][4], dv_acc[D / 8][4];
-  zero(dk_acc);
-  zero(dv_acc);
+  float dk_acc[1][D / 8][4], dv_acc[1][D / 8][4];
+  zero(dk_acc[0]);
+  zero(dv_acc[0]);
   for (int64_t j = first_tile; j < q_tiles; ++j) {
     const int buffer = int((j - first_tile) % 2);
     if (j + 1 < q_tiles) {
@@ -526,9 +596,9 @@ __global__ void __launch_bounds__(kBlockThreads)
     const int64_t q0 = j * kTile;
 
     // S^T and dP^T: [16 keys, 64 queries]; P^T = exp2(S^T scale2 - lse), dS^T = P^T (dP^T - delta)
-    float p[kTileBlocks][4], ds[kTileBlocks][4];
-    warp_abt<T, D>(p, tiles.fixed(0), row0, sq);
-    warp_abt<T, D>(ds, tiles.fixed(1), row0, sdo);
+    float p[1][kTileBlocks][4], ds[1][kTileBlocks][4];
+    warp_abt<T, D, 1>(p, tiles.fixed(0), row0, sq);
+    warp_abt<T, D, 1>(ds, tiles.fixed(1), row0, sdo);
     const bool mask = needs_mask(g, q0, k0);
 #pragma unroll
     for (int n = 0; n < kTileBlocks; ++n) {
@@ -537,27 +607,28 @@ __global__ void __launch_bounds__(kBlockThreads)
         const int col = n * 8 + 2 * t + e % 2;  // the query in the tile
         const int64_t key = k0 + row0 + gr + 8 * (e / 2), query = q0 + col;
         const bool shown = !mask || visible(g, query, key);
-        p[n][e] = shown ? exp2_approx(p[n][e] * scale2 - slse[col]) : 0.f;
-        ds[n][e] = p[n][e] * (ds[n][e] - sdelta[col]);
+        p[0][n][e] = shown ? exp2_approx(p[0][n][e] * scale2 - slse[col]) : 0.f;
+        ds[0][n][e] = p[0][n][e] * (ds[0][n][e] - sdelta[col]);
       }
     }
-    warp_pb<T, D>(dv_acc, p, sdo);
-    warp_pb<T, D>(dk_acc, ds, sq);
+    warp_pb<T, D, 1>(dv_acc, p, sdo);
+    warp_pb<T, D, 1>(dk_acc, ds, sq);
   }
   cp_async_wait<0>();  // also when no query tile sees these keys
 
   const int64_t first = k0 + row0;
   const int rows = rows_from(first, g.S);
   const int64_t out_row = work.bh * g.S + first;  // dk, dv: contiguous [B, H, S, E]
-  warp_store<T, D>(dv_acc, dv + out_row * g.E, g.E, rows, E, 1.f);
-  warp_store<T, D>(dk_acc, dk + out_row * g.E, g.E, rows, E, g.scale);
+  warp_store<T, D>(dv_acc[0], dv + out_row * g.E, g.E, rows, E, 1.f);
+  warp_store<T, D>(dk_acc[0], dk + out_row * g.E, g.E, rows, E, g.scale);
 #else
   __trap();
 #endif
 }
 
-// dQ for 64 queries: the block walks every key tile they can see.
-template <class T, int D>
+// dQ for 64 R queries (NOTE [Two row tiles per warp]): the block walks every key tile they can
+// see.
+template <class T, int D, int R>
 __global__ void __launch_bounds__(kBlockThreads)
     flash_backward_q_kernel(const T* __restrict__ q, const T* __restrict__ k,
                             const T* __restrict__ v, const T* __restrict__ dout,
@@ -565,24 +636,26 @@ __global__ void __launch_bounds__(kBlockThreads)
                             T* __restrict__ dq, FlashGeometry g, FlashStrides qs, FlashStrides ks,
                             FlashStrides vs, FlashStrides dos, int64_t q_tiles) {
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
+  constexpr int kQueryRows = R * kTile;
   extern __shared__ __align__(128) unsigned char smem[];
-  const BackwardTiles<T, D> tiles(smem);
+  const BackwardTiles<T, D, R> tiles(smem);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, gr = lane / 4, t = lane % 4;
   const BlockWork work(g, q_tiles);
-  const int64_t q0 = work.tile * kTile;
+  const int64_t q0 = work.tile * kQueryRows;
   const int E = int(g.E);
   const T* kb = k + work.b * ks.batch + work.h * ks.head;
   const T* vb = v + work.b * vs.batch + work.h * vs.head;
-  const int q_rows = int(min64(kTile, g.L - q0));
-  load_tile_async<T, D>(tiles.fixed(0), q + work.b * qs.batch + work.h * qs.head + q0 * qs.row,
-                        qs.row, q_rows, E);
-  load_tile_async<T, D>(tiles.fixed(1),
-                        dout + work.b * dos.batch + work.h * dos.head + q0 * dos.row, dos.row,
-                        q_rows, E);
+  const int q_rows = int(min64(kQueryRows, g.L - q0));
+  load_tile_async<T, D, R>(tiles.fixed(0),
+                           q + work.b * qs.batch + work.h * qs.head + q0 * qs.row, qs.row, q_rows,
+                           E);
+  load_tile_async<T, D, R>(tiles.fixed(1),
+                           dout + work.b * dos.batch + work.h * dos.head + q0 * dos.row, dos.row,
+                           q_rows, E);
   // lse and delta of the block's queries, in buffer 0's row statistics (the key side has none).
-  load_row_stats(tiles.lse(0), lse + work.bh * g.L + q0, q_rows, kLog2e);
-  load_row_stats(tiles.delta(0), delta + work.bh * g.L + q0, q_rows, 1.f);
-  const int64_t k_tiles = ceil_div(key_end(g, q0), kTile);
+  load_row_stats(tiles.lse(0), lse + work.bh * g.L + q0, q_rows, kLog2e, kQueryRows);
+  load_row_stats(tiles.delta(0), delta + work.bh * g.L + q0, q_rows, 1.f, kQueryRows);
+  const int64_t k_tiles = ceil_div(key_end(g, q0, kQueryRows), kTile);
   auto load_key_side = [&](int64_t tile, int buffer) {
     const int64_t k0 = tile * kTile;
     const int rows = int(min64(kTile, g.S - k0));
@@ -594,15 +667,17 @@ __global__ void __launch_bounds__(kBlockThreads)
   __syncthreads();  // the row statistics are there
 
   const float scale2 = g.scale * kLog2e;
-  const int row0 = warp * kWarpRows;  // the warp's 16 queries in the tile
-  float lse2[2], row_delta[2];
+  const int row0 = warp * kWarpRows * R;  // the warp's first query in the tile
+  float lse2[2 * R], row_delta[2 * R];  // rows gr and gr + 8 of each row tile
 #pragma unroll
-  for (int i = 0; i < 2; ++i) {
-    lse2[i] = tiles.lse(0)[row0 + gr + 8 * i];
-    row_delta[i] = tiles.delta(0)[row0 + gr + 8 * i];
+  for (int i = 0; i < 2 * R; ++i) {
+    const int row = row0 + 16 * (i / 2) + gr + 8 * (i % 2);
+    lse2[i] = tiles.lse(0)[row];
+    row_delta[i] = tiles.delta(0)[row];
   }
-  float dq_acc[D / 8][4];
-  zero(dq_acc);
+  float dq_acc[R][D / 8][4];
+#pragma unroll
+  for (int r = 0; r < R; ++r) zero(dq_acc[r]);
   for (int64_t j = 0; j < k_tiles; ++j) {
     const int buffer = int(j % 2);
     if (j + 1 < k_tiles) {
@@ -616,28 +691,35 @@ __global__ void __launch_bounds__(kBlockThreads)
     const T* sv = tiles.walked(buffer, 1);
     const int64_t k0 = j * kTile;
 
-    float p[kTileBlocks][4], ds[kTileBlocks][4];
-    warp_abt<T, D>(p, tiles.fixed(0), row0, sk);
-    warp_abt<T, D>(ds, tiles.fixed(1), row0, sv);
-    const bool mask = needs_mask(g, q0, k0);
+    float p[R][kTileBlocks][4], ds[R][kTileBlocks][4];
+    warp_abt<T, D, R>(p, tiles.fixed(0), row0, sk);
+    warp_abt<T, D, R>(ds, tiles.fixed(1), row0, sv);
+    const bool mask = needs_mask(g, q0, k0, kQueryRows);
 #pragma unroll
-    for (int n = 0; n < kTileBlocks; ++n) {
+    for (int r = 0; r < R; ++r) {
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int64_t query = q0 + row0 + gr + 8 * (e / 2), key = k0 + n * 8 + 2 * t + e % 2;
-        const bool shown = !mask || visible(g, query, key);
-        p[n][e] = shown ? exp2_approx(p[n][e] * scale2 - lse2[e / 2]) : 0.f;
-        ds[n][e] = p[n][e] * (ds[n][e] - row_delta[e / 2]);
+      for (int n = 0; n < kTileBlocks; ++n) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int i = 2 * r + e / 2;
+          const int64_t query = q0 + row0 + 16 * r + gr + 8 * (e / 2);
+          const int64_t key = k0 + n * 8 + 2 * t + e % 2;
+          const bool shown = !mask || visible(g, query, key);
+          p[r][n][e] = shown ? exp2_approx(p[r][n][e] * scale2 - lse2[i]) : 0.f;
+          ds[r][n][e] = p[r][n][e] * (ds[r][n][e] - row_delta[i]);
+        }
       }
     }
-    warp_pb<T, D>(dq_acc, ds, sk);
+    warp_pb<T, D, R>(dq_acc, ds, sk);
   }
   cp_async_wait<0>();
 
-  const int64_t first = q0 + row0;
-  const int rows = rows_from(first, g.L);
-  const int64_t out_row = work.bh * g.L + first;  // dq: contiguous [B, H, L, E]
-  warp_store<T, D>(dq_acc, dq + out_row * g.E, g.E, rows, E, g.scale);
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    const int64_t first = q0 + row0 + 16 * r;
+    const int64_t out_row = work.bh * g.L + first;  // dq: contiguous [B, H, L, E]
+    warp_store<T, D>(dq_acc[r], dq + out_row * g.E, g.E, rows_from(first, g.L), E, g.scale);
+  }
 #else
   __trap();
 #endif
@@ -651,6 +733,15 @@ cudaError_t with_head_width(int64_t E, F&& f) {
   if (E <= 32) return f.template operator()<32>();
   if (E <= 64) return f.template operator()<64>();
   return f.template operator()<128>();
+}
+
+// Calls f.template operator()<R>() with R the row tiles the kernels for head width D take now.
+template <int D, class F>
+cudaError_t with_row_tiles(F&& f) {
+  if constexpr (kMaxRowTiles<D> >= 2) {
+    if (query_row_tiles<D>() == 2) return f.template operator()<2>();
+  }
+  return f.template operator()<1>();
 }
 
 // Lets `kernel` use `bytes` of dynamic shared memory (beyond the default 48 KiB).
@@ -670,9 +761,15 @@ unsigned blocks_for(int64_t tiles, const FlashGeometry& g) { return unsigned(til
 
 }  // namespace
 
+void set_flash_query_row_tiles(int row_tiles) {
+  query_row_tiles_setting.store(row_tiles == 1 || row_tiles == 2 ? row_tiles : 0,
+                                std::memory_order_relaxed);
+}
+
 cudaError_t flash_kernels_compiled_for_current_device(bool* compiled) {
   cudaFuncAttributes attributes{};
-  const cudaError_t status = cudaFuncGetAttributes(&attributes, flash_forward_kernel<__half, 64>);
+  const cudaError_t status =
+      cudaFuncGetAttributes(&attributes, flash_forward_kernel<__half, 64, 1>);
   // The virtual architecture the kernel was compiled from (the JIT keeps it): 80 and up has
   // the mma.sync code, below that the __trap.
   *compiled = status == cudaSuccess && attributes.ptxVersion >= 80;
@@ -696,18 +793,19 @@ cudaError_t launch_flash_attention_forward(const void* q, const void* k, const v
                                            const FlashStrides& qs, const FlashStrides& ks,
                                            const FlashStrides& vs, const FlashStrides& os,
                                            cudaStream_t stream) {
-  const int64_t q_tiles = ceil_div(g.L, kTile);
   return with_flash_type(dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
     return with_head_width(g.E, [&]<int D>() {
-      const auto kernel = flash_forward_kernel<T, D>;
-      if (cudaError_t status = allow_smem(kernel, Layout<D>::kForward); status != cudaSuccess) {
-        return status;
-      }
-      kernel<<<blocks_for(q_tiles, g), kBlockThreads, Layout<D>::kForward, stream>>>(
-          static_cast<const T*>(q), static_cast<const T*>(k), static_cast<const T*>(v),
-          static_cast<T*>(out), lse, g, qs, ks, vs, os, q_tiles);
-      return cudaGetLastError();
+      return with_row_tiles<D>([&]<int R>() {
+        const int64_t q_tiles = ceil_div(g.L, R * kTile);
+        constexpr int64_t kSmem = Layout<D>::forward(R);
+        const auto kernel = flash_forward_kernel<T, D, R>;
+        if (cudaError_t status = allow_smem(kernel, kSmem); status != cudaSuccess) return status;
+        kernel<<<blocks_for(q_tiles, g), kBlockThreads, kSmem, stream>>>(
+            static_cast<const T*>(q), static_cast<const T*>(k), static_cast<const T*>(v),
+            static_cast<T*>(out), lse, g, qs, ks, vs, os, q_tiles);
+        return cudaGetLastError();
+      });
     });
   });
 }
@@ -719,7 +817,7 @@ cudaError_t launch_flash_attention_backward(const void* q, const void* k, const 
                                             const FlashStrides& ks, const FlashStrides& vs,
                                             const FlashStrides& os, const FlashStrides& dos,
                                             cudaStream_t stream) {
-  const int64_t q_tiles = ceil_div(g.L, kTile), k_tiles = ceil_div(g.S, kTile);
+  const int64_t k_tiles = ceil_div(g.S, kTile);
   return with_flash_type(dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
     const T* tq = static_cast<const T*>(q);
@@ -732,18 +830,24 @@ cudaError_t launch_flash_attention_backward(const void* q, const void* k, const 
         static_cast<const T*>(out), tdo, delta, g, os, dos);
     if (cudaError_t status = cudaGetLastError(); status != cudaSuccess) return status;
     return with_head_width(g.E, [&]<int D>() {
-      constexpr int64_t kSmem = Layout<D>::kBackward;
+      constexpr int64_t kSmemKV = Layout<D>::kBackwardKV;
       const auto kv_kernel = flash_backward_kv_kernel<T, D>;
-      const auto q_kernel = flash_backward_q_kernel<T, D>;
-      if (cudaError_t status = allow_smem(kv_kernel, kSmem); status != cudaSuccess) return status;
-      if (cudaError_t status = allow_smem(q_kernel, kSmem); status != cudaSuccess) return status;
-      kv_kernel<<<blocks_for(k_tiles, g), kBlockThreads, kSmem, stream>>>(
+      if (cudaError_t status = allow_smem(kv_kernel, kSmemKV); status != cudaSuccess) {
+        return status;
+      }
+      kv_kernel<<<blocks_for(k_tiles, g), kBlockThreads, kSmemKV, stream>>>(
           tq, tk, tv, tdo, lse, delta, static_cast<T*>(dk), static_cast<T*>(dv), g, qs, ks, vs, dos,
           k_tiles);
       if (cudaError_t status = cudaGetLastError(); status != cudaSuccess) return status;
-      q_kernel<<<blocks_for(q_tiles, g), kBlockThreads, kSmem, stream>>>(
-          tq, tk, tv, tdo, lse, delta, static_cast<T*>(dq), g, qs, ks, vs, dos, q_tiles);
-      return cudaGetLastError();
+      return with_row_tiles<D>([&]<int R>() {
+        const int64_t q_tiles = ceil_div(g.L, R * kTile);
+        constexpr int64_t kSmemQ = Layout<D>::backward_q(R);
+        const auto q_kernel = flash_backward_q_kernel<T, D, R>;
+        if (cudaError_t status = allow_smem(q_kernel, kSmemQ); status != cudaSuccess) return status;
+        q_kernel<<<blocks_for(q_tiles, g), kBlockThreads, kSmemQ, stream>>>(
+            tq, tk, tv, tdo, lse, delta, static_cast<T*>(dq), g, qs, ks, vs, dos, q_tiles);
+        return cudaGetLastError();
+      });
     });
   });
 }

@@ -33,6 +33,12 @@ struct FlashGeometry {
 // capability 8.0 or newer (a build for older targets only has them trap).
 cudaError_t flash_kernels_compiled_for_current_device(bool* compiled);
 
+// The row tiles of 16 queries each warp of the forward and dQ kernels owns (NOTE [Two row tiles
+// per warp] in attention.cu): 1, 2 (heads up to 64 wide; wider ones take 1), or 0 for the
+// default. For the benchmarks and tests that compare the two; each launch reads the setting
+// once, and the two give the same bits.
+void set_flash_query_row_tiles(int row_tiles);
+
 // Shared memory the forward and the backward kernels ask for with head width E; the host checks
 // it against the device's opt-in limit before launching.
 int64_t flash_forward_smem_bytes(int64_t E);

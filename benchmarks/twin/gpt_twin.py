@@ -25,6 +25,8 @@ torch.cuda.max_memory_allocated() from just before the model is built.
 Needs python3 with a CUDA build of PyTorch; benchmarks/run-gpu runs it.
 """
 import argparse
+import statistics
+import time
 from dataclasses import dataclass
 
 import torch
@@ -121,19 +123,50 @@ def make_run(mode, config):
     dtype = torch.float16 if mode == "fp16" else torch.bfloat16
     state = {"model": model, "scaler": scaler, "loss": None}
 
-    def step():
+    def step(mark=None):
+        """One step; mark(i), when given, at the start (0), after the forward and loss (1),
+        after the backward (2) and at the end (3), as hg-bench-train's GptRun::step."""
+        if mark:
+            mark(0)
         opt.zero_grad(set_to_none=True)
         with torch.autocast(DEVICE, dtype=dtype, enabled=mode != "fp32"):
             logits = model(idx)
             loss = F.cross_entropy(logits.view(-1, V), targets)
+        if mark:
+            mark(1)
         scaler.scale(loss).backward()
+        if mark:
+            mark(2)
         scaler.unscale_(opt)
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         scaler.step(opt)
         scaler.update()
+        if mark:
+            mark(3)
         state["loss"] = loss
 
     return step, state
+
+
+def phases(step, mode, args):
+    """The train_gpt_phases line: events at step's marks, the median over --reps single steps,
+    and host_ms, how long step() takes to return on the host."""
+    events = [torch.cuda.Event(enable_timing=True) for _ in range(4)]
+    forward, backward, optimizer, host = [], [], [], []
+    for _ in range(args.reps):
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        step(lambda i: events[i].record())
+        host.append((time.perf_counter() - start) * 1e3)
+        events[3].synchronize()
+        forward.append(events[0].elapsed_time(events[1]))
+        backward.append(events[1].elapsed_time(events[2]))
+        optimizer.append(events[2].elapsed_time(events[3]))
+    emit({"bench": "train_gpt_phases", "impl": "pytorch", "mode": mode,
+          "forward_ms": round(statistics.median(forward), 3),
+          "backward_ms": round(statistics.median(backward), 3),
+          "optimizer_ms": round(statistics.median(optimizer), 3),
+          "host_ms": round(statistics.median(host), 3)})
 
 
 def main():
@@ -169,6 +202,7 @@ def main():
               "tokens_per_s": round(tokens_per_s[mode]), "peak_mib": round(peak, 1),
               "params": sum(p.numel() for p in state["model"].parameters()),
               "loss": round(state["loss"].item(), 4), "scale": state["scaler"].get_scale()})
+        phases(step, mode, args)
         del step, state
     if "bf16" in tokens_per_s and "fp32" in tokens_per_s:
         speedup = tokens_per_s["bf16"] / tokens_per_s["fp32"]

@@ -170,6 +170,24 @@ def main():
               "target": GPT_VS_FP32_TARGET,
               "met": judge("gpt step bf16 vs halfgrad fp32", speedup, GPT_VS_FP32_TARGET)})
 
+    # Where the step's GPU time goes: halfgrad's phase times over PyTorch's (below 1: halfgrad
+    # is faster), and the step captured into a CUDA graph.
+    for mode in ("fp32", "fp16", "bf16"):
+        hg = find(records, "train_gpt_phases", "halfgrad", mode=mode)
+        torch = find(records, "train_gpt_phases", "pytorch", mode=mode)
+        if not hg or not torch:
+            continue
+        record = {"bench": "train_gpt_phases_ratio", "mode": mode}
+        for phase in ("forward", "backward", "optimizer", "host"):
+            key = f"{phase}_ms"
+            ratio = hg[key] / torch[key] if torch[key] else None
+            record[f"{phase}_halfgrad_over_pytorch"] = ratio and round(ratio, 3)
+            judge(f"gpt {mode} {phase} ms, halfgrad / PyTorch", ratio, None)
+        emit(record)
+    graph = find(records, "train_gpt_graph", "halfgrad", mode="bf16")
+    if graph and "ms" in graph:
+        judge("gpt bf16 eager ms / captured graph ms", graph["eager_over_graph"], None)
+
     width = max((len(row[0]) for row in table), default=10)
     print(f"{'measurement':<{width}}  {'value':>8}  {'target':>7}  met", file=sys.stderr)
     for what, value, target, met in table:

@@ -4,6 +4,7 @@
 #include <catch2/catch.hpp>
 
 #include "cuda/cuda_test_util.h"
+#include "halfgrad/cuda/attention_launch.h"
 #include "halfgrad/cuda/kernels.h"
 #include "halfgrad/halfgrad.h"
 
@@ -15,6 +16,15 @@ namespace {
 struct Case {
   Shape q, kv;  // [N..., L, E] and [N..., S, E]
   bool causal;
+};
+
+// Sets the kernels' query row tiles (NOTE [Two row tiles per warp] in cuda/attention.cu) for
+// the scope, and the default back at its end.
+struct RowTiles {
+  explicit RowTiles(int row_tiles) { cuda::detail::set_flash_query_row_tiles(row_tiles); }
+  ~RowTiles() { cuda::detail::set_flash_query_row_tiles(0); }
+  RowTiles(const RowTiles&) = delete;
+  RowTiles& operator=(const RowTiles&) = delete;
 };
 
 // sdpa on CUDA (which takes the fused op) and in float64 on the CPU, for the same rounded
@@ -69,8 +79,41 @@ TEST_CASE("fused attention matches float64, causal or not, ragged tiles", "[cuda
       {{5, 64, 32}, {5, 64, 32}, true},               // 3-D: [heads, L, E]
       {{2, 2, 2, 33, 16}, {2, 2, 2, 17, 16}, false},  // 5-D
   };
-  for (DType dtype : {kFloat16, kBFloat16}) {
-    for (const Case& c : cases) check_attention(c, dtype);
+  for (const int row_tiles : {1, 2}) {
+    CAPTURE(row_tiles);
+    const RowTiles setting(row_tiles);
+    for (DType dtype : {kFloat16, kBFloat16}) {
+      for (const Case& c : cases) check_attention(c, dtype);
+    }
+  }
+}
+
+TEST_CASE("fused attention gives the same bits with one or two row tiles per warp",
+          "[cuda][attention]") {
+  HG_REQUIRE_CUDA();
+  manual_seed(36);
+  // Each row's arithmetic, and its order over the keys, is the same either way.
+  for (const bool causal : {false, true}) {
+    for (const int64_t E : {32, 64}) {
+      CAPTURE(causal, E);
+      const Tensor q = gpu_randn({2, 3, 150, E}, kBFloat16), k = gpu_randn({2, 3, 140, E}, kBFloat16),
+                   v = gpu_randn({2, 3, 140, E}, kBFloat16),
+                   dy = gpu_randn({2, 3, 150, E}, kBFloat16);
+      std::vector<std::vector<Tensor>> runs;
+      for (const int row_tiles : {1, 2}) {
+        const RowTiles setting(row_tiles);
+        std::vector<Tensor> leaves = {q.clone().requires_grad_(), k.clone().requires_grad_(),
+                                      v.clone().requires_grad_()};
+        const Tensor y =
+            scaled_dot_product_flash_attention(leaves[0], leaves[1], leaves[2], causal);
+        y.backward(dy);
+        runs.push_back({y, leaves[0].grad(), leaves[1].grad(), leaves[2].grad()});
+      }
+      for (size_t i = 0; i < runs[0].size(); ++i) {
+        CAPTURE(i);
+        require_same_bits(runs[0][i], runs[1][i]);
+      }
+    }
   }
 }
 
