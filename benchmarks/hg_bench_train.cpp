@@ -43,6 +43,8 @@
 //    "peer": ..., "speedup": ..., "target": 3, "met": ...}
 //   {"bench": "train_gpt_phases", "impl": "halfgrad", "mode": "bf16", "forward_ms": ...,
 //    "backward_ms": ..., "optimizer_ms": ..., "host_ms": ...}
+//   {"bench": "train_gpt_ops", "impl": "halfgrad", "mode": "bf16", "phase": "backward",
+//    "op": "matmul", "calls": ..., "ms": ...}
 //   {"bench": "train_gpt_graph", "impl": "halfgrad", "mode": "bf16", "host_syncs": 0, "ms": ...,
 //    "eager_ms": ..., "eager_over_graph": ...}
 //
@@ -59,8 +61,9 @@
 //           peak_mib (hg::cuda::max_memory_allocated since just before the model is built) is
 //           that mode's alone. Then per mode the phases of single steps (forward and loss,
 //           backward, the optimizer's part from unscale_ to update) by events, and for bf16
-//           the step captured into a CUDA graph and replayed (capturing fails on any host
-//           sync). --small: a 2-layer, 128-wide model on T = 64 (smoke tests; no twin).
+//           the 40 largest (phase, op) GPU times of one step and the step captured into a
+//           CUDA graph and replayed (capturing fails on any host sync). --small: a 2-layer,
+//           128-wide model on T = 64 (smoke tests; no twin).
 #include <omp.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -83,6 +86,7 @@
 
 #include "bench_util.h"
 #include "halfgrad/halfgrad.h"
+#include "halfgrad/ops/observer.h"
 
 namespace {
 
@@ -564,9 +568,9 @@ void print_gpt_phases(const TrainOptions& options, GptRun& run, Mode mode) {
     hg::cuda::synchronize();
     const auto start = std::chrono::steady_clock::now();
     run.step([&](int i) { events[size_t(i)]->record(); });
-    host.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() -
-                                                             start)
-                       .count());
+    host.push_back(
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+            .count());
     events[3]->synchronize();
     forward.push_back(events[0]->elapsed_ms(*events[1]));
     backward.push_back(events[1]->elapsed_ms(*events[2]));
@@ -577,6 +581,67 @@ void print_gpt_phases(const TrainOptions& options, GptRun& run, Mode mode) {
       "\"forward_ms\": {:.3f}, \"backward_ms\": {:.3f}, \"optimizer_ms\": {:.3f}, "
       "\"host_ms\": {:.3f}}}\n",
       mode_name(mode), median(forward), median(backward), median(optimizer), median(host));
+  std::fflush(stdout);
+}
+
+// {"bench": "train_gpt_ops", ...}: the GPU time of one step per op and phase. A dispatch
+// observer (ops/observer.h) records an event after each outermost CUDA op; the GPU time between
+// two events is the work enqueued between them, which is the later op's (its autocast casts
+// and inner ops included: they are not outermost). Work outside ops (the autograd engine's
+// gradient accumulation, the fused optimizer) falls to the "(outside ops)" entry of its phase,
+// closed by the step's marks. The events cost the host a few microseconds per op; the step
+// stays GPU-bound (train_gpt_phases' host_ms).
+class GpuOpProfile final : public hg::ops::DispatchObserver {
+ public:
+  void on_op(const hg::ops::OpCall& call) override {
+    if (call.outermost && call.device_type == hg::kCUDA) record(std::string(hg::op_name(call.op)));
+  }
+  // Closes the current phase's work outside ops and starts `next` ("" at the end).
+  void mark(const std::string& next) {
+    if (!phase_.empty()) record("(outside ops)");
+    phase_ = next;
+    if (labels_.empty()) record("(start)");
+  }
+  // Per (phase, op): calls and milliseconds, once the recorded work has run.
+  std::map<std::pair<std::string, std::string>, std::pair<int, double>> totals() const {
+    std::map<std::pair<std::string, std::string>, std::pair<int, double>> out;
+    if (used_ > 0) events_[used_ - 1]->synchronize();
+    for (size_t i = 1; i < used_; ++i) {
+      auto& [calls, ms] = out[labels_[i]];
+      ++calls;
+      ms += double(events_[i - 1]->elapsed_ms(*events_[i]));
+    }
+    return out;
+  }
+
+ private:
+  void record(std::string op) {
+    if (used_ == events_.size()) events_.push_back(std::make_unique<hg::cuda::Event>());
+    events_[used_++]->record();
+    labels_.emplace_back(phase_, std::move(op));
+  }
+
+  std::vector<std::unique_ptr<hg::cuda::Event>> events_;
+  std::vector<std::pair<std::string, std::string>> labels_;
+  size_t used_ = 0;
+  std::string phase_;
+};
+
+void print_gpt_ops(GptRun& run, Mode mode, int top) {
+  GpuOpProfile profile;
+  const char* phases[] = {"forward", "backward", "optimizer", ""};
+  hg::cuda::synchronize();
+  run.step([&](int i) { profile.mark(phases[i]); });
+  std::vector<std::pair<double, std::string>> rows;
+  for (const auto& [key, value] : profile.totals()) {
+    rows.emplace_back(
+        value.second,
+        fmt::format("{{\"bench\": \"train_gpt_ops\", \"impl\": \"halfgrad\", \"mode\": \"{}\", "
+                    "\"phase\": \"{}\", \"op\": \"{}\", \"calls\": {}, \"ms\": {:.3f}}}",
+                    mode_name(mode), key.first, key.second, value.first, value.second));
+  }
+  std::sort(rows.rbegin(), rows.rend());
+  for (int i = 0; i < top && i < int(rows.size()); ++i) fmt::print("{}\n", rows[size_t(i)].second);
   std::fflush(stdout);
 }
 
@@ -595,9 +660,10 @@ void print_gpt_graph(const TrainOptions& options, GptRun& run, Mode mode, double
         "{:.3f}}}\n",
         mode_name(mode), ms, eager_ms, eager_ms / ms);
   } catch (const std::exception& e) {
-    fmt::print("{{\"bench\": \"train_gpt_graph\", \"impl\": \"halfgrad\", \"mode\": \"{}\", "
-               "\"error\": {}}}\n",
-               mode_name(mode), nlohmann::json(std::string(e.what())).dump());
+    fmt::print(
+        "{{\"bench\": \"train_gpt_graph\", \"impl\": \"halfgrad\", \"mode\": \"{}\", "
+        "\"error\": {}}}\n",
+        mode_name(mode), nlohmann::json(std::string(e.what())).dump());
   }
   std::fflush(stdout);
 }
@@ -627,7 +693,10 @@ void run_gpt(const TrainOptions& options, Peers&) {
     std::fflush(stdout);
 #if HALFGRAD_HAS_CUDA
     print_gpt_phases(options, run, mode);
-    if (mode == Mode::Bf16) print_gpt_graph(options, run, mode, ms);
+    if (mode == Mode::Bf16) {
+      print_gpt_ops(run, mode, 40);
+      print_gpt_graph(options, run, mode, ms);
+    }
 #endif
   }
   if (tokens_per_s.count("bf16") && tokens_per_s.count("fp32")) {

@@ -54,8 +54,8 @@ namespace {
 
 constexpr int kWarps = 4;
 constexpr int kBlockThreads = kWarps * 32;
-constexpr int kTile = 64;      // rows of a tile, queries or keys
-constexpr int kWarpRows = 16;  // rows a warp owns: kTile / kWarps
+constexpr int kTile = 64;               // rows of a tile, queries or keys
+constexpr int kWarpRows = 16;           // rows a warp owns: kTile / kWarps
 constexpr int kTileBlocks = kTile / 8;  // [16, 8] accumulator tiles across a 64-wide tile
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
@@ -67,10 +67,12 @@ static_assert(kWarps * kWarpRows == kTile, "each warp owns 16 rows of a tile");
 // memory feeds R products instead of one; but the accumulators double, and with them the
 // registers, so fewer blocks fit on a multiprocessor. R = 2 is compiled for heads up to 64
 // wide (wider ones would spill) and R = 1 for all; set_flash_query_row_tiles (for benchmarks
-// and tests) picks one, and the default is the one measured faster (benchmarks/results/NOTES.md).
+// and tests) picks one. The default is 1, measured faster on an H100 (benchmarks/results/
+// NOTES.md): with two, the forward's 253 registers per thread leave room for half the blocks,
+// and the forward took 0.088 ms instead of 0.079 at 8x12x1024x64.
 template <int D>
 inline constexpr int kMaxRowTiles = D <= 64 ? 2 : 1;
-constexpr int kDefaultRowTiles = 2;
+constexpr int kDefaultRowTiles = 1;
 std::atomic<int> query_row_tiles_setting{0};  // 0: kDefaultRowTiles
 
 // The row tiles the kernels for head width D take now.
@@ -101,8 +103,9 @@ struct Layout {
   }
   // The most any row-tile setting asks for.
   static constexpr int64_t kForward = forward(kMaxRowTiles<D>);
-  static constexpr int64_t kBackward =
-      kBackwardKV > backward_q(kMaxRowTiles<D>) ? kBackwardKV : backward_q(kMaxRowTiles<D>);
+  static constexpr int64_t kBackward = kBackwardKV > backward_q(kMaxRowTiles<D>)
+                                           ? kBackwardKV
+                                           : backward_q(kMaxRowTiles<D>);
 };
 
 // ---- PTX: shared-memory addresses, cp.async, ldmatrix, mma ------------------------------------
@@ -115,8 +118,8 @@ __device__ __forceinline__ uint32_t smem_address(const void* p) {
 // then not read, but must be a valid address).
 __device__ __forceinline__ void cp_async16(void* dst, const void* src, bool valid) {
   const int bytes = valid ? 16 : 0;
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_address(dst)),
-               "l"(src), "r"(bytes));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_address(dst)), "l"(src),
+               "r"(bytes));
 }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 // Waits until at most N of this thread's committed groups are still in flight.
@@ -226,8 +229,8 @@ __device__ __forceinline__ void load_a(uint32_t (&a)[4], const void* tile, int r
 // acc[r][8][4] = a[16, D] b^T for each of the warp's R row tiles r: [16, 64] scores of rows
 // row0 + 16 r.. of the shared tile `a_tile` against the 64 rows of the shared [64, D] tile b.
 template <class T, int D, int R>
-__device__ __forceinline__ void warp_abt(float (&acc)[R][kTileBlocks][4], const T* a_tile,
-                                         int row0, const T* b_tile) {
+__device__ __forceinline__ void warp_abt(float (&acc)[R][kTileBlocks][4], const T* a_tile, int row0,
+                                         const T* b_tile) {
   const int lane = threadIdx.x % 32, quad = lane / 8;
 #pragma unroll
   for (int r = 0; r < R; ++r) zero(acc[r]);
@@ -304,7 +307,6 @@ __device__ __forceinline__ void warp_store(const float (&acc)[D / 8][4], T* dst,
     }
   }
 }
-
 
 __device__ __forceinline__ bool visible(const FlashGeometry& g, int64_t query, int64_t key) {
   return query < g.L && key < g.S && !(g.causal && key > query);
@@ -646,9 +648,8 @@ __global__ void __launch_bounds__(kBlockThreads)
   const T* kb = k + work.b * ks.batch + work.h * ks.head;
   const T* vb = v + work.b * vs.batch + work.h * vs.head;
   const int q_rows = int(min64(kQueryRows, g.L - q0));
-  load_tile_async<T, D, R>(tiles.fixed(0),
-                           q + work.b * qs.batch + work.h * qs.head + q0 * qs.row, qs.row, q_rows,
-                           E);
+  load_tile_async<T, D, R>(tiles.fixed(0), q + work.b * qs.batch + work.h * qs.head + q0 * qs.row,
+                           qs.row, q_rows, E);
   load_tile_async<T, D, R>(tiles.fixed(1),
                            dout + work.b * dos.batch + work.h * dos.head + q0 * dos.row, dos.row,
                            q_rows, E);
@@ -668,7 +669,7 @@ __global__ void __launch_bounds__(kBlockThreads)
 
   const float scale2 = g.scale * kLog2e;
   const int row0 = warp * kWarpRows * R;  // the warp's first query in the tile
-  float lse2[2 * R], row_delta[2 * R];  // rows gr and gr + 8 of each row tile
+  float lse2[2 * R], row_delta[2 * R];    // rows gr and gr + 8 of each row tile
 #pragma unroll
   for (int i = 0; i < 2 * R; ++i) {
     const int row = row0 + 16 * (i / 2) + gr + 8 * (i % 2);

@@ -329,8 +329,8 @@ __global__ void __launch_bounds__(kBlock)
       // where terms cancel] in device_utils.cuh): the results are the CPU's bits.
       if (decay) g += mul_rn(weight_decay, p);
       if constexpr (Lists == 3) {
-        const T b_stored = convert<T>(
-            first ? g : mul_rn(momentum, convert<C>(buffer[i])) + mul_rn(damp, g));
+        const T b_stored =
+            convert<T>(first ? g : mul_rn(momentum, convert<C>(buffer[i])) + mul_rn(damp, g));
         buffer[i] = b_stored;
         const C b = convert<C>(b_stored);  // the stored (rounded) buffer, as the CPU pass uses
         g = a.nesterov ? g + mul_rn(momentum, b) : b;

@@ -169,6 +169,29 @@ def phases(step, mode, args):
           "host_ms": round(statistics.median(host), 3)})
 
 
+def ops(step, mode, top=40):
+    """train_gpt_ops lines: the largest self device times of one step under torch.profiler
+    (aten ops and the kernels they launch, as key_averages() names them)."""
+    from torch.profiler import ProfilerActivity, profile
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        step()
+        torch.cuda.synchronize()
+
+    def device_us(event):
+        for name in ("self_device_time_total", "self_cuda_time_total"):
+            if hasattr(event, name):
+                return getattr(event, name)
+        return 0.0
+
+    events = sorted(prof.key_averages(), key=device_us, reverse=True)
+    for event in events[:top]:
+        if device_us(event) <= 0:
+            break
+        emit({"bench": "train_gpt_ops", "impl": "pytorch", "mode": mode, "op": event.key,
+              "calls": event.count, "ms": round(device_us(event) / 1e3, 3)})
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batch", type=int, default=8)
@@ -203,6 +226,8 @@ def main():
               "params": sum(p.numel() for p in state["model"].parameters()),
               "loss": round(state["loss"].item(), 4), "scale": state["scaler"].get_scale()})
         phases(step, mode, args)
+        if mode == "bf16":
+            ops(step, mode)
         del step, state
     if "bf16" in tokens_per_s and "fp32" in tokens_per_s:
         speedup = tokens_per_s["bf16"] / tokens_per_s["fp32"]

@@ -96,7 +96,8 @@ TEST_CASE("fused attention gives the same bits with one or two row tiles per war
   for (const bool causal : {false, true}) {
     for (const int64_t E : {32, 64}) {
       CAPTURE(causal, E);
-      const Tensor q = gpu_randn({2, 3, 150, E}, kBFloat16), k = gpu_randn({2, 3, 140, E}, kBFloat16),
+      const Tensor q = gpu_randn({2, 3, 150, E}, kBFloat16),
+                   k = gpu_randn({2, 3, 140, E}, kBFloat16),
                    v = gpu_randn({2, 3, 140, E}, kBFloat16),
                    dy = gpu_randn({2, 3, 150, E}, kBFloat16);
       std::vector<std::vector<Tensor>> runs;
