@@ -26,6 +26,9 @@
 //    "kernel": "fused"}
 //   {"bench": "cuda_attention_row_tiles", "dtype": ..., "pass": ..., "row_tiles": 1, "round": 0,
 //    "tflops": ..., "ms": ...}
+//   {"bench": "cuda_linear_backward", "impl": "halfgrad", "piece": "dw", "shape":
+//   "M8192xN768xK768",
+//    "ms": ..., "tflops": ..., "gbps": ...}
 //
 //   gemm       hg::matmul on [M, K] x [K, N] at 4096^3 and 8192^3 in fp32, tf32
 //              (hg::set_float32_matmul_precision("high")), fp16 and bf16, in TFLOP/s.
@@ -39,6 +42,8 @@
 //              B H T^2 E / 2 multiply-adds); "kernel" says whether the fused kernels ran.
 //              Then the fused kernels again with one and with two query row tiles per warp
 //              (cuda_attention_row_tiles; two rounds, alternating).
+//   linear_backward  the three products of a bf16 linear layer's backward at the GPT step's
+//              shapes, each alone: dx = g w, dw = g^T x, db = sum of g's rows.
 // GPU times are CUDA events around --iters calls, the median of --reps repeats after --warmup
 // calls (NOTE [GPU timing] in bench_util.h); peak_mib is hg::cuda::max_memory_allocated()
 // from just before the inputs are made to the end of the timing.
@@ -488,6 +493,48 @@ void run_cuda_attention_benchmarks(const Options& options) {
   }
 }
 
+// ---- CUDA: the pieces of a linear layer's backward ---------------------------------------------
+
+// The three products of a bf16 linear layer's backward at the GPT step's shapes (M = 8 x 1024
+// rows): dx = g w, dw = g^T x and db = the sum of g's rows, each timed alone, with the ops a
+// user would call (mm, mm of a transposed view, sum over dim 0).
+void run_cuda_linear_backward_benchmarks(const Options& options) {
+  constexpr int64_t M = 8 * 1024;
+  struct Shape2 {
+    int64_t N, K;  // out_features, in_features
+  };
+  const Shape2 shapes[] = {{768, 768}, {3072, 768}, {768, 3072}, {50304, 768}};
+  for (const Shape2& shape : shapes) {
+    hg::manual_seed(4);
+    const hg::TensorOptions on_gpu{.dtype = hg::kBFloat16, .device = hg::kCUDA};
+    const hg::Tensor g = hg::randn({M, shape.N}, on_gpu), x = hg::randn({M, shape.K}, on_gpu),
+                     w = hg::randn({shape.N, shape.K}, on_gpu);
+    hg::NoGradGuard no_grad;
+    struct Piece {
+      const char* name;
+      double flops, bytes;
+      std::function<void()> call;
+    };
+    const double MNK = double(M) * double(shape.N) * double(shape.K);
+    const Piece pieces[] = {
+        {"dx", 2 * MNK, 2.0 * double(M * shape.N + shape.N * shape.K + M * shape.K),
+         [&] { (void)hg::mm(g, w); }},
+        {"dw", 2 * MNK, 2.0 * double(M * shape.N + M * shape.K + shape.N * shape.K),
+         [&] { (void)hg::mm(g.t(), x); }},
+        {"db", double(M * shape.N), 2.0 * double(M * shape.N + shape.N),
+         [&] { (void)hg::sum(g, {0}); }},
+    };
+    for (const Piece& piece : pieces) {
+      const double ms = hg::bench::cuda_ms_per_call(options, piece.call);
+      fmt::print(
+          "{{\"bench\": \"cuda_linear_backward\", \"impl\": \"halfgrad\", \"piece\": \"{}\", "
+          "\"shape\": \"M{}xN{}xK{}\", \"ms\": {:.4f}, \"tflops\": {:.1f}, \"gbps\": {:.0f}}}\n",
+          piece.name, M, shape.N, shape.K, ms, piece.flops / ms * 1e-9, piece.bytes / ms * 1e-6);
+    }
+    std::fflush(stdout);
+  }
+}
+
 // ---- main ---------------------------------------------------------------------------------
 
 // A section runs on the CPU, on the GPU (--device cuda), or each with its own function; the
@@ -504,6 +551,7 @@ constexpr Section kSections[] = {
     {"tiny_gemm", run_tiny_gemm_benchmarks, nullptr},
     {"bandwidth", nullptr, run_cuda_bandwidth_benchmarks},
     {"attention", nullptr, run_cuda_attention_benchmarks},
+    {"linear_backward", nullptr, run_cuda_linear_backward_benchmarks},
 };
 
 }  // namespace

@@ -44,7 +44,7 @@
 //   {"bench": "train_gpt_phases", "impl": "halfgrad", "mode": "bf16", "forward_ms": ...,
 //    "backward_ms": ..., "optimizer_ms": ..., "host_ms": ...}
 //   {"bench": "train_gpt_ops", "impl": "halfgrad", "mode": "bf16", "phase": "backward",
-//    "op": "matmul", "calls": ..., "ms": ...}
+//    "op": "LinearBackward", "calls": ..., "ms": ...}
 //   {"bench": "train_gpt_graph", "impl": "halfgrad", "mode": "bf16", "host_syncs": 0, "ms": ...,
 //    "eager_ms": ..., "eager_over_graph": ...}
 //
@@ -61,7 +61,7 @@
 //           peak_mib (hg::cuda::max_memory_allocated since just before the model is built) is
 //           that mode's alone. Then per mode the phases of single steps (forward and loss,
 //           backward, the optimizer's part from unscale_ to update) by events, and for bf16
-//           the 40 largest (phase, op) GPU times of one step and the step captured into a
+//           the 60 largest (phase, op or node) GPU times of one step and the step captured into a
 //           CUDA graph and replayed (capturing fails on any host sync). --small: a 2-layer,
 //           128-wide model on T = 64 (smoke tests; no twin).
 #include <omp.h>
@@ -77,6 +77,7 @@
 #include <memory>
 #include <optional>
 #include <random>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -525,6 +526,7 @@ class GptRun {
   }
   double last_loss() const { return loss_.item<double>(); }  // waits for the device
   double scale() const { return scaler_.get_scale(); }
+  const Tensor& loss() const { return loss_; }
 
  private:
   // nanoGPT's groups: weight decay on the parameters of 2 or more dims (matrices, embeddings).
@@ -584,25 +586,44 @@ void print_gpt_phases(const TrainOptions& options, GptRun& run, Mode mode) {
   std::fflush(stdout);
 }
 
-// {"bench": "train_gpt_ops", ...}: the GPU time of one step per op and phase. A dispatch
-// observer (ops/observer.h) records an event after each outermost CUDA op; the GPU time between
-// two events is the work enqueued between them, which is the later op's (its autocast casts
-// and inner ops included: they are not outermost). Work outside ops (the autograd engine's
-// gradient accumulation, the fused optimizer) falls to the "(outside ops)" entry of its phase,
-// closed by the step's marks. The events cost the host a few microseconds per op; the step
-// stays GPU-bound (train_gpt_phases' host_ms).
+// {"bench": "train_gpt_ops", ...}: the GPU time of one step per phase and op (forward,
+// optimizer) or autograd node (backward). Events mark the boundaries; the GPU time between two
+// events is the work enqueued between them:
+//   - forward and optimizer: a dispatch observer (ops/observer.h) records an event after each
+//     outermost CUDA op, so an interval is the op's (its autocast casts and inner ops
+//     included). Work outside ops (the fused optimizer's kernels) falls to "(outside ops)",
+//     closed by the step's marks;
+//   - backward: a pre-hook on every node of the graph records an event before the node runs,
+//     so an interval is the previous node's (its kernels, and the engine's sums of the
+//     gradients it produced), whether its backward calls ops or kernels directly.
+// The events cost the host a few microseconds each; the step stays GPU-bound
+// (train_gpt_phases' host_ms).
 class GpuOpProfile final : public hg::ops::DispatchObserver {
  public:
+  ~GpuOpProfile() override { remove_hooks(); }
+
   void on_op(const hg::ops::OpCall& call) override {
-    if (call.outermost && call.device_type == hg::kCUDA) record(std::string(hg::op_name(call.op)));
+    if (phase_ != "backward" && call.outermost && call.device_type == hg::kCUDA) {
+      record(std::string(hg::op_name(call.op)));
+    }
   }
-  // Closes the current phase's work outside ops and starts `next` ("" at the end).
-  void mark(const std::string& next) {
-    if (!phase_.empty()) record("(outside ops)");
+  // Closes the current phase and starts `next` ("" at the end); entering the backward hooks
+  // every node of the graph that produced `loss`.
+  void mark(const std::string& next, const Tensor& loss) {
+    if (phase_ == "backward") {
+      record(node_);
+      remove_hooks();
+    } else if (!phase_.empty()) {
+      record("(outside ops)");
+    }
     phase_ = next;
     if (labels_.empty()) record("(start)");
+    if (phase_ == "backward") {
+      node_ = "(before the first node)";
+      hook_graph(loss);
+    }
   }
-  // Per (phase, op): calls and milliseconds, once the recorded work has run.
+  // Per (phase, op or node): calls and milliseconds, once the recorded work has run.
   std::map<std::pair<std::string, std::string>, std::pair<int, double>> totals() const {
     std::map<std::pair<std::string, std::string>, std::pair<int, double>> out;
     if (used_ > 0) events_[used_ - 1]->synchronize();
@@ -615,29 +636,54 @@ class GpuOpProfile final : public hg::ops::DispatchObserver {
   }
 
  private:
-  void record(std::string op) {
+  void record(std::string label) {
     if (used_ == events_.size()) events_.push_back(std::make_unique<hg::cuda::Event>());
     events_[used_++]->record();
-    labels_.emplace_back(phase_, std::move(op));
+    labels_.emplace_back(phase_, std::move(label));
+  }
+  void hook_graph(const Tensor& loss) {
+    std::vector<std::shared_ptr<hg::autograd::Node>> pending;
+    if (loss.grad_fn()) pending.push_back(loss.grad_fn());
+    std::set<hg::autograd::Node*> seen;
+    while (!pending.empty()) {
+      std::shared_ptr<hg::autograd::Node> node = std::move(pending.back());
+      pending.pop_back();
+      if (!seen.insert(node.get()).second || node->outputs.empty()) continue;
+      node->pre_hooks.emplace_back(0, [this, name = node->name()](const Tensor&) {
+        record(node_);
+        node_ = name;
+        return Tensor();
+      });
+      hooked_.push_back(node);
+      for (const hg::autograd::Edge& edge : node->next_edges) {
+        if (edge.valid()) pending.push_back(edge.node);
+      }
+    }
+  }
+  void remove_hooks() {
+    for (const auto& node : hooked_) node->pre_hooks.pop_back();
+    hooked_.clear();
   }
 
   std::vector<std::unique_ptr<hg::cuda::Event>> events_;
   std::vector<std::pair<std::string, std::string>> labels_;
   size_t used_ = 0;
-  std::string phase_;
+  std::string phase_, node_;
+  std::vector<std::shared_ptr<hg::autograd::Node>> hooked_;
 };
 
 void print_gpt_ops(GptRun& run, Mode mode, int top) {
   GpuOpProfile profile;
   const char* phases[] = {"forward", "backward", "optimizer", ""};
   hg::cuda::synchronize();
-  run.step([&](int i) { profile.mark(phases[i]); });
+  run.step([&](int i) { profile.mark(phases[i], run.loss()); });
   std::vector<std::pair<double, std::string>> rows;
   for (const auto& [key, value] : profile.totals()) {
     rows.emplace_back(
         value.second,
-        fmt::format("{{\"bench\": \"train_gpt_ops\", \"impl\": \"halfgrad\", \"mode\": \"{}\", "
-                    "\"phase\": \"{}\", \"op\": \"{}\", \"calls\": {}, \"ms\": {:.3f}}}",
+        fmt::format("{{\"bench\": \"train_gpt_ops\", \"impl\": \"halfgrad\", "
+                    "\"mode\": \"{}\", \"phase\": \"{}\", \"op\": \"{}\", "
+                    "\"calls\": {}, \"ms\": {:.3f}}}",
                     mode_name(mode), key.first, key.second, value.first, value.second));
   }
   std::sort(rows.rbegin(), rows.rend());
@@ -694,7 +740,7 @@ void run_gpt(const TrainOptions& options, Peers&) {
 #if HALFGRAD_HAS_CUDA
     print_gpt_phases(options, run, mode);
     if (mode == Mode::Bf16) {
-      print_gpt_ops(run, mode, 40);
+      print_gpt_ops(run, mode, 60);
       print_gpt_graph(options, run, mode, ms);
     }
 #endif

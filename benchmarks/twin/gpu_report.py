@@ -139,6 +139,18 @@ def main():
               "pytorch_peak_mib": torch and torch.get("peak_mib")})
         judge(f"attention {dtype} {pass_name} vs PyTorch SDPA", ratio, None)
 
+    # The pieces of a linear layer's backward (PyTorch's time over halfgrad's).
+    piece_keys = sorted({(r["shape"], r["piece"]) for r in records
+                         if r.get("bench") == "cuda_linear_backward"})
+    for shape, piece in piece_keys:
+        hg = find(records, "cuda_linear_backward", "halfgrad", shape=shape, piece=piece)
+        torch = find(records, "cuda_linear_backward", "pytorch", shape=shape, piece=piece)
+        ratio = torch["ms"] / hg["ms"] if hg and torch and hg["ms"] else None
+        emit({"bench": "cuda_linear_backward_ratio", "shape": shape, "piece": piece,
+              "halfgrad_ms": hg and hg["ms"], "pytorch_ms": torch and torch["ms"],
+              "ratio": ratio and round(ratio, 3)})
+        judge(f"linear backward {piece} {shape} vs PyTorch", ratio, None)
+
     # The GPT training step.
     for mode in ("fp32", "fp16", "bf16"):
         hg = find(records, "train_gpt", "halfgrad", mode=mode)

@@ -199,19 +199,41 @@ def run_attention(args):
         del q, k, v, dy
 
 
+def run_linear_backward(args):
+    """The cuda_linear_backward lines: dx = g w, dw = g^T x and db = g.sum(0) in bf16 at the
+    GPT step's shapes, each alone (hg-bench-ops' linear_backward section)."""
+    M = 8 * 1024
+    for N, K in ((768, 768), (3072, 768), (768, 3072), (50304, 768)):
+        torch.manual_seed(4)
+        g = torch.randn(M, N, device=DEVICE, dtype=torch.bfloat16)
+        x = torch.randn(M, K, device=DEVICE, dtype=torch.bfloat16)
+        w = torch.randn(N, K, device=DEVICE, dtype=torch.bfloat16)
+        pieces = (("dx", 2.0 * M * N * K, 2.0 * (M * N + N * K + M * K), lambda: g @ w),
+                  ("dw", 2.0 * M * N * K, 2.0 * (M * N + M * K + N * K), lambda: g.t() @ x),
+                  ("db", 1.0 * M * N, 2.0 * (M * N + N), lambda: g.sum(0)))
+        with torch.no_grad():
+            for name, flops, bytes_moved, call in pieces:
+                ms = ms_per_call(call, args)
+                emit({"bench": "cuda_linear_backward", "impl": "pytorch", "piece": name,
+                      "shape": f"M{M}xN{N}xK{K}", "ms": round(ms, 4),
+                      "tflops": round(flops / ms * 1e-9, 1), "gbps": round(bytes_moved / ms * 1e-6)})
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--reps", type=int, default=10)
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--iters", type=int, default=5)
-    parser.add_argument("--only", choices=["all", "gemm", "bandwidth", "attention"],
+    parser.add_argument("--only", choices=["all", "gemm", "bandwidth", "attention",
+                                           "linear_backward"],
                         default="all")
     args = parser.parse_args()
     if not torch.cuda.is_available():
         raise SystemExit("ops_twin: PyTorch sees no CUDA device")
     emit({"bench": "cuda_device", "impl": "pytorch", "name": torch.cuda.get_device_name(),
           "torch": torch.__version__, "cuda": torch.version.cuda})
-    sections = {"gemm": run_gemm, "bandwidth": run_bandwidth, "attention": run_attention}
+    sections = {"gemm": run_gemm, "bandwidth": run_bandwidth, "attention": run_attention,
+                "linear_backward": run_linear_backward}
     for name, run in sections.items():
         if args.only in ("all", name):
             run(args)
