@@ -18,6 +18,23 @@ add_library(halfgrad_xxhash INTERFACE)
 target_include_directories(halfgrad_xxhash INTERFACE "${HALFGRAD_XXHASH_INCLUDE_DIR}")
 target_link_libraries(halfgrad_xxhash INTERFACE "${HALFGRAD_XXHASH_LIBRARY}")
 
+# SLEEF (libsleef-dev) runs the vector math of the CPU elementwise kernels (NOTE [Vector
+# math] in cpu/vector_math.h); like xxHash it has no CMake package in Debian. x86-64 only: its
+# AVX-512 and AVX2 functions are the ones halfgrad calls.
+set(HALFGRAD_HAS_SLEEF OFF)
+if(CMAKE_SYSTEM_PROCESSOR MATCHES "x86_64|AMD64")
+  find_path(HALFGRAD_SLEEF_INCLUDE_DIR sleef.h)
+  find_library(HALFGRAD_SLEEF_LIBRARY NAMES sleef)
+  if(NOT HALFGRAD_SLEEF_INCLUDE_DIR OR NOT HALFGRAD_SLEEF_LIBRARY)
+    message(FATAL_ERROR "SLEEF was not found (sleef.h, libsleef); install libsleef-dev "
+                        "(./scripts/setup does)")
+  endif()
+  set(HALFGRAD_HAS_SLEEF ON)
+  add_library(halfgrad_sleef INTERFACE)
+  target_include_directories(halfgrad_sleef INTERFACE "${HALFGRAD_SLEEF_INCLUDE_DIR}")
+  target_link_libraries(halfgrad_sleef INTERFACE "${HALFGRAD_SLEEF_LIBRARY}")
+endif()
+
 # ---- oneDNN -------------------------------------------------------------------------------
 # NOTE [Finding oneDNN] Debian's dnnl-config.cmake insists on OpenCL (its package is built
 # with the OpenCL GPU runtime, which halfgrad does not use), so the library and header are

@@ -26,6 +26,14 @@ foreach(_hg_module IN LISTS HALFGRAD_MODULES)
 endforeach()
 file(GLOB HALFGRAD_SOURCES CONFIGURE_DEPENDS ${_hg_source_globs})
 
+# The vector math files for one instruction set each (NOTE [Vector math]): compiled for it,
+# called only where the CPU has it; without SLEEF (not x86-64) they are left out.
+set(_hg_vector_math_avx512 "${PROJECT_SOURCE_DIR}/cpu/vector_math_avx512.cpp")
+set(_hg_vector_math_avx2 "${PROJECT_SOURCE_DIR}/cpu/vector_math_avx2.cpp")
+if(NOT HALFGRAD_HAS_SLEEF)
+  list(REMOVE_ITEM HALFGRAD_SOURCES ${_hg_vector_math_avx512} ${_hg_vector_math_avx2})
+endif()
+
 add_library(halfgrad STATIC ${HALFGRAD_SOURCES})
 add_library(halfgrad::halfgrad ALIAS halfgrad)
 set_target_properties(halfgrad PROPERTIES POSITION_INDEPENDENT_CODE ON)
@@ -51,6 +59,17 @@ target_link_libraries(halfgrad PRIVATE $<BUILD_INTERFACE:nlohmann_json::nlohmann
 # includes it, and an installed consumer links libxxhash as it links libdnnl.
 target_link_libraries(halfgrad PRIVATE $<BUILD_INTERFACE:halfgrad_xxhash>)
 target_link_libraries(halfgrad INTERFACE $<INSTALL_INTERFACE:${HALFGRAD_XXHASH_LIBRARY}>)
+
+if(HALFGRAD_HAS_SLEEF)
+  # -ffp-contract=off: the formulas round each operation as unary.def's scalar ones do (a
+  # fused multiply-add would change their arguments by an ulp, and exp amplifies that).
+  set_source_files_properties(${_hg_vector_math_avx512} PROPERTIES
+    COMPILE_OPTIONS "-mavx512f;-ffp-contract=off")
+  set_source_files_properties(${_hg_vector_math_avx2} PROPERTIES
+    COMPILE_OPTIONS "-mavx2;-mfma;-ffp-contract=off")
+  target_link_libraries(halfgrad PRIVATE $<BUILD_INTERFACE:halfgrad_sleef>)
+  target_link_libraries(halfgrad INTERFACE $<INSTALL_INTERFACE:${HALFGRAD_SLEEF_LIBRARY}>)
+endif()
 
 if(HALFGRAD_HAS_ONEDNN)
   target_link_libraries(halfgrad PRIVATE $<BUILD_INTERFACE:halfgrad_dnnl>)

@@ -14,4 +14,14 @@ inline bool cpu_has_avx512f() {
 #endif
 }
 
+// AVX2 with FMA (8-lane float vectors).
+inline bool cpu_has_avx2_fma() {
+#if defined(__x86_64__)
+  static const bool supported = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  return supported;
+#else
+  return false;
+#endif
+}
+
 }  // namespace hg

@@ -6,9 +6,11 @@
 // broadcasting and 16-bit storage directly, and the compiler vectorizes the contiguous case.
 // Eigen runs the float64 GEMM, and float32 GEMMs in builds without oneDNN (cpu/eigen_gemm.cpp).
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <numbers>
+#include <optional>
 #include <type_traits>
 
 #if defined(__x86_64__)
@@ -22,6 +24,7 @@
 #include "halfgrad/core/strided_loop.h"
 #include "halfgrad/core/view.h"
 #include "halfgrad/cpu/kernels.h"
+#include "halfgrad/cpu/vector_math.h"
 #include "halfgrad/kernel/elementwise.h"
 #include "halfgrad/kernel/formulas.h"
 #include "halfgrad/kernel/index_checks.h"
@@ -70,6 +73,72 @@ __attribute__((target("avx512f"))) void zero_where_at_most_floats_avx512(float* 
 }
 #endif
 
+// The vector function of a unary kind (NOTE [Vector math] in vector_math.h), if it has one.
+constexpr std::optional<VectorFn> vector_fn_of(Unary op) {
+  switch (op) {
+    case Unary::Exp:
+      return VectorFn::Exp;
+    case Unary::Expm1:
+      return VectorFn::Expm1;
+    case Unary::Log:
+      return VectorFn::Log;
+    case Unary::Log1p:
+      return VectorFn::Log1p;
+    case Unary::Log2:
+      return VectorFn::Log2;
+    case Unary::Log10:
+      return VectorFn::Log10;
+    case Unary::Sin:
+      return VectorFn::Sin;
+    case Unary::Cos:
+      return VectorFn::Cos;
+    case Unary::Tanh:
+      return VectorFn::Tanh;
+    case Unary::Erf:
+      return VectorFn::Erf;
+    case Unary::Sigmoid:
+      return VectorFn::Sigmoid;
+    case Unary::Silu:
+      return VectorFn::Silu;
+    case Unary::Gelu:
+      return VectorFn::Gelu;
+    case Unary::GeluTanh:
+      return VectorFn::GeluTanh;
+    case Unary::GeluGrad:
+      return VectorFn::GeluGrad;
+    case Unary::GeluTanhGrad:
+      return VectorFn::GeluTanhGrad;
+    case Unary::Softplus:
+      return VectorFn::Softplus;
+    default:
+      return std::nullopt;
+  }
+}
+
+// o[i] = fn(in[i]) for a contiguous run through the vector pass `pass`: float32 directly,
+// float16 and bfloat16 widened into float32 chunks that stay in the L1 cache and rounded once
+// on the way back. False for other dtypes (the caller's scalar loop runs).
+template <class T>
+bool vector_unary_run(VectorMap pass, VectorFn fn, T* o, const T* in, int64_t n) {
+  if constexpr (std::is_same_v<T, float>) {
+    pass(fn, in, o, n);
+    return true;
+  } else if constexpr (std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>) {
+    constexpr int64_t kChunk = 256;
+    float chunk[kChunk];
+    for (int64_t start = 0; start < n; start += kChunk) {
+      const int64_t m = std::min(kChunk, n - start);
+      for (int64_t i = 0; i < m; ++i) chunk[i] = cast_value<float>(in[start + i]);
+      pass(fn, chunk, chunk, m);
+      for (int64_t i = 0; i < m; ++i) o[start + i] = cast_value<T>(chunk[i]);
+    }
+    return true;
+  } else {
+    (void)pass, (void)fn, (void)o, (void)in, (void)n;
+    return false;
+  }
+}
+
 template <Unary Op>
 Tensor run_unary(const Tensor& x) {
   Tensor out = empty(x.sizes(), x.options());
@@ -81,10 +150,11 @@ Tensor run_unary(const Tensor& x) {
     } else if constexpr (std::is_integral_v<T> && !kernel::unary_takes_integers(Op)) {
       HG_ERROR("elementwise: expected a floating tensor, got {}", x.dtype());
     } else {
+      const VectorMap pass = vector_fn_of(Op).has_value() ? vector_mapper() : nullptr;
       for_each_row<2>(x.sizes(),
                       {static_cast<char*>(out.data_ptr()), static_cast<char*>(x.data_ptr())},
                       {byte_strides(out), byte_strides(x)},
-                      [](std::array<char*, 2> p, std::array<int64_t, 2> s, int64_t n) {
+                      [pass](std::array<char*, 2> p, std::array<int64_t, 2> s, int64_t n) {
                         if (s[0] == sizeof(T) && s[1] == sizeof(T)) {
                           T* o = reinterpret_cast<T*>(p[0]);
                           const T* in = reinterpret_cast<const T*>(p[1]);
@@ -95,6 +165,10 @@ Tensor run_unary(const Tensor& x) {
                             }
                           }
 #endif
+                          if constexpr (constexpr std::optional<VectorFn> fn = vector_fn_of(Op);
+                                        fn.has_value()) {
+                            if (pass != nullptr && vector_unary_run(pass, *fn, o, in, n)) return;
+                          }
                           for (int64_t i = 0; i < n; ++i) {
                             o[i] = cast_value<T>(kernel::unary_fn<Op, C>(cast_value<C>(in[i])));
                           }

@@ -516,7 +516,7 @@ struct BackwardTiles {
   static constexpr int kTileElems = int(Layout<D>::kOperand / 2);
   static constexpr int64_t kStats = R * Layout<D>::kRowStats;
   static constexpr int64_t kBufferBytes = 2 * Layout<D>::kOperand + 2 * kStats;
-  static constexpr int64_t kBytes = 2 * R * Layout<D>::kOperand + 2 * kBufferBytes;
+  static constexpr int64_t bytes() { return 2 * R * Layout<D>::kOperand + 2 * kBufferBytes; }
   unsigned char* smem;
   __device__ explicit BackwardTiles(unsigned char* s) : smem(s) {}
   __device__ T* fixed(int i) const { return reinterpret_cast<T*>(smem) + i * R * kTileElems; }
@@ -531,9 +531,9 @@ struct BackwardTiles {
   }
   __device__ float* delta(int b) const { return lse(b) + kStats / 4; }
 };
-static_assert(BackwardTiles<__half, 64, 1>::kBytes == Layout<64>::kBackwardKV);
-static_assert(BackwardTiles<__half, 64, 2>::kBytes == Layout<64>::backward_q(2));
-static_assert(BackwardTiles<__half, 128, 1>::kBytes == Layout<128>::backward_q(1));
+static_assert(BackwardTiles<__half, 64, 1>::bytes() == Layout<64>::kBackwardKV);
+static_assert(BackwardTiles<__half, 64, 2>::bytes() == Layout<64>::backward_q(2));
+static_assert(BackwardTiles<__half, 128, 1>::bytes() == Layout<128>::backward_q(1));
 
 // dK and dV for 64 keys: the block walks every query tile that can see them. One row tile per
 // warp: the accumulators of two would not fit the registers.

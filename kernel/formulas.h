@@ -12,6 +12,7 @@
 
 #include "halfgrad/core/dtype.h"
 #include "halfgrad/core/random.h"  // HG_HOST_DEVICE
+#include "halfgrad/kernel/constants.h"
 #include "halfgrad/kernel/kinds.h"
 
 namespace hg::kernel {
@@ -81,11 +82,8 @@ constexpr bool unary_takes_integers(Unary op) {
   return false;
 }
 
-// The formulas unary.def names that take more than an expression, in the compute type C.
-constexpr double kSqrtHalf = 0.70710678118654752440;
-constexpr double kInvSqrt2Pi = 0.39894228040143267794;
-constexpr double kSqrt2OverPi = 0.79788456080286535588;
-constexpr double kGeluCoef = 0.044715;
+// The formulas unary.def names that take more than an expression, in the compute type C (their
+// constants: constants.h).
 
 // x Phi(x) with Phi(x) = erfc(-x / sqrt 2) / 2: 1 + erf(x / sqrt 2) would cancel for negative x
 // and keep only a few correct digits in float.

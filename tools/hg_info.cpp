@@ -9,6 +9,7 @@
 #include "halfgrad/cpu/kernels.h"
 #include "halfgrad/cpu/linalg.h"
 #include "halfgrad/cpu/onednn.h"
+#include "halfgrad/cpu/vector_math.h"
 #include "halfgrad/cuda/cuda.h"
 
 int main(int argc, char** argv) {
@@ -20,6 +21,8 @@ int main(int argc, char** argv) {
   fmt::print("cpu threads   {} (OpenMP)\n", omp_get_max_threads());
   fmt::print("fp16/bf16 cvt {} (vector path chosen for this CPU)\n",
              hg::convert::isa_name(hg::convert::best_isa()));
+  fmt::print("vector math   {} (SLEEF {}; HALFGRAD_VECTOR_MATH=0 turns it off)\n",
+             hg::cpu::vector_math_isa(), HALFGRAD_HAS_SLEEF ? "built" : "not built");
   fmt::print("oneDNN        {}\n", hg::cpu::onednn_version());
   for (hg::DType dtype : {hg::kFloat32, hg::kBFloat16, hg::kFloat16, hg::kFloat64}) {
     fmt::print("GEMM {:<8} {} [{}]\n", hg::dtype_name(dtype),
