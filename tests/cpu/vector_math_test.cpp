@@ -16,6 +16,7 @@
 #include "halfgrad/cpu/vector_math.h"
 #include "halfgrad/halfgrad.h"
 #include "halfgrad/kernel/constants.h"
+#include "halfgrad/kernel/formulas.h"
 #include "test_util.h"
 
 using namespace hg;
@@ -27,102 +28,52 @@ namespace {
 constexpr float kInf = std::numeric_limits<float>::infinity();
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
 
-// fn(x) in float64, the formula of kernel/unary.def evaluated exactly as far as double goes.
-double reference(VectorFn fn, float xf) {
-  const double x = xf;
-  using namespace hg::kernel;
+// fn(x) computed in T by the scalar formula of kernel/unary.def (kernel::unary_fn): in float
+// it is the scalar loop (libm per element), in double the reference.
+template <class T>
+T formula(VectorFn fn, T x) {
+  using kernel::Unary;
+  using kernel::unary_fn;
   switch (fn) {
     case VectorFn::Exp:
-      return std::exp(x);
+      return unary_fn<Unary::Exp, T>(x);
     case VectorFn::Expm1:
-      return std::expm1(x);
+      return unary_fn<Unary::Expm1, T>(x);
     case VectorFn::Log:
-      return std::log(x);
+      return unary_fn<Unary::Log, T>(x);
     case VectorFn::Log1p:
-      return std::log1p(x);
+      return unary_fn<Unary::Log1p, T>(x);
     case VectorFn::Log2:
-      return std::log2(x);
+      return unary_fn<Unary::Log2, T>(x);
     case VectorFn::Log10:
-      return std::log10(x);
+      return unary_fn<Unary::Log10, T>(x);
     case VectorFn::Sin:
-      return std::sin(x);
+      return unary_fn<Unary::Sin, T>(x);
     case VectorFn::Cos:
-      return std::cos(x);
+      return unary_fn<Unary::Cos, T>(x);
     case VectorFn::Tanh:
-      return std::tanh(x);
+      return unary_fn<Unary::Tanh, T>(x);
     case VectorFn::Erf:
-      return std::erf(x);
+      return unary_fn<Unary::Erf, T>(x);
     case VectorFn::Sigmoid:
-      return 1 / (1 + std::exp(-x));
+      return unary_fn<Unary::Sigmoid, T>(x);
     case VectorFn::Silu:
-      return x / (1 + std::exp(-x));
+      return unary_fn<Unary::Silu, T>(x);
     case VectorFn::Gelu:
-      return 0.5 * x * std::erfc(-x * kSqrtHalf);
+      return unary_fn<Unary::Gelu, T>(x);
+    case VectorFn::GeluTanh:
+      return unary_fn<Unary::GeluTanh, T>(x);
     case VectorFn::GeluGrad:
-      return 0.5 * std::erfc(-x * kSqrtHalf) + x * kInvSqrt2Pi * std::exp(-0.5 * x * x);
-    case VectorFn::GeluTanh: {
-      const double inner = kSqrt2OverPi * (x + kGeluCoef * x * x * x);
-      return x / (1 + std::exp(-2 * inner));
-    }
-    case VectorFn::GeluTanhGrad: {
-      const double inner = kSqrt2OverPi * (x + kGeluCoef * x * x * x);
-      const double t = std::tanh(inner);
-      return 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * kSqrt2OverPi * (1 + 3 * kGeluCoef * x * x);
-    }
+      return unary_fn<Unary::GeluGrad, T>(x);
+    case VectorFn::GeluTanhGrad:
+      return unary_fn<Unary::GeluTanhGrad, T>(x);
     case VectorFn::Softplus:
-      return x > 20 ? x : std::log1p(std::exp(x));
+      return unary_fn<Unary::Softplus, T>(x);
   }
-  return std::nan("");
+  return T(kNaN);
 }
-
-// The same formula in float, as the scalar loops compute it (libm per element).
-float scalar(VectorFn fn, float x) {
-  using namespace hg::kernel;
-  switch (fn) {
-    case VectorFn::Exp:
-      return std::exp(x);
-    case VectorFn::Expm1:
-      return std::expm1(x);
-    case VectorFn::Log:
-      return std::log(x);
-    case VectorFn::Log1p:
-      return std::log1p(x);
-    case VectorFn::Log2:
-      return std::log2(x);
-    case VectorFn::Log10:
-      return std::log10(x);
-    case VectorFn::Sin:
-      return std::sin(x);
-    case VectorFn::Cos:
-      return std::cos(x);
-    case VectorFn::Tanh:
-      return std::tanh(x);
-    case VectorFn::Erf:
-      return std::erf(x);
-    case VectorFn::Sigmoid:
-      return 1.0f / (1.0f + std::exp(-x));
-    case VectorFn::Silu:
-      return x / (1.0f + std::exp(-x));
-    case VectorFn::Gelu:
-      return 0.5f * x * std::erfc(-x * float(kSqrtHalf));
-    case VectorFn::GeluGrad:
-      return 0.5f * std::erfc(-x * float(kSqrtHalf)) +
-             x * float(kInvSqrt2Pi) * std::exp(-0.5f * x * x);
-    case VectorFn::GeluTanh: {
-      const float inner = float(kSqrt2OverPi) * (x + float(kGeluCoef) * x * x * x);
-      return x / (1.0f + std::exp(-2.0f * inner));
-    }
-    case VectorFn::GeluTanhGrad: {
-      const float inner = float(kSqrt2OverPi) * (x + float(kGeluCoef) * x * x * x);
-      const float t = std::tanh(inner);
-      const float d_inner = float(kSqrt2OverPi) * (1.0f + float(3 * kGeluCoef) * x * x);
-      return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * d_inner;
-    }
-    case VectorFn::Softplus:
-      return x > 20.0f ? x : std::log1p(std::exp(x));
-  }
-  return kNaN;
-}
+double reference(VectorFn fn, float x) { return formula<double>(fn, double(x)); }
+float scalar(VectorFn fn, float x) { return formula<float>(fn, x); }
 
 // |got - want| in units of the last place of want rounded to float (the smallest subnormal
 // at 0); 0 when both are the same infinity, or both NaN; infinite when only one is.
