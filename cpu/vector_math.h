@@ -1,5 +1,5 @@
 // Vector math for contiguous float32 runs: SLEEF's 16-lane AVX-512 and 8-lane AVX2 functions,
-// chosen at run time (NOTE [Vector math]). The elementwise kernels call vector_map for the
+// chosen at run time (NOTE [Vector math]). The elementwise kernels take vector_mapper() for the
 // unary kinds below; float16 and bfloat16 runs reach it in float32 chunks.
 //
 // NOTE [Vector math] Per element, scalar libm (expf, tanhf, erfcf, ...) was most of a small

@@ -216,7 +216,8 @@ def run_linear_backward(args):
                 ms = ms_per_call(call, args)
                 emit({"bench": "cuda_linear_backward", "impl": "pytorch", "piece": name,
                       "shape": f"M{M}xN{N}xK{K}", "ms": round(ms, 4),
-                      "tflops": round(flops / ms * 1e-9, 1), "gbps": round(bytes_moved / ms * 1e-6)})
+                      "tflops": round(flops / ms * 1e-9, 1),
+                      "gbps": round(bytes_moved / ms * 1e-6)})
 
 
 def main():
