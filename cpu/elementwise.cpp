@@ -18,6 +18,7 @@
 #endif
 
 #include "halfgrad/core/cast.h"
+#include "halfgrad/core/convert.h"
 #include "halfgrad/core/cpu_features.h"
 #include "halfgrad/core/factory.h"
 #include "halfgrad/core/format.h"
@@ -115,22 +116,45 @@ constexpr std::optional<VectorFn> vector_fn_of(Unary op) {
   }
 }
 
+// 16-bit values to float32 and back, with the per-element casts' bits, in vectors
+// (core/convert.h): the contiguous runs of the 16-bit kernels go through float32 chunks of
+// kChunk values, which stay in the L1 cache.
+constexpr int64_t kChunk = 256;
+template <class T>
+constexpr bool kSixteenBit = std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>;
+
+template <class T>
+void widen(const T* in, float* out, int64_t n) {
+  if constexpr (std::is_same_v<T, Half>) {
+    convert::half_to_float(in, out, n);
+  } else {
+    convert::bfloat16_to_float(in, out, n);
+  }
+}
+template <class T>
+void narrow(const float* in, T* out, int64_t n) {
+  if constexpr (std::is_same_v<T, Half>) {
+    convert::float_to_half(in, out, n);
+  } else {
+    convert::float_to_bfloat16(in, out, n);
+  }
+}
+
 // o[i] = fn(in[i]) for a contiguous run through the vector pass `pass`: float32 directly,
-// float16 and bfloat16 widened into float32 chunks that stay in the L1 cache and rounded once
-// on the way back. False for other dtypes (the caller's scalar loop runs).
+// float16 and bfloat16 through float32 chunks, rounded once on the way back. False for other
+// dtypes (the caller's scalar loop runs).
 template <class T>
 bool vector_unary_run(VectorMap pass, VectorFn fn, T* o, const T* in, int64_t n) {
   if constexpr (std::is_same_v<T, float>) {
     pass(fn, in, o, n);
     return true;
-  } else if constexpr (std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>) {
-    constexpr int64_t kChunk = 256;
+  } else if constexpr (kSixteenBit<T>) {
     float chunk[kChunk];
     for (int64_t start = 0; start < n; start += kChunk) {
       const int64_t m = std::min(kChunk, n - start);
-      for (int64_t i = 0; i < m; ++i) chunk[i] = cast_value<float>(in[start + i]);
+      widen(in + start, chunk, m);
       pass(fn, chunk, chunk, m);
-      for (int64_t i = 0; i < m; ++i) o[start + i] = cast_value<T>(chunk[i]);
+      narrow(chunk, o + start, m);
     }
     return true;
   } else {
@@ -206,6 +230,18 @@ void run_binary(const Tensor& out, const Tensor& a, const Tensor& b, double alph
               T* o = reinterpret_cast<T*>(p[0]);
               const T* x = reinterpret_cast<const T*>(p[1]);
               const T* y = reinterpret_cast<const T*>(p[2]);
+              if constexpr (kSixteenBit<T>) {  // the same float math, widened in chunks
+                float a[kChunk], b[kChunk];
+                for (int64_t start = 0; start < n; start += kChunk) {
+                  const int64_t m = std::min(kChunk, n - start);
+                  widen(x + start, a, m);
+                  widen(y + start, b, m);
+                  for (int64_t i = 0; i < m; ++i)
+                    a[i] = kernel::binary_fn<Op, C>(a[i], b[i], scale);
+                  narrow(a, o + start, m);
+                }
+                return;
+              }
               for (int64_t i = 0; i < n; ++i) {
                 o[i] = cast_value<T>(
                     kernel::binary_fn<Op, C>(cast_value<C>(x[i]), cast_value<C>(y[i]), scale));
