@@ -16,6 +16,7 @@
 #include "halfgrad/core/factory.h"
 #include "halfgrad/cpu/kernels.h"
 #include "halfgrad/cpu/nn_common.h"
+#include "halfgrad/cpu/vector_math.h"
 #include "halfgrad/kernel/checks.h"
 
 namespace hg::cpu {
@@ -107,9 +108,42 @@ void for_each_slab(const DimSplit& s, F&& f) {
   });
 }
 
+// The softmax dim innermost (inner == 1): each row contiguous, its exponentials computed
+// through the vector math pass (NOTE [Vector math] in vector_math.h) into a per-thread row
+// buffer, each once; the same formula and summation order as the slab loops below.
+template <class T, bool kLog>
+void softmax_rows_vector(const T* x, T* y, const DimSplit& s, VectorMap pass) {
+  const int64_t D = s.size;
+  parallel_for(s.outer, D, [&](int64_t r) {
+    thread_local std::vector<float> shifted, exps;
+    shifted.resize(size_t(D));
+    exps.resize(size_t(D));
+    const T* row = x + r * D;
+    T* out = y + r * D;
+    float max = -std::numeric_limits<float>::infinity();
+    for (int64_t d = 0; d < D; ++d) max = std::max(max, load(row[d]));
+    for (int64_t d = 0; d < D; ++d) shifted[size_t(d)] = load(row[d]) - max;
+    pass(VectorFn::Exp, shifted.data(), exps.data(), D);
+    float sum = 0;
+    for (int64_t d = 0; d < D; ++d) sum += exps[size_t(d)];
+    if constexpr (kLog) {
+      const float log_sum = std::log(sum);
+      for (int64_t d = 0; d < D; ++d) out[d] = store<T>(shifted[size_t(d)] - log_sum);
+    } else {
+      for (int64_t d = 0; d < D; ++d) out[d] = store<T>(exps[size_t(d)] / sum);
+    }
+  });
+}
+
 template <class T, bool kLog>
 void softmax_forward_kernel(const T* x, T* y, const DimSplit& s) {
   using A = acc_t<T>;
+  if constexpr (std::is_same_v<A, float>) {
+    if (s.inner == 1) {
+      if (const VectorMap pass = vector_mapper())
+        return softmax_rows_vector<T, kLog>(x, y, s, pass);
+    }
+  }
   for_each_slab(s, [&](int64_t offset, int64_t width) {
     const T* xs = x + offset;
     T* ys = y + offset;
@@ -140,9 +174,38 @@ void softmax_forward_kernel(const T* x, T* y, const DimSplit& s) {
   });
 }
 
+// log_softmax's backward with the softmax dim innermost: exp(y) of a row through the vector
+// pass, as softmax_rows_vector does.
+template <class T>
+void log_softmax_backward_rows_vector(const T* dy, const T* y, T* dx, const DimSplit& s,
+                                      VectorMap pass) {
+  const int64_t D = s.size;
+  parallel_for(s.outer, D, [&](int64_t r) {
+    thread_local std::vector<float> exps;
+    exps.resize(size_t(D));
+    const int64_t row = r * D;
+    float sum = 0;
+    for (int64_t d = 0; d < D; ++d) {
+      sum += load(dy[row + d]);
+      exps[size_t(d)] = load(y[row + d]);
+    }
+    pass(VectorFn::Exp, exps.data(), exps.data(), D);
+    for (int64_t d = 0; d < D; ++d) {
+      dx[row + d] = store<T>(load(dy[row + d]) - exps[size_t(d)] * sum);
+    }
+  });
+}
+
 template <class T, bool kLog>
 void softmax_backward_kernel(const T* dy, const T* y, T* dx, const DimSplit& s) {
   using A = acc_t<T>;
+  if constexpr (kLog && std::is_same_v<A, float>) {
+    if (s.inner == 1) {
+      if (const VectorMap pass = vector_mapper()) {
+        return log_softmax_backward_rows_vector<T>(dy, y, dx, s, pass);
+      }
+    }
+  }
   for_each_slab(s, [&](int64_t offset, int64_t width) {
     A sum[kSlab];
     std::fill_n(sum, width, A(0));

@@ -1,6 +1,7 @@
 // Vector math for contiguous float32 runs: SLEEF's 16-lane AVX-512 and 8-lane AVX2 functions,
 // chosen at run time (NOTE [Vector math]). The elementwise kernels take vector_mapper() for the
-// unary kinds below; float16 and bfloat16 runs reach it in float32 chunks.
+// unary kinds below, float16 and bfloat16 runs in float32 chunks; softmax and log_softmax over
+// the last dim (cpu/norm.cpp) take it for their exponentials.
 //
 // NOTE [Vector math] Per element, scalar libm (expf, tanhf, erfcf, ...) was most of a small
 // model's activations and losses on the CPU, in loops the compiler cannot vectorize. SLEEF

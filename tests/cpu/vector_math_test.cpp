@@ -9,6 +9,7 @@
 #include <limits>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "halfgrad/config.h"
@@ -344,4 +345,68 @@ TEST_CASE("vector math can be turned off, and the ops then run their scalar loop
   const std::vector<float> xs = x.to_vector<float>(), ys = scalar_result.to_vector<float>();
   for (size_t i = 0; i < xs.size(); ++i) REQUIRE(ys[i] == std::tanh(xs[i]));
   check_near(vector_result, tanh(x.to(kFloat64)), kFloat32, "vector tanh");
+}
+
+TEST_CASE("softmax and log_softmax rows take the vector exp, with the scalar loops' results") {
+  if (cpu::vector_mapper() == nullptr) {
+    WARN("skipped: no vector math on this CPU or build");
+    return;
+  }
+  manual_seed(13);
+  // Rows of 1 to 300 values over the last dim, with -inf entries, a row all -inf, a NaN and a
+  // +inf: the vector rows against the slab loops (vector math off) and float64.
+  for (const int64_t D : {1, 7, 16, 33, 300}) {
+    Tensor x = randn({5, D}) * 4.0;
+    std::vector<float> values = x.to_vector<float>();
+    values[0] = -kInf;
+    for (int64_t d = 0; d < D; ++d) values[size_t(D + d)] = -kInf;  // row 1: all -inf
+    values[size_t(2 * D)] = kNaN;
+    values[size_t(3 * D)] = kInf;
+    x = tensor(values).reshape({5, D});
+    for (const DType dtype : {kFloat32, kFloat16, kBFloat16}) {
+      CAPTURE(D, dtype);
+      const Tensor xd = x.to(dtype);
+      cpu::set_vector_math_enabled(false);
+      const Tensor slab_softmax = softmax(xd, -1), slab_log = log_softmax(xd, -1);
+      cpu::set_vector_math_enabled(true);
+      const Tensor row_softmax = softmax(xd, -1), row_log = log_softmax(xd, -1);
+      const Tensor want_softmax = softmax(xd.to(kFloat64), -1);
+      const Tensor want_log = log_softmax(xd.to(kFloat64), -1);
+      for (const auto& [got, slab, want] : {std::tuple{row_softmax, slab_softmax, want_softmax},
+                                            std::tuple{row_log, slab_log, want_log}}) {
+        const std::vector<double> g = got.to(kFloat64).to_vector<double>();
+        const std::vector<double> sl = slab.to(kFloat64).to_vector<double>();
+        const std::vector<double> w = want.to_vector<double>();
+        for (size_t i = 0; i < g.size(); ++i) {
+          CAPTURE(i, g[i], sl[i], w[i]);
+          REQUIRE(std::isnan(g[i]) == std::isnan(sl[i]));  // NaN where the slab loops give it
+          if (std::isnan(g[i]) || std::isinf(w[i])) {
+            CHECK((std::isnan(g[i]) || g[i] == w[i]));
+            continue;
+          }
+          CHECK(std::fabs(g[i] - w[i]) <=
+                rounding_tolerance(dtype) * std::fabs(w[i]) + (dtype == kFloat16 ? 1e-7 : 0.0));
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("log_softmax's backward rows take the vector exp") {
+  if (cpu::vector_mapper() == nullptr) {
+    WARN("skipped: no vector math on this CPU or build");
+    return;
+  }
+  manual_seed(14);
+  // dx = g - exp(y) sum(g) over each row, from the stored (rounded) output y, in float64.
+  for (const DType dtype : {kFloat32, kBFloat16}) {
+    CAPTURE(dtype);
+    const Tensor x = (randn({6, 45}) * 3.0).to(dtype).requires_grad_();
+    const Tensor g = randn({6, 45}).to(dtype);
+    const Tensor y = log_softmax(x, -1);
+    y.backward(g);
+    const Tensor y64 = y.detach().to(kFloat64), g64 = g.to(kFloat64);
+    const Tensor want = g64 - exp(y64) * sum(g64, {1}, true);
+    check_near(x.grad(), want, dtype, "log_softmax backward");
+  }
 }
