@@ -123,6 +123,7 @@ class CpuAllocator final : public Allocator {
                nbytes, double(nbytes) / double(1ull << 30));
       std::lock_guard lock(mutex_);
       record_allocation(int64_t(cls.bytes));
+      stats_.system_allocations += 1;
     }
     return DataPtr(data, reinterpret_cast<void*>(cls.bytes), &CpuAllocator::release);
   }

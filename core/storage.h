@@ -73,6 +73,7 @@ struct AllocatorStats {
   int64_t live_bytes = 0;
   int64_t peak_bytes = 0;
   int64_t total_allocations = 0;
+  int64_t system_allocations = 0;  // of total_allocations, those the cache could not serve
   int64_t cached_blocks = 0;
   int64_t cached_bytes = 0;
 };
