@@ -115,20 +115,19 @@ template <class T, bool kLog>
 void softmax_rows_vector(const T* x, T* y, const DimSplit& s, VectorMap pass) {
   const int64_t D = s.size;
   parallel_for(s.outer, D, [&](int64_t r) {
-    thread_local std::vector<float> shifted, exps;
-    shifted.resize(size_t(D));
+    thread_local std::vector<float> exps;  // grows to the longest row, then stays
     exps.resize(size_t(D));
     const T* row = x + r * D;
     T* out = y + r * D;
     float max = -std::numeric_limits<float>::infinity();
     for (int64_t d = 0; d < D; ++d) max = std::max(max, load(row[d]));
-    for (int64_t d = 0; d < D; ++d) shifted[size_t(d)] = load(row[d]) - max;
-    pass(VectorFn::Exp, shifted.data(), exps.data(), D);
+    for (int64_t d = 0; d < D; ++d) exps[size_t(d)] = load(row[d]) - max;
+    pass(VectorFn::Exp, exps.data(), exps.data(), D);
     float sum = 0;
     for (int64_t d = 0; d < D; ++d) sum += exps[size_t(d)];
-    if constexpr (kLog) {
+    if constexpr (kLog) {  // x - max again: the same float operation as before the exp
       const float log_sum = std::log(sum);
-      for (int64_t d = 0; d < D; ++d) out[d] = store<T>(shifted[size_t(d)] - log_sum);
+      for (int64_t d = 0; d < D; ++d) out[d] = store<T>(load(row[d]) - max - log_sum);
     } else {
       for (int64_t d = 0; d < D; ++d) out[d] = store<T>(exps[size_t(d)] / sum);
     }
