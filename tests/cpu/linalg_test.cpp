@@ -349,6 +349,23 @@ TEST_CASE("gemm float16 tiles cover every block edge", "[gemm]") {
   }
 }
 
+TEST_CASE("gemm 16-bit blocks of whole matrices cover every batch edge", "[gemm]") {
+  // Each matrix needs at most 30 floats, so a budget of 64 holds 2 of the 7 matrices per
+  // block: three full blocks and a last one of a single matrix.
+  const TileBudget budget(64);
+  for (DType dtype : {kFloat16, kBFloat16}) {
+    manual_seed(29);
+    const int64_t batch = 7, m = 5, k = 6, n = 4;
+    const Tensor a = randn({batch, m, k}, dtype), b = randn({batch, k, n}, dtype);
+    const Tensor old = randn({batch, m, n}, dtype);
+    check_all_impls(a, b, old);
+    check_all_impls(a, b, old, -0.5, 2.0);
+    check_all_impls(randn({batch, k, m}, dtype).transpose(1, 2),
+                    randn({1, n, k}, dtype).transpose(1, 2).expand({batch, k, n}), old, 1.0, 1.0);
+    check_all_impls(randn({1, m, k}, dtype).expand({batch, m, k}), b, old, 2.0, 0.5);
+  }
+}
+
 TEST_CASE("gemm rejects bad shapes and dtypes with a message naming them", "[gemm]") {
   const Tensor a = randn({2, 3, 4}), b = randn({2, 4, 5}), out = empty({2, 3, 5});
   CHECK_THROWS_WITH(cpu::linalg_kernels.gemm(randn({3, 4}), b, out, 1.0, 0.0),
