@@ -20,6 +20,18 @@
 //           reps of --tiny-steps full steps, in microseconds per step (target 5 us).
 //   watch   the cost of amp::OverflowWatch: the MLP's bf16 and fp16 steps with and without a
 //           watch over the whole step, as "overhead" = watched time / plain time.
+//   gpt-cpu nn::GPT on the CPU in two sizes, each at its own thread count: "demo", the demo's
+//           model (2 layers, 48 wide, 4 heads, T = 9, vocabulary 13, batch 64), one thread;
+//           "larger" (4 layers, 256 wide, 8 heads, T = 64, vocabulary 256, batch 16), two
+//           threads; random tokens and targets. The step is the gpt section's (AdamW, clipping,
+//           the GradScaler on in fp16) in fp32, bf16 and fp16, interleaved with the twin's,
+//           with the ratios over halfgrad's fp32 and over PyTorch:
+//             {"bench": "train_gpt_cpu", "impl": "halfgrad", "mode": "bf16", "size": "demo", ...}
+//             {"bench": "train_gpt_cpu_demo_ratio", "mode": "bf16", "vs": "halfgrad_fp32", ...}
+//           and then, per mode, where its step goes (the CPU form of train_gpt_ops, per step
+//           over 10 steps):
+//             {"bench": "train_gpt_cpu_demo_ops", "mode": "bf16", "phase": "backward", ...}
+//           --small: a 1-layer, 32-wide model (smoke tests; no twin).
 //   memory  the bf16 MLP run alone: peak resident memory after --memory-steps steps (VmHWM)
 //           minus the resident memory just before the model is built (VmRSS), with the
 //           high-water mark reset at that point (writing 5 to /proc/self/clear_refs). Run only
@@ -474,27 +486,28 @@ GptConfig gpt_config(const TrainOptions& options) {
   return {options.vocab, 1024, 12, 12, 768, options.batch};
 }
 
-// The GPT of `config`, initialized on the CPU from seed 0, then moved to the GPU.
-std::shared_ptr<hg::nn::GPT> gpt_on_gpu(const GptConfig& config) {
+// The GPT of `config`, initialized on the CPU from seed 0, then moved to `device`.
+std::shared_ptr<hg::nn::GPT> gpt_on(const GptConfig& config, hg::DeviceType device) {
   hg::manual_seed(0);
   auto model = std::make_shared<hg::nn::GPT>(config.vocab, config.block, config.layers,
                                              config.heads, config.embd);
-  model->to(hg::kCUDA);
+  model->to(device);
   return model;
 }
 
-// One mode's GPT, data, optimizer and scaler on the GPU; step() is one training step.
+// One mode's GPT, data, optimizer and scaler on `device`; step() is one training step.
 class GptRun {
  public:
-  GptRun(Mode mode, const GptConfig& config)
+  GptRun(Mode mode, const GptConfig& config, hg::DeviceType device = hg::kCUDA)
       : mode_(mode),
+        device_(device),
         config_(config),
-        model_(gpt_on_gpu(config)),
+        model_(gpt_on(config, device)),
         opt_(param_groups(*model_), {.lr = 6e-4, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8}),
         scaler_({.enabled = mode == Mode::Fp16}) {
     const int64_t B = config.batch, T = config.block;
-    idx_ = random_labels(B * T, config.vocab, 1).reshape({B, T}).to(hg::kCUDA);  // [B, T]
-    targets_ = random_labels(B * T, config.vocab, 2).to(hg::kCUDA);              // [B * T]
+    idx_ = random_labels(B * T, config.vocab, 1).reshape({B, T}).to(device);  // [B, T]
+    targets_ = random_labels(B * T, config.vocab, 2).to(device);              // [B * T]
     params_ = model_->parameters();
   }
 
@@ -504,7 +517,7 @@ class GptRun {
     if (mark) mark(0);
     opt_.zero_grad();
     {
-      hg::amp::Autocast autocast(hg::kCUDA, mode_ == Mode::Fp16 ? hg::kFloat16 : hg::kBFloat16,
+      hg::amp::Autocast autocast(device_, mode_ == Mode::Fp16 ? hg::kFloat16 : hg::kBFloat16,
                                  /*enabled=*/mode_ != Mode::Fp32);
       const Tensor logits = model_->forward(idx_);  // [B, T, V]
       loss_ = hg::cross_entropy(logits.reshape({-1, config_.vocab}), targets_);
@@ -527,6 +540,7 @@ class GptRun {
   double last_loss() const { return loss_.item<double>(); }  // waits for the device
   double scale() const { return scaler_.get_scale(); }
   const Tensor& loss() const { return loss_; }
+  Mode mode() const { return mode_; }
 
  private:
   // nanoGPT's groups: weight decay on the parameters of 2 or more dims (matrices, embeddings).
@@ -538,6 +552,7 @@ class GptRun {
   }
 
   Mode mode_;
+  hg::DeviceType device_;
   GptConfig config_;
   std::shared_ptr<hg::nn::GPT> model_;
   hg::optim::AdamW opt_;
@@ -545,6 +560,145 @@ class GptRun {
   Tensor idx_, targets_, loss_;
   std::vector<Tensor> params_;
 };
+
+// {"bench": "<bench>", ...} (train_gpt_ops, train_gpt_cpu_ops): the time of a step per phase
+// and op (forward, optimizer) or autograd node (backward). Stamps mark the boundaries, the time
+// between two stamps is the work between them: on the GPU events, whose interval is the work
+// enqueued between them; on the CPU the host's clock, ops being synchronous there:
+//   - forward and optimizer: a dispatch observer (ops/observer.h) stamps after each outermost
+//     op of the device, so an interval is the op's (its autocast casts and inner ops
+//     included). Work outside ops (the fused optimizer's kernels) falls to "(outside ops)",
+//     closed by the step's marks;
+//   - backward: a pre-hook on every node of the graph stamps before the node runs, so an
+//     interval is the previous node's (its kernels, and the engine's sums of the gradients it
+//     produced), whether its backward calls ops or kernels directly.
+// A GPU stamp costs the host a few microseconds; the step stays GPU-bound (train_gpt_phases'
+// host_ms). A CPU stamp costs a clock read, and the hooks' calls, a small part of an op.
+class OpProfile final : public hg::ops::DispatchObserver {
+ public:
+  explicit OpProfile(hg::DeviceType device) : device_(device) {}
+  ~OpProfile() override { remove_hooks(); }
+
+  void on_op(const hg::ops::OpCall& call) override {
+    if (phase_ != "backward" && call.outermost && call.device_type == device_) {
+      record(std::string(hg::op_name(call.op)));
+    }
+  }
+  // Closes the current phase and starts `next` ("" at the end); entering the backward hooks
+  // every node of the graph that produced `loss`.
+  void mark(const std::string& next, const Tensor& loss) {
+    if (phase_ == "backward") {
+      record(node_);
+      remove_hooks();
+    } else if (!phase_.empty()) {
+      record("(outside ops)");
+    }
+    phase_ = next;
+    if (next.empty()) {
+      stepped_ = true;  // the next mark starts another step: no interval across steps
+      return;
+    }
+    if (stepped_ || labels_.empty()) record("(start)");
+    stepped_ = false;
+    if (phase_ == "backward") {
+      node_ = "(before the first node)";
+      hook_graph(loss);
+    }
+  }
+  // Per (phase, op or node): calls and milliseconds, once the recorded work has run.
+  std::map<std::pair<std::string, std::string>, std::pair<int, double>> totals() const {
+    std::map<std::pair<std::string, std::string>, std::pair<int, double>> out;
+#if HALFGRAD_HAS_CUDA
+    if (device_ == hg::kCUDA && used_ > 0) events_[used_ - 1]->synchronize();
+#endif
+    for (size_t i = 1; i < labels_.size(); ++i) {
+      if (labels_[i].second == "(start)") continue;
+      auto& [calls, ms] = out[labels_[i]];
+      ++calls;
+      ms += elapsed_ms(i - 1, i);
+    }
+    return out;
+  }
+
+ private:
+  void record(std::string label) {
+#if HALFGRAD_HAS_CUDA
+    if (device_ == hg::kCUDA) {
+      if (used_ == events_.size()) events_.push_back(std::make_unique<hg::cuda::Event>());
+      events_[used_++]->record();
+    }
+#endif
+    if (device_ == hg::kCPU) host_stamps_.push_back(std::chrono::steady_clock::now());
+    labels_.emplace_back(phase_, std::move(label));
+  }
+  double elapsed_ms(size_t from, size_t to) const {
+#if HALFGRAD_HAS_CUDA
+    if (device_ == hg::kCUDA) return double(events_[from]->elapsed_ms(*events_[to]));
+#endif
+    return std::chrono::duration<double, std::milli>(host_stamps_[to] - host_stamps_[from])
+        .count();
+  }
+  void hook_graph(const Tensor& loss) {
+    std::vector<std::shared_ptr<hg::autograd::Node>> pending;
+    if (loss.grad_fn()) pending.push_back(loss.grad_fn());
+    std::set<hg::autograd::Node*> seen;
+    while (!pending.empty()) {
+      std::shared_ptr<hg::autograd::Node> node = std::move(pending.back());
+      pending.pop_back();
+      if (!seen.insert(node.get()).second || node->outputs.empty()) continue;
+      node->pre_hooks.emplace_back(0, [this, name = node->name()](const Tensor&) {
+        record(node_);
+        node_ = name;
+        return Tensor();
+      });
+      hooked_.push_back(node);
+      for (const hg::autograd::Edge& edge : node->next_edges) {
+        if (edge.valid()) pending.push_back(edge.node);
+      }
+    }
+  }
+  void remove_hooks() {
+    for (const auto& node : hooked_) node->pre_hooks.pop_back();
+    hooked_.clear();
+  }
+
+  hg::DeviceType device_;
+#if HALFGRAD_HAS_CUDA
+  std::vector<std::unique_ptr<hg::cuda::Event>> events_;
+  size_t used_ = 0;
+#endif
+  std::vector<std::chrono::steady_clock::time_point> host_stamps_;
+  std::vector<std::pair<std::string, std::string>> labels_;
+  std::string phase_, node_;
+  bool stepped_ = false;
+  std::vector<std::shared_ptr<hg::autograd::Node>> hooked_;
+};
+
+// The `top` largest (phase, op or node) times of `steps` steps of run on `device`, per step,
+// as {"bench": "<bench>", ...} lines.
+void print_gpt_ops(const std::string& bench, GptRun& run, hg::DeviceType device, Mode mode,
+                   int steps, int top) {
+  OpProfile profile(device);
+  const char* phases[] = {"forward", "backward", "optimizer", ""};
+#if HALFGRAD_HAS_CUDA
+  if (device == hg::kCUDA) hg::cuda::synchronize();
+#endif
+  for (int step = 0; step < steps; ++step) {
+    run.step([&](int i) { profile.mark(phases[i], run.loss()); });
+  }
+  std::vector<std::pair<double, std::string>> rows;
+  for (const auto& [key, value] : profile.totals()) {
+    const double ms = value.second / steps;
+    rows.emplace_back(ms, fmt::format("{{\"bench\": \"{}\", \"impl\": \"halfgrad\", "
+                                      "\"mode\": \"{}\", \"phase\": \"{}\", \"op\": \"{}\", "
+                                      "\"calls\": {}, \"ms\": {:.3f}}}",
+                                      bench, mode_name(mode), key.first, key.second,
+                                      value.first / steps, ms));
+  }
+  std::sort(rows.rbegin(), rows.rend());
+  for (int i = 0; i < top && i < int(rows.size()); ++i) fmt::print("{}\n", rows[size_t(i)].second);
+  std::fflush(stdout);
+}
 
 // {"bench": "<bench>_speedup", ...}: halfgrad's throughput over the peer's (higher is better;
 // the target is met when speedup >= target).
@@ -583,111 +737,6 @@ void print_gpt_phases(const TrainOptions& options, GptRun& run, Mode mode) {
       "\"forward_ms\": {:.3f}, \"backward_ms\": {:.3f}, \"optimizer_ms\": {:.3f}, "
       "\"host_ms\": {:.3f}}}\n",
       mode_name(mode), median(forward), median(backward), median(optimizer), median(host));
-  std::fflush(stdout);
-}
-
-// {"bench": "train_gpt_ops", ...}: the GPU time of one step per phase and op (forward,
-// optimizer) or autograd node (backward). Events mark the boundaries; the GPU time between two
-// events is the work enqueued between them:
-//   - forward and optimizer: a dispatch observer (ops/observer.h) records an event after each
-//     outermost CUDA op, so an interval is the op's (its autocast casts and inner ops
-//     included). Work outside ops (the fused optimizer's kernels) falls to "(outside ops)",
-//     closed by the step's marks;
-//   - backward: a pre-hook on every node of the graph records an event before the node runs,
-//     so an interval is the previous node's (its kernels, and the engine's sums of the
-//     gradients it produced), whether its backward calls ops or kernels directly.
-// The events cost the host a few microseconds each; the step stays GPU-bound
-// (train_gpt_phases' host_ms).
-class GpuOpProfile final : public hg::ops::DispatchObserver {
- public:
-  ~GpuOpProfile() override { remove_hooks(); }
-
-  void on_op(const hg::ops::OpCall& call) override {
-    if (phase_ != "backward" && call.outermost && call.device_type == hg::kCUDA) {
-      record(std::string(hg::op_name(call.op)));
-    }
-  }
-  // Closes the current phase and starts `next` ("" at the end); entering the backward hooks
-  // every node of the graph that produced `loss`.
-  void mark(const std::string& next, const Tensor& loss) {
-    if (phase_ == "backward") {
-      record(node_);
-      remove_hooks();
-    } else if (!phase_.empty()) {
-      record("(outside ops)");
-    }
-    phase_ = next;
-    if (labels_.empty()) record("(start)");
-    if (phase_ == "backward") {
-      node_ = "(before the first node)";
-      hook_graph(loss);
-    }
-  }
-  // Per (phase, op or node): calls and milliseconds, once the recorded work has run.
-  std::map<std::pair<std::string, std::string>, std::pair<int, double>> totals() const {
-    std::map<std::pair<std::string, std::string>, std::pair<int, double>> out;
-    if (used_ > 0) events_[used_ - 1]->synchronize();
-    for (size_t i = 1; i < used_; ++i) {
-      auto& [calls, ms] = out[labels_[i]];
-      ++calls;
-      ms += double(events_[i - 1]->elapsed_ms(*events_[i]));
-    }
-    return out;
-  }
-
- private:
-  void record(std::string label) {
-    if (used_ == events_.size()) events_.push_back(std::make_unique<hg::cuda::Event>());
-    events_[used_++]->record();
-    labels_.emplace_back(phase_, std::move(label));
-  }
-  void hook_graph(const Tensor& loss) {
-    std::vector<std::shared_ptr<hg::autograd::Node>> pending;
-    if (loss.grad_fn()) pending.push_back(loss.grad_fn());
-    std::set<hg::autograd::Node*> seen;
-    while (!pending.empty()) {
-      std::shared_ptr<hg::autograd::Node> node = std::move(pending.back());
-      pending.pop_back();
-      if (!seen.insert(node.get()).second || node->outputs.empty()) continue;
-      node->pre_hooks.emplace_back(0, [this, name = node->name()](const Tensor&) {
-        record(node_);
-        node_ = name;
-        return Tensor();
-      });
-      hooked_.push_back(node);
-      for (const hg::autograd::Edge& edge : node->next_edges) {
-        if (edge.valid()) pending.push_back(edge.node);
-      }
-    }
-  }
-  void remove_hooks() {
-    for (const auto& node : hooked_) node->pre_hooks.pop_back();
-    hooked_.clear();
-  }
-
-  std::vector<std::unique_ptr<hg::cuda::Event>> events_;
-  std::vector<std::pair<std::string, std::string>> labels_;
-  size_t used_ = 0;
-  std::string phase_, node_;
-  std::vector<std::shared_ptr<hg::autograd::Node>> hooked_;
-};
-
-void print_gpt_ops(GptRun& run, Mode mode, int top) {
-  GpuOpProfile profile;
-  const char* phases[] = {"forward", "backward", "optimizer", ""};
-  hg::cuda::synchronize();
-  run.step([&](int i) { profile.mark(phases[i], run.loss()); });
-  std::vector<std::pair<double, std::string>> rows;
-  for (const auto& [key, value] : profile.totals()) {
-    rows.emplace_back(
-        value.second,
-        fmt::format("{{\"bench\": \"train_gpt_ops\", \"impl\": \"halfgrad\", "
-                    "\"mode\": \"{}\", \"phase\": \"{}\", \"op\": \"{}\", "
-                    "\"calls\": {}, \"ms\": {:.3f}}}",
-                    mode_name(mode), key.first, key.second, value.first, value.second));
-  }
-  std::sort(rows.rbegin(), rows.rend());
-  for (int i = 0; i < top && i < int(rows.size()); ++i) fmt::print("{}\n", rows[size_t(i)].second);
   std::fflush(stdout);
 }
 
@@ -740,7 +789,7 @@ void run_gpt(const TrainOptions& options, Peers&) {
 #if HALFGRAD_HAS_CUDA
     print_gpt_phases(options, run, mode);
     if (mode == Mode::Bf16) {
-      print_gpt_ops(run, mode, 60);
+      print_gpt_ops("train_gpt_ops", run, hg::kCUDA, mode, 1, 60);
       print_gpt_graph(options, run, mode, ms);
     }
 #endif
@@ -750,6 +799,95 @@ void run_gpt(const TrainOptions& options, Peers&) {
                   3.0);
   }
   std::fflush(stdout);
+}
+
+// ---- CPU: the GPT training step ---------------------------------------------------------------
+
+// The gpt-cpu sizes (train_twin.py's GPT_CPU holds the same), each at its own thread count,
+// with the targets: bf16 and fp16 over halfgrad's fp32, bf16 over PyTorch's bf16.
+struct CpuGpt {
+  const char* size;
+  GptConfig config;  // vocab, block, layers, heads, embd, batch
+  int threads;
+  double bf16_target;
+  std::optional<double> fp16_target;
+  double torch_target;
+};
+
+const CpuGpt kCpuGpts[] = {{"demo", {13, 9, 2, 4, 48, 64}, 1, 0.75, 1.0, 0.35},
+                           {"larger", {256, 64, 4, 8, 256, 16}, 2, 0.6, std::nullopt, 0.5}};
+
+// --small: a 1-layer, 32-wide GPT on T = 8 (smoke tests; no twin).
+const CpuGpt kSmallCpuGpt = {"small", {16, 8, 1, 2, 32, 4}, 1, 0.75, 1.0, 0.35};
+
+void run_gpt_cpu(const TrainOptions& options, Peers& peers) {
+  std::vector<CpuGpt> sizes(std::begin(kCpuGpts), std::end(kCpuGpts));
+  if (options.small) sizes = {kSmallCpuGpt};
+  const bool twin_live = peers.live && !options.small;
+  for (const CpuGpt& gpt : sizes) {
+    std::vector<std::unique_ptr<GptRun>> runs;
+    std::vector<Candidate> candidates;
+    for (Mode mode : {Mode::Fp32, Mode::Bf16, Mode::Fp16}) {
+      if (std::find(options.modes.begin(), options.modes.end(), mode_name(mode)) ==
+          options.modes.end()) {
+        continue;
+      }
+      runs.push_back(std::make_unique<GptRun>(mode, gpt.config, hg::kCPU));
+      GptRun* run = runs.back().get();
+      const int threads = gpt.threads;
+      candidates.push_back({"halfgrad", mode_name(mode), [run, threads] {
+                              omp_set_num_threads(threads);
+                              run->step();
+                            }});
+      if (twin_live && mode != Mode::Fp16) {  // PyTorch 1.13 has no float16 CPU autocast
+        const std::string command = fmt::format("gpt-cpu {} {}", gpt.size, mode_name(mode));
+        TwinProcess* twin = peers.live.get();
+        candidates.push_back({"pytorch", mode_name(mode), nullptr, 0,
+                              [twin, command] { return 1e3 * twin->request(command, "ms"); }});
+      }
+    }
+    hg::bench::time_interleaved(options, candidates);
+    omp_set_num_threads(options.threads);
+    std::map<std::string, double> halfgrad_ms, torch_ms;
+    for (const Candidate& c : candidates) {
+      const double ms = c.us * 1e-3;
+      fmt::print(
+          "{{\"bench\": \"train_gpt_cpu\", \"impl\": \"{}\", \"mode\": \"{}\", \"size\": "
+          "\"{}\", \"shape\": \"{}\", \"batch\": {}, \"threads\": {}, \"ms\": {:.3f}{}}}\n",
+          c.impl, c.kernel, gpt.size, gpt.config.shape(), gpt.config.batch, gpt.threads, ms,
+          c.kernel == "fp16" ? ", \"note\": \"GradScaler on; PyTorch 1.13 has no fp16 CPU autocast\""
+          : c.impl == "pytorch" ? ", \"interleaved\": true"
+                                : "");
+      (c.impl == "halfgrad" ? halfgrad_ms : torch_ms)[c.kernel] = ms;
+    }
+    // Where each mode's step goes: the 30 largest (phase, op or node) times, per step over
+    // 10 steps.
+    omp_set_num_threads(gpt.threads);
+    for (size_t i = 0; i < runs.size(); ++i) {
+      print_gpt_ops(fmt::format("train_gpt_cpu_{}_ops", gpt.size), *runs[i], hg::kCPU,
+                    runs[i]->mode(), 10, 30);
+    }
+    omp_set_num_threads(options.threads);
+    const std::string bench = fmt::format("train_gpt_cpu_{}", gpt.size);
+    if (halfgrad_ms.count("fp32")) {
+      if (halfgrad_ms.count("bf16")) {
+        print_ratio(bench, "bf16", "halfgrad_fp32", halfgrad_ms["bf16"], halfgrad_ms["fp32"],
+                    gpt.bf16_target);
+      }
+      if (halfgrad_ms.count("fp16")) {
+        print_ratio(bench, "fp16", "halfgrad_fp32", halfgrad_ms["fp16"], halfgrad_ms["fp32"],
+                    gpt.fp16_target);
+      }
+    }
+    for (const char* mode : {"fp32", "bf16"}) {
+      if (halfgrad_ms.count(mode) && torch_ms.count(mode)) {
+        const std::optional<double> target =
+            std::string(mode) == "bf16" ? std::optional<double>(gpt.torch_target) : std::nullopt;
+        print_ratio(bench, mode, "pytorch", halfgrad_ms[mode], torch_ms[mode], target);
+      }
+    }
+    std::fflush(stdout);
+  }
 }
 
 // ---- sections -------------------------------------------------------------------------------
@@ -764,6 +902,7 @@ struct Section {
 constexpr Section kSections[] = {{"mlp", run_mlp, false},
                                  {"tiny", run_tiny, false},
                                  {"watch", run_watch, false},
+                                 {"gpt-cpu", run_gpt_cpu, false},
                                  {"memory", run_memory, false},
                                  {"gpt", run_gpt, true}};
 

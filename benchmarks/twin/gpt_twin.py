@@ -6,12 +6,8 @@
   python3 benchmarks/twin/gpt_twin.py [--batch 8] [--modes fp32 fp16 bf16] [--reps 10]
                                       [--iters 5] [--small]
 
-The model is halfgrad's nn::GPT written as a PyTorch user would (nanoGPT's shape): token and
-position embeddings, 12 pre-LayerNorm blocks (attention: one Linear(C, 3C) for q, k, v,
-F.scaled_dot_product_attention with is_causal=True, an output Linear(C, C); MLP: Linear(C, 4C),
-GELU(tanh), Linear(4C, C)), a final LayerNorm and an lm_head without bias, untied from wte.
-The same init as nn::GPT: N(0, 0.02) for Linear and Embedding weights, zero biases, and the
-q/k/v projection xavier_uniform (nn::MultiheadAttention's in_proj_weight keeps its own init).
+The model is gpt_model.py's (halfgrad's nn::GPT as a PyTorch user writes it, with 12 blocks
+here and F.scaled_dot_product_attention(is_causal=True)).
 
 One step, as hg_bench_train.cpp's: zero_grad(set_to_none=True), forward and cross_entropy under
 torch.autocast("cuda", dtype) (fp16, bf16), scaler.scale(loss).backward(), scaler.unscale_,
@@ -27,26 +23,12 @@ Needs python3 with a CUDA build of PyTorch; benchmarks/run-gpu runs it.
 import argparse
 import statistics
 import time
-from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
-from torch import nn
 
+from gpt_model import GPT, GptConfig, param_groups
 from gpu_timing import DEVICE, emit, ms_per_call
-
-
-@dataclass
-class GptConfig:
-    vocab: int
-    block: int
-    layers: int
-    heads: int
-    embd: int
-    batch: int
-
-    def shape(self):
-        return (f"gpt-L{self.layers}-H{self.heads}-C{self.embd}-T{self.block}-V{self.vocab}")
 
 
 def gpt_config(args):
@@ -55,67 +37,12 @@ def gpt_config(args):
     return GptConfig(args.vocab, 1024, 12, 12, 768, args.batch)
 
 
-class Block(nn.Module):
-    def __init__(self, C, H):
-        super().__init__()
-        self.n_head = H
-        self.ln_1 = nn.LayerNorm(C)
-        self.in_proj = nn.Linear(C, 3 * C)
-        self.out_proj = nn.Linear(C, C)
-        self.ln_2 = nn.LayerNorm(C)
-        self.mlp = nn.Sequential(nn.Linear(C, 4 * C), nn.GELU(approximate="tanh"),
-                                 nn.Linear(4 * C, C))
-
-    def attn(self, x):
-        B, T, C = x.shape
-        H = self.n_head
-        q, k, v = self.in_proj(x).split(C, dim=2)
-        q, k, v = (t.view(B, T, H, C // H).transpose(1, 2) for t in (q, k, v))  # [B, H, T, D]
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        return self.out_proj(y.transpose(1, 2).reshape(B, T, C))
-
-    def forward(self, x):
-        x = x + self.attn(self.ln_1(x))
-        return x + self.mlp(self.ln_2(x))
-
-
-class GPT(nn.Module):
-    def __init__(self, config):
-        super().__init__()
-        C = config.embd
-        self.wte = nn.Embedding(config.vocab, C)
-        self.wpe = nn.Embedding(config.block, C)
-        self.h = nn.ModuleList(Block(C, config.heads) for _ in range(config.layers))
-        self.ln_f = nn.LayerNorm(C)
-        self.lm_head = nn.Linear(C, config.vocab, bias=False)
-        for module in self.modules():
-            if isinstance(module, nn.Linear):
-                nn.init.normal_(module.weight, 0.0, 0.02)
-                if module.bias is not None:
-                    nn.init.zeros_(module.bias)
-            elif isinstance(module, nn.Embedding):
-                nn.init.normal_(module.weight, 0.0, 0.02)
-        for block in self.h:
-            nn.init.xavier_uniform_(block.in_proj.weight)
-        self.register_buffer("positions", torch.arange(config.block), persistent=False)
-
-    def forward(self, idx):  # [B, T] -> [B, T, V]
-        T = idx.size(1)
-        x = self.wte(idx) + self.wpe(self.positions[:T])
-        for block in self.h:
-            x = block(x)
-        return self.lm_head(self.ln_f(x))
-
-
 def make_run(mode, config):
     """The model, data, optimizer and scaler of one mode on the GPU; returns (step, state)."""
     torch.manual_seed(0)
     model = GPT(config).to(DEVICE)
-    decay = [p for p in model.parameters() if p.dim() >= 2]
-    no_decay = [p for p in model.parameters() if p.dim() < 2]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1},
-                             {"params": no_decay, "weight_decay": 0.0}],
-                            lr=6e-4, betas=(0.9, 0.95), eps=1e-8, fused=True)
+    opt = torch.optim.AdamW(param_groups(model), lr=6e-4, betas=(0.9, 0.95), eps=1e-8,
+                            fused=True)
     scaler = torch.amp.GradScaler(DEVICE, enabled=mode == "fp16")
     B, T, V = config.batch, config.block, config.vocab
     idx = torch.randint(0, V, (B, T), device=DEVICE)

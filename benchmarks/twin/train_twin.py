@@ -2,7 +2,7 @@
 """PyTorch twin of hg-bench-train: the same models, batches, losses and optimizers, timed the
 same way, printed as the same JSON lines with "impl": "pytorch".
 
-  python3 benchmarks/twin/train_twin.py --threads 2 [--only mlp|tiny|memory] [--reps 10]
+  python3 benchmarks/twin/train_twin.py --threads 2 [--only mlp|tiny|gpt-cpu|memory] [--reps 10]
 
 Sections (hg_bench_train.cpp describes each; keep the two files in step):
   mlp     MLP 1024 -> 4096 -> 4096 -> 10 (Linear, ReLU), batch 512, cross_entropy, AdamW
@@ -12,13 +12,23 @@ Sections (hg_bench_train.cpp describes each; keep the two files in step):
           of --reps steps after --warmup steps.
   tiny    MLP 32 -> 32 -> 1 (Linear, ReLU), batch 16, mse_loss, SGD lr 1e-3: --tiny-steps
           steps per rep, microseconds per step, median over reps.
+  gpt-cpu gpt_model.py's GPT on the CPU in two sizes, each at its own thread count: "demo",
+          the demo's model (scripts/demo: 2 layers, 48 wide, 4 heads, T = 9, vocabulary 13,
+          batch 64), one thread; "larger" (4 layers, 256 wide, 8 heads, T = 64, vocabulary
+          256, batch 16), two threads. Random tokens and targets. One step = zero_grad
+          (set_to_none=True), forward and cross_entropy (under torch.autocast("cpu",
+          bfloat16) in bf16), backward, clip_grad_norm_ 1.0, AdamW step (lr 6e-4, betas
+          (0.9, 0.95), eps 1e-8, weight decay 0.1 on matrices and embeddings; torch 1.13's
+          CPU default, the single-tensor loop). Modes fp32 and bf16 (1.13 has no float16
+          CPU autocast).
   memory  the bf16 MLP run in this process alone: peak resident memory (VmHWM) after
           --memory-steps steps, minus the resident memory (VmRSS) measured just before the
           model is built, with the high-water mark reset there (/proc/self/clear_refs 5).
           Run it in its own process (--only memory), so that no other section raises the mark.
   --serve reads commands on stdin, one a line, and answers each with one JSON line:
           "mlp fp32" / "mlp bf16" runs one step of that run ({"ms": ...}), "tiny N" runs
-          N tiny steps ({"us": ...} per step), "quit" ends. hg-bench-train --twin-cmd
+          N tiny steps ({"us": ...} per step), "gpt-cpu SIZE MODE" one GPT step at that
+          size's thread count ({"ms": ...}), "quit" ends. hg-bench-train --twin-cmd
           drives it, alternating its own steps with the twin's so that both see the same load.
 
 Needs Debian's python3-torch (benchmarks/run-train installs it); the tests do not use it.
@@ -31,6 +41,8 @@ import time
 
 import torch
 import torch.nn.functional as F
+
+from gpt_model import GPT, GptConfig, param_groups
 
 MLP_SIZES = (1024, 4096, 4096, 10)
 MLP_BATCH = 512
@@ -116,6 +128,45 @@ def run_tiny(args):
           "us": round(ms * 1e3 / args.tiny_steps, 3)})
 
 
+# The gpt-cpu sizes: (config, threads). hg_bench_train.cpp's kCpuGpts holds the same.
+GPT_CPU = {"demo": (GptConfig(13, 9, 2, 4, 48, 64), 1),
+           "larger": (GptConfig(256, 64, 4, 8, 256, 16), 2)}
+
+
+def make_gpt_cpu_run(size, mode):
+    """The GPT, data and optimizer of one gpt-cpu size and mode; returns one training step
+    (run at the size's thread count)."""
+    config, threads = GPT_CPU[size]
+    torch.manual_seed(0)
+    model = GPT(config)
+    opt = torch.optim.AdamW(param_groups(model), lr=6e-4, betas=(0.9, 0.95), eps=1e-8)
+    B, T, V = config.batch, config.block, config.vocab
+    idx = torch.randint(0, V, (B, T))
+    targets = torch.randint(0, V, (B * T,))
+
+    def step():
+        torch.set_num_threads(threads)
+        opt.zero_grad(set_to_none=True)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=mode == "bf16"):
+            loss = F.cross_entropy(model(idx).view(-1, V), targets)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        return loss
+
+    return step
+
+
+def run_gpt_cpu(args):
+    for size, (config, threads) in GPT_CPU.items():
+        for mode in ("fp32", "bf16"):
+            ms = median_ms(make_gpt_cpu_run(size, mode), args.reps, args.warmup)
+            emit({"bench": "train_gpt_cpu", "impl": "pytorch", "mode": mode, "size": size,
+                  "shape": config.shape(), "batch": config.batch, "threads": threads,
+                  "ms": round(ms, 3)})
+    torch.set_num_threads(args.threads)
+
+
 def proc_status_kib(field):
     with open("/proc/self/status") as status:
         for line in status:
@@ -162,9 +213,18 @@ def serve(args):
             start = time.perf_counter()
             steps()
             emit({"us": (time.perf_counter() - start) * 1e6 / count})
+        elif (command[0] == "gpt-cpu" and len(command) == 3 and command[1] in GPT_CPU
+              and command[2] in ("fp32", "bf16")):
+            step = runs.get(tuple(command)) or make_gpt_cpu_run(command[1], command[2])
+            runs[tuple(command)] = step
+            start = time.perf_counter()
+            step()
+            emit({"ms": (time.perf_counter() - start) * 1e3})
+            torch.set_num_threads(args.threads)
         else:
             emit({"error": f"train_twin --serve: unknown command {line.strip()!r} (expected "
-                           "'mlp fp32', 'mlp bf16', 'tiny STEPS' or 'quit')"})
+                           "'mlp fp32', 'mlp bf16', 'tiny STEPS', 'gpt-cpu demo|larger "
+                           "fp32|bf16' or 'quit')"})
 
 
 def main():
@@ -174,7 +234,7 @@ def main():
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--tiny-steps", type=int, default=1000)
     parser.add_argument("--memory-steps", type=int, default=3)
-    parser.add_argument("--only", choices=["all", "mlp", "tiny", "memory"], default="all")
+    parser.add_argument("--only", choices=["all", "mlp", "tiny", "gpt-cpu", "memory"], default="all")
     parser.add_argument("--serve", action="store_true", help="run steps on command (stdin)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
@@ -184,7 +244,7 @@ def main():
     if args.only == "memory":
         run_memory(args)  # alone in its process: the high-water mark is this run's
         return
-    sections = {"mlp": run_mlp, "tiny": run_tiny}
+    sections = {"mlp": run_mlp, "tiny": run_tiny, "gpt-cpu": run_gpt_cpu}
     for name, run in sections.items():
         if args.only in ("all", name):
             run(args)
