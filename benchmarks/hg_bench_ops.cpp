@@ -6,6 +6,7 @@
 //   {"bench": "gemm_ratio", "dtype": "bfloat16", "shape": "1024x1024x1024", "ratio": ...}
 //   {"bench": "dispatch", "case": "add_no_grad", "us": ..., "target_us": 0.3, "met": true}
 //   {"bench": "gemm_tiny", "impl": "small", "shape": "16x32x32", "b": "weight^T", "us": ...}
+//   {"bench": "attention", "impl": "kernels", "dtype": "bfloat16", "pass": "forward", ...}
 //
 // Each section is a run_*_benchmarks(options) function listed in kSections; --only picks one.
 // Times are the median of --reps calls after --warmup calls, on std::chrono::steady_clock.
@@ -51,6 +52,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <functional>
@@ -267,6 +269,74 @@ void run_tiny_gemm_benchmarks(const Options& options) {
           "\"{}x{}x{}\", \"b\": \"{}\", \"us\": {:.3f}}}\n",
           name, c.m, c.k, c.n, c.transposed_b ? "weight^T" : "row-major", us);
       std::fflush(stdout);
+    }
+  }
+}
+
+// ---- CPU: attention ---------------------------------------------------------------------------
+
+// The math scaled_dot_product_attention computes as halfgrad ops when its kernels do not take a
+// call (ops/attention.cpp): q k^T * scale, the future masked, softmax in float32, the weights
+// back in q's dtype, times v.
+hg::Tensor attention_as_ops(const hg::Tensor& q, const hg::Tensor& k, const hg::Tensor& v) {
+  const int64_t L = q.size(-2), S = k.size(-2);
+  const hg::Tensor future = hg::gt(hg::arange(S).unsqueeze(0), hg::arange(L).unsqueeze(1));
+  const hg::Tensor scores = hg::masked_fill(
+      hg::mul(hg::matmul(q, k.transpose(-2, -1)), 1.0 / std::sqrt(double(q.size(-1)))), future,
+      -INFINITY);
+  return hg::matmul(hg::softmax(scores.to(hg::kFloat32), -1).to(q.dtype()), v);
+}
+
+// Causal attention at the gpt-cpu sizes' shapes (hg-bench-train --only gpt-cpu), q, k and v
+// the views nn::MultiheadAttention hands it ([B, L, H, E] projections, transposed): the CPU
+// kernels (NOTE [CPU attention]) against the same math as halfgrad ops, interleaved, forward
+// and forward + backward:
+//   {"bench": "attention", "impl": "kernels", "dtype": "bfloat16", "pass": "forward",
+//    "shape": "64x4x9x12", "us": ...}
+//   {"bench": "attention_ratio", "dtype": ..., "pass": ..., "shape": ..., "vs": "ops", ...}
+void run_attention_benchmarks(const Options& options) {
+  struct Shape4 {
+    int64_t B, H, T, E;
+  };
+  for (const Shape4& s : {Shape4{64, 4, 9, 12}, Shape4{16, 8, 64, 32}}) {
+    for (hg::DType dtype : {hg::kFloat32, hg::kBFloat16}) {
+      hg::manual_seed(5);
+      auto head_view = [&] {
+        return hg::randn({s.B, s.T, s.H, s.E}, dtype).transpose(1, 2).requires_grad_();
+      };
+      const hg::Tensor q = head_view(), k = head_view(), v = head_view();
+      const hg::Tensor dy = hg::randn({s.B, s.H, s.T, s.E}, dtype);
+      using Fn = std::function<hg::Tensor(const hg::Tensor&, const hg::Tensor&, const hg::Tensor&)>;
+      const Fn kernels = [](const hg::Tensor& q, const hg::Tensor& k, const hg::Tensor& v) {
+        return hg::scaled_dot_product_attention(q, k, v, {}, 0.0, true);
+      };
+      const Fn ops = attention_as_ops;
+      for (const char* pass : {"forward", "forward_backward"}) {
+        std::vector<Candidate> candidates;
+        for (const auto& [impl, fn] : {std::pair{"kernels", kernels}, std::pair{"ops", ops}}) {
+          candidates.push_back({impl, pass, [&, fn = fn, pass] {
+                                  if (std::string(pass) == "forward") {
+                                    hg::NoGradGuard no_grad;
+                                    (void)fn(q, k, v);
+                                  } else {
+                                    fn(q, k, v).backward(dy);
+                                  }
+                                }});
+        }
+        hg::bench::time_interleaved(options, candidates);
+        const std::string shape = fmt::format("{}x{}x{}x{}", s.B, s.H, s.T, s.E);
+        for (const Candidate& c : candidates) {
+          fmt::print(
+              "{{\"bench\": \"attention\", \"impl\": \"{}\", \"dtype\": \"{}\", \"pass\": "
+              "\"{}\", \"shape\": \"{}\", \"causal\": true, \"us\": {:.2f}}}\n",
+              c.impl, hg::dtype_name(dtype), pass, shape, c.us);
+        }
+        fmt::print(
+            "{{\"bench\": \"attention_ratio\", \"dtype\": \"{}\", \"pass\": \"{}\", "
+            "\"shape\": \"{}\", \"vs\": \"ops\", \"ratio\": {:.3f}}}\n",
+            hg::dtype_name(dtype), pass, shape, candidates[0].us / candidates[1].us);
+        std::fflush(stdout);
+      }
     }
   }
 }
@@ -550,7 +620,7 @@ constexpr Section kSections[] = {
     {"dispatch", run_dispatch_benchmarks, nullptr},
     {"tiny_gemm", run_tiny_gemm_benchmarks, nullptr},
     {"bandwidth", nullptr, run_cuda_bandwidth_benchmarks},
-    {"attention", nullptr, run_cuda_attention_benchmarks},
+    {"attention", run_attention_benchmarks, run_cuda_attention_benchmarks},
     {"linear_backward", nullptr, run_cuda_linear_backward_benchmarks},
 };
 

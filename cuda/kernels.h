@@ -1,6 +1,6 @@
 // The CUDA backend's kernel tables: one per family of HG_KERNEL_FAMILIES (kernel/kernels.h),
-// with the CPU backend's semantics and errors on tensors of one CUDA device, and the fused
-// attention kernels, which only this backend has. cuda/<family>.cpp defines each; ops/kernels.h
+// with the CPU backend's semantics and errors on tensors of one CUDA device. cuda/<family>.cpp
+// defines each; ops/kernels.h
 // picks these or the CPU backend's tables (cpu/kernels.h) by the device of a tensor argument.
 #pragma once
 
@@ -11,6 +11,5 @@ namespace hg::cuda {
 #define HG_DECLARE_TABLE(family, Family) extern const kernel::Family##Kernels family##_kernels;
 HG_KERNEL_FAMILIES(HG_DECLARE_TABLE)
 #undef HG_DECLARE_TABLE
-extern const kernel::AttentionKernels attention_kernels;
 
 }  // namespace hg::cuda

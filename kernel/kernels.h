@@ -15,8 +15,7 @@
 #include "halfgrad/kernel/reduce.h"
 
 // X(family, Family) for each family with a table on every backend: the table's type is
-// kernel::<Family>Kernels, a backend's table <backend>::<family>_kernels. (Fused attention,
-// kernel::AttentionKernels, exists on CUDA only.)
+// kernel::<Family>Kernels, a backend's table <backend>::<family>_kernels.
 // clang-format off
 #define HG_KERNEL_FAMILIES(X) \
   X(elementwise, Elementwise) \
@@ -28,5 +27,6 @@
   X(pool, Pool)               \
   X(embedding, Embedding)     \
   X(dropout, Dropout)         \
-  X(loss, Loss)
+  X(loss, Loss)               \
+  X(attention, Attention)
 // clang-format on

@@ -3,10 +3,11 @@
 // records the parts. The softmax runs in float32 for 16-bit inputs and the weights are cast
 // back, which keeps the probabilities accurate without changing the result dtype.
 //
-// On a GPU, a call the fused kernels take (no attn_mask, no dropout, float16/bfloat16 heads
-// up to 128 wide: kernel/attention.h) goes to scaled_dot_product_flash_attention instead, one
-// node whose forward and backward never write the [L, S] scores (NOTE [Fused attention] in
-// cuda/attention.cu), as torch picks its flash kernel.
+// A call the backend's attention kernels take (no attn_mask, no dropout; kernel/attention.h says
+// which operands) goes to scaled_dot_product_flash_attention instead, one node, as torch picks
+// its flash kernel: on a GPU its forward and backward never write the [L, S] scores (NOTE
+// [Fused attention] in cuda/attention.cu), on the CPU they are batched GEMMs around one pass
+// over the score rows (NOTE [CPU attention] in cpu/attention.cpp).
 #include "halfgrad/ops/attention.h"
 
 #include <cmath>
@@ -36,7 +37,7 @@ Tensor causal_future(int64_t L, int64_t S, Device device) {
 
 double default_scale(const Tensor& q) { return 1.0 / std::sqrt(double(q.size(-1))); }
 
-// The fused kernels take these operands (on a GPU only).
+// The backend's attention kernels take these operands.
 bool flash_fits(const Tensor& q, const Tensor& k, const Tensor& v) {
   const kernel::AttentionKernels* fused = kernels::attention(q);
   return fused != nullptr && fused->fits(q, k, v);
@@ -50,15 +51,15 @@ Tensor scores(const Tensor& q, const Tensor& k, double factor, bool causal) {
 
 using Grads = autograd::GradList;
 
-// softmax(q k^T * scale, causal) v as one node. On a GPU where the fused kernels fit, the
-// fused kernels run forward and backward (saving the rows' logsumexp, not the weights);
-// elsewhere, and in a backward that is itself recorded (create_graph), the same math runs as
-// halfgrad ops in the accumulation dtype (float32 for 16-bit inputs), recomputing the weights.
+// softmax(q k^T * scale, causal) v as one node. Where the backend's kernels fit, they run
+// forward and backward (saving the rows' logsumexp, not the weights); elsewhere, and in a
+// backward that is itself recorded (create_graph), the same math runs as halfgrad ops in the
+// accumulation dtype (float32 for 16-bit inputs), recomputing the weights.
 struct ScaledDotProductFlashAttention {
   static constexpr OpId id = OpId::scaled_dot_product_flash_attention;
   bool is_causal = false;
   std::optional<double> scale{};
-  bool fused = false;  // set by forward: the CUDA kernels ran, and saved lse and out
+  bool fused = false;  // set by forward: the backend's kernels ran, and saved lse and out
 
   double factor(const Tensor& q) const { return scale.value_or(default_scale(q)); }
 

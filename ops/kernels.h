@@ -85,14 +85,10 @@ inline const kernel::LossKernels& loss(const Tensor& t) {
 }
 
 // ---- attention -----------------------------------------------------------------------------
-// The fused attention kernels of t's backend; null where it has none (the CPU, and every build
-// without CUDA): the op computes the same math with halfgrad's ops.
+// The fused attention kernels of t's backend (their fits() says whether they take a call;
+// where they do not, the op computes the same math with halfgrad's ops).
 inline const kernel::AttentionKernels* attention(const Tensor& t) {
-#if HALFGRAD_HAS_CUDA
-  if (t.is_cuda()) return &::hg::cuda::attention_kernels;
-#endif
-  (void)t;
-  return nullptr;
+  return &HG_KERNEL_TABLE(t.is_cuda(), attention);
 }
 
 }  // namespace hg::kernels
