@@ -35,10 +35,12 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <type_traits>
 #include <vector>
 
+#include "halfgrad/core/convert.h"
 #include "halfgrad/core/factory.h"
 #include "halfgrad/core/format.h"
 #include "halfgrad/cpu/kernels.h"
@@ -54,9 +56,7 @@ namespace {
 using kernel::FlashBackward;
 using kernel::FlashForward;
 using nn_common::acc_t;
-using nn_common::load;
 using nn_common::parallel_for;
-using nn_common::store;
 
 constexpr const char* kOp = "scaled_dot_product_flash_attention";
 
@@ -106,21 +106,261 @@ void exp_run(A* y, int64_t n, VectorMap pass) {
 }
 
 // The keys row r may see: all S, or the first l + 1 of query l = r % L when causal.
-int64_t valid_keys(int64_t r, int64_t L, int64_t S, bool causal) {
+inline int64_t valid_keys(int64_t r, int64_t L, int64_t S, bool causal) {
   return causal ? std::min(S, r % L + 1) : S;
 }
 
-// Runs f(first_row, rows, buffer) over the R rows of S values in chunks, buffer holding
-// rows * S values of A for the chunk (per thread, kept between calls).
-template <class A, class F>
+// ---- the row arithmetic on vectors ------------------------------------------------------------
+//
+// Written once on GCC vector types and compiled for AVX-512, AVX2 and the baseline (as the small
+// GEMM kernel is, NOTE [Small GEMM kernel] in cpu/small_gemm.cpp): the max, the sums and the
+// dot products of a row run in vector lanes, each row's reduction in a fixed order for the ISA
+// (so never dependent on the thread count), and the tail of a row one element at a time.
+
+#define HG_ROW_INLINE inline __attribute__((always_inline))
+
+using FloatVec4 = float __attribute__((vector_size(16)));
+using FloatVec8 = float __attribute__((vector_size(32)));
+using FloatVec16 = float __attribute__((vector_size(64)));
+using DoubleVec2 = double __attribute__((vector_size(16)));
+
+template <class V>
+using lane_t = std::remove_cvref_t<decltype(V{}[0])>;
+template <class V>
+constexpr int kLanes = int(sizeof(V) / sizeof(lane_t<V>));
+
+// Vectors read and written at any alignment, passed by reference (a vector wider than the
+// baseline's is never a value crossing a function boundary).
+template <class V>
+HG_ROW_INLINE void load_vec(V& v, const lane_t<V>* p) {
+  std::memcpy(&v, p, sizeof(V));
+}
+template <class V>
+HG_ROW_INLINE void store_vec(lane_t<V>* p, const V& v) {
+  std::memcpy(p, &v, sizeof(V));
+}
+
+// x[j] = x[j] * f for j < n; returns their max (NaN is passed over, as std::max passes it;
+// -inf for n == 0).
+template <class V, class A = lane_t<V>>
+HG_ROW_INLINE A scale_and_max(A* x, int64_t n, A f) {
+  constexpr int W = kLanes<V>;
+  V top = V{} - std::numeric_limits<A>::infinity();
+  int64_t j = 0;
+  for (; j + W <= n; j += W) {
+    V v;
+    load_vec(v, x + j);
+    v *= f;
+    store_vec(x + j, v);
+    top = v > top ? v : top;
+  }
+  A max = -std::numeric_limits<A>::infinity();
+  for (int i = 0; i < W; ++i) max = std::max(max, top[i]);
+  for (; j < n; ++j) max = std::max(max, x[j] *= f);
+  return max;
+}
+
+// x[j] = x[j] * f - c for j < n, -inf for n <= j < S (whose exponential is 0).
+template <class V, class A = lane_t<V>>
+HG_ROW_INLINE void scale_shift_mask(A* x, int64_t n, int64_t S, A f, A c) {
+  constexpr int W = kLanes<V>;
+  int64_t j = 0;
+  for (; j + W <= n; j += W) {
+    V v;
+    load_vec(v, x + j);
+    v = v * f - c;
+    store_vec(x + j, v);
+  }
+  for (; j < n; ++j) x[j] = x[j] * f - c;
+  for (; j < S; ++j) x[j] = -std::numeric_limits<A>::infinity();
+}
+
+template <class V, class A = lane_t<V>>
+HG_ROW_INLINE A row_sum(const A* x, int64_t n) {
+  constexpr int W = kLanes<V>;
+  V acc = V{};
+  int64_t j = 0;
+  for (; j + W <= n; j += W) {
+    V v;
+    load_vec(v, x + j);
+    acc += v;
+  }
+  A sum = 0;
+  for (int i = 0; i < W; ++i) sum += acc[i];
+  for (; j < n; ++j) sum += x[j];
+  return sum;
+}
+
+template <class V, class A = lane_t<V>>
+HG_ROW_INLINE A row_dot(const A* x, const A* y, int64_t n) {
+  constexpr int W = kLanes<V>;
+  V acc = V{};
+  int64_t j = 0;
+  for (; j + W <= n; j += W) {
+    V a, b;
+    load_vec(a, x + j);
+    load_vec(b, y + j);
+    acc += a * b;
+  }
+  A sum = 0;
+  for (int i = 0; i < W; ++i) sum += acc[i];
+  for (; j < n; ++j) sum += x[j] * y[j];
+  return sum;
+}
+
+// The forward's rows [first, first + rows) of one chunk, e the chunk's scores (rows * S of A)
+// in the accumulation type: P in place of the scores, each row's lse.
+template <class V, class A = lane_t<V>>
+HG_ROW_INLINE void forward_chunk_body(A* e, A* lse, int64_t first, int64_t rows, int64_t L,
+                                      int64_t S, bool causal, A f, VectorMap pass) {
+  for (int64_t i = 0; i < rows; ++i) {
+    const int64_t n = valid_keys(first + i, L, S, causal);
+    A* x = e + i * S;
+    const A max = scale_and_max<V>(x, n, f);
+    scale_shift_mask<V>(x, n, S, A(1), max);
+    lse[i] = max;
+  }
+  exp_run(e, rows * S, pass);
+  for (int64_t i = 0; i < rows; ++i) {
+    A* x = e + i * S;
+    const A sum = row_sum<V>(x, valid_keys(first + i, L, S, causal));
+    lse[i] += std::log(sum);
+    constexpr int W = kLanes<V>;
+    int64_t j = 0;
+    for (; j + W <= S; j += W) {
+      V v;
+      load_vec(v, x + j);
+      v /= sum;
+      store_vec(x + j, v);
+    }
+    for (; j < S; ++j) x[j] /= sum;
+  }
+}
+
+// The backward's rows of one chunk: e the scores and d the dP values (rows * S each), o and g
+// the rows of out and dout (rows * Ev each), all in the accumulation type. P = exp(S * f -
+// lse) in place of e, dS = P (dP - rowsum(dO * out)) * f in place of d.
+template <class V, class A = lane_t<V>>
+HG_ROW_INLINE void backward_chunk_body(A* e, A* d, const A* o, const A* g, const A* lse,
+                                       int64_t first, int64_t rows, int64_t L, int64_t S,
+                                       int64_t Ev, bool causal, A f, VectorMap pass) {
+  for (int64_t i = 0; i < rows; ++i) {
+    scale_shift_mask<V>(e + i * S, valid_keys(first + i, L, S, causal), S, f, lse[i]);
+  }
+  exp_run(e, rows * S, pass);
+  constexpr int W = kLanes<V>;
+  for (int64_t i = 0; i < rows; ++i) {
+    const A delta = row_dot<V>(g + i * Ev, o + i * Ev, Ev);
+    const A* p = e + i * S;
+    A* ds = d + i * S;
+    int64_t j = 0;
+    for (; j + W <= S; j += W) {
+      V pv, dv;
+      load_vec(pv, p + j);
+      load_vec(dv, ds + j);
+      dv = pv * (dv - delta) * f;
+      store_vec(ds + j, dv);
+    }
+    for (; j < S; ++j) ds[j] = p[j] * (ds[j] - delta) * f;  // masked: P = 0, so dS = 0
+  }
+}
+
+using ForwardChunk = void (*)(float*, float*, int64_t, int64_t, int64_t, int64_t, bool, float,
+                              VectorMap);
+using BackwardChunk = void (*)(float*, float*, const float*, const float*, const float*, int64_t,
+                               int64_t, int64_t, int64_t, int64_t, bool, float, VectorMap);
+
+__attribute__((target("avx512f,avx2,fma"))) void forward_chunk_avx512(
+    float* e, float* lse, int64_t first, int64_t rows, int64_t L, int64_t S, bool causal, float f,
+    VectorMap pass) {
+  forward_chunk_body<FloatVec16>(e, lse, first, rows, L, S, causal, f, pass);
+}
+__attribute__((target("avx2,fma"))) void forward_chunk_avx2(float* e, float* lse, int64_t first,
+                                                            int64_t rows, int64_t L, int64_t S,
+                                                            bool causal, float f, VectorMap pass) {
+  forward_chunk_body<FloatVec8>(e, lse, first, rows, L, S, causal, f, pass);
+}
+void forward_chunk_base(float* e, float* lse, int64_t first, int64_t rows, int64_t L, int64_t S,
+                        bool causal, float f, VectorMap pass) {
+  forward_chunk_body<FloatVec4>(e, lse, first, rows, L, S, causal, f, pass);
+}
+__attribute__((target("avx512f,avx2,fma"))) void backward_chunk_avx512(
+    float* e, float* d, const float* o, const float* g, const float* lse, int64_t first,
+    int64_t rows, int64_t L, int64_t S, int64_t Ev, bool causal, float f, VectorMap pass) {
+  backward_chunk_body<FloatVec16>(e, d, o, g, lse, first, rows, L, S, Ev, causal, f, pass);
+}
+__attribute__((target("avx2,fma"))) void backward_chunk_avx2(
+    float* e, float* d, const float* o, const float* g, const float* lse, int64_t first,
+    int64_t rows, int64_t L, int64_t S, int64_t Ev, bool causal, float f, VectorMap pass) {
+  backward_chunk_body<FloatVec8>(e, d, o, g, lse, first, rows, L, S, Ev, causal, f, pass);
+}
+void backward_chunk_base(float* e, float* d, const float* o, const float* g, const float* lse,
+                         int64_t first, int64_t rows, int64_t L, int64_t S, int64_t Ev,
+                         bool causal, float f, VectorMap pass) {
+  backward_chunk_body<FloatVec4>(e, d, o, g, lse, first, rows, L, S, Ev, causal, f, pass);
+}
+
+// The widest copy this CPU runs (chosen once).
+ForwardChunk float_forward_chunk() {
+  static const ForwardChunk chunk = __builtin_cpu_supports("avx512f") ? forward_chunk_avx512
+                                    : __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")
+                                        ? forward_chunk_avx2
+                                        : forward_chunk_base;
+  return chunk;
+}
+BackwardChunk float_backward_chunk() {
+  static const BackwardChunk chunk =
+      __builtin_cpu_supports("avx512f") ? backward_chunk_avx512
+      : __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") ? backward_chunk_avx2
+                                                                         : backward_chunk_base;
+  return chunk;
+}
+
+// ---- the row passes ---------------------------------------------------------------------------
+
+// n values of T as the accumulation type A into dst (float16/bfloat16 on the vector
+// conversions of core/convert), and back.
+template <class T, class A>
+void widen_values(const T* src, A* dst, int64_t n) {
+  if constexpr (std::is_same_v<T, Half>) {
+    convert::half_to_float(src, dst, n);
+  } else if constexpr (std::is_same_v<T, BFloat16>) {
+    convert::bfloat16_to_float(src, dst, n);
+  } else {
+    std::memcpy(dst, src, size_t(n) * sizeof(A));
+  }
+}
+template <class T, class A>
+void narrow_values(const A* src, T* dst, int64_t n) {
+  if constexpr (std::is_same_v<T, Half>) {
+    convert::float_to_half(src, dst, n);
+  } else if constexpr (std::is_same_v<T, BFloat16>) {
+    convert::float_to_bfloat16(src, dst, n);
+  } else {
+    std::memcpy(dst, src, size_t(n) * sizeof(A));
+  }
+}
+
+// Per-thread work buffers of the row passes, kept between calls.
+template <class A>
+struct ChunkBuffers {
+  std::vector<A> scores, dp, out, dout;
+};
+template <class A>
+ChunkBuffers<A>& chunk_buffers() {
+  thread_local ChunkBuffers<A> buffers;  // grow to the largest chunk, then stay
+  return buffers;
+}
+
+// Runs f(first_row, rows) over the R rows of S values in chunks of about kChunk values (the rows
+// of a chunk are contiguous in every [R, ...] buffer).
+template <class F>
 void for_each_chunk(int64_t R, int64_t S, F&& f) {
   const int64_t rows_per_chunk = std::max<int64_t>(1, kChunk / S);
   const int64_t chunks = (R + rows_per_chunk - 1) / rows_per_chunk;
   parallel_for(chunks, rows_per_chunk * S, [&](int64_t c) {
-    thread_local std::vector<A> buffer;  // grows to the largest chunk, then stays
-    const int64_t first = c * rows_per_chunk, rows = std::min(rows_per_chunk, R - first);
-    buffer.resize(size_t(rows * S));
-    f(first, rows, buffer.data());
+    const int64_t first = c * rows_per_chunk;
+    f(first, std::min(rows_per_chunk, R - first));
   });
 }
 
@@ -130,31 +370,17 @@ template <class T>
 void softmax_rows(T* s, acc_t<T>* lse, int64_t R, int64_t L, int64_t S, bool causal, double scale) {
   using A = acc_t<T>;
   const VectorMap pass = vector_mapper();
-  const A f = A(scale), minus_inf = -std::numeric_limits<A>::infinity();
-  for_each_chunk<A>(R, S, [&](int64_t first, int64_t rows, A* e) {
-    for (int64_t i = 0; i < rows; ++i) {
-      const int64_t r = first + i, n = valid_keys(r, L, S, causal);
-      const T* row = s + r * S;
-      A* x = e + i * S;
-      A max = minus_inf;
-      for (int64_t j = 0; j < n; ++j) {
-        x[j] = load(row[j]) * f;
-        max = std::max(max, x[j]);
-      }
-      for (int64_t j = 0; j < n; ++j) x[j] -= max;
-      for (int64_t j = n; j < S; ++j) x[j] = minus_inf;
-      lse[r] = max;  // the sum's log is added below
+  const A f = A(scale);
+  for_each_chunk(R, S, [&](int64_t first, int64_t rows) {
+    std::vector<A>& e = chunk_buffers<A>().scores;
+    e.resize(size_t(rows * S));
+    widen_values(s + first * S, e.data(), rows * S);
+    if constexpr (std::is_same_v<A, float>) {
+      float_forward_chunk()(e.data(), lse + first, first, rows, L, S, causal, f, pass);
+    } else {
+      forward_chunk_body<DoubleVec2>(e.data(), lse + first, first, rows, L, S, causal, f, pass);
     }
-    exp_run(e, rows * S, pass);
-    for (int64_t i = 0; i < rows; ++i) {
-      const int64_t r = first + i, n = valid_keys(r, L, S, causal);
-      T* row = s + r * S;
-      const A* x = e + i * S;
-      A sum = 0;
-      for (int64_t j = 0; j < n; ++j) sum += x[j];
-      lse[r] += std::log(sum);
-      for (int64_t j = 0; j < S; ++j) row[j] = store<T>(x[j] / sum);  // masked: exp(-inf) = 0
-    }
+    narrow_values(e.data(), s + first * S, rows * S);
   });
 }
 
@@ -162,35 +388,30 @@ void softmax_rows(T* s, acc_t<T>* lse, int64_t R, int64_t L, int64_t S, bool cau
 // delta) * scale in place of dp, delta = rowsum(dO * out) per row (out and dout [R, Ev],
 // contiguous).
 template <class T>
-void softmax_backward_rows(T* s, T* dp, const acc_t<T>* lse, const T* out, const T* dout, int64_t Ev,
-                           int64_t R, int64_t L, int64_t S, bool causal, double scale) {
+void softmax_backward_rows(T* s, T* dp, const acc_t<T>* lse, const T* out, const T* dout,
+                           int64_t Ev, int64_t R, int64_t L, int64_t S, bool causal, double scale) {
   using A = acc_t<T>;
   const VectorMap pass = vector_mapper();
-  const A f = A(scale), minus_inf = -std::numeric_limits<A>::infinity();
-  for_each_chunk<A>(R, S, [&](int64_t first, int64_t rows, A* p) {
-    for (int64_t i = 0; i < rows; ++i) {
-      const int64_t r = first + i, n = valid_keys(r, L, S, causal);
-      const T* row = s + r * S;
-      A* x = p + i * S;
-      const A row_lse = lse[r];
-      for (int64_t j = 0; j < n; ++j) x[j] = load(row[j]) * f - row_lse;
-      for (int64_t j = n; j < S; ++j) x[j] = minus_inf;
+  const A f = A(scale);
+  for_each_chunk(R, S, [&](int64_t first, int64_t rows) {
+    ChunkBuffers<A>& b = chunk_buffers<A>();
+    b.scores.resize(size_t(rows * S));
+    b.dp.resize(size_t(rows * S));
+    b.out.resize(size_t(rows * Ev));
+    b.dout.resize(size_t(rows * Ev));
+    widen_values(s + first * S, b.scores.data(), rows * S);
+    widen_values(dp + first * S, b.dp.data(), rows * S);
+    widen_values(out + first * Ev, b.out.data(), rows * Ev);
+    widen_values(dout + first * Ev, b.dout.data(), rows * Ev);
+    if constexpr (std::is_same_v<A, float>) {
+      float_backward_chunk()(b.scores.data(), b.dp.data(), b.out.data(), b.dout.data(),
+                             lse + first, first, rows, L, S, Ev, causal, f, pass);
+    } else {
+      backward_chunk_body<DoubleVec2>(b.scores.data(), b.dp.data(), b.out.data(), b.dout.data(),
+                                      lse + first, first, rows, L, S, Ev, causal, f, pass);
     }
-    exp_run(p, rows * S, pass);
-    for (int64_t i = 0; i < rows; ++i) {
-      const int64_t r = first + i;
-      const T* o = out + r * Ev;
-      const T* g = dout + r * Ev;
-      A delta = 0;
-      for (int64_t e = 0; e < Ev; ++e) delta += load(g[e]) * load(o[e]);
-      T* s_row = s + r * S;
-      T* dp_row = dp + r * S;
-      const A* x = p + i * S;
-      for (int64_t j = 0; j < S; ++j) {  // masked: P = 0, so dS = 0
-        s_row[j] = store<T>(x[j]);
-        dp_row[j] = store<T>(x[j] * (load(dp_row[j]) - delta) * f);
-      }
-    }
+    narrow_values(b.scores.data(), s + first * S, rows * S);
+    narrow_values(b.dp.data(), dp + first * S, rows * S);
   });
 }
 
