@@ -14,9 +14,12 @@
 //   backward  S = q k^T again and dP = dO v^T; one pass over the rows recomputes P =
 //             exp(S * scale - lse) and writes dS = P (dP - rowsum(dO * out)) * scale in place
 //             of dP and P in place of S; then dv = P^T dO, dq = dS k, dk = dS^T q.
-// The GEMMs run in the inputs' dtype (16-bit products accumulate in float32 and round once,
-// NOTE [CPU GEMM paths] in cpu/linalg.cpp), so S, P and dS are rounded to it before their
-// products, as the ops under autocast round them; the softmax itself is not. A causal row l
+// The GEMMs run in the inputs' dtype where the CPU's GEMM has a kernel for it (16-bit products
+// accumulate in float32 and round once, NOTE [CPU GEMM paths] in cpu/linalg.cpp), so S, P and
+// dS are rounded to it before their products, as the ops under autocast round them; the
+// softmax itself is not. Where it has none (float16; bfloat16 without a oneDNN kernel), the
+// GEMM would widen its operands to float32 at every product, and the kernels compute in float32
+// from one widening of q, k, v (and out, dout) instead, rounding only their results. A causal row l
 // reads its l + 1 valid keys; the others are stored as 0. lse is float32 (float64 for float64,
 // whose gradients would otherwise carry float32's rounding through P = exp(S - lse)).
 //
@@ -435,26 +438,31 @@ void gemm(const Tensor& a, const Tensor& b, const Tensor& out) {
   gemm_with(GemmImpl::Auto, a, b, out);
 }
 
+// The dtype the kernels compute in: q's, or float32 where the CPU's GEMM would run q's dtype as
+// float32 tiles anyway (float16, and bfloat16 without a oneDNN kernel): the operands are then
+// widened once, not at every product, and S, P and dS are not rounded to 16 bits.
+DType compute_dtype(DType dtype) { return gemm_runs_natively(dtype) ? dtype : kFloat32; }
+
 FlashForward attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, bool causal,
                                double scale) {
   HG_CHECK(attention_fits(q, k, v),
            "{}: the CPU kernels do not take q {} {}, k {} {}, v {} {} (expected CPU tensors of one "
            "floating dtype, q [N..., L, E], k and v [N..., S, E])",
            kOp, q.sizes(), q.dtype(), k.sizes(), k.dtype(), v.sizes(), v.dtype());
-  const DType dtype = q.dtype();
+  const DType dtype = compute_dtype(q.dtype());
   const int64_t L = q.size(-2), S = k.size(-2), E = q.size(-1), N = q.numel() / (L * E);
   const Tensor q3 = as_3d(q, N, dtype), k3 = as_3d(k, N, dtype), v3 = as_3d(v, N, dtype);
-  const Tensor scores = empty({N, L, S}, q.options());
-  FlashForward result{empty(q.sizes(), q.options()),
-                      empty(row_shape(q), {.dtype = lse_dtype(dtype), .device = q.device()})};
+  const TensorOptions options{.dtype = dtype, .device = q.device()};
+  const Tensor scores = empty({N, L, S}, options);
+  const Tensor out = empty(q.sizes(), options);
+  const Tensor lse = empty(row_shape(q), {.dtype = lse_dtype(dtype), .device = q.device()});
   gemm(q3, k3.transpose(1, 2), scores);
   visit_floating(dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    softmax_rows<T>(scores.data_ptr<T>(), result.lse.data_ptr<acc_t<T>>(), N * L, L, S, causal,
-                    scale);
+    softmax_rows<T>(scores.data_ptr<T>(), lse.data_ptr<acc_t<T>>(), N * L, L, S, causal, scale);
   });
-  gemm(scores, v3, result.out.view({N, L, E}));
-  return result;
+  gemm(scores, v3, out.view({N, L, E}));
+  return {out.to(q.dtype()), lse};
 }
 
 FlashBackward attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k,
@@ -468,18 +476,19 @@ FlashBackward attention_backward(const Tensor& dout, const Tensor& q, const Tens
            "{}_backward: expected grad_output and out of q's shape {} on the CPU, got {} and {}",
            kOp, q.sizes(), dout.defined() ? dout.sizes() : Shape{},
            out.defined() ? out.sizes() : Shape{});
-  HG_CHECK(lse.defined() && lse.is_cpu() && lse.dtype() == lse_dtype(q.dtype()) &&
+  HG_CHECK(lse.defined() && lse.is_cpu() && lse.dtype() == lse_dtype(compute_dtype(q.dtype())) &&
                lse.sizes() == row_shape(q),
            "{}_backward: expected the forward's lse, {} of shape {} on the CPU, got {}", kOp,
-           lse_dtype(q.dtype()), row_shape(q),
+           lse_dtype(compute_dtype(q.dtype())), row_shape(q),
            lse.defined() ? fmt::format("{} {}", lse.dtype(), lse.sizes()) : "none");
-  const DType dtype = q.dtype();
+  const DType dtype = compute_dtype(q.dtype());
   const int64_t L = q.size(-2), S = k.size(-2), E = q.size(-1), N = q.numel() / (L * E);
   const Tensor q3 = as_3d(q, N, dtype), k3 = as_3d(k, N, dtype), v3 = as_3d(v, N, dtype);
   const Tensor out3 = as_3d(out, N, dtype).contiguous();
   const Tensor dout3 = as_3d(dout, N, dtype).contiguous();
   const Tensor lse_rows = lse.contiguous();
-  const Tensor scores = empty({N, L, S}, q.options()), dp = empty({N, L, S}, q.options());
+  const TensorOptions options{.dtype = dtype, .device = q.device()};
+  const Tensor scores = empty({N, L, S}, options), dp = empty({N, L, S}, options);
   gemm(q3, k3.transpose(1, 2), scores);
   gemm(dout3, v3.transpose(1, 2), dp);
   visit_floating(dtype, [&](auto tag) {
@@ -488,12 +497,12 @@ FlashBackward attention_backward(const Tensor& dout, const Tensor& q, const Tens
                              out3.data_ptr<T>(), dout3.data_ptr<T>(), E, N * L, L, S, causal,
                              scale);
   });
-  FlashBackward result{empty(q.sizes(), q.options()), empty(k.sizes(), k.options()),
-                       empty(v.sizes(), v.options())};
-  gemm(scores.transpose(1, 2), dout3, result.dv.view({N, S, E}));
-  gemm(dp, k3, result.dq.view({N, L, E}));
-  gemm(dp.transpose(1, 2), q3, result.dk.view({N, S, E}));
-  return result;
+  const Tensor dq = empty(q.sizes(), options), dk = empty(k.sizes(), options),
+               dv = empty(v.sizes(), options);
+  gemm(scores.transpose(1, 2), dout3, dv.view({N, S, E}));
+  gemm(dp, k3, dq.view({N, L, E}));
+  gemm(dp.transpose(1, 2), q3, dk.view({N, S, E}));
+  return {dq.to(q.dtype()), dk.to(k.dtype()), dv.to(v.dtype())};
 }
 
 }  // namespace

@@ -384,6 +384,18 @@ std::string gemm_kernel_name(DType dtype) {
   return dtype == kFloat64 || dtype == kFloat32 ? "eigen" : "eigen (fp32 tiles)";
 }
 
+bool gemm_runs_natively(DType dtype) {
+  switch (dtype) {
+    case kFloat64:
+    case kFloat32:
+      return true;
+    case kBFloat16:
+      return onednn_runs_bf16();
+    default:
+      return false;
+  }
+}
+
 const kernel::LinalgKernels linalg_kernels = HG_LINALG_KERNELS;
 
 }  // namespace hg::cpu

@@ -15,6 +15,10 @@ namespace hg::cpu {
 // implementation name (e.g. "brg:avx512_core_amx" on a CPU with AMX), or "eigen" where
 // linalg_kernels.gemm does not use oneDNN for that dtype.
 std::string gemm_kernel_name(DType dtype);
+// Whether gemm runs dtype on a kernel for that dtype: false for float16 (no x86 fp16 GEMM
+// path before AVX512-FP16), and for bfloat16 where oneDNN has only its reference kernel, both
+// of which run as float32 tiles (NOTE [fp16 GEMM through fp32 tiles]).
+bool gemm_runs_natively(DType dtype);
 
 // ---- for tests and benchmarks ---------------------------------------------------------------
 

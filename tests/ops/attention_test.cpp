@@ -133,7 +133,11 @@ TEST_CASE("the fused attention op's gradients are those of its math as ops", "[a
       const std::vector<double> got = a[i].grad().to_vector<double>();
       const std::vector<double> want = b[i].grad().to_vector<double>();
       REQUIRE(got.size() == want.size());
-      for (size_t j = 0; j < got.size(); ++j) CHECK(got[j] == Approx(want[j]).epsilon(1e-10));
+      // Gradients that cancel to 0 (the first query's, which sees one key) come out as
+      // rounding residue of either order of summation: an absolute margin for those.
+      for (size_t j = 0; j < got.size(); ++j) {
+        CHECK(got[j] == Approx(want[j]).epsilon(1e-10).margin(1e-14));
+      }
     }
   }
 }
