@@ -635,8 +635,7 @@ class OpProfile final : public hg::ops::DispatchObserver {
 #if HALFGRAD_HAS_CUDA
     if (device_ == hg::kCUDA) return double(events_[from]->elapsed_ms(*events_[to]));
 #endif
-    return std::chrono::duration<double, std::milli>(host_stamps_[to] - host_stamps_[from])
-        .count();
+    return std::chrono::duration<double, std::milli>(host_stamps_[to] - host_stamps_[from]).count();
   }
   void hook_graph(const Tensor& loss) {
     std::vector<std::shared_ptr<hg::autograd::Node>> pending;
@@ -689,11 +688,11 @@ void print_gpt_ops(const std::string& bench, GptRun& run, hg::DeviceType device,
   std::vector<std::pair<double, std::string>> rows;
   for (const auto& [key, value] : profile.totals()) {
     const double ms = value.second / steps;
-    rows.emplace_back(ms, fmt::format("{{\"bench\": \"{}\", \"impl\": \"halfgrad\", "
-                                      "\"mode\": \"{}\", \"phase\": \"{}\", \"op\": \"{}\", "
-                                      "\"calls\": {}, \"ms\": {:.3f}}}",
-                                      bench, mode_name(mode), key.first, key.second,
-                                      value.first / steps, ms));
+    rows.emplace_back(
+        ms, fmt::format("{{\"bench\": \"{}\", \"impl\": \"halfgrad\", "
+                        "\"mode\": \"{}\", \"phase\": \"{}\", \"op\": \"{}\", "
+                        "\"calls\": {}, \"ms\": {:.3f}}}",
+                        bench, mode_name(mode), key.first, key.second, value.first / steps, ms));
   }
   std::sort(rows.rbegin(), rows.rend());
   for (int i = 0; i < top && i < int(rows.size()); ++i) fmt::print("{}\n", rows[size_t(i)].second);
@@ -855,7 +854,8 @@ void run_gpt_cpu(const TrainOptions& options, Peers& peers) {
           "{{\"bench\": \"train_gpt_cpu\", \"impl\": \"{}\", \"mode\": \"{}\", \"size\": "
           "\"{}\", \"shape\": \"{}\", \"batch\": {}, \"threads\": {}, \"ms\": {:.3f}{}}}\n",
           c.impl, c.kernel, gpt.size, gpt.config.shape(), gpt.config.batch, gpt.threads, ms,
-          c.kernel == "fp16" ? ", \"note\": \"GradScaler on; PyTorch 1.13 has no fp16 CPU autocast\""
+          c.kernel == "fp16"
+              ? ", \"note\": \"GradScaler on; PyTorch 1.13 has no fp16 CPU autocast\""
           : c.impl == "pytorch" ? ", \"interleaved\": true"
                                 : "");
       (c.impl == "halfgrad" ? halfgrad_ms : torch_ms)[c.kernel] = ms;
@@ -899,12 +899,9 @@ struct Section {
 };
 
 // memory is not part of "all": it must run alone in its process.
-constexpr Section kSections[] = {{"mlp", run_mlp, false},
-                                 {"tiny", run_tiny, false},
-                                 {"watch", run_watch, false},
-                                 {"gpt-cpu", run_gpt_cpu, false},
-                                 {"memory", run_memory, false},
-                                 {"gpt", run_gpt, true}};
+constexpr Section kSections[] = {{"mlp", run_mlp, false},       {"tiny", run_tiny, false},
+                                 {"watch", run_watch, false},   {"gpt-cpu", run_gpt_cpu, false},
+                                 {"memory", run_memory, false}, {"gpt", run_gpt, true}};
 
 void run_sections(const TrainOptions& options) {
   const bool cuda = options.device == "cuda";

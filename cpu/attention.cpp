@@ -49,6 +49,7 @@
 #include "halfgrad/cpu/kernels.h"
 #include "halfgrad/cpu/linalg.h"
 #include "halfgrad/cpu/nn_common.h"
+#include "halfgrad/cpu/row_vectors.h"
 #include "halfgrad/cpu/vector_math.h"
 #include "halfgrad/kernel/attention.h"
 
@@ -113,35 +114,18 @@ inline int64_t valid_keys(int64_t r, int64_t L, int64_t S, bool causal) {
   return causal ? std::min(S, r % L + 1) : S;
 }
 
-// ---- the row arithmetic on vectors ------------------------------------------------------------
-//
-// Written once on GCC vector types and compiled for AVX-512, AVX2 and the baseline (as the small
-// GEMM kernel is, NOTE [Small GEMM kernel] in cpu/small_gemm.cpp): the max, the sums and the
-// dot products of a row run in vector lanes, each row's reduction in a fixed order for the ISA
-// (so never dependent on the thread count), and the tail of a row one element at a time.
+// ---- the row arithmetic on vectors (NOTE [Row vectors] in cpu/row_vectors.h) -------------
 
-#define HG_ROW_INLINE inline __attribute__((always_inline))
-
-using FloatVec4 = float __attribute__((vector_size(16)));
-using FloatVec8 = float __attribute__((vector_size(32)));
-using FloatVec16 = float __attribute__((vector_size(64)));
-using DoubleVec2 = double __attribute__((vector_size(16)));
-
-template <class V>
-using lane_t = std::remove_cvref_t<decltype(V{}[0])>;
-template <class V>
-constexpr int kLanes = int(sizeof(V) / sizeof(lane_t<V>));
-
-// Vectors read and written at any alignment, passed by reference (a vector wider than the
-// baseline's is never a value crossing a function boundary).
-template <class V>
-HG_ROW_INLINE void load_vec(V& v, const lane_t<V>* p) {
-  std::memcpy(&v, p, sizeof(V));
-}
-template <class V>
-HG_ROW_INLINE void store_vec(lane_t<V>* p, const V& v) {
-  std::memcpy(p, &v, sizeof(V));
-}
+using row_vectors::DoubleVec2;
+using row_vectors::FloatVec16;
+using row_vectors::FloatVec4;
+using row_vectors::FloatVec8;
+using row_vectors::kLanes;
+using row_vectors::lane_t;
+using row_vectors::load_vec;
+using row_vectors::row_dot;
+using row_vectors::row_sum;
+using row_vectors::store_vec;
 
 // x[j] = x[j] * f for j < n; returns their max (NaN is passed over, as std::max passes it;
 // -inf for n == 0).
@@ -176,39 +160,6 @@ HG_ROW_INLINE void scale_shift_mask(A* x, int64_t n, int64_t S, A f, A c) {
   }
   for (; j < n; ++j) x[j] = x[j] * f - c;
   for (; j < S; ++j) x[j] = -std::numeric_limits<A>::infinity();
-}
-
-template <class V, class A = lane_t<V>>
-HG_ROW_INLINE A row_sum(const A* x, int64_t n) {
-  constexpr int W = kLanes<V>;
-  V acc = V{};
-  int64_t j = 0;
-  for (; j + W <= n; j += W) {
-    V v;
-    load_vec(v, x + j);
-    acc += v;
-  }
-  A sum = 0;
-  for (int i = 0; i < W; ++i) sum += acc[i];
-  for (; j < n; ++j) sum += x[j];
-  return sum;
-}
-
-template <class V, class A = lane_t<V>>
-HG_ROW_INLINE A row_dot(const A* x, const A* y, int64_t n) {
-  constexpr int W = kLanes<V>;
-  V acc = V{};
-  int64_t j = 0;
-  for (; j + W <= n; j += W) {
-    V a, b;
-    load_vec(a, x + j);
-    load_vec(b, y + j);
-    acc += a * b;
-  }
-  A sum = 0;
-  for (int i = 0; i < W; ++i) sum += acc[i];
-  for (; j < n; ++j) sum += x[j] * y[j];
-  return sum;
 }
 
 // The forward's rows [first, first + rows) of one chunk, e the chunk's scores (rows * S of A)
@@ -273,9 +224,11 @@ using ForwardChunk = void (*)(float*, float*, int64_t, int64_t, int64_t, int64_t
 using BackwardChunk = void (*)(float*, float*, const float*, const float*, const float*, int64_t,
                                int64_t, int64_t, int64_t, int64_t, bool, float, VectorMap);
 
-__attribute__((target("avx512f,avx2,fma"))) void forward_chunk_avx512(
-    float* e, float* lse, int64_t first, int64_t rows, int64_t L, int64_t S, bool causal, float f,
-    VectorMap pass) {
+__attribute__((target("avx512f,avx2,fma"))) void forward_chunk_avx512(float* e, float* lse,
+                                                                      int64_t first, int64_t rows,
+                                                                      int64_t L, int64_t S,
+                                                                      bool causal, float f,
+                                                                      VectorMap pass) {
   forward_chunk_body<FloatVec16>(e, lse, first, rows, L, S, causal, f, pass);
 }
 __attribute__((target("avx2,fma"))) void forward_chunk_avx2(float* e, float* lse, int64_t first,
@@ -292,31 +245,28 @@ __attribute__((target("avx512f,avx2,fma"))) void backward_chunk_avx512(
     int64_t rows, int64_t L, int64_t S, int64_t Ev, bool causal, float f, VectorMap pass) {
   backward_chunk_body<FloatVec16>(e, d, o, g, lse, first, rows, L, S, Ev, causal, f, pass);
 }
-__attribute__((target("avx2,fma"))) void backward_chunk_avx2(
-    float* e, float* d, const float* o, const float* g, const float* lse, int64_t first,
-    int64_t rows, int64_t L, int64_t S, int64_t Ev, bool causal, float f, VectorMap pass) {
+__attribute__((target("avx2,fma"))) void backward_chunk_avx2(float* e, float* d, const float* o,
+                                                             const float* g, const float* lse,
+                                                             int64_t first, int64_t rows, int64_t L,
+                                                             int64_t S, int64_t Ev, bool causal,
+                                                             float f, VectorMap pass) {
   backward_chunk_body<FloatVec8>(e, d, o, g, lse, first, rows, L, S, Ev, causal, f, pass);
 }
 void backward_chunk_base(float* e, float* d, const float* o, const float* g, const float* lse,
-                         int64_t first, int64_t rows, int64_t L, int64_t S, int64_t Ev,
-                         bool causal, float f, VectorMap pass) {
+                         int64_t first, int64_t rows, int64_t L, int64_t S, int64_t Ev, bool causal,
+                         float f, VectorMap pass) {
   backward_chunk_body<FloatVec4>(e, d, o, g, lse, first, rows, L, S, Ev, causal, f, pass);
 }
 
-// The widest copy this CPU runs (chosen once).
+// The widest copy this CPU runs.
 ForwardChunk float_forward_chunk() {
-  static const ForwardChunk chunk = __builtin_cpu_supports("avx512f") ? forward_chunk_avx512
-                                    : __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")
-                                        ? forward_chunk_avx2
-                                        : forward_chunk_base;
-  return chunk;
+  constexpr ForwardChunk kChunks[] = {forward_chunk_base, forward_chunk_avx2, forward_chunk_avx512};
+  return kChunks[row_vectors::row_vector_level()];
 }
 BackwardChunk float_backward_chunk() {
-  static const BackwardChunk chunk =
-      __builtin_cpu_supports("avx512f") ? backward_chunk_avx512
-      : __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") ? backward_chunk_avx2
-                                                                         : backward_chunk_base;
-  return chunk;
+  constexpr BackwardChunk kChunks[] = {backward_chunk_base, backward_chunk_avx2,
+                                       backward_chunk_avx512};
+  return kChunks[row_vectors::row_vector_level()];
 }
 
 // ---- the row passes ---------------------------------------------------------------------------
@@ -407,8 +357,8 @@ void softmax_backward_rows(T* s, T* dp, const acc_t<T>* lse, const T* out, const
     widen_values(out + first * Ev, b.out.data(), rows * Ev);
     widen_values(dout + first * Ev, b.dout.data(), rows * Ev);
     if constexpr (std::is_same_v<A, float>) {
-      float_backward_chunk()(b.scores.data(), b.dp.data(), b.out.data(), b.dout.data(),
-                             lse + first, first, rows, L, S, Ev, causal, f, pass);
+      float_backward_chunk()(b.scores.data(), b.dp.data(), b.out.data(), b.dout.data(), lse + first,
+                             first, rows, L, S, Ev, causal, f, pass);
     } else {
       backward_chunk_body<DoubleVec2>(b.scores.data(), b.dp.data(), b.out.data(), b.dout.data(),
                                       lse + first, first, rows, L, S, Ev, causal, f, pass);

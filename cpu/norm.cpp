@@ -11,11 +11,13 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
 #include "halfgrad/core/factory.h"
 #include "halfgrad/cpu/kernels.h"
 #include "halfgrad/cpu/nn_common.h"
+#include "halfgrad/cpu/row_vectors.h"
 #include "halfgrad/cpu/vector_math.h"
 #include "halfgrad/kernel/checks.h"
 
@@ -281,6 +283,134 @@ std::vector<A> saved_stat(const char* op, const char* what, const Tensor& t, con
   return t.to_vector<A>();
 }
 
+// ---- layer_norm rows on vectors (NOTE [Row vectors] in cpu/row_vectors.h) -----------------
+//
+// float32 rows (layer_norm runs in float32 under autocast): the same formulas as the generic
+// loops below, with the sums in vector lanes, blocks of kSumBlock values summed on their own
+// first as blocked_sum does.
+
+using row_vectors::FloatVec16;
+using row_vectors::FloatVec4;
+using row_vectors::FloatVec8;
+using row_vectors::kLanes;
+using row_vectors::lane_sum;
+using row_vectors::load_vec;
+using row_vectors::store_vec;
+
+template <class V>
+HG_ROW_INLINE void layer_norm_row_body(const float* x, float* y, const float* w, const float* b,
+                                       int64_t M, float eps, float* mean_out, float* rstd_out) {
+  constexpr int W = kLanes<V>;
+  float total = 0;
+  for (int64_t begin = 0; begin < M; begin += kSumBlock) {
+    total += row_vectors::row_sum<V>(x + begin, std::min(kSumBlock, M - begin));
+  }
+  const float mean = total / float(M);
+  float squares = 0;
+  for (int64_t begin = 0; begin < M; begin += kSumBlock) {
+    squares +=
+        row_vectors::row_squared_deviation<V>(x + begin, std::min(kSumBlock, M - begin), mean);
+  }
+  const float rs = inverse_std(squares / float(M), eps);
+  *mean_out = mean;
+  *rstd_out = rs;
+  int64_t i = 0;
+  for (; i + W <= M; i += W) {
+    V xv, wv, bv;
+    load_vec(xv, x + i);
+    load_vec(wv, w + i);
+    load_vec(bv, b + i);
+    xv = (xv - mean) * rs * wv + bv;
+    store_vec(y + i, xv);
+  }
+  for (; i < M; ++i) y[i] = (x[i] - mean) * rs * w[i] + b[i];
+}
+
+template <class V>
+HG_ROW_INLINE void layer_norm_backward_row_body(const float* x, const float* g, float* dx,
+                                                const float* w, int64_t M, float mu, float rs) {
+  constexpr int W = kLanes<V>;
+  V acc_g = V{}, acc_gx = V{};
+  int64_t i = 0;
+  for (; i + W <= M; i += W) {
+    V xv, gv, wv;
+    load_vec(xv, x + i);
+    load_vec(gv, g + i);
+    load_vec(wv, w + i);
+    gv *= wv;
+    acc_g += gv;
+    acc_gx += gv * ((xv - mu) * rs);
+  }
+  float sum_g = lane_sum(acc_g), sum_gx = lane_sum(acc_gx);
+  for (; i < M; ++i) {
+    const float gi = g[i] * w[i];
+    sum_g += gi;
+    sum_gx += gi * ((x[i] - mu) * rs);
+  }
+  const float mean_g = sum_g / float(M), mean_gx = sum_gx / float(M);
+  i = 0;
+  for (; i + W <= M; i += W) {
+    V xv, gv, wv;
+    load_vec(xv, x + i);
+    load_vec(gv, g + i);
+    load_vec(wv, w + i);
+    gv = rs * (gv * wv - mean_g - (xv - mu) * rs * mean_gx);
+    store_vec(dx + i, gv);
+  }
+  for (; i < M; ++i) {
+    const float xhat = (x[i] - mu) * rs;
+    dx[i] = rs * (g[i] * w[i] - mean_g - xhat * mean_gx);
+  }
+}
+
+using LayerNormRow = void (*)(const float*, float*, const float*, const float*, int64_t, float,
+                              float*, float*);
+using LayerNormBackwardRow = void (*)(const float*, const float*, float*, const float*, int64_t,
+                                      float, float);
+
+__attribute__((target("avx512f,avx2,fma"))) void layer_norm_row_avx512(const float* x, float* y,
+                                                                       const float* w,
+                                                                       const float* b, int64_t M,
+                                                                       float eps, float* mean,
+                                                                       float* rstd) {
+  layer_norm_row_body<FloatVec16>(x, y, w, b, M, eps, mean, rstd);
+}
+__attribute__((target("avx2,fma"))) void layer_norm_row_avx2(const float* x, float* y,
+                                                             const float* w, const float* b,
+                                                             int64_t M, float eps, float* mean,
+                                                             float* rstd) {
+  layer_norm_row_body<FloatVec8>(x, y, w, b, M, eps, mean, rstd);
+}
+void layer_norm_row_base(const float* x, float* y, const float* w, const float* b, int64_t M,
+                         float eps, float* mean, float* rstd) {
+  layer_norm_row_body<FloatVec4>(x, y, w, b, M, eps, mean, rstd);
+}
+__attribute__((target("avx512f,avx2,fma"))) void layer_norm_backward_row_avx512(
+    const float* x, const float* g, float* dx, const float* w, int64_t M, float mu, float rs) {
+  layer_norm_backward_row_body<FloatVec16>(x, g, dx, w, M, mu, rs);
+}
+__attribute__((target("avx2,fma"))) void layer_norm_backward_row_avx2(const float* x,
+                                                                      const float* g, float* dx,
+                                                                      const float* w, int64_t M,
+                                                                      float mu, float rs) {
+  layer_norm_backward_row_body<FloatVec8>(x, g, dx, w, M, mu, rs);
+}
+void layer_norm_backward_row_base(const float* x, const float* g, float* dx, const float* w,
+                                  int64_t M, float mu, float rs) {
+  layer_norm_backward_row_body<FloatVec4>(x, g, dx, w, M, mu, rs);
+}
+
+LayerNormRow layer_norm_row() {
+  constexpr LayerNormRow kRows[] = {layer_norm_row_base, layer_norm_row_avx2,
+                                    layer_norm_row_avx512};
+  return kRows[row_vectors::row_vector_level()];
+}
+LayerNormBackwardRow layer_norm_backward_row() {
+  constexpr LayerNormBackwardRow kRows[] = {
+      layer_norm_backward_row_base, layer_norm_backward_row_avx2, layer_norm_backward_row_avx512};
+  return kRows[row_vectors::row_vector_level()];
+}
+
 NormForward layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight,
                        const Tensor& bias, double eps) {
   const char* op = "layer_norm";
@@ -299,6 +429,13 @@ NormForward layer_norm(const Tensor& x, const Shape& normalized_shape, const Ten
     T* out = result.out.data_ptr<T>();
     A* mean = result.mean.data_ptr<A>();
     A* rstd = result.rstd.data_ptr<A>();
+    if constexpr (std::is_same_v<T, float>) {
+      const LayerNormRow row = layer_norm_row();
+      parallel_for(rows, M, [&](int64_t r) {
+        row(xp + r * M, out + r * M, w.data(), b.data(), M, float(eps), mean + r, rstd + r);
+      });
+      return;
+    }
     parallel_for(rows, M, [&](int64_t r) {
       const T* xr = xp + r * M;
       const Moments<A> m = moments(xr, 1, M, 0);
@@ -335,20 +472,27 @@ NormBackward layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor
     const T* xp = xc.data_ptr<T>();
     const T* g = dyc.data_ptr<T>();
     T* dx = result.dx.data_ptr<T>();
-    parallel_for(rows, 2 * M, [&](int64_t r) {
-      const int64_t base = r * M;
-      A sum_g = 0, sum_gx = 0;
-      for (int64_t i = 0; i < M; ++i) {
-        const A gi = load(g[base + i]) * w[i];
-        sum_g += gi;
-        sum_gx += gi * (load(xp[base + i]) - mu[r]) * rs[r];
-      }
-      const A mean_g = sum_g / A(M), mean_gx = sum_gx / A(M);
-      for (int64_t i = 0; i < M; ++i) {
-        const A xhat = (load(xp[base + i]) - mu[r]) * rs[r];
-        dx[base + i] = store<T>(rs[r] * (load(g[base + i]) * w[i] - mean_g - xhat * mean_gx));
-      }
-    });
+    if constexpr (std::is_same_v<T, float>) {
+      const LayerNormBackwardRow row = layer_norm_backward_row();
+      parallel_for(rows, 2 * M, [&](int64_t r) {
+        row(xp + r * M, g + r * M, dx + r * M, w.data(), M, mu[size_t(r)], rs[size_t(r)]);
+      });
+    } else {
+      parallel_for(rows, 2 * M, [&](int64_t r) {
+        const int64_t base = r * M;
+        A sum_g = 0, sum_gx = 0;
+        for (int64_t i = 0; i < M; ++i) {
+          const A gi = load(g[base + i]) * w[i];
+          sum_g += gi;
+          sum_gx += gi * (load(xp[base + i]) - mu[r]) * rs[r];
+        }
+        const A mean_g = sum_g / A(M), mean_gx = sum_gx / A(M);
+        for (int64_t i = 0; i < M; ++i) {
+          const A xhat = (load(xp[base + i]) - mu[r]) * rs[r];
+          dx[base + i] = store<T>(rs[r] * (load(g[base + i]) * w[i] - mean_g - xhat * mean_gx));
+        }
+      });
+    }
     if (!dweight.defined() && !dbias.defined()) return;
     // Column blocks on threads, rows in order inside: each sum has one fixed order.
     constexpr int64_t kColumns = 64;

@@ -69,8 +69,8 @@ MatrixOperand widen_block(DType dtype, const MatrixOperand& src, int64_t batch0,
     const char* first = element(src, 2, batch0 + matrix, row0, col0);
     widen_run(dtype, first + within * line_bytes, dst + line * length, length);
   });
-  return *matrix_operand(dst, src.broadcast() ? 0 : rows * cols, rows, cols,
-                         row_major ? cols : 1, row_major ? 1 : rows);
+  return *matrix_operand(dst, src.broadcast() ? 0 : rows * cols, rows, cols, row_major ? cols : 1,
+                         row_major ? 1 : rows);
 }
 }  // namespace
 

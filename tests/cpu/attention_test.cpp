@@ -72,12 +72,12 @@ Head reference(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& 
                v3 = f64(v).reshape({N, S, E}), d3 = f64(dout).reshape({N, L, E});
   Head all;
   for (int64_t n = 0; n < N; ++n) {
-    const Head h = reference_head(values(q3.select(0, n)), values(k3.select(0, n)),
-                                  values(v3.select(0, n)), values(d3.select(0, n)), L, S, E,
-                                  causal, scale);
-    for (auto [to, from] : {std::pair{&all.out, &h.out}, std::pair{&all.lse, &h.lse},
-                            std::pair{&all.dq, &h.dq}, std::pair{&all.dk, &h.dk},
-                            std::pair{&all.dv, &h.dv}}) {
+    const Head h =
+        reference_head(values(q3.select(0, n)), values(k3.select(0, n)), values(v3.select(0, n)),
+                       values(d3.select(0, n)), L, S, E, causal, scale);
+    for (auto [to, from] :
+         {std::pair{&all.out, &h.out}, std::pair{&all.lse, &h.lse}, std::pair{&all.dq, &h.dq},
+          std::pair{&all.dk, &h.dk}, std::pair{&all.dv, &h.dv}}) {
       to->insert(to->end(), from->begin(), from->end());
     }
   }
@@ -103,8 +103,8 @@ struct Case {
 
 std::vector<Case> cases(DType dtype) {
   return {
-      {"2-d, L 5, S 7", random_tensor({5, 4}, 1, dtype, -2, 2), random_tensor({7, 4}, 2, dtype, -2, 2),
-       random_tensor({7, 4}, 3, dtype, -2, 2)},
+      {"2-d, L 5, S 7", random_tensor({5, 4}, 1, dtype, -2, 2),
+       random_tensor({7, 4}, 2, dtype, -2, 2), random_tensor({7, 4}, 3, dtype, -2, 2)},
       {"3-d, L 4, S 6", random_tensor({3, 4, 8}, 4, dtype, -2, 2),
        random_tensor({3, 6, 8}, 5, dtype, -2, 2), random_tensor({3, 6, 8}, 6, dtype, -2, 2)},
       {"4-d views of [B, T, H, E]", head_view({2, 3, 5, 4}, 7, dtype),
@@ -187,7 +187,8 @@ TEST_CASE("CPU attention: a NaN key reaches only the rows that see it", "[attent
 }
 
 TEST_CASE("CPU attention gives the same bits on one thread and two", "[attention]") {
-  const Tensor q = head_view({4, 4, 33, 8}, 41, kBFloat16), k = head_view({4, 4, 33, 8}, 42, kBFloat16),
+  const Tensor q = head_view({4, 4, 33, 8}, 41, kBFloat16),
+               k = head_view({4, 4, 33, 8}, 42, kBFloat16),
                v = head_view({4, 4, 33, 8}, 43, kBFloat16);
   const Tensor dout = random_tensor({4, 4, 33, 8}, 44, kBFloat16);
   const int threads = omp_get_max_threads();
@@ -218,9 +219,9 @@ TEST_CASE("CPU attention rejects what it cannot take, naming it", "[attention][e
   CHECK_THROWS_WITH(kernels.forward(q, k, randn({2, 5, 3}), false, 1.0),
                     Contains("the CPU kernels do not take"));
   const kernel::FlashForward fwd = kernels.forward(q, k, v, false, 0.5);
-  CHECK_THROWS_WITH(kernels.backward(randn({2, 3, 4}), q, k, v, fwd.out, randn({2, 4}), false, 0.5)
-                        .dq,
-                    Contains("expected the forward's lse, float32 of shape [2, 3]"));
+  CHECK_THROWS_WITH(
+      kernels.backward(randn({2, 3, 4}), q, k, v, fwd.out, randn({2, 4}), false, 0.5).dq,
+      Contains("expected the forward's lse, float32 of shape [2, 3]"));
   CHECK_THROWS_WITH(kernels.backward(randn({2, 4, 4}), q, k, v, fwd.out, fwd.lse, false, 0.5).dq,
                     Contains("expected grad_output and out of q's shape [2, 3, 4]"));
 }
