@@ -1,7 +1,7 @@
 // Row arithmetic on GCC vector types, for the CPU kernels whose rows end in reductions
-// (cpu/attention.cpp, cpu/norm.cpp). NOTE [Row vectors]
+// (cpu/attention.cpp, cpu/norm.cpp).
 //
-// A loop that sums a float row in order cannot be vectorized by the compiler (its additions
+// NOTE [Row vectors] A loop that sums a float row in order cannot be vectorized by the compiler (its additions
 // may not be reordered), and the baseline x86-64 build would use 4 SSE lanes if it could. The
 // kernels here are written once as always-inline templates over a vector type V and compiled
 // into entry points for AVX-512 (16 float lanes), AVX2 with FMA (8) and the baseline (4), with
