@@ -8,6 +8,7 @@
 #include <numbers>
 
 #include "halfgrad/halfgrad.h"
+#include "halfgrad/ops/kernels.h"
 
 using namespace hg;
 using Catch::Contains;
@@ -97,7 +98,7 @@ TEST_CASE("relu keeps NaN and zeroes what is <= 0, as torch does", "[elementwise
   // 37 values: two whole 16-lane blocks and a tail, so a vectorized pass is checked in full
   // blocks and in its masked tail; the special values recur at every position class.
   const double nan = std::nan(""), inf = std::numeric_limits<double>::infinity();
-  const std::vector<double> special = {nan, -inf, -1.5, -0.0, 0.0, 2.5, inf, 1e-3, -2e-3};
+  const std::vector<double> special = {nan, -inf, -1.5, -0.0, 0.0, 2.5, inf, 1e-3, -2e-3, -nan};
   std::vector<double> input;
   for (size_t i = 0; i < 37; ++i) input.push_back(special[(i * 5) % special.size()]);
   for (DType dtype : {kFloat32, kFloat16, kBFloat16, kFloat64}) {
@@ -114,6 +115,35 @@ TEST_CASE("relu keeps NaN and zeroes what is <= 0, as torch does", "[elementwise
         CHECK_FALSE(std::signbit(got[i]));
       } else {
         CHECK(got[i] == xs[i]);
+      }
+    }
+  }
+}
+
+TEST_CASE("relu's backward passes the gradient where the input is > 0 or NaN", "[elementwise]") {
+  // The 16-bit kernels decide on the input's bits (both NaN signs, both zeros, subnormals);
+  // 37 values, as above, for the vector blocks and the tail.
+  const double nan = std::nan(""), inf = std::numeric_limits<double>::infinity();
+  const std::vector<double> special = {nan,  -inf,  -1.5, -0.0, 0.0,   2.5,  inf,
+                                       1e-3, -2e-3, -nan, 1e-7, -1e-7, 65504};
+  std::vector<double> input, grad;
+  for (size_t i = 0; i < 37; ++i) {
+    input.push_back(special[(i * 5) % special.size()]);
+    grad.push_back(double(i) - 17.25);
+  }
+  for (DType dtype : {kFloat32, kFloat16, kBFloat16, kFloat64}) {
+    CAPTURE(dtype);
+    const Tensor x = tensor(input, dtype), g = tensor(grad, dtype);
+    const std::vector<double> xs = x.to_vector<double>(), gs = g.to_vector<double>();
+    const std::vector<double> got =
+        kernels::elementwise(x).threshold_backward(g, x, 0.0).to_vector<double>();
+    for (size_t i = 0; i < xs.size(); ++i) {
+      CAPTURE(i, xs[i]);
+      if (xs[i] <= 0) {
+        CHECK(got[i] == 0.0);
+        CHECK_FALSE(std::signbit(got[i]));
+      } else {
+        CHECK(got[i] == gs[i]);  // x > 0, or NaN
       }
     }
   }
