@@ -99,6 +99,7 @@ class CpuAllocator final : public Allocator {
         free_lists_[cls.index] = block->next;
         stats_.cached_blocks -= 1;
         stats_.cached_bytes -= int64_t(cls.bytes);
+        small_cached_bytes_ -= cls.bytes;
         data = block;
       } else if (cls.index == kNumClasses) {
         const auto found = large_free_.find(cls.bytes);
@@ -142,6 +143,7 @@ class CpuAllocator final : public Allocator {
       std::fill(std::begin(free_lists_), std::end(free_lists_), nullptr);
       large.swap(large_free_);
       large_cached_bytes_ = 0;
+      small_cached_bytes_ = 0;
       stats_.cached_blocks = 0;
       stats_.cached_bytes = 0;
     }
@@ -174,12 +176,12 @@ class CpuAllocator final : public Allocator {
       self.stats_.live_allocations -= 1;
       self.stats_.live_bytes -= int64_t(bytes);
       const size_t index = size_class(bytes).index;
-      if (index < kNumClasses &&
-          self.stats_.cached_bytes + int64_t(bytes) <= int64_t(kMaxCachedBytes)) {
+      if (index < kNumClasses && self.small_cached_bytes_ + bytes <= kMaxCachedBytes) {
         auto* block = static_cast<FreeBlock*>(data);
         block->next = self.free_lists_[index];
         poison(block, bytes);
         self.free_lists_[index] = block;
+        self.small_cached_bytes_ += bytes;
         self.stats_.cached_blocks += 1;
         self.stats_.cached_bytes += int64_t(bytes);
         return;
@@ -207,7 +209,8 @@ class CpuAllocator final : public Allocator {
   std::mutex mutex_;
   FreeBlock* free_lists_[kNumClasses] = {};
   std::multimap<size_t, void*> large_free_;  // blocks above kMaxCachedBlock, by size
-  size_t large_cached_bytes_ = 0;
+  size_t large_cached_bytes_ = 0;  // of stats_.cached_bytes, the large blocks'
+  size_t small_cached_bytes_ = 0;  // and the size classes' (each bound on its own)
   AllocatorStats stats_;
 };
 

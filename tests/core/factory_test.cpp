@@ -206,6 +206,14 @@ TEST_CASE("the CPU allocator reuses freed blocks and bounds its cache", "[storag
     CHECK(cpu_allocator_stats().cached_bytes >=
           int64_t(kMaxCachedLargeBytes - 4 * kMaxCachedBlock));
     CHECK(cpu_allocator_stats().live_bytes == start.live_bytes);
+    // Each bound is its own: with more large bytes cached than kMaxCachedBytes, a small block
+    // is still kept, and served again without the system.
+    REQUIRE(cpu_allocator_stats().cached_bytes > int64_t(kMaxCachedBytes));
+    { Tensor small = empty({1000}, kFloat32); }
+    const AllocatorStats before_small = cpu_allocator_stats();
+    { Tensor small = empty({1000}, kFloat32); }
+    CHECK(cpu_allocator_stats().system_allocations == before_small.system_allocations);
+    CHECK(cpu_allocator_stats().total_allocations == before_small.total_allocations + 1);
   }
   cpu_empty_cache();
   CHECK(cpu_allocator_stats().cached_bytes == 0);
