@@ -61,7 +61,8 @@ namespace {
 // a per-thread thread_buffer): with oneDNN's own scratchpad a primitive must run on the
 // thread that created it, which a shared cache cannot promise. A layout for which oneDNN
 // offers only its reference kernel ("ref:any") is cached as unusable; gemm then copies the
-// operands to dense row-major and asks again.
+// operands to dense row-major and asks again. Each thread keeps the memory objects it runs a
+// primitive with (thread_args), pointing them at each call's data.
 
 // A tensor viewing an operand's matrices (one matrix when it is broadcast).
 Tensor operand_view(const MatrixOperand& op, DType dtype, int64_t batch, int64_t rows,
@@ -161,6 +162,9 @@ std::shared_ptr<const CachedMatmul> create_matmul(const Problem& p, int64_t batc
   return made;
 }
 
+// Per thread, the memory objects of at most this many primitives are kept.
+constexpr size_t kMaxThreadArgs = 256;
+
 class MatmulCache {
  public:
   std::shared_ptr<const CachedMatmul> get(const Problem& p, int64_t batch) {
@@ -205,34 +209,58 @@ MatmulCache& matmul_cache() {
   return cache;
 }
 
+// The memory objects a thread runs a cached primitive with (NOTE [oneDNN matmul cache]): made
+// the first time the thread runs it, then only pointed at each call's data. Creating them per
+// call (an allocation each, and a hash map of them) was a third of a small GEMM's 1.5 us.
+struct ThreadArgs {
+  std::shared_ptr<const CachedMatmul> matmul;  // keeps the key's primitive, and address, alive
+  std::unordered_map<int, dnnl::memory> args;
+};
+
+std::unordered_map<int, dnnl::memory>& thread_args(const std::shared_ptr<const CachedMatmul>& m,
+                                                   const Problem& p) {
+  thread_local std::unordered_map<const CachedMatmul*, ThreadArgs> cache;
+  auto found = cache.find(m.get());
+  if (found != cache.end()) return found->second.args;
+  if (cache.size() >= kMaxThreadArgs) cache.clear();  // a thread cycling through endless shapes
+  const dnnl::engine& engine = cpu_engine();
+  ThreadArgs made{m, {}};
+  made.args.emplace(DNNL_ARG_SRC, dnnl::memory(m->a_desc, engine, const_cast<char*>(p.a.data)));
+  made.args.emplace(DNNL_ARG_WEIGHTS, dnnl::memory(m->b_desc, engine, const_cast<char*>(p.b.data)));
+  made.args.emplace(DNNL_ARG_DST, dnnl::memory(m->out_desc, engine, p.out));
+  if (p.bias != nullptr) {
+    made.args.emplace(DNNL_ARG_BIAS, dnnl::memory(m->bias_desc, engine, const_cast<char*>(p.bias)));
+  }
+  const size_t scratchpad_bytes = m->scratchpad_desc.get_size();
+  if (scratchpad_bytes > 0) {
+    made.args.emplace(
+        DNNL_ARG_SCRATCHPAD,
+        dnnl::memory(m->scratchpad_desc, engine, thread_buffer(kScratchpadSlot, scratchpad_bytes)));
+  }
+  return cache.emplace(m.get(), std::move(made)).first->second.args;
+}
+
 // Runs p on oneDNN with p's layouts; false when oneDNN has no usable kernel for them.
 bool onednn_gemm_as_is(const Problem& p) {
   const bool both_broadcast = p.a.broadcast() && p.b.broadcast();
   const std::shared_ptr<const CachedMatmul> matmul =
       matmul_cache().get(p, both_broadcast ? 1 : p.batch);
   if (!matmul->usable) return false;
-  const dnnl::engine& engine = cpu_engine();
   const size_t out_matrix_bytes = size_t(p.m * p.n) * element_size(p.dtype);
   const int64_t launches = both_broadcast ? p.batch : 1;
   try {
-    std::unordered_map<int, dnnl::memory> args;
-    args.emplace(DNNL_ARG_SRC, dnnl::memory(matmul->a_desc, engine, const_cast<char*>(p.a.data)));
-    args.emplace(DNNL_ARG_WEIGHTS,
-                 dnnl::memory(matmul->b_desc, engine, const_cast<char*>(p.b.data)));
-    args.emplace(DNNL_ARG_DST, dnnl::memory(matmul->out_desc, engine, p.out));
-    if (p.bias != nullptr) {
-      args.emplace(DNNL_ARG_BIAS,
-                   dnnl::memory(matmul->bias_desc, engine, const_cast<char*>(p.bias)));
-    }
+    std::unordered_map<int, dnnl::memory>& args = thread_args(matmul, p);
+    args.at(DNNL_ARG_SRC).set_data_handle(const_cast<char*>(p.a.data));
+    args.at(DNNL_ARG_WEIGHTS).set_data_handle(const_cast<char*>(p.b.data));
+    if (p.bias != nullptr) args.at(DNNL_ARG_BIAS).set_data_handle(const_cast<char*>(p.bias));
     const size_t scratchpad_bytes = matmul->scratchpad_desc.get_size();
     if (scratchpad_bytes > 0) {
-      args.emplace(DNNL_ARG_SCRATCHPAD,
-                   dnnl::memory(matmul->scratchpad_desc, engine,
-                                thread_buffer(kScratchpadSlot, scratchpad_bytes)));
+      args.at(DNNL_ARG_SCRATCHPAD)
+          .set_data_handle(thread_buffer(kScratchpadSlot, scratchpad_bytes));
     }
     dnnl::stream& stream = thread_stream();
     for (int64_t i = 0; i < launches; ++i) {
-      if (i > 0) args.at(DNNL_ARG_DST).set_data_handle(p.out + i * out_matrix_bytes);
+      args.at(DNNL_ARG_DST).set_data_handle(p.out + i * out_matrix_bytes);
       matmul->primitive.execute(stream, args);
     }
     stream.wait();
