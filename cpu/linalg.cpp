@@ -65,7 +65,7 @@ void* thread_buffer(int slot, size_t bytes) {
     std::unique_ptr<void, FreeDeleter> memory;
     size_t capacity = 0;
   };
-  thread_local std::array<Buffer, 5> buffers;
+  thread_local std::array<Buffer, kBufferSlots> buffers;
   Buffer& buffer = buffers.at(size_t(slot));
   if (bytes > buffer.capacity) {
     buffer.memory.reset();
@@ -253,6 +253,14 @@ void run_with_bias(Problem p, const char* bias) {
     if (small_runs) return small_gemm(p);
     if (onednn_gemm(p)) return;
     p.bias = nullptr;
+  }
+  // 16-bit products run as float32 tiles (float16; bfloat16 when tiny, or without oneDNN's
+  // kernel): the bias goes to the tiles' float32 GEMM as float32.
+  const bool tiles =
+      p.dtype == kFloat16 || (p.dtype == kBFloat16 && (macs < kTinyGemm || !onednn_runs_bf16()));
+  if (tiles) {
+    p.bias = bias;
+    return reduced_gemm_via_float32(p, macs < kTinyGemm ? GemmImpl::Small : kFloat32Impl);
   }
   fill_rows(p, bias);
   p.beta = 1.0;

@@ -36,7 +36,9 @@ struct Problem {
   MatrixOperand b;  // K x N
   char* out;        // contiguous [B, M, N]
   double alpha, beta;
-  const char* bias = nullptr;  // contiguous [N] added to every row (oneDNN path only), or null
+  // Contiguous [N] added to every row, or null: taken by the oneDNN path, the small kernel and
+  // the float32 tiles of 16-bit products (which hand it on to one of those two).
+  const char* bias = nullptr;
 };
 
 // The operand for a rows x cols matrix with the given strides, or nullopt when its layout is
@@ -71,7 +73,15 @@ inline const char* element(const MatrixOperand& op, size_t element_size, int64_t
 // the buffers one call needs at once.
 void* thread_buffer(int slot, size_t bytes);
 
-enum BufferSlot { kScratchpadSlot, kATileSlot, kBTileSlot, kOutTileSlot, kSmallPackSlot };
+enum BufferSlot {
+  kScratchpadSlot,
+  kATileSlot,
+  kBTileSlot,
+  kOutTileSlot,
+  kSmallPackSlot,
+  kBiasSlot,
+  kBufferSlots
+};
 
 // ---- the paths ------------------------------------------------------------------------------
 
@@ -100,7 +110,8 @@ std::string onednn_probe(DType dtype);
 void float32_gemm(const Problem& p, GemmImpl impl);
 
 // float16 or bfloat16 p (K > 0) through float32 tiles on the float32 implementation
-// float32_impl (NOTE [fp16 GEMM through fp32 tiles] in cpu/reduced_gemm.cpp).
+// float32_impl (NOTE [fp16 GEMM through fp32 tiles] in cpu/reduced_gemm.cpp); p.bias (of p's
+// dtype, with alpha 1 and beta 0) is added in the tiles' float32 accumulators.
 void reduced_gemm_via_float32(const Problem& p, GemmImpl float32_impl);
 
 }  // namespace hg::cpu::linalg_detail

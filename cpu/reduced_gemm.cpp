@@ -72,6 +72,19 @@ MatrixOperand widen_block(DType dtype, const MatrixOperand& src, int64_t batch0,
   return *matrix_operand(dst, src.broadcast() ? 0 : rows * cols, rows, cols, row_major ? cols : 1,
                          row_major ? 1 : rows);
 }
+// tile (float32, alpha 1, beta 0) with tile.bias added to every row: on the small kernel or
+// oneDNN, which take a bias; elsewhere (Eigen) as the bias rows written first and beta = 1.
+void float32_gemm_bias(Problem tile, GemmImpl impl) {
+  if (impl == GemmImpl::Small) return small_gemm(tile);
+  if (impl == GemmImpl::OneDNN && onednn_gemm(tile)) return;
+  const auto* bias = reinterpret_cast<const float*>(tile.bias);
+  auto* out = reinterpret_cast<float*>(tile.out);
+  for (int64_t r = 0; r < tile.batch * tile.m; ++r) std::copy_n(bias, tile.n, out + r * tile.n);
+  tile.bias = nullptr;
+  tile.beta = 1.0;
+  float32_gemm(tile, impl);
+}
+
 }  // namespace
 
 // NOTE [fp16 GEMM through fp32 tiles] For each batch, b is widened N-block by N-block
@@ -83,6 +96,9 @@ MatrixOperand widen_block(DType dtype, const MatrixOperand& src, int64_t batch0,
 // out once) cost little against the 2K flops per output element, small enough to bound the
 // memory. A block already widened is reused when the next one is the same (a broadcast
 // operand, or a single block along M or N).
+// A bias (linear's) is widened once and added in the tiles' float32 accumulators, by the
+// float32 GEMM's bias argument: the value of writing it into out and computing with beta = 1,
+// without the pass that writes it and the one that widens it back.
 // When whole matrices fit in a block, a block holds as many matrices of the batch as the
 // budget allows, and the float32 GEMM runs them in one batched call: attention's products are
 // hundreds of matrices of a few hundred multiply-adds each, and one float32 call per matrix
@@ -103,6 +119,12 @@ void reduced_gemm_via_float32(const Problem& p, GemmImpl float32_impl) {
   auto* const out_buffer = static_cast<float*>(
       thread_buffer(kOutTileSlot, size_t(batch_block * m_block * n_block) * sizeof(float)));
   const MatrixOperand out_matrix{p.out, p.m * p.n, p.n, 1};
+  // The bias in float32, once; the tiles' GEMM adds it to its accumulators.
+  float* bias = nullptr;
+  if (p.bias != nullptr) {
+    bias = static_cast<float*>(thread_buffer(kBiasSlot, size_t(p.n) * sizeof(float)));
+    widen_run(p.dtype, p.bias, bias, p.n);
+  }
 
   std::array<int64_t, 2> a_held = {-1, -1}, b_held = {-1, -1};  // (first batch, first row/col)
   MatrixOperand a_block{}, b_block{};
@@ -124,10 +146,15 @@ void reduced_gemm_via_float32(const Problem& p, GemmImpl float32_impl) {
         }
         // out_buffer holds the tile's out as dense [bt, mt, nt], widened first when beta reads it.
         if (p.beta != 0) widen_block(p.dtype, out_matrix, i0, bt, m0, mt, n0, nt, out_buffer);
-        const Problem tile{kFloat32, bt,      mt,      nt,
-                           p.k,      a_block, b_block, reinterpret_cast<char*>(out_buffer),
-                           p.alpha,  p.beta};
-        float32_gemm(tile, float32_impl);
+        Problem tile{kFloat32, bt,      mt,      nt,
+                     p.k,      a_block, b_block, reinterpret_cast<char*>(out_buffer),
+                     p.alpha,  p.beta};
+        if (bias != nullptr) {
+          tile.bias = reinterpret_cast<const char*>(bias + n0);
+          float32_gemm_bias(tile, float32_impl);
+        } else {
+          float32_gemm(tile, float32_impl);
+        }
         // With several matrices in the block, mt == M and nt == N: their rows follow one
         // another in out as in out_buffer.
         for_each_line(bt * mt, nt, [&](int64_t r) {
