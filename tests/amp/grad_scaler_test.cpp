@@ -206,6 +206,43 @@ TEST_CASE("GradScaler unscale_ divides every grad by the scale and flags infs an
   }
 }
 
+TEST_CASE("GradScaler unscale_ of long float32 grads: every element, every non-finite one",
+          "[grad_scaler]") {
+  // 16-lane blocks split over the threads, and a tail: a non-finite value at any position is
+  // flagged, and every finite one is multiplied by the float32 inv_scale as one multiply.
+  const int64_t n = 100003;
+  std::vector<float> base(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) base[size_t(i)] = float(i % 977) * 0.37f - 150.0f;
+  const float inv_scale = float(1.0 / 1024.0);
+  const int threads = get_num_threads();
+  for (int count : {1, 2}) {
+    set_num_threads(count);
+    for (int64_t bad : {int64_t(-1), int64_t(0), int64_t(15), int64_t(50000), n - 1}) {
+      for (float value : {std::numeric_limits<float>::infinity(), std::nanf("")}) {
+        CAPTURE(count, bad, value);
+        amp::GradScaler scaler({.init_scale = 1024.0});
+        scaler.scale(scalar_tensor(1.0));
+        Tensor w = zeros({n}).requires_grad_();
+        TestSGD opt({w}, 1.0);
+        std::vector<float> g = base;
+        if (bad >= 0) g[size_t(bad)] = value;
+        w.mutable_grad() = tensor(std::vector<double>(g.begin(), g.end()), {n}, kFloat32);
+        scaler.unscale_(opt);
+        CHECK(scaler.step(opt) == (bad < 0));
+        const std::vector<float> got = values(w.grad());
+        int64_t wrong = 0;
+        for (int64_t i = 0; i < n; ++i) {
+          if (i == bad) continue;
+          wrong += got[size_t(i)] != g[size_t(i)] * inv_scale;
+        }
+        CHECK(wrong == 0);
+        if (bad < 0) break;  // no bad value: one run per thread count
+      }
+    }
+  }
+  set_num_threads(threads);
+}
+
 // PyTorch's test_grad_scaling_autocast: a model run under autocast (float16 matmuls) with a
 // scaler against the same run without one. At skip_iter an inf is put into a grad: the
 // scaled run skips that step, and the control skips it too.
