@@ -24,8 +24,9 @@
 //           model (2 layers, 48 wide, 4 heads, T = 9, vocabulary 13, batch 64), one thread;
 //           "larger" (4 layers, 256 wide, 8 heads, T = 64, vocabulary 256, batch 16), two
 //           threads; random tokens and targets. The step is the gpt section's (AdamW, clipping,
-//           the GradScaler on in fp16) in fp32, bf16 and fp16, interleaved with the twin's,
-//           with the ratios over halfgrad's fp32 and over PyTorch:
+//           the GradScaler on in fp16) in fp32, bf16 and fp16: halfgrad's modes interleaved
+//           among themselves for the ratios over halfgrad's fp32, then fp32 and bf16
+//           interleaved with the twin's for the ratios over PyTorch (run_gpt_cpu says why):
 //             {"bench": "train_gpt_cpu", "impl": "halfgrad", "mode": "bf16", "size": "demo", ...}
 //             {"bench": "train_gpt_cpu_demo_ratio", "mode": "bf16", "vs": "halfgrad_fp32", ...}
 //           and then, per mode, where its step goes (the CPU form of train_gpt_ops, per step
@@ -91,6 +92,7 @@
 #include <random>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <fmt/format.h>
@@ -156,8 +158,18 @@ std::optional<double> twin_line(const TwinLines& lines, const std::string& bench
 
 // The twin as a child process (`sh -c CMD`, train_twin.py --serve): one command line in, one
 // JSON line out.
+//
+// NOTE [Settling between the sides] Alternating steps, the side that runs second must not share
+// the cores with work the first one left running. PyTorch's process keeps both cores busy for
+// some 25 ms after it has answered (its CPU time, sampled every 25 ms after each larger-GPT
+// step: 30 ms in the first 25, then none), whatever OMP_WAIT_POLICY says; halfgrad's step
+// right after it took 65 ms instead of the 36-40 it takes alone or after a twin that only
+// sleeps or only streams through 256 MB. So each request waits kSettle, untimed, before it is
+// sent and after its answer: neither side's step starts while the other's work still runs.
 class TwinProcess {
  public:
+  static constexpr std::chrono::milliseconds kSettle{50};
+
   explicit TwinProcess(std::string command) : command_(std::move(command)) {
     std::signal(SIGPIPE, SIG_IGN);  // a twin that died is reported when its answer is missing
     int to_child[2], from_child[2];
@@ -187,8 +199,10 @@ class TwinProcess {
     waitpid(pid_, &status, 0);
   }
 
-  // Sends `command`; returns the number `field` of the answer.
+  // Sends `command`; returns the number `field` of the answer. Each request waits kSettle
+  // before it is sent and after the answer (NOTE [Settling between the sides]).
   double request(const std::string& command, const char* field) {
+    std::this_thread::sleep_for(kSettle);
     std::fprintf(to_, "%s\n", command.c_str());
     std::fflush(to_);
     std::string answer;
@@ -197,6 +211,7 @@ class TwinProcess {
     }
     HG_CHECK(!answer.empty(), "hg-bench-train: the twin '{}' ended without answering '{}'",
              command_, command);
+    std::this_thread::sleep_for(kSettle);
     const nlohmann::json record = nlohmann::json::parse(answer);
     HG_CHECK(record.contains(field) && record[field].is_number(),
              "hg-bench-train: expected the twin's answer to '{}' to hold \"{}\", got {}", command,
@@ -819,13 +834,39 @@ const CpuGpt kCpuGpts[] = {{"demo", {13, 9, 2, 4, 48, 64}, 1, 0.75, 1.0, 0.35},
 // --small: a 1-layer, 32-wide GPT on T = 8 (smoke tests; no twin).
 const CpuGpt kSmallCpuGpt = {"small", {16, 8, 1, 2, 32, 4}, 1, 0.75, 1.0, 0.35};
 
+// Times `candidates` interleaved (their calls at the size's thread count) and prints a
+// train_gpt_cpu line for each; returns the milliseconds by (impl, mode).
+std::map<std::pair<std::string, std::string>, double> time_gpt_cpu(
+    const TrainOptions& options, const CpuGpt& gpt, std::vector<Candidate>& candidates,
+    bool interleaved) {
+  hg::bench::time_interleaved(options, candidates);
+  std::map<std::pair<std::string, std::string>, double> ms;
+  for (const Candidate& c : candidates) {
+    ms[{c.impl, c.kernel}] = c.us * 1e-3;
+    std::string extra = interleaved ? ", \"interleaved\": true" : "";
+    if (c.kernel == "fp16") extra += ", \"note\": \"GradScaler on\"";
+    fmt::print(
+        "{{\"bench\": \"train_gpt_cpu\", \"impl\": \"{}\", \"mode\": \"{}\", \"size\": "
+        "\"{}\", \"shape\": \"{}\", \"batch\": {}, \"threads\": {}, \"ms\": {:.3f}{}}}\n",
+        c.impl, c.kernel, gpt.size, gpt.config.shape(), gpt.config.batch, gpt.threads, c.us * 1e-3,
+        extra);
+  }
+  std::fflush(stdout);
+  return ms;
+}
+
+// Two passes per size: halfgrad's modes interleaved among themselves, steps back to back as a
+// training loop runs them (the ratios over halfgrad's fp32, and the op profiles); then, with a
+// live twin, halfgrad's fp32 and bf16 interleaved with PyTorch's (NOTE [Settling between the
+// sides]; 1.13 has no float16 CPU autocast), for the ratios over PyTorch. Each step of the
+// second pass starts after the other side's and a pause, with colder caches than in a loop.
 void run_gpt_cpu(const TrainOptions& options, Peers& peers) {
   std::vector<CpuGpt> sizes(std::begin(kCpuGpts), std::end(kCpuGpts));
   if (options.small) sizes = {kSmallCpuGpt};
   const bool twin_live = peers.live && !options.small;
   for (const CpuGpt& gpt : sizes) {
     std::vector<std::unique_ptr<GptRun>> runs;
-    std::vector<Candidate> candidates;
+    std::vector<Candidate> own, against_torch;
     for (Mode mode : {Mode::Fp32, Mode::Bf16, Mode::Fp16}) {
       if (std::find(options.modes.begin(), options.modes.end(), mode_name(mode)) ==
           options.modes.end()) {
@@ -834,58 +875,51 @@ void run_gpt_cpu(const TrainOptions& options, Peers& peers) {
       runs.push_back(std::make_unique<GptRun>(mode, gpt.config, hg::kCPU));
       GptRun* run = runs.back().get();
       const int threads = gpt.threads;
-      candidates.push_back({"halfgrad", mode_name(mode), [run, threads] {
-                              omp_set_num_threads(threads);
-                              run->step();
-                            }});
-      if (twin_live && mode != Mode::Fp16) {  // PyTorch 1.13 has no float16 CPU autocast
+      const Candidate step{"halfgrad", mode_name(mode), [run, threads] {
+                             omp_set_num_threads(threads);
+                             run->step();
+                           }};
+      own.push_back(step);
+      if (twin_live && mode != Mode::Fp16) {
         const std::string command = fmt::format("gpt-cpu {} {}", gpt.size, mode_name(mode));
         TwinProcess* twin = peers.live.get();
-        candidates.push_back({"pytorch", mode_name(mode), nullptr, 0,
-                              [twin, command] { return 1e3 * twin->request(command, "ms"); }});
+        against_torch.push_back(step);
+        against_torch.push_back({"pytorch", mode_name(mode), nullptr, 0,
+                                 [twin, command] { return 1e3 * twin->request(command, "ms"); }});
       }
     }
-    hg::bench::time_interleaved(options, candidates);
-    omp_set_num_threads(options.threads);
-    std::map<std::string, double> halfgrad_ms, torch_ms;
-    for (const Candidate& c : candidates) {
-      const double ms = c.us * 1e-3;
-      fmt::print(
-          "{{\"bench\": \"train_gpt_cpu\", \"impl\": \"{}\", \"mode\": \"{}\", \"size\": "
-          "\"{}\", \"shape\": \"{}\", \"batch\": {}, \"threads\": {}, \"ms\": {:.3f}{}}}\n",
-          c.impl, c.kernel, gpt.size, gpt.config.shape(), gpt.config.batch, gpt.threads, ms,
-          c.kernel == "fp16"
-              ? ", \"note\": \"GradScaler on; PyTorch 1.13 has no fp16 CPU autocast\""
-          : c.impl == "pytorch" ? ", \"interleaved\": true"
-                                : "");
-      (c.impl == "halfgrad" ? halfgrad_ms : torch_ms)[c.kernel] = ms;
+    auto ms = time_gpt_cpu(options, gpt, own, false);
+    const std::string bench = fmt::format("train_gpt_cpu_{}", gpt.size);
+    const auto halfgrad = [&](const char* mode) { return ms.find({"halfgrad", mode}); };
+    if (halfgrad("fp32") != ms.end()) {
+      if (halfgrad("bf16") != ms.end()) {
+        print_ratio(bench, "bf16", "halfgrad_fp32", halfgrad("bf16")->second,
+                    halfgrad("fp32")->second, gpt.bf16_target);
+      }
+      if (halfgrad("fp16") != ms.end()) {
+        print_ratio(bench, "fp16", "halfgrad_fp32", halfgrad("fp16")->second,
+                    halfgrad("fp32")->second, gpt.fp16_target);
+      }
     }
     // Where each mode's step goes: the 30 largest (phase, op or node) times, per step over
     // 10 steps.
     omp_set_num_threads(gpt.threads);
     for (size_t i = 0; i < runs.size(); ++i) {
-      print_gpt_ops(fmt::format("train_gpt_cpu_{}_ops", gpt.size), *runs[i], hg::kCPU,
-                    runs[i]->mode(), 10, 30);
+      print_gpt_ops(fmt::format("{}_ops", bench), *runs[i], hg::kCPU, runs[i]->mode(), 10, 30);
     }
     omp_set_num_threads(options.threads);
-    const std::string bench = fmt::format("train_gpt_cpu_{}", gpt.size);
-    if (halfgrad_ms.count("fp32")) {
-      if (halfgrad_ms.count("bf16")) {
-        print_ratio(bench, "bf16", "halfgrad_fp32", halfgrad_ms["bf16"], halfgrad_ms["fp32"],
-                    gpt.bf16_target);
-      }
-      if (halfgrad_ms.count("fp16")) {
-        print_ratio(bench, "fp16", "halfgrad_fp32", halfgrad_ms["fp16"], halfgrad_ms["fp32"],
-                    gpt.fp16_target);
-      }
-    }
-    for (const char* mode : {"fp32", "bf16"}) {
-      if (halfgrad_ms.count(mode) && torch_ms.count(mode)) {
+    if (!against_torch.empty()) {
+      ms = time_gpt_cpu(options, gpt, against_torch, true);
+      omp_set_num_threads(options.threads);
+      for (const char* mode : {"fp32", "bf16"}) {
+        const auto h = ms.find({"halfgrad", mode}), t = ms.find({"pytorch", mode});
+        if (h == ms.end() || t == ms.end()) continue;
         const std::optional<double> target =
             std::string(mode) == "bf16" ? std::optional<double>(gpt.torch_target) : std::nullopt;
-        print_ratio(bench, mode, "pytorch", halfgrad_ms[mode], torch_ms[mode], target);
+        print_ratio(bench, mode, "pytorch", h->second, t->second, target);
       }
     }
+    omp_set_num_threads(options.threads);
     std::fflush(stdout);
   }
 }
