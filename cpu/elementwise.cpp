@@ -252,6 +252,25 @@ Tensor run_unary(const Tensor& x) {
 
 // ---- binary -----------------------------------------------------------------------------------
 
+// o[i] = pow(x[i], y[i]) (y[0] for every i when scalar_exponent) over n contiguous values of a
+// float32, float16 or bfloat16 T, through the vector pow pass in float32 chunks.
+template <class T>
+void pow_run(VectorPow power, T* o, const T* x, const T* y, bool scalar_exponent, int64_t n) {
+  float a[kChunk], b[kChunk];
+  if (scalar_exponent) std::fill_n(b, kChunk, cast_value<float>(y[0]));
+  for (int64_t start = 0; start < n; start += kChunk) {
+    const int64_t m = std::min(kChunk, n - start);
+    if constexpr (std::is_same_v<T, float>) {
+      power(x + start, scalar_exponent ? b : y + start, o + start, m);
+    } else {
+      widen(x + start, a, m);
+      if (!scalar_exponent) widen(y + start, b, m);
+      power(a, b, a, m);
+      narrow(a, o + start, m);
+    }
+  }
+}
+
 // out = op(a, b) where a and b have out's dtype and broadcast to out's shape.
 template <Binary Op>
 void run_binary(const Tensor& out, const Tensor& a, const Tensor& b, double alpha) {
@@ -263,10 +282,22 @@ void run_binary(const Tensor& out, const Tensor& a, const Tensor& b, double alph
     } else {
       using C = compute_t<T>;
       const C scale = cast_value<C>(alpha);
+      // pow's float32 runs (and 16-bit ones, widened) with a contiguous or broadcast exponent
+      // go through the vector pow pass (NOTE [Vector math] in cpu/vector_math.h).
+      const VectorPow power =
+          Op == Binary::Pow && std::is_same_v<C, float> ? vector_power() : nullptr;
       for_each_row<3>(
           shape, {byte_data(out), byte_data(a), byte_data(b)},
           {byte_strides(out), broadcast_byte_strides(a, shape), broadcast_byte_strides(b, shape)},
-          [scale](std::array<char*, 3> p, std::array<int64_t, 3> s, int64_t n) {
+          [scale, power](std::array<char*, 3> p, std::array<int64_t, 3> s, int64_t n) {
+            (void)power;  // kinds other than pow do not read it
+            if constexpr (Op == Binary::Pow && std::is_same_v<C, float>) {
+              if (power != nullptr && s[0] == sizeof(T) && s[1] == sizeof(T) &&
+                  (s[2] == sizeof(T) || s[2] == 0)) {
+                return pow_run(power, reinterpret_cast<T*>(p[0]), reinterpret_cast<const T*>(p[1]),
+                               reinterpret_cast<const T*>(p[2]), s[2] == 0, n);
+              }
+            }
             if (s[0] == sizeof(T) && s[1] == sizeof(T) && s[2] == sizeof(T)) {
               T* o = reinterpret_cast<T*>(p[0]);
               const T* x = reinterpret_cast<const T*>(p[1]);

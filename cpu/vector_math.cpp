@@ -53,6 +53,21 @@ VectorMap vector_mapper() {
   return nullptr;
 }
 
+VectorPow vector_power() {
+  if (!enabled.load(std::memory_order_relaxed)) return nullptr;
+#if defined(__x86_64__) && HALFGRAD_HAS_SLEEF
+  switch (isa()) {
+    case Isa::Avx512:
+      return &detail::vector_pow_avx512;
+    case Isa::Avx2:
+      return &detail::vector_pow_avx2;
+    case Isa::None:
+      break;
+  }
+#endif
+  return nullptr;
+}
+
 bool vector_map(VectorFn fn, const float* x, float* y, int64_t n) {
   const VectorMap pass = vector_mapper();
   if (pass == nullptr) return false;

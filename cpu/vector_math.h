@@ -55,6 +55,13 @@ VectorMap vector_mapper();
 // vector_mapper()'s pass over one run; false, with nothing written, where there is none.
 bool vector_map(VectorFn fn, const float* x, float* y, int64_t n);
 
+// y[i] = pow(a[i], b[i]) for i < n (y may be a or b): SLEEF's powf (1.0 ulp; C's special
+// cases, as std::pow: pow(x, 0) = 1 and pow(1, y) = 1 even for NaN, pow(-x, non-integer) =
+// NaN). The binary pow kernel's float32 runs, float16/bfloat16 ones in float32 chunks.
+using VectorPow = void (*)(const float* a, const float* b, float* y, int64_t n);
+// The pow pass for the ISA vector_mapper() uses, or null where that has none.
+VectorPow vector_power();
+
 // Whether vector_map has a path on this CPU, and its name ("avx512", "avx2" or "none").
 const char* vector_math_isa();
 
@@ -66,6 +73,8 @@ namespace detail {
 // The per-ISA passes; call only where the CPU has the instruction set.
 void vector_map_avx512(VectorFn fn, const float* x, float* y, int64_t n);
 void vector_map_avx2(VectorFn fn, const float* x, float* y, int64_t n);
+void vector_pow_avx512(const float* a, const float* b, float* y, int64_t n);
+void vector_pow_avx2(const float* a, const float* b, float* y, int64_t n);
 }  // namespace detail
 
 }  // namespace hg::cpu

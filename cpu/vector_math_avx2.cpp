@@ -46,6 +46,7 @@ struct Avx2 {
   static V tanh(V x) { return Sleef_tanhf8_u10avx2(x); }
   static V erf(V x) { return Sleef_erff8_u10avx2(x); }
   static V erfc(V x) { return Sleef_erfcf8_u15avx2(x); }
+  static V pow(V x, V y) { return Sleef_powf8_u10avx2(x, y); }
 };
 
 }  // namespace
@@ -57,6 +58,10 @@ namespace hg::cpu::detail {
 
 void vector_map_avx2(VectorFn fn, const float* x, float* y, int64_t n) {
   map_fn<Avx2>(fn, x, y, n);
+}
+
+void vector_pow_avx2(const float* a, const float* b, float* y, int64_t n) {
+  map_pow<Avx2>(a, b, y, n);
 }
 
 }  // namespace hg::cpu::detail

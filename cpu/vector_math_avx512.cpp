@@ -43,6 +43,7 @@ struct Avx512 {
   static V tanh(V x) { return Sleef_tanhf16_u10avx512f(x); }
   static V erf(V x) { return Sleef_erff16_u10avx512f(x); }
   static V erfc(V x) { return Sleef_erfcf16_u15avx512f(x); }
+  static V pow(V x, V y) { return Sleef_powf16_u10avx512f(x, y); }
 };
 
 }  // namespace
@@ -54,6 +55,10 @@ namespace hg::cpu::detail {
 
 void vector_map_avx512(VectorFn fn, const float* x, float* y, int64_t n) {
   map_fn<Avx512>(fn, x, y, n);
+}
+
+void vector_pow_avx512(const float* a, const float* b, float* y, int64_t n) {
+  map_pow<Avx512>(a, b, y, n);
 }
 
 }  // namespace hg::cpu::detail

@@ -281,6 +281,69 @@ TEST_CASE("vector math is within its ulp bounds of float64 on every instruction 
   if (!any) WARN("skipped: no vector math on this CPU or build (" << cpu::vector_math_isa() << ")");
 }
 
+// pow: within kElementaryUlps of float64's pow over a grid of bases and exponents (the
+// results' exponents across float's range, negative bases with integer exponents), and C's
+// special cases bit for bit as std::pow gives them.
+void check_pow(cpu::VectorPow power, const char* isa) {
+  CAPTURE(isa);
+  std::vector<float> a, b;
+  for (float base = -9.75f; base <= 9.75f; base += 0.3125f) {
+    for (float exponent = -7.5f; exponent <= 7.5f; exponent += 0.25f) {
+      a.push_back(base);
+      b.push_back(exponent);
+    }
+  }
+  for (float base : {1e-30f, 3e-7f, 0.999f, 1.001f, 7e5f, 2e18f}) {  // large and tiny results
+    for (float exponent : {-4.0f, -1.5f, 0.5f, 1.0f, 2.5f, 3.0f}) {
+      a.push_back(base);
+      b.push_back(exponent);
+    }
+  }
+  const float special[] = {0.0f, -0.0f, 1.0f,  -1.0f, 2.0f,  -2.0f,
+                           0.5f, 3.0f,  -3.0f, kInf,  -kInf, kNaN};
+  for (float x : special) {
+    for (float y : special) {
+      a.push_back(x);
+      b.push_back(y);
+    }
+  }
+  std::vector<float> got(a.size());
+  power(a.data(), b.data(), got.data(), int64_t(a.size()));
+  int64_t failures = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    const float want_float = std::pow(a[i], b[i]);
+    const double err = ulps(got[i], std::pow(double(a[i]), double(b[i])));
+    const bool special_case = !std::isfinite(want_float) || want_float == 0 ||
+                              !std::isfinite(a[i]) || !std::isfinite(b[i]) || a[i] == 0 ||
+                              std::fabs(a[i]) == 1;
+    const bool ok = special_case
+                        ? (std::isnan(want_float) ? std::isnan(got[i])
+                                                  : std::bit_cast<uint32_t>(got[i]) ==
+                                                        std::bit_cast<uint32_t>(want_float))
+                        : err <= kElementaryUlps;
+    if (!ok && failures++ < 5) {
+      UNSCOPED_INFO("pow(" << a[i] << ", " << b[i] << ") = " << got[i] << ", std::pow "
+                           << want_float << ", " << err << " ulps");
+    }
+  }
+  CHECK(failures == 0);
+}
+
+TEST_CASE("vector pow is within its ulp bound and keeps C's special cases") {
+  bool any = false;
+#if defined(__x86_64__) && HALFGRAD_HAS_SLEEF
+  if (cpu_has_avx512f()) {
+    check_pow(&cpu::detail::vector_pow_avx512, "avx512");
+    any = true;
+  }
+  if (cpu_has_avx2_fma()) {
+    check_pow(&cpu::detail::vector_pow_avx2, "avx2");
+    any = true;
+  }
+#endif
+  if (!any) WARN("skipped: no vector math on this CPU or build (" << cpu::vector_math_isa() << ")");
+}
+
 // Every element of got within the rounding to dtype of want (float64): a relative tolerance,
 // and float16's subnormal spacing (2^-24) as an absolute one, since its subnormal results
 // keep fewer bits.
@@ -313,15 +376,20 @@ TEST_CASE("unary ops take the vector passes, in every floating dtype and layout"
     const char* name;
     Tensor (*fn)(const Tensor&);
   };
-  const Op ops[] = {{"exp", [](const Tensor& t) { return exp(t); }},
-                    {"tanh", [](const Tensor& t) { return tanh(t); }},
-                    {"sigmoid", [](const Tensor& t) { return sigmoid(t); }},
-                    {"silu", [](const Tensor& t) { return silu(t); }},
-                    {"gelu", [](const Tensor& t) { return gelu(t); }},
-                    {"gelu tanh", [](const Tensor& t) { return gelu(t, "tanh"); }},
-                    {"softplus", [](const Tensor& t) { return softplus(t); }},
-                    {"erf", [](const Tensor& t) { return erf(t); }},
-                    {"log1p", [](const Tensor& t) { return log1p(abs(t)); }}};
+  const Op ops[] = {
+      {"exp", [](const Tensor& t) { return exp(t); }},
+      // A scalar exponent takes the tensor's dtype (as every scalar operand does): 1.75 is
+      // exact in 16 bits, so the float64 reference sees the same exponent.
+      {"pow, a scalar exponent", [](const Tensor& t) { return pow(abs(t), 1.75); }},
+      {"pow, a tensor exponent", [](const Tensor& t) { return pow(abs(t), t * 0.5); }},
+      {"tanh", [](const Tensor& t) { return tanh(t); }},
+      {"sigmoid", [](const Tensor& t) { return sigmoid(t); }},
+      {"silu", [](const Tensor& t) { return silu(t); }},
+      {"gelu", [](const Tensor& t) { return gelu(t); }},
+      {"gelu tanh", [](const Tensor& t) { return gelu(t, "tanh"); }},
+      {"softplus", [](const Tensor& t) { return softplus(t); }},
+      {"erf", [](const Tensor& t) { return erf(t); }},
+      {"log1p", [](const Tensor& t) { return log1p(abs(t)); }}};
   for (const Op& op : ops) {
     for (const DType dtype : {kFloat32, kFloat16, kBFloat16}) {
       CAPTURE(op.name, dtype);
