@@ -15,6 +15,7 @@
 // callers that want parallelism split the buffer.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <string_view>
 #include <vector>
@@ -44,6 +45,17 @@ void float_to_half(const float* src, Half* dst, int64_t n);
 void half_to_float(const Half* src, float* dst, int64_t n);
 void float_to_bfloat16(const float* src, BFloat16* dst, int64_t n);
 void bfloat16_to_float(const BFloat16* src, float* dst, int64_t n);
+
+// The same on best_isa(), overloaded by the storage type for templated kernels (float32 is a
+// copy, src and dst distinct).
+inline void to_float(const Half* src, float* dst, int64_t n) { half_to_float(src, dst, n); }
+inline void to_float(const BFloat16* src, float* dst, int64_t n) { bfloat16_to_float(src, dst, n); }
+inline void to_float(const float* src, float* dst, int64_t n) { std::copy_n(src, n, dst); }
+inline void from_float(const float* src, Half* dst, int64_t n) { float_to_half(src, dst, n); }
+inline void from_float(const float* src, BFloat16* dst, int64_t n) {
+  float_to_bfloat16(src, dst, n);
+}
+inline void from_float(const float* src, float* dst, int64_t n) { std::copy_n(src, n, dst); }
 
 // On an explicit path, so that tests can compare every path with Scalar. Throws hg::Error
 // when the CPU does not support `isa`.

@@ -271,26 +271,22 @@ BackwardChunk float_backward_chunk() {
 
 // ---- the row passes ---------------------------------------------------------------------------
 
-// n values of T as the accumulation type A into dst (float16/bfloat16 on the vector
-// conversions of core/convert), and back.
+// n values of T in the accumulation type A (float16/bfloat16 on the vector conversions of
+// core/convert.h; float32 and float64 copied), and back.
 template <class T, class A>
 void widen_values(const T* src, A* dst, int64_t n) {
-  if constexpr (std::is_same_v<T, Half>) {
-    convert::half_to_float(src, dst, n);
-  } else if constexpr (std::is_same_v<T, BFloat16>) {
-    convert::bfloat16_to_float(src, dst, n);
+  if constexpr (std::is_same_v<T, A>) {
+    std::copy_n(src, n, dst);
   } else {
-    std::memcpy(dst, src, size_t(n) * sizeof(A));
+    convert::to_float(src, dst, n);
   }
 }
 template <class T, class A>
 void narrow_values(const A* src, T* dst, int64_t n) {
-  if constexpr (std::is_same_v<T, Half>) {
-    convert::float_to_half(src, dst, n);
-  } else if constexpr (std::is_same_v<T, BFloat16>) {
-    convert::float_to_bfloat16(src, dst, n);
+  if constexpr (std::is_same_v<T, A>) {
+    std::copy_n(src, n, dst);
   } else {
-    std::memcpy(dst, src, size_t(n) * sizeof(A));
+    convert::from_float(src, dst, n);
   }
 }
 

@@ -160,22 +160,8 @@ constexpr int64_t kChunk = 256;
 template <class T>
 constexpr bool kSixteenBit = std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>;
 
-template <class T>
-void widen(const T* in, float* out, int64_t n) {
-  if constexpr (std::is_same_v<T, Half>) {
-    convert::half_to_float(in, out, n);
-  } else {
-    convert::bfloat16_to_float(in, out, n);
-  }
-}
-template <class T>
-void narrow(const float* in, T* out, int64_t n) {
-  if constexpr (std::is_same_v<T, Half>) {
-    convert::float_to_half(in, out, n);
-  } else {
-    convert::float_to_bfloat16(in, out, n);
-  }
-}
+using convert::from_float;
+using convert::to_float;
 
 // o[i] = fn(in[i]) for a contiguous run through the vector pass `pass`: float32 directly,
 // float16 and bfloat16 through float32 chunks, rounded once on the way back. False for other
@@ -189,9 +175,9 @@ bool vector_unary_run(VectorMap pass, VectorFn fn, T* o, const T* in, int64_t n)
     float chunk[kChunk];
     for (int64_t start = 0; start < n; start += kChunk) {
       const int64_t m = std::min(kChunk, n - start);
-      widen(in + start, chunk, m);
+      to_float(in + start, chunk, m);
       pass(fn, chunk, chunk, m);
-      narrow(chunk, o + start, m);
+      from_float(chunk, o + start, m);
     }
     return true;
   } else {
@@ -263,10 +249,10 @@ void pow_run(VectorPow power, T* o, const T* x, const T* y, bool scalar_exponent
     if constexpr (std::is_same_v<T, float>) {
       power(x + start, scalar_exponent ? b : y + start, o + start, m);
     } else {
-      widen(x + start, a, m);
-      if (!scalar_exponent) widen(y + start, b, m);
+      to_float(x + start, a, m);
+      if (!scalar_exponent) to_float(y + start, b, m);
       power(a, b, a, m);
-      narrow(a, o + start, m);
+      from_float(a, o + start, m);
     }
   }
 }
@@ -306,11 +292,11 @@ void run_binary(const Tensor& out, const Tensor& a, const Tensor& b, double alph
                 float a[kChunk], b[kChunk];
                 for (int64_t start = 0; start < n; start += kChunk) {
                   const int64_t m = std::min(kChunk, n - start);
-                  widen(x + start, a, m);
-                  widen(y + start, b, m);
+                  to_float(x + start, a, m);
+                  to_float(y + start, b, m);
                   for (int64_t i = 0; i < m; ++i)
                     a[i] = kernel::binary_fn<Op, C>(a[i], b[i], scale);
-                  narrow(a, o + start, m);
+                  from_float(a, o + start, m);
                 }
                 return;
               }

@@ -14,6 +14,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "halfgrad/core/convert.h"
 #include "halfgrad/core/factory.h"
 #include "halfgrad/cpu/kernels.h"
 #include "halfgrad/cpu/nn_common.h"
@@ -110,29 +111,68 @@ void for_each_slab(const DimSplit& s, F&& f) {
   });
 }
 
+// The largest of x[0..n) as std::max finds it (a NaN is passed over), -inf for n == 0, in two
+// 4-lane accumulators of the baseline's SSE (NOTE [Row vectors] in cpu/row_vectors.h): one
+// running max was a chain of dependent maxss, and inlined into the row loop below GCC kept it
+// in memory, a store and a load per element (80 % of a bfloat16 log_softmax's time).
+__attribute__((noinline)) float row_max(const float* x, int64_t n) {
+  using row_vectors::FloatVec4;
+  constexpr float kLowest = -std::numeric_limits<float>::infinity();
+  FloatVec4 a = FloatVec4{} + kLowest, b = a;
+  int64_t d = 0;
+  for (; d + 8 <= n; d += 8) {
+    FloatVec4 u, v;
+    row_vectors::load_vec(u, x + d);
+    row_vectors::load_vec(v, x + d + 4);
+    a = u > a ? u : a;
+    b = v > b ? v : b;
+  }
+  float max = kLowest;
+  for (int i = 0; i < 4; ++i) max = std::max(max, std::max(a[i], b[i]));
+  for (; d < n; ++d) max = std::max(max, x[d]);
+  return max;
+}
+
 // The softmax dim innermost (inner == 1): each row contiguous, its exponentials computed
 // through the vector math pass (NOTE [Vector math] in vector_math.h) into a per-thread row
 // buffer, each once; the same formula and summation order as the slab loops below.
 template <class T, bool kLog>
 void softmax_rows_vector(const T* x, T* y, const DimSplit& s, VectorMap pass) {
   const int64_t D = s.size;
+  constexpr bool kWiden = !std::is_same_v<T, float>;  // float16, bfloat16
   parallel_for(s.outer, D, [&](int64_t r) {
-    thread_local std::vector<float> exps;  // grows to the longest row, then stays
+    // Grow to the longest row, then stay: the exponentials, and a 16-bit row widened to
+    // float32 by core/convert's vector conversions (its results rounded back the same way).
+    thread_local std::vector<float> exps, widened;
     exps.resize(size_t(D));
-    const T* row = x + r * D;
-    T* out = y + r * D;
-    float max = -std::numeric_limits<float>::infinity();
-    for (int64_t d = 0; d < D; ++d) max = std::max(max, load(row[d]));
-    for (int64_t d = 0; d < D; ++d) exps[size_t(d)] = load(row[d]) - max;
+    const float* row;
+    if constexpr (kWiden) {
+      widened.resize(size_t(D));
+      convert::to_float(x + r * D, widened.data(), D);
+      row = widened.data();
+    } else {
+      row = x + r * D;
+    }
+    const float max = row_max(row, D);
+    for (int64_t d = 0; d < D; ++d) exps[size_t(d)] = row[d] - max;
     pass(VectorFn::Exp, exps.data(), exps.data(), D);
     float sum = 0;
     for (int64_t d = 0; d < D; ++d) sum += exps[size_t(d)];
-    if constexpr (kLog) {  // x - max again: the same float operation as before the exp
-      const float log_sum = std::log(sum);
-      for (int64_t d = 0; d < D; ++d) out[d] = store<T>(load(row[d]) - max - log_sum);
+    // The results (log_softmax: x - max again, the same float operation as before the exp),
+    // into the output row (float32) or into exps and then rounded (16-bit).
+    float* results;
+    if constexpr (kWiden) {
+      results = exps.data();
     } else {
-      for (int64_t d = 0; d < D; ++d) out[d] = store<T>(exps[size_t(d)] / sum);
+      results = y + r * D;
     }
+    if constexpr (kLog) {
+      const float log_sum = std::log(sum);
+      for (int64_t d = 0; d < D; ++d) results[d] = row[d] - max - log_sum;
+    } else {
+      for (int64_t d = 0; d < D; ++d) results[d] = exps[size_t(d)] / sum;
+    }
+    if constexpr (kWiden) convert::from_float(results, y + r * D, D);
   });
 }
 
@@ -285,9 +325,10 @@ std::vector<A> saved_stat(const char* op, const char* what, const Tensor& t, con
 
 // ---- layer_norm rows on vectors (NOTE [Row vectors] in cpu/row_vectors.h) -----------------
 //
-// float32 rows (layer_norm runs in float32 under autocast): the same formulas as the generic
-// loops below, with the sums in vector lanes, blocks of kSumBlock values summed on their own
-// first as blocked_sum does.
+// float32 rows (layer_norm runs in float32 under autocast), and float16/bfloat16 rows widened
+// to float32 by core/convert's vector conversions and rounded once on the way back: the same
+// formulas as the generic loops below, with the sums in vector lanes, blocks of kSumBlock
+// values summed on their own first as blocked_sum does.
 
 using row_vectors::FloatVec16;
 using row_vectors::FloatVec4;
@@ -400,6 +441,14 @@ void layer_norm_backward_row_base(const float* x, const float* g, float* dx, con
   layer_norm_backward_row_body<FloatVec4>(x, g, dx, w, M, mu, rs);
 }
 
+// A per-thread float32 buffer of at least n values (kept for the thread's next rows), for the
+// 16-bit rows widened before the float32 row functions.
+float* row_buffer(int64_t n) {
+  thread_local std::vector<float> buffer;
+  if (int64_t(buffer.size()) < n) buffer.resize(size_t(n));
+  return buffer.data();
+}
+
 LayerNormRow layer_norm_row() {
   constexpr LayerNormRow kRows[] = {layer_norm_row_base, layer_norm_row_avx2,
                                     layer_norm_row_avx512};
@@ -433,6 +482,15 @@ NormForward layer_norm(const Tensor& x, const Shape& normalized_shape, const Ten
       const LayerNormRow row = layer_norm_row();
       parallel_for(rows, M, [&](int64_t r) {
         row(xp + r * M, out + r * M, w.data(), b.data(), M, float(eps), mean + r, rstd + r);
+      });
+      return;
+    } else if constexpr (std::is_same_v<A, float>) {  // float16, bfloat16: rows widened
+      const LayerNormRow row = layer_norm_row();
+      parallel_for(rows, M, [&](int64_t r) {
+        float* const buffer = row_buffer(2 * M);
+        convert::to_float(xp + r * M, buffer, M);
+        row(buffer, buffer + M, w.data(), b.data(), M, float(eps), mean + r, rstd + r);
+        convert::from_float(buffer + M, out + r * M, M);
       });
       return;
     }
@@ -476,6 +534,15 @@ NormBackward layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor
       const LayerNormBackwardRow row = layer_norm_backward_row();
       parallel_for(rows, 2 * M, [&](int64_t r) {
         row(xp + r * M, g + r * M, dx + r * M, w.data(), M, mu[size_t(r)], rs[size_t(r)]);
+      });
+    } else if constexpr (std::is_same_v<A, float>) {  // float16, bfloat16: rows widened
+      const LayerNormBackwardRow row = layer_norm_backward_row();
+      parallel_for(rows, 2 * M, [&](int64_t r) {
+        float* const buffer = row_buffer(3 * M);
+        convert::to_float(xp + r * M, buffer, M);
+        convert::to_float(g + r * M, buffer + M, M);
+        row(buffer, buffer + M, buffer + 2 * M, w.data(), M, mu[size_t(r)], rs[size_t(r)]);
+        convert::from_float(buffer + 2 * M, dx + r * M, M);
       });
     } else {
       parallel_for(rows, 2 * M, [&](int64_t r) {
