@@ -6,17 +6,16 @@
 
 namespace hg::amp {
 
-namespace {
-DType default_dtype(DeviceType type) { return type == kCUDA ? kFloat16 : kBFloat16; }
-}  // namespace
-
 Autocast::Autocast(DeviceType device_type, std::optional<DType> dtype, bool enabled,
                    std::optional<bool> cache_enabled)
     : device_type_(device_type),
       previous_enabled_(is_autocast_enabled(device_type)),
       previous_dtype_(get_autocast_dtype(device_type)),
       previous_cache_enabled_(is_autocast_cache_enabled()) {
-  const DType chosen = dtype.value_or(default_dtype(device_type));
+  // No dtype: the current one, as torch.autocast takes get_autocast_{cpu,gpu}_dtype(), so a
+  // region opened inside a float16 one stays float16 (outside every region it is the
+  // default, bfloat16 on the CPU and float16 on CUDA).
+  const DType chosen = dtype.value_or(get_autocast_dtype(device_type));
   HG_CHECK(chosen == kFloat16 || chosen == kBFloat16,
            "Autocast: expected float16 or bfloat16 as the autocast dtype for {}, got {}",
            device_type_name(device_type), chosen);

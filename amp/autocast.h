@@ -27,7 +27,9 @@ using hg::is_autocast_cache_enabled;
 using hg::is_autocast_enabled;
 
 // An autocast region for one device type. Guards nest; leaving one restores the state
-// before it exactly (also when an exception unwinds). `enabled = false` opens a region of
+// before it exactly (also when an exception unwinds). Without a dtype the region keeps the
+// current one (torch's rule): the enclosing region's, else the default (bfloat16 on the CPU,
+// float16 on CUDA). `enabled = false` opens a region of
 // full precision inside an autocast region. The dtype must be float16 or bfloat16 (CPU
 // accepts both, unlike PyTorch 1.13's bfloat16-only CPU autocast).
 class Autocast {

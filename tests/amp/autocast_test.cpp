@@ -34,6 +34,27 @@ TEST_CASE("Autocast guards nest and restore the previous state", "[autocast]") {
   }
 }
 
+TEST_CASE("Autocast without a dtype keeps the enclosing region's, as torch.autocast does",
+          "[autocast]") {
+  {
+    amp::Autocast outer(kCPU, kFloat16);
+    {
+      amp::Autocast inner(kCPU);  // torch: dtype=None takes get_autocast_cpu_dtype()
+      CHECK(amp::get_autocast_dtype(kCPU) == kFloat16);
+      CHECK(matmul(randn({2, 2}), randn({2, 2})).dtype() == kFloat16);
+    }
+    CHECK(amp::get_autocast_dtype(kCPU) == kFloat16);
+  }
+  {
+    amp::Autocast outer(kCUDA, kBFloat16);
+    amp::Autocast inner(kCUDA);
+    CHECK(amp::get_autocast_dtype(kCUDA) == kBFloat16);
+  }
+  // Outside every region, the defaults again.
+  amp::Autocast cpu(kCPU);
+  CHECK(amp::get_autocast_dtype(kCPU) == kBFloat16);
+}
+
 TEST_CASE("Autocast restores the state when an exception unwinds", "[autocast]") {
   try {
     amp::Autocast autocast(kCPU, kFloat16);
