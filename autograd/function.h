@@ -4,7 +4,8 @@
 //     // custom_fwd(cast_inputs=float32): under autocast, floating inputs are cast to float32
 //     // and forward runs with autocast off (the op is numerically delicate in 16 bits).
 //     static constexpr std::optional<DType> kCastInputs = kFloat32;
-//     // custom_bwd: backward runs with the autocast state forward saw.
+//     // custom_bwd: backward runs with the autocast state forward ran under (off here, after
+//     // the cast, as torch's custom_fwd(cast_inputs=...) with custom_bwd).
 //     static constexpr bool kCustomBwd = true;
 //
 //     static Tensor forward(FunctionContext& ctx, const Tensor& x, double scale) {
@@ -93,7 +94,7 @@ class FunctionNode final : public Node {
   void release_saved() override { ctx.release(); }
 
   FunctionContext ctx;
-  AutocastMode autocast;  // the autocast mode forward ran under
+  AutocastMode autocast;  // the autocast mode forward ran under (replayed by custom_bwd)
 };
 
 inline void collect(std::vector<Tensor>& out, const Tensor& t) { out.push_back(t); }
@@ -149,17 +150,18 @@ struct Function {
     }
     record = record && any;
 
+    // The mode forward runs under: the caller's, with autocast off for the inputs' device type
+    // when they were cast. custom_bwd replays it, so that backward too runs with autocast off
+    // after a cast (torch's custom_fwd records _fwd_used_autocast = False there).
+    AutocastMode forward_mode = autocast_mode();
+    if (cast) forward_mode.enabled[size_t(*device_type)] = false;
     auto node = std::make_shared<detail::FunctionNode<Derived>>();
-    node->autocast = autocast_mode();
+    node->autocast = forward_mode;
     node->ctx.start(Derived::kName, needs);
     auto result = [&] {
       NoGradGuard no_grad;
       std::optional<AutocastModeGuard> off;
-      if (cast) {
-        AutocastMode forward_mode = autocast_mode();
-        forward_mode.enabled[size_t(*device_type)] = false;
-        off.emplace(forward_mode);
-      }
+      if (cast) off.emplace(forward_mode);
       return std::apply([&](auto&... a) { return Derived::forward(node->ctx, a...); }, prepared);
     }();
 

@@ -47,6 +47,20 @@ struct CastToFloat32 : autograd::Function<CastToFloat32> {
   }
 };
 
+// custom_bwd without cast_inputs: backward replays the caller's autocast state.
+struct KeepsAutocast : autograd::Function<KeepsAutocast> {
+  static constexpr bool kCustomBwd = true;
+  static Tensor forward(autograd::FunctionContext&, const Tensor& x) {
+    Observed::forward_autocast = amp::is_autocast_enabled(kCPU);
+    return mul(x, 2.0);
+  }
+  static std::vector<Tensor> backward(autograd::FunctionContext&,
+                                      const std::vector<Tensor>& grads) {
+    Observed::backward_autocast = amp::is_autocast_enabled(kCPU);
+    return {mul(grads[0], 2.0)};
+  }
+};
+
 }  // namespace
 
 TEST_CASE("a custom function records one node with its own backward", "[autograd][function]") {
@@ -63,7 +77,7 @@ TEST_CASE("a custom function records one node with its own backward", "[autograd
   CHECK_FALSE(ScaledSquare::apply(x, 1.0).requires_grad());
 }
 
-TEST_CASE("custom_fwd casts inputs and disables autocast and custom_bwd restores it",
+TEST_CASE("custom_fwd casts inputs and runs forward and custom_bwd's backward without autocast",
           "[autograd][function][autocast]") {
   Tensor x = ones({2}, kBFloat16).requires_grad_();
   Tensor y;
@@ -74,11 +88,27 @@ TEST_CASE("custom_fwd casts inputs and disables autocast and custom_bwd restores
   CHECK(Observed::forward_input_dtype == kFloat32);
   CHECK_FALSE(Observed::forward_autocast);
   CHECK(y.dtype() == kFloat32);
+  Observed::backward_autocast = true;
   sum(y).backward();
-  CHECK(Observed::backward_autocast);  // the state forward was called under
+  CHECK_FALSE(Observed::backward_autocast);  // torch: custom_bwd after cast_inputs, autocast off
   CHECK(x.grad().dtype() == kBFloat16);
   CHECK(x.grad().to_vector<float>() == std::vector<float>{3.0f, 3.0f});
   // Outside autocast nothing is cast.
   CastToFloat32::apply(ones({2}, kBFloat16));
   CHECK(Observed::forward_input_dtype == kBFloat16);
+}
+
+TEST_CASE("custom_bwd without cast_inputs runs backward under the caller's autocast state",
+          "[autograd][function][autocast]") {
+  Tensor x = ones({2}).requires_grad_();
+  Tensor y;
+  {
+    amp::Autocast autocast(kCPU);
+    y = KeepsAutocast::apply(x);
+  }
+  CHECK(Observed::forward_autocast);
+  Observed::backward_autocast = false;
+  sum(y).backward();
+  CHECK(Observed::backward_autocast);  // replayed: the engine itself runs backward with it off
+  CHECK(x.grad().to_vector<float>() == std::vector<float>{2.0f, 2.0f});
 }
