@@ -1,9 +1,9 @@
 // FP16Optimizer: apex.fp16_utils.FP16_Optimizer — float32 master weights and static or
 // dynamic loss scaling around any optim::Optimizer.
 //
-//   amp::network_to_half(*model);
+//   auto net = amp::network_to_half(model);
 //   amp::FP16Optimizer opt(
-//       model->parameters(),
+//       net->parameters(),
 //       [](std::vector<Tensor> masters) {
 //         return std::make_unique<optim::SGD>(std::move(masters), optim::SGDOptions{.lr = 0.1});
 //       },

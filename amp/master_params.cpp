@@ -1,5 +1,6 @@
 // Master-parameter utilities of the apex recipe (master_params.h): prep_param_lists, the
-// copies between model and master gradients and parameters, network_to_half / _bfloat.
+// copies between model and master gradients and parameters, convert_network, network_to_half /
+// _bfloat16.
 #include "halfgrad/amp/master_params.h"
 
 #include "halfgrad/autograd/grad_mode.h"
@@ -50,7 +51,29 @@ void check_pairs(const char* fn, const std::vector<Tensor>& model_params,
   }
 }
 
-nn::Module& network_to(nn::Module& model, DType dtype) {
+std::shared_ptr<nn::Sequential> network_to(std::shared_ptr<nn::Module> model, DType dtype) {
+  HG_CHECK(model != nullptr, "network_to_{}: expected a model, got a null pointer",
+           dtype == kFloat16 ? "half" : "bfloat16");
+  convert_network(*model, dtype);
+  auto wrapped = std::make_shared<nn::Sequential>();
+  wrapped->push_back(std::make_shared<InputCast>(dtype));
+  wrapped->push_back(std::move(model));
+  return wrapped;
+}
+
+}  // namespace
+
+InputCast::InputCast(DType dtype) : dtype(dtype) {
+  HG_CHECK(is_floating_point(dtype), "InputCast: expected a floating dtype, got {}", dtype);
+}
+
+std::string InputCast::extra_repr() const { return fmt::format("dtype={}", dtype); }
+
+Tensor InputCast::forward(const Tensor& x) { return x.is_floating_point() ? x.to(dtype) : x; }
+
+nn::Module& convert_network(nn::Module& model, DType dtype) {
+  HG_CHECK(dtype == kFloat16 || dtype == kBFloat16,
+           "convert_network: expected float16 or bfloat16, got {}", dtype);
   model.to(dtype);
   model.apply([](nn::Module& m) {
     if (dynamic_cast<nn::BatchNorm2d*>(&m) != nullptr ||
@@ -61,8 +84,6 @@ nn::Module& network_to(nn::Module& model, DType dtype) {
   });
   return model;
 }
-
-}  // namespace
 
 std::pair<std::vector<Tensor>, std::vector<Tensor>> prep_param_lists(nn::Module& model,
                                                                      bool flat_master) {
@@ -146,7 +167,11 @@ void master_params_to_model_params(const std::vector<Tensor>& model_params,
   }
 }
 
-nn::Module& network_to_half(nn::Module& model) { return network_to(model, kFloat16); }
-nn::Module& network_to_bfloat16(nn::Module& model) { return network_to(model, kBFloat16); }
+std::shared_ptr<nn::Sequential> network_to_half(std::shared_ptr<nn::Module> model) {
+  return network_to(std::move(model), kFloat16);
+}
+std::shared_ptr<nn::Sequential> network_to_bfloat16(std::shared_ptr<nn::Module> model) {
+  return network_to(std::move(model), kBFloat16);
+}
 
 }  // namespace hg::amp

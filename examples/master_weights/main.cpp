@@ -1,9 +1,9 @@
 // master_weights: the Apex-style recipe, a float16 model trained through float32 master weights.
 //
 // Before autocast, mixed precision meant converting the whole model to float16
-// (amp::network_to_half, which keeps normalization layers in float32) and keeping a float32
-// "master" copy of every weight for the optimizer. In float16, small gradients underflow
-// (the loss scale lifts them) and small updates round away (the masters keep them). This
+// (amp::network_to_half, which keeps normalization layers in float32 and casts the input) and
+// keeping a float32 "master" copy of every weight for the optimizer. In float16, small gradients
+// underflow (the loss scale lifts them) and small updates round away (the masters keep them). This
 // program shows the updates rounding away, and the dynamic loss scale finding its level, on
 // one regression task:
 //
@@ -169,8 +169,7 @@ Result run_fp32(const Settings& s) {
 // The float16 weights are the optimizer's: each update is rounded to float16 as it is applied.
 Result run_fp16_no_master(const Settings& s) {
   manual_seed(s.seed);
-  auto model = make_model();
-  amp::network_to_half(*model);
+  auto model = amp::network_to_half(make_model());
   optim::SGD opt(model->parameters(), {.lr = s.lr});
   amp::LossScaler scaler(s.static_loss_scale);
   LostUpdates lost;
@@ -193,8 +192,7 @@ Result run_fp16_no_master(const Settings& s) {
 
 Result run_fp16_optimizer(const Settings& s) {
   manual_seed(s.seed);
-  auto model = make_model();
-  amp::network_to_half(*model);
+  auto model = amp::network_to_half(make_model());
   amp::FP16Optimizer opt(model->parameters(),
                          [&](std::vector<Tensor> masters) {
                            return std::make_unique<optim::SGD>(std::move(masters),
@@ -217,8 +215,7 @@ Result run_fp16_optimizer(const Settings& s) {
 
 Result run_fp16_manual(const Settings& s) {
   manual_seed(s.seed);
-  auto model = make_model();
-  amp::network_to_half(*model);
+  auto model = amp::network_to_half(make_model());
   // Named references, not a structured binding: lambdas capture them (clang 14 cannot capture
   // a binding).
   auto lists = amp::prep_param_lists(*model);

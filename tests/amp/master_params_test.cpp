@@ -29,10 +29,10 @@ std::vector<double> values(const Tensor& t) { return t.detach().to(kFloat64).to_
 
 }  // namespace
 
-TEST_CASE("network_to_half keeps normalization layers in float32", "[amp][apex]") {
+TEST_CASE("convert_network keeps normalization layers in float32", "[amp][apex]") {
   auto net = make_net();
   Tensor w0 = net->named_parameters()[0].second;
-  amp::network_to_half(*net);
+  amp::convert_network(*net, kFloat16);
   for (auto& [name, p] : net->named_parameters()) {
     INFO(name);
     bool norm = name.rfind("1.", 0) == 0 || name.rfind("3.", 0) == 0 || name.rfind("4.", 0) == 0;
@@ -45,7 +45,7 @@ TEST_CASE("network_to_half keeps normalization layers in float32", "[amp][apex]"
   CHECK(net->named_parameters()[0].second.is_same(w0));  // identity kept
 
   auto bf = make_net();
-  amp::network_to_bfloat16(*bf);
+  amp::convert_network(*bf, kBFloat16);
   CHECK(bf->named_parameters()[0].second.dtype() == kBFloat16);
   CHECK(bf->named_parameters()[2].second.dtype() == kFloat32);  // LayerNorm weight
 }
@@ -94,9 +94,41 @@ TEST_CASE("prep_param_lists makes float32 masters", "[amp][apex]") {
   CHECK(flat_model[0].dtype() == kFloat16);
 }
 
+TEST_CASE("network_to_half puts a float16 cast in front, as apex's, so float32 input works",
+          "[amp][apex]") {
+  auto model = std::make_shared<nn::Sequential>();
+  model->push_back(nn::Linear(4, 3));
+  model->push_back(nn::LayerNorm(3));
+  const Tensor w0 = model->named_parameters()[0].second;
+  const std::shared_ptr<nn::Sequential> net = amp::network_to_half(model);
+  CHECK(model->named_parameters()[0].second.is_same(w0));  // converted in place
+  CHECK(w0.dtype() == kFloat16);
+  // apex: Sequential(tofp16(), network): the model's keys under "1.".
+  const auto params = net->named_parameters();
+  REQUIRE(params.size() == 4);
+  CHECK(params[0].first == "1.0.weight");
+  CHECK(params[2].first == "1.1.weight");
+  CHECK(params[2].second.dtype() == kFloat32);  // LayerNorm
+  // A float32 input: cast to float16 by the first module; the Linear runs in float16 (without
+  // the cast its float32 input and float16 weight would not multiply).
+  const Tensor x = randn({2, 4});
+  const Tensor y = net->forward(x);
+  CHECK(y.sizes() == Shape{2, 3});
+  CHECK_THROWS(model->forward(x));
+  // The same as casting the input by hand.
+  const Tensor by_hand = model->forward(x.to(kFloat16));
+  CHECK(y.to(kFloat64).to_vector<double>() == by_hand.to(kFloat64).to_vector<double>());
+  // bfloat16 the same way; integer input (embeddings' indices) passes as it is.
+  CHECK(
+      amp::network_to_bfloat16(std::make_shared<nn::Linear>(2, 2))->forward(ones({1, 2})).dtype() ==
+      kBFloat16);
+  CHECK(amp::InputCast(kFloat16).forward(ones({2}, kInt64)).dtype() == kInt64);
+  CHECK_THROWS_WITH(amp::network_to_half(nullptr), Contains("expected a model"));
+}
+
 TEST_CASE("prep_param_lists flat_master rejects mixed dtypes", "[amp][apex]") {
   auto net = make_net();
-  amp::network_to_half(*net);
+  amp::convert_network(*net, kFloat16);
   CHECK_THROWS_WITH(amp::prep_param_lists(*net, true), Contains("float16") && Contains("float32"));
   CHECK_NOTHROW(amp::prep_param_lists(*net, false));
 }
