@@ -3,6 +3,7 @@
 #include "halfgrad/optim/optimizer.h"
 
 #include <algorithm>
+#include <set>
 
 #include "halfgrad/autograd/grad_mode.h"
 #include "halfgrad/core/factory.h"
@@ -36,10 +37,25 @@ const ParamGroup& Optimizer::append_param_group(ParamGroup group) {
     HG_CHECK(defaults_.count(name) == 1, "optimizer: unknown option \"{}\" in a param group", name);
   }
   for (const auto& [name, value] : defaults_) group.options.emplace(name, value);
+  // A parameter in two groups (torch: "some parameters appear in more than one parameter
+  // group"), or twice in one (torch warns, and says it will refuse it), would be stepped
+  // twice per step, and GradScaler.unscale_ would divide its gradient twice.
+  std::set<const TensorImpl*> earlier, seen;
+  for (const ParamGroup& other : groups_) {
+    for (const Tensor& p : other.params) earlier.insert(p.impl_ptr().get());
+  }
   for (size_t i = 0; i < group.params.size(); ++i) {
     const Tensor& p = group.params[i];
     HG_CHECK(p.defined() && p.is_leaf() && p.is_floating_point(),
              "optimizer: parameter {} of a group must be a floating leaf tensor", i);
+    HG_CHECK(earlier.count(p.impl_ptr().get()) == 0,
+             "optimizer: some parameters appear in more than one parameter group (parameter {} "
+             "of the group being added, of shape {}, is in an earlier group)",
+             i, p.sizes());
+    HG_CHECK(seen.insert(p.impl_ptr().get()).second,
+             "optimizer: a parameter group holds a parameter twice (parameter {}, of shape {}): "
+             "each step would update it twice",
+             i, p.sizes());
   }
   return groups_.emplace_back(std::move(group));
 }

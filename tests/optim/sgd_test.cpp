@@ -149,6 +149,30 @@ TEST_CASE("SGD: per-group options") {
   CHECK(close(values_of(a), {-0.1, 1.1}, 1e-15));
 }
 
+TEST_CASE("Optimizer: a parameter in two groups, or twice in one, is refused as torch does") {
+  Tensor a = make_param({1.0, 2.0}, kFloat32);
+  Tensor b = make_param({3.0}, kFloat32);
+  using Groups = std::vector<optim::ParamGroup>;
+  CHECK_THROWS_WITH(optim::SGD(Groups{{{a, b}, {}}, {{a}, {}}}, {.lr = 0.1}),
+                    Contains("some parameters appear in more than one parameter group") &&
+                        Contains("of shape [2]"));
+  CHECK_THROWS_WITH(optim::SGD(Groups{{{b, a, b}, {}}}, {.lr = 0.1}),
+                    Contains("a parameter group holds a parameter twice (parameter 2"));
+  // add_param_group with a parameter already held: refused, the groups as they were.
+  optim::SGD opt({a}, {.lr = 0.1});
+  CHECK_THROWS_WITH(opt.add_param_group({{b, a}, {}}),
+                    Contains("more than one parameter group") && Contains("parameter 1"));
+  REQUIRE(opt.param_groups().size() == 1);
+  opt.add_param_group({{b}, {}});
+  CHECK(opt.param_groups().size() == 2);
+  // Each parameter held once: a step updates each once.
+  set_grad(a, {1.0, 1.0});
+  set_grad(b, {1.0});
+  opt.step();
+  CHECK(values_of(a) == Values{0.9f, 1.9f});
+  CHECK(values_of(b) == Values{2.9f});
+}
+
 TEST_CASE("SGD: a parameter without a gradient is not updated") {
   Tensor a = make_param({1.0}, kFloat32);
   Tensor b = make_param({1.0}, kFloat32);
