@@ -440,6 +440,18 @@ void GradScaler::update(std::optional<double> new_scale) {
   check_collapse(skipped);  // last: in error mode it throws with the update done
 }
 
+void GradScaler::update(const Tensor& new_scale) {
+  HG_CHECK(new_scale.defined() && new_scale.numel() == 1 && new_scale.dtype() == kFloat32 &&
+               !new_scale.requires_grad(),
+           "GradScaler.update: new_scale should be a float or a one-element float32 tensor with "
+           "requires_grad false, got {}",
+           new_scale.defined()
+               ? fmt::format("a {} tensor of shape {}{}", new_scale.dtype(), new_scale.sizes(),
+                             new_scale.requires_grad() ? " that requires grad" : "")
+               : std::string("an undefined tensor"));
+  update(std::optional<double>(new_scale.item<double>()));
+}
+
 double GradScaler::get_scale() const {
   if (!options_.enabled) return 1.0;
   if (!scale_.defined()) return options_.init_scale;

@@ -150,6 +150,9 @@ class GradScaler {
   // Updates the scale from this iteration's found_inf flags, or sets it to new_scale (finite
   // and > 0, or hg::Error).
   void update(std::optional<double> new_scale = std::nullopt);
+  // torch's other form: new_scale a one-element float32 tensor that does not require grad. Its
+  // value is read on the host (on CUDA, a wait for the device), then as update(double).
+  void update(const Tensor& new_scale);
 
   // The current scale (init_scale before the first scale(); 1 when disabled). A scale on a
   // CUDA device is read on the host: this waits for the device.

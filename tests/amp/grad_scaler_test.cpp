@@ -114,6 +114,10 @@ TEST_CASE("GradScaler defaults are PyTorch's", "[grad_scaler]") {
                     Contains("growth factor must be > 1.0"));
   CHECK_THROWS_WITH(amp::GradScaler({.backoff_factor = 1.0}),
                     Contains("backoff factor must be < 1.0"));
+  CHECK_THROWS_WITH(amp::GradScaler({.backoff_factor = 0.0}),
+                    Contains("backoff factor must be < 1.0 and > 0, got 0"));
+  CHECK_THROWS_WITH(amp::GradScaler({.backoff_factor = -0.5}),
+                    Contains("backoff factor must be < 1.0 and > 0, got -0.5"));
 }
 
 TEST_CASE("GradScaler scale multiplies by a float32 one-element scale", "[grad_scaler]") {
@@ -156,6 +160,20 @@ TEST_CASE("GradScaler update grows after growth_interval clean steps and backs o
   scaler.step(opt);
   scaler.update(3.0);
   CHECK(scaler.get_scale() == 3.0);
+  // torch's other form: a one-element float32 tensor without grad.
+  scaler.step(opt);
+  scaler.update(full({1}, 5.0));
+  CHECK(scaler.get_scale() == 5.0);
+  scaler.step(opt);
+  scaler.update(scalar_tensor(0.25));
+  CHECK(scaler.get_scale() == 0.25);
+  scaler.step(opt);
+  CHECK_THROWS_WITH(scaler.update(full({2}, 5.0)),
+                    Contains("one-element float32 tensor") && Contains("of shape [2]"));
+  CHECK_THROWS_WITH(scaler.update(full({1}, 5.0, kFloat64)), Contains("a float64 tensor"));
+  CHECK_THROWS_WITH(scaler.update(full({1}, 5.0).requires_grad_()), Contains("that requires grad"));
+  CHECK_THROWS_WITH(scaler.update(full({1}, -1.0)), Contains("new_scale"));
+  CHECK(scaler.get_scale() == 0.25);  // refused: the scale as it was
 }
 
 TEST_CASE("GradScaler unscale_ divides every grad by the scale and flags infs and NaNs",
