@@ -7,6 +7,7 @@
 #include <memory>
 #include <unordered_map>
 
+#include "halfgrad/autograd/grad_mode.h"
 #include "halfgrad/core/tensor.h"
 
 namespace hg::ops {
@@ -82,8 +83,11 @@ Tensor autocast_input(const Tensor& input, DType target, DeviceType device_type)
       input.dtype() == target) {
     return input;
   }
+  // Not under no_grad: a cast made there has no autograd edge to the weight, and a later
+  // training forward in the same region would get it from the cache and leave the weight
+  // without a gradient (PyTorch issues 65766 and 112583).
   const bool cacheable = weight_casts.regions > 0 && is_autocast_cache_enabled() &&
-                         target == get_autocast_dtype(device_type) &&
+                         autograd::is_grad_enabled() && target == get_autocast_dtype(device_type) &&
                          input.dtype() == kFloat32 && input.requires_grad() && input.is_leaf() &&
                          !input.is_view();
   if (!cacheable) return input.to(target);

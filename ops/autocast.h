@@ -56,7 +56,10 @@ class BelowAutocastGuard {
 // outermost amp::Autocast guard ends, so a weight used by many ops is converted once. The
 // cached cast carries the autograd edge back to the float32 weight. Casts made outside every
 // amp::Autocast region (a custom_bwd backward replaying forward's mode) are not cached: no
-// region's end would drop them.
+// region's end would drop them. Nor are casts made with grad mode off: without the edge to the
+// weight, a training forward later in the region would read a cast that gives the weight no
+// gradient (a known PyTorch bug, issues 65766 and 112583: an evaluation forward under no_grad
+// inside the training step's autocast region).
 Tensor autocast_input(const Tensor& input, DType target, DeviceType device_type);
 // Casts in the weight-cast cache of this thread (for tests and teaching).
 size_t weight_cast_cache_size();

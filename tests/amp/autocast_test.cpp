@@ -175,6 +175,32 @@ TEST_CASE("the weight-cast cache casts a weight once per region", "[autocast][ca
   amp::reset_cast_policies();
 }
 
+TEST_CASE("a cast made under no_grad is not cached for the training forward after it",
+          "[autocast][cache]") {
+  // PyTorch issues 65766 and 112583: an evaluation forward under no_grad inside the autocast
+  // region cached the weight's cast without its autograd edge; the training forward after it
+  // read that cast and the weight got no gradient.
+  amp::set_cast_policy(OpId::mul, kCPU, CastPolicy::LowerPrecision);
+  Tensor weight = tensor({1.0, 2.0, 3.0}).requires_grad_();
+  const Tensor x = tensor({0.5, -1.0, 4.0});
+  {
+    amp::Autocast autocast(kCPU, kFloat16);
+    {
+      NoGradGuard no_grad;
+      const Tensor evaluated = mul(weight, x);
+      CHECK_FALSE(evaluated.requires_grad());
+      CHECK(amp::weight_cast_cache_size() == 0);
+    }
+    const Tensor y = mul(weight, x);
+    REQUIRE(y.requires_grad());
+    CHECK(amp::weight_cast_cache_size() == 1);  // the training forward's cast is cached
+    sum(y).backward();
+  }
+  REQUIRE(weight.grad().defined());
+  CHECK(weight.grad().to_vector<float>() == std::vector<float>{0.5f, -1.0f, 4.0f});
+  amp::reset_cast_policies();
+}
+
 TEST_CASE("the cache skips views and tensors that need no grad", "[autocast][cache]") {
   amp::set_cast_policy(OpId::mul, kCPU, CastPolicy::LowerPrecision);
   Tensor weight = randn({2, 2}).requires_grad_();
