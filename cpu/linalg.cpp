@@ -45,6 +45,7 @@
 #include "halfgrad/core/format.h"
 #include "halfgrad/core/storage.h"
 #include "halfgrad/core/view.h"
+#include "halfgrad/cpu/capabilities.h"
 #include "halfgrad/cpu/kernels.h"
 #include "halfgrad/cpu/linalg_detail.h"
 #include "halfgrad/kernel/checks.h"
@@ -403,6 +404,9 @@ bool gemm_runs_natively(DType dtype) {
       return false;
   }
 }
+
+bool is_bf16_supported() { return gemm_runs_natively(kBFloat16); }
+bool is_fp16_supported() { return gemm_runs_natively(kFloat16); }
 
 const kernel::LinalgKernels linalg_kernels = HG_LINALG_KERNELS;
 

@@ -21,6 +21,9 @@ bool is_compiled();
 bool is_available();
 // The number of usable devices (0 without the backend, without a driver or without a GPU).
 int device_count();
+// Whether the current device computes in bfloat16 (compute capability 8.0 and later, as
+// torch.cuda.is_bf16_supported); false where no device is usable.
+bool is_bf16_supported();
 // Why no device is available, or the name of device 0 ("NVIDIA H100 80GB HBM3").
 std::string describe();
 

@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include "halfgrad/cuda/cuda.h"
+#include "halfgrad/cuda/host.h"
 #include "halfgrad/cuda/probe.h"
 
 namespace hg::cuda {
@@ -38,6 +39,14 @@ int device_count() {
 }
 
 bool is_available() { return device_count() > 0; }
+
+bool is_bf16_supported() {
+  if (!is_available()) return false;
+  int major = 0;
+  HG_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, current_device()),
+                "is_bf16_supported");
+  return major >= 8;
+}
 
 std::string describe() {
   cudaError_t status;

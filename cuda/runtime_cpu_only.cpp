@@ -13,6 +13,7 @@ namespace {
 
 bool is_compiled() { return false; }
 bool is_available() { return false; }
+bool is_bf16_supported() { return false; }
 int device_count() { return 0; }
 std::string describe() { return "halfgrad was built without its CUDA backend"; }
 

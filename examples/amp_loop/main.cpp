@@ -8,7 +8,11 @@
 //                 (fp16 gradients would underflow without it);
 //   --dtype bf16  forward under amp::Autocast(kCPU, kBFloat16), no scaling (bfloat16 has
 //                 float32's exponent range, so gradients do not underflow);
-//   --dtype fp32  no autocast, no scaling: the reference.
+//   --dtype fp32  no autocast, no scaling: the reference;
+//   --dtype auto  (the default) what the hardware runs natively, as a PyTorch script picks with
+//                 torch.cuda.is_bf16_supported(): on a GPU bf16 where cuda::is_bf16_supported(),
+//                 else fp16; on the CPU bf16 where cpu::is_bf16_supported() (its GEMMs have a
+//                 bfloat16 kernel), else fp32.
 //
 // The parameters and the optimizer state stay float32 in every mode; only the matmuls run in
 // 16 bits, in the forward and in their backward (where a scaled gradient can overflow
@@ -92,14 +96,14 @@ Dataset two_spirals(int64_t points_per_class, uint64_t seed) {
 
 int main(int argc, char** argv) {
   CLI::App app{"amp_loop: the autocast + GradScaler training loop on two spirals"};
-  std::string dtype_flag = "bf16";
+  std::string dtype_flag = "auto";
   std::string device_flag = "cpu";
   int64_t steps = 200;
   int64_t print_every = 50;
   uint64_t seed = 0;
   double init_scale = kInitScale;
   app.add_option("--dtype", dtype_flag, "precision of the forward pass")
-      ->check(CLI::IsMember({"fp32", "fp16", "bf16"}));
+      ->check(CLI::IsMember({"auto", "fp32", "fp16", "bf16"}));
   app.add_option("--device", device_flag, "where the model runs")
       ->check(CLI::IsMember({"cpu", "cuda"}));
   app.add_option("--steps", steps, "optimizer steps (full batch)")->check(CLI::PositiveNumber);
@@ -118,6 +122,18 @@ int main(int argc, char** argv) {
                  cuda::describe().c_str());
     return kExitNoDevice;
   }
+  std::string picked;
+  if (dtype_flag == "auto") {
+    if (device == kCUDA) {
+      dtype_flag = cuda::is_bf16_supported() ? "bf16" : "fp16";
+      picked = cuda::is_bf16_supported() ? " (auto: the GPU computes in bfloat16)"
+                                         : " (auto: the GPU has no bfloat16)";
+    } else {
+      dtype_flag = cpu::is_bf16_supported() ? "bf16" : "fp32";
+      picked = cpu::is_bf16_supported() ? " (auto: the CPU has bfloat16 GEMM kernels)"
+                                        : " (auto: the CPU has no bfloat16 GEMM kernels)";
+    }
+  }
   const bool use_autocast = dtype_flag != "fp32";
   const DType autocast_dtype = dtype_flag == "fp16" ? kFloat16 : kBFloat16;
 
@@ -135,8 +151,8 @@ int main(int argc, char** argv) {
   const char* scaler_note = dtype_flag == "fp16"   ? "on"
                             : dtype_flag == "bf16" ? "off (bfloat16 has float32's exponent range)"
                                                    : "off";
-  fmt::print("amp_loop: {} on {}, {} steps, {} points, scaler {}\n", dtype_flag, device_flag, steps,
-             data.x.size(0), scaler_note);
+  fmt::print("amp_loop: {}{} on {}, {} steps, {} points, scaler {}\n", dtype_flag, picked,
+             device_flag, steps, data.x.size(0), scaler_note);
   if (scaler.is_enabled()) {
     fmt::print(
         "GradScaler: starts at {}; an inf/NaN gradient skips the step and halves the scale, {} "

@@ -448,6 +448,17 @@ TEST_CASE("gemm runs from several threads at once", "[gemm]") {
   }
 }
 
+TEST_CASE("cpu::is_bf16_supported and is_fp16_supported say which GEMMs run natively", "[gemm]") {
+  // Natively: not through float32 tiles, which gemm_kernel_name names.
+  const bool bf16_tiles = cpu::gemm_kernel_name(kBFloat16).find("fp32 tiles") != std::string::npos;
+  CHECK(cpu::is_bf16_supported() == !bf16_tiles);
+  CHECK(cpu::is_bf16_supported() == cpu::gemm_runs_natively(kBFloat16));
+  // halfgrad has no float16 CPU kernel yet: float16 always runs as float32 tiles.
+  CHECK(cpu::gemm_kernel_name(kFloat16).find("fp32 tiles") != std::string::npos);
+  CHECK_FALSE(cpu::is_fp16_supported());
+  CHECK(cpu::gemm_runs_natively(kFloat32));
+}
+
 TEST_CASE("gemm_backend names the path of each dtype", "[gemm]") {
   CHECK(cpu::linalg_kernels.backend(kFloat64) == "eigen");
   if (HALFGRAD_HAS_ONEDNN) {

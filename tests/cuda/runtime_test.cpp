@@ -3,6 +3,8 @@
 // host wait inside a capture), printing, and Module::to(kCUDA).
 #include <catch2/catch.hpp>
 
+#include <cuda_runtime.h>
+
 #include <array>
 
 #include "cuda/cuda_test_util.h"
@@ -32,9 +34,18 @@ TEST_CASE("without a device the CUDA API answers clearly", "[cuda-runtime]") {
   if (cuda::is_available()) return;
   CHECK(cuda::device_count() == 0);
   CHECK(!cuda::describe().empty());
+  CHECK_FALSE(cuda::is_bf16_supported());  // torch answers False without a device too
   CHECK_THROWS_AS(cuda::synchronize(), Error);
   CHECK_THROWS_AS(cuda::memory_allocated(), Error);
   cuda::empty_cache();  // nothing cached: a no-op, as in torch
+}
+
+TEST_CASE("is_bf16_supported follows the device's compute capability", "[cuda]") {
+  REQUIRE(cuda::is_available());
+  int major = 0;
+  REQUIRE(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor,
+                                 cuda::current_device()) == cudaSuccess);
+  CHECK(cuda::is_bf16_supported() == (major >= 8));
 }
 
 TEST_CASE("tensors of every dtype go to the GPU and back bit for bit", "[cuda]") {
