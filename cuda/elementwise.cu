@@ -98,7 +98,8 @@ __device__ __forceinline__ C unary_math(C x) {
     } else if constexpr (Op == Unary::Square) {
       return C(W(x) * W(x));
     } else {
-      static_assert(Op == Unary::Sign || Op == Unary::Relu);
+      static_assert(Op == Unary::Sign || Op == Unary::Relu || Op == Unary::Floor ||
+                    Op == Unary::Ceil || Op == Unary::Trunc || Op == Unary::Round);
       return kernel::unary_fn<Op>(x);
     }
   } else {

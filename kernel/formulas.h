@@ -115,6 +115,47 @@ HG_HOST_DEVICE inline C gelu_tanh_grad(C x) {
   return s + C(2) * x * (s / (C(1) + C(1) / e)) * d_inner;
 }
 
+// The rounding kinds: integers pass as they are (torch keeps an integer tensor's values).
+template <class C>
+HG_HOST_DEVICE inline C floor_of(C x) {
+  if constexpr (std::is_integral_v<C>) {
+    return x;
+  } else {
+    return std::floor(x);
+  }
+}
+template <class C>
+HG_HOST_DEVICE inline C ceil_of(C x) {
+  if constexpr (std::is_integral_v<C>) {
+    return x;
+  } else {
+    return std::ceil(x);
+  }
+}
+template <class C>
+HG_HOST_DEVICE inline C trunc_of(C x) {
+  if constexpr (std::is_integral_v<C>) {
+    return x;
+  } else {
+    return std::trunc(x);
+  }
+}
+// Round half to even, as torch.round (C's nearbyint in the default rounding mode), written
+// without the rounding mode: floor, then up when the rest is above a half, or a half and the
+// floor odd. x - floor(x) is exact in floating point. A zero result keeps x's sign (-0.3 ->
+// -0); NaN and the infinities come back as they are.
+template <class C>
+HG_HOST_DEVICE inline C round_half_even(C x) {
+  if constexpr (std::is_integral_v<C>) {
+    return x;
+  } else {
+    const C low = std::floor(x), rest = x - low;
+    const bool up = rest > C(0.5) || (rest == C(0.5) && std::fmod(low, C(2)) != C(0));
+    const C rounded = up ? low + C(1) : low;
+    return rounded == C(0) ? std::copysign(C(0), x) : rounded;
+  }
+}
+
 // Op(x) in the compute type C: unary.def's formula for Op.
 template <Unary Op, class C>
 HG_HOST_DEVICE inline C unary_fn(C x) {

@@ -180,6 +180,10 @@ struct UnaryOp {
       }
       const Tensor y = ctx.saved(1);
       return {grad_for(where(le(y, 0), 0, grads[0]), x)};
+    } else if constexpr (Kind == kernel::Unary::Floor || Kind == kernel::Unary::Ceil ||
+                         Kind == kernel::Unary::Trunc || Kind == kernel::Unary::Round) {
+      // Piecewise constant: torch's zeros_like(grad), so an inf or NaN gradient gives 0 too.
+      return {grad_for(zeros_like(grads[0]), x)};
     } else {
       const Tensor y = ctx.saved(1);
       return {grad_for(mul(grads[0], unary_derivative<Id>(x.to(y.dtype()), y)), x)};

@@ -2,6 +2,7 @@
 // rounded) inputs, PyTorch's type promotion, and bad input.
 #include <catch2/catch.hpp>
 
+#include <cfenv>
 #include <cmath>
 #include <functional>
 #include <limits>
@@ -146,6 +147,68 @@ TEST_CASE("relu's backward passes the gradient where the input is > 0 or NaN", "
         CHECK(got[i] == gs[i]);  // x > 0, or NaN
       }
     }
+  }
+}
+
+TEST_CASE("floor, ceil, trunc and round as torch's: halves to even, signed zeros, integers kept",
+          "[elementwise]") {
+  const double nan = std::nan(""), inf = std::numeric_limits<double>::infinity();
+  // 37 values (two 16-lane blocks and a tail), the halves and the specials at every position.
+  const std::vector<double> special = {-2.5, -1.5, -0.5,  0.5, 1.5,       2.5, -0.3, 0.3, -0.0,
+                                       0.0,  1.75, -1.75, 3.0, 1e6 + 0.5, nan, inf,  -inf};
+  std::vector<double> input;
+  for (size_t i = 0; i < 37; ++i) input.push_back(special[(i * 7) % special.size()]);
+  struct Case {
+    const char* name;
+    Tensor (*op)(const Tensor&);
+    double (*reference)(double);  // C's functions in double; nearbyint rounds halves to even
+  };
+  const Case cases[] = {
+      {"floor", [](const Tensor& t) { return floor(t); }, [](double v) { return std::floor(v); }},
+      {"ceil", [](const Tensor& t) { return ceil(t); }, [](double v) { return std::ceil(v); }},
+      {"trunc", [](const Tensor& t) { return trunc(t); }, [](double v) { return std::trunc(v); }},
+      {"round", [](const Tensor& t) { return round(t); },
+       [](double v) { return std::nearbyint(v); }}};
+  REQUIRE(std::fegetround() == FE_TONEAREST);
+  for (const Case& c : cases) {
+    for (DType dtype : {kFloat32, kFloat64, kFloat16, kBFloat16}) {
+      CAPTURE(c.name, dtype);
+      const Tensor x = tensor(input, dtype);
+      const std::vector<double> xs = x.to_vector<double>();
+      const Tensor y = c.op(x);
+      REQUIRE(y.dtype() == dtype);
+      const std::vector<double> got = y.to_vector<double>();
+      for (size_t i = 0; i < xs.size(); ++i) {
+        CAPTURE(i, xs[i]);
+        const double want = c.reference(xs[i]);  // xs: the input as the dtype holds it
+        if (std::isnan(want)) {
+          CHECK(std::isnan(got[i]));
+        } else {
+          CHECK(got[i] == want);
+          CHECK(std::signbit(got[i]) == std::signbit(want));
+        }
+      }
+    }
+    // An integer tensor keeps its dtype and values.
+    const Tensor ints = tensor(std::vector<int64_t>{-3, 0, 7, int64_t(1) << 62}, {4});
+    const Tensor same = c.op(ints);
+    CHECK(same.dtype() == kInt64);
+    CHECK(same.to_vector<int64_t>() == ints.to_vector<int64_t>());
+  }
+  CHECK(round(tensor({-2.5, -1.5, 0.5, 1.5, 2.5})).to_vector<double>() ==
+        std::vector<double>{-2.0, -2.0, 0.0, 2.0, 2.0});
+}
+
+TEST_CASE("the rounding ops' gradient is zero, even for an infinite incoming gradient",
+          "[elementwise]") {
+  for (Tensor (*op)(const Tensor&) :
+       {+[](const Tensor& t) { return floor(t); }, +[](const Tensor& t) { return ceil(t); },
+        +[](const Tensor& t) { return trunc(t); }, +[](const Tensor& t) { return round(t); }}) {
+    Tensor x = tensor({0.3, -1.7, 2.5}).requires_grad_();
+    const Tensor y = op(x);
+    REQUIRE(y.requires_grad());
+    y.backward(tensor({std::numeric_limits<double>::infinity(), std::nan(""), 1.0}));
+    CHECK(x.grad().to_vector<float>() == std::vector<float>{0.0f, 0.0f, 0.0f});
   }
 }
 
