@@ -4,6 +4,7 @@
 // gradients) and return each input's gradient in that input's shape and dtype (a broadcast
 // input gets the gradient summed over its broadcast dims).
 #include <cmath>
+#include <limits>
 #include <numbers>
 
 #include "halfgrad/autograd/grad_mode.h"
@@ -275,6 +276,51 @@ struct Sign {
   Grads backward(OpContext&, const Grads&) { return Grads(1); }
 };
 
+// ---- NaN and infinity masks, nan_to_num -------------------------------------------------------
+//
+// Composites of the comparisons and where (both backends have them): NaN is the value unequal
+// to itself, an infinity the value whose magnitude is inf, a finite value one whose x - x is
+// 0 (NaN for both). The masks are constant false (true for isfinite) on integer and bool
+// tensors.
+
+template <OpId Id>
+struct FloatMask {
+  static constexpr OpId id = Id;
+  static constexpr bool kComposite = true;
+  Tensor forward(OpContext&, const Tensor& x) {
+    HG_CHECK(x.defined(), "{}: expected a defined tensor, got an undefined one", op_name(Id));
+    if (!x.is_floating_point()) {
+      return full(x.sizes(), Id == OpId::isfinite, {.dtype = kBool, .device = x.device()});
+    }
+    const Tensor v = x.detach();
+    if constexpr (Id == OpId::isnan) {
+      return ne(v, v);
+    } else if constexpr (Id == OpId::isinf) {
+      return eq(abs(v), std::numeric_limits<double>::infinity());
+    } else {
+      return eq(sub(v, v), 0);
+    }
+  }
+};
+
+struct NanToNum {
+  static constexpr OpId id = OpId::nan_to_num;
+  static constexpr bool kComposite = true;
+  double nan = 0.0;
+  std::optional<double> posinf, neginf;
+
+  Tensor forward(OpContext&, const Tensor& x) {
+    HG_CHECK(x.defined(), "nan_to_num: expected a defined tensor, got an undefined one");
+    if (!x.is_floating_point()) return x.clone();
+    const FInfo limits = finfo(x.dtype());
+    const double inf = std::numeric_limits<double>::infinity();
+    const Tensor v = x.detach();
+    Tensor out = where(ne(v, v), nan, x);
+    out = where(eq(v, inf), posinf.value_or(limits.max), out);
+    return where(eq(v, -inf), neginf.value_or(limits.min), out);
+  }
+};
+
 // ---- gelu ------------------------------------------------------------------------------------
 
 }  // namespace
@@ -427,6 +473,13 @@ Tensor minimum(const Tensor& a, const Tensor& b) {
 #undef HG_UNARY_OP
 #undef HG_OP
 Tensor sign(const Tensor& x) { return dispatch(Sign{}, x); }
+Tensor isnan(const Tensor& x) { return dispatch(FloatMask<OpId::isnan>{}, x); }
+Tensor isinf(const Tensor& x) { return dispatch(FloatMask<OpId::isinf>{}, x); }
+Tensor isfinite(const Tensor& x) { return dispatch(FloatMask<OpId::isfinite>{}, x); }
+Tensor nan_to_num(const Tensor& x, double nan, std::optional<double> posinf,
+                  std::optional<double> neginf) {
+  return dispatch(NanToNum{.nan = nan, .posinf = posinf, .neginf = neginf}, x);
+}
 
 Tensor gelu(const Tensor& x, std::string_view approximate) {
   HG_CHECK(approximate == "none" || approximate == "tanh",

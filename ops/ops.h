@@ -39,6 +39,17 @@ Tensor minimum(const Tensor& a, const Tensor& b);
 // approximate: "none" (exact, with erf) or "tanh", as torch.nn.functional.gelu.
 Tensor gelu(const Tensor& x, std::string_view approximate = "none");
 Tensor sign(const Tensor& x);
+// Bool masks of NaN, of +-inf, and of finite values, as torch's (integer and bool tensors have
+// no NaN and no infinity).
+Tensor isnan(const Tensor& x);
+Tensor isinf(const Tensor& x);
+Tensor isfinite(const Tensor& x);
+// x with NaN, +inf and -inf replaced, as torch.nan_to_num: by `nan`, and by `posinf` and
+// `neginf`, which default to the dtype's largest and most negative finite values. The
+// gradient passes where x is finite, 0 where a value was replaced. Integer and bool tensors
+// come back as a copy.
+Tensor nan_to_num(const Tensor& x, double nan = 0.0, std::optional<double> posinf = std::nullopt,
+                  std::optional<double> neginf = std::nullopt);
 Tensor clamp(const Tensor& x, std::optional<Scalar> min, std::optional<Scalar> max);
 Tensor addcmul(const Tensor& self, const Tensor& t1, const Tensor& t2, Scalar value = 1);
 Tensor addcdiv(const Tensor& self, const Tensor& t1, const Tensor& t2, Scalar value = 1);

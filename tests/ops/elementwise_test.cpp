@@ -212,6 +212,53 @@ TEST_CASE("the rounding ops' gradient is zero, even for an infinite incoming gra
   }
 }
 
+TEST_CASE("isnan, isinf, isfinite and nan_to_num as torch's", "[elementwise]") {
+  const double nan = std::nan(""), inf = std::numeric_limits<double>::infinity();
+  const std::vector<double> values = {1.5, nan, inf, -inf, -0.0, -nan, 1e30, -2.25};
+  for (DType dtype : {kFloat32, kFloat64, kFloat16, kBFloat16}) {
+    CAPTURE(dtype);
+    const Tensor x = tensor(values, dtype);
+    const std::vector<double> xs = x.to_vector<double>();  // 1e30 is inf in float16
+    const Tensor is_nan = isnan(x), is_inf = isinf(x), is_finite = isfinite(x);
+    REQUIRE(is_nan.dtype() == kBool);
+    const std::vector<bool> n = is_nan.to_vector<bool>(), i = is_inf.to_vector<bool>(),
+                            f = is_finite.to_vector<bool>();
+    for (size_t k = 0; k < xs.size(); ++k) {
+      CAPTURE(k, xs[k]);
+      CHECK(n[k] == std::isnan(xs[k]));
+      CHECK(i[k] == std::isinf(xs[k]));
+      CHECK(f[k] == std::isfinite(xs[k]));
+    }
+    // torch.nan_to_num: NaN -> 0, +-inf -> the dtype's largest and most negative finite values.
+    const FInfo limits = finfo(dtype);
+    const std::vector<double> replaced = nan_to_num(x).to_vector<double>();
+    const std::vector<double> custom = nan_to_num(x, -1.0, 3.0, -4.0).to_vector<double>();
+    for (size_t k = 0; k < xs.size(); ++k) {
+      CAPTURE(k, xs[k]);
+      const double want = std::isnan(xs[k]) ? 0.0
+                          : xs[k] == inf    ? limits.max
+                          : xs[k] == -inf   ? limits.min
+                                            : xs[k];
+      CHECK(replaced[k] == want);
+      CHECK(custom[k] == (std::isnan(xs[k]) ? -1.0
+                          : xs[k] == inf    ? 3.0
+                          : xs[k] == -inf   ? -4.0
+                                            : xs[k]));
+    }
+  }
+  // Integers and bools: no NaN, no infinity; nan_to_num copies.
+  const Tensor ints = tensor(std::vector<int64_t>{1, -2, 3}, {3});
+  CHECK(isnan(ints).to_vector<bool>() == std::vector<bool>{false, false, false});
+  CHECK(isinf(ints).to_vector<bool>() == std::vector<bool>{false, false, false});
+  CHECK(isfinite(ints).to_vector<bool>() == std::vector<bool>{true, true, true});
+  CHECK(nan_to_num(ints).to_vector<int64_t>() == ints.to_vector<int64_t>());
+  // The gradient passes where x was finite, and is 0 where a value was replaced.
+  Tensor w = tensor({1.0, nan, inf, -inf, 2.0}).requires_grad_();
+  nan_to_num(w).backward(tensor({1.0, 2.0, 3.0, 4.0, 5.0}));
+  CHECK(w.grad().to_vector<float>() == std::vector<float>{1.0f, 0.0f, 0.0f, 0.0f, 5.0f});
+  CHECK_THROWS_WITH(isnan(Tensor()), Contains("isnan: expected a defined tensor"));
+}
+
 TEST_CASE("binary ops broadcast and match float64 math", "[elementwise]") {
   manual_seed(2);
   for (DType dtype : {kFloat32, kFloat16, kBFloat16, kFloat64}) {

@@ -46,6 +46,12 @@ const bool registered = register_samples([](std::map<OpId, Sample>& s) {
                        [] {
                          return tensor({-1.7, -0.4, 0.3, 0.9, 1.6}, kFloat64).requires_grad_();
                        });
+  // Finite inputs (finite differences need them): the identity, gradient 1 everywhere; the
+  // replaced positions' zero gradient is checked in tests/ops/elementwise_test.cpp.
+  s[OpId::nan_to_num] = one([](auto& x) { return nan_to_num(x, 0.5, 2.0, -2.0); },
+                            [] {
+                              return input({2, 3});
+                            });
   s[OpId::addcmul] = Sample{[](const Inputs& in) { return addcmul(in[0], in[1], in[2], 0.7); },
                             [] {
                               return Inputs{input({2, 3}), input({3}), input({2, 3})};
