@@ -115,6 +115,20 @@ HG_HOST_DEVICE inline C gelu_tanh_grad(C x) {
   return s + C(2) * x * (s / (C(1) + C(1) / e)) * d_inner;
 }
 
+// x relu6(x + 3) / 6, as torch's hardswish: 0 up to -3, x from 3, x (x + 3) / 6 between (NaN
+// stays NaN).
+template <class C>
+HG_HOST_DEVICE inline C hardswish(C x) {
+  if (x <= C(-3)) return C(0);
+  if (x >= C(3)) return x;
+  return x * (x + C(3)) / C(6);
+}
+// x tanh(softplus(x)), softplus with torch's threshold 20 (where it is x).
+template <class C>
+HG_HOST_DEVICE inline C mish(C x) {
+  return x * std::tanh(x > C(20) ? x : std::log1p(std::exp(x)));
+}
+
 // The rounding kinds: integers pass as they are (torch keeps an integer tensor's values).
 template <class C>
 HG_HOST_DEVICE inline C floor_of(C x) {

@@ -263,6 +263,17 @@ Tensor unary_derivative<OpId::softplus>(const Tensor& x, const Tensor&) {
   return sigmoid(x);
 }
 template <>
+Tensor unary_derivative<OpId::hardswish>(const Tensor& x, const Tensor&) {
+  // torch's: 0 below -3, 1 above 3, x / 3 + 1 / 2 between (both ends inclusive there).
+  return where(lt(x, -3.0), 0.0, where(le(x, 3.0), add(mul(x, 1.0 / 3.0), 0.5), ones_like(x)));
+}
+template <>
+Tensor unary_derivative<OpId::mish>(const Tensor& x, const Tensor&) {
+  // t + x sigmoid(x) (1 - t^2), t = tanh(softplus(x)).
+  const Tensor t = tanh(softplus(x));
+  return add(t, mul(mul(x, sigmoid(x)), 1.0 - mul(t, t)));
+}
+template <>
 Tensor unary_derivative<OpId::erf>(const Tensor& x, const Tensor&) {
   return mul(exp(neg(mul(x, x))), 2.0 / std::sqrt(std::numbers::pi));
 }

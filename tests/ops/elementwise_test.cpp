@@ -2,6 +2,7 @@
 // rounded) inputs, PyTorch's type promotion, and bad input.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cfenv>
 #include <cmath>
 #include <functional>
@@ -210,6 +211,44 @@ TEST_CASE("the rounding ops' gradient is zero, even for an infinite incoming gra
     y.backward(tensor({std::numeric_limits<double>::infinity(), std::nan(""), 1.0}));
     CHECK(x.grad().to_vector<float>() == std::vector<float>{0.0f, 0.0f, 0.0f});
   }
+}
+
+TEST_CASE("hardswish and mish match float64 formulas, forward and backward", "[elementwise]") {
+  // torch's definitions: hardswish(x) = x relu6(x + 3) / 6, its derivative 0 below -3, 1
+  // above 3, x / 3 + 1/2 between; mish(x) = x tanh(softplus(x)).
+  const auto hardswish_ref = [](double v) { return v * std::clamp(v + 3, 0.0, 6.0) / 6; };
+  const auto hardswish_grad = [](double v) { return v < -3 ? 0.0 : v <= 3 ? v / 3 + 0.5 : 1.0; };
+  const auto mish_ref = [](double v) { return v * std::tanh(std::log1p(std::exp(v))); };
+  const auto mish_grad = [](double v) {
+    const double t = std::tanh(std::log1p(std::exp(v))), s = 1 / (1 + std::exp(-v));
+    return t + v * s * (1 - t * t);
+  };
+  const std::vector<double> values = {-5.0, -3.0, -2.9, -1.0, -0.25, 0.0, 0.5, 2.0, 3.0, 4.5, 25.0};
+  for (DType dtype : {kFloat32, kFloat64, kFloat16, kBFloat16}) {
+    CAPTURE(dtype);
+    const double tol = dtype == kFloat64   ? 1e-12
+                       : dtype == kFloat32 ? 2e-6
+                       : dtype == kFloat16 ? 2e-3
+                                           : 1.6e-2;
+    Tensor x = tensor(values, dtype).requires_grad_();
+    const std::vector<double> xs = x.to_vector<double>();
+    for (int which = 0; which < 2; ++which) {
+      CAPTURE(which);
+      x.mutable_grad() = Tensor();
+      const Tensor y = which == 0 ? hardswish(x) : mish(x);
+      y.backward(ones_like(y));
+      const std::vector<double> got = y.to_vector<double>(), g = x.grad().to_vector<double>();
+      for (size_t k = 0; k < xs.size(); ++k) {
+        CAPTURE(xs[k]);
+        const double want = which == 0 ? hardswish_ref(xs[k]) : mish_ref(xs[k]);
+        const double want_grad = which == 0 ? hardswish_grad(xs[k]) : mish_grad(xs[k]);
+        CHECK(std::fabs(got[k] - want) <= tol * (1 + std::fabs(want)));
+        CHECK(std::fabs(g[k] - want_grad) <= 2 * tol * (1 + std::fabs(want_grad)));
+      }
+    }
+  }
+  CHECK(std::isnan(hardswish(tensor({std::nan("")})).item<double>()));
+  CHECK(std::isnan(mish(tensor({std::nan("")})).item<double>()));
 }
 
 TEST_CASE("isnan, isinf, isfinite and nan_to_num as torch's", "[elementwise]") {
