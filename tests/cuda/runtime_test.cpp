@@ -41,7 +41,7 @@ TEST_CASE("without a device the CUDA API answers clearly", "[cuda-runtime]") {
 }
 
 TEST_CASE("is_bf16_supported follows the device's compute capability", "[cuda]") {
-  REQUIRE(cuda::is_available());
+  HG_REQUIRE_CUDA();
   int major = 0;
   REQUIRE(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor,
                                  cuda::current_device()) == cudaSuccess);
