@@ -84,12 +84,28 @@ void float32_gemm(const Problem& p, GemmImpl impl) {
   eigen_gemm<float>(p);
 }
 
+void fill_rows(const Problem& p, const char* bias) {
+  const size_t row_bytes = size_t(p.n) * element_size(p.dtype);
+  for (int64_t r = 0; r < p.batch * p.m; ++r) std::memcpy(p.out + r * row_bytes, bias, row_bytes);
+}
+
+void float32_gemm_bias(Problem p, GemmImpl impl) {
+  if (impl == GemmImpl::Small) return small_gemm(p);
+  if (impl == GemmImpl::OneDNN && onednn_gemm(p)) return;
+  fill_rows(p, p.bias);
+  p.bias = nullptr;
+  p.beta = 1.0;
+  float32_gemm(p, impl);
+}
+
 }  // namespace linalg_detail
 
 namespace {
 
 using linalg_detail::eigen_gemm;
+using linalg_detail::fill_rows;
 using linalg_detail::float32_gemm;
+using linalg_detail::float32_gemm_bias;
 using linalg_detail::matrix_operand;
 using linalg_detail::MatrixOperand;
 using linalg_detail::onednn_gemm;
@@ -236,33 +252,17 @@ void gemm(const Tensor& a, const Tensor& b, const Tensor& out, double alpha, dou
   gemm_with(GemmImpl::Auto, a, b, out, alpha, beta);
 }
 
-// out's rows, every one set to the bias row (all of p.dtype).
-void fill_rows(const Problem& p, const char* bias) {
-  const size_t row_bytes = size_t(p.n) * element_size(p.dtype);
-  for (int64_t r = 0; r < p.batch * p.m; ++r) std::memcpy(p.out + r * row_bytes, bias, row_bytes);
-}
-
 // Runs p (alpha 1, beta 0, K > 0) with the bias row added to every output row.
 void run_with_bias(Problem p, const char* bias) {
   const int64_t macs = p.batch * p.m * p.n * p.k;
-  const bool small_runs = macs < kTinyGemm && p.dtype == kFloat32;
-  const bool onednn_runs =
-      macs >= kTinyGemm && ((p.dtype == kFloat32 && kFloat32Impl == GemmImpl::OneDNN) ||
-                            (p.dtype == kBFloat16 && onednn_runs_bf16()));
-  if (small_runs || onednn_runs) {
-    p.bias = bias;
-    if (small_runs) return small_gemm(p);
-    if (onednn_gemm(p)) return;
-    p.bias = nullptr;
-  }
-  // 16-bit products run as float32 tiles (float16; bfloat16 when tiny, or without oneDNN's
-  // kernel): the bias goes to the tiles' float32 GEMM as float32.
-  const bool tiles =
-      p.dtype == kFloat16 || (p.dtype == kBFloat16 && (macs < kTinyGemm || !onednn_runs_bf16()));
-  if (tiles) {
-    p.bias = bias;
-    return reduced_gemm_via_float32(p, macs < kTinyGemm ? GemmImpl::Small : kFloat32Impl);
-  }
+  const GemmImpl float32_impl = macs < kTinyGemm ? GemmImpl::Small : kFloat32Impl;
+  p.bias = bias;
+  if (p.dtype == kFloat32) return float32_gemm_bias(p, float32_impl);
+  if (p.dtype == kBFloat16 && macs >= kTinyGemm && onednn_runs_bf16() && onednn_gemm(p)) return;
+  // Other 16-bit products run as float32 tiles (float16; bfloat16 when tiny, or without
+  // oneDNN's kernel): the bias goes to the tiles' float32 GEMM as float32.
+  if (p.dtype == kFloat16 || p.dtype == kBFloat16) return reduced_gemm_via_float32(p, float32_impl);
+  p.bias = nullptr;  // float64: the bias rows written first, then beta = 1 on Eigen
   fill_rows(p, bias);
   p.beta = 1.0;
   run(p, GemmImpl::Auto);

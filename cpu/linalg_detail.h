@@ -108,6 +108,12 @@ std::string onednn_probe(DType dtype);
 // float32 p (K > 0) on impl (Small, OneDNN or Eigen; OneDNN falls back to Eigen where oneDNN
 // has no kernel) (cpu/linalg.cpp).
 void float32_gemm(const Problem& p, GemmImpl impl);
+// float32 p (alpha 1, beta 0, K > 0) with p.bias added to every row, on impl: the small kernel
+// and oneDNN take the bias; elsewhere (Eigen, or a layout oneDNN refuses) the bias rows are
+// written into out first and the product added with beta = 1 (NOTE [GEMM with bias]).
+void float32_gemm_bias(Problem p, GemmImpl impl);
+// out's rows, every one set to the bias row (both of p.dtype).
+void fill_rows(const Problem& p, const char* bias);
 
 // float16 or bfloat16 p (K > 0) through float32 tiles on the float32 implementation
 // float32_impl (NOTE [fp16 GEMM through fp32 tiles] in cpu/reduced_gemm.cpp); p.bias (of p's

@@ -72,19 +72,6 @@ MatrixOperand widen_block(DType dtype, const MatrixOperand& src, int64_t batch0,
   return *matrix_operand(dst, src.broadcast() ? 0 : rows * cols, rows, cols, row_major ? cols : 1,
                          row_major ? 1 : rows);
 }
-// tile (float32, alpha 1, beta 0) with tile.bias added to every row: on the small kernel or
-// oneDNN, which take a bias; elsewhere (Eigen) as the bias rows written first and beta = 1.
-void float32_gemm_bias(Problem tile, GemmImpl impl) {
-  if (impl == GemmImpl::Small) return small_gemm(tile);
-  if (impl == GemmImpl::OneDNN && onednn_gemm(tile)) return;
-  const auto* bias = reinterpret_cast<const float*>(tile.bias);
-  auto* out = reinterpret_cast<float*>(tile.out);
-  for (int64_t r = 0; r < tile.batch * tile.m; ++r) std::copy_n(bias, tile.n, out + r * tile.n);
-  tile.bias = nullptr;
-  tile.beta = 1.0;
-  float32_gemm(tile, impl);
-}
-
 }  // namespace
 
 // NOTE [fp16 GEMM through fp32 tiles] For each batch, b is widened N-block by N-block
