@@ -38,34 +38,40 @@ std::atomic<bool> enabled{true};
 
 }  // namespace
 
-VectorMap vector_mapper() {
+namespace {
+
+// The pass of the ISA in use, of the two a function has, or null where vector math is off or
+// the CPU has neither.
+template <class Pass>
+Pass pick([[maybe_unused]] Pass avx512, [[maybe_unused]] Pass avx2) {
   if (!enabled.load(std::memory_order_relaxed)) return nullptr;
-#if defined(__x86_64__) && HALFGRAD_HAS_SLEEF
   switch (isa()) {
     case Isa::Avx512:
-      return &detail::vector_map_avx512;
+      return avx512;
     case Isa::Avx2:
-      return &detail::vector_map_avx2;
+      return avx2;
     case Isa::None:
       break;
   }
-#endif
   return nullptr;
 }
 
-VectorPow vector_power() {
-  if (!enabled.load(std::memory_order_relaxed)) return nullptr;
+}  // namespace
+
+VectorMap vector_mapper() {
 #if defined(__x86_64__) && HALFGRAD_HAS_SLEEF
-  switch (isa()) {
-    case Isa::Avx512:
-      return &detail::vector_pow_avx512;
-    case Isa::Avx2:
-      return &detail::vector_pow_avx2;
-    case Isa::None:
-      break;
-  }
-#endif
+  return pick<VectorMap>(&detail::vector_map_avx512, &detail::vector_map_avx2);
+#else
   return nullptr;
+#endif
+}
+
+VectorPow vector_power() {
+#if defined(__x86_64__) && HALFGRAD_HAS_SLEEF
+  return pick<VectorPow>(&detail::vector_pow_avx512, &detail::vector_pow_avx2);
+#else
+  return nullptr;
+#endif
 }
 
 bool vector_map(VectorFn fn, const float* x, float* y, int64_t n) {

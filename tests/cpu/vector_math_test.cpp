@@ -264,23 +264,6 @@ void check_pass(cpu::VectorMap pass, const char* isa) {
   }
 }
 
-}  // namespace
-
-TEST_CASE("vector math is within its ulp bounds of float64 on every instruction set here") {
-  bool any = false;
-#if defined(__x86_64__) && HALFGRAD_HAS_SLEEF
-  if (cpu_has_avx512f()) {
-    check_pass(&cpu::detail::vector_map_avx512, "avx512");
-    any = true;
-  }
-  if (cpu_has_avx2_fma()) {
-    check_pass(&cpu::detail::vector_map_avx2, "avx2");
-    any = true;
-  }
-#endif
-  if (!any) WARN("skipped: no vector math on this CPU or build (" << cpu::vector_math_isa() << ")");
-}
-
 // pow: within kElementaryUlps of float64's pow over a grid of bases and exponents (the
 // results' exponents across float's range, negative bases with integer exponents), and C's
 // special cases bit for bit as std::pow gives them.
@@ -329,19 +312,39 @@ void check_pow(cpu::VectorPow power, const char* isa) {
   CHECK(failures == 0);
 }
 
-TEST_CASE("vector pow is within its ulp bound and keeps C's special cases") {
+// check(pass, name) on the pass of each instruction set this CPU has (null passes: none).
+template <class Pass, class Check>
+void on_each_isa(Pass avx512, Pass avx2, Check check) {
   bool any = false;
-#if defined(__x86_64__) && HALFGRAD_HAS_SLEEF
-  if (cpu_has_avx512f()) {
-    check_pow(&cpu::detail::vector_pow_avx512, "avx512");
+#if defined(__x86_64__)
+  if (avx512 != nullptr && cpu_has_avx512f()) {
+    check(avx512, "avx512");
     any = true;
   }
-  if (cpu_has_avx2_fma()) {
-    check_pow(&cpu::detail::vector_pow_avx2, "avx2");
+  if (avx2 != nullptr && cpu_has_avx2_fma()) {
+    check(avx2, "avx2");
     any = true;
   }
 #endif
   if (!any) WARN("skipped: no vector math on this CPU or build (" << cpu::vector_math_isa() << ")");
+}
+
+}  // namespace
+
+TEST_CASE("vector math is within its ulp bounds of float64 on every instruction set here") {
+#if defined(__x86_64__) && HALFGRAD_HAS_SLEEF
+  on_each_isa(&cpu::detail::vector_map_avx512, &cpu::detail::vector_map_avx2, check_pass);
+#else
+  on_each_isa<cpu::VectorMap>(nullptr, nullptr, check_pass);
+#endif
+}
+
+TEST_CASE("vector pow is within its ulp bound and keeps C's special cases") {
+#if defined(__x86_64__) && HALFGRAD_HAS_SLEEF
+  on_each_isa(&cpu::detail::vector_pow_avx512, &cpu::detail::vector_pow_avx2, check_pow);
+#else
+  on_each_isa<cpu::VectorPow>(nullptr, nullptr, check_pow);
+#endif
 }
 
 // Every element of got within the rounding to dtype of want (float64): a relative tolerance,
