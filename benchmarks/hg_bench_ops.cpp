@@ -7,6 +7,7 @@
 //   {"bench": "dispatch", "case": "add_no_grad", "us": ..., "target_us": 0.3, "met": true}
 //   {"bench": "gemm_tiny", "impl": "small", "shape": "16x32x32", "b": "weight^T", "us": ...}
 //   {"bench": "attention", "impl": "kernels", "dtype": "bfloat16", "pass": "forward", ...}
+//   {"bench": "vector_math", "fn": "tanh", "isa": "avx512", "us": ..., "scalar_us": ...}
 //
 // Each section is a run_*_benchmarks(options) function listed in kSections; --only picks one.
 // Times are the median of --reps calls after --warmup calls, on std::chrono::steady_clock.
@@ -69,7 +70,9 @@
 #include "halfgrad/core/settings.h"
 #include "halfgrad/cpu/kernels.h"
 #include "halfgrad/cpu/linalg.h"
+#include "halfgrad/cpu/vector_math.h"
 #include "halfgrad/halfgrad.h"
+#include "halfgrad/ops/backward_helpers.h"
 
 #if HALFGRAD_HAS_ONEDNN
 #include <dnnl.hpp>
@@ -271,6 +274,68 @@ void run_tiny_gemm_benchmarks(const Options& options) {
       std::fflush(stdout);
     }
   }
+}
+
+// ---- CPU: vector math ---------------------------------------------------------------------------
+
+// The vector math passes (cpu/vector_math.h) over 110592 floats (the demo's MLP activation,
+// 576 x 192), in us per pass, against the op with vector math turned off (its scalar loop,
+// plus the op's allocation), interleaved:
+//   {"bench": "vector_math", "fn": "tanh", "isa": "avx512", "us": ..., "scalar_us": ...}
+void run_vector_math_benchmarks(const Options& options) {
+  const int64_t n = 110592;
+  const hg::Tensor x = hg::rand({n}) * 8.0 - 4.0;
+  std::vector<float> in = x.to_vector<float>();
+  std::vector<float> out(static_cast<size_t>(n));
+  struct Fn {
+    const char* name;
+    hg::cpu::VectorFn fn;
+    hg::Tensor (*op)(const hg::Tensor&);
+  };
+  const Fn fns[] = {
+      {"exp", hg::cpu::VectorFn::Exp, [](const hg::Tensor& t) { return hg::exp(t); }},
+      {"tanh", hg::cpu::VectorFn::Tanh, [](const hg::Tensor& t) { return hg::tanh(t); }},
+      {"sigmoid", hg::cpu::VectorFn::Sigmoid, [](const hg::Tensor& t) { return hg::sigmoid(t); }},
+      {"gelu_tanh", hg::cpu::VectorFn::GeluTanh,
+       [](const hg::Tensor& t) { return hg::gelu(t, "tanh"); }},
+      {"gelu_tanh_grad", hg::cpu::VectorFn::GeluTanhGrad,
+       [](const hg::Tensor& t) { return hg::ops::gelu_derivative(t, true); }},
+  };
+  const hg::cpu::VectorMap pass = hg::cpu::vector_mapper();
+  if (pass == nullptr) {
+    fmt::print("{{\"bench\": \"vector_math\", \"skipped\": \"no vector math here ({})\"}}\n",
+               hg::cpu::vector_math_isa());
+    return;
+  }
+  // The vector pass and the op with vector math off, interleaved (median of --reps calls each).
+  const auto time_pair = [&](const std::function<void()>& vector_call,
+                             const std::function<void()>& scalar_call) {
+    std::vector<Candidate> candidates = {{"vector", "", vector_call},
+                                         {"scalar", "", [&] {
+                                            hg::cpu::set_vector_math_enabled(false);
+                                            scalar_call();
+                                            hg::cpu::set_vector_math_enabled(true);
+                                          }}};
+    hg::bench::time_interleaved(options, candidates);
+    return std::pair{candidates[0].us, candidates[1].us};
+  };
+  hg::NoGradGuard no_grad;
+  for (const Fn& f : fns) {
+    const auto [us, scalar] =
+        time_pair([&] { pass(f.fn, in.data(), out.data(), n); }, [&] { (void)f.op(x); });
+    fmt::print(
+        "{{\"bench\": \"vector_math\", \"fn\": \"{}\", \"isa\": \"{}\", \"n\": {}, \"us\": "
+        "{:.2f}, \"scalar_us\": {:.2f}}}\n",
+        f.name, hg::cpu::vector_math_isa(), n, us, scalar);
+  }
+  const hg::Tensor base = hg::abs(x), exponent = x * 0.5;
+  const auto pow_call = [&] { (void)hg::pow(base, exponent); };
+  const auto [pow_us, pow_scalar] = time_pair(pow_call, pow_call);
+  fmt::print(
+      "{{\"bench\": \"vector_math\", \"fn\": \"pow\", \"isa\": \"{}\", \"n\": {}, \"us\": "
+      "{:.2f}, \"scalar_us\": {:.2f}, \"note\": \"the op, tensor exponent\"}}\n",
+      hg::cpu::vector_math_isa(), n, pow_us, pow_scalar);
+  std::fflush(stdout);
 }
 
 // ---- CPU: attention ---------------------------------------------------------------------------
@@ -620,6 +685,7 @@ constexpr Section kSections[] = {
     {"dispatch", run_dispatch_benchmarks, nullptr},
     {"tiny_gemm", run_tiny_gemm_benchmarks, nullptr},
     {"bandwidth", nullptr, run_cuda_bandwidth_benchmarks},
+    {"vector_math", run_vector_math_benchmarks, nullptr},
     {"attention", run_attention_benchmarks, run_cuda_attention_benchmarks},
     {"linear_backward", nullptr, run_cuda_linear_backward_benchmarks},
 };

@@ -27,12 +27,14 @@
 // hands them (views [B, H, L, E] of the projections' [B, L, H, E] outputs) do not merge B and H
 // into one batch dim, and are copied to dense [N, L, E] first: oneDNN's batched matmul over the
 // dense copies took 15.6 us for the demo's 256 products where four calls over the strided
-// views took 57 (and the small kernel, which packs a transposed b per matrix, 68).
+// views took 57 (and the small kernel, which packs a transposed b per matrix, 68), timed once
+// with gemm_with in a program of its own (hg-bench-ops --only attention times the result).
 //
 // The row passes take rows in chunks of about kChunk values: each chunk's exponentials are one
 // vector math call (a causal row's masked keys enter as -inf, whose exponential is 0), so a
 // short row (the demo's are 9 keys) does not pay a call, a thread-local lookup and a masked
-// tail of its own. softmax over the demo's 2304 rows of 9, one row at a time, took 81 us.
+// tail of its own (softmax over the demo's 2304 rows of 9, one row at a time, took 81 us in
+// that same program).
 #include <omp.h>
 
 #include <algorithm>

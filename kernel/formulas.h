@@ -104,8 +104,9 @@ HG_HOST_DEVICE inline C gelu_tanh(C x) {
 }
 // Its derivative 0.5 (1 + t) + 0.5 x (1 - t^2) u', t = tanh u, in the same terms: with
 // e = exp(-2u) and s = sigmoid(2u) = 1 / (1 + e), 0.5 (1 + t) = s and 0.5 (1 - t^2) = 2 e s^2 =
-// 2 s / (1 + 1/e) (finite for e = 0 and e = inf). One exp, where tanh cost six (SLEEF's
-// vector tanh took 103 us over 110k floats, its exp 17), and no 1 - t t cancelling as |t| -> 1.
+// 2 s / (1 + 1/e) (finite for e = 0 and e = inf). One exp, where tanh cost six (`hg-bench-ops
+// --only vector_math`: SLEEF's vector tanh 102 us over 110k floats, its exp 17), and no 1 - t t
+// cancelling as |t| -> 1.
 template <class C>
 HG_HOST_DEVICE inline C gelu_tanh_grad(C x) {
   const C inner = C(kSqrt2OverPi) * (x + C(kGeluCoef) * x * x * x);
