@@ -150,7 +150,8 @@ __device__ __forceinline__ C binary_math(C a, C b, C alpha) {
     } else if constexpr (Op == Binary::Pow) {
       return integer_pow(a, b);
     } else {
-      static_assert(Op == Binary::Maximum || Op == Binary::Minimum);
+      static_assert(Op == Binary::Maximum || Op == Binary::Minimum || Op == Binary::Fmod ||
+                    Op == Binary::Remainder || Op == Binary::Atan2 || Op == Binary::Hypot);
       return kernel::binary_fn<Op>(a, b, alpha);
     }
   } else {

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <type_traits>
 
 #include "halfgrad/core/dtype.h"
@@ -48,7 +49,8 @@ decltype(auto) with_unary(Unary op, F&& f) {
 template <class F>
 decltype(auto) with_binary(Binary op, F&& f) {
   using B = Binary;
-  return with_value<B::Add, B::Sub, B::Mul, B::Div, B::Pow, B::Maximum, B::Minimum>(op, f);
+  return with_value<B::Add, B::Sub, B::Mul, B::Div, B::Pow, B::Maximum, B::Minimum, B::Fmod,
+                    B::Remainder, B::Atan2, B::Hypot>(op, f);
 }
 
 // Calls f(TypeTag<U>{}) with U the unsigned integer as wide as one element (1, 2, 4 or 8
@@ -114,6 +116,57 @@ HG_HOST_DEVICE inline C gelu_tanh_grad(C x) {
   const C s = C(1) / (C(1) + e);
   const C d_inner = C(kSqrt2OverPi) * (C(1) + C(3 * kGeluCoef) * x * x);
   return s + C(2) * x * (s / (C(1) + C(1) / e)) * d_inner;
+}
+
+// The inverse of erf on (-1, 1): +-inf at +-1, NaN outside. On the GPU, CUDA's erfinvf and
+// erfinv. On the host, in double: Giles's single-precision approximation ("Approximating the
+// erfinv function", GPU Computing Gems, 2011) as the start, then two Newton steps on
+// erf(x) - y, which take its 1e-7 relative error below double's rounding.
+template <class C>
+HG_HOST_DEVICE inline C erfinv_of(C y) {
+#ifdef __CUDA_ARCH__
+  if constexpr (std::is_same_v<C, double>) {
+    return ::erfinv(y);
+  } else {
+    return C(::erfinvf(float(y)));
+  }
+#else
+  const double v = double(y);
+  if (!(v > -1.0 && v < 1.0)) {
+    if (v == 1.0) return C(std::numeric_limits<double>::infinity());
+    if (v == -1.0) return C(-std::numeric_limits<double>::infinity());
+    return C(std::numeric_limits<double>::quiet_NaN());
+  }
+  double w = -std::log((1.0 - v) * (1.0 + v)), p;
+  if (w < 5.0) {
+    w -= 2.5;
+    p = 2.81022636e-08;
+    p = 3.43273939e-07 + p * w;
+    p = -3.5233877e-06 + p * w;
+    p = -4.39150654e-06 + p * w;
+    p = 0.00021858087 + p * w;
+    p = -0.00125372503 + p * w;
+    p = -0.00417768164 + p * w;
+    p = 0.246640727 + p * w;
+    p = 1.50140941 + p * w;
+  } else {
+    w = std::sqrt(w) - 3.0;
+    p = -0.000200214257;
+    p = 0.000100950558 + p * w;
+    p = 0.00134934322 + p * w;
+    p = -0.00367342844 + p * w;
+    p = 0.00573950773 + p * w;
+    p = -0.0076224613 + p * w;
+    p = 0.00943887047 + p * w;
+    p = 1.00167406 + p * w;
+    p = 2.83297682 + p * w;
+  }
+  double x = p * v;
+  for (int step = 0; step < 2; ++step) {
+    x -= (std::erf(x) - v) / (kTwoOverSqrtPi * std::exp(-x * x));
+  }
+  return C(x);
+#endif
 }
 
 // x relu6(x + 3) / 6, as torch's hardswish: 0 up to -3, x from 3, x (x + 3) / 6 between (NaN
@@ -207,12 +260,38 @@ HG_HOST_DEVICE inline C binary_fn(C a, C b, C alpha) {
       if (a != a || b != b) return a + b;  // NaN propagates
     }
     return a > b ? a : b;
-  } else {
-    static_assert(Op == Binary::Minimum);
+  } else if constexpr (Op == Binary::Minimum) {
     if constexpr (!std::is_integral_v<C>) {
       if (a != a || b != b) return a + b;
     }
     return a < b ? a : b;
+  } else if constexpr (Op == Binary::Fmod || Op == Binary::Remainder) {
+    C mod;
+    if constexpr (std::is_integral_v<C>) {
+      // The op layer refuses an integer divisor of 0; -1 divides everything (and the minimum
+      // value % -1 would trap).
+      if (b == C(0) || b == C(-1)) return C(0);
+      mod = C(a % b);
+    } else {
+      mod = std::fmod(a, b);
+    }
+    if constexpr (Op == Binary::Remainder) {
+      if (mod != C(0) && ((b < C(0)) != (mod < C(0)))) mod += b;
+    }
+    return mod;
+  } else if constexpr (Op == Binary::Atan2) {
+    if constexpr (std::is_integral_v<C>) {
+      return C(std::atan2(double(a), double(b)));  // not reached: the op computes in floats
+    } else {
+      return std::atan2(a, b);
+    }
+  } else {
+    static_assert(Op == Binary::Hypot);
+    if constexpr (std::is_integral_v<C>) {
+      return C(std::hypot(double(a), double(b)));  // not reached: the op computes in floats
+    } else {
+      return std::hypot(a, b);
+    }
   }
 }
 

@@ -14,7 +14,19 @@ enum class Unary : uint8_t {
 #undef HG_UNARY
 };
 
-enum class Binary : uint8_t { Add, Sub, Mul, Div, Pow, Maximum, Minimum };
+enum class Binary : uint8_t {
+  Add,
+  Sub,
+  Mul,
+  Div,
+  Pow,
+  Maximum,
+  Minimum,
+  Fmod,       // C's fmod: the remainder with the dividend's sign
+  Remainder,  // Python's %: the remainder with the divisor's sign
+  Atan2,
+  Hypot,
+};
 
 enum class Compare : uint8_t { Eq, Ne, Lt, Le, Gt, Ge };
 

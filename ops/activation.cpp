@@ -1,5 +1,6 @@
 // prelu, the activation with a per-channel weight: forward and backward (op formulas, NOTE
-// [Differentiable nn backwards] in ops/norm.cpp).
+// [Differentiable nn backwards] in ops/norm.cpp); leaky_relu, elu and glu, composites of the
+// elementwise ops.
 //
 // Dims: N batch, C channels.
 #include "halfgrad/core/factory.h"
@@ -77,10 +78,61 @@ struct Prelu {
   }
 };
 
+// ---- leaky_relu, elu, glu: composites ---------------------------------------------------------
+
+void check_floating(const Tensor& x, OpId id) {
+  HG_CHECK(x.defined(), "{}: expected a defined tensor, got an undefined one", op_name(id));
+  HG_CHECK(x.is_floating_point(), "{}: expected a floating tensor, got {}", op_name(id), x.dtype());
+}
+
+// x where x > 0, else negative_slope x (the slope's side at 0, as torch's gradient).
+struct LeakyRelu {
+  static constexpr OpId id = OpId::leaky_relu;
+  static constexpr bool kComposite = true;
+  double negative_slope = 0.01;
+  Tensor forward(OpContext&, const Tensor& x) {
+    check_floating(x, id);
+    return where(gt(x.detach(), 0), x, mul(x, negative_slope));
+  }
+};
+
+// x where x > 0, else alpha (e^x - 1). The exponential reads min(x, 0), so that the side where
+// does not take never overflows into a NaN gradient.
+struct Elu {
+  static constexpr OpId id = OpId::elu;
+  static constexpr bool kComposite = true;
+  double alpha = 1.0;
+  Tensor forward(OpContext&, const Tensor& x) {
+    check_floating(x, id);
+    const Tensor negative_side = mul(expm1(clamp(x, std::nullopt, Scalar(0))), alpha);
+    return where(gt(x.detach(), 0), x, negative_side);
+  }
+};
+
+// a sigmoid(b), a and b the two halves of x along dim.
+struct Glu {
+  static constexpr OpId id = OpId::glu;
+  static constexpr bool kComposite = true;
+  int64_t dim = -1;
+  Tensor forward(OpContext&, const Tensor& x) {
+    check_floating(x, id);
+    HG_CHECK(x.dim() > 0, "glu: expected a tensor of at least 1 dim, got a 0-d tensor");
+    const int64_t d = wrap_dim(dim, x.dim(), "glu");
+    HG_CHECK(x.size(d) % 2 == 0, "glu: expected an even size along dim {}, got {}", dim, x.size(d));
+    const int64_t half = x.size(d) / 2;
+    return mul(x.narrow(d, 0, half), sigmoid(x.narrow(d, half, half)));
+  }
+};
+
 }  // namespace
 
 // ---- the public functions -------------------------------------------------------------------
 
 Tensor prelu(const Tensor& x, const Tensor& weight) { return dispatch(Prelu{}, x, weight); }
+Tensor leaky_relu(const Tensor& x, double negative_slope) {
+  return dispatch(LeakyRelu{.negative_slope = negative_slope}, x);
+}
+Tensor elu(const Tensor& x, double alpha) { return dispatch(Elu{.alpha = alpha}, x); }
+Tensor glu(const Tensor& x, int64_t dim) { return dispatch(Glu{.dim = dim}, x); }
 
 }  // namespace hg

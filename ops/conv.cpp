@@ -118,6 +118,27 @@ Grads Conv2d::backward(OpContext& ctx, const Grads& grads) {
   return out;
 }
 
+// ---- conv1d: x [N, C, L] or [C, L], weight [O, C / groups, K], as conv2d over a height of 1 --
+
+struct Conv1d {
+  static constexpr OpId id = OpId::conv1d;
+  static constexpr bool kComposite = true;
+  int64_t stride = 1, padding = 0, dilation = 1, groups = 1;
+  Tensor forward(OpContext&, const Tensor& x, const Tensor& weight, const Tensor& bias) {
+    HG_CHECK(x.defined() && (x.dim() == 2 || x.dim() == 3),
+             "conv1d: expected a 2-D [C, L] or 3-D [N, C, L] input, got {}",
+             x.defined() ? fmt::format("{}-D (shape {})", x.dim(), x.sizes())
+                         : std::string("an undefined tensor"));
+    HG_CHECK(weight.defined() && weight.dim() == 3,
+             "conv1d: expected a 3-D weight [O, C / groups, K], got {}",
+             weight.defined() ? fmt::format("{}-D (shape {})", weight.dim(), weight.sizes())
+                              : std::string("an undefined tensor"));
+    return conv2d(x.unsqueeze(-2), weight.unsqueeze(-2), bias, {1, stride}, {0, padding},
+                  {1, dilation}, groups)
+        .squeeze(-2);
+  }
+};
+
 }  // namespace
 
 // ---- the public functions -------------------------------------------------------------------
@@ -132,6 +153,13 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias,
   const Conv2d op{.params = {stride, padding, dilation, groups}};
   if (x.dim() == 3) return dispatch(op, x.unsqueeze(0), weight, bias).squeeze(0);  // unbatched
   return dispatch(op, x, weight, bias);
+}
+
+Tensor conv1d(const Tensor& x, const Tensor& weight, const Tensor& bias, int64_t stride,
+              int64_t padding, int64_t dilation, int64_t groups) {
+  return dispatch(
+      Conv1d{.stride = stride, .padding = padding, .dilation = dilation, .groups = groups}, x,
+      weight, bias);
 }
 
 }  // namespace hg

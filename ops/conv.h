@@ -1,4 +1,5 @@
-// The convolution op conv2d (ops/conv.cpp); torch.nn.functional's conventions (ops/norm.h).
+// The convolution ops conv2d and conv1d (ops/conv.cpp); torch.nn.functional's conventions
+// (ops/norm.h).
 #pragma once
 
 #include <array>
@@ -12,5 +13,8 @@ namespace hg {
 Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias = {},
               std::array<int64_t, 2> stride = {1, 1}, std::array<int64_t, 2> padding = {0, 0},
               std::array<int64_t, 2> dilation = {1, 1}, int64_t groups = 1);
+// x: [N, C, L] or [C, L]; weight: [O, C / groups, K]; bias: [O] (optional).
+Tensor conv1d(const Tensor& x, const Tensor& weight, const Tensor& bias = {}, int64_t stride = 1,
+              int64_t padding = 0, int64_t dilation = 1, int64_t groups = 1);
 
 }  // namespace hg

@@ -151,6 +151,89 @@ struct Extremum {
   }
 };
 
+// ---- fmod, remainder, atan2, hypot ---------------------------------------------------------
+
+template <OpId Id>
+constexpr kernel::Binary binary_math_kind() {
+  if constexpr (Id == OpId::fmod) {
+    return kernel::Binary::Fmod;
+  } else if constexpr (Id == OpId::remainder) {
+    return kernel::Binary::Remainder;
+  } else if constexpr (Id == OpId::atan2) {
+    return kernel::Binary::Atan2;
+  } else {
+    static_assert(Id == OpId::hypot);
+    return kernel::Binary::Hypot;
+  }
+}
+
+// fmod and remainder keep integer dtypes (an integer divisor of 0 is an error, as torch's
+// ZeroDivisionError); atan2 and hypot compute integers in float32, as torch's.
+template <OpId Id>
+struct BinaryMath {
+  static constexpr OpId id = Id;
+  static constexpr bool kKeepsIntegers = Id == OpId::fmod || Id == OpId::remainder;
+
+  Tensor forward(OpContext& ctx, const Tensor& a, const Tensor& b) {
+    DType dtype = result_type({a, b});
+    if (!kKeepsIntegers) dtype = floating_result(dtype);
+    if (kKeepsIntegers && !is_floating_point(dtype)) {
+      HG_CHECK(dtype != kBool, "{}: expected numeric tensors, got bool", op_name(Id));
+      HG_CHECK(!any(eq(b, 0)).item<bool>(),
+               "{}: expected a nonzero integer divisor, got a divisor of 0", op_name(Id));
+    }
+    Tensor out = kernels::elementwise(a).binary(binary_math_kind<Id>(), a, b, dtype, 1.0);
+    ctx.save({a, b});
+    if constexpr (Id == OpId::hypot) ctx.save_output(out);
+    return out;
+  }
+  Grads backward(OpContext& ctx, const Grads& grads) {
+    const Tensor& g = grads[0];
+    const Tensor a = ctx.saved(0).to(g.dtype()), b = ctx.saved(1).to(g.dtype());
+    Tensor da, db;
+    if constexpr (Id == OpId::fmod || Id == OpId::remainder) {
+      // a - b q with q = trunc(a / b) (fmod) or floor(a / b) (remainder), q piecewise constant.
+      da = g;
+      const Tensor quotient = div(a, b);
+      db = mul(neg(g), Id == OpId::fmod ? trunc(quotient) : floor(quotient));
+    } else if constexpr (Id == OpId::atan2) {
+      const Tensor denominator = add(mul(a, a), mul(b, b));
+      da = mul(g, div(b, denominator));
+      db = mul(g, div(neg(a), denominator));
+    } else {
+      const Tensor out = ctx.saved(2);
+      da = mul(g, div(a, out));
+      db = mul(g, div(b, out));
+    }
+    Grads result(2);
+    if (ctx.needs_input_grad(0)) result[0] = grad_for(da, ctx.saved(0));
+    if (ctx.needs_input_grad(1)) result[1] = grad_for(db, ctx.saved(1));
+    return result;
+  }
+};
+
+// ---- lerp: start + weight (end - start) --------------------------------------------------------
+//
+// torch's two-sided form: from start where |weight| < 0.5, from end otherwise, so weight 1 gives
+// end exactly. A composite of the elementwise ops; where passes each side its own gradient.
+struct Lerp {
+  static constexpr OpId id = OpId::lerp;
+  static constexpr bool kComposite = true;
+  Tensor forward(OpContext&, const Tensor& start, const Tensor& end, const Tensor& weight) {
+    HG_CHECK(start.is_floating_point() && end.is_floating_point() && weight.is_floating_point(),
+             "lerp: expected floating tensors, got {}, {} and {}", start.dtype(), end.dtype(),
+             weight.dtype());
+    HG_CHECK(start.dtype() == end.dtype(),
+             "lerp: expected start and end of one dtype, got {} and {}", start.dtype(),
+             end.dtype());
+    const Tensor difference = sub(end, start);
+    const Tensor w = weight.to(start.dtype());
+    const Tensor from_start = add(start, mul(w, difference));
+    const Tensor from_end = add(end, mul(difference, sub(w, 1)));  // end - (end - start)(1 - w)
+    return where(lt(abs(w.detach()), 0.5), from_start, from_end);
+  }
+};
+
 // ---- unary ops ---------------------------------------------------------------------------------
 
 // A unary op of op_list.def's HG_UNARY_OP lines: forward runs the kernel of its kind (integers
@@ -276,6 +359,10 @@ Tensor unary_derivative<OpId::mish>(const Tensor& x, const Tensor&) {
 template <>
 Tensor unary_derivative<OpId::erf>(const Tensor& x, const Tensor&) {
   return mul(exp(neg(mul(x, x))), 2.0 / std::sqrt(std::numbers::pi));
+}
+template <>
+Tensor unary_derivative<OpId::erfinv>(const Tensor&, const Tensor& y) {
+  return mul(exp(mul(y, y)), kernel::kHalfSqrtPi);  // 1 / erf'(y) = sqrt(pi) / 2 e^(y^2)
 }
 
 // sign: no gradient (zero almost everywhere).
@@ -475,6 +562,30 @@ Tensor maximum(const Tensor& a, const Tensor& b) {
 }
 Tensor minimum(const Tensor& a, const Tensor& b) {
   return dispatch(Extremum<OpId::minimum>{}, a, b);
+}
+
+Tensor fmod(const Tensor& a, const Tensor& b) { return dispatch(BinaryMath<OpId::fmod>{}, a, b); }
+Tensor fmod(const Tensor& a, Scalar b) {
+  return fmod(a, as_operand(b, result_type({a}, {b}), a.device()));
+}
+Tensor remainder(const Tensor& a, const Tensor& b) {
+  return dispatch(BinaryMath<OpId::remainder>{}, a, b);
+}
+Tensor remainder(const Tensor& a, Scalar b) {
+  return remainder(a, as_operand(b, result_type({a}, {b}), a.device()));
+}
+Tensor remainder(Scalar a, const Tensor& b) {
+  return remainder(as_operand(a, result_type({b}, {a}), b.device()), b);
+}
+Tensor atan2(const Tensor& a, const Tensor& b) { return dispatch(BinaryMath<OpId::atan2>{}, a, b); }
+Tensor hypot(const Tensor& a, const Tensor& b) { return dispatch(BinaryMath<OpId::hypot>{}, a, b); }
+Tensor lerp(const Tensor& start, const Tensor& end, const Tensor& weight) {
+  return dispatch(Lerp{}, start, end, weight);
+}
+Tensor lerp(const Tensor& start, const Tensor& end, Scalar weight) {
+  return lerp(start, end,
+              as_operand(weight, start.defined() ? start.dtype() : kFloat32,
+                         start.defined() ? start.device() : Device(kCPU)));
 }
 
 #define HG_OP(name, cuda, cpu, differentiable)

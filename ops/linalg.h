@@ -1,10 +1,12 @@
-// Linear algebra: the GEMM family (ops/linalg.cpp). Under autocast these run in the lower
-// precision dtype (tensor-core / AMX semantics: 16-bit inputs, float32 accumulation, one
-// rounding at the output).
+// Linear algebra: the GEMM family (ops/linalg.cpp), outer and einsum (ops/einsum.cpp). Under
+// autocast the GEMMs and einsum run in the lower precision dtype (tensor-core / AMX semantics:
+// 16-bit inputs, float32 accumulation, one rounding at the output).
 //
 //   B batch, M rows, K the reduced dim, N columns.
 #pragma once
 
+#include <initializer_list>
+#include <span>
 #include <string_view>
 
 #include "halfgrad/core/scalar.h"
@@ -35,5 +37,12 @@ Tensor linear_gelu(const Tensor& x, const Tensor& weight, const Tensor& bias = T
                    std::string_view approximate = "tanh");
 // The inner product of two 1-D tensors (a 0-d tensor).
 Tensor dot(const Tensor& a, const Tensor& b);
+// The outer product of two 1-d tensors: [len(a), len(b)] (ops/einsum.cpp).
+Tensor outer(const Tensor& a, const Tensor& b);
+// torch.einsum: "ij,jk->ik", implicit outputs ("ij,jk"), "..." for broadcast dims, a subscript
+// repeated in one operand for its diagonal. Contracted pairwise left to right through bmm
+// (NOTE [Einsum as bmm] in ops/einsum.cpp), so it autocasts as matmul does.
+Tensor einsum(std::string_view equation, std::span<const Tensor> operands);
+Tensor einsum(std::string_view equation, std::initializer_list<Tensor> operands);
 
 }  // namespace hg

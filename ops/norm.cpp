@@ -74,7 +74,7 @@ struct Normalized {
 };
 
 // The statistics over dims, recomputed with ops so that they depend on x (biased variance).
-Normalized normalize(const Tensor& x, const Shape& dims, double eps) {
+Normalized standardize(const Tensor& x, const Shape& dims, double eps) {
   const Tensor centered = sub(x, mean(x, dims, /*keepdim=*/true));
   const Tensor rstd = rsqrt(add(mean(mul(centered, centered), dims, /*keepdim=*/true), eps));
   return {mul(centered, rstd), rstd};
@@ -180,7 +180,7 @@ struct LayerNorm {
     const Shape norm_dims = dim_range(leading, x.dim()), batch_dims = dim_range(0, leading);
     const DType acc = acc_dtype(x.dtype());
     const Tensor xa = x.to(acc), dy = grads[0].to(acc);
-    const Normalized n = normalize(xa, norm_dims, eps);
+    const Normalized n = standardize(xa, norm_dims, eps);
     const Tensor g = weight.defined() ? mul(dy, weight.to(acc)) : dy;  // weight: trailing dims
     NormGrads out;
     if (ctx.needs_input_grad(0)) out.dx = normalized_input_grad(g, n, norm_dims).to(x.dtype());
@@ -217,7 +217,7 @@ struct GroupNorm {
     const Shape grouped{N, num_groups, N * num_groups == 0 ? 0 : x.numel() / (N * num_groups)};
     const DType acc = acc_dtype(x.dtype());
     const Tensor xa = x.to(acc), dy = grads[0].to(acc);
-    const Normalized n = normalize(xa.reshape(grouped), {2}, eps);
+    const Normalized n = standardize(xa.reshape(grouped), {2}, eps);
     const Tensor g =
         weight.defined() ? mul(dy, weight.to(acc).reshape(channel_shape(C, x.dim()))) : dy;
     NormGrads out;
@@ -268,7 +268,7 @@ struct BatchNorm {
     NormGrads out;
     Tensor xhat;
     if (training) {
-      const Normalized n = normalize(xa, reduced, eps);
+      const Normalized n = standardize(xa, reduced, eps);
       if (ctx.needs_input_grad(0)) out.dx = normalized_input_grad(g, n, reduced).to(x.dtype());
       xhat = n.xhat;
     } else {  // the running statistics are constants

@@ -9,6 +9,7 @@
 
 #include <optional>
 #include <string_view>
+#include <tuple>
 
 #include "halfgrad/core/scalar.h"
 #include "halfgrad/core/tensor.h"
@@ -28,6 +29,20 @@ Tensor pow(const Tensor& a, const Tensor& exponent);
 Tensor pow(const Tensor& a, Scalar exponent);
 Tensor maximum(const Tensor& a, const Tensor& b);
 Tensor minimum(const Tensor& a, const Tensor& b);
+// The remainder of a / b: fmod's has the sign of a (C's fmod), remainder's the sign of b
+// (Python's %). Integer dtypes stay integers; an integer divisor of 0 is an error.
+Tensor fmod(const Tensor& a, const Tensor& b);
+Tensor fmod(const Tensor& a, Scalar b);
+Tensor remainder(const Tensor& a, const Tensor& b);
+Tensor remainder(const Tensor& a, Scalar b);
+Tensor remainder(Scalar a, const Tensor& b);
+// The angle of the point (b, a), in (-pi, pi]; sqrt(a^2 + b^2) without overflow. Integers
+// compute in float32.
+Tensor atan2(const Tensor& a, const Tensor& b);
+Tensor hypot(const Tensor& a, const Tensor& b);
+// start + weight (end - start), weight a tensor (broadcast) or a number.
+Tensor lerp(const Tensor& start, const Tensor& end, const Tensor& weight);
+Tensor lerp(const Tensor& start, const Tensor& end, Scalar weight);
 // The elementwise functions of one tensor (exp, log, sin, relu, ...): `Tensor name(const
 // Tensor& x)` for each HG_UNARY_OP line of op_list.def. Integer inputs compute in float32,
 // except where the kind takes integers (kernel/unary.def: neg, abs, relu keep them).
@@ -101,6 +116,27 @@ Tensor var(const Tensor& x, const Shape& dims = {}, int64_t correction = 1, bool
 Tensor norm(const Tensor& x, double p = 2.0, const Shape& dims = {}, bool keepdim = false);
 Tensor logsumexp(const Tensor& x, const Shape& dims, bool keepdim = false);
 Tensor cumsum(const Tensor& x, int64_t dim, std::optional<DType> dtype = std::nullopt);
+// Index of the smallest element (the first among ties; NaN counts as the smallest, as torch's).
+Tensor argmin(const Tensor& x, std::optional<int64_t> dim = std::nullopt, bool keepdim = false);
+// Whether any / every element over dims is nonzero (NaN is nonzero): bool. Over zero elements,
+// any is false and all true.
+Tensor any(const Tensor& x, const Shape& dims = {}, bool keepdim = false);
+Tensor all(const Tensor& x, const Shape& dims = {}, bool keepdim = false);
+// The standard deviation, sqrt(var(x, dims, correction, keepdim)). Called as hg::std where
+// `using namespace hg` is in force (an unqualified std(...) also names namespace std).
+Tensor std(const Tensor& x, const Shape& dims = {}, int64_t correction = 1, bool keepdim = false);
+// {var, mean} and {std, mean} over the same dims.
+std::tuple<Tensor, Tensor> var_mean(const Tensor& x, const Shape& dims = {}, int64_t correction = 1,
+                                    bool keepdim = false);
+std::tuple<Tensor, Tensor> std_mean(const Tensor& x, const Shape& dims = {}, int64_t correction = 1,
+                                    bool keepdim = false);
+// x / max(||x||_p, eps) along dim, as torch.nn.functional.normalize.
+Tensor normalize(const Tensor& x, double p = 2.0, int64_t dim = 1, double eps = 1e-12);
+// The cosine of the angle between x1 and x2 (broadcast) along dim, each normalised by
+// max(||x||, eps) first.
+Tensor cosine_similarity(const Tensor& x1, const Tensor& x2, int64_t dim = 1, double eps = 1e-8);
+// The p-norm distance between the rows of x1 [*, P, M] and those of x2 [*, R, M]: [*, P, R].
+Tensor cdist(const Tensor& x1, const Tensor& x2, double p = 2.0);
 
 // ---- shapes (ops/shape.cpp) -------------------------------------------------------------------
 // Reduces a gradient of a broadcast result back to `sizes` (sums the broadcast dims).
@@ -118,3 +154,4 @@ Tensor sum_to_size(const Tensor& x, const Shape& sizes);
 #include "halfgrad/ops/loss.h"
 #include "halfgrad/ops/norm.h"
 #include "halfgrad/ops/pool.h"
+#include "halfgrad/ops/rearrange.h"

@@ -1,6 +1,7 @@
 // The pool family's ops: max_pool2d and avg_pool2d, forward (the kernels of kernel/pool.h)
 // and backward, and the recorded backward avg_pool2d_backward (NOTE [Differentiable nn
-// backwards] in ops/norm.cpp).
+// backwards] in ops/norm.cpp); max_pool1d, avg_pool1d (the 2-d kernels over a height of 1) and
+// adaptive_avg_pool2d, composites.
 //
 // Dims: N batch, C channels, H/W height/width.
 #include <array>
@@ -8,6 +9,7 @@
 
 #include "halfgrad/autograd/grad_mode.h"
 #include "halfgrad/core/factory.h"
+#include "halfgrad/core/format.h"
 #include "halfgrad/ops/dispatch.h"
 #include "halfgrad/ops/kernels.h"
 #include "halfgrad/ops/nn_helpers.h"
@@ -86,6 +88,72 @@ Grads AvgPool2d::backward(OpContext&, const Grads& grads) {
   return {dispatch(AvgPool2dBackward{params, input_sizes}, grads[0])};
 }
 
+// ---- max_pool1d / avg_pool1d: x [N, C, L] or [C, L], as a 2-d pool of height 1 -------------
+
+void check_pool1d_input(const Tensor& x, OpId id) {
+  HG_CHECK(x.defined() && (x.dim() == 2 || x.dim() == 3),
+           "{}: expected an input of 2 or 3 dims ([C, L] or [N, C, L]), got {}", op_name(id),
+           x.defined() ? fmt::format("{}", x.sizes()) : std::string("an undefined tensor"));
+}
+
+template <OpId Id>
+struct Pool1d {
+  static constexpr OpId id = Id;
+  static constexpr bool kComposite = true;
+  int64_t kernel_size = 1, stride = 0, padding = 0;
+  bool count_include_pad = true;
+  Tensor forward(OpContext&, const Tensor& x) {
+    check_pool1d_input(x, Id);
+    const Tensor rows = x.unsqueeze(-2);
+    const Tensor out =
+        Id == OpId::max_pool1d
+            ? max_pool2d(rows, {1, kernel_size}, {1, stride == 0 ? kernel_size : stride},
+                         {0, padding})
+            : avg_pool2d(rows, {1, kernel_size}, {1, stride == 0 ? kernel_size : stride},
+                         {0, padding}, count_include_pad);
+    return out.squeeze(-2);
+  }
+};
+
+// ---- adaptive_avg_pool2d: x [N, C, H, W] or [C, H, W] -> [..., out_h, out_w] -----------------
+//
+// torch's windows: output i of n along a dim of size s averages [floor(i s / n), ceil((i + 1)
+// s / n)). Sizes that divide evenly are one avg_pool2d; otherwise one mean per output row, then
+// per output column, so a value reaches only the windows that hold it (a NaN stays local).
+struct AdaptiveAvgPool2d {
+  static constexpr OpId id = OpId::adaptive_avg_pool2d;
+  static constexpr bool kComposite = true;
+  std::array<int64_t, 2> output_size{};
+  Tensor forward(OpContext&, const Tensor& x) {
+    HG_CHECK(x.defined() && (x.dim() == 3 || x.dim() == 4),
+             "adaptive_avg_pool2d: expected an input of 3 or 4 dims ([C, H, W] or [N, C, H, W]), "
+             "got {}",
+             x.defined() ? fmt::format("{}", x.sizes()) : std::string("an undefined tensor"));
+    HG_CHECK(x.is_floating_point(), "adaptive_avg_pool2d: expected a floating input, got {}",
+             x.dtype());
+    const int64_t h = x.size(-2), w = x.size(-1);
+    const auto [out_h, out_w] = output_size;
+    HG_CHECK(out_h > 0 && out_w > 0 && h > 0 && w > 0,
+             "adaptive_avg_pool2d: expected positive output and input sizes, got output {}x{} "
+             "for input {}",
+             out_h, out_w, x.sizes());
+    if (h % out_h == 0 && w % out_w == 0) {
+      return avg_pool2d(x, {h / out_h, w / out_w});
+    }
+    return pool_dim(pool_dim(x, -2, out_h), -1, out_w);
+  }
+  static Tensor pool_dim(const Tensor& x, int64_t dim, int64_t n) {
+    const int64_t s = x.size(dim);
+    if (s == n) return x;
+    std::vector<Tensor> parts;
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t start = i * s / n, end = ((i + 1) * s + n - 1) / n;
+      parts.push_back(mean(x.narrow(dim, start, end - start), {dim}, /*keepdim=*/true));
+    }
+    return cat(parts, dim);
+  }
+};
+
 }  // namespace
 
 // ---- the public functions -------------------------------------------------------------------
@@ -98,6 +166,22 @@ Tensor avg_pool2d(const Tensor& x, std::array<int64_t, 2> kernel_size,
                   std::array<int64_t, 2> stride, std::array<int64_t, 2> padding,
                   bool count_include_pad) {
   return dispatch(AvgPool2d{.params = {kernel_size, stride, padding, count_include_pad}}, x);
+}
+Tensor max_pool1d(const Tensor& x, int64_t kernel_size, int64_t stride, int64_t padding) {
+  return dispatch(
+      Pool1d<OpId::max_pool1d>{.kernel_size = kernel_size, .stride = stride, .padding = padding},
+      x);
+}
+Tensor avg_pool1d(const Tensor& x, int64_t kernel_size, int64_t stride, int64_t padding,
+                  bool count_include_pad) {
+  return dispatch(Pool1d<OpId::avg_pool1d>{.kernel_size = kernel_size,
+                                           .stride = stride,
+                                           .padding = padding,
+                                           .count_include_pad = count_include_pad},
+                  x);
+}
+Tensor adaptive_avg_pool2d(const Tensor& x, std::array<int64_t, 2> output_size) {
+  return dispatch(AdaptiveAvgPool2d{.output_size = output_size}, x);
 }
 
 }  // namespace hg

@@ -1,5 +1,5 @@
-// The pooling ops max_pool2d and avg_pool2d (ops/pool.cpp); torch.nn.functional's conventions
-// (ops/norm.h).
+// The pooling ops max_pool2d, avg_pool2d, their 1-d forms and adaptive_avg_pool2d
+// (ops/pool.cpp); torch.nn.functional's conventions (ops/norm.h).
 #pragma once
 
 #include <array>
@@ -16,5 +16,12 @@ Tensor max_pool2d(const Tensor& x, std::array<int64_t, 2> kernel_size,
 Tensor avg_pool2d(const Tensor& x, std::array<int64_t, 2> kernel_size,
                   std::array<int64_t, 2> stride = {}, std::array<int64_t, 2> padding = {0, 0},
                   bool count_include_pad = true);
+// x: [N, C, L] or [C, L]; stride 0 (the default) means stride = kernel_size.
+Tensor max_pool1d(const Tensor& x, int64_t kernel_size, int64_t stride = 0, int64_t padding = 0);
+Tensor avg_pool1d(const Tensor& x, int64_t kernel_size, int64_t stride = 0, int64_t padding = 0,
+                  bool count_include_pad = true);
+// x: [N, C, H, W] or [C, H, W] -> [..., output_size[0], output_size[1]], each output the mean of
+// its window [floor(i H / out), ceil((i + 1) H / out)) (likewise along W).
+Tensor adaptive_avg_pool2d(const Tensor& x, std::array<int64_t, 2> output_size);
 
 }  // namespace hg

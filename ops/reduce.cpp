@@ -255,6 +255,116 @@ struct Cumsum {
   }
 };
 
+// ---- argmin ----------------------------------------------------------------------------------
+
+struct Argmin {
+  static constexpr OpId id = OpId::argmin;
+  std::optional<int64_t> dim{};
+  bool keepdim = false;
+  Tensor forward(OpContext&, const Tensor& x) {
+    if (dim) return kernels::reduce(x).min_dim(x, *dim, keepdim).indices;
+    // The index into x flattened in row-major order; keepdim gives x.dim() dims of size 1.
+    HG_CHECK(x.numel() > 0, "argmin: expected a non-empty tensor when no dim is given, got {}",
+             x.sizes());
+    const Tensor index = kernels::reduce(x).min_dim(x.reshape({-1}), 0, false).indices;
+    return keepdim ? index.reshape(Shape(size_t(x.dim()), 1)) : index;
+  }
+  Grads backward(OpContext&, const Grads&) { return Grads(1); }
+};
+
+// ---- any / all: bool results, from the count of nonzero (or zero) elements -------------------
+//
+// Counting rather than a max keeps torch's answer over zero elements (any false, all true);
+// NaN is nonzero.
+template <OpId Id>
+struct AnyAll {
+  static constexpr OpId id = Id;
+  static constexpr bool kComposite = true;
+  Shape dims{};
+  bool keepdim = false;
+  Tensor forward(OpContext&, const Tensor& x) {
+    HG_CHECK(x.defined(), "{}: expected a defined tensor, got an undefined one", op_name(Id));
+    const Tensor v = x.detach();
+    if constexpr (Id == OpId::any) {
+      return gt(sum(ne(v, 0), dims, keepdim, kInt64), 0);
+    } else {
+      return eq(sum(eq(v, 0), dims, keepdim, kInt64), 0);
+    }
+  }
+};
+
+// ---- std: the square root of var -------------------------------------------------------------
+
+struct Std {
+  static constexpr OpId id = OpId::std;
+  static constexpr bool kComposite = true;
+  Shape dims{};
+  int64_t correction = 1;
+  bool keepdim = false;
+  Tensor forward(OpContext&, const Tensor& x) { return sqrt(var(x, dims, correction, keepdim)); }
+};
+
+// ---- cosine_similarity, normalize, cdist ------------------------------------------------------
+
+// x / max(||x||_p, eps) along dim.
+struct Normalize {
+  static constexpr OpId id = OpId::normalize;
+  static constexpr bool kComposite = true;
+  double p = 2.0;
+  int64_t dim = 1;
+  double eps = 1e-12;
+  Tensor forward(OpContext&, const Tensor& x) {
+    require_floating(x, "normalize");
+    const Tensor n = norm(x, p, {dim}, /*keepdim=*/true);
+    return div(x, clamp(n, Scalar(eps), std::nullopt));
+  }
+};
+
+// The sum along dim of x1 / max(||x1||, eps) times x2 / max(||x2||, eps), after broadcasting
+// (torch's form since 1.12: each side normalised on its own, so the product of two large norms
+// cannot overflow).
+struct CosineSimilarity {
+  static constexpr OpId id = OpId::cosine_similarity;
+  static constexpr bool kComposite = true;
+  int64_t dim = 1;
+  double eps = 1e-8;
+  Tensor forward(OpContext&, const Tensor& x1, const Tensor& x2) {
+    require_floating(x1, "cosine_similarity");
+    require_floating(x2, "cosine_similarity");
+    const Shape shape = broadcast_shapes(x1.sizes(), x2.sizes());
+    const int64_t d = wrap_dim(dim, int64_t(shape.size()), "cosine_similarity");
+    const auto unit = [&](const Tensor& x) {
+      const Tensor full_x = x.expand(shape);
+      const Tensor n = norm(full_x, 2.0, {d}, /*keepdim=*/true);
+      return div(full_x, clamp(n, Scalar(eps), std::nullopt));
+    };
+    return sum(mul(unit(x1), unit(x2)), {d});
+  }
+};
+
+// The p-norm distance between each row of x1 [B, P, M] and each row of x2 [B, R, M] ([P, M] and
+// [R, M] without a batch): [B, P, R]. From the differences themselves (torch's exact path, not
+// its matmul shortcut for p = 2, which cancels for near points); the gradient of a zero
+// distance is zero (norm's).
+struct Cdist {
+  static constexpr OpId id = OpId::cdist;
+  static constexpr bool kComposite = true;
+  double p = 2.0;
+  Tensor forward(OpContext&, const Tensor& x1, const Tensor& x2) {
+    require_floating(x1, "cdist");
+    require_floating(x2, "cdist");
+    HG_CHECK(x1.dim() >= 2 && x2.dim() >= 2,
+             "cdist: expected inputs of at least 2 dims ([*, P, M] and [*, R, M]), got {} and {}",
+             x1.sizes(), x2.sizes());
+    HG_CHECK(x1.size(-1) == x2.size(-1),
+             "cdist: expected rows of one length M, got {} ({}) and {} ({})", x1.size(-1),
+             x1.sizes(), x2.size(-1), x2.sizes());
+    HG_CHECK(p >= 0, "cdist: expected p >= 0, got {}", p);
+    const Tensor difference = sub(x1.unsqueeze(-2), x2.unsqueeze(-3));  // [*, P, R, M]
+    return norm(difference, p, {-1});
+  }
+};
+
 }  // namespace
 
 Tensor sum(const Tensor& x, const Shape& dims, bool keepdim, std::optional<DType> dtype) {
@@ -285,6 +395,35 @@ Tensor logsumexp(const Tensor& x, const Shape& dims, bool keepdim) {
 }
 Tensor cumsum(const Tensor& x, int64_t dim, std::optional<DType> dtype) {
   return dispatch(Cumsum{.dim = dim, .dtype = dtype}, x);
+}
+Tensor argmin(const Tensor& x, std::optional<int64_t> dim, bool keepdim) {
+  return dispatch(Argmin{.dim = dim, .keepdim = keepdim}, x);
+}
+Tensor any(const Tensor& x, const Shape& dims, bool keepdim) {
+  return dispatch(AnyAll<OpId::any>{.dims = dims, .keepdim = keepdim}, x);
+}
+Tensor all(const Tensor& x, const Shape& dims, bool keepdim) {
+  return dispatch(AnyAll<OpId::all>{.dims = dims, .keepdim = keepdim}, x);
+}
+Tensor std(const Tensor& x, const Shape& dims, int64_t correction, bool keepdim) {
+  return dispatch(Std{.dims = dims, .correction = correction, .keepdim = keepdim}, x);
+}
+std::tuple<Tensor, Tensor> var_mean(const Tensor& x, const Shape& dims, int64_t correction,
+                                    bool keepdim) {
+  return {var(x, dims, correction, keepdim), mean(x, dims, keepdim)};
+}
+std::tuple<Tensor, Tensor> std_mean(const Tensor& x, const Shape& dims, int64_t correction,
+                                    bool keepdim) {
+  return {std(x, dims, correction, keepdim), mean(x, dims, keepdim)};
+}
+Tensor normalize(const Tensor& x, double p, int64_t dim, double eps) {
+  return dispatch(Normalize{.p = p, .dim = dim, .eps = eps}, x);
+}
+Tensor cosine_similarity(const Tensor& x1, const Tensor& x2, int64_t dim, double eps) {
+  return dispatch(CosineSimilarity{.dim = dim, .eps = eps}, x1, x2);
+}
+Tensor cdist(const Tensor& x1, const Tensor& x2, double p) {
+  return dispatch(Cdist{.p = p}, x1, x2);
 }
 
 }  // namespace hg

@@ -43,6 +43,17 @@ double gelu_tanh(double x) {
   return 0.5 * x * (1 + std::tanh(std::sqrt(2 / std::numbers::pi) * (x + 0.044715 * x * x * x)));
 }
 
+// erf's inverse found by bisection on std::erf (independent of the kernel's formula).
+double erfinv_by_bisection(double y) {
+  double low = -6, high = 6;
+  for (int i = 0; i < 200 && low < high; ++i) {
+    const double mid = 0.5 * (low + high);
+    if (mid == low || mid == high) break;
+    (std::erf(mid) < y ? low : high) = mid;
+  }
+  return 0.5 * (low + high);
+}
+
 void check_unary(const UnaryCase& c, DType dtype) {
   CAPTURE(c.name, dtype);
   Tensor x = rand({257}, dtype);  // odd size: vector loops and their tails
@@ -88,6 +99,7 @@ TEST_CASE("unary ops match float64 math in every floating dtype", "[elementwise]
       {"softplus", [](auto& x) { return softplus(x); },
        [](double v) { return std::log1p(std::exp(v)); }, -5, 5},
       {"erf", [](auto& x) { return erf(x); }, [](double v) { return std::erf(v); }, -2, 2},
+      {"erfinv", [](auto& x) { return erfinv(x); }, erfinv_by_bisection, -0.95, 0.95},
       {"clamp", [](auto& x) { return clamp(x, -0.5, 0.75); },
        [](double v) { return std::min(std::max(v, -0.5), 0.75); }, -2, 2},
   };

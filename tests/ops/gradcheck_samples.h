@@ -43,9 +43,10 @@ Tensor placed(const Tensor& constant);
 Tensor input(const Shape& sizes, double low = -2.0, double high = 2.0);
 // Kept away from 0 (for division, log, reciprocal ...).
 Tensor positive(const Shape& sizes);
-// The domains of op_list.def's HG_UNARY_OP lines: input() and positive().
+// The domains of op_list.def's HG_UNARY_OP lines: input(), positive(), and (-0.9, 0.9).
 inline Tensor Real(const Shape& sizes) { return input(sizes); }
 inline Tensor Positive(const Shape& sizes) { return positive(sizes); }
+inline Tensor Unit(const Shape& sizes) { return input(sizes, -0.9, 0.9); }
 // Samples of one or two inputs.
 Sample one(std::function<Tensor(const Tensor&)> f, std::function<Tensor()> make);
 Sample two(std::function<Tensor(const Tensor&, const Tensor&)> f, std::function<Inputs()> make);

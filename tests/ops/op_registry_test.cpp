@@ -14,7 +14,9 @@ namespace {
 
 // linear_gelu and scaled_dot_product_flash_attention are halfgrad's fused forms of linear and
 // attention (torch's _addmm_activation and _scaled_dot_product_flash_attention): their policy.
-const std::set<std::string> kCudaLower = {"matmul",
+const std::set<std::string> kCudaLower = {"conv1d",
+                                          "einsum",
+                                          "matmul",
                                           "mm",
                                           "bmm",
                                           "addmm",
@@ -25,7 +27,11 @@ const std::set<std::string> kCudaLower = {"matmul",
                                           "prelu",
                                           "scaled_dot_product_attention",
                                           "scaled_dot_product_flash_attention"};
-const std::set<std::string> kCudaFp32 = {"pow",
+const std::set<std::string> kCudaFp32 = {"erfinv",
+                                         "cosine_similarity",
+                                         "normalize",
+                                         "cdist",
+                                         "pow",
                                          "exp",
                                          "expm1",
                                          "log2",
@@ -51,11 +57,12 @@ const std::set<std::string> kCudaFp32 = {"pow",
                                          "kl_div",
                                          "binary_cross_entropy_with_logits",
                                          "softplus"};
-const std::set<std::string> kCudaPromote = {"addcmul",     "addcdiv", "dot",  "index_put",
-                                            "scatter_add", "cat",     "stack"};
+const std::set<std::string> kCudaPromote = {"atan2",     "addcmul",     "addcdiv", "dot",
+                                            "index_put", "scatter_add", "cat",     "stack"};
 const std::set<std::string> kCudaBanned = {"binary_cross_entropy"};
 const std::set<std::string> kCpuLower = kCudaLower;
-const std::set<std::string> kCpuFp32 = {"prod",
+const std::set<std::string> kCpuFp32 = {"cdist",
+                                        "prod",
                                         "mse_loss",
                                         "l1_loss",
                                         "smooth_l1_loss",

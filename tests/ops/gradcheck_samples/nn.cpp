@@ -61,6 +61,25 @@ const bool registered = register_samples([](std::map<OpId, Sample>& s) {
                            [] {
                              return Inputs{input({2, 4, 5, 5}), input({4, 2, 3, 3}), input({4})};
                            }};
+  s[OpId::conv1d] = Sample{[](const Inputs& in) { return conv1d(in[0], in[1], in[2], 2, 1, 2, 2); },
+                           [] {
+                             return Inputs{input({2, 4, 9}), input({4, 2, 3}), input({4})};
+                           }};
+  s[OpId::max_pool1d] = one([](auto& x) { return max_pool1d(x, 3, 2, 1); },
+                            [] {
+                              return input({2, 3, 7});
+                            });
+  s[OpId::avg_pool1d] = one([](auto& x) { return avg_pool1d(x, 3, 2, 1, false); },
+                            [] {
+                              return input({2, 3, 7});
+                            });
+  s[OpId::adaptive_avg_pool2d] = one(
+      [](auto& x) {
+        return adaptive_avg_pool2d(x, {3, 4});
+      },
+      [] {
+        return input({1, 2, 5, 7});
+      });
   s[OpId::max_pool2d] = one(
       [](auto& x) {
         return max_pool2d(x, {2, 3}, {1, 2}, {1, 1});

@@ -1,0 +1,55 @@
+// Gradcheck samples of the rearranging ops (ops/rearrange.cpp) and of outer and einsum
+// (ops/einsum.cpp).
+#include "../gradcheck_samples.h"
+
+namespace hg::testing {
+namespace {
+
+const bool registered = register_samples([](std::map<OpId, Sample>& s) {
+  s[OpId::triu] = one([](auto& x) { return triu(x, 1); }, [] { return input({3, 4}); });
+  s[OpId::tril] = one([](auto& x) { return tril(x, -1); }, [] { return input({2, 3, 3}); });
+  // Both forms: the 2-d input's diagonal below the main one, then a matrix from it.
+  s[OpId::diag] = one([](auto& x) { return diag(diag(x, -1), 1); }, [] { return input({3, 4}); });
+  s[OpId::repeat] = one([](auto& x) { return repeat(x, {2, 1, 2}); }, [] { return input({2, 3}); });
+  s[OpId::tile] = one([](auto& x) { return tile(x, {2}); }, [] { return input({2, 3}); });
+  s[OpId::repeat_interleave] = one(
+      [](auto& x) {
+        return repeat_interleave(x, 2, 1) +
+               repeat_interleave(x, placed(tensor(std::vector<int64_t>{1, 3, 2})), 1);
+      },
+      [] {
+        return input({2, 3});
+      });
+  s[OpId::flip] = one([](auto& x) { return flip(x, {0, 2}); }, [] { return input({2, 3, 4}); });
+  s[OpId::roll] = one(
+      [](auto& x) {
+        return roll(x, {1, -2}, {0, 1}) + roll(x, {5});
+      },
+      [] {
+        return input({3, 4});
+      });
+  // reflect, then circular, then constant (with a crop): each mode's index pattern.
+  s[OpId::pad] = one(
+      [](auto& x) {
+        const Tensor reflected = pad(x, {1, 2}, "reflect");
+        const Tensor wrapped = pad(reflected, {2, 1, 0, 1}, "circular");
+        return pad(pad(wrapped, {1, -1, 1, 1}, "constant", 0.5), {0, 0, 1, 2}, "replicate");
+      },
+      [] {
+        return input({1, 2, 3, 4});
+      });
+  s[OpId::outer] = two([](auto& a, auto& b) { return outer(a, b); },
+                       [] {
+                         return Inputs{input({3}), input({4})};
+                       });
+  s[OpId::einsum] = two(
+      [](auto& a, auto& b) {
+        return einsum("bij,bjk->bki", {a, b});
+      },
+      [] {
+        return Inputs{input({2, 3, 4}), input({2, 4, 3})};
+      });
+});
+
+}  // namespace
+}  // namespace hg::testing

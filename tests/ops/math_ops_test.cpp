@@ -1,0 +1,410 @@
+// fmod, remainder, atan2, hypot, lerp, erfinv; leaky_relu, elu, glu; std, var_mean, std_mean,
+// argmin, any, all; normalize, cosine_similarity, cdist; conv1d, the 1-d pools and
+// adaptive_avg_pool2d: against float64 loops and torch's documented values and semantics.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <limits>
+#include <numbers>
+
+#include "halfgrad/halfgrad.h"
+#include "test_util.h"
+
+using namespace hg;
+using Catch::Contains;
+
+namespace {
+
+constexpr double kNan = std::numeric_limits<double>::quiet_NaN();
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+void check_close(const std::vector<double>& got, const std::vector<double>& want, double rtol,
+                 double atol = 0.0) {
+  REQUIRE(got.size() == want.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    CAPTURE(i, got[i], want[i]);
+    if (std::isnan(want[i])) {
+      CHECK(std::isnan(got[i]));
+    } else if (std::isinf(want[i])) {
+      CHECK(got[i] == want[i]);
+    } else {
+      CHECK(std::abs(got[i] - want[i]) <= rtol * std::abs(want[i]) + atol);
+    }
+  }
+}
+
+double python_mod(double a, double b) {
+  double m = std::fmod(a, b);
+  if (m != 0 && ((b < 0) != (m < 0))) m += b;
+  return m;
+}
+
+}  // namespace
+
+TEST_CASE("fmod and remainder: C's and Python's signs, integers kept, zero divisors refused",
+          "[math]") {
+  const std::vector<double> a = {5.5, -5.5, 5.5, -5.5, 7.0, -0.25, 3.0, 1.0};
+  const std::vector<double> b = {2.0, 2.0, -2.0, -2.0, 7.0, 1.0, 0.0, kInf};
+  for (DType dtype : {kFloat64, kFloat32, kFloat16, kBFloat16}) {
+    CAPTURE(dtype);
+    const Tensor ta = tensor(a, dtype), tb = tensor(b, dtype);
+    std::vector<double> want_fmod, want_rem;
+    for (size_t i = 0; i < a.size(); ++i) {
+      want_fmod.push_back(std::fmod(a[i], b[i]));
+      want_rem.push_back(python_mod(a[i], b[i]));
+    }
+    CHECK(fmod(ta, tb).dtype() == dtype);
+    check_close(fmod(ta, tb).to_vector<double>(), want_fmod, 0.0);
+    check_close(remainder(ta, tb).to_vector<double>(), want_rem, 0.0);
+  }
+  // torch.remainder(tensor([-3., -2, -1, 1, 2, 3]), 2) = [1, 0, 1, 1, 0, 1];
+  // torch.fmod(tensor([-3., -2, -1, 1, 2, 3]), 2) = [-1, -0, -1, 1, 0, 1].
+  const Tensor x = tensor({-3.0, -2.0, -1.0, 1.0, 2.0, 3.0});
+  CHECK(remainder(x, 2).to_vector<double>() == std::vector<double>{1, 0, 1, 1, 0, 1});
+  CHECK(fmod(x, 2).to_vector<double>() == std::vector<double>{-1, -0, -1, 1, 0, 1});
+  // torch.remainder(-1.5, tensor([1, 2, 3, 4, 5])) = [0.5, 0.5, 1.5, 2.5, 3.5].
+  CHECK(remainder(-1.5, tensor({1.0, 2.0, 3.0, 4.0, 5.0})).to_vector<double>() ==
+        std::vector<double>{0.5, 0.5, 1.5, 2.5, 3.5});
+
+  // Integers stay integers: C's truncation and Python's floor.
+  const Tensor ia = tensor(std::vector<int64_t>{-7, 7, -7, 7, -9223372036854775807LL - 1});
+  const Tensor ib = tensor(std::vector<int64_t>{3, -3, -3, 3, -1});
+  CHECK(fmod(ia, ib).dtype() == kInt64);
+  CHECK(fmod(ia, ib).to_vector<int64_t>() == std::vector<int64_t>{-1, 1, -1, 1, 0});
+  CHECK(remainder(ia, ib).to_vector<int64_t>() == std::vector<int64_t>{2, -2, -1, 1, 0});
+  const Tensor i32 = tensor(std::vector<int64_t>{5, -5}).to(kInt32);
+  CHECK(remainder(i32, 3).dtype() == kInt32);
+  CHECK(remainder(i32, 3).to_vector<int64_t>() == std::vector<int64_t>{2, 1});
+  CHECK_THAT(testing::error_message([&] {
+               fmod(ia, tensor(std::vector<int64_t>{1, 0, 1, 1, 1}));
+             }),
+             Contains("expected a nonzero integer divisor"));
+  CHECK_THAT(testing::error_message([&] { remainder(ia, 0); }),
+             Contains("expected a nonzero integer divisor"));
+
+  // Gradients: 1 for a; -trunc(a / b) (fmod) and -floor(a / b) (remainder) for b.
+  const Tensor ga = tensor({5.5, -5.5}, kFloat64).requires_grad_();
+  const Tensor gb = tensor({2.0, 2.0}, kFloat64).requires_grad_();
+  sum(add(fmod(ga, gb), mul(remainder(ga, gb), 10.0))).backward();
+  CHECK(ga.grad().to_vector<double>() == std::vector<double>{11, 11});
+  // fmod: -trunc(2.75) = -2, -trunc(-2.75) = 2; remainder: -floor(2.75) = -2, -floor(-2.75) = 3.
+  CHECK(gb.grad().to_vector<double>() == std::vector<double>{-2 - 20, 2 + 30});
+}
+
+TEST_CASE("atan2 and hypot: every quadrant, no overflow, integers in float32", "[math]") {
+  const std::vector<double> y = {1, 1, -1, -1, 0, -0.0, 0, 3, 1e30};
+  const std::vector<double> x = {1, -1, 1, -1, -1, -1, 0, 4, 1e30};
+  std::vector<double> want_angle, want_length;
+  for (size_t i = 0; i < y.size(); ++i) {
+    want_angle.push_back(std::atan2(y[i], x[i]));
+    want_length.push_back(std::hypot(y[i], x[i]));
+  }
+  check_close(atan2(tensor(y, kFloat64), tensor(x, kFloat64)).to_vector<double>(), want_angle,
+              1e-15);
+  check_close(atan2(tensor(y), tensor(x)).to_vector<double>(), want_angle, 1e-6);
+  // 1e30 squared overflows float32; hypot does not.
+  check_close(hypot(tensor(y), tensor(x)).to_vector<double>(), want_length, 1e-6);
+  const Tensor iy = tensor(std::vector<int64_t>{3, -5}), ix = tensor(std::vector<int64_t>{4, 12});
+  CHECK(hypot(iy, ix).dtype() == kFloat32);
+  CHECK(hypot(iy, ix).to_vector<double>() == std::vector<double>{5, 13});
+  CHECK(atan2(iy, ix).dtype() == kFloat32);
+  for (DType dtype : {kFloat16, kBFloat16}) {
+    const Tensor a = tensor({0.5, -1.25, 2.0}, dtype), b = tensor({1.5, 0.75, -3.0}, dtype);
+    CHECK(atan2(a, b).dtype() == dtype);
+    check_close(atan2(a, b).to_vector<double>(),
+                {std::atan2(0.5, 1.5), std::atan2(-1.25, 0.75), std::atan2(2.0, -3.0)},
+                testing::rounding_tolerance(dtype));
+    check_close(hypot(a, b).to_vector<double>(),
+                {std::hypot(0.5, 1.5), std::hypot(-1.25, 0.75), std::hypot(2.0, -3.0)},
+                testing::rounding_tolerance(dtype));
+  }
+  // float16 and bfloat16 promote to float32, as torch's.
+  CHECK(atan2(tensor({1.0}, kFloat16), tensor({1.0}, kBFloat16)).dtype() == kFloat32);
+}
+
+TEST_CASE("lerp: torch's two-sided formula, exact at weight 1", "[math]") {
+  const Tensor start = tensor({1.0, 2.0, 3.0, 4.0}), end = tensor({10.0, 10.0, 10.0, 10.0});
+  // torch.lerp(start, end, 0.5) = [5.5, 6, 6.5, 7].
+  CHECK(lerp(start, end, 0.5).to_vector<double>() == std::vector<double>{5.5, 6, 6.5, 7});
+  CHECK(lerp(start, end, tensor({0.0, 1.0, 0.25, 2.0})).to_vector<double>() ==
+        std::vector<double>{1.0, 10.0, 4.75, 16.0});
+  // Weight 1 gives end exactly, where start + (end - start) would round.
+  const Tensor a = tensor({0.1}, kFloat32), b = tensor({1e8}, kFloat32);
+  CHECK(lerp(a, b, 1.0).item<double>() == b.item<double>());
+  for (DType dtype : {kFloat16, kBFloat16})
+    CHECK(lerp(start.to(dtype), end.to(dtype), 0.3).dtype() == dtype);
+  CHECK_THAT(testing::error_message([&] { lerp(start, end.to(kFloat64), 0.5); }),
+             Contains("expected start and end of one dtype"));
+  // Gradients: 1 - w, w, end - start.
+  const Tensor s = tensor({1.0, 2.0}, kFloat64).requires_grad_();
+  const Tensor e = tensor({5.0, -2.0}, kFloat64).requires_grad_();
+  const Tensor w = tensor({0.25, 0.75}, kFloat64).requires_grad_();
+  sum(lerp(s, e, w)).backward();
+  CHECK(s.grad().to_vector<double>() == std::vector<double>{0.75, 0.25});
+  CHECK(e.grad().to_vector<double>() == std::vector<double>{0.25, 0.75});
+  CHECK(w.grad().to_vector<double>() == std::vector<double>{4.0, -4.0});
+}
+
+TEST_CASE("erfinv: infinities at +-1, NaN outside, its derivative", "[math]") {
+  for (DType dtype : {kFloat64, kFloat32, kFloat16, kBFloat16}) {
+    CAPTURE(dtype);
+    const std::vector<double> got =
+        erfinv(tensor({1.0, -1.0, 1.5, -2.0, 0.0}, dtype)).to_vector<double>();
+    CHECK(got[0] == kInf);
+    CHECK(got[1] == -kInf);
+    CHECK(std::isnan(got[2]));
+    CHECK(std::isnan(got[3]));
+    CHECK(got[4] == 0.0);
+  }
+  // erf(erfinv(y)) = y to float64's rounding, near the ends too.
+  const std::vector<double> ys = {-0.999999, -0.9, -1e-10, 0.3, 0.99, 0.999999999};
+  const std::vector<double> xs = erfinv(tensor(ys, kFloat64)).to_vector<double>();
+  for (size_t i = 0; i < ys.size(); ++i) CHECK(std::abs(std::erf(xs[i]) - ys[i]) <= 4e-16);
+  const Tensor y = tensor({0.0, 0.5}, kFloat64).requires_grad_();
+  sum(erfinv(y)).backward();
+  const double x1 = erfinv(tensor({0.5}, kFloat64)).item<double>();
+  check_close(
+      y.grad().to_vector<double>(),
+      {std::sqrt(std::numbers::pi) / 2, std::sqrt(std::numbers::pi) / 2 * std::exp(x1 * x1)},
+      1e-14);
+}
+
+TEST_CASE("leaky_relu, elu and glu against their formulas", "[math]") {
+  const std::vector<double> v = {-3.0, -0.5, 0.0, 0.25, 2.0};
+  for (DType dtype : {kFloat64, kFloat32, kFloat16, kBFloat16}) {
+    CAPTURE(dtype);
+    const Tensor x = tensor(v, dtype);
+    std::vector<double> leaky, elu_want;
+    for (double t : v) {
+      leaky.push_back(t > 0 ? t : 0.1 * t);
+      elu_want.push_back(t > 0 ? t : 1.5 * std::expm1(t));
+    }
+    CHECK(leaky_relu(x, 0.1).dtype() == dtype);
+    check_close(leaky_relu(x, 0.1).to_vector<double>(), leaky, testing::rounding_tolerance(dtype));
+    check_close(elu(x, 1.5).to_vector<double>(), elu_want, testing::rounding_tolerance(dtype));
+  }
+  // torch's default slope 0.01; the gradient at 0 takes the slope's side.
+  const Tensor x = tensor({-2.0, 0.0, 3.0}, kFloat64).requires_grad_();
+  sum(leaky_relu(x)).backward();
+  CHECK(x.grad().to_vector<double>() == std::vector<double>{0.01, 0.01, 1.0});
+  // elu's exponential never overflows into the gradient of the side where does not take.
+  const Tensor big = tensor({100.0, -1.0}, kFloat32).requires_grad_();
+  sum(elu(big)).backward();
+  check_close(big.grad().to_vector<double>(), {1.0, std::exp(-1.0)}, 1e-6);
+
+  const Tensor g = tensor({1.0, 2.0, 0.5, -1.0, 3.0, 4.0, 0.0, 2.0}, {2, 4}, kFloat64);
+  std::vector<double> want;
+  for (int r = 0; r < 2; ++r) {
+    for (int c = 0; c < 2; ++c) {
+      const double a = g.to_vector<double>()[r * 4 + c], b = g.to_vector<double>()[r * 4 + c + 2];
+      want.push_back(a / (1 + std::exp(-b)));
+    }
+  }
+  check_close(glu(g).to_vector<double>(), want, 1e-15);
+  CHECK(glu(g, 0).sizes() == Shape{1, 4});
+  CHECK_THAT(testing::error_message([&] {
+               glu(ones({2, 3}));
+             }),
+             Contains("expected an even size along dim -1, got 3"));
+  CHECK_THAT(testing::error_message([&] { elu(tensor(std::vector<int64_t>{1})); }),
+             Contains("expected a floating tensor"));
+}
+
+TEST_CASE("std, var_mean and std_mean against float64 loops", "[math]") {
+  manual_seed(3);
+  const Tensor x = randn({3, 5}, kFloat64);
+  const std::vector<double> v = x.to_vector<double>();
+  for (int64_t correction : {0, 1}) {
+    std::vector<double> want_std, want_mean;
+    for (int r = 0; r < 3; ++r) {
+      double m = 0;
+      for (int c = 0; c < 5; ++c) m += v[r * 5 + c];
+      m /= 5;
+      double ss = 0;
+      for (int c = 0; c < 5; ++c) ss += (v[r * 5 + c] - m) * (v[r * 5 + c] - m);
+      want_std.push_back(std::sqrt(ss / double(5 - correction)));
+      want_mean.push_back(m);
+    }
+    check_close(hg::std(x, {1}, correction).to_vector<double>(), want_std, 1e-14);
+    const auto [s, m] = std_mean(x, {1}, correction);
+    check_close(s.to_vector<double>(), want_std, 1e-14);
+    check_close(m.to_vector<double>(), want_mean, 1e-14);
+    const auto [var_, mean_] = var_mean(x, {1}, correction, /*keepdim=*/true);
+    CHECK(var_.sizes() == Shape{3, 1});
+    check_close(var_.to_vector<double>(),
+                {want_std[0] * want_std[0], want_std[1] * want_std[1], want_std[2] * want_std[2]},
+                1e-13);
+  }
+  CHECK(hg::std(tensor({1.0, 2.0, 3.0, 4.0}, kBFloat16)).dtype() == kBFloat16);
+  CHECK_THAT(testing::error_message([] {
+               hg::std(tensor(std::vector<int64_t>{1, 2}));
+             }),
+             Contains("expected a floating tensor"));
+}
+
+TEST_CASE("argmin, any and all as torch's", "[math]") {
+  const Tensor x = tensor({3.0, 1.0, 4.0, 1.0, 5.0, 0.5}, {2, 3});
+  CHECK(argmin(x).item<int64_t>() == 5);
+  CHECK(argmin(x, 1).to_vector<int64_t>() == std::vector<int64_t>{1, 2});  // ties: the first
+  CHECK(argmin(x, 0, true).sizes() == Shape{1, 3});
+  CHECK(argmin(x, std::nullopt, true).sizes() == Shape{1, 1});
+  CHECK(argmin(tensor({2.0, kNan, -1.0})).item<int64_t>() == 1);  // NaN counts as the smallest
+  CHECK(argmin(tensor(std::vector<int64_t>{4, -2, 9})).item<int64_t>() == 1);
+  CHECK_THAT(testing::error_message([] { argmin(zeros({0})); }), Contains("non-empty"));
+
+  const Tensor m = tensor({0.0, 0.0, 2.0, 0.0, kNan, 1.0}, {2, 3});
+  CHECK(any(m).dtype() == kBool);
+  CHECK(any(m).item<bool>());
+  CHECK_FALSE(all(m).item<bool>());
+  CHECK(any(m, {1}).to_vector<bool>() == std::vector<bool>{true, true});  // NaN is nonzero
+  CHECK(all(m, {0}).to_vector<bool>() == std::vector<bool>{false, false, true});
+  CHECK(all(m, {0}, true).sizes() == Shape{1, 3});
+  CHECK_FALSE(any(zeros({0})).item<bool>());  // over nothing: any false, all true
+  CHECK(all(zeros({0})).item<bool>());
+  CHECK(all(tensor(std::vector<int64_t>{1, -3})).item<bool>());
+  CHECK_FALSE(any(full({3}, false, kBool)).item<bool>());
+}
+
+TEST_CASE("normalize, cosine_similarity and cdist against float64 loops", "[math]") {
+  const Tensor a = tensor({3.0, 4.0, 0.0, 0.0, 1.0, 2.0}, {2, 3}, kFloat64);
+  const Tensor b = tensor({1.0, 0.0, 0.0, 0.0, -1.0, -2.0}, {2, 3}, kFloat64);
+  // normalize along dim 1: [0.6, 0.8, 0], [0, 1/sqrt 5, 2/sqrt 5].
+  check_close(normalize(a).to_vector<double>(),
+              {0.6, 0.8, 0.0, 0.0, 1 / std::sqrt(5.0), 2 / std::sqrt(5.0)}, 1e-15);
+  check_close(normalize(zeros({2, 2}, kFloat64)).to_vector<double>(), {0, 0, 0, 0}, 0.0);
+  check_close(normalize(a, 1.0, 1).to_vector<double>(),
+              {3.0 / 7, 4.0 / 7, 0.0, 0.0, 1.0 / 3, 2.0 / 3}, 1e-15);
+  // cos: 3/5 and -1; a zero vector gives 0 (its norm clamped at eps).
+  check_close(cosine_similarity(a, b).to_vector<double>(), {0.6, -1.0}, 1e-15);
+  check_close(cosine_similarity(a, zeros({1, 3}, kFloat64)).to_vector<double>(), {0, 0}, 0.0);
+  CHECK(cosine_similarity(a, b, 0).sizes() == Shape{3});
+
+  manual_seed(5);
+  const Tensor x1 = randn({2, 3, 4}, kFloat64), x2 = randn({2, 5, 4}, kFloat64);
+  const std::vector<double> u = x1.to_vector<double>(), w = x2.to_vector<double>();
+  for (double p : {2.0, 1.0, 3.0, kInf, 0.0}) {
+    CAPTURE(p);
+    std::vector<double> want;
+    for (int bt = 0; bt < 2; ++bt) {
+      for (int i = 0; i < 3; ++i) {
+        for (int j = 0; j < 5; ++j) {
+          double acc = 0;
+          for (int k = 0; k < 4; ++k) {
+            const double d = std::abs(u[(bt * 3 + i) * 4 + k] - w[(bt * 5 + j) * 4 + k]);
+            if (p == kInf) {
+              acc = std::max(acc, d);
+            } else if (p == 0.0) {
+              acc += d != 0;
+            } else {
+              acc += std::pow(d, p);
+            }
+          }
+          want.push_back(p == kInf || p == 0.0 ? acc : std::pow(acc, 1 / p));
+        }
+      }
+    }
+    const Tensor d = cdist(x1, x2, p);
+    CHECK(d.sizes() == Shape{2, 3, 5});
+    check_close(d.to_vector<double>(), want, 1e-13);
+  }
+  CHECK(cdist(x1.select(0, 0), x2.select(0, 1)).sizes() == Shape{3, 5});
+  CHECK_THAT(testing::error_message([&] {
+               cdist(x1, randn({2, 5, 3}, kFloat64));
+             }),
+             Contains("expected rows of one length M"));
+  // A zero distance has a zero gradient, not NaN.
+  const Tensor same = tensor({1.0, 2.0}, {1, 2}, kFloat64).requires_grad_();
+  sum(cdist(same, same.detach())).backward();
+  check_close(same.grad().to_vector<double>(), {0.0, 0.0}, 0.0);
+}
+
+TEST_CASE("conv1d, max_pool1d, avg_pool1d and adaptive_avg_pool2d against float64 loops",
+          "[math]") {
+  manual_seed(7);
+  const int64_t n = 2, c = 4, length = 9, out_c = 6, k = 3, groups = 2, stride = 2, padding = 2,
+                dilation = 2;
+  const Tensor x = randn({n, c, length}, kFloat64), w = randn({out_c, c / groups, k}, kFloat64),
+               bias = randn({out_c}, kFloat64);
+  const std::vector<double> xv = x.to_vector<double>(), wv = w.to_vector<double>(),
+                            bv = bias.to_vector<double>();
+  const int64_t out_len = (length + 2 * padding - dilation * (k - 1) - 1) / stride + 1;
+  std::vector<double> want;
+  for (int64_t b = 0; b < n; ++b) {
+    for (int64_t o = 0; o < out_c; ++o) {
+      const int64_t g = o / (out_c / groups);
+      for (int64_t t = 0; t < out_len; ++t) {
+        double acc = bv[size_t(o)];
+        for (int64_t ci = 0; ci < c / groups; ++ci) {
+          for (int64_t q = 0; q < k; ++q) {
+            const int64_t pos = t * stride - padding + q * dilation;
+            if (pos < 0 || pos >= length) continue;
+            acc += xv[size_t((b * c + g * (c / groups) + ci) * length + pos)] *
+                   wv[size_t((o * (c / groups) + ci) * k + q)];
+          }
+        }
+        want.push_back(acc);
+      }
+    }
+  }
+  const Tensor y = conv1d(x, w, bias, stride, padding, dilation, groups);
+  CHECK(y.sizes() == Shape{n, out_c, out_len});
+  check_close(y.to_vector<double>(), want, 1e-12, 1e-12);
+  CHECK(conv1d(x.select(0, 1), w, bias, stride, padding, dilation, groups).sizes() ==
+        Shape{out_c, out_len});
+  {
+    amp::Autocast autocast(kCPU, kBFloat16);
+    CHECK(conv1d(x.to(kFloat32), w.to(kFloat32), {}, 1, 0, 1, groups).dtype() == kBFloat16);
+  }
+  CHECK_THAT(testing::error_message([&] {
+               conv1d(x, randn({6, 2, 3, 1}, kFloat64));
+             }),
+             Contains("expected a 3-D weight"));
+
+  // Pools over [1, 1, 7] with kernel 3, stride 2, padding 1: windows [-1, 1], [1, 3], [3, 5], [5,
+  // 7].
+  const std::vector<double> r = {1, -2, 5, 0, 3, 8, -1};
+  const Tensor row = tensor(r, {1, 1, 7}, kFloat64);
+  CHECK(max_pool1d(row, 3, 2, 1).to_vector<double>() == std::vector<double>{1, 5, 8, 8});
+  check_close(avg_pool1d(row, 3, 2, 1).to_vector<double>(),
+              {(1 - 2) / 3.0, (-2 + 5 + 0) / 3.0, (0 + 3 + 8) / 3.0, (8 - 1) / 3.0}, 1e-15);
+  check_close(avg_pool1d(row, 3, 2, 1, false).to_vector<double>(),
+              {(1 - 2) / 2.0, (-2 + 5 + 0) / 3.0, (0 + 3 + 8) / 3.0, (8 - 1) / 2.0}, 1e-15);
+  CHECK(max_pool1d(row.select(0, 0), 2).sizes() == Shape{1, 3});
+
+  // adaptive: windows [floor(i H / o), ceil((i + 1) H / o)).
+  const Tensor img = randn({2, 3, 5, 7}, kFloat64);
+  const std::vector<double> iv = img.to_vector<double>();
+  for (auto [oh, ow] : {std::pair<int64_t, int64_t>{3, 4}, {5, 7}, {1, 1}, {5, 1}}) {
+    CAPTURE(oh, ow);
+    std::vector<double> expect;
+    for (int64_t plane = 0; plane < 6; ++plane) {
+      for (int64_t i = 0; i < oh; ++i) {
+        for (int64_t j = 0; j < ow; ++j) {
+          const int64_t h0 = i * 5 / oh, h1 = ((i + 1) * 5 + oh - 1) / oh;
+          const int64_t w0 = j * 7 / ow, w1 = ((j + 1) * 7 + ow - 1) / ow;
+          double acc = 0;
+          for (int64_t h = h0; h < h1; ++h) {
+            for (int64_t q = w0; q < w1; ++q) acc += iv[size_t((plane * 5 + h) * 7 + q)];
+          }
+          expect.push_back(acc / double((h1 - h0) * (w1 - w0)));
+        }
+      }
+    }
+    const Tensor out = adaptive_avg_pool2d(img, {oh, ow});
+    CHECK(out.sizes() == Shape{2, 3, oh, ow});
+    check_close(out.to_vector<double>(), expect, 1e-14, 1e-15);
+  }
+  CHECK(adaptive_avg_pool2d(img.to(kBFloat16), {2, 2}).dtype() == kBFloat16);
+}
+
+TEST_CASE("batch_norm takes [N, C] and [N, C, L] inputs, as torch's BatchNorm1d", "[math]") {
+  const Tensor x = tensor({1.0, 10.0, 3.0, 20.0, 5.0, 60.0}, {3, 2}, kFloat64);
+  // Per channel: mean 3 and 30, biased variance 8/3 and 1400/3.
+  const Tensor y = batch_norm(x, {}, {}, {}, {}, /*training=*/true, 0.1, 0.0);
+  const double s0 = std::sqrt(8.0 / 3), s1 = std::sqrt(1400.0 / 3);
+  check_close(y.to_vector<double>(), {-2 / s0, -20 / s1, 0.0, -10 / s1, 2 / s0, 30 / s1}, 1e-14,
+              1e-15);
+  const Tensor seq = batch_norm(x.unsqueeze(-1).expand({3, 2, 4}), {}, {}, {}, {}, true, 0.1, 0.0);
+  CHECK(seq.sizes() == Shape{3, 2, 4});
+  check_close(seq.select(2, 3).to_vector<double>(), y.to_vector<double>(), 1e-14, 1e-15);
+}
