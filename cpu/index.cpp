@@ -516,6 +516,39 @@ Tensor one_hot(const Tensor& x, int64_t num_classes) {
   return out;
 }
 
+// ---- argsort ------------------------------------------------------------------------------
+//
+// Each row along dim: its keys (NOTE [Sort keys] in kernel/formulas.h, the order CUDA sorts by
+// too), then a stable sort of its positions by key. Rows in parallel.
+
+Tensor argsort(const Tensor& x, int64_t dim, bool descending) {
+  kernel::index_checks::check_argsort(x, dim);
+  if (x.dim() == 0) return zeros({}, kInt64);
+  const int64_t d = wrap_dim(dim, x.dim(), "argsort");
+  const Tensor rows = x.transpose(d, -1).contiguous();
+  const int64_t length = x.size(d), count = rows.numel();
+  Tensor out = empty(rows.sizes(), kInt64);
+  if (count == 0) return out.transpose(d, -1).contiguous();
+  int64_t* const positions = out.data_ptr<int64_t>();
+  const DType dtype = x.dtype();
+  visit_bits(element_size(dtype), [&](auto tag) {
+    using U = typename decltype(tag)::type;
+    const U* const bits = static_cast<const U*>(rows.data_ptr());
+    parallel_for(count / length, count * 8, [&](int64_t row) {
+      std::vector<uint64_t> keys(static_cast<size_t>(length));
+      const U* const in = bits + row * length;
+      for (int64_t j = 0; j < length; ++j) {
+        keys[size_t(j)] = kernel::sort_key(uint64_t(in[j]), dtype, descending);
+      }
+      int64_t* const order = positions + row * length;
+      for (int64_t j = 0; j < length; ++j) order[j] = j;
+      std::stable_sort(order, order + length,
+                       [&](int64_t a, int64_t b) { return keys[size_t(a)] < keys[size_t(b)]; });
+    });
+  });
+  return out.transpose(d, -1).contiguous();
+}
+
 }  // namespace
 
 const kernel::IndexKernels index_kernels = HG_INDEX_KERNELS;

@@ -29,11 +29,11 @@ namespace hg::cuda {
 
 namespace {
 
-using kernel::index_checks::at_least_1d;
-using kernel::index_checks::product;
 using detail::DeviceError;
 using detail::make_walk;
 using detail::Walk;
+using kernel::index_checks::at_least_1d;
+using kernel::index_checks::product;
 
 // ---- helpers -------------------------------------------------------------------------------
 
@@ -390,6 +390,46 @@ Tensor one_hot(const Tensor& x, int64_t num_classes) {
                              int32_t(x.dim()), current_stream()),
       "one_hot");
   return out;
+}
+
+// ---- argsort ------------------------------------------------------------------------------
+//
+// NOTE [Sorting rows on CUDA] The rows along dim are sorted by two stable radix sorts of the
+// whole tensor, least significant first: the (position, sort key) pairs by key (NOTE [Sort
+// keys] in kernel/formulas.h), then the sorted positions by their row. The second sort keeps
+// the first's order within a row, so each row ends in its own sorted order; equal elements
+// keep their order (the sort is stable, as torch's stable=True). Two passes over every element
+// whatever the row length, through the radix sort the sorted accumulation already uses.
+
+Tensor argsort(const Tensor& x, int64_t dim, bool descending) {
+  kernel::index_checks::check_argsort(x, dim);
+  DeviceGuard guard(x.device().index);
+  if (x.dim() == 0) return zeros({}, options_on(kInt64, x.device()));
+  const int64_t d = wrap_dim(dim, x.dim(), "argsort");
+  const cudaStream_t stream = current_stream();
+  // The rows contiguous: dim d last.
+  const Tensor rows = contiguous_on_stream(x.transpose(d, -1), stream, "argsort");
+  const int64_t count = rows.numel(), length = x.size(d);
+  Tensor out = empty(rows.sizes(), options_on(kInt64, x.device()));
+  if (count == 0) return out.transpose(d, -1).contiguous();
+  Pairs by_value = make_pairs(count, x.device());
+  HG_CUDA_CHECK(detail::launch_sort_keys(x.dtype(), rows.data_ptr(), count, descending,
+                                         by_value.key_data(), by_value.value_data(), stream),
+                "argsort");
+  const uint64_t widest_key = element_size(x.dtype()) == 8
+                                  ? ~uint64_t(0)
+                                  : (uint64_t(1) << (8 * element_size(x.dtype()))) - 1;
+  const Pairs value_order = sorted(by_value, widest_key, x.device(), stream, "argsort");
+  Pairs by_row = {empty({count}, options_on(kInt64, x.device())), value_order.values};
+  HG_CUDA_CHECK(
+      detail::launch_row_keys(value_order.value_data(), count, length, by_row.key_data(), stream),
+      "argsort");
+  const Pairs row_order =
+      sorted(by_row, uint64_t(count / length - 1), x.device(), stream, "argsort");
+  HG_CUDA_CHECK(detail::launch_positions_in_row(row_order.value_data(), count, length,
+                                                static_cast<int64_t*>(out.data_ptr()), stream),
+                "argsort");
+  return out.transpose(d, -1).contiguous();
 }
 
 }  // namespace

@@ -337,6 +337,59 @@ cudaError_t launch_sort_pairs(void* temp, size_t temp_bytes, const uint64_t* key
   return status != cudaSuccess ? status : cudaGetLastError();
 }
 
+// ---- argsort ----------------------------------------------------------------------------------
+
+template <class U>
+__global__ void sort_keys_kernel(const U* x, int64_t count, DType dtype, bool descending,
+                                 uint64_t* keys, int64_t* values) {
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < count;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    keys[i] = kernel::sort_key(uint64_t(x[i]), dtype, descending);
+    values[i] = i;
+  }
+}
+
+__global__ void row_keys_kernel(const int64_t* positions, int64_t count, int64_t length,
+                                uint64_t* keys) {
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < count;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    keys[i] = uint64_t(positions[i] / length);
+  }
+}
+
+__global__ void positions_in_row_kernel(const int64_t* positions, int64_t count, int64_t length,
+                                        int64_t* out) {
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < count;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    out[i] = positions[i] % length;
+  }
+}
+
+cudaError_t launch_sort_keys(DType dtype, const void* x, int64_t count, bool descending,
+                             uint64_t* keys, int64_t* values, cudaStream_t stream) {
+  if (count == 0) return cudaSuccess;
+  kernel::visit_bits(element_size(dtype), [&](auto tag) {
+    using U = typename decltype(tag)::type;
+    sort_keys_kernel<U><<<grid_for(count), kThreads, 0, stream>>>(static_cast<const U*>(x), count,
+                                                                 dtype, descending, keys, values);
+  });
+  return cudaGetLastError();
+}
+
+cudaError_t launch_row_keys(const int64_t* positions, int64_t count, int64_t length,
+                            uint64_t* keys, cudaStream_t stream) {
+  if (count == 0) return cudaSuccess;
+  row_keys_kernel<<<grid_for(count), kThreads, 0, stream>>>(positions, count, length, keys);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_positions_in_row(const int64_t* positions, int64_t count, int64_t length,
+                                    int64_t* out, cudaStream_t stream) {
+  if (count == 0) return cudaSuccess;
+  positions_in_row_kernel<<<grid_for(count), kThreads, 0, stream>>>(positions, count, length, out);
+  return cudaGetLastError();
+}
+
 cudaError_t launch_segment_rows(DType dtype, void* out, const void* source, const uint64_t* keys,
                                 const int64_t* values, int64_t n, uint64_t sentinel, int64_t O,
                                 int64_t S, int64_t R, int64_t rows_o_stride, bool accumulate,

@@ -109,6 +109,18 @@ inline int key_bits(uint64_t sentinel) {
   return bits;
 }
 
+// ---- argsort (NOTE [Sorting rows on CUDA] in index.cpp) ------------------------------------
+
+// keys[i] = kernel::sort_key(x[i]) and values[i] = i over `count` contiguous elements of dtype.
+cudaError_t launch_sort_keys(DType dtype, const void* x, int64_t count, bool descending,
+                             uint64_t* keys, int64_t* values, cudaStream_t stream);
+// keys[i] = positions[i] / length (the row of each sorted position).
+cudaError_t launch_row_keys(const int64_t* positions, int64_t count, int64_t length,
+                            uint64_t* keys, cudaStream_t stream);
+// out[i] = positions[i] % length (each position within its row).
+cudaError_t launch_positions_in_row(const int64_t* positions, int64_t count, int64_t length,
+                                    int64_t* out, cudaStream_t stream);
+
 // ---- one_hot -------------------------------------------------------------------------------
 
 // out [M, C] int64 contiguous: out[m, c] = (x[m] == c), x read at walk (operand 0) offsets

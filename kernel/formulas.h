@@ -295,6 +295,39 @@ HG_HOST_DEVICE inline C binary_fn(C a, C b, C alpha) {
   }
 }
 
+// NOTE [Sort keys] The unsigned key whose order is the sort order of an element of `dtype`
+// given as its bits (the low element_size bytes of `bits`): -inf < ... < -0 == +0 < ... < inf <
+// NaN for the floating dtypes (NaN the largest, every NaN equal, as torch's sort), two's
+// complement order for integers, false < true. Descending flips the key within its width, so
+// that a stable sort of the keys keeps equal elements in their order either way. Both backends
+// sort these keys: the CPU and CUDA orders are one order.
+HG_HOST_DEVICE inline uint64_t sort_key(uint64_t bits, DType dtype, bool descending) {
+  const int width = int(element_size(dtype)) * 8;
+  const uint64_t mask = width == 64 ? ~uint64_t(0) : (uint64_t(1) << width) - 1;
+  const uint64_t sign = uint64_t(1) << (width - 1);
+  bits &= mask;
+  uint64_t key;
+  if (dtype == kBool) {
+    key = bits != 0 ? 1 : 0;
+  } else if (is_floating_point(dtype)) {
+    const uint64_t infinity = dtype == kFloat16    ? 0x7c00u
+                              : dtype == kBFloat16 ? 0x7f80u
+                              : dtype == kFloat32  ? 0x7f800000u
+                                                   : 0x7ff0000000000000u;
+    const uint64_t magnitude = bits & (sign - 1);
+    if (magnitude > infinity) {
+      key = mask;  // NaN
+    } else if (magnitude == 0) {
+      key = sign;  // either zero
+    } else {
+      key = (bits & sign) != 0 ? (~bits & mask) : (bits | sign);
+    }
+  } else {
+    key = bits ^ sign;
+  }
+  return descending ? (~key & mask) : key;
+}
+
 // a + b in an accumulation type: bool adds as `or`, integers wrap modulo 2^n (as PyTorch's
 // do, without C++'s undefined signed overflow).
 template <class A>

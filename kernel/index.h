@@ -80,6 +80,11 @@ struct IndexKernels {
   // int64 x of any shape with values in [0, C) -> int64 of shape x.shape + [C] with a 1 at
   // each value. num_classes = -1 takes C = max(x) + 1 (then x must not be empty).
   Tensor (*one_hot)(const Tensor& x, int64_t num_classes);
+
+  // The positions (int64, x's shape) that sort x along dim, ascending or descending, in the
+  // order of NOTE [Sort keys] (kernel/formulas.h: NaN the largest); equal elements keep their
+  // order (stable). Any dtype; a 0-d x gives 0.
+  Tensor (*argsort)(const Tensor& x, int64_t dim, bool descending);
 };
 
 // A backend's table, from its functions of these names (cpu/index.cpp and cuda/index.cpp):
@@ -88,7 +93,7 @@ struct IndexKernels {
   {                                                                               \
     .cat = cat, .stack = stack, .gather = gather, .scatter_add = scatter_add,     \
     .index_select = index_select, .index_add = index_add, .index_put = index_put, \
-    .one_hot = one_hot                                                            \
+    .one_hot = one_hot, .argsort = argsort                                        \
   }
 
 }  // namespace hg::kernel

@@ -251,6 +251,11 @@ IndexPutShape check_index_put(const Tensor& self, std::span<const Tensor> indice
   return {std::move(B), std::move(indexed)};
 }
 
+void check_argsort(const Tensor& x, int64_t dim) {
+  HG_CHECK(x.defined(), "argsort: expected a defined tensor, got an undefined one");
+  wrap_dim(dim, x.dim(), "argsort");
+}
+
 void check_one_hot(const Tensor& x, int64_t num_classes, DeviceType backend) {
   check_tensor(x, "one_hot", "input", backend);
   HG_CHECK(x.dtype() == kInt64, "one_hot: expected an int64 tensor of class indices, got {}",

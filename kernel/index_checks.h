@@ -83,6 +83,9 @@ struct IndexPutShape {
 IndexPutShape check_index_put(const Tensor& self, std::span<const Tensor> indices,
                               const Tensor& values, DeviceType backend);
 
+// argsort's checks: a tensor on the backend, dim one of its dims (0 or -1 for a 0-d tensor).
+void check_argsort(const Tensor& x, int64_t dim);
+
 // one_hot's checks on x and num_classes (not on the class values).
 void check_one_hot(const Tensor& x, int64_t num_classes, DeviceType backend);
 // The error for class index c outside [0, num_classes) of an x with `dim` dims.

@@ -1,5 +1,5 @@
-// Gradcheck samples of the rearranging ops (ops/rearrange.cpp) and of outer and einsum
-// (ops/einsum.cpp).
+// Gradcheck samples of the rearranging ops (ops/rearrange.cpp), of outer and einsum
+// (ops/einsum.cpp), and of the sorting ops (ops/sort.cpp; inputs without ties).
 #include "../gradcheck_samples.h"
 
 namespace hg::testing {
@@ -38,6 +38,22 @@ const bool registered = register_samples([](std::map<OpId, Sample>& s) {
       [] {
         return input({1, 2, 3, 4});
       });
+  s[OpId::sort] = one([](auto& x) { return std::get<0>(sort(x, 1, true)); },
+                      [] {
+                        return input({3, 4});
+                      });
+  s[OpId::topk] = one([](auto& x) { return std::get<0>(topk(x, 2, 0, false)); },
+                      [] {
+                        return input({4, 3});
+                      });
+  s[OpId::kthvalue] = one([](auto& x) { return std::get<0>(kthvalue(x, 2, 1, true)); },
+                          [] {
+                            return input({3, 4});
+                          });
+  s[OpId::median] = one([](auto& x) { return std::get<0>(median(x, 0)) + median(x); },
+                        [] {
+                          return input({5, 2});
+                        });
   s[OpId::outer] = two([](auto& a, auto& b) { return outer(a, b); },
                        [] {
                          return Inputs{input({3}), input({4})};

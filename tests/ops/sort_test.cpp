@@ -1,0 +1,123 @@
+// argsort, sort, topk, kthvalue and median: against std::stable_sort of float64 values with
+// NaN the largest, torch's documented examples, gradients to the chosen elements, bad input.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <numeric>
+
+#include "halfgrad/halfgrad.h"
+#include "test_util.h"
+
+using namespace hg;
+using Catch::Contains;
+
+namespace {
+
+constexpr double kNan = std::numeric_limits<double>::quiet_NaN();
+
+// The stable order of one row: NaN after everything, -0 equal to +0.
+std::vector<int64_t> reference_order(const std::vector<double>& row, bool descending) {
+  std::vector<int64_t> order(row.size());
+  std::iota(order.begin(), order.end(), int64_t(0));
+  const auto rank = [](double v) { return std::isnan(v) ? 1 : 0; };
+  std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
+    const double x = row[size_t(a)], y = row[size_t(b)];
+    if (rank(x) != rank(y)) return descending ? rank(x) > rank(y) : rank(x) < rank(y);
+    if (std::isnan(x)) return false;
+    return descending ? x > y : x < y;
+  });
+  return order;
+}
+
+}  // namespace
+
+TEST_CASE("argsort is stable with NaN the largest, in every dtype, along any dim", "[sort]") {
+  // Ties, both zeros, infinities and NaN in one row.
+  const std::vector<double> row = {2.0,      -1.0, kNan, 0.0,  -0.0, 2.0, -INFINITY,
+                                   INFINITY, 1.5,  kNan, -1.0, 0.5,  2.0};
+  for (DType dtype : {kFloat64, kFloat32, kFloat16, kBFloat16}) {
+    for (bool descending : {false, true}) {
+      CAPTURE(dtype, descending);
+      const Tensor x = tensor(row, dtype);
+      CHECK(argsort(x, 0, descending).to_vector<int64_t>() == reference_order(row, descending));
+    }
+  }
+  const std::vector<double> ints = {3, -7, 3, 0, 9, -7, 1};
+  for (DType dtype : {kInt64, kInt32}) {
+    CHECK(argsort(tensor(ints, dtype)).to_vector<int64_t>() == reference_order(ints, false));
+    CHECK(argsort(tensor(ints, dtype), 0, true).to_vector<int64_t>() ==
+          reference_order(ints, true));
+  }
+  CHECK(argsort(tensor({1.0, 0.0, 1.0, 0.0}).to(kBool)).to_vector<int64_t>() ==
+        std::vector<int64_t>{1, 3, 0, 2});
+
+  // Along a middle dim of a non-contiguous tensor: each column of each slice on its own.
+  manual_seed(4);
+  const Tensor x = randn({3, 5, 4}, kFloat64).transpose(0, 2);  // [4, 5, 3]
+  const Tensor order = argsort(x, 1, true);
+  REQUIRE(order.sizes() == x.sizes());
+  for (int64_t i = 0; i < 4; ++i) {
+    for (int64_t k = 0; k < 3; ++k) {
+      const std::vector<double> column = x.select(0, i).select(1, k).to_vector<double>();
+      CHECK(order.select(0, i).select(1, k).to_vector<int64_t>() == reference_order(column, true));
+    }
+  }
+  CHECK(argsort(full({}, 3.0)).item<int64_t>() == 0);
+  CHECK(argsort(zeros({2, 0})).sizes() == Shape{2, 0});
+  CHECK_THAT(testing::error_message([] { argsort(zeros({2, 3}), 2); }), Contains("dim"));
+}
+
+TEST_CASE("sort, topk, kthvalue and median as torch's", "[sort]") {
+  const Tensor x = tensor({3.0, 1.0, 2.0, 5.0, 4.0});
+  auto [values, indices] = sort(x);
+  CHECK(values.to_vector<double>() == std::vector<double>{1, 2, 3, 4, 5});
+  CHECK(indices.to_vector<int64_t>() == std::vector<int64_t>{1, 2, 0, 4, 3});
+  // torch.topk(torch.arange(1., 6.), 3) = values [5, 4, 3], indices [4, 3, 2].
+  auto [top, top_at] = topk(arange(1.0, 6.0, 1, kFloat32), 3);
+  CHECK(top.to_vector<double>() == std::vector<double>{5, 4, 3});
+  CHECK(top_at.to_vector<int64_t>() == std::vector<int64_t>{4, 3, 2});
+  auto [low, low_at] = topk(x, 2, -1, /*largest=*/false);
+  CHECK(low.to_vector<double>() == std::vector<double>{1, 2});
+  CHECK(low_at.to_vector<int64_t>() == std::vector<int64_t>{1, 2});
+  CHECK(std::get<0>(topk(x, 0)).numel() == 0);
+  CHECK_THAT(testing::error_message([&] { topk(x, 6); }),
+             Contains("expected k in [0, 5] (the size of dim -1), got 6"));
+  // torch.kthvalue(torch.arange(1., 6.), 4) = (4., 3).
+  auto [kth, kth_at] = kthvalue(arange(1.0, 6.0, 1, kFloat32), 4);
+  CHECK(kth.item<double>() == 4.0);
+  CHECK(kth_at.item<int64_t>() == 3);
+  const Tensor m = tensor({4.0, 1.0, 7.0, 2.0, 9.0, 3.0}, {2, 3});
+  auto [kv, ki] = kthvalue(m, 2, 0, /*keepdim=*/true);
+  CHECK(kv.sizes() == Shape{1, 3});
+  CHECK(kv.to_vector<double>() == std::vector<double>{4, 9, 7});
+  CHECK(ki.to_vector<int64_t>() == std::vector<int64_t>{0, 1, 0});
+  CHECK_THAT(testing::error_message([&] { kthvalue(m, 0, 1); }), Contains("expected k in [1, 3]"));
+
+  // The lower median; a row with NaN gives NaN.
+  CHECK(median(tensor({4.0, 1.0, 3.0, 2.0})).item<double>() == 2.0);
+  CHECK(median(tensor(std::vector<int64_t>{5, 1, 3})).item<int64_t>() == 3);
+  auto [med, med_at] = median(tensor({4.0, 1.0, kNan, 2.0, 7.0, 5.0, 6.0, kNan}, {2, 4}), 1);
+  const std::vector<double> med_values = med.to_vector<double>();
+  CHECK(std::isnan(med_values[0]));
+  CHECK(med_at.to_vector<int64_t>()[0] == 2);
+  CHECK(std::isnan(med_values[1]));
+  CHECK(med_at.to_vector<int64_t>()[1] == 3);
+  auto [med2, med2_at] = median(m, 1, true);
+  CHECK(med2.to_vector<double>() == std::vector<double>{4, 3});
+  CHECK(med2_at.to_vector<int64_t>() == std::vector<int64_t>{0, 2});
+  CHECK_THAT(testing::error_message([] { median(zeros({0})); }), Contains("non-empty"));
+  CHECK(std::get<0>(sort(x.to(kBFloat16), 0, true)).dtype() == kBFloat16);
+}
+
+TEST_CASE("sort's values take gradients at the positions they came from", "[sort]") {
+  const Tensor x = tensor({3.0, 1.0, 2.0, 5.0}, kFloat64).requires_grad_();
+  auto [values, indices] = topk(x, 2);
+  sum(mul(values, tensor({10.0, 1.0}, kFloat64))).backward();
+  // 5 (position 3) took weight 10, 3 (position 0) weight 1.
+  CHECK(x.grad().to_vector<double>() == std::vector<double>{1, 0, 0, 10});
+  const Tensor y = tensor({4.0, 1.0, 3.0}, kFloat64).requires_grad_();
+  median(y).backward();
+  CHECK(y.grad().to_vector<double>() == std::vector<double>{0, 0, 1});
+}
