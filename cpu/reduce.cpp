@@ -42,6 +42,7 @@
 #include "halfgrad/core/strided_loop.h"
 #include "halfgrad/cpu/kernels.h"
 #include "halfgrad/kernel/checks.h"
+#include "halfgrad/kernel/formulas.h"
 #include "halfgrad/kernel/kinds.h"
 #include "halfgrad/kernel/reduce.h"
 
@@ -51,6 +52,7 @@ namespace {
 
 using kernel::Reduction;
 using kernel::reduction_name;
+using kernel::Scan;
 using kernel::ValuesIndices;
 
 // Values converted at a time by the inner walk and cumsum.
@@ -836,14 +838,14 @@ Tensor var(const Tensor& x, const Shape& dims, int64_t correction, bool keepdim,
   return out.to(out_dtype);
 }
 
-Tensor cumsum(const Tensor& x, int64_t dim, DType out_dtype) {
-  check_cpu(x, "cumsum");
-  const int64_t d = wrap_dim(dim, x.dim(), "cumsum");
-  check_out_dtype(x, out_dtype, "cumsum");
-  if (x.dim() == 0) return cumsum(x.reshape({1}), 0, out_dtype).reshape({});
-  const Tensor out = visit_dtype(x.dtype(), [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    using V = value_t<T>;
+// The scan of kind K along dim d of x (storage type T) into a new tensor of the accumulator's
+// dtype.
+template <Scan K, class T>
+Tensor scan_rows(const Tensor& x, int64_t d) {
+  using V = value_t<T>;
+  if constexpr (K == Scan::LogSumExp && std::is_integral_v<V>) {
+    HG_ERROR("logcumsumexp: expected a floating tensor, got {}", x.dtype());
+  } else {
     Tensor result = empty(x.sizes(), dtype_of<V>);
     if (x.numel() == 0) return result;
     // Walk the lines along dim: for_each_row visits x and result with dim at size 1, and the
@@ -855,7 +857,8 @@ Tensor cumsum(const Tensor& x, int64_t dim, DType out_dtype) {
     std::array<Shape, 2> byte_strides{result.strides(), x.strides()};
     for (int64_t& s : byte_strides[0]) s *= int64_t(sizeof(V));
     for (int64_t& s : byte_strides[1]) s *= int64_t(sizeof(T));
-    const auto kernel = [&](std::array<char*, 2> ptrs, std::array<int64_t, 2> steps, int64_t n) {
+    const auto line_kernel = [&](std::array<char*, 2> ptrs, std::array<int64_t, 2> steps,
+                                 int64_t n) {
       V* out_row = reinterpret_cast<V*>(ptrs[0]);
       const T* x_row = reinterpret_cast<const T*>(ptrs[1]);
       const int64_t out_inner = steps[0] / int64_t(sizeof(V));
@@ -863,9 +866,9 @@ Tensor cumsum(const Tensor& x, int64_t dim, DType out_dtype) {
       if (n == 1 || std::abs(x_step) <= std::abs(x_inner)) {
         // dim is the faster-moving one: one line at a time.
         for (int64_t i = 0; i < n; ++i) {
-          V acc = V(0);
+          V acc = kernel::scan_identity<K, V>();
           for (int64_t k = 0; k < length; ++k) {
-            acc = add(acc, cast_value<V>(x_row[i * x_inner + k * x_step]));
+            acc = kernel::scan_combine<K, V>(acc, cast_value<V>(x_row[i * x_inner + k * x_step]));
             out_row[i * out_inner + k * out_step] = acc;
           }
         }
@@ -875,13 +878,13 @@ Tensor cumsum(const Tensor& x, int64_t dim, DType out_dtype) {
       std::array<V, kBlock> acc, buffer;
       for (int64_t j0 = 0; j0 < n; j0 += kBlock) {
         const int64_t m = std::min(kBlock, n - j0);
-        std::fill_n(acc.begin(), m, V(0));
+        std::fill_n(acc.begin(), m, kernel::scan_identity<K, V>());
         for (int64_t k = 0; k < length; ++k) {
           const V* values =
               load_values(x_row + j0 * x_inner + k * x_step, x_inner, m, buffer.data());
           V* out_k = out_row + j0 * out_inner + k * out_step;
           for (int64_t j = 0; j < m; ++j) {
-            acc[j] = add(acc[j], values[j]);
+            acc[j] = kernel::scan_combine<K, V>(acc[j], values[j]);
             out_k[j * out_inner] = acc[j];
           }
         }
@@ -889,8 +892,23 @@ Tensor cumsum(const Tensor& x, int64_t dim, DType out_dtype) {
     };
     for_each_row<2>(lines,
                     {static_cast<char*>(result.data_ptr()), static_cast<char*>(x.data_ptr())},
-                    byte_strides, kernel, x.numel() >= kParallelGrain);
+                    byte_strides, line_kernel, x.numel() >= kParallelGrain);
     return result;
+  }
+}
+
+Tensor scan(Scan kind, const Tensor& x, int64_t dim, DType out_dtype) {
+  const char* name = kernel::scan_name(kind);
+  check_cpu(x, name);
+  const int64_t d = wrap_dim(dim, x.dim(), name);
+  check_out_dtype(x, out_dtype, name);
+  HG_CHECK(kind != Scan::LogSumExp || x.is_floating_point(),
+           "{}: expected a floating tensor, got {}", name, x.dtype());
+  if (x.dim() == 0) return scan(kind, x.reshape({1}), 0, out_dtype).reshape({});
+  const Tensor out = visit_dtype(x.dtype(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    return kernel::with_scan(
+        kind, [&](auto scan_kind) { return scan_rows<decltype(scan_kind)::value, T>(x, d); });
   });
   return out.to(out_dtype);
 }

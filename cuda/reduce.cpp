@@ -15,6 +15,7 @@
 #include "halfgrad/cuda/reduce_launch.h"
 #include "halfgrad/cuda/stream.h"
 #include "halfgrad/kernel/checks.h"
+#include "halfgrad/kernel/formulas.h"
 
 namespace hg::cuda {
 
@@ -22,6 +23,7 @@ namespace {
 
 using detail::ReduceKind;
 using kernel::Reduction;
+using kernel::Scan;
 
 // ---- checks and shapes (the CPU kernels') -----------------------------------------------------
 
@@ -183,7 +185,7 @@ ReduceKind pass_kind(Reduction op, double p) {
 
 template <bool kMax>
 kernel::ValuesIndices arg_reduce(const Tensor& x, const std::vector<bool>& reduced, bool keepdim,
-                              const char* op) {
+                                 const char* op) {
   check_nonempty(x, reduced, op);
   DeviceGuard guard(x.device().index);
   const Layout layout = make_layout(x, reduced, /*sort_reduced=*/false, op);
@@ -258,11 +260,14 @@ Tensor var(const Tensor& x, const Shape& dims, int64_t correction, bool keepdim,
   return out.to(out_dtype);
 }
 
-Tensor cumsum(const Tensor& x, int64_t dim, DType out_dtype) {
-  check_input(x, "cumsum");
-  const int64_t d = wrap_dim(dim, x.dim(), "cumsum");
-  check_out_dtype(x, out_dtype, "cumsum");
-  if (x.dim() == 0) return cumsum(x.reshape({1}), 0, out_dtype).reshape({});
+Tensor scan(Scan kind, const Tensor& x, int64_t dim, DType out_dtype) {
+  const char* name = kernel::scan_name(kind);
+  check_input(x, name);
+  const int64_t d = wrap_dim(dim, x.dim(), name);
+  check_out_dtype(x, out_dtype, name);
+  HG_CHECK(kind != Scan::LogSumExp || x.is_floating_point(),
+           "{}: expected a floating tensor, got {}", name, x.dtype());
+  if (x.dim() == 0) return scan(kind, x.reshape({1}), 0, out_dtype).reshape({});
   // The lines along d: the other dims, walked with x's strides and the output's (contiguous)
   // ones; neighbours merge when they are back to back in both.
   struct Line {
@@ -281,12 +286,12 @@ Tensor cumsum(const Tensor& x, int64_t dim, DType out_dtype) {
     }
   }
   // A contiguous copy merges them into at most two (before and after d).
-  if (lines.size() > size_t(detail::kMaxDims)) return cumsum(x.contiguous(), d, out_dtype);
+  if (lines.size() > size_t(detail::kMaxDims)) return scan(kind, x.contiguous(), d, out_dtype);
   DeviceGuard guard(x.device().index);
   const DType written = out_dtype == x.dtype() ? out_dtype : value_dtype(x.dtype());
   Tensor out = empty(x.sizes(), {.dtype = written, .device = x.device()});
   if (x.numel() > 0) {
-    detail::CumsumGeometry g;
+    detail::ScanGeometry g;
     g.x = x.data_ptr();
     g.dtype = x.dtype();
     g.out = out.data_ptr();
@@ -301,7 +306,7 @@ Tensor cumsum(const Tensor& x, int64_t dim, DType out_dtype) {
       g.x_rows.strides[i] = lines[i].x_stride;
       g.out_rows.strides[i] = lines[i].out_stride;
     }
-    HG_CUDA_CHECK(detail::launch_cumsum(g, current_stream()), "cumsum");
+    HG_CUDA_CHECK(detail::launch_scan(kind, g, current_stream()), name);
   }
   return out.to(out_dtype);
 }

@@ -23,8 +23,11 @@
 
 #include "halfgrad/cuda/reduce_launch.h"
 #include "halfgrad/cuda/reduce_utils.cuh"
+#include "halfgrad/kernel/formulas.h"
 
 namespace hg::cuda::detail {
+
+using kernel::Scan;
 
 namespace {
 
@@ -379,7 +382,7 @@ __global__ void reduce_finish_kernel(Op op, Pass<T, typename Op::Acc> p) {
   }
 }
 
-// Cumulative sums.
+// Scans (cumsum, cumprod, logcumsumexp), folded by kernel::scan_combine.
 template <class T>
 struct ScanPass {
   const T* x;
@@ -403,16 +406,16 @@ struct ScanPass {
 
 // One thread per line, in order (short lines, or lines whose neighbours are neighbours in
 // memory so that a warp reads neighbouring values).
-template <class T>
-__global__ void cumsum_lines_kernel(ScanPass<T> p) {
+template <Scan K, class T>
+__global__ void scan_lines_kernel(ScanPass<T> p) {
   using V = value_t<T>;
   for (int64_t r = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; r < p.rows;
        r += int64_t(gridDim.x) * blockDim.x) {
     const T* x = p.x + p.x_rows.offset(r);
     const int64_t out0 = p.out_rows.offset(r);
-    V acc = V(0);
+    V acc = kernel::scan_identity<K, V>();
     for (int64_t k = 0; k < p.length; ++k) {
-      acc = add_wrap(acc, to_value<V>(x[k * p.x_step]));
+      acc = kernel::scan_combine<K, V>(acc, to_value<V>(x[k * p.x_step]));
       p.store(out0 + k * p.out_step, acc);
     }
   }
@@ -422,8 +425,8 @@ __global__ void cumsum_lines_kernel(ScanPass<T> p) {
 // neighbours, warps scanning their threads' totals with shuffles, the block its warps' totals.
 constexpr int kScanItems = 8;
 
-template <class T>
-__global__ void __launch_bounds__(kBlock) cumsum_rows_kernel(ScanPass<T> p) {
+template <Scan K, class T>
+__global__ void __launch_bounds__(kBlock) scan_rows_kernel(ScanPass<T> p) {
   using V = value_t<T>;
   constexpr int kWarps = kBlock / 32;
   __shared__ V warp_totals[kWarps];
@@ -431,38 +434,42 @@ __global__ void __launch_bounds__(kBlock) cumsum_rows_kernel(ScanPass<T> p) {
   for (int64_t r = blockIdx.x; r < p.rows; r += gridDim.x) {
     const T* x = p.x + p.x_rows.offset(r);
     const int64_t out0 = p.out_rows.offset(r);
-    V carry = V(0);
+    V carry = kernel::scan_identity<K, V>();
     for (int64_t chunk = 0; chunk < p.length; chunk += int64_t(kBlock) * kScanItems) {
       const int64_t first = chunk + int64_t(threadIdx.x) * kScanItems;
       V items[kScanItems];
-      V total = V(0);
+      V total = kernel::scan_identity<K, V>();
 #pragma unroll
       for (int i = 0; i < kScanItems; ++i) {
         const int64_t k = first + i;
-        total = add_wrap(total, k < p.length ? to_value<V>(x[k * p.x_step]) : V(0));
+        total = kernel::scan_combine<K, V>(
+            total, k < p.length ? to_value<V>(x[k * p.x_step]) : kernel::scan_identity<K, V>());
         items[i] = total;
       }
       V inclusive = total;
 #pragma unroll
       for (int offset = 1; offset < 32; offset *= 2) {
         const V up = __shfl_up_sync(0xffffffffu, inclusive, offset);
-        if (lane >= offset) inclusive = add_wrap(inclusive, up);
+        if (lane >= offset) inclusive = kernel::scan_combine<K, V>(up, inclusive);
       }
       V exclusive = __shfl_up_sync(0xffffffffu, inclusive, 1);
-      if (lane == 0) exclusive = V(0);
+      if (lane == 0) exclusive = kernel::scan_identity<K, V>();
       if (lane == 31) warp_totals[warp] = inclusive;
       __syncthreads();
       V prefix = carry;
-      for (int w = 0; w < warp; ++w) prefix = add_wrap(prefix, warp_totals[w]);
-      prefix = add_wrap(prefix, exclusive);
+      for (int w = 0; w < warp; ++w) prefix = kernel::scan_combine<K, V>(prefix, warp_totals[w]);
+      prefix = kernel::scan_combine<K, V>(prefix, exclusive);
       V block_total = warp_totals[0];
-      for (int w = 1; w < kWarps; ++w) block_total = add_wrap(block_total, warp_totals[w]);
+      for (int w = 1; w < kWarps; ++w) {
+        block_total = kernel::scan_combine<K, V>(block_total, warp_totals[w]);
+      }
 #pragma unroll
       for (int i = 0; i < kScanItems; ++i) {
         const int64_t k = first + i;
-        if (k < p.length) p.store(out0 + k * p.out_step, add_wrap(prefix, items[i]));
+        if (k < p.length)
+          p.store(out0 + k * p.out_step, kernel::scan_combine<K, V>(prefix, items[i]));
       }
-      carry = add_wrap(carry, block_total);
+      carry = kernel::scan_combine<K, V>(carry, block_total);
       __syncthreads();  // warp_totals is reused by the next chunk
     }
   }
@@ -662,10 +669,11 @@ cudaError_t launch_reduce(ReduceKind kind, const ReduceGeometry& g, const Reduce
   });
 }
 
-cudaError_t launch_cumsum(const CumsumGeometry& g, cudaStream_t stream) {
+cudaError_t launch_scan(Scan kind, const ScanGeometry& g, cudaStream_t stream) {
   if (g.rows == 0 || g.length == 0) return cudaSuccess;
   return visit_storage(g.dtype, [&](auto tag) -> cudaError_t {
     using T = typename decltype(tag)::type;
+    if (kind == Scan::LogSumExp && !kFloatingStorage<T>) return cudaErrorInvalidValue;
     ScanPass<T> p;
     p.x = static_cast<const T*>(g.x);
     p.out = g.out;
@@ -679,11 +687,16 @@ cudaError_t launch_cumsum(const CumsumGeometry& g, cudaStream_t stream) {
     // A block per line when the line is long and its values are neighbours in memory (or
     // there are too few lines to fill the GPU); a thread per line otherwise.
     const bool per_thread = g.length <= 64 || (g.rows >= 128 && g.x_step != 1);
-    if (per_thread) {
-      cumsum_lines_kernel<T><<<grid_for(g.rows), kThreads, 0, stream>>>(p);
-    } else {
-      cumsum_rows_kernel<T><<<unsigned(min64(g.rows, kMaxGrid)), kBlock, 0, stream>>>(p);
-    }
+    kernel::with_scan(kind, [&](auto scan_kind) {
+      constexpr Scan K = decltype(scan_kind)::value;
+      if constexpr (K == Scan::LogSumExp && !kFloatingStorage<T>) {
+        return;  // refused above
+      } else if (per_thread) {
+        scan_lines_kernel<K, T><<<grid_for(g.rows), kThreads, 0, stream>>>(p);
+      } else {
+        scan_rows_kernel<K, T><<<unsigned(min64(g.rows, kMaxGrid)), kBlock, 0, stream>>>(p);
+      }
+    });
     return cudaGetLastError();
   });
 }

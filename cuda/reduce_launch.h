@@ -8,6 +8,7 @@
 
 #include "halfgrad/core/dtype.h"
 #include "halfgrad/cuda/kernel_args.h"
+#include "halfgrad/kernel/kinds.h"
 
 namespace hg::cuda::detail {
 
@@ -73,11 +74,11 @@ int64_t reduce_workspace_bytes(const ReduceGeometry& g);
 cudaError_t launch_reduce(ReduceKind kind, const ReduceGeometry& g, const ReduceOutput& out,
                           cudaStream_t stream);
 
-// Inclusive cumulative sum along one dim of length L: rows (the other dims, `rows` walked with
-// the input's strides in x_rows and the output's in out_rows) of L elements, x_step and
-// out_step apart. The output is written in the accumulator's dtype, or the input's with
-// out_as_input.
-struct CumsumGeometry {
+// An inclusive scan (kernel::Scan) along one dim of length L: rows (the other dims, `rows`
+// walked with the input's strides in x_rows and the output's in out_rows) of L elements, x_step
+// and out_step apart. The output is written in the accumulator's dtype, or the input's with
+// out_as_input. LogSumExp takes floating input only.
+struct ScanGeometry {
   const void* x = nullptr;
   DType dtype = kFloat32;
   void* out = nullptr;
@@ -89,6 +90,6 @@ struct CumsumGeometry {
   DimList x_rows;
   DimList out_rows;
 };
-cudaError_t launch_cumsum(const CumsumGeometry& g, cudaStream_t stream);
+cudaError_t launch_scan(kernel::Scan kind, const ScanGeometry& g, cudaStream_t stream);
 
 }  // namespace hg::cuda::detail

@@ -342,4 +342,49 @@ HG_HOST_DEVICE inline A add_wrapping(A a, A b) {
   }
 }
 
+// ---- scans -----------------------------------------------------------------------------------
+
+// The op a scan kind runs under (in its errors).
+constexpr const char* scan_name(Scan kind) {
+  return kind == Scan::Sum ? "cumsum" : kind == Scan::Prod ? "cumprod" : "logcumsumexp";
+}
+
+template <class F>
+decltype(auto) with_scan(Scan kind, F&& f) {
+  return with_value<Scan::Sum, Scan::Prod, Scan::LogSumExp>(kind, f);
+}
+
+// A scan's running value before the first element, and the step that folds one more in, in
+// the accumulator type A (float, double or int64; LogSumExp takes floating A only). Integers
+// wrap modulo 2^64 (as PyTorch's do). LogSumExp is log(e^a + e^b) as max + log1p(e^-|a - b|):
+// -inf is its identity, equal infinities stay infinite, NaN propagates.
+template <Scan K, class A>
+HG_HOST_DEVICE inline A scan_identity() {
+  if constexpr (K == Scan::Sum) {
+    return A(0);
+  } else if constexpr (K == Scan::Prod) {
+    return A(1);
+  } else {
+    return -std::numeric_limits<A>::infinity();
+  }
+}
+template <Scan K, class A>
+HG_HOST_DEVICE inline A scan_combine(A a, A b) {
+  if constexpr (K == Scan::Sum) {
+    return add_wrapping(a, b);
+  } else if constexpr (K == Scan::Prod) {
+    if constexpr (std::is_integral_v<A>) {
+      return A(uint64_t(a) * uint64_t(b));
+    } else {
+      return a * b;
+    }
+  } else {
+    static_assert(!std::is_integral_v<A>, "logcumsumexp takes floating values");
+    if (a != a || b != b) return a + b;
+    if (a == b) return a + A(0.69314718055994530942);  // log 2; -inf and inf stay
+    const A high = a > b ? a : b, low = a > b ? b : a;
+    return high + std::log1p(std::exp(low - high));
+  }
+}
+
 }  // namespace hg::kernel

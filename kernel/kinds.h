@@ -32,6 +32,10 @@ enum class Compare : uint8_t { Eq, Ne, Lt, Le, Gt, Ge };
 
 enum class Reduction : uint8_t { Sum, Prod, Mean, Amax, Amin, LogSumExp, Norm };
 
+// The inclusive scans along a dim: cumsum, cumprod, logcumsumexp (kernel/formulas.h's
+// scan_combine).
+enum class Scan : uint8_t { Sum, Prod, LogSumExp };
+
 // The losses' kinds (kernel/loss.h): here, free of fmt, for the CUDA launchers (loss_launch.h).
 enum class LossReduction : uint8_t { None, Mean, Sum };
 

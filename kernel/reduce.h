@@ -1,5 +1,6 @@
 // The reduction family: sum, prod, mean, amax, amin, logsumexp and norm over any set of dims;
-// max/min/argmax with indices; var; cumsum; and sum_to (the inverse of broadcasting).
+// max/min/argmax with indices; var; the scans (cumsum, cumprod, logcumsumexp); and sum_to (the
+// inverse of broadcasting).
 //
 //   Tensor x = hg::randn({B, T, C}, kFloat16);
 //   const kernel::ReduceKernels& K = cpu::reduce_kernels;
@@ -64,10 +65,11 @@ struct ReduceKernels {
   Tensor (*var)(const Tensor& x, const Shape& dims, int64_t correction, bool keepdim,
                 DType out_dtype);
 
-  // Inclusive cumulative sum along dim: out[..., i, ...] = sum of x[..., 0..i, ...].
-  // Accumulates in float (double for float64, int64 for integers and bool); the result has
-  // x's shape and out_dtype (floating when the accumulator is).
-  Tensor (*cumsum)(const Tensor& x, int64_t dim, DType out_dtype);
+  // Inclusive scan along dim: out[..., i, ...] = the sum (Sum), product (Prod) or log-sum-exp
+  // (LogSumExp) of x[..., 0..i, ...], folded in order by scan_combine (kernel/formulas.h).
+  // Accumulates in float (double for float64, int64 for integers and bool); LogSumExp takes
+  // floating x only. The result has x's shape and out_dtype (floating when the accumulator is).
+  Tensor (*scan)(Scan kind, const Tensor& x, int64_t dim, DType out_dtype);
 
   // The sum of x over the dims that broadcasting `target` to x's shape would create or expand:
   // the result has shape `target` and x's dtype (accumulated as reduce's Sum does). The
@@ -80,7 +82,7 @@ struct ReduceKernels {
 #define HG_REDUCE_KERNELS                                                                   \
   {                                                                                         \
     .reduce = reduce, .max_dim = max_dim, .min_dim = min_dim, .argmax = argmax, .var = var, \
-    .cumsum = cumsum, .sum_to = sum_to                                                      \
+    .scan = scan, .sum_to = sum_to                                                          \
   }
 
 }  // namespace hg::kernel

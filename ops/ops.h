@@ -116,6 +116,10 @@ Tensor var(const Tensor& x, const Shape& dims = {}, int64_t correction = 1, bool
 Tensor norm(const Tensor& x, double p = 2.0, const Shape& dims = {}, bool keepdim = false);
 Tensor logsumexp(const Tensor& x, const Shape& dims, bool keepdim = false);
 Tensor cumsum(const Tensor& x, int64_t dim, std::optional<DType> dtype = std::nullopt);
+// The running product along dim (integers in int64); the gradient handles zeros exactly.
+Tensor cumprod(const Tensor& x, int64_t dim, std::optional<DType> dtype = std::nullopt);
+// log(cumsum(exp(x))) along dim, without overflow.
+Tensor logcumsumexp(const Tensor& x, int64_t dim);
 // Index of the smallest element (the first among ties; NaN counts as the smallest, as torch's).
 Tensor argmin(const Tensor& x, std::optional<int64_t> dim = std::nullopt, bool keepdim = false);
 // Whether any / every element over dims is nonzero (NaN is nonzero): bool. Over zero elements,

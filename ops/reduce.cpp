@@ -15,6 +15,7 @@ namespace hg {
 namespace {
 
 using kernel::Reduction;
+using kernel::Scan;
 using ops::dispatch;
 using ops::OpContext;
 using Grads = autograd::GradList;
@@ -244,14 +245,86 @@ struct Cumsum {
   Tensor forward(OpContext&, const Tensor& x) {
     dim = wrap_dim(dim, x.dim(), "cumsum");
     input_dtype = x.dtype();
-    return kernels::reduce(x).cumsum(
-        x, dim, dtype.value_or(is_floating_point(x.dtype()) ? x.dtype() : kInt64));
+    return kernels::reduce(x).scan(
+        Scan::Sum, x, dim, dtype.value_or(is_floating_point(x.dtype()) ? x.dtype() : kInt64));
   }
   Grads backward(OpContext&, const Grads& grads) {
     // The gradient of an inclusive prefix sum is the suffix sum: total - prefix + self.
     const Tensor& g = grads[0];
     const Tensor total = sum(g, {dim}, /*keepdim=*/true);
     return {add(sub(total, cumsum(g, dim)), g).to(input_dtype)};
+  }
+};
+
+// x's suffix sums along dim: the gradient of a prefix product or log-sum-exp gathers from the
+// positions after it.
+Tensor reverse_cumsum(const Tensor& v, int64_t dim) {
+  return flip(cumsum(flip(v, {dim}), dim), {dim});
+}
+Tensor reverse_logcumsumexp(const Tensor& v, int64_t dim) {
+  return flip(logcumsumexp(flip(v, {dim}), dim), {dim});
+}
+
+// ---- cumprod ---------------------------------------------------------------------------------
+
+struct Cumprod {
+  static constexpr OpId id = OpId::cumprod;
+  int64_t dim = 0;
+  std::optional<DType> dtype{};
+  DType input_dtype = kFloat32;
+  bool autocast_eligible() const { return !dtype.has_value(); }
+  Tensor forward(OpContext& ctx, const Tensor& x) {
+    dim = wrap_dim(dim, x.dim(), "cumprod");
+    input_dtype = x.dtype();
+    Tensor out = kernels::reduce(x).scan(
+        Scan::Prod, x, dim, dtype.value_or(is_floating_point(x.dtype()) ? x.dtype() : kInt64));
+    ctx.save({x});
+    ctx.save_output(out);
+    return out;
+  }
+  // d out_j / d x_k = prod_{i <= j, i != k} x_i for j >= k. Before a row's first zero (k < z)
+  // that is out_j / x_k, and the out_j from z on are 0; at the first zero it is the prefix
+  // product with that zero taken as 1; after it, every product holds the zero.
+  Grads backward(OpContext& ctx, const Grads& grads) {
+    const Tensor& g = grads[0];
+    const Tensor x = ctx.saved(0).to(g.dtype()), out = ctx.saved(1).to(g.dtype());
+    if (x.dim() == 0) return {g.to(input_dtype)};
+    const Tensor is_zero = eq(x.detach(), 0);
+    const Tensor zeros_so_far = cumsum(is_zero, dim);
+    const Tensor before_first = eq(zeros_so_far, 0);
+    const Tensor first_zero = where(is_zero, eq(zeros_so_far, 1), false);
+    const Tensor before = div(reverse_cumsum(mul(g, out), dim), where(before_first, x, 1));
+    const Tensor at_first = reverse_cumsum(mul(g, cumprod(where(first_zero, 1, x), dim)), dim);
+    return {where(before_first, before, where(first_zero, at_first, 0)).to(input_dtype)};
+  }
+};
+
+// ---- logcumsumexp ----------------------------------------------------------------------------
+
+struct Logcumsumexp {
+  static constexpr OpId id = OpId::logcumsumexp;
+  int64_t dim = 0;
+  Tensor forward(OpContext& ctx, const Tensor& x) {
+    require_floating(x, "logcumsumexp");
+    dim = wrap_dim(dim, x.dim(), "logcumsumexp");
+    Tensor out = kernels::reduce(x).scan(Scan::LogSumExp, x, dim, x.dtype());
+    ctx.save({x});
+    ctx.save_output(out);
+    return out;
+  }
+  // dx_k = sum_{j >= k} g_j exp(x_k - out_j), summed in log space: the positive and the
+  // negative parts of g each as a reverse log-cumsum-exp of log|g_j| - out_j (torch's form),
+  // so no exp overflows.
+  Grads backward(OpContext& ctx, const Grads& grads) {
+    const Tensor& g = grads[0];
+    const Tensor x = ctx.saved(0), out = ctx.saved(1);
+    if (x.dim() == 0) return {g};
+    const double inf = std::numeric_limits<double>::infinity();
+    const auto part = [&](const Tensor& positive) {
+      const Tensor log_g = where(positive, log(where(positive, abs(g), 1)), -inf);
+      return exp(add(reverse_logcumsumexp(sub(log_g, out), dim), x));
+    };
+    return {sub(part(gt(g, 0)), part(lt(g, 0)))};
   }
 };
 
@@ -396,6 +469,10 @@ Tensor logsumexp(const Tensor& x, const Shape& dims, bool keepdim) {
 Tensor cumsum(const Tensor& x, int64_t dim, std::optional<DType> dtype) {
   return dispatch(Cumsum{.dim = dim, .dtype = dtype}, x);
 }
+Tensor cumprod(const Tensor& x, int64_t dim, std::optional<DType> dtype) {
+  return dispatch(Cumprod{.dim = dim, .dtype = dtype}, x);
+}
+Tensor logcumsumexp(const Tensor& x, int64_t dim) { return dispatch(Logcumsumexp{.dim = dim}, x); }
 Tensor argmin(const Tensor& x, std::optional<int64_t> dim, bool keepdim) {
   return dispatch(Argmin{.dim = dim, .keepdim = keepdim}, x);
 }

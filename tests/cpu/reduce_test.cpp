@@ -705,7 +705,7 @@ TEST_CASE("cumsum matches the reference along every dim", "[reduce]") {
                                          double(sum_abs)};
               }
             }
-            check_result(K.cumsum(x, dim, out), x.sizes(), out, expected);
+            check_result(K.scan(kernel::Scan::Sum, x, dim, out), x.sizes(), out, expected);
           }
         }
       }
@@ -715,11 +715,12 @@ TEST_CASE("cumsum matches the reference along every dim", "[reduce]") {
 
 TEST_CASE("cumsum of an empty tensor is empty and of bool counts", "[reduce]") {
   const Tensor empty_rows = zeros({0, 4}, kFloat16);
-  const Tensor c = K.cumsum(empty_rows, 0, kFloat32);
+  const Tensor c = K.scan(kernel::Scan::Sum, empty_rows, 0, kFloat32);
   CHECK(c.sizes() == Shape{0, 4});
   CHECK(c.dtype() == kFloat32);
   const Tensor flags = from_values({1, 0, 1, 1}, {4}, kBool);
-  CHECK(K.cumsum(flags, 0, kInt64).to_vector<int64_t>() == std::vector<int64_t>{1, 1, 2, 3});
+  CHECK(K.scan(kernel::Scan::Sum, flags, 0, kInt64).to_vector<int64_t>() ==
+        std::vector<int64_t>{1, 1, 2, 3});
 }
 
 // ---- sum_to -------------------------------------------------------------------------------
@@ -805,7 +806,7 @@ TEST_CASE("reductions over zero elements follow PyTorch", "[reduce]") {
   const Tensor a = K.reduce(Reduction::Amax, x, {1}, true, kFloat32, 2.0);
   CHECK(a.sizes() == Shape{0, 1});
   CHECK(K.max_dim(x, 1, false).indices.sizes() == Shape{0});
-  CHECK(K.cumsum(x, 1, kFloat32).sizes() == Shape{0, 3});
+  CHECK(K.scan(kernel::Scan::Sum, x, 1, kFloat32).sizes() == Shape{0, 3});
   CHECK(K.sum_to(x, {3}).to_vector<double>() == std::vector<double>{0, 0, 0});
 }
 
@@ -823,7 +824,8 @@ TEST_CASE("reduction errors name the op with what was expected and given", "[red
   CHECK_THROWS_WITH(K.var(x, {0, 0}, 1, false, kFloat32), Contains("var: expected distinct dims"));
   CHECK_THROWS_WITH(K.max_dim(x, 5, false), Contains("max: dim out of range"));
   CHECK_THROWS_WITH(K.argmax(x, -4, false), Contains("argmax: dim out of range"));
-  CHECK_THROWS_WITH(K.cumsum(x, 3, kFloat32), Contains("cumsum: dim out of range"));
+  CHECK_THROWS_WITH(K.scan(kernel::Scan::Sum, x, 3, kFloat32),
+                    Contains("cumsum: dim out of range"));
   CHECK_THROWS_WITH(K.reduce(Reduction::Sum, scalar_tensor(1.0), {1}, false, kFloat32, 2.0),
                     Contains("for a 0-D tensor, got 1"));
 
@@ -838,7 +840,7 @@ TEST_CASE("reduction errors name the op with what was expected and given", "[red
                     Contains("var: expected a floating input") && Contains("got int32"));
   CHECK_THROWS_WITH(K.reduce(Reduction::Sum, x, {}, false, kInt64, 2.0),
                     Contains("sum: expected a floating out_dtype for float32 input, got int64"));
-  CHECK_THROWS_WITH(K.cumsum(x.to(kFloat16), 0, kInt32),
+  CHECK_THROWS_WITH(K.scan(kernel::Scan::Sum, x.to(kFloat16), 0, kInt32),
                     Contains("cumsum: expected a floating out_dtype for float16 input, got int32"));
   CHECK_THROWS_WITH(K.reduce(Reduction::Norm, x, {}, false, kFloat32, -1.0),
                     Contains("norm: expected p > 0, p = 0 or p = inf, got p = -1"));
@@ -875,7 +877,7 @@ TEST_CASE("results are bitwise the same with 1 and 2 threads", "[reduce]") {
       }
       results.push_back(K.max_dim(x, 0, false).indices);
       results.push_back(K.argmax(x, std::nullopt, false));
-      results.push_back(K.cumsum(x, 0, kFloat32));
+      results.push_back(K.scan(kernel::Scan::Sum, x, 0, kFloat32));
       results.push_back(K.sum_to(x, {1, x.size(1)}));
     }
     return results;

@@ -446,6 +446,38 @@ TEST_CASE("CUDA cumsum matches float64 along every dim", "[cuda]") {
   CHECK(s.item<double>() == 1.5);
 }
 
+TEST_CASE("CUDA cumprod and logcumsumexp match float64 in short and long lines", "[cuda]") {
+  HG_REQUIRE_CUDA();
+  PoisonCudaAllocations poison;
+  uint64_t seed = 3000;
+  for (DType dtype : kDTypes) {
+    for (const Shape& shape : {Shape{31}, Shape{3, 5000}, Shape{300, 70}}) {
+      for (int64_t dim = 0; dim < int64_t(shape.size()); ++dim) {
+        INFO(fmt::format("shape {} dim {} dtype {}", shape, dim, dtype));
+        const Tensor x = random_input(shape, dtype, seed++);
+        const Tensor x64 = x.to(kFloat64);
+        // logcumsumexp: against the float64 CPU kernel; its values stay O(log n) in size.
+        const Tensor l = logcumsumexp(to_cuda(x), dim);
+        CHECK(l.dtype() == dtype);
+        CHECK(mismatch_nan(l, logcumsumexp(x64, dim), tolerance_for(dtype)) == "");
+        // cumprod of values near 1 (1 + x / 64), so long products neither vanish nor overflow;
+        // the error scales with the running product.
+        const Tensor near_one = add(div(x, 64.0), 1.0).to(dtype);
+        const Tensor p64 = cumprod(near_one.to(kFloat64), dim);
+        const Tensor p = cumprod(to_cuda(near_one), dim);
+        const double length = double(shape[size_t(dim)]);
+        CHECK(mismatch_scaled(p, p64, mul(abs(p64), std::sqrt(length)), tolerance_for(dtype)) ==
+              "");
+      }
+    }
+  }
+  // Integers: products wrap as int64, exactly the CPU's.
+  const Tensor ints = tensor(std::vector<int64_t>{3, -2, 5, 7, 1, -4, 2, 9}, {2, 4}).to(kInt32);
+  CHECK(cumprod(to_cuda(ints), 1).dtype() == kInt64);
+  CHECK(cumprod(to_cuda(ints), 1).to(kCPU).to_vector<int64_t>() ==
+        cumprod(ints, 1).to_vector<int64_t>());
+}
+
 // ---- layouts --------------------------------------------------------------------------------
 
 TEST_CASE("CUDA reductions read non-contiguous inputs", "[cuda]") {
@@ -564,7 +596,7 @@ TEST_CASE("CUDA reductions reject bad arguments as the CPU kernels do", "[cuda]"
       Contains("expected p > 0"));
   CHECK_THROWS_WITH(cuda::reduce_kernels.var(x, {1}, -1, false, kFloat32),
                     Contains("correction >= 0"));
-  CHECK_THROWS_WITH(cuda::reduce_kernels.cumsum(x, 0, kInt64),
+  CHECK_THROWS_WITH(cuda::reduce_kernels.scan(kernel::Scan::Sum, x, 0, kInt64),
                     Contains("expected a floating out_dtype"));
   CHECK_THROWS_WITH(cuda::reduce_kernels.sum_to(x, {5, 4}), Contains("broadcasts"));
   CHECK_THROWS_AS(cuda::reduce_kernels.reduce(kernel::Reduction::Sum, x.to(Device(kCPU)), {}, false,

@@ -1,6 +1,6 @@
 // fmod, remainder, atan2, hypot, lerp, erfinv; leaky_relu, elu, glu; std, var_mean, std_mean,
-// argmin, any, all; normalize, cosine_similarity, cdist; conv1d, the 1-d pools and
-// adaptive_avg_pool2d: against float64 loops and torch's documented values and semantics.
+// argmin, any, all, cumprod, logcumsumexp; normalize, cosine_similarity, cdist; conv1d, the 1-d
+// pools and adaptive_avg_pool2d: against float64 loops and torch's documented values and semantics.
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -240,6 +240,71 @@ TEST_CASE("std, var_mean and std_mean against float64 loops", "[math]") {
                hg::std(tensor(std::vector<int64_t>{1, 2}));
              }),
              Contains("expected a floating tensor"));
+}
+
+TEST_CASE("cumprod and logcumsumexp against float64 loops, zeros and extremes", "[math]") {
+  manual_seed(8);
+  const Tensor x = randn({3, 6}, kFloat64);
+  const std::vector<double> v = x.to_vector<double>();
+  std::vector<double> products, logs;
+  for (int r = 0; r < 3; ++r) {
+    double p = 1, m = -kInf, acc = 0;
+    for (int c = 0; c < 6; ++c) {
+      const double e = v[size_t(r * 6 + c)];
+      p *= e;
+      products.push_back(p);
+      // log-sum-exp by a running max, in float64.
+      if (e > m) {
+        acc = acc * std::exp(m - e) + 1;
+        m = e;
+      } else {
+        acc += std::exp(e - m);
+      }
+      logs.push_back(m + std::log(acc));
+    }
+  }
+  check_close(cumprod(x, 1).to_vector<double>(), products, 1e-14);
+  check_close(logcumsumexp(x, 1).to_vector<double>(), logs, 1e-14);
+  for (DType dtype : {kFloat32, kFloat16, kBFloat16}) {
+    CAPTURE(dtype);
+    CHECK(cumprod(x.to(dtype), 1).dtype() == dtype);
+    check_close(logcumsumexp(x.to(dtype), 1).to_vector<double>(),
+                logcumsumexp(x.to(dtype).to(kFloat64), 1).to_vector<double>(),
+                testing::rounding_tolerance(dtype), testing::rounding_tolerance(dtype));
+  }
+  // torch: cumprod of int32 gives int64; logcumsumexp far below the max keeps its value.
+  const Tensor ints = tensor(std::vector<int64_t>{2, -3, 4}).to(kInt32);
+  CHECK(cumprod(ints, 0).dtype() == kInt64);
+  CHECK(cumprod(ints, 0).to_vector<int64_t>() == std::vector<int64_t>{2, -6, -24});
+  check_close(logcumsumexp(tensor({-1000.0, 0.0, -kInf, 1000.0}, kFloat64), 0).to_vector<double>(),
+              {-1000.0, 0.0, 0.0, 1000.0}, 1e-15);
+  check_close(logcumsumexp(tensor({kInf, 1.0}), 0).to_vector<double>(), {kInf, kInf}, 0.0);
+  CHECK(std::isnan(logcumsumexp(tensor({1.0, kNan, 2.0}), 0).to_vector<double>()[2]));
+  CHECK_THAT(testing::error_message([] { logcumsumexp(tensor(std::vector<int64_t>{1}), 0); }),
+             Contains("expected a floating tensor"));
+
+  // cumprod's gradient through zeros: d out_j / d x_k = prod_{i <= j, i != k} x_i.
+  const Tensor z = tensor({2.0, 0.0, 3.0, 0.0, 5.0}, kFloat64).requires_grad_();
+  const std::vector<double> g = {1.0, 10.0, 100.0, 1000.0, 10000.0};
+  sum(mul(cumprod(z, 0), tensor(g, kFloat64))).backward();
+  // k = 0: g0 + 0...; k = 1 (first zero): 2 (g1 + 3 g2 + 0 g3...) = 2 * 310; after it: 0.
+  CHECK(z.grad().to_vector<double>() == std::vector<double>{1.0, 620.0, 0.0, 0.0, 0.0});
+  // logcumsumexp's gradient: sum_{j >= k} g_j softmax weights, negative g included.
+  const Tensor w = tensor({0.5, -1.0, 2.0}, kFloat64).requires_grad_();
+  const std::vector<double> gw = {1.0, -2.0, 3.0};
+  sum(mul(logcumsumexp(w, 0), tensor(gw, kFloat64))).backward();
+  const std::vector<double> wv = {0.5, -1.0, 2.0};
+  std::vector<double> out(3), want(3, 0.0);
+  for (int j = 0; j < 3; ++j) {
+    double acc = 0;
+    for (int i = 0; i <= j; ++i) acc += std::exp(wv[size_t(i)]);
+    out[size_t(j)] = std::log(acc);
+  }
+  for (int k = 0; k < 3; ++k) {
+    for (int j = k; j < 3; ++j)
+      want[size_t(k)] += gw[size_t(j)] * std::exp(wv[size_t(k)] - out[size_t(j)]);
+  }
+  check_close(w.grad().to_vector<double>(), want, 1e-14);
 }
 
 TEST_CASE("argmin, any and all as torch's", "[math]") {

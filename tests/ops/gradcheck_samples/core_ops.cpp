@@ -82,6 +82,18 @@ const bool registered = register_samples([](std::map<OpId, Sample>& s) {
                       });
   s[OpId::logsumexp] = one([](auto& x) { return logsumexp(x, {0}); }, [] { return input({3, 2}); });
   s[OpId::cumsum] = one([](auto& x) { return cumsum(x, 1); }, [] { return input({2, 4}); });
+  // Zeros (one, two in a row) take cumprod's zero paths.
+  s[OpId::cumprod] = one([](auto& x) { return cumprod(x, 1); },
+                         [] {
+                           return tensor({2.0, 0.5, 0.0, 1.5, 0.0, 3.0, 1.2, -0.7, 0.9, 2.0, -1.1,
+                                          0.6, 0.8, 0.0, 1.3, -0.4, 1.7, 0.9},
+                                         {3, 6}, kFloat64)
+                               .requires_grad_();
+                         });
+  s[OpId::logcumsumexp] = one([](auto& x) { return logcumsumexp(x, 0); },
+                              [] {
+                                return input({4, 3});
+                              });
   // views and copies
   s[OpId::view] = one([](auto& x) { return x.view({3, 2}); }, [] { return input({2, 3}); });
   s[OpId::reshape] = one([](auto& x) { return x.t().reshape({6}); }, [] { return input({2, 3}); });
