@@ -151,7 +151,8 @@ __device__ __forceinline__ C binary_math(C a, C b, C alpha) {
       return integer_pow(a, b);
     } else {
       static_assert(Op == Binary::Maximum || Op == Binary::Minimum || Op == Binary::Fmod ||
-                    Op == Binary::Remainder || Op == Binary::Atan2 || Op == Binary::Hypot);
+                    Op == Binary::Remainder || Op == Binary::Atan2 || Op == Binary::Hypot ||
+                    Op == Binary::FloorDiv || Op == Binary::TruncDiv);
       return kernel::binary_fn<Op>(a, b, alpha);
     }
   } else {

@@ -50,7 +50,7 @@ template <class F>
 decltype(auto) with_binary(Binary op, F&& f) {
   using B = Binary;
   return with_value<B::Add, B::Sub, B::Mul, B::Div, B::Pow, B::Maximum, B::Minimum, B::Fmod,
-                    B::Remainder, B::Atan2, B::Hypot>(op, f);
+                    B::Remainder, B::Atan2, B::Hypot, B::FloorDiv, B::TruncDiv>(op, f);
 }
 
 // Calls f(TypeTag<U>{}) with U the unsigned integer as wide as one element (1, 2, 4 or 8
@@ -285,12 +285,34 @@ HG_HOST_DEVICE inline C binary_fn(C a, C b, C alpha) {
     } else {
       return std::atan2(a, b);
     }
-  } else {
-    static_assert(Op == Binary::Hypot);
+  } else if constexpr (Op == Binary::Hypot) {
     if constexpr (std::is_integral_v<C>) {
       return C(std::hypot(double(a), double(b)));  // not reached: the op computes in floats
     } else {
       return std::hypot(a, b);
+    }
+  } else {
+    static_assert(Op == Binary::FloorDiv || Op == Binary::TruncDiv);
+    if constexpr (std::is_integral_v<C>) {
+      // The op layer refuses a divisor of 0; -1 negates (wrapping the minimum value).
+      if (b == C(0)) return C(0);
+      if (b == C(-1)) return C(C(0) - a);
+      C q = C(a / b);
+      if (Op == Binary::FloorDiv && (a % b != C(0)) && ((a < C(0)) != (b < C(0)))) q -= C(1);
+      return q;
+    } else if constexpr (Op == Binary::TruncDiv) {
+      return trunc_of(a / b);
+    } else {
+      // torch's floor division: the exact quotient of a - fmod(a, b), rounded down, so that
+      // a // b and fmod agree (floor(a / b) can round across a whole number).
+      if (b == C(0)) return a / b;
+      const C mod = std::fmod(a, b);
+      C quotient = (a - mod) / b;
+      if (mod != C(0) && ((b < C(0)) != (mod < C(0)))) quotient -= C(1);
+      if (quotient == C(0)) return std::copysign(C(0), a / b);
+      C floored = floor_of(quotient);
+      if (quotient - floored > C(0.5)) floored += C(1);
+      return floored;
     }
   }
 }

@@ -26,6 +26,8 @@ enum class Binary : uint8_t {
   Remainder,  // Python's %: the remainder with the divisor's sign
   Atan2,
   Hypot,
+  FloorDiv,  // Python's //: the quotient rounded down
+  TruncDiv,  // C's /: the quotient rounded toward zero
 };
 
 enum class Compare : uint8_t { Eq, Ne, Lt, Le, Gt, Ge };

@@ -161,18 +161,24 @@ constexpr kernel::Binary binary_math_kind() {
     return kernel::Binary::Remainder;
   } else if constexpr (Id == OpId::atan2) {
     return kernel::Binary::Atan2;
+  } else if constexpr (Id == OpId::floor_divide) {
+    return kernel::Binary::FloorDiv;
+  } else if constexpr (Id == OpId::trunc_divide) {
+    return kernel::Binary::TruncDiv;
   } else {
     static_assert(Id == OpId::hypot);
     return kernel::Binary::Hypot;
   }
 }
 
-// fmod and remainder keep integer dtypes (an integer divisor of 0 is an error, as torch's
-// ZeroDivisionError); atan2 and hypot compute integers in float32, as torch's.
+// fmod, remainder and the rounded divisions keep integer dtypes (an integer divisor of 0 is an
+// error, as torch's ZeroDivisionError); atan2 and hypot compute integers in float32, as
+// torch's. The rounded divisions have no gradient (torch's is zero).
 template <OpId Id>
 struct BinaryMath {
   static constexpr OpId id = Id;
-  static constexpr bool kKeepsIntegers = Id == OpId::fmod || Id == OpId::remainder;
+  static constexpr bool kRounded = Id == OpId::floor_divide || Id == OpId::trunc_divide;
+  static constexpr bool kKeepsIntegers = Id == OpId::fmod || Id == OpId::remainder || kRounded;
 
   Tensor forward(OpContext& ctx, const Tensor& a, const Tensor& b) {
     DType dtype = result_type({a, b});
@@ -188,6 +194,7 @@ struct BinaryMath {
     return out;
   }
   Grads backward(OpContext& ctx, const Grads& grads) {
+    if constexpr (kRounded) return Grads(2);
     const Tensor& g = grads[0];
     const Tensor a = ctx.saved(0).to(g.dtype()), b = ctx.saved(1).to(g.dtype());
     Tensor da, db;
@@ -576,6 +583,21 @@ Tensor remainder(const Tensor& a, Scalar b) {
 }
 Tensor remainder(Scalar a, const Tensor& b) {
   return remainder(as_operand(a, result_type({b}, {a}), b.device()), b);
+}
+Tensor floor_divide(const Tensor& a, const Tensor& b) {
+  return dispatch(BinaryMath<OpId::floor_divide>{}, a, b);
+}
+Tensor floor_divide(const Tensor& a, Scalar b) {
+  return floor_divide(a, as_operand(b, result_type({a}, {b}), a.device()));
+}
+Tensor div(const Tensor& a, const Tensor& b, std::string_view rounding_mode) {
+  if (rounding_mode == "floor") return floor_divide(a, b);
+  HG_CHECK(rounding_mode == "trunc",
+           "div: expected rounding_mode \"trunc\" or \"floor\", got \"{}\"", rounding_mode);
+  return dispatch(BinaryMath<OpId::trunc_divide>{}, a, b);
+}
+Tensor div(const Tensor& a, Scalar b, std::string_view rounding_mode) {
+  return div(a, as_operand(b, result_type({a}, {b}), a.device()), rounding_mode);
 }
 Tensor atan2(const Tensor& a, const Tensor& b) { return dispatch(BinaryMath<OpId::atan2>{}, a, b); }
 Tensor hypot(const Tensor& a, const Tensor& b) { return dispatch(BinaryMath<OpId::hypot>{}, a, b); }

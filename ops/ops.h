@@ -36,6 +36,12 @@ Tensor fmod(const Tensor& a, Scalar b);
 Tensor remainder(const Tensor& a, const Tensor& b);
 Tensor remainder(const Tensor& a, Scalar b);
 Tensor remainder(Scalar a, const Tensor& b);
+// a / b rounded: "trunc" toward zero (C's integer division), "floor" down (Python's //, as
+// floor_divide). Integer dtypes stay integers (a divisor of 0 is an error); no gradient.
+Tensor div(const Tensor& a, const Tensor& b, std::string_view rounding_mode);
+Tensor div(const Tensor& a, Scalar b, std::string_view rounding_mode);
+Tensor floor_divide(const Tensor& a, const Tensor& b);
+Tensor floor_divide(const Tensor& a, Scalar b);
 // The angle of the point (b, a), in (-pi, pi]; sqrt(a^2 + b^2) without overflow. Integers
 // compute in float32.
 Tensor atan2(const Tensor& a, const Tensor& b);
@@ -156,6 +162,7 @@ Tensor sum_to_size(const Tensor& x, const Shape& sizes);
 #include "halfgrad/ops/index.h"
 #include "halfgrad/ops/linalg.h"
 #include "halfgrad/ops/loss.h"
+#include "halfgrad/ops/mask.h"
 #include "halfgrad/ops/norm.h"
 #include "halfgrad/ops/pool.h"
 #include "halfgrad/ops/rearrange.h"

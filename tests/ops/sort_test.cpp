@@ -121,3 +121,54 @@ TEST_CASE("sort's values take gradients at the positions they came from", "[sort
   median(y).backward();
   CHECK(y.grad().to_vector<double>() == std::vector<double>{0, 0, 1});
 }
+
+TEST_CASE("nonzero, where(condition) and masked_select as torch's", "[sort][mask]") {
+  // torch.nonzero(tensor([[0.6, 0, 0, 0], [0, 0.4, 0, 0], [0, 0, 1.2, 0], [0, 0, 0, -0.4]])).
+  const Tensor m = tensor({0.6, 0, 0, 0, 0, 0.4, 0, 0, 0, 0, 1.2, 0, 0, 0, 0, -0.4}, {4, 4});
+  const Tensor at = nonzero(m);
+  CHECK(at.sizes() == Shape{4, 2});
+  CHECK(at.to_vector<int64_t>() == std::vector<int64_t>{0, 0, 1, 1, 2, 2, 3, 3});
+  const Tensor x = tensor({0.0, NAN, 2.0, 0.0, -1.0, 0.0}, {3, 2});
+  CHECK(nonzero(x).to_vector<int64_t>() == std::vector<int64_t>{0, 1, 1, 0, 2, 0});
+  const std::vector<Tensor> parts = where(gt(x, 0.5));
+  REQUIRE(parts.size() == 2);
+  CHECK(parts[0].to_vector<int64_t>() == std::vector<int64_t>{1});
+  CHECK(parts[1].to_vector<int64_t>() == std::vector<int64_t>{0});
+  CHECK(nonzero(zeros({2, 3})).sizes() == Shape{0, 2});
+  CHECK(nonzero(full({}, 3.0)).sizes() == Shape{1, 0});
+  CHECK(nonzero(tensor(std::vector<int64_t>{0, 7, 0, 9})).to_vector<int64_t>() ==
+        std::vector<int64_t>{1, 3});
+
+  // torch.masked_select(x, x.ge(0.5)); a mask broadcast against x.
+  const Tensor v = tensor({0.1, 0.7, 0.9, 0.2, 0.5, 0.3}, {2, 3}, kFloat64);
+  CHECK(masked_select(v, ge(v, 0.5)).to_vector<double>() == std::vector<double>{0.7, 0.9, 0.5});
+  const Tensor row_mask = tensor({1.0, 0.0, 1.0}).to(kBool);
+  CHECK(masked_select(v, row_mask).to_vector<double>() == std::vector<double>{0.1, 0.9, 0.2, 0.3});
+  CHECK_THAT(testing::error_message([&] { masked_select(v, v); }),
+             Contains("expected a bool mask, got float64"));
+  const Tensor w = tensor({1.0, 2.0, 3.0}, kFloat64).requires_grad_();
+  sum(masked_select(w, tensor({1.0, 0.0, 1.0}).to(kBool))).backward();
+  CHECK(w.grad().to_vector<double>() == std::vector<double>{1, 0, 1});
+}
+
+TEST_CASE("div with a rounding mode and floor_divide as torch's", "[sort][mask]") {
+  // torch.div(a, b, rounding_mode=...) of a = [-7, -5.5, 5.5, 7], b = 2.
+  const Tensor a = tensor({-7.0, -5.5, 5.5, 7.0});
+  CHECK(div(a, 2, "trunc").to_vector<double>() == std::vector<double>{-3, -2, 2, 3});
+  CHECK(div(a, 2, "floor").to_vector<double>() == std::vector<double>{-4, -3, 2, 3});
+  CHECK(floor_divide(a, -2).to_vector<double>() == std::vector<double>{3, 2, -3, -4});
+  const Tensor i = tensor(std::vector<int64_t>{-7, 7, -8, 0});
+  CHECK(floor_divide(i, 2).dtype() == kInt64);
+  CHECK(floor_divide(i, 2).to_vector<int64_t>() == std::vector<int64_t>{-4, 3, -4, 0});
+  CHECK(div(i, -3, "trunc").to_vector<int64_t>() == std::vector<int64_t>{2, -2, 2, 0});
+  CHECK(div(i, -3, "floor").to_vector<int64_t>() == std::vector<int64_t>{2, -3, 2, 0});
+  // a // b and fmod agree: a == b * (a // b) + remainder(a, b), where floor(a / b) would not.
+  const Tensor f = tensor({1.0}, kFloat64), g = tensor({0.1}, kFloat64);
+  CHECK(floor_divide(f, g).item<double>() ==
+        9.0);  // 1 / 0.1 rounds to 10; the exact quotient is 9.99...
+  CHECK(std::isinf(floor_divide(tensor({1.0}), tensor({0.0})).item<double>()));
+  CHECK_THAT(testing::error_message([&] { floor_divide(i, 0); }),
+             Contains("expected a nonzero integer divisor"));
+  CHECK_THAT(testing::error_message([&] { div(a, 2, "round"); }),
+             Contains("expected rounding_mode \"trunc\" or \"floor\", got \"round\""));
+}

@@ -21,6 +21,14 @@ const bool registered = register_samples([](std::map<OpId, Sample>& s) {
       [] {
         return Inputs{input({2, 3}), input({3})};
       });
+  // A mask broadcast against x: each selected element once per row of the mask.
+  s[OpId::masked_select] = one(
+      [](auto& x) {
+        return masked_select(x, placed(tensor({1, 0, 1, 0, 1, 1}, {2, 1, 3}, kBool)));
+      },
+      [] {
+        return input({4, 3});
+      });
   s[OpId::masked_fill] = two(
       [](auto& x, auto& value) {
         const Tensor mask = placed(tensor({0, 1, 1}, {3}, kBool));
