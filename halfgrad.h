@@ -39,6 +39,7 @@
 #include "halfgrad/core/shape.h"
 #include "halfgrad/core/storage.h"
 #include "halfgrad/core/tensor.h"
+#include "halfgrad/core/tensor_index.h"
 #include "halfgrad/cpu/capabilities.h"
 #include "halfgrad/cuda/cuda.h"
 #include "halfgrad/io/atomic_file.h"

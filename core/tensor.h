@@ -7,6 +7,7 @@
 #pragma once
 
 #include <functional>
+#include <initializer_list>
 #include <memory>
 #include <optional>
 #include <vector>
@@ -24,6 +25,8 @@ namespace autograd {
 struct AutogradMeta;  // defined by the autograd layer (autograd/node.h)
 class Node;
 }  // namespace autograd
+
+class TensorIndex;  // core/tensor_index.h
 
 struct TensorOptions {
   DType dtype = kFloat32;
@@ -147,6 +150,11 @@ class Tensor {
   Tensor flatten(int64_t start_dim = 0, int64_t end_dim = -1) const;
   Tensor unflatten(int64_t dim, const Shape& sizes) const;
   Tensor operator[](int64_t index) const { return select(0, index); }
+  // x[indices...] with libtorch's indices (core/tensor_index.h; ops/tensor_index.cpp): a view
+  // when every index is an integer, a slice, None, the ellipsis or a bool; a new tensor when
+  // one is a tensor (advanced indexing, PyTorch's rules).
+  Tensor index(std::initializer_list<TensorIndex> indices) const;
+  Tensor index(const std::vector<TensorIndex>& indices) const;
 
   // ---- views when possible, copies otherwise ----------------------------------------------
   Tensor reshape(const Shape& sizes) const;
@@ -202,6 +210,11 @@ class Tensor {
   Tensor& copy_(const Tensor& src);
   Tensor& fill_(Scalar value);
   Tensor& zero_() { return fill_(0); }
+  // x[indices...] = values (broadcast to the indexed shape, converted to this dtype), in place
+  // (ops/tensor_index.cpp); with autograd, NOTE [In-place ops and autograd].
+  Tensor& index_put_(std::initializer_list<TensorIndex> indices, const Tensor& values);
+  Tensor& index_put_(std::initializer_list<TensorIndex> indices, Scalar value);
+  Tensor& index_put_(const std::vector<TensorIndex>& indices, const Tensor& values);
 
  private:
   TensorImpl& checked() const {
