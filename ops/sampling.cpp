@@ -117,8 +117,7 @@ Tensor multinomial(const Tensor& probs, int64_t num_samples, bool replacement,
 Tensor randint(int64_t low, int64_t high, const Shape& sizes, TensorOptions options,
                Generator* generator) {
   HG_CHECK(low < high, "randint: expected low < high, got low = {} and high = {}", low, high);
-  HG_CHECK(!is_floating_point(options.dtype) && options.dtype != kBool,
-           "randint: expected an integer dtype, got {}", options.dtype);
+  HG_CHECK(options.dtype != kBool, "randint: expected a numeric dtype, got bool");
   const double range = double(high) - double(low);
   HG_CHECK(range <= 9007199254740992.0,
            "randint: expected high - low <= 2^53 (what a float64 uniform resolves), got {}", range);
@@ -132,8 +131,7 @@ Tensor randint(int64_t high, const Shape& sizes, TensorOptions options, Generato
 }
 Tensor randperm(int64_t n, TensorOptions options, Generator* generator) {
   HG_CHECK(n >= 0, "randperm: expected n >= 0, got {}", n);
-  HG_CHECK(!is_floating_point(options.dtype) && options.dtype != kBool,
-           "randperm: expected an integer dtype, got {}", options.dtype);
+  HG_CHECK(options.dtype != kBool, "randperm: expected a numeric dtype, got bool");
   // The order of n float64 uniforms: every permutation equally likely (ties, at about n^2 /
   // 2^54, keep index order).
   return argsort(uniforms({n}, options.device, generator)).to(options.dtype);

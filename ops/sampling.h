@@ -25,12 +25,14 @@ Tensor bernoulli(const Tensor& like, double p, Generator* generator = nullptr);
 // categories in the order drawn (as torch's). [num_samples] or [B, num_samples].
 Tensor multinomial(const Tensor& probs, int64_t num_samples, bool replacement = false,
                    Generator* generator = nullptr);
-// Integers uniform in [low, high), of `sizes` (int64 unless options say another integer dtype).
+// Integers uniform in [low, high), of `sizes`, in options.dtype (int64 by default; a floating
+// dtype holds the same whole numbers, as torch's). TensorOptions{.device = d} alone names
+// float32: give the dtype with the device.
 Tensor randint(int64_t low, int64_t high, const Shape& sizes,
                TensorOptions options = {.dtype = kInt64}, Generator* generator = nullptr);
 Tensor randint(int64_t high, const Shape& sizes, TensorOptions options = {.dtype = kInt64},
                Generator* generator = nullptr);
-// A uniformly random permutation of 0..n-1 (int64 unless options say otherwise).
+// A uniformly random permutation of 0..n-1, in options.dtype (int64 by default).
 Tensor randperm(int64_t n, TensorOptions options = {.dtype = kInt64},
                 Generator* generator = nullptr);
 

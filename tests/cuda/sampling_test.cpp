@@ -22,9 +22,11 @@ TEST_CASE("CUDA bernoulli, randint, randperm and multinomial draw the CPU's samp
   const Tensor p = rand({1000});
   auto [b_cpu, b_gpu] = both([&](Device d) { return bernoulli(p.to(d)); });
   CHECK(b_cpu == b_gpu);
-  auto [i_cpu, i_gpu] = both([](Device d) { return randint(-50, 70, {4000}, {.device = d}); });
+  auto [i_cpu, i_gpu] =
+      both([](Device d) { return randint(-50, 70, {4000}, {.dtype = kInt64, .device = d}); });
   CHECK(i_cpu == i_gpu);
-  auto [r_cpu, r_gpu] = both([](Device d) { return randperm(3000, {.device = d}); });
+  auto [r_cpu, r_gpu] =
+      both([](Device d) { return randperm(3000, {.dtype = kInt64, .device = d}); });
   CHECK(r_cpu == r_gpu);
   const Tensor weights = add(rand({4, 50}), 0.01);
   auto [m_cpu, m_gpu] = both([&](Device d) { return multinomial(weights.to(d), 10); });
