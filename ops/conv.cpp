@@ -139,6 +139,49 @@ struct Conv1d {
   }
 };
 
+// ---- conv_transpose2d: the adjoint of conv2d -------------------------------------------------
+//
+// x [N, Cin, H, W] with weight [Cin, Cout / groups, kH, kW] is conv2d's input gradient for a
+// conv2d from Cout to Cin channels with that weight: each output size is (H - 1) stride - 2
+// padding + dilation (k - 1) + output_padding + 1, as torch's.
+struct ConvTranspose2d {
+  static constexpr OpId id = OpId::conv_transpose2d;
+  static constexpr bool kComposite = true;
+  kernel::Conv2dParams params{};
+  std::array<int64_t, 2> output_padding{0, 0};
+  Tensor forward(OpContext&, const Tensor& x, const Tensor& weight, const Tensor& bias) {
+    HG_CHECK(x.defined() && (x.dim() == 3 || x.dim() == 4),
+             "conv_transpose2d: expected a 3-D [C, H, W] or 4-D [N, C, H, W] input, got {}",
+             x.defined() ? fmt::format("{}-D (shape {})", x.dim(), x.sizes())
+                         : std::string("an undefined tensor"));
+    if (x.dim() == 3) return forward_batched(x.unsqueeze(0), weight, bias).squeeze(0);
+    return forward_batched(x, weight, bias);
+  }
+  Tensor forward_batched(const Tensor& x, const Tensor& weight, const Tensor& bias) const {
+    HG_CHECK(weight.defined() && weight.dim() == 4 && weight.size(0) == x.size(1),
+             "conv_transpose2d: expected a weight [Cin = {}, Cout / groups, kH, kW], got {}",
+             x.size(1),
+             weight.defined() ? fmt::format("shape {}", weight.sizes())
+                              : std::string("an undefined tensor"));
+    Shape out_sizes{x.size(0), weight.size(1) * params.groups};
+    for (int i = 0; i < 2; ++i) {
+      HG_CHECK(output_padding[i] >= 0 &&
+                   (output_padding[i] < params.stride[i] || output_padding[i] < params.dilation[i]),
+               "conv_transpose2d: expected output_padding smaller than stride or dilation, got "
+               "output_padding {} with stride {} and dilation {}",
+               output_padding[i], params.stride[i], params.dilation[i]);
+      const int64_t size = (x.size(2 + i) - 1) * params.stride[i] - 2 * params.padding[i] +
+                           params.dilation[i] * (weight.size(2 + i) - 1) + output_padding[i] + 1;
+      HG_CHECK(size > 0, "conv_transpose2d: the output would have size {} along dim {}", size,
+               2 + i);
+      out_sizes.push_back(size);
+    }
+    Tensor y = dispatch(Conv2dInputBackward{params, out_sizes}, x, weight);
+    if (bias.defined()) y = add(y, bias.view({1, -1, 1, 1}));
+    return y;
+  }
+};
+
 }  // namespace
 
 // ---- the public functions -------------------------------------------------------------------
@@ -160,6 +203,15 @@ Tensor conv1d(const Tensor& x, const Tensor& weight, const Tensor& bias, int64_t
   return dispatch(
       Conv1d{.stride = stride, .padding = padding, .dilation = dilation, .groups = groups}, x,
       weight, bias);
+}
+
+Tensor conv_transpose2d(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                        std::array<int64_t, 2> stride, std::array<int64_t, 2> padding,
+                        std::array<int64_t, 2> output_padding, int64_t groups,
+                        std::array<int64_t, 2> dilation) {
+  return dispatch(ConvTranspose2d{.params = {stride, padding, dilation, groups},
+                                  .output_padding = output_padding},
+                  x, weight, bias);
 }
 
 }  // namespace hg

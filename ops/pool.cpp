@@ -5,6 +5,9 @@
 //
 // Dims: N batch, C channels, H/W height/width.
 #include <array>
+#include <cmath>
+#include <optional>
+#include <string_view>
 #include <vector>
 
 #include "halfgrad/autograd/grad_mode.h"
@@ -154,6 +157,63 @@ struct AdaptiveAvgPool2d {
   }
 };
 
+// ---- interpolate: nearest and (bi)linear resampling of the trailing spatial dims -------------
+//
+// Separable: along each spatial dim the output reads the input at positions computed on the
+// host (torch's source-index formulas), by index_select; (bi)linear blends the two neighbours
+// with per-position weights. Gradients are index_select's (index_add).
+enum class InterpolateMode { Nearest, Linear };
+
+struct Interpolate {
+  static constexpr OpId id = OpId::interpolate;
+  static constexpr bool kComposite = true;
+  std::vector<int64_t> sizes{};
+  std::vector<double> scales{};  // 1 / scale_factor when given (torch's scale), else in / out
+  InterpolateMode mode = InterpolateMode::Nearest;
+  bool align_corners = false;
+
+  Tensor forward(OpContext&, const Tensor& x) {
+    Tensor out = x;
+    const int64_t spatial = int64_t(sizes.size());
+    for (int64_t i = 0; i < spatial; ++i) {
+      out = resample(out, x.dim() - spatial + i, sizes[size_t(i)], scales[size_t(i)]);
+    }
+    return out;
+  }
+
+  Tensor resample(const Tensor& x, int64_t dim, int64_t out_size, double scale) const {
+    const int64_t in_size = x.size(dim);
+    std::vector<int64_t> low(static_cast<size_t>(out_size)), high(static_cast<size_t>(out_size));
+    std::vector<double> weight(static_cast<size_t>(out_size));
+    for (int64_t j = 0; j < out_size; ++j) {
+      if (mode == InterpolateMode::Nearest) {
+        low[size_t(j)] = std::min(int64_t(std::floor(double(j) * scale)), in_size - 1);
+        continue;
+      }
+      double source;
+      if (align_corners) {
+        source = out_size > 1 ? double(j) * double(in_size - 1) / double(out_size - 1) : 0.0;
+      } else {
+        source = std::max((double(j) + 0.5) * scale - 0.5, 0.0);
+      }
+      const int64_t i0 = std::min(int64_t(std::floor(source)), in_size - 1);
+      low[size_t(j)] = i0;
+      high[size_t(j)] = std::min(i0 + 1, in_size - 1);
+      weight[size_t(j)] = source - double(i0);
+    }
+    const auto at = [&](const std::vector<int64_t>& positions) {
+      const Tensor index = tensor(positions, kInt64);
+      return index_select(x, dim, x.is_cpu() ? index : index.to(x.device()));
+    };
+    if (mode == InterpolateMode::Nearest) return at(low);
+    Shape weight_shape(size_t(x.dim()), 1);
+    weight_shape[size_t(dim)] = out_size;
+    Tensor w = tensor(weight, weight_shape, kFloat64).to(x.dtype());
+    if (!x.is_cpu()) w = w.to(x.device());
+    return add(at(low), mul(sub(at(high), at(low)), w));
+  }
+};
+
 }  // namespace
 
 // ---- the public functions -------------------------------------------------------------------
@@ -182,6 +242,57 @@ Tensor avg_pool1d(const Tensor& x, int64_t kernel_size, int64_t stride, int64_t 
 }
 Tensor adaptive_avg_pool2d(const Tensor& x, std::array<int64_t, 2> output_size) {
   return dispatch(AdaptiveAvgPool2d{.output_size = output_size}, x);
+}
+
+Tensor interpolate(const Tensor& x, std::optional<std::vector<int64_t>> size,
+                   std::optional<std::vector<double>> scale_factor, std::string_view mode,
+                   std::optional<bool> align_corners) {
+  HG_CHECK(x.defined() && x.dim() >= 3 && x.dim() <= 4,
+           "interpolate: expected an input of 3 or 4 dims ([N, C, L] or [N, C, H, W]), got {}",
+           x.defined() ? fmt::format("{}", x.sizes()) : std::string("an undefined tensor"));
+  HG_CHECK(x.is_floating_point(), "interpolate: expected a floating input, got {}", x.dtype());
+  const int64_t spatial = x.dim() - 2;
+  InterpolateMode kind;
+  if (mode == "nearest") {
+    kind = InterpolateMode::Nearest;
+    HG_CHECK(!align_corners.has_value(),
+             "interpolate: align_corners applies to the linear modes, not to \"nearest\"");
+  } else if ((mode == "linear" && spatial == 1) || (mode == "bilinear" && spatial == 2)) {
+    kind = InterpolateMode::Linear;
+  } else {
+    HG_ERROR("interpolate: expected mode \"nearest\", or \"{}\" for a {}-d input, got \"{}\"",
+             spatial == 1 ? "linear" : "bilinear", x.dim(), mode);
+  }
+  HG_CHECK(size.has_value() != scale_factor.has_value(),
+           "interpolate: expected exactly one of size and scale_factor");
+  std::vector<int64_t> sizes;
+  std::vector<double> scales;
+  for (int64_t i = 0; i < spatial; ++i) {
+    const int64_t in_size = x.size(2 + i);
+    if (size) {
+      HG_CHECK(int64_t(size->size()) == spatial || size->size() == 1,
+               "interpolate: expected {} sizes (or one for all), got {}", spatial, size->size());
+      const int64_t out = (*size)[size->size() == 1 ? 0 : size_t(i)];
+      HG_CHECK(out > 0, "interpolate: expected output sizes > 0, got {}", out);
+      sizes.push_back(out);
+      scales.push_back(double(in_size) / double(out));
+    } else {
+      HG_CHECK(int64_t(scale_factor->size()) == spatial || scale_factor->size() == 1,
+               "interpolate: expected {} scale factors (or one for all), got {}", spatial,
+               scale_factor->size());
+      const double factor = (*scale_factor)[scale_factor->size() == 1 ? 0 : size_t(i)];
+      HG_CHECK(factor > 0, "interpolate: expected scale factors > 0, got {}", factor);
+      sizes.push_back(int64_t(std::floor(double(in_size) * factor)));
+      HG_CHECK(sizes.back() > 0, "interpolate: scale factor {} leaves no output along dim {}",
+               factor, 2 + i);
+      scales.push_back(1.0 / factor);
+    }
+  }
+  return dispatch(Interpolate{.sizes = sizes,
+                              .scales = scales,
+                              .mode = kind,
+                              .align_corners = align_corners.value_or(false)},
+                  x);
 }
 
 }  // namespace hg

@@ -1,9 +1,12 @@
-// The pooling ops max_pool2d, avg_pool2d, their 1-d forms and adaptive_avg_pool2d
-// (ops/pool.cpp); torch.nn.functional's conventions (ops/norm.h).
+// The pooling ops max_pool2d, avg_pool2d, their 1-d forms and adaptive_avg_pool2d, and
+// interpolate (ops/pool.cpp); torch.nn.functional's conventions (ops/norm.h).
 #pragma once
 
 #include <array>
 #include <cstdint>
+#include <optional>
+#include <string_view>
+#include <vector>
 
 #include "halfgrad/core/tensor.h"
 
@@ -23,5 +26,13 @@ Tensor avg_pool1d(const Tensor& x, int64_t kernel_size, int64_t stride = 0, int6
 // x: [N, C, H, W] or [C, H, W] -> [..., output_size[0], output_size[1]], each output the mean of
 // its window [floor(i H / out), ceil((i + 1) H / out)) (likewise along W).
 Tensor adaptive_avg_pool2d(const Tensor& x, std::array<int64_t, 2> output_size);
+// Resamples x [N, C, L] or [N, C, H, W] to `size` (or its sizes times scale_factor, rounded
+// down), as torch.nn.functional.interpolate: mode "nearest" (source floor(j * in / out)),
+// "linear" (3-d) or "bilinear" (4-d), with align_corners (default false) for the linear modes.
+// One size or factor stands for every spatial dim.
+Tensor interpolate(const Tensor& x, std::optional<std::vector<int64_t>> size,
+                   std::optional<std::vector<double>> scale_factor = std::nullopt,
+                   std::string_view mode = "nearest",
+                   std::optional<bool> align_corners = std::nullopt);
 
 }  // namespace hg

@@ -3,6 +3,7 @@
 // pools and adaptive_avg_pool2d: against float64 loops and torch's documented values and semantics.
 #include <catch2/catch.hpp>
 
+#include <array>
 #include <cmath>
 #include <limits>
 #include <numbers>
@@ -472,4 +473,100 @@ TEST_CASE("batch_norm takes [N, C] and [N, C, L] inputs, as torch's BatchNorm1d"
   const Tensor seq = batch_norm(x.unsqueeze(-1).expand({3, 2, 4}), {}, {}, {}, {}, true, 0.1, 0.0);
   CHECK(seq.sizes() == Shape{3, 2, 4});
   check_close(seq.select(2, 3).to_vector<double>(), y.to_vector<double>(), 1e-14, 1e-15);
+}
+
+TEST_CASE("conv_transpose2d against a float64 scatter loop", "[math]") {
+  manual_seed(12);
+  const int64_t n = 2, cin = 4, cout = 6, groups = 2, h = 3, w = 4, kh = 3, kw = 2;
+  const std::array<int64_t, 2> stride{2, 1}, padding{1, 0}, output_padding{1, 0}, dilation{1, 2};
+  const Tensor x = randn({n, cin, h, w}, kFloat64);
+  const Tensor weight = randn({cin, cout / groups, kh, kw}, kFloat64);
+  const Tensor bias = randn({cout}, kFloat64);
+  const int64_t oh =
+      (h - 1) * stride[0] - 2 * padding[0] + dilation[0] * (kh - 1) + output_padding[0] + 1;
+  const int64_t ow =
+      (w - 1) * stride[1] - 2 * padding[1] + dilation[1] * (kw - 1) + output_padding[1] + 1;
+  std::vector<double> want(size_t(n * cout * oh * ow), 0.0);
+  const std::vector<double> xv = x.to_vector<double>(), wv = weight.to_vector<double>(),
+                            bv = bias.to_vector<double>();
+  for (int64_t b = 0; b < n; ++b)
+    for (int64_t o = 0; o < cout; ++o)
+      for (int64_t i = 0; i < oh * ow; ++i)
+        want[size_t((b * cout + o) * oh * ow + i)] = bv[size_t(o)];
+  // Each input value scatters through the kernel: out[o, y s - p + a d, ...] += x * w.
+  for (int64_t b = 0; b < n; ++b) {
+    for (int64_t c = 0; c < cin; ++c) {
+      const int64_t g = c / (cin / groups);
+      for (int64_t oc = 0; oc < cout / groups; ++oc) {
+        const int64_t o = g * (cout / groups) + oc;
+        for (int64_t y = 0; y < h; ++y) {
+          for (int64_t z = 0; z < w; ++z) {
+            for (int64_t a = 0; a < kh; ++a) {
+              for (int64_t e = 0; e < kw; ++e) {
+                const int64_t r = y * stride[0] - padding[0] + a * dilation[0];
+                const int64_t q = z * stride[1] - padding[1] + e * dilation[1];
+                if (r < 0 || r >= oh || q < 0 || q >= ow) continue;
+                want[size_t(((b * cout + o) * oh + r) * ow + q)] +=
+                    xv[size_t(((b * cin + c) * h + y) * w + z)] *
+                    wv[size_t(((c * (cout / groups) + oc) * kh + a) * kw + e)];
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+  const Tensor out =
+      conv_transpose2d(x, weight, bias, stride, padding, output_padding, groups, dilation);
+  CHECK(out.sizes() == Shape{n, cout, oh, ow});
+  check_close(out.to_vector<double>(), want, 1e-12, 1e-12);
+  CHECK(conv_transpose2d(x.select(0, 0), weight, bias, stride, padding, output_padding, groups,
+                         dilation)
+            .sizes() == Shape{cout, oh, ow});
+  {
+    amp::Autocast autocast(kCPU, kBFloat16);
+    CHECK(conv_transpose2d(x.to(kFloat32), weight.to(kFloat32), {}, {1, 1}, {0, 0}, {0, 0}, groups)
+              .dtype() == kBFloat16);
+  }
+  CHECK_THAT(testing::error_message([&] {
+               conv_transpose2d(x, weight, {}, {1, 1}, {0, 0}, {1, 0});
+             }),
+             Contains("expected output_padding smaller than stride or dilation"));
+  CHECK_THAT(testing::error_message([&] {
+               conv_transpose2d(x, randn({3, 2, 2, 2}, kFloat64));
+             }),
+             Contains("expected a weight [Cin = 4, Cout / groups, kH, kW]"));
+}
+
+TEST_CASE("interpolate: torch's nearest and bilinear values", "[math]") {
+  const Tensor x = tensor({1.0, 2.0, 3.0, 4.0}, {1, 1, 2, 2}, kFloat64);
+  CHECK(interpolate(x, std::nullopt, std::vector<double>{2.0}).to_vector<double>() ==
+        std::vector<double>{1, 1, 2, 2, 1, 1, 2, 2, 3, 3, 4, 4, 3, 3, 4, 4});
+  // torch.nn.functional.interpolate(x, scale_factor=2, mode="bilinear"), align_corners False.
+  check_close(
+      interpolate(x, std::nullopt, std::vector<double>{2.0}, "bilinear").to_vector<double>(),
+      {1.0, 1.25, 1.75, 2.0, 1.5, 1.75, 2.25, 2.5, 2.5, 2.75, 3.25, 3.5, 3.0, 3.25, 3.75, 4.0},
+      1e-15);
+  // align_corners True: corners kept, steps of 1/3.
+  const double t = 1.0 / 3;
+  check_close(
+      interpolate(x, std::vector<int64_t>{4}, std::nullopt, "bilinear", true).to_vector<double>(),
+      {1, 1 + t, 1 + 2 * t, 2, 1 + 2 * t, 2, 2 + t, 2 + 2 * t, 2 + t, 2 + 2 * t, 3, 3 + t, 3, 3 + t,
+       3 + 2 * t, 4},
+      1e-15);
+  // Downsampling and 1-d linear.
+  const Tensor row = tensor({0.0, 10.0, 20.0, 30.0, 40.0}, {1, 1, 5}, kFloat64);
+  CHECK(interpolate(row, std::vector<int64_t>{2}).to_vector<double>() ==
+        std::vector<double>{0, 20});
+  check_close(interpolate(row, std::vector<int64_t>{3}, std::nullopt, "linear").to_vector<double>(),
+              {(5.0 / 6 - 0.5) * 10, 20.0, (25.0 / 6 - 0.5) * 10}, 1e-14);
+  CHECK(
+      interpolate(x.to(kBFloat16), std::vector<int64_t>{3, 5}, std::nullopt, "bilinear").sizes() ==
+      Shape{1, 1, 3, 5});
+  CHECK_THAT(
+      testing::error_message(
+          [&] { interpolate(x, std::vector<int64_t>{4}, std::nullopt, "linear"); }),
+      Contains("expected mode \"nearest\", or \"bilinear\" for a 4-d input, got \"linear\""));
+  CHECK_THAT(testing::error_message([&] { interpolate(x, std::nullopt, std::nullopt); }),
+             Contains("expected exactly one of size and scale_factor"));
 }

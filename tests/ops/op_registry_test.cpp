@@ -14,7 +14,8 @@ namespace {
 
 // linear_gelu and scaled_dot_product_flash_attention are halfgrad's fused forms of linear and
 // attention (torch's _addmm_activation and _scaled_dot_product_flash_attention): their policy.
-const std::set<std::string> kCudaLower = {"conv1d",
+const std::set<std::string> kCudaLower = {"conv_transpose2d",
+                                          "conv1d",
                                           "einsum",
                                           "matmul",
                                           "mm",

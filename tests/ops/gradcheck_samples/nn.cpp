@@ -65,6 +65,22 @@ const bool registered = register_samples([](std::map<OpId, Sample>& s) {
                            [] {
                              return Inputs{input({2, 4, 9}), input({4, 2, 3}), input({4})};
                            }};
+  s[OpId::conv_transpose2d] =
+      Sample{[](const Inputs& in) {
+               return conv_transpose2d(in[0], in[1], in[2], {2, 1}, {1, 0}, {1, 0}, 2, {1, 2});
+             },
+             [] {
+               return Inputs{input({2, 4, 3, 3}), input({4, 3, 2, 2}), input({6})};
+             }};
+  s[OpId::interpolate] = one(
+      [](auto& x) {
+        return interpolate(x, std::vector<int64_t>{5, 3}, std::nullopt, "bilinear") +
+               interpolate(x, std::vector<int64_t>{5, 3}, std::nullopt, "bilinear", true) +
+               interpolate(x, std::vector<int64_t>{5, 3});
+      },
+      [] {
+        return input({1, 2, 3, 4});
+      });
   s[OpId::max_pool1d] = one([](auto& x) { return max_pool1d(x, 3, 2, 1); },
                             [] {
                               return input({2, 3, 7});
