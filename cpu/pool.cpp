@@ -47,8 +47,14 @@ Window window_at(const PoolGeometry& g, int64_t oh, int64_t ow) {
           std::min(w_end, g.W), (h_end - h_start) * (w_end - w_start)};
 }
 
-int64_t avg_divisor(const Window& win, bool count_include_pad) {
+int64_t avg_divisor(const PoolGeometry& g, const Window& win, bool count_include_pad) {
+  if (g.divisor_override > 0) return g.divisor_override;
   return count_include_pad ? win.padded_size : (win.h1 - win.h0) * (win.w1 - win.w0);
+}
+
+// The first tap at start, start + step, ... that is >= 0.
+int64_t first_tap(int64_t start, int64_t step) {
+  return start >= 0 ? start : start + (-start + step - 1) / step * step;
 }
 
 MaxPoolForward max_pool2d(const Tensor& x, const Pool2dParams& p) {
@@ -68,11 +74,15 @@ MaxPoolForward max_pool2d(const Tensor& x, const Pool2dParams& p) {
       const int64_t out_base = plane * g.Hout * g.Wout;
       for (int64_t oh = 0; oh < g.Hout; ++oh) {
         for (int64_t ow = 0; ow < g.Wout; ++ow) {
-          const Window win = window_at(g, oh, ow);
+          // The window's taps: every dH-th row from its start, kH of them, inside the input.
+          const int64_t h_start = oh * g.sH - g.pH, w_start = ow * g.sW - g.pW;
+          const int64_t h_first = first_tap(h_start, g.dH), w_first = first_tap(w_start, g.dW);
+          const int64_t h_end = std::min(h_start + g.dH * (g.kH - 1) + 1, g.H);
+          const int64_t w_end = std::min(w_start + g.dW * (g.kW - 1) + 1, g.W);
           A best = -std::numeric_limits<A>::infinity();
-          int64_t best_index = win.h0 * g.W + win.w0;
-          for (int64_t h = win.h0; h < win.h1; ++h) {
-            for (int64_t w = win.w0; w < win.w1; ++w) {
+          int64_t best_index = h_first * g.W + w_first;
+          for (int64_t h = h_first; h < h_end; h += g.dH) {
+            for (int64_t w = w_first; w < w_end; w += g.dW) {
               const A v = load(in[h * g.W + w]);
               if (v > best || std::isnan(v)) {  // NaN propagates, as in torch
                 best = v;
@@ -143,7 +153,7 @@ Tensor avg_pool2d(const Tensor& x, const Pool2dParams& p) {
             for (int64_t w = win.w0; w < win.w1; ++w) sum += load(in[h * g.W + w]);
           }
           y[(plane * g.Hout + oh) * g.Wout + ow] =
-              store<T>(sum / A(avg_divisor(win, p.count_include_pad)));
+              store<T>(sum / A(avg_divisor(g, win, p.count_include_pad)));
         }
       }
     });
@@ -170,7 +180,7 @@ Tensor avg_pool2d_backward(const Tensor& dy, const Shape& input_shape, const Poo
         for (int64_t ow = 0; ow < g.Wout; ++ow) {
           const Window win = window_at(g, oh, ow);
           const A share = load(gp[(plane * g.Hout + oh) * g.Wout + ow]) /
-                          A(avg_divisor(win, p.count_include_pad));
+                          A(avg_divisor(g, win, p.count_include_pad));
           for (int64_t h = win.h0; h < win.h1; ++h) {
             for (int64_t w = win.w0; w < win.w1; ++w) dx_plane[h * g.W + w] += share;
           }

@@ -31,9 +31,9 @@ struct PoolProblem {
 
 PoolProblem pool_problem(const char* op, const Shape& input_shape, const kernel::Pool2dParams& p) {
   const kernel::PoolGeometry g = kernel::pool_geometry(op, input_shape, p);
-  return {
-      {g.N, g.C, g.H, g.W, g.Hout, g.Wout, g.kH, g.kW, g.sH, g.sW, g.pH, g.pW, p.count_include_pad},
-      g.out_shape};
+  return {{g.N, g.C, g.H, g.W, g.Hout, g.Wout, g.kH, g.kW, g.sH, g.sW, g.pH, g.pW, g.dH, g.dW,
+           g.divisor_override, p.count_include_pad},
+          g.out_shape};
 }
 
 // t's strides as a [N, C, H, W] view (t 3-D or 4-D; a 3-D t has N == 1).

@@ -49,8 +49,14 @@ __device__ __forceinline__ Window window_at(const PoolShape& s, int64_t oh, int6
           (h_end - h_start) * (w_end - w_start)};
 }
 
-__device__ __forceinline__ int64_t avg_divisor(const Window& win, bool count_include_pad) {
-  return count_include_pad ? win.padded_size : (win.h1 - win.h0) * (win.w1 - win.w0);
+__device__ __forceinline__ int64_t avg_divisor(const PoolShape& s, const Window& win) {
+  if (s.divisor_override > 0) return s.divisor_override;
+  return s.count_include_pad ? win.padded_size : (win.h1 - win.h0) * (win.w1 - win.w0);
+}
+
+// The first tap at start, start + step, ... that is >= 0.
+__device__ __forceinline__ int64_t first_tap(int64_t start, int64_t step) {
+  return start >= 0 ? start : start + (-start + step - 1) / step * step;
 }
 
 // Splits the row-major linear index i over [N, C, rows, cols].
@@ -75,12 +81,16 @@ __global__ void max_pool2d_kernel(const T* x, Strides4 xs, T* out, int64_t* indi
   const int64_t step = int64_t(gridDim.x) * blockDim.x;
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += step) {
     const Position o = position_of(i, s.C, s.Hout, s.Wout);
-    const Window win = window_at(s, o.row, o.col);
+    // The window's taps, as the CPU's: every dH-th row from its start, inside the input.
+    const int64_t h_start = o.row * s.sH - s.pH, w_start = o.col * s.sW - s.pW;
+    const int64_t h_first = first_tap(h_start, s.dH), w_first = first_tap(w_start, s.dW);
+    const int64_t h_end = min(h_start + s.dH * (s.kH - 1) + 1, s.H);
+    const int64_t w_end = min(w_start + s.dW * (s.kW - 1) + 1, s.W);
     const T* plane = x + o.n * xs.n + o.c * xs.c;
     A best = -std::numeric_limits<A>::infinity();
-    int64_t best_index = win.h0 * s.W + win.w0;
-    for (int64_t h = win.h0; h < win.h1; ++h) {
-      for (int64_t w = win.w0; w < win.w1; ++w) {
+    int64_t best_index = h_first * s.W + w_first;
+    for (int64_t h = h_first; h < h_end; h += s.dH) {
+      for (int64_t w = w_first; w < w_end; w += s.dW) {
         const A v = load(plane + h * xs.h + w * xs.w);
         if (v > best || v != v) {  // NaN propagates (the last NaN wins), as on the CPU
           best = v;
@@ -105,7 +115,7 @@ __global__ void avg_pool2d_kernel(const T* x, Strides4 xs, T* out, PoolShape s, 
     for (int64_t h = win.h0; h < win.h1; ++h) {
       for (int64_t w = win.w0; w < win.w1; ++w) sum += load(plane + h * xs.h + w * xs.w);
     }
-    out[i] = convert<T>(sum / A(avg_divisor(win, s.count_include_pad)));
+    out[i] = convert<T>(sum / A(avg_divisor(s, win)));
   }
 }
 
@@ -134,7 +144,7 @@ __global__ void avg_pool2d_backward_kernel(const T* dy, Strides4 dys, T* dx, Poo
     for (int64_t oh = oh_first; oh <= oh_last; ++oh) {
       for (int64_t ow = ow_first; ow <= ow_last; ++ow) {
         const Window win = window_at(s, oh, ow);
-        sum += load(plane + oh * dys.h + ow * dys.w) / A(avg_divisor(win, s.count_include_pad));
+        sum += load(plane + oh * dys.h + ow * dys.w) / A(avg_divisor(s, win));
       }
     }
     dx[i] = convert<T>(sum);

@@ -18,7 +18,8 @@ namespace hg::cuda::detail {
 // A pooling problem, checked by the host (stride already resolved: never 0).
 struct PoolShape {
   int64_t N, C, H, W, Hout, Wout;
-  int64_t kH, kW, sH, sW, pH, pW;
+  int64_t kH, kW, sH, sW, pH, pW, dH, dW;
+  int64_t divisor_override;  // 0: none
   bool count_include_pad;
 };
 

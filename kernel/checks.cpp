@@ -370,12 +370,27 @@ PoolGeometry pool_geometry(const char* op, const Shape& input_shape, const Pool2
   g.sH = p.stride[0] == 0 ? g.kH : p.stride[0];
   g.sW = p.stride[1] == 0 ? g.kW : p.stride[1];
   g.pH = p.padding[0], g.pW = p.padding[1];
+  HG_CHECK(p.dilation[0] > 0 && p.dilation[1] > 0, "{}: expected a dilation > 0, got {}x{}", op,
+           p.dilation[0], p.dilation[1]);
+  HG_CHECK(p.divisor_override >= 0, "{}: expected a divisor_override > 0, got {}", op,
+           p.divisor_override);
+  g.dH = p.dilation[0], g.dW = p.dilation[1];
+  g.divisor_override = p.divisor_override;
   const int64_t padded_h = g.H + 2 * g.pH, padded_w = g.W + 2 * g.pW;
-  HG_CHECK(g.kH <= padded_h && g.kW <= padded_w,
-           "{}: expected a kernel no larger than the padded input {}x{}, got kernel {}x{}", op,
-           padded_h, padded_w, g.kH, g.kW);
-  g.Hout = (padded_h - g.kH) / g.sH + 1;
-  g.Wout = (padded_w - g.kW) / g.sW + 1;
+  const int64_t span_h = g.dH * (g.kH - 1) + 1, span_w = g.dW * (g.kW - 1) + 1;
+  HG_CHECK(
+      span_h <= padded_h && span_w <= padded_w,
+      "{}: expected a kernel no larger than the padded input {}x{}, got kernel {}x{}{}", op,
+      padded_h, padded_w, g.kH, g.kW,
+      g.dH == 1 && g.dW == 1 ? std::string() : fmt::format(" dilated to {}x{}", span_h, span_w));
+  const auto out_size = [&](int64_t padded, int64_t span, int64_t stride, int64_t size,
+                            int64_t pad) {
+    int64_t out = (padded - span + (p.ceil_mode ? stride - 1 : 0)) / stride + 1;
+    if (p.ceil_mode && (out - 1) * stride >= size + pad) --out;
+    return out;
+  };
+  g.Hout = out_size(padded_h, span_h, g.sH, g.H, g.pH);
+  g.Wout = out_size(padded_w, span_w, g.sW, g.W, g.pW);
   g.out_shape = input_shape;
   g.out_shape[size_t(dims - 2)] = g.Hout;
   g.out_shape[size_t(dims - 1)] = g.Wout;

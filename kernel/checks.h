@@ -150,7 +150,8 @@ void check_conv_grad_output(const char* op, const Tensor& dy, const ConvGeometry
 
 // A pooling problem (stride resolved: never 0). planes = N C; a 3-D input has N = 1.
 struct PoolGeometry {
-  int64_t N, C, planes, H, W, Hout, Wout, kH, kW, sH, sW, pH, pW;
+  int64_t N, C, planes, H, W, Hout, Wout, kH, kW, sH, sW, pH, pW, dH, dW;
+  int64_t divisor_override;  // 0: none
   Shape out_shape;  // input_shape with Hout, Wout
 };
 PoolGeometry pool_geometry(const char* op, const Shape& input_shape, const Pool2dParams& p);

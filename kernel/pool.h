@@ -19,13 +19,20 @@ namespace hg::kernel {
 
 // kernel > 0; stride {0, 0} means stride = kernel (the torch default); padding at most half
 // the kernel, as torch requires. Windows that reach into the padding see -inf (max) or zeros
-// (avg). ceil_mode is false: Hout = (H + 2 padding - kernel) / stride + 1. kernel, stride and
-// padding are {H, W}; count_include_pad (avg_pool2d): divide by kH * kW, padding included.
+// (avg). Hout = (H + 2 padding - dilation (kernel - 1) - 1) / stride + 1, rounded down, or up
+// with ceil_mode (a last window must then start inside the input or its left padding, as
+// torch's). kernel, stride, padding and dilation are {H, W}; dilation (max_pool2d only) spaces
+// the window's taps. avg_pool2d divides by divisor_override when it is not 0, else by the
+// window's size: padding and positions past the input up to its right padding included with
+// count_include_pad, the input positions only without.
 struct Pool2dParams {
   std::array<int64_t, 2> kernel{0, 0};
   std::array<int64_t, 2> stride{0, 0};
   std::array<int64_t, 2> padding{0, 0};
-  bool count_include_pad = true;  // avg_pool2d: divide by kH * kW, padding included
+  bool count_include_pad = true;
+  std::array<int64_t, 2> dilation{1, 1};
+  bool ceil_mode = false;
+  int64_t divisor_override = 0;
 };
 
 struct MaxPoolForward {

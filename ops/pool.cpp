@@ -103,17 +103,17 @@ template <OpId Id>
 struct Pool1d {
   static constexpr OpId id = Id;
   static constexpr bool kComposite = true;
-  int64_t kernel_size = 1, stride = 0, padding = 0;
-  bool count_include_pad = true;
+  int64_t kernel_size = 1, stride = 0, padding = 0, dilation = 1;
+  bool ceil_mode = false, count_include_pad = true;
   Tensor forward(OpContext&, const Tensor& x) {
     check_pool1d_input(x, Id);
     const Tensor rows = x.unsqueeze(-2);
+    const int64_t step = stride == 0 ? kernel_size : stride;
     const Tensor out =
         Id == OpId::max_pool1d
-            ? max_pool2d(rows, {1, kernel_size}, {1, stride == 0 ? kernel_size : stride},
-                         {0, padding})
-            : avg_pool2d(rows, {1, kernel_size}, {1, stride == 0 ? kernel_size : stride},
-                         {0, padding}, count_include_pad);
+            ? max_pool2d(rows, {1, kernel_size}, {1, step}, {0, padding}, {1, dilation}, ceil_mode)
+            : avg_pool2d(rows, {1, kernel_size}, {1, step}, {0, padding}, ceil_mode,
+                         count_include_pad);
     return out.squeeze(-2);
   }
 };
@@ -219,24 +219,43 @@ struct Interpolate {
 // ---- the public functions -------------------------------------------------------------------
 
 Tensor max_pool2d(const Tensor& x, std::array<int64_t, 2> kernel_size,
-                  std::array<int64_t, 2> stride, std::array<int64_t, 2> padding) {
-  return dispatch(MaxPool2d{.params = {kernel_size, stride, padding}}, x);
+                  std::array<int64_t, 2> stride, std::array<int64_t, 2> padding,
+                  std::array<int64_t, 2> dilation, bool ceil_mode) {
+  return dispatch(MaxPool2d{.params = {.kernel = kernel_size,
+                                       .stride = stride,
+                                       .padding = padding,
+                                       .dilation = dilation,
+                                       .ceil_mode = ceil_mode}},
+                  x);
 }
 Tensor avg_pool2d(const Tensor& x, std::array<int64_t, 2> kernel_size,
-                  std::array<int64_t, 2> stride, std::array<int64_t, 2> padding,
-                  bool count_include_pad) {
-  return dispatch(AvgPool2d{.params = {kernel_size, stride, padding, count_include_pad}}, x);
+                  std::array<int64_t, 2> stride, std::array<int64_t, 2> padding, bool ceil_mode,
+                  bool count_include_pad, std::optional<int64_t> divisor_override) {
+  HG_CHECK(!divisor_override || *divisor_override > 0,
+           "avg_pool2d: expected a divisor_override > 0, got {}", divisor_override.value_or(0));
+  return dispatch(AvgPool2d{.params = {.kernel = kernel_size,
+                                       .stride = stride,
+                                       .padding = padding,
+                                       .count_include_pad = count_include_pad,
+                                       .ceil_mode = ceil_mode,
+                                       .divisor_override = divisor_override.value_or(0)}},
+                  x);
 }
-Tensor max_pool1d(const Tensor& x, int64_t kernel_size, int64_t stride, int64_t padding) {
-  return dispatch(
-      Pool1d<OpId::max_pool1d>{.kernel_size = kernel_size, .stride = stride, .padding = padding},
-      x);
+Tensor max_pool1d(const Tensor& x, int64_t kernel_size, int64_t stride, int64_t padding,
+                  int64_t dilation, bool ceil_mode) {
+  return dispatch(Pool1d<OpId::max_pool1d>{.kernel_size = kernel_size,
+                                           .stride = stride,
+                                           .padding = padding,
+                                           .dilation = dilation,
+                                           .ceil_mode = ceil_mode},
+                  x);
 }
 Tensor avg_pool1d(const Tensor& x, int64_t kernel_size, int64_t stride, int64_t padding,
-                  bool count_include_pad) {
+                  bool ceil_mode, bool count_include_pad) {
   return dispatch(Pool1d<OpId::avg_pool1d>{.kernel_size = kernel_size,
                                            .stride = stride,
                                            .padding = padding,
+                                           .ceil_mode = ceil_mode,
                                            .count_include_pad = count_include_pad},
                   x);
 }

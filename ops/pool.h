@@ -12,17 +12,22 @@
 
 namespace hg {
 
-// x: [N, C, H, W] or [C, H, W]. stride {0, 0} (the default) means stride = kernel_size.
+// x: [N, C, H, W] or [C, H, W]. stride {0, 0} (the default) means stride = kernel_size;
+// dilation spaces the window's taps; ceil_mode rounds the output size up (kernel/pool.h).
 Tensor max_pool2d(const Tensor& x, std::array<int64_t, 2> kernel_size,
-                  std::array<int64_t, 2> stride = {}, std::array<int64_t, 2> padding = {0, 0});
-// As max_pool2d; count_include_pad: padded positions count in each window's divisor.
+                  std::array<int64_t, 2> stride = {}, std::array<int64_t, 2> padding = {0, 0},
+                  std::array<int64_t, 2> dilation = {1, 1}, bool ceil_mode = false);
+// As max_pool2d, in torch's argument order; count_include_pad: padded positions count in each
+// window's divisor; divisor_override: divide every window by it instead.
 Tensor avg_pool2d(const Tensor& x, std::array<int64_t, 2> kernel_size,
                   std::array<int64_t, 2> stride = {}, std::array<int64_t, 2> padding = {0, 0},
-                  bool count_include_pad = true);
+                  bool ceil_mode = false, bool count_include_pad = true,
+                  std::optional<int64_t> divisor_override = std::nullopt);
 // x: [N, C, L] or [C, L]; stride 0 (the default) means stride = kernel_size.
-Tensor max_pool1d(const Tensor& x, int64_t kernel_size, int64_t stride = 0, int64_t padding = 0);
+Tensor max_pool1d(const Tensor& x, int64_t kernel_size, int64_t stride = 0, int64_t padding = 0,
+                  int64_t dilation = 1, bool ceil_mode = false);
 Tensor avg_pool1d(const Tensor& x, int64_t kernel_size, int64_t stride = 0, int64_t padding = 0,
-                  bool count_include_pad = true);
+                  bool ceil_mode = false, bool count_include_pad = true);
 // x: [N, C, H, W] or [C, H, W] -> [..., output_size[0], output_size[1]], each output the mean of
 // its window [floor(i H / out), ceil((i + 1) H / out)) (likewise along W).
 Tensor adaptive_avg_pool2d(const Tensor& x, std::array<int64_t, 2> output_size);

@@ -28,16 +28,25 @@ struct PoolReference {
   std::vector<int64_t> indices;  // max pooling only
 };
 
-// Pooling by kernel offsets: window (oh, ow) reads x[oh sH - pH + ki, ow sW - pW + kj] for
-// in-bounds positions; the first maximum wins; avg divides by kH kW with count_include_pad,
-// else by the in-bounds count.
+// Pooling by kernel offsets: window (oh, ow) reads x[oh sH - pH + ki dH, ow sW - pW + kj dW]
+// for in-bounds positions; the first maximum wins; avg divides by divisor_override when set,
+// with count_include_pad by the window's rows and columns up to the input's right padding,
+// else by the in-bounds count. ceil_mode rounds the output size up, dropping a last window
+// that would start past the input and its left padding (torch's rule).
 PoolReference pool_reference(const Tensor& x, const kernel::Pool2dParams& p, bool max) {
   const int64_t dims = x.dim(), H = x.size(-2), W = x.size(-1);
   const int64_t planes = x.numel() / (H * W);
   const int64_t sH = p.stride[0] ? p.stride[0] : p.kernel[0];
   const int64_t sW = p.stride[1] ? p.stride[1] : p.kernel[1];
-  const int64_t Hout = (H + 2 * p.padding[0] - p.kernel[0]) / sH + 1;
-  const int64_t Wout = (W + 2 * p.padding[1] - p.kernel[1]) / sW + 1;
+  const auto out_size = [&](int64_t size, int64_t pad, int64_t kernel, int64_t stride,
+                            int64_t dilation) {
+    const double span = double(size + 2 * pad - dilation * (kernel - 1) - 1) / double(stride);
+    int64_t out = int64_t(p.ceil_mode ? std::ceil(span) : std::floor(span)) + 1;
+    if (p.ceil_mode && (out - 1) * stride >= size + pad) --out;
+    return out;
+  };
+  const int64_t Hout = out_size(H, p.padding[0], p.kernel[0], sH, p.dilation[0]);
+  const int64_t Wout = out_size(W, p.padding[1], p.kernel[1], sW, p.dilation[1]);
   const std::vector<double> v = values(x);
   std::vector<double> out;
   std::vector<int64_t> indices;
@@ -48,7 +57,8 @@ PoolReference pool_reference(const Tensor& x, const kernel::Pool2dParams& p, boo
         int64_t best_index = -1, inside = 0;
         for (int64_t ki = 0; ki < p.kernel[0]; ++ki) {
           for (int64_t kj = 0; kj < p.kernel[1]; ++kj) {
-            const int64_t ih = oh * sH - p.padding[0] + ki, iw = ow * sW - p.padding[1] + kj;
+            const int64_t ih = oh * sH - p.padding[0] + ki * p.dilation[0];
+            const int64_t iw = ow * sW - p.padding[1] + kj * p.dilation[1];
             if (ih < 0 || ih >= H || iw < 0 || iw >= W) continue;
             const double value = v[size_t(plane * H * W + ih * W + iw)];
             ++inside;
@@ -60,7 +70,13 @@ PoolReference pool_reference(const Tensor& x, const kernel::Pool2dParams& p, boo
           out.push_back(best);
           indices.push_back(best_index);
         } else {
-          out.push_back(sum / double(p.count_include_pad ? p.kernel[0] * p.kernel[1] : inside));
+          const int64_t h0 = oh * sH - p.padding[0], w0 = ow * sW - p.padding[1];
+          const int64_t rows = std::min(h0 + p.kernel[0], H + p.padding[0]) - h0;
+          const int64_t cols = std::min(w0 + p.kernel[1], W + p.padding[1]) - w0;
+          const double divisor = p.divisor_override > 0 ? double(p.divisor_override)
+                                 : p.count_include_pad  ? double(rows * cols)
+                                                        : double(inside);
+          out.push_back(sum / divisor);
         }
       }
     }
@@ -93,6 +109,19 @@ const PoolCase kPoolCases[] = {
      {1, 2, 6, 5},
      {.kernel = {3, 3}, .stride = {2, 2}, .padding = {1, 1}, .count_include_pad = false}},
     {"3-D input", {3, 5, 5}, {.kernel = {3, 2}, .stride = {1, 1}, .padding = {1, 0}}},
+    {"ceil_mode: a last window past the input",
+     {2, 2, 8, 7},
+     {.kernel = {3, 2}, .stride = {2, 2}, .padding = {1, 0}, .ceil_mode = true}},
+    {"ceil_mode without counting the padding",
+     {1, 3, 9, 6},
+     {.kernel = {2, 3},
+      .stride = {2, 2},
+      .padding = {1, 1},
+      .count_include_pad = false,
+      .ceil_mode = true}},
+    {"a divisor override",
+     {2, 2, 6, 6},
+     {.kernel = {3, 3}, .stride = {2, 2}, .padding = {1, 1}, .divisor_override = 5}},
 };
 
 }  // namespace
@@ -117,6 +146,31 @@ TEST_CASE("max_pool2d and avg_pool2d match reference loops in every dtype", "[nn
       CHECK(values(cpu::pool_kernels.avg_pool2d(strided_copy(x), c.params)) == values(a));
     }
   }
+}
+
+TEST_CASE("max_pool2d with dilation reads every dilation-th position", "[nn_kernels][pool]") {
+  uint64_t seed = 3050;
+  for (const kernel::Pool2dParams& p :
+       {kernel::Pool2dParams{
+            .kernel = {2, 3}, .stride = {2, 1}, .padding = {1, 1}, .dilation = {2, 3}},
+        kernel::Pool2dParams{.kernel = {3, 2},
+        .stride = {1, 2},
+        .padding = {1, 0},
+        .dilation = {3, 2},
+        .ceil_mode = true}}) {
+    for (DType dtype : kAllDTypes) {
+      INFO(dtype);
+      const Tensor x = random_tensor({2, 3, 9, 10}, ++seed, dtype);
+      const kernel::MaxPoolForward m = cpu::pool_kernels.max_pool2d(x, p);
+      const PoolReference ref = pool_reference(x, p, true);
+      expect_result(m.out, dtype, ref.out.sizes());
+      expect_close(m.out, ref.out, {0, 0}, "max");
+      CHECK(m.indices.to_vector<int64_t>() == ref.indices);
+    }
+  }
+  CHECK_THROWS_WITH(cpu::pool_kernels.max_pool2d(random_tensor({1, 1, 4, 4}, 1, kFloat32),
+                                                 {.kernel = {3, 3}, .dilation = {2, 2}}),
+                    Contains("got kernel 3x3 dilated to 5x5"));
 }
 
 TEST_CASE("max_pool2d lets a NaN win its window", "[nn_kernels][pool]") {

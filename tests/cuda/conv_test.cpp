@@ -56,6 +56,9 @@ struct PoolCase {
   Shape x;
   std::array<int64_t, 2> kernel, stride, padding;
   bool count_include_pad;
+  std::array<int64_t, 2> dilation{1, 1};  // max_pool2d's
+  bool ceil_mode = false;
+  int64_t divisor_override = 0;  // avg_pool2d's
 };
 
 const PoolCase kPoolCases[] = {
@@ -64,10 +67,22 @@ const PoolCase kPoolCases[] = {
     {{1, 2, 7, 7}, {3, 2}, {1, 2}, {1, 1}, false},  // most positions in several windows
     {{3, 10, 9}, {3, 3}, {1, 1}, {1, 0}, false},    // 3-D [C, H, W]
     {{2, 2, 5, 6}, {2, 3}, {3, 1}, {1, 1}, true},   // stride > kernel: rows in no window
+    // ceil_mode: a last window past the input; dilated taps; a divisor override.
+    {{2, 3, 8, 9}, {3, 2}, {2, 2}, {1, 0}, true, {1, 1}, true, 0},
+    {{2, 3, 9, 10}, {2, 3}, {2, 1}, {1, 1}, false, {2, 3}, true, 0},
+    {{1, 2, 7, 8}, {3, 3}, {2, 3}, {1, 1}, true, {2, 1}, false, 4},
 };
 
+// avg_pool2d of a case (no dilation: torch's avg_pool2d has none).
+Tensor avg_pool(const Tensor& x, const PoolCase& c) {
+  return avg_pool2d(
+      x, c.kernel, c.stride, c.padding, c.ceil_mode, c.count_include_pad,
+      c.divisor_override > 0 ? std::optional<int64_t>(c.divisor_override) : std::nullopt);
+}
+
 kernel::Pool2dParams params_of(const PoolCase& c) {
-  return {c.kernel, c.stride, c.padding, c.count_include_pad};
+  return {c.kernel,   c.stride,    c.padding,         c.count_include_pad,
+          c.dilation, c.ceil_mode, c.divisor_override};
 }
 
 }  // namespace
@@ -187,12 +202,10 @@ TEST_CASE("CUDA max_pool2d and avg_pool2d match float64 forward and backward", "
       const Tolerance exact{0, 0}, tol = tolerance_for(dtype);
       for (const Tensor& input : {x0, x_view}) {
         CAPTURE(input.is_contiguous());
-        check_close(max_pool2d(input, c.kernel, c.stride, c.padding),
-                    max_pool2d(f64(input), c.kernel, c.stride, c.padding), dtype, exact,
-                    "max_pool2d");
-        check_close(avg_pool2d(input, c.kernel, c.stride, c.padding, c.count_include_pad),
-                    avg_pool2d(f64(input), c.kernel, c.stride, c.padding, c.count_include_pad),
-                    dtype, tol, "avg_pool2d");
+        check_close(max_pool2d(input, c.kernel, c.stride, c.padding, c.dilation, c.ceil_mode),
+                    max_pool2d(f64(input), c.kernel, c.stride, c.padding, c.dilation, c.ceil_mode),
+                    dtype, exact, "max_pool2d");
+        check_close(avg_pool(input, c), avg_pool(f64(input), c), dtype, tol, "avg_pool2d");
       }
       // The indices are the CPU kernel's, in the same dtype (ties included).
       const kernel::MaxPoolForward got = cuda::pool_kernels.max_pool2d(x_view, params_of(c));
@@ -207,8 +220,8 @@ TEST_CASE("CUDA max_pool2d and avg_pool2d match float64 forward and backward", "
         auto pooled_grad = [&](const Tensor& input, const Tensor& weights) {
           const Tensor leaf = input.detach().requires_grad_();
           const Tensor y =
-              use_max ? max_pool2d(leaf, c.kernel, c.stride, c.padding)
-                      : avg_pool2d(leaf, c.kernel, c.stride, c.padding, c.count_include_pad);
+              use_max ? max_pool2d(leaf, c.kernel, c.stride, c.padding, c.dilation, c.ceil_mode)
+                      : avg_pool(leaf, c);
           sum(mul(y, weights)).backward();
           return leaf.grad();
         };

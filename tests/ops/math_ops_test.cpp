@@ -433,7 +433,7 @@ TEST_CASE("conv1d, max_pool1d, avg_pool1d and adaptive_avg_pool2d against float6
   CHECK(max_pool1d(row, 3, 2, 1).to_vector<double>() == std::vector<double>{1, 5, 8, 8});
   check_close(avg_pool1d(row, 3, 2, 1).to_vector<double>(),
               {(1 - 2) / 3.0, (-2 + 5 + 0) / 3.0, (0 + 3 + 8) / 3.0, (8 - 1) / 3.0}, 1e-15);
-  check_close(avg_pool1d(row, 3, 2, 1, false).to_vector<double>(),
+  check_close(avg_pool1d(row, 3, 2, 1, false, false).to_vector<double>(),
               {(1 - 2) / 2.0, (-2 + 5 + 0) / 3.0, (0 + 3 + 8) / 3.0, (8 - 1) / 2.0}, 1e-15);
   CHECK(max_pool1d(row.select(0, 0), 2).sizes() == Shape{1, 3});
 

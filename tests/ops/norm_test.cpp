@@ -330,7 +330,7 @@ TEST_CASE("recorded backward formulas give the fused kernels' gradients", "[nn_o
        }},
       {"avg_pool2d",
        [](auto& in) {
-         return avg_pool2d(in[0], {2, 3}, {1, 1}, {1, 1}, false);
+         return avg_pool2d(in[0], {2, 3}, {1, 1}, {1, 1}, false, false);
        }},
       {"embedding",
        [](auto& in) {

@@ -87,8 +87,8 @@ TEST_CASE("max_pool2d and avg_pool2d match reference loops", "[nn_ops][pool]") {
                       "max_pool2d", Tolerance{0, 0});
         const std::vector<double> avg_expected =
             pool_reference(values(x), shape, c, false, out_shape);
-        expect_result(avg_pool2d(x, c.kernel, c.stride, c.padding, c.count_include_pad), dtype,
-                      out_shape, avg_expected, "avg_pool2d");
+        expect_result(avg_pool2d(x, c.kernel, c.stride, c.padding, false, c.count_include_pad),
+                      dtype, out_shape, avg_expected, "avg_pool2d");
       }
     }
   }

@@ -85,7 +85,7 @@ const bool registered = register_samples([](std::map<OpId, Sample>& s) {
                             [] {
                               return input({2, 3, 7});
                             });
-  s[OpId::avg_pool1d] = one([](auto& x) { return avg_pool1d(x, 3, 2, 1, false); },
+  s[OpId::avg_pool1d] = one([](auto& x) { return avg_pool1d(x, 3, 2, 1, false, false); },
                             [] {
                               return input({2, 3, 7});
                             });
@@ -98,15 +98,17 @@ const bool registered = register_samples([](std::map<OpId, Sample>& s) {
       });
   s[OpId::max_pool2d] = one(
       [](auto& x) {
-        return max_pool2d(x, {2, 3}, {1, 2}, {1, 1});
+        return add(sum(max_pool2d(x, {2, 3}, {1, 2}, {1, 1})),
+                   sum(max_pool2d(x, {2, 2}, {2, 1}, {1, 0}, {2, 2}, true)));
       },
       [] {
         return input({1, 2, 5, 5});
       });
   s[OpId::avg_pool2d] = one(
       [](auto& x) {
-        return add(avg_pool2d(x, {3, 2}, {2, 1}, {1, 1}, true),
-                   avg_pool2d(x, {3, 2}, {2, 1}, {1, 1}, false));
+        return add(add(avg_pool2d(x, {3, 2}, {2, 1}, {1, 1}, false, true),
+                       avg_pool2d(x, {3, 2}, {2, 1}, {1, 1}, false, false)),
+                   avg_pool2d(x, {3, 2}, {2, 1}, {1, 1}, true, true, 5));
       },
       [] {
         return input({2, 5, 4});
@@ -127,7 +129,7 @@ const bool registered = register_samples([](std::map<OpId, Sample>& s) {
       });
   s[OpId::avg_pool2d_backward] = one(
       [](auto& x) {
-        return recorded_grad(avg_pool2d(x, {2, 2}, {1, 1}, {1, 0}, false), x);
+        return recorded_grad(avg_pool2d(x, {2, 2}, {1, 1}, {1, 0}, false, false), x);
       },
       [] {
         return input({1, 3, 4});
