@@ -570,3 +570,14 @@ TEST_CASE("interpolate: torch's nearest and bilinear values", "[math]") {
   CHECK_THAT(testing::error_message([&] { interpolate(x, std::nullopt, std::nullopt); }),
              Contains("expected exactly one of size and scale_factor"));
 }
+
+TEST_CASE("nn::functional names the new ops", "[math]") {
+  namespace F = nn::functional;
+  const Tensor x = tensor({-1.0, 2.0, -3.0, 4.0}, {1, 1, 4}, kFloat64);
+  CHECK(F::leaky_relu(x, 0.5).to_vector<double>() == std::vector<double>{-0.5, 2, -1.5, 4});
+  CHECK(F::pad(x, {1, 0}).to_vector<double>() == std::vector<double>{0, -1, 2, -3, 4});
+  CHECK(F::max_pool1d(x, 2).to_vector<double>() == std::vector<double>{2, 4});
+  CHECK(F::interpolate(x, std::vector<int64_t>{2}).to_vector<double>() ==
+        std::vector<double>{-1, -3});
+  CHECK(F::glu(x).to_vector<double>() == glu(x).to_vector<double>());
+}
