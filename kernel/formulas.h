@@ -296,7 +296,10 @@ HG_HOST_DEVICE inline C binary_fn(C a, C b, C alpha) {
     if constexpr (std::is_integral_v<C>) {
       // The op layer refuses a divisor of 0; -1 negates (wrapping the minimum value).
       if (b == C(0)) return C(0);
-      if (b == C(-1)) return C(C(0) - a);
+      if (b == C(-1)) {  // negation, wrapping the minimum value (no signed overflow)
+        using U = std::make_unsigned_t<C>;
+        return C(U(0) - U(a));
+      }
       C q = C(a / b);
       if (Op == Binary::FloorDiv && (a % b != C(0)) && ((a < C(0)) != (b < C(0)))) q -= C(1);
       return q;

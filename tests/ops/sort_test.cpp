@@ -162,6 +162,12 @@ TEST_CASE("div with a rounding mode and floor_divide as torch's", "[sort][mask]"
   CHECK(floor_divide(i, 2).to_vector<int64_t>() == std::vector<int64_t>{-4, 3, -4, 0});
   CHECK(div(i, -3, "trunc").to_vector<int64_t>() == std::vector<int64_t>{2, -2, 2, 0});
   CHECK(div(i, -3, "floor").to_vector<int64_t>() == std::vector<int64_t>{2, -3, 2, 0});
+  // -1 negates, the minimum value wrapping (as torch's integer division does).
+  const Tensor lowest = tensor(std::vector<int64_t>{-9223372036854775807LL - 1, 5});
+  CHECK(floor_divide(lowest, -1).to_vector<int64_t>() ==
+        std::vector<int64_t>{-9223372036854775807LL - 1, -5});
+  CHECK(div(lowest, -1, "trunc").to_vector<int64_t>() ==
+        std::vector<int64_t>{-9223372036854775807LL - 1, -5});
   // a // b and fmod agree: a == b * (a // b) + remainder(a, b), where floor(a / b) would not.
   const Tensor f = tensor({1.0}, kFloat64), g = tensor({0.1}, kFloat64);
   CHECK(floor_divide(f, g).item<double>() ==
