@@ -535,7 +535,8 @@ Tensor argsort(const Tensor& x, int64_t dim, bool descending) {
     using U = typename decltype(tag)::type;
     const U* const bits = static_cast<const U*>(rows.data_ptr());
     parallel_for(count / length, count * 8, [&](int64_t row) {
-      std::vector<uint64_t> keys(static_cast<size_t>(length));
+      thread_local std::vector<uint64_t> keys;  // one buffer per thread, not per row
+      keys.resize(static_cast<size_t>(length));
       const U* const in = bits + row * length;
       for (int64_t j = 0; j < length; ++j) {
         keys[size_t(j)] = kernel::sort_key(uint64_t(in[j]), dtype, descending);

@@ -898,12 +898,8 @@ Tensor scan_rows(const Tensor& x, int64_t d) {
 }
 
 Tensor scan(Scan kind, const Tensor& x, int64_t dim, DType out_dtype) {
-  const char* name = kernel::scan_name(kind);
-  check_cpu(x, name);
-  const int64_t d = wrap_dim(dim, x.dim(), name);
-  check_out_dtype(x, out_dtype, name);
-  HG_CHECK(kind != Scan::LogSumExp || x.is_floating_point(),
-           "{}: expected a floating tensor, got {}", name, x.dtype());
+  check_cpu(x, kernel::scan_name(kind));
+  const int64_t d = kernel::check_scan(kind, x, dim, out_dtype);
   if (x.dim() == 0) return scan(kind, x.reshape({1}), 0, out_dtype).reshape({});
   const Tensor out = visit_dtype(x.dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;

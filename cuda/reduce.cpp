@@ -263,10 +263,7 @@ Tensor var(const Tensor& x, const Shape& dims, int64_t correction, bool keepdim,
 Tensor scan(Scan kind, const Tensor& x, int64_t dim, DType out_dtype) {
   const char* name = kernel::scan_name(kind);
   check_input(x, name);
-  const int64_t d = wrap_dim(dim, x.dim(), name);
-  check_out_dtype(x, out_dtype, name);
-  HG_CHECK(kind != Scan::LogSumExp || x.is_floating_point(),
-           "{}: expected a floating tensor, got {}", name, x.dtype());
+  const int64_t d = kernel::check_scan(kind, x, dim, out_dtype);
   if (x.dim() == 0) return scan(kind, x.reshape({1}), 0, out_dtype).reshape({});
   // The lines along d: the other dims, walked with x's strides and the output's (contiguous)
   // ones; neighbours merge when they are back to back in both.

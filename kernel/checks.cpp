@@ -7,6 +7,7 @@
 #include <string>
 
 #include "halfgrad/core/format.h"
+#include "halfgrad/kernel/formulas.h"
 
 namespace hg::kernel {
 
@@ -107,6 +108,15 @@ void check_floating_input(const Tensor& x, const char* op) {
 void check_out_dtype(const Tensor& x, DType out_dtype, const char* op) {
   HG_CHECK(!x.is_floating_point() || is_floating_point(out_dtype),
            "{}: expected a floating out_dtype for {} input, got {}", op, x.dtype(), out_dtype);
+}
+
+int64_t check_scan(Scan kind, const Tensor& x, int64_t dim, DType out_dtype) {
+  const char* name = scan_name(kind);
+  const int64_t d = wrap_dim(dim, x.dim(), name);
+  check_out_dtype(x, out_dtype, name);
+  HG_CHECK(kind != Scan::LogSumExp || x.is_floating_point(),
+           "{}: expected a floating tensor, got {}", name, x.dtype());
+  return d;
 }
 
 std::vector<bool> reduced_dims(const Tensor& x, const Shape& dims, const char* op) {

@@ -62,6 +62,9 @@ const char* reduction_name(Reduction op);
 void check_floating_input(const Tensor& x, const char* op);
 // A floating accumulator rounds to a floating dtype only (NaN and fractions have no integer).
 void check_out_dtype(const Tensor& x, DType out_dtype, const char* op);
+// A scan's checks after the backend's own on x (ReduceKernels::scan): dim one of x's dims,
+// out_dtype (check_out_dtype), floating x for LogSumExp. Returns dim wrapped.
+int64_t check_scan(Scan kind, const Tensor& x, int64_t dim, DType out_dtype);
 // Which dims of x `dims` reduces (every dim when dims is empty); throws on a dim given twice.
 std::vector<bool> reduced_dims(const Tensor& x, const Shape& dims, const char* op);
 Shape reduced_shape(const Tensor& x, const std::vector<bool>& reduced, bool keepdim);
@@ -152,7 +155,7 @@ void check_conv_grad_output(const char* op, const Tensor& dy, const ConvGeometry
 struct PoolGeometry {
   int64_t N, C, planes, H, W, Hout, Wout, kH, kW, sH, sW, pH, pW, dH, dW;
   int64_t divisor_override;  // 0: none
-  Shape out_shape;  // input_shape with Hout, Wout
+  Shape out_shape;           // input_shape with Hout, Wout
 };
 PoolGeometry pool_geometry(const char* op, const Shape& input_shape, const Pool2dParams& p);
 // max_pool2d_backward's dy (after its own check) against input_shape, and int64 indices of

@@ -23,6 +23,7 @@
 #include "halfgrad/ops/dispatch.h"
 #include "halfgrad/ops/index.h"
 #include "halfgrad/ops/linalg.h"
+#include "halfgrad/ops/nn_helpers.h"
 #include "halfgrad/ops/ops.h"
 
 namespace hg {
@@ -120,8 +121,8 @@ Labelled take_diagonals(Labelled x) {
       sizes.push_back(n * n);
       std::vector<int64_t> positions(static_cast<size_t>(n));
       for (int64_t k = 0; k < n; ++k) positions[size_t(k)] = k * (n + 1);
-      const Tensor index = tensor(positions, kInt64).to(x.t.device());
-      Tensor diagonal = index_select(moved.reshape(sizes), -1, index);
+      const Tensor diagonal =
+          index_select(moved.reshape(sizes), -1, ops::positions_on(positions, x.t.device()));
       // The labels without dim j's; `diagonal` holds the other dims in order, then the
       // diagonal, which goes back to dim i's place.
       std::vector<int> labels;

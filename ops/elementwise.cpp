@@ -179,13 +179,16 @@ struct BinaryMath {
   static constexpr OpId id = Id;
   static constexpr bool kRounded = Id == OpId::floor_divide || Id == OpId::trunc_divide;
   static constexpr bool kKeepsIntegers = Id == OpId::fmod || Id == OpId::remainder || kRounded;
+  // Set by the overloads that take the divisor as a number, checked on the host there: the
+  // divisor tensor is then not read back (on CUDA, a wait for the device).
+  bool divisor_checked = false;
 
   Tensor forward(OpContext& ctx, const Tensor& a, const Tensor& b) {
     DType dtype = result_type({a, b});
     if (!kKeepsIntegers) dtype = floating_result(dtype);
     if (kKeepsIntegers && !is_floating_point(dtype)) {
       HG_CHECK(dtype != kBool, "{}: expected numeric tensors, got bool", op_name(Id));
-      HG_CHECK(!any(eq(b, 0)).item<bool>(),
+      HG_CHECK(divisor_checked || !any(eq(b, 0)).item<bool>(),
                "{}: expected a nonzero integer divisor, got a divisor of 0", op_name(Id));
     }
     Tensor out = kernels::elementwise(a).binary(binary_math_kind<Id>(), a, b, dtype, 1.0);
@@ -572,15 +575,22 @@ Tensor minimum(const Tensor& a, const Tensor& b) {
 }
 
 Tensor fmod(const Tensor& a, const Tensor& b) { return dispatch(BinaryMath<OpId::fmod>{}, a, b); }
-Tensor fmod(const Tensor& a, Scalar b) {
-  return fmod(a, as_operand(b, result_type({a}, {b}), a.device()));
+namespace {
+// op(a, b) for a divisor given as a number: an integer zero is refused here, on the host.
+template <OpId Id>
+Tensor binary_math_by_number(const Tensor& a, Scalar b) {
+  const DType dtype = result_type({a}, {b});
+  HG_CHECK(is_floating_point(dtype) || b.to_double() != 0.0,
+           "{}: expected a nonzero integer divisor, got a divisor of 0", op_name(Id));
+  return dispatch(BinaryMath<Id>{.divisor_checked = true}, a, as_operand(b, dtype, a.device()));
 }
+}  // namespace
+
+Tensor fmod(const Tensor& a, Scalar b) { return binary_math_by_number<OpId::fmod>(a, b); }
 Tensor remainder(const Tensor& a, const Tensor& b) {
   return dispatch(BinaryMath<OpId::remainder>{}, a, b);
 }
-Tensor remainder(const Tensor& a, Scalar b) {
-  return remainder(a, as_operand(b, result_type({a}, {b}), a.device()));
-}
+Tensor remainder(const Tensor& a, Scalar b) { return binary_math_by_number<OpId::remainder>(a, b); }
 Tensor remainder(Scalar a, const Tensor& b) {
   return remainder(as_operand(a, result_type({b}, {a}), b.device()), b);
 }
@@ -588,7 +598,7 @@ Tensor floor_divide(const Tensor& a, const Tensor& b) {
   return dispatch(BinaryMath<OpId::floor_divide>{}, a, b);
 }
 Tensor floor_divide(const Tensor& a, Scalar b) {
-  return floor_divide(a, as_operand(b, result_type({a}, {b}), a.device()));
+  return binary_math_by_number<OpId::floor_divide>(a, b);
 }
 Tensor div(const Tensor& a, const Tensor& b, std::string_view rounding_mode) {
   if (rounding_mode == "floor") return floor_divide(a, b);
@@ -597,7 +607,10 @@ Tensor div(const Tensor& a, const Tensor& b, std::string_view rounding_mode) {
   return dispatch(BinaryMath<OpId::trunc_divide>{}, a, b);
 }
 Tensor div(const Tensor& a, Scalar b, std::string_view rounding_mode) {
-  return div(a, as_operand(b, result_type({a}, {b}), a.device()), rounding_mode);
+  if (rounding_mode == "floor") return floor_divide(a, b);
+  HG_CHECK(rounding_mode == "trunc",
+           "div: expected rounding_mode \"trunc\" or \"floor\", got \"{}\"", rounding_mode);
+  return binary_math_by_number<OpId::trunc_divide>(a, b);
 }
 Tensor atan2(const Tensor& a, const Tensor& b) { return dispatch(BinaryMath<OpId::atan2>{}, a, b); }
 Tensor hypot(const Tensor& a, const Tensor& b) { return dispatch(BinaryMath<OpId::hypot>{}, a, b); }

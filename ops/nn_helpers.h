@@ -1,7 +1,9 @@
-// Helpers shared by the nn op families (ops/norm.cpp, pool.cpp, embedding.cpp, activation.cpp).
+// Helpers shared by the nn op families (ops/norm.cpp, pool.cpp, embedding.cpp, activation.cpp)
+// and the composites that select by position (ops/rearrange.cpp, einsum.cpp).
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "halfgrad/core/shape.h"
 #include "halfgrad/core/tensor.h"
@@ -14,6 +16,10 @@ inline Shape all_but_channels(int64_t ndim) {
   for (int64_t d = 2; d < ndim; ++d) dims.push_back(d);
   return dims;
 }
+
+// Positions made on the host as an int64 index tensor on `device` (copied there unless it is
+// the CPU), for index_select.
+Tensor positions_on(const std::vector<int64_t>& positions, Device device);
 
 // The recorded op embedding_backward (ops/embedding.cpp): dy [*, D]'s rows added into the rows
 // of a [num_embeddings, D] gradient that indices [*] name, none into row padding_idx (-1:

@@ -202,8 +202,7 @@ struct Interpolate {
       weight[size_t(j)] = source - double(i0);
     }
     const auto at = [&](const std::vector<int64_t>& positions) {
-      const Tensor index = tensor(positions, kInt64);
-      return index_select(x, dim, x.is_cpu() ? index : index.to(x.device()));
+      return index_select(x, dim, ops::positions_on(positions, x.device()));
     };
     if (mode == InterpolateMode::Nearest) return at(low);
     Shape weight_shape(size_t(x.dim()), 1);

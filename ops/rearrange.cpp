@@ -10,10 +10,18 @@
 #include "halfgrad/core/format.h"
 #include "halfgrad/ops/dispatch.h"
 #include "halfgrad/ops/index.h"
+#include "halfgrad/ops/nn_helpers.h"
 #include "halfgrad/ops/ops.h"
 #include "halfgrad/ops/rearrange.h"
 
 namespace hg {
+
+namespace ops {
+Tensor positions_on(const std::vector<int64_t>& positions, Device device) {
+  const Tensor index = tensor(positions, kInt64);
+  return device.is_cpu() ? index : index.to(device);
+}
+}  // namespace ops
 
 namespace {
 
@@ -24,15 +32,9 @@ void check_defined(const Tensor& x, OpId id) {
   HG_CHECK(x.defined(), "{}: expected a defined tensor, got an undefined one", op_name(id));
 }
 
-// An int64 index tensor on `device`.
-Tensor index_on(const std::vector<int64_t>& positions, Device device) {
-  const Tensor index = tensor(positions, kInt64);
-  return device.is_cpu() ? index : index.to(device);
-}
-
 // x's slices along dim at `positions`.
 Tensor select_along(const Tensor& x, int64_t dim, const std::vector<int64_t>& positions) {
-  return index_select(x, dim, index_on(positions, x.device()));
+  return index_select(x, dim, ops::positions_on(positions, x.device()));
 }
 
 // The dims of a call, wrapped, each at most once.
@@ -172,14 +174,15 @@ struct Flip {
   Shape dims{};
   Tensor forward(OpContext&, const Tensor& x) {
     check_defined(x, id);
+    const Shape wrapped = wrap_dims(dims, std::max<int64_t>(x.dim(), 1), id);
+    if (wrapped.empty() || x.dim() == 0) return x.clone();  // nothing (or a scalar) reversed
     Tensor out = x;
-    for (int64_t d : wrap_dims(dims, x.dim(), id)) {
-      if (x.dim() == 0) break;  // a scalar reversed is itself
+    for (int64_t d : wrapped) {
       std::vector<int64_t> positions(size_t(x.size(d)));
       std::iota(positions.rbegin(), positions.rend(), int64_t(0));
       out = select_along(out, d, positions);
     }
-    return dims.empty() || x.dim() == 0 ? x.clone() : out;
+    return out;
   }
 };
 
