@@ -8,6 +8,7 @@
 
 #include <bit>
 #include <cstdint>
+#include <limits>
 #include <type_traits>
 
 #include "halfgrad/core/half.h"
@@ -63,8 +64,25 @@ constexpr bool fits_in_integer(From value) {
   const double v = static_cast<double>(value);
   if constexpr (std::is_same_v<To, int64_t>) {
     return v >= -9223372036854775808.0 && v < 9223372036854775808.0;  // [-2^63, 2^63)
+  } else {  // truncation lands in [min, max]: min - 1 and max + 1 are exact in double
+    return v > double(std::numeric_limits<To>::min()) - 1.0 &&
+           v < double(std::numeric_limits<To>::max()) + 1.0;
+  }
+}
+
+// True when an integer number (a Scalar, as fill_ and the ops' number operands take it) may
+// be stored in the integer type To: within To's range, or for uint8 within [-255, 255] (a
+// negative number wraps, as c10's checked conversion lets it, so x - 1 and x + (-1) agree).
+template <class To>
+constexpr bool integer_fits(int64_t value) {
+  static_assert(std::is_integral_v<To> && !std::is_same_v<To, bool>);
+  constexpr int64_t max = int64_t(std::numeric_limits<To>::max());
+  if constexpr (std::is_same_v<To, int64_t>) {
+    return true;
+  } else if constexpr (std::is_unsigned_v<To>) {
+    return value >= -max && value <= max;
   } else {
-    return v > -2147483649.0 && v < 2147483648.0;  // truncation lands in [-2^31, 2^31)
+    return value >= int64_t(std::numeric_limits<To>::min()) && value <= max;
   }
 }
 

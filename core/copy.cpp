@@ -13,6 +13,7 @@
 #include "halfgrad/core/device_hooks.h"
 #include "halfgrad/core/factory.h"
 #include "halfgrad/core/format.h"
+#include "halfgrad/core/scalar_value.h"
 #include "halfgrad/core/strided_loop.h"
 #include "halfgrad/core/tensor.h"
 #include "halfgrad/core/view.h"
@@ -74,7 +75,7 @@ CastRow cast_row_for(DType to, DType from) {
 // and out-of-range values are an error. Checked over the whole source before anything is
 // written, so a failed copy leaves the destination untouched.
 void check_fits_integer(const Tensor& src, DType to) {
-  if (!src.is_floating_point() || !(to == kInt64 || to == kInt32)) return;
+  if (!src.is_floating_point() || is_floating_point(to) || to == kBool) return;
   std::atomic<bool> found{false};
   std::atomic<double> offending{0.0};
   visit_dtype(src.dtype(), [&](auto from_tag) {
@@ -84,8 +85,14 @@ void check_fits_integer(const Tensor& src, DType to) {
         for (int64_t i = 0; i < n; ++i) {
           From value;
           std::memcpy(&value, ptrs[0] + i * step[0], sizeof(From));
-          const bool fits =
-              to == kInt64 ? fits_in_integer<int64_t>(value) : fits_in_integer<int32_t>(value);
+          const bool fits = visit_dtype(to, [&](auto to_tag) {
+            using To = typename decltype(to_tag)::type;
+            if constexpr (std::is_integral_v<To> && !std::is_same_v<To, bool>) {
+              return fits_in_integer<To>(value);
+            } else {
+              return true;
+            }
+          });
           if (!fits && !found.exchange(true)) offending = static_cast<double>(value);
         }
       };
@@ -127,19 +134,6 @@ void copy_elements(const Tensor& dst, const Tensor& src) {
                   });
 }
 
-// The value of a Scalar as T; floating -> integer must fit (see check_fits_integer).
-template <class T>
-T scalar_as(Scalar value, DType dtype, const char* op) {
-  if (value.is_floating()) {
-    if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
-      HG_CHECK(fits_in_integer<T>(value.to_double()), "{}: value {} cannot be converted to {}", op,
-               value.to_double(), dtype_name(dtype));
-    }
-    return cast_value<T>(value.to_double());
-  }
-  return cast_value<T>(value.to_int64());
-}
-
 }  // namespace
 
 Tensor& Tensor::copy_(const Tensor& src) {
@@ -175,7 +169,7 @@ Tensor& Tensor::fill_(Scalar value) {
   }
   visit_dtype(dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
-    const T fill = scalar_as<T>(value, dtype(), "fill_");
+    const T fill = scalar_value_as<T>(value, "fill_");
     if (dense) {  // one run, without the walk's set-up (a scalar, a new tensor of ones)
       std::fill_n(static_cast<T*>(data_ptr()), numel(), fill);
       return;

@@ -26,16 +26,19 @@ DType promote_types(DType a, DType b) {
   // NOTE [Type promotion] PyTorch's table (c10's promoteTypes) for halfgrad's dtypes.
   // Read a row for `a` and a column for `b`; the table is symmetric.
   constexpr DType f4 = kFloat32, f2 = kFloat16, bf = kBFloat16, f8 = kFloat64, i8 = kInt64,
-                  i4 = kInt32, b1 = kBool;
+                  i4 = kInt32, b1 = kBool, u1 = kUInt8, i1 = kInt8, i2 = kInt16;
   static constexpr DType kTable[kNumDTypes][kNumDTypes] = {
-      //         f4  f2  bf  f8  i8  i4  b1
-      /* f4 */ {f4, f4, f4, f8, f4, f4, f4},
-      /* f2 */ {f4, f2, f4, f8, f2, f2, f2},
-      /* bf */ {f4, f4, bf, f8, bf, bf, bf},
-      /* f8 */ {f8, f8, f8, f8, f8, f8, f8},
-      /* i8 */ {f4, f2, bf, f8, i8, i8, i8},
-      /* i4 */ {f4, f2, bf, f8, i8, i4, i4},
-      /* b1 */ {f4, f2, bf, f8, i8, i4, b1},
+      //         f4  f2  bf  f8  i8  i4  b1  u1  i1  i2
+      /* f4 */ {f4, f4, f4, f8, f4, f4, f4, f4, f4, f4},
+      /* f2 */ {f4, f2, f4, f8, f2, f2, f2, f2, f2, f2},
+      /* bf */ {f4, f4, bf, f8, bf, bf, bf, bf, bf, bf},
+      /* f8 */ {f8, f8, f8, f8, f8, f8, f8, f8, f8, f8},
+      /* i8 */ {f4, f2, bf, f8, i8, i8, i8, i8, i8, i8},
+      /* i4 */ {f4, f2, bf, f8, i8, i4, i4, i4, i4, i4},
+      /* b1 */ {f4, f2, bf, f8, i8, i4, b1, u1, i1, i2},
+      /* u1 */ {f4, f2, bf, f8, i8, i4, u1, u1, i2, i2},
+      /* i1 */ {f4, f2, bf, f8, i8, i4, i1, i2, i1, i2},
+      /* i2 */ {f4, f2, bf, f8, i8, i4, i2, i2, i2, i2},
   };
   return kTable[index(a)][index(b)];
 }

@@ -19,7 +19,10 @@ namespace hg {
   _(double, Float64, "float64")           \
   _(int64_t, Int64, "int64")              \
   _(int32_t, Int32, "int32")              \
-  _(bool, Bool, "bool")
+  _(bool, Bool, "bool")                   \
+  _(uint8_t, UInt8, "uint8")              \
+  _(int8_t, Int8, "int8")                 \
+  _(int16_t, Int16, "int16")
 
 enum class DType : int8_t {
 #define HG_DTYPE_ENUM(cpp, name, str) name,
@@ -38,12 +41,18 @@ inline constexpr DType kFloat64 = DType::Float64;
 inline constexpr DType kInt64 = DType::Int64;
 inline constexpr DType kInt32 = DType::Int32;
 inline constexpr DType kBool = DType::Bool;
+inline constexpr DType kUInt8 = DType::UInt8;
+inline constexpr DType kInt8 = DType::Int8;
+inline constexpr DType kInt16 = DType::Int16;
 // libtorch's spellings, for code ported line by line.
 inline constexpr DType kFloat = kFloat32;
 inline constexpr DType kHalf = kFloat16;
 inline constexpr DType kDouble = kFloat64;
 inline constexpr DType kLong = kInt64;
 inline constexpr DType kInt = kInt32;
+inline constexpr DType kShort = kInt16;
+inline constexpr DType kChar = kInt8;
+inline constexpr DType kByte = kUInt8;
 
 // The printed name: "float32", "bfloat16", ...
 std::string_view dtype_name(DType dtype);
@@ -68,9 +77,12 @@ constexpr bool is_floating_point(DType dtype) {
 // True for the 16-bit floating types autocast computes in.
 constexpr bool is_reduced_precision(DType dtype) { return dtype == kFloat16 || dtype == kBFloat16; }
 
+// True for uint8 and bool, the dtypes without negative values.
+constexpr bool is_unsigned(DType dtype) { return dtype == DType::UInt8 || dtype == DType::Bool; }
+
 // PyTorch's type promotion for two tensor operands: the smallest dtype that holds both.
-// bool < int32 < int64 < {float16, bfloat16} < float32 < float64, and
-// float16 + bfloat16 -> float32 (neither holds the other).
+// bool < {uint8, int8} < int16 < int32 < int64 < {float16, bfloat16} < float32 < float64,
+// uint8 + int8 -> int16 and float16 + bfloat16 -> float32 (neither holds the other).
 DType promote_types(DType a, DType b);
 
 // Limits of a floating dtype, like torch.finfo.

@@ -191,6 +191,9 @@ template Tensor tensor(const std::vector<BFloat16>&, const Shape&, std::optional
 template Tensor tensor(const std::vector<int64_t>&, const Shape&, std::optional<DType>);
 template Tensor tensor(const std::vector<int32_t>&, const Shape&, std::optional<DType>);
 template Tensor tensor(const std::vector<bool>&, const Shape&, std::optional<DType>);
+template Tensor tensor(const std::vector<uint8_t>&, const Shape&, std::optional<DType>);
+template Tensor tensor(const std::vector<int8_t>&, const Shape&, std::optional<DType>);
+template Tensor tensor(const std::vector<int16_t>&, const Shape&, std::optional<DType>);
 
 Tensor tensor(std::initializer_list<double> values, std::optional<DType> dtype) {
   return tensor(std::vector<double>(values), dtype);

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 #include "halfgrad/core/cast.h"
@@ -108,14 +109,16 @@ class TensorPrinter {
   std::string format_element(const char* element) const {
     if (style_ == Style::Boolean) return *reinterpret_cast<const bool*>(element) ? "True" : "False";
     if (style_ == Style::Integer) {
-      int64_t value;
-      if (tensor_.dtype() == kInt64) {
-        std::memcpy(&value, element, sizeof(value));
-      } else {
-        int32_t narrow;
-        std::memcpy(&narrow, element, sizeof(narrow));
-        value = narrow;
-      }
+      const int64_t value = visit_dtype(tensor_.dtype(), [element](auto tag) -> int64_t {
+        using T = typename decltype(tag)::type;
+        if constexpr (std::is_integral_v<T>) {
+          T stored;
+          std::memcpy(&stored, element, sizeof(T));
+          return int64_t(stored);
+        } else {
+          return 0;  // not reached: the Integer style is chosen for integer dtypes only
+        }
+      });
       return fmt::format("{}", value);
     }
     const double value = read_double(element);

@@ -22,6 +22,7 @@
 #include "halfgrad/core/cpu_features.h"
 #include "halfgrad/core/factory.h"
 #include "halfgrad/core/format.h"
+#include "halfgrad/core/scalar_value.h"
 #include "halfgrad/core/strided_loop.h"
 #include "halfgrad/core/view.h"
 #include "halfgrad/cpu/kernels.h"
@@ -514,16 +515,7 @@ Tensor masked_fill(const Tensor& x, const Tensor& mask, Scalar value) {
   if (out.numel() == 0) return out;
   visit_dtype(x.dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
-    T fill;
-    if (value.is_floating()) {
-      if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
-        HG_CHECK(fits_in_integer<T>(value.to_double()),
-                 "masked_fill: value {} cannot be converted to {}", value.to_double(), x.dtype());
-      }
-      fill = cast_value<T>(value.to_double());
-    } else {
-      fill = cast_value<T>(value.to_int64());
-    }
+    const T fill = scalar_value_as<T>(value, "masked_fill");
     const auto row = [fill](std::array<char*, 3> ptrs, std::array<int64_t, 3> step, int64_t n) {
       for (int64_t k = 0; k < n; ++k) {
         const bool masked = load_bytes<bool>(ptrs[2] + k * step[2]);

@@ -103,7 +103,8 @@ decltype(auto) visit_storage_among(DType dtype, F&& f) {
 template <class F>
 decltype(auto) visit_storage(DType dtype, F&& f) {
   return visit_storage_among<DType::Float16, DType::BFloat16, DType::Float64, DType::Int64,
-                             DType::Int32, DType::Bool, DType::Float32>(dtype, f);
+                             DType::Int32, DType::Int16, DType::Int8, DType::UInt8, DType::Bool,
+                             DType::Float32>(dtype, f);
 }
 // The same for the floating dtypes only (callers have checked the dtype is floating).
 template <class F>

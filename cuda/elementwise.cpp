@@ -17,6 +17,7 @@
 #include "halfgrad/core/cast.h"
 #include "halfgrad/core/factory.h"
 #include "halfgrad/core/format.h"
+#include "halfgrad/core/scalar_value.h"
 #include "halfgrad/core/small_vector.h"
 #include "halfgrad/cuda/elementwise_launch.h"
 #include "halfgrad/cuda/host.h"
@@ -55,21 +56,11 @@ bool has_internal_overlap(const Tensor& t) {
   return false;
 }
 
-// The bytes of `value` converted to dtype as fill_ converts it (core/copy.cpp's scalar_as):
-// a floating value given to an integer dtype must fit.
+// The bytes of `value` converted to dtype as fill_ converts it (core/scalar_value.h).
 uint64_t scalar_bits(Scalar value, DType dtype, const char* op) {
   return visit_dtype(dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    T converted;
-    if (value.is_floating()) {
-      if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
-        HG_CHECK(fits_in_integer<T>(value.to_double()), "{}: value {} cannot be converted to {}",
-                 op, value.to_double(), dtype_name(dtype));
-      }
-      converted = cast_value<T>(value.to_double());
-    } else {
-      converted = cast_value<T>(value.to_int64());
-    }
+    const T converted = scalar_value_as<T>(value, op);
     uint64_t bits = 0;
     std::memcpy(&bits, &converted, sizeof(T));  // the low bytes on a little-endian host
     return bits;

@@ -90,11 +90,11 @@ __device__ __forceinline__ To cast(From value) {
 template <Unary Op, class C>
 __device__ __forceinline__ C unary_math(C x) {
   if constexpr (std::is_integral_v<C>) {
-    using W = std::make_unsigned_t<C>;
+    using W = kernel::wrap_t<C>;
     if constexpr (Op == Unary::Neg) {
       return C(W(0) - W(x));
     } else if constexpr (Op == Unary::Abs) {
-      return x < C(0) ? C(W(0) - W(x)) : x;
+      return kernel::is_negative(x) ? C(W(0) - W(x)) : x;
     } else if constexpr (Op == Unary::Square) {
       return C(W(x) * W(x));
     } else {
@@ -120,8 +120,8 @@ struct UnaryFn {
 // repeated multiplication, in O(log b) steps. b < 0 gives 1 for a == 1, else 0 (as the CPU).
 template <class C>
 __device__ __forceinline__ C integer_pow(C a, C b) {
-  if (b < C(0)) return C(a == C(1) ? 1 : 0);
-  using W = std::make_unsigned_t<C>;
+  if (kernel::is_negative(b)) return C(a == C(1) ? 1 : 0);
+  using W = kernel::wrap_t<C>;
   W result = 1, base = W(a);
   for (W e = W(b); e != 0; e >>= 1) {
     if (e & 1) result *= base;
@@ -136,7 +136,7 @@ __device__ __forceinline__ C integer_pow(C a, C b) {
 template <Binary Op, class C>
 __device__ __forceinline__ C binary_math(C a, C b, C alpha) {
   if constexpr (std::is_integral_v<C>) {
-    using W = std::make_unsigned_t<C>;
+    using W = kernel::wrap_t<C>;
     if constexpr (Op == Binary::Add) {
       return C(W(a) + W(alpha) * W(b));
     } else if constexpr (Op == Binary::Sub) {
@@ -145,7 +145,7 @@ __device__ __forceinline__ C binary_math(C a, C b, C alpha) {
       return C(W(a) * W(b));
     } else if constexpr (Op == Binary::Div) {
       if (b == C(0)) return C(0);
-      if (b == C(-1)) return C(W(0) - W(a));  // the minimum value wraps instead of trapping
+      if (kernel::is_minus_one(b)) return C(W(0) - W(a));  // the minimum wraps, no trap
       return a / b;
     } else if constexpr (Op == Binary::Pow) {
       return integer_pow(a, b);
@@ -227,11 +227,13 @@ struct AddcFn {
     using C = compute_t<T>;
     const C x = convert<C>(self), y = convert<C>(t1), z = convert<C>(t2);
     if constexpr (std::is_integral_v<C>) {
-      using W = std::make_unsigned_t<C>;
+      using W = kernel::wrap_t<C>;
       const C product = C(W(value) * W(y));
       C term;
       if constexpr (kDivide) {
-        term = z == C(0) ? C(0) : z == C(-1) ? C(W(0) - W(product)) : C(product / z);
+        term = z == C(0)                  ? C(0)
+               : kernel::is_minus_one(z) ? C(W(0) - W(product))
+                                         : C(product / z);
       } else {
         term = C(W(product) * W(z));
       }

@@ -539,23 +539,6 @@ Plan make_plan(const ReduceGeometry& g, int element_size) {
   return plan;
 }
 
-int element_size_of(DType dtype) {
-  switch (dtype) {
-    case DType::Float16:
-    case DType::BFloat16:
-      return 2;
-    case DType::Float64:
-    case DType::Int64:
-      return 8;
-    case DType::Int32:
-    case DType::Float32:
-      return 4;
-    case DType::Bool:
-      return 1;
-  }
-  return 4;
-}
-
 // ---- running a fold -------------------------------------------------------------------------
 
 template <class T, class Op>
@@ -608,7 +591,7 @@ cudaError_t run_fold(const Op& op, const ReduceGeometry& g, const ReduceOutput& 
 
 int64_t reduce_workspace_bytes(const ReduceGeometry& g) {
   if (g.outputs == 0) return 0;
-  const Plan plan = make_plan(g, element_size_of(g.dtype));
+  const Plan plan = make_plan(g, int(element_size(g.dtype)));
   // 16 bytes hold every accumulator (a value and an int64 index at most).
   return plan.splits > 1 ? g.outputs * plan.splits * 16 : 0;
 }

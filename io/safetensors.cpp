@@ -52,13 +52,16 @@ struct DTypeName {
 // In the order the Python writer lays tensors out (largest alignment first, as it sorts by
 // its dtype enum, descending); to_safetensors_bytes() follows it, so its files and the Python
 // writer's agree byte for byte.
-constexpr std::array<DTypeName, 7> kDTypeNames = {{{kInt64, "I64"},
-                                                   {kFloat64, "F64"},
-                                                   {kFloat32, "F32"},
-                                                   {kInt32, "I32"},
-                                                   {kBFloat16, "BF16"},
-                                                   {kFloat16, "F16"},
-                                                   {kBool, "BOOL"}}};
+constexpr std::array<DTypeName, 10> kDTypeNames = {{{kInt64, "I64"},
+                                                    {kFloat64, "F64"},
+                                                    {kFloat32, "F32"},
+                                                    {kInt32, "I32"},
+                                                    {kBFloat16, "BF16"},
+                                                    {kFloat16, "F16"},
+                                                    {kInt16, "I16"},
+                                                    {kInt8, "I8"},
+                                                    {kUInt8, "U8"},
+                                                    {kBool, "BOOL"}}};
 
 size_t layout_rank(DType dtype) {
   for (size_t i = 0; i < kDTypeNames.size(); ++i) {
@@ -561,8 +564,10 @@ DType dtype_from_safetensors_name(std::string_view name) {
   for (const DTypeName& entry : kDTypeNames) {
     if (entry.name == name) return entry.dtype;
   }
-  HG_ERROR("expected a dtype halfgrad reads (F32, F16, BF16, F64, I64, I32, BOOL), got \"{}\"",
-           name);
+  HG_ERROR(
+      "expected a dtype halfgrad reads (F32, F16, BF16, F64, I64, I32, I16, I8, U8, BOOL), got "
+      "\"{}\"",
+      name);
 }
 
 std::string to_safetensors_bytes(const TensorMap& tensors,

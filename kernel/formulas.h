@@ -71,6 +71,31 @@ decltype(auto) visit_bits(size_t element_size, F&& f) {
 
 // ---- formulas ------------------------------------------------------------------------------
 
+// The unsigned type an integer C's arithmetic wraps in: C's width, but at least 32 bits (an
+// 8- or 16-bit unsigned value is promoted to int, where a product can overflow).
+template <class C>
+using wrap_t = std::conditional_t<(sizeof(C) < 4), uint32_t, std::make_unsigned_t<C>>;
+
+// True for a divisor of -1 (never for unsigned C, where C(-1) is the largest value).
+template <class C>
+HG_HOST_DEVICE inline bool is_minus_one(C b) {
+  if constexpr (std::is_signed_v<C>) {
+    return b == C(-1);
+  } else {
+    return false;
+  }
+}
+
+// Whether a value is below zero (never for unsigned C).
+template <class C>
+HG_HOST_DEVICE inline bool is_negative(C v) {
+  if constexpr (std::is_signed_v<C> || !std::is_integral_v<C>) {
+    return v < C(0);
+  } else {
+    return false;
+  }
+}
+
 // Whether a unary kind is defined on integers (unary.def's takes_integers); the others take
 // floating tensors only.
 constexpr bool unary_takes_integers(Unary op) {
@@ -251,7 +276,7 @@ HG_HOST_DEVICE inline C binary_fn(C a, C b, C alpha) {
     if constexpr (std::is_integral_v<C>) {
       C result = 1;
       for (C e = b; e > 0; --e) result *= a;
-      return b < 0 ? C(a == 1 ? 1 : 0) : result;
+      return is_negative(b) ? C(a == 1 ? 1 : 0) : result;
     } else {
       return std::pow(a, b);
     }
@@ -270,13 +295,13 @@ HG_HOST_DEVICE inline C binary_fn(C a, C b, C alpha) {
     if constexpr (std::is_integral_v<C>) {
       // The op layer refuses an integer divisor of 0; -1 divides everything (and the minimum
       // value % -1 would trap).
-      if (b == C(0) || b == C(-1)) return C(0);
+      if (b == C(0) || is_minus_one(b)) return C(0);
       mod = C(a % b);
     } else {
       mod = std::fmod(a, b);
     }
     if constexpr (Op == Binary::Remainder) {
-      if (mod != C(0) && ((b < C(0)) != (mod < C(0)))) mod += b;
+      if (mod != C(0) && (is_negative(b) != is_negative(mod))) mod += b;
     }
     return mod;
   } else if constexpr (Op == Binary::Atan2) {
@@ -296,12 +321,12 @@ HG_HOST_DEVICE inline C binary_fn(C a, C b, C alpha) {
     if constexpr (std::is_integral_v<C>) {
       // The op layer refuses a divisor of 0; -1 negates (wrapping the minimum value).
       if (b == C(0)) return C(0);
-      if (b == C(-1)) {  // negation, wrapping the minimum value (no signed overflow)
-        using U = std::make_unsigned_t<C>;
+      if (is_minus_one(b)) {  // negation, wrapping the minimum value (no signed overflow)
+        using U = wrap_t<C>;
         return C(U(0) - U(a));
       }
       C q = C(a / b);
-      if (Op == Binary::FloorDiv && (a % b != C(0)) && ((a < C(0)) != (b < C(0)))) q -= C(1);
+      if (Op == Binary::FloorDiv && (a % b != C(0)) && (is_negative(a) != is_negative(b))) q -= 1;
       return q;
     } else if constexpr (Op == Binary::TruncDiv) {
       return trunc_of(a / b);
@@ -323,9 +348,9 @@ HG_HOST_DEVICE inline C binary_fn(C a, C b, C alpha) {
 // NOTE [Sort keys] The unsigned key whose order is the sort order of an element of `dtype`
 // given as its bits (the low element_size bytes of `bits`): -inf < ... < -0 == +0 < ... < inf <
 // NaN for the floating dtypes (NaN the largest, every NaN equal, as torch's sort), two's
-// complement order for integers, false < true. Descending flips the key within its width, so
-// that a stable sort of the keys keeps equal elements in their order either way. Both backends
-// sort these keys: the CPU and CUDA orders are one order.
+// complement order for signed integers, the bits' order for uint8, false < true. Descending flips
+// the key within its width, so that a stable sort of the keys keeps equal elements in their order
+// either way. Both backends sort these keys: the CPU and CUDA orders are one order.
 HG_HOST_DEVICE inline uint64_t sort_key(uint64_t bits, DType dtype, bool descending) {
   const int width = int(element_size(dtype)) * 8;
   const uint64_t mask = width == 64 ? ~uint64_t(0) : (uint64_t(1) << width) - 1;
@@ -347,6 +372,8 @@ HG_HOST_DEVICE inline uint64_t sort_key(uint64_t bits, DType dtype, bool descend
     } else {
       key = (bits & sign) != 0 ? (~bits & mask) : (bits | sign);
     }
+  } else if (is_unsigned(dtype)) {
+    key = bits;
   } else {
     key = bits ^ sign;
   }

@@ -331,6 +331,10 @@ Tensor unary_derivative<OpId::abs>(const Tensor& x, const Tensor&) {
   return sign(x);
 }
 template <>
+Tensor unary_derivative<OpId::square>(const Tensor& x, const Tensor&) {
+  return mul(x, 2);
+}
+template <>
 Tensor unary_derivative<OpId::sin>(const Tensor& x, const Tensor&) {
   return cos(x);
 }

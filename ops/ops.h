@@ -113,7 +113,9 @@ Tensor prod(const Tensor& x, const Shape& dims = {}, bool keepdim = false);
 // The largest / smallest element (a 0-d tensor); the gradient is split among ties.
 Tensor max(const Tensor& x);
 Tensor min(const Tensor& x);
+// The largest / smallest elements over dims (all dims when empty).
 Tensor amax(const Tensor& x, const Shape& dims = {}, bool keepdim = false);
+Tensor amin(const Tensor& x, const Shape& dims = {}, bool keepdim = false);
 // Index of the largest element (of the flattened tensor when dim is absent); int64.
 Tensor argmax(const Tensor& x, std::optional<int64_t> dim = std::nullopt, bool keepdim = false);
 // Variance with `correction` (1: the unbiased estimate, torch's default).

@@ -127,19 +127,20 @@ struct Prod {
 template <OpId Id>
 struct Extreme {
   static constexpr OpId id = Id;
+  static constexpr bool kMin = Id == OpId::min || Id == OpId::amin;
   Shape dims{};
   bool keepdim = false;
   Tensor forward(OpContext& ctx, const Tensor& x) {
     dims = resolve_dims(dims, x.dim(), op_name(Id).data());
-    Tensor out = kernels::reduce(x).reduce(Id == OpId::min ? Reduction::Amin : Reduction::Amax, x,
-                                           dims, keepdim, x.dtype(), /*p=*/2.0);
+    Tensor out = kernels::reduce(x).reduce(kMin ? Reduction::Amin : Reduction::Amax, x, dims,
+                                           keepdim, x.dtype(), /*p=*/2.0);
     ctx.save({x});
     ctx.save_output(out);
     return out;
   }
   Grads backward(OpContext& ctx, const Grads& grads) {
     const Tensor x = ctx.saved(0), out = ctx.saved(1);
-    // Split evenly among the elements equal to the extreme, as torch's amax.
+    // Split evenly among the elements equal to the extreme, as torch's amax and amin.
     const Tensor hit = eq(x, expand_back(out, dims, keepdim, x.sizes())).to(x.dtype());
     const Tensor count = expand_back(sum(hit, dims, keepdim), dims, keepdim, x.sizes());
     return {div(mul(expand_back(grads[0], dims, keepdim, x.sizes()), hit), count)};
@@ -451,6 +452,9 @@ Tensor prod(const Tensor& x, const Shape& dims, bool keepdim) {
 }
 Tensor amax(const Tensor& x, const Shape& dims, bool keepdim) {
   return dispatch(Extreme<OpId::amax>{.dims = dims, .keepdim = keepdim}, x);
+}
+Tensor amin(const Tensor& x, const Shape& dims, bool keepdim) {
+  return dispatch(Extreme<OpId::amin>{.dims = dims, .keepdim = keepdim}, x);
 }
 Tensor max(const Tensor& x) { return dispatch(Extreme<OpId::max>{}, x); }
 Tensor min(const Tensor& x) { return dispatch(Extreme<OpId::min>{}, x); }

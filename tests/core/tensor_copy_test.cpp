@@ -15,8 +15,8 @@ using Catch::Contains;
 
 namespace {
 
-constexpr std::array<DType, 7> kAll = {kFloat32, kFloat16, kBFloat16, kFloat64,
-                                       kInt64,   kInt32,   kBool};
+constexpr std::array<DType, 10> kAll = {kFloat32, kFloat16, kBFloat16, kFloat64, kInt64,
+                                        kInt32,   kBool,    kUInt8,    kInt8,    kInt16};
 
 // The value of a 16-bit pattern of float16 or bfloat16, computed from the format's fields
 // (not through the library's conversion).
@@ -76,11 +76,15 @@ uint16_t bits_of(T value) {
 }  // namespace
 
 TEST_CASE("to converts every pair of dtypes with the documented rules", "[tensor][copy]") {
-  // Values every dtype can hold exactly, so each conversion must be exact.
-  const std::vector<double> exact = {0.0, 1.0, -2.0, 3.0, 0.0, 1.0, 100.0, -7.0};
+  // Values every dtype can hold exactly, so each conversion must be exact (uint8 holds no
+  // negative values).
+  const std::vector<double> signed_values = {0.0, 1.0, -2.0, 3.0, 0.0, 1.0, 100.0, -7.0};
+  const std::vector<double> unsigned_values = {0.0, 1.0, 2.0, 3.0, 0.0, 1.0, 100.0, 7.0};
   for (DType from : kAll) {
     for (DType to : kAll) {
       CAPTURE(from, to);
+      const std::vector<double>& exact =
+          from == kUInt8 || to == kUInt8 ? unsigned_values : signed_values;
       std::vector<double> expected = exact;
       if (from == kBool || to == kBool) {
         for (double& v : expected) v = v != 0.0;
@@ -112,6 +116,50 @@ TEST_CASE("float to integer truncates toward zero like C++", "[tensor][copy]") {
         std::numeric_limits<int32_t>::min());
   CHECK_THROWS_WITH(tensor({2147483648.0}, kFloat64).to(kInt32),
                     Contains("outside the integer range"));
+}
+
+TEST_CASE("uint8 int8 and int16 convert as torch: integers wrap, floats must fit",
+          "[tensor][copy]") {
+  // Between integers the low bits are kept (torch.tensor([300, -1, 256, -129]).to(torch.uint8)
+  // prints [44, 255, 0, 127]; .to(torch.int8) prints [44, -1, 0, 127]).
+  const Tensor wide = tensor(std::vector<int64_t>{300, -1, 256, -129});
+  CHECK(wide.to(kUInt8).to_vector<uint8_t>() == std::vector<uint8_t>{44, 255, 0, 127});
+  CHECK(wide.to(kInt8).to_vector<int8_t>() == std::vector<int8_t>{44, -1, 0, 127});
+  CHECK(tensor(std::vector<int64_t>{40000, -32769}).to(kInt16).to_vector<int16_t>() ==
+        std::vector<int16_t>{-25536, 32767});
+  CHECK(tensor(std::vector<int64_t>{200, 255}).to(kUInt8).to(kInt8).to_vector<int8_t>() ==
+        std::vector<int8_t>{-56, -1});
+  CHECK(tensor(std::vector<int64_t>{-56, -1}).to(kInt8).to(kUInt8).to_vector<uint8_t>() ==
+        std::vector<uint8_t>{200, 255});
+  // Bytes widen exactly to every float (image bytes load as they are).
+  const Tensor bytes = arange(256, kInt64).to(kUInt8);
+  for (DType to : {kFloat16, kBFloat16, kFloat32, kFloat64}) {
+    const std::vector<double> widened = bytes.to(to).to_vector<double>();
+    for (int v = 0; v < 256; ++v) CHECK(widened[size_t(v)] == double(v));
+  }
+  // Floats truncate toward zero and must land inside the range.
+  CHECK(tensor({255.9, -0.9, 0.5}).to(kUInt8).to_vector<uint8_t>() ==
+        std::vector<uint8_t>{255, 0, 0});
+  CHECK(tensor({127.5, -128.9}).to(kInt8).to_vector<int8_t>() == std::vector<int8_t>{127, -128});
+  CHECK(tensor({32767.5, -32768.5}, kFloat64).to(kInt16).to_vector<int16_t>() ==
+        std::vector<int16_t>{32767, -32768});
+  CHECK_THROWS_WITH(tensor({256.0}).to(kUInt8),
+                    Contains("cannot convert float32 value 256 to uint8") &&
+                        Contains("outside the integer range"));
+  CHECK_THROWS_WITH(tensor({-1.0}).to(kUInt8), Contains("value -1 to uint8"));
+  CHECK_THROWS_WITH(tensor({128.0}).to(kFloat16).to(kInt8), Contains("value 128 to int8"));
+  CHECK_THROWS_WITH(tensor({NAN}).to(kInt16), Contains("NaN has no integer value"));
+  // fill_ and full check an integer too: uint8 takes -255..255 (a negative one wraps), as
+  // c10's checked conversion.
+  CHECK(full({2}, -1, kUInt8).to_vector<uint8_t>() == std::vector<uint8_t>{255, 255});
+  CHECK(full({1}, 127, kInt8).item<int8_t>() == 127);
+  Tensor byte = full({2}, 7, kUInt8);
+  CHECK_THROWS_WITH(byte.fill_(256), Contains("fill_: value 256 cannot be converted to uint8"));
+  CHECK_THROWS_WITH(byte.fill_(-256), Contains("value -256 cannot be converted to uint8"));
+  CHECK_THROWS_WITH(full({1}, 128, kInt8), Contains("value 128 cannot be converted to int8"));
+  CHECK_THROWS_WITH(full({1}, -32769, kInt16), Contains("cannot be converted to int16"));
+  CHECK_THROWS_WITH(full({1}, int64_t(1) << 31, kInt32), Contains("cannot be converted to int32"));
+  CHECK(byte.to_vector<uint8_t>() == std::vector<uint8_t>{7, 7});
 }
 
 TEST_CASE("NaN inf and out of range values are errors when converted to integers",

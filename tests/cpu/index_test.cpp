@@ -30,8 +30,8 @@ using Catch::Contains;
 
 namespace {
 
-constexpr std::array<DType, 7> kAllDTypes = {kFloat32, kFloat16, kBFloat16, kFloat64,
-                                             kInt64,   kInt32,   kBool};
+constexpr std::array<DType, 10> kAllDTypes = {kFloat32, kFloat16, kBFloat16, kFloat64, kInt64,
+                                              kInt32,   kBool,    kUInt8,    kInt8,    kInt16};
 
 Shape to_shape(const Sizes& sizes) { return Shape(std::span<const int64_t>(sizes)); }
 
@@ -74,6 +74,12 @@ double accumulate(double a, double b, DType dtype) {
     case kInt64:
     case kInt32:
       return double(int64_t(a) + int64_t(b));
+    case kInt16:  // the narrow integers wrap
+      return double(int16_t(int64_t(a) + int64_t(b)));
+    case kInt8:
+      return double(int8_t(int64_t(a) + int64_t(b)));
+    case kUInt8:
+      return double(uint8_t(int64_t(a) + int64_t(b)));
     case kBool:
       return (a != 0 || b != 0) ? 1.0 : 0.0;
     default:
@@ -116,7 +122,7 @@ Tensor random_tensor(const Sizes& sizes, DType dtype, std::mt19937_64& rng,
     } else if (dtype == kBool) {
       v = integer(rng) > 0;
     } else {
-      v = integer(rng);
+      v = dtype == kUInt8 ? integer(rng) + 20 : integer(rng);
     }
   }
   return relayout(tensor(values, to_shape(sizes), dtype), layout);
@@ -953,13 +959,13 @@ TEST_CASE("masked_fill matches the loop reference with broadcasting", "[index][m
       for (const auto& [x_sizes, mask_sizes] : cases) {
         const Tensor x = random_tensor(x_sizes, dtype, rng, layout);
         const Tensor mask = random_tensor(mask_sizes, kBool, rng, layout);
-        const Scalar value = dtype == kBool ? Scalar(true) : Scalar(-3);
+        const double fill = dtype == kBool ? 1.0 : dtype == kUInt8 ? 3.0 : -3.0;
+        const Scalar value = dtype == kBool ? Scalar(true) : Scalar(int64_t(fill));
         const Ref xr = read(x), mr = read(mask);
         Ref expected{broadcast(x_sizes, mask_sizes), {}};
         for (int64_t p = 0; p < count(expected.sizes); ++p) {
           const Sizes at = unravel(p, expected.sizes);
-          expected.values.push_back(mr.at_broadcast(at) != 0 ? (dtype == kBool ? 1.0 : -3.0)
-                                                             : xr.at_broadcast(at));
+          expected.values.push_back(mr.at_broadcast(at) != 0 ? fill : xr.at_broadcast(at));
         }
         CAPTURE(dtype_name(dtype), int(layout), x_sizes, mask_sizes);
         require_equal(cpu::elementwise_kernels.masked_fill(x, mask, value), build(expected, dtype));

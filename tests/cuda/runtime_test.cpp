@@ -17,8 +17,8 @@ using Catch::Contains;
 
 namespace {
 
-constexpr std::array<DType, 7> kAll = {kFloat32, kFloat16, kBFloat16, kFloat64,
-                                       kInt64,   kInt32,   kBool};
+constexpr std::array<DType, 10> kAll = {kFloat32, kFloat16, kBFloat16, kFloat64, kInt64,
+                                        kInt32,   kBool,    kUInt8,    kInt8,    kInt16};
 
 // A CPU tensor of `dtype` with varied, nonzero values (bools alternate).
 Tensor varied(const Shape& sizes, DType dtype) {

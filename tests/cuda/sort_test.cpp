@@ -23,9 +23,12 @@ TEST_CASE("CUDA argsort gives the CPU's positions in every dtype", "[cuda][sort]
     for (size_t i = 5; i < v.size(); i += 29) v[i] = -INFINITY;
     for (size_t i = 11; i < v.size(); i += 31) v[i] = -0.0;
     x = tensor(v, shape, kFloat64);
-    for (DType dtype : {kFloat64, kFloat32, kFloat16, kBFloat16, kInt64, kInt32}) {
-      const Tensor typed =
-          is_floating_point(dtype) ? x.to(dtype) : nan_to_num(x, 0, 9, -9).to(dtype);
+    for (DType dtype :
+         {kFloat64, kFloat32, kFloat16, kBFloat16, kInt64, kInt32, kInt16, kInt8, kUInt8}) {
+      // uint8 around 128, so that bytes above 127 (negative as int8 bits) sort too.
+      const Tensor typed = is_floating_point(dtype) ? x.to(dtype)
+                           : dtype == kUInt8        ? add(nan_to_num(x, 0, 9, -9), 128).to(dtype)
+                                                    : nan_to_num(x, 0, 9, -9).to(dtype);
       for (int64_t dim : {int64_t(0), int64_t(-1)}) {
         for (bool descending : {false, true}) {
           CAPTURE(shape, dtype, dim, descending);

@@ -75,6 +75,7 @@ const bool registered = register_samples([](std::map<OpId, Sample>& s) {
   s[OpId::max] = one([](auto& x) { return max(x); }, [] { return input({2, 3}); });
   s[OpId::min] = one([](auto& x) { return min(x); }, [] { return input({2, 3}); });
   s[OpId::amax] = one([](auto& x) { return amax(x, {-1}); }, [] { return input({3, 4}); });
+  s[OpId::amin] = one([](auto& x) { return amin(x, {0}, true); }, [] { return input({3, 4}); });
   s[OpId::var] = one([](auto& x) { return var(x, {1}); }, [] { return input({2, 4}); });
   s[OpId::norm] = one([](auto& x) { return norm(x, 2.0, {1}) + norm(x, 3.0) + norm(x, INFINITY); },
                       [] {
