@@ -239,12 +239,14 @@ Tensor run_unary(const Tensor& x) {
 
 // ---- binary -----------------------------------------------------------------------------------
 
-// o[i] = pow(x[i], y[i]) (y[0] for every i when scalar_exponent) over n contiguous values of a
-// float32, float16 or bfloat16 T, through the vector pow pass in float32 chunks.
+// o[i] = pow(x[i], y[i]) (scale * y[0] for every i when scalar_exponent, where scale is 1
+// otherwise) over n contiguous values of a float32, float16 or bfloat16 T, through the vector
+// pow pass in float32 chunks.
 template <class T>
-void pow_run(VectorPow power, T* o, const T* x, const T* y, bool scalar_exponent, int64_t n) {
+void pow_run(VectorPow power, T* o, const T* x, const T* y, bool scalar_exponent, float scale,
+             int64_t n) {
   float a[kChunk], b[kChunk];
-  if (scalar_exponent) std::fill_n(b, kChunk, cast_value<float>(y[0]));
+  if (scalar_exponent) std::fill_n(b, kChunk, scale * cast_value<float>(y[0]));
   for (int64_t start = 0; start < n; start += kChunk) {
     const int64_t m = std::min(kChunk, n - start);
     if constexpr (std::is_same_v<T, float>) {
@@ -280,9 +282,9 @@ void run_binary(const Tensor& out, const Tensor& a, const Tensor& b, double alph
             (void)power;  // kinds other than pow do not read it
             if constexpr (Op == Binary::Pow && std::is_same_v<C, float>) {
               if (power != nullptr && s[0] == sizeof(T) && s[1] == sizeof(T) &&
-                  (s[2] == sizeof(T) || s[2] == 0)) {
+                  (s[2] == 0 || (s[2] == sizeof(T) && scale == C(1)))) {
                 return pow_run(power, reinterpret_cast<T*>(p[0]), reinterpret_cast<const T*>(p[1]),
-                               reinterpret_cast<const T*>(p[2]), s[2] == 0, n);
+                               reinterpret_cast<const T*>(p[2]), s[2] == 0, scale, n);
               }
             }
             if (s[0] == sizeof(T) && s[1] == sizeof(T) && s[2] == sizeof(T)) {

@@ -9,7 +9,8 @@
 // converts a mismatched input to it first (copy_elements), so no (input type, input type)
 // pairs are instantiated. where, masked_fill, fills and same-dtype copies move bits, so
 // they are instantiated per element width, not per dtype. Copies between dtypes get every
-// (to, from) pair: they are what .to(dtype) runs. About a minute of nvcc per architecture.
+// (to, from) pair: they are what .to(dtype) runs. With ten dtypes (90 cast pairs) the file
+// took 167 s of nvcc on a 2-core machine, the other files compiling beside it.
 //
 // Float arithmetic is plain C++ on float or double, so nvcc may fuse a * b + c into one FMA
 // (a + alpha * b, addcmul): float32 results can then differ from the CPU kernels' in the last

@@ -20,7 +20,9 @@ struct ElementwiseKernels {
   Tensor (*unary)(Unary op, const Tensor& x);
 
   // op(a, b) broadcast to a common shape, computed in `dtype` (a and b are converted to it).
-  // `alpha` scales b for Add and Sub (a + alpha * b), as torch.add does.
+  // `alpha` scales b for Add and Sub (a + alpha * b), as torch.add does, and for Mul, Div and
+  // Pow of floating dtypes (op(a, alpha * b)), where it carries a number in the compute type
+  // (NOTE [Number operands of 16-bit ops] in ops/elementwise.cpp).
   Tensor (*binary)(Binary op, const Tensor& a, const Tensor& b, DType dtype, double alpha);
   // self = op(self, other) in place, other broadcast to self's shape, computed in self's dtype.
   void (*binary_)(Binary op, const Tensor& self, const Tensor& other, double alpha);

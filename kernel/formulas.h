@@ -261,7 +261,8 @@ HG_HOST_DEVICE inline C unary_fn(C x) {
   { static_assert(Op != Op, "a kind without a line in unary.def"); }
 }
 
-// Op(a, b) in the compute type C; alpha scales b for Add and Sub.
+// Op(a, b) in the compute type C; alpha scales b for Add and Sub, and for Mul, Div and Pow of
+// floating C (op(a, alpha * b); 1 * b is b exactly): NOTE [Number operands of 16-bit ops].
 template <Binary Op, class C>
 HG_HOST_DEVICE inline C binary_fn(C a, C b, C alpha) {
   if constexpr (Op == Binary::Add) {
@@ -269,10 +270,19 @@ HG_HOST_DEVICE inline C binary_fn(C a, C b, C alpha) {
   } else if constexpr (Op == Binary::Sub) {
     return a - alpha * b;
   } else if constexpr (Op == Binary::Mul) {
-    return a * b;
+    if constexpr (std::is_integral_v<C>) {
+      return a * b;
+    } else {
+      return a * (alpha * b);
+    }
   } else if constexpr (Op == Binary::Div) {
-    return a / b;
+    if constexpr (std::is_integral_v<C>) {
+      return a / b;
+    } else {
+      return a / (alpha * b);
+    }
   } else if constexpr (Op == Binary::Pow) {
+    if constexpr (!std::is_integral_v<C>) b = alpha * b;
     if constexpr (std::is_integral_v<C>) {
       C result = 1;
       for (C e = b; e > 0; --e) result *= a;

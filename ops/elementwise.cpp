@@ -127,6 +127,56 @@ struct Pow {
   }
 };
 
+// ---- a tensor and a number: add, sub, mul, div, pow -----------------------------------------
+
+// NOTE [Number operands of 16-bit ops] torch applies a number given to a float16 or bfloat16
+// op (x * 1.7, x + 0.1, x / 3, x ** 2.5) in float32, the compute type, without first rounding
+// it to 16 bits: bfloat16 3 * 1.7 is 5.09375, where 1.7 rounded to bfloat16 (1.703125) would
+// give 5.125. Such a number reaches the kernels as their alpha, op(a, alpha * b) with b a 0-d
+// one, computed in the compute type (kernel::binary_fn). Backward keeps the number as it is.
+// Other dtypes compute in their own type, where the 0-d operand of the number is already exact
+// as torch's (float32 1.7 is float(1.7) either way).
+template <OpId Id>
+struct WithNumber {
+  static constexpr OpId id = Id;
+  double value = 0.0;
+
+  static constexpr kernel::Binary kind() {
+    switch (Id) {
+      case OpId::add:
+        return kernel::Binary::Add;
+      case OpId::sub:
+        return kernel::Binary::Sub;
+      case OpId::mul:
+        return kernel::Binary::Mul;
+      case OpId::div:
+        return kernel::Binary::Div;
+      default:
+        return kernel::Binary::Pow;
+    }
+  }
+
+  Tensor forward(OpContext& ctx, const Tensor& a) {
+    if constexpr (Id == OpId::pow) ctx.save({a});
+    const Tensor one = full({}, 1, {.dtype = a.dtype(), .device = a.device()});
+    return kernels::elementwise(a).binary(kind(), a, one, a.dtype(), value);
+  }
+  Grads backward(OpContext& ctx, const Grads& grads) {
+    const Tensor& g = grads[0];
+    if constexpr (Id == OpId::add || Id == OpId::sub) {
+      return {g};
+    } else if constexpr (Id == OpId::mul) {
+      return {mul(g, value)};
+    } else if constexpr (Id == OpId::div) {
+      return {div(g, value)};
+    } else {
+      const Tensor a = ctx.saved(0);
+      if (value == 0.0) return {zeros_like(g)};  // torch: a^0 has no gradient, even at 0
+      return {mul(g, mul(pow(a, value - 1.0), value)).to(a.dtype())};
+    }
+  }
+};
+
 // ---- maximum / minimum -----------------------------------------------------------------------
 
 template <OpId Id>
@@ -551,24 +601,37 @@ Tensor add(const Tensor& a, const Tensor& b, Scalar alpha) {
   return dispatch(AddSub<OpId::add>{.alpha = alpha.to_double()}, a, b);
 }
 Tensor add(const Tensor& a, Scalar b, Scalar alpha) {
+  if (number_in_compute_type(a, b)) {
+    return dispatch(WithNumber<OpId::add>{.value = b.to_double() * alpha.to_double()}, a);
+  }
   return add(a, as_operand(b, result_type({a}, {b}), a.device()), alpha);
 }
 Tensor sub(const Tensor& a, const Tensor& b, Scalar alpha) {
   return dispatch(AddSub<OpId::sub>{.alpha = alpha.to_double()}, a, b);
 }
 Tensor sub(const Tensor& a, Scalar b, Scalar alpha) {
+  if (number_in_compute_type(a, b)) {
+    return dispatch(WithNumber<OpId::sub>{.value = b.to_double() * alpha.to_double()}, a);
+  }
   return sub(a, as_operand(b, result_type({a}, {b}), a.device()), alpha);
 }
 Tensor mul(const Tensor& a, const Tensor& b) { return dispatch(Mul{}, a, b); }
 Tensor mul(const Tensor& a, Scalar b) {
+  if (number_in_compute_type(a, b))
+    return dispatch(WithNumber<OpId::mul>{.value = b.to_double()}, a);
   return mul(a, as_operand(b, result_type({a}, {b}), a.device()));
 }
 Tensor div(const Tensor& a, const Tensor& b) { return dispatch(Div{}, a, b); }
 Tensor div(const Tensor& a, Scalar b) {
+  if (number_in_compute_type(a, b))
+    return dispatch(WithNumber<OpId::div>{.value = b.to_double()}, a);
   return div(a, as_operand(b, result_type({a}, {b}), a.device()));
 }
 Tensor pow(const Tensor& a, const Tensor& exponent) { return dispatch(Pow{}, a, exponent); }
 Tensor pow(const Tensor& a, Scalar exponent) {
+  if (number_in_compute_type(a, exponent)) {
+    return dispatch(WithNumber<OpId::pow>{.value = exponent.to_double()}, a);
+  }
   return pow(a, as_operand(exponent, result_type({a}, {exponent}), a.device()));
 }
 Tensor maximum(const Tensor& a, const Tensor& b) {

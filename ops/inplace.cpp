@@ -62,6 +62,11 @@ Tensor operand(Scalar value, const Tensor& like) {
   return full({}, value, {.dtype = result_type({like}, {value}), .device = like.device()});
 }
 
+// A 0-d one against which a number goes to the kernel as its alpha.
+Tensor one_like(const Tensor& self) {
+  return full({}, 1, {.dtype = self.dtype(), .device = self.device()});
+}
+
 }  // namespace
 
 Tensor& Tensor::add_(const Tensor& other, Scalar alpha) {
@@ -69,24 +74,50 @@ Tensor& Tensor::add_(const Tensor& other, Scalar alpha) {
       *this, other, "add_", kernel::Binary::Add, alpha.to_double(),
       [&](const Tensor& old, const Tensor& operand) { return add(old, operand, alpha); });
 }
-Tensor& Tensor::add_(Scalar other, Scalar alpha) { return add_(operand(other, *this), alpha); }
+Tensor& Tensor::add_(Scalar other, Scalar alpha) {
+  if (number_in_compute_type(*this, other)) {
+    return inplace(*this, one_like(*this), "add_", kernel::Binary::Add,
+                   other.to_double() * alpha.to_double(),
+                   [&](const Tensor& old, const Tensor&) { return add(old, other, alpha); });
+  }
+  return add_(operand(other, *this), alpha);
+}
 Tensor& Tensor::sub_(const Tensor& other, Scalar alpha) {
   return inplace(
       *this, other, "sub_", kernel::Binary::Sub, alpha.to_double(),
       [&](const Tensor& old, const Tensor& operand) { return sub(old, operand, alpha); });
 }
-Tensor& Tensor::sub_(Scalar other, Scalar alpha) { return sub_(operand(other, *this), alpha); }
+Tensor& Tensor::sub_(Scalar other, Scalar alpha) {
+  if (number_in_compute_type(*this, other)) {
+    return inplace(*this, one_like(*this), "sub_", kernel::Binary::Sub,
+                   other.to_double() * alpha.to_double(),
+                   [&](const Tensor& old, const Tensor&) { return sub(old, other, alpha); });
+  }
+  return sub_(operand(other, *this), alpha);
+}
 Tensor& Tensor::mul_(const Tensor& other) {
   return inplace(*this, other, "mul_", kernel::Binary::Mul, 1.0,
                  [&](const Tensor& old, const Tensor& operand) { return mul(old, operand); });
 }
-Tensor& Tensor::mul_(Scalar other) { return mul_(operand(other, *this)); }
+Tensor& Tensor::mul_(Scalar other) {
+  if (number_in_compute_type(*this, other)) {
+    return inplace(*this, one_like(*this), "mul_", kernel::Binary::Mul, other.to_double(),
+                   [&](const Tensor& old, const Tensor&) { return mul(old, other); });
+  }
+  return mul_(operand(other, *this));
+}
 Tensor& Tensor::div_(const Tensor& other) {
   HG_CHECK(is_floating_point(), "div_: true division needs a floating tensor to write into, got {}",
            dtype());
   return inplace(*this, other, "div_", kernel::Binary::Div, 1.0,
                  [&](const Tensor& old, const Tensor& operand) { return div(old, operand); });
 }
-Tensor& Tensor::div_(Scalar other) { return div_(operand(other, *this)); }
+Tensor& Tensor::div_(Scalar other) {
+  if (number_in_compute_type(*this, other)) {
+    return inplace(*this, one_like(*this), "div_", kernel::Binary::Div, other.to_double(),
+                   [&](const Tensor& old, const Tensor&) { return div(old, other); });
+  }
+  return div_(operand(other, *this));
+}
 
 }  // namespace hg

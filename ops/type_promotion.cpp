@@ -43,4 +43,8 @@ DType result_type(std::initializer_list<Tensor> tensors, std::initializer_list<S
 
 DType floating_result(DType dtype) { return is_floating_point(dtype) ? dtype : kFloat32; }
 
+bool number_in_compute_type(const Tensor& t, Scalar number) {
+  return is_reduced_precision(t.dtype()) && result_type({t}, {number}) == t.dtype();
+}
+
 }  // namespace hg

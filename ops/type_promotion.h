@@ -24,4 +24,9 @@ DType result_type(std::initializer_list<Tensor> tensors,
 // floating, float32 for integers and bool (as torch).
 DType floating_result(DType dtype);
 
+// Whether a number operand of `t` (t + 0.1, t * 1.7) is applied in the compute type instead of
+// as a 0-d tensor of the result dtype: where t is float16 or bfloat16 and stays so
+// (NOTE [Number operands of 16-bit ops] in ops/elementwise.cpp).
+bool number_in_compute_type(const Tensor& t, Scalar number);
+
 }  // namespace hg
