@@ -1,9 +1,10 @@
-// Learning-rate schedulers (lr_scheduler.h): StepLR and CosineWithWarmup, and the lr written to
-// the device for captured steps.
+// Learning-rate schedulers (lr_scheduler.h): the closed-form schedules, OneCycleLR, SequentialLR,
+// ReduceLROnPlateau, and the lr written to the device for captured steps.
 #include "halfgrad/optim/lr_scheduler.h"
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <numbers>
 
 #include "halfgrad/core/format.h"
@@ -11,17 +12,17 @@
 namespace hg::optim {
 
 LRScheduler::LRScheduler(Optimizer& optimizer) : optimizer_(optimizer) {
-  for (const ParamGroup& group : optimizer_.param_groups()) {
-    base_lrs_.push_back(group.options.at("lr"));
+  for (ParamGroup& group : optimizer_.param_groups()) {
+    if (!group.initial_lr) group.initial_lr = group.options.at("lr");
+    base_lrs_.push_back(*group.initial_lr);
   }
 }
 
-void LRScheduler::initialize() { apply(); }
+void LRScheduler::initialize() { apply(0); }
 
 void LRScheduler::step(bool optimizer_stepped) {
   if (!optimizer_stepped) return;
-  ++last_epoch_;
-  apply();
+  apply(last_epoch_ + 1);
 }
 
 void LRScheduler::load_state_dict(const LRSchedulerStateDict& state_dict) {
@@ -29,24 +30,52 @@ void LRScheduler::load_state_dict(const LRSchedulerStateDict& state_dict) {
            "lr scheduler load_state_dict: expected {} base lrs and last_epoch >= 0, got {} and "
            "{}",
            base_lrs_.size(), state_dict.base_lrs.size(), state_dict.last_epoch);
+  const std::vector<double> previous = base_lrs_;
   base_lrs_ = state_dict.base_lrs;
-  last_epoch_ = state_dict.last_epoch;
-  apply();
+  try {
+    apply(state_dict.last_epoch);
+  } catch (...) {
+    base_lrs_ = previous;
+    throw;
+  }
 }
 
-void LRScheduler::apply() {
+// Every group's lr (and other options) at `step`, all computed before any is set, so a step
+// the schedule refuses changes nothing.
+void LRScheduler::apply(int64_t step) {
   std::vector<ParamGroup>& groups = optimizer_.param_groups();
   HG_CHECK(groups.size() == base_lrs_.size(),
            "lr scheduler: expected the optimizer's {} param groups, got {} (a group was "
            "added after the scheduler was made)",
            base_lrs_.size(), groups.size());
-  last_lr_.clear();
+  std::vector<double> lrs;
+  for (size_t g = 0; g < groups.size(); ++g) lrs.push_back(lr_at(g, base_lrs_[g], step));
   for (size_t g = 0; g < groups.size(); ++g) {
-    const double lr = lr_at(base_lrs_[g], last_epoch_);
-    groups[g].options["lr"] = lr;
-    last_lr_.push_back(lr);
+    groups[g].options["lr"] = lrs[g];
+    set_other_options(groups[g], g, step);
   }
+  last_lr_ = std::move(lrs);
+  last_epoch_ = step;
   optimizer_.sync_device_options();  // NOTE [The lr on the device]
+}
+
+// ---- the closed-form schedules ---------------------------------------------------------------
+
+LambdaLR::LambdaLR(Optimizer& optimizer, Lambda lr_lambda)
+    : LambdaLR(optimizer,
+               std::vector<Lambda>(optimizer.param_groups().size(), std::move(lr_lambda))) {}
+
+LambdaLR::LambdaLR(Optimizer& optimizer, std::vector<Lambda> lr_lambdas)
+    : LRScheduler(optimizer), lambdas_(std::move(lr_lambdas)) {
+  HG_CHECK(lambdas_.size() == optimizer.param_groups().size(),
+           "LambdaLR: expected {} lr_lambdas (one per param group), got {}",
+           optimizer.param_groups().size(), lambdas_.size());
+  for (const Lambda& f : lambdas_) HG_CHECK(bool(f), "LambdaLR: expected callable lr_lambdas");
+  initialize();
+}
+
+double LambdaLR::lr_at(size_t group, double base_lr, int64_t step) const {
+  return base_lr * lambdas_[group](step);
 }
 
 StepLR::StepLR(Optimizer& optimizer, int64_t step_size, double gamma)
@@ -55,8 +84,271 @@ StepLR::StepLR(Optimizer& optimizer, int64_t step_size, double gamma)
   initialize();
 }
 
-double StepLR::lr_at(double base_lr, int64_t step) const {
+double StepLR::lr_at(size_t, double base_lr, int64_t step) const {
   return base_lr * std::pow(gamma_, double(step / step_size_));
+}
+
+MultiStepLR::MultiStepLR(Optimizer& optimizer, std::vector<int64_t> milestones, double gamma)
+    : LRScheduler(optimizer), milestones_(std::move(milestones)), gamma_(gamma) {
+  std::sort(milestones_.begin(), milestones_.end());
+  initialize();
+}
+
+double MultiStepLR::lr_at(size_t, double base_lr, int64_t step) const {
+  const auto reached = std::upper_bound(milestones_.begin(), milestones_.end(), step);
+  return base_lr * std::pow(gamma_, double(reached - milestones_.begin()));
+}
+
+ExponentialLR::ExponentialLR(Optimizer& optimizer, double gamma)
+    : LRScheduler(optimizer), gamma_(gamma) {
+  initialize();
+}
+
+double ExponentialLR::lr_at(size_t, double base_lr, int64_t step) const {
+  return base_lr * std::pow(gamma_, double(step));
+}
+
+LinearLR::LinearLR(Optimizer& optimizer, double start_factor, double end_factor,
+                   int64_t total_iters)
+    : LRScheduler(optimizer),
+      start_factor_(start_factor),
+      end_factor_(end_factor),
+      total_iters_(total_iters) {
+  HG_CHECK(start_factor > 0 && start_factor <= 1,
+           "LinearLR: expected start_factor in (0, 1], got {}", start_factor);
+  HG_CHECK(end_factor >= 0 && end_factor <= 1, "LinearLR: expected end_factor in [0, 1], got {}",
+           end_factor);
+  HG_CHECK(total_iters >= 1, "LinearLR: expected total_iters >= 1, got {}", total_iters);
+  initialize();
+}
+
+double LinearLR::lr_at(size_t, double base_lr, int64_t step) const {
+  return base_lr *
+         (start_factor_ + (end_factor_ - start_factor_) * double(std::min(total_iters_, step)) /
+                              double(total_iters_));
+}
+
+CosineAnnealingLR::CosineAnnealingLR(Optimizer& optimizer, int64_t T_max, double eta_min)
+    : LRScheduler(optimizer), t_max_(T_max), eta_min_(eta_min) {
+  HG_CHECK(T_max >= 1, "CosineAnnealingLR: expected T_max >= 1, got {}", T_max);
+  initialize();
+}
+
+double CosineAnnealingLR::lr_at(size_t, double base_lr, int64_t step) const {
+  return eta_min_ + (base_lr - eta_min_) *
+                        (1.0 + std::cos(std::numbers::pi * double(step) / double(t_max_))) / 2.0;
+}
+
+// ---- OneCycleLR -----------------------------------------------------------------------------
+
+namespace {
+
+// One value per group from a list of one (for every group) or one per group.
+std::vector<double> per_group(const std::vector<double>& values, size_t groups, const char* who,
+                              const char* what) {
+  HG_CHECK(values.size() == 1 || values.size() == groups,
+           "{}: expected one {} or one per param group ({}), got {}", who, what, groups,
+           values.size());
+  return values.size() == 1 ? std::vector<double>(groups, values[0]) : values;
+}
+
+}  // namespace
+
+OneCycleLR::OneCycleLR(Optimizer& optimizer, OneCycleOptions options)
+    : LRScheduler(optimizer), options_(std::move(options)) {
+  OneCycleOptions& o = options_;
+  if (o.total_steps <= 0) {
+    HG_CHECK(o.epochs > 0 && o.steps_per_epoch > 0,
+             "OneCycleLR: expected total_steps > 0, or epochs > 0 and steps_per_epoch > 0, got "
+             "total_steps {}, epochs {}, steps_per_epoch {}",
+             o.total_steps, o.epochs, o.steps_per_epoch);
+    o.total_steps = o.epochs * o.steps_per_epoch;
+  }
+  HG_CHECK(o.pct_start >= 0 && o.pct_start <= 1, "OneCycleLR: expected pct_start in [0, 1], got {}",
+           o.pct_start);
+  HG_CHECK(o.anneal_strategy == "cos" || o.anneal_strategy == "linear",
+           "OneCycleLR: expected anneal_strategy \"cos\" or \"linear\", got \"{}\"",
+           o.anneal_strategy);
+  HG_CHECK(o.div_factor > 0 && o.final_div_factor > 0,
+           "OneCycleLR: expected div_factor and final_div_factor > 0, got {} and {}", o.div_factor,
+           o.final_div_factor);
+  max_lrs_ = per_group(o.max_lr, optimizer.param_groups().size(), "OneCycleLR", "max_lr");
+  const double total = double(o.total_steps), rise = o.pct_start * total;
+  // lr factors of max_lr: the start (1 / div), the peak (1) and the floor (1 / div / final).
+  const double start = 1.0 / o.div_factor, floor = start / o.final_div_factor;
+  const double low = o.base_momentum, high = o.max_momentum;
+  if (o.three_phase) {
+    phases_ = {{rise - 1, start, 1.0, high, low},
+               {2 * rise - 2, 1.0, start, low, high},
+               {total - 1, start, floor, high, high}};
+  } else {
+    phases_ = {{rise - 1, start, 1.0, high, low}, {total - 1, 1.0, floor, low, high}};
+  }
+  if (o.cycle_momentum) {
+    const auto& options0 = optimizer.param_groups().front().options;
+    momentum_option_ = options0.count("momentum") ? "momentum"
+                       : options0.count("beta1")  ? "beta1"
+                                                  : "";
+    HG_CHECK(!momentum_option_.empty(),
+             "OneCycleLR: cycle_momentum needs an optimizer with a momentum (SGD's momentum, "
+             "Adam's beta1); pass cycle_momentum = false for this one");
+  }
+  initialize();
+}
+
+std::pair<const OneCycleLR::Phase*, double> OneCycleLR::locate(int64_t step) const {
+  HG_CHECK(step <= options_.total_steps,
+           "OneCycleLR: tried to step {} times; the schedule has total_steps {}", step,
+           options_.total_steps);
+  double start_step = 0;
+  for (size_t i = 0; i < phases_.size(); ++i) {
+    const Phase& phase = phases_[i];
+    if (double(step) <= phase.end_step || i + 1 == phases_.size()) {
+      return {&phase, (double(step) - start_step) / (phase.end_step - start_step)};
+    }
+    start_step = phase.end_step;
+  }
+  return {&phases_.back(), 1.0};  // not reached: the last phase always matches
+}
+
+double OneCycleLR::anneal(double start, double end, double pct) const {
+  if (options_.anneal_strategy == "cos") {
+    return end + (start - end) / 2.0 * (std::cos(std::numbers::pi * pct) + 1.0);
+  }
+  return (end - start) * pct + start;
+}
+
+double OneCycleLR::lr_at(size_t group, double, int64_t step) const {
+  const auto [phase, pct] = locate(step);
+  const double max_lr = max_lrs_[group];
+  return anneal(phase->start_lr_factor * max_lr, phase->end_lr_factor * max_lr, pct);
+}
+
+void OneCycleLR::set_other_options(ParamGroup& group, size_t, int64_t step) const {
+  if (momentum_option_.empty()) return;
+  const auto [phase, pct] = locate(step);
+  group.options[momentum_option_] = anneal(phase->start_momentum, phase->end_momentum, pct);
+}
+
+// ---- SequentialLR ---------------------------------------------------------------------------
+
+SequentialLR::SequentialLR(Optimizer& optimizer,
+                           std::vector<std::shared_ptr<LRScheduler>> schedulers,
+                           std::vector<int64_t> milestones)
+    : LRScheduler(optimizer),
+      schedulers_(std::move(schedulers)),
+      milestones_(std::move(milestones)) {
+  HG_CHECK(!schedulers_.empty() && milestones_.size() + 1 == schedulers_.size(),
+           "SequentialLR: expected one milestone fewer than the schedulers, got {} schedulers and "
+           "{} milestones",
+           schedulers_.size(), milestones_.size());
+  for (size_t i = 0; i < schedulers_.size(); ++i) {
+    HG_CHECK(schedulers_[i] != nullptr && &schedulers_[i]->optimizer() == &optimizer,
+             "SequentialLR: scheduler {} belongs to another optimizer; every scheduler must be "
+             "made on the SequentialLR's optimizer",
+             i);
+  }
+  for (size_t i = 0; i < milestones_.size(); ++i) {
+    HG_CHECK(milestones_[i] > (i == 0 ? 0 : milestones_[i - 1]),
+             "SequentialLR: expected increasing positive milestones, got {} after {}",
+             milestones_[i], i == 0 ? 0 : milestones_[i - 1]);
+  }
+  initialize();
+}
+
+std::pair<const LRScheduler*, int64_t> SequentialLR::active(int64_t step) const {
+  const size_t index =
+      size_t(std::upper_bound(milestones_.begin(), milestones_.end(), step) - milestones_.begin());
+  return {schedulers_[index].get(), index == 0 ? step : step - milestones_[index - 1]};
+}
+
+double SequentialLR::lr_at(size_t group, double, int64_t step) const {
+  const auto [scheduler, local] = active(step);
+  return scheduler->lr_at(group, scheduler->base_lrs()[group], local);
+}
+
+void SequentialLR::set_other_options(ParamGroup& group, size_t index, int64_t step) const {
+  const auto [scheduler, local] = active(step);
+  scheduler->set_other_options(group, index, local);
+}
+
+// ---- ReduceLROnPlateau ----------------------------------------------------------------------
+
+ReduceLROnPlateau::ReduceLROnPlateau(Optimizer& optimizer, PlateauOptions options)
+    : optimizer_(optimizer), options_(std::move(options)) {
+  const PlateauOptions& o = options_;
+  HG_CHECK(o.factor >= 0 && o.factor < 1, "ReduceLROnPlateau: expected factor in [0, 1), got {}",
+           o.factor);
+  HG_CHECK(o.mode == "min" || o.mode == "max",
+           "ReduceLROnPlateau: expected mode \"min\" or \"max\", got \"{}\"", o.mode);
+  HG_CHECK(o.threshold_mode == "rel" || o.threshold_mode == "abs",
+           "ReduceLROnPlateau: expected threshold_mode \"rel\" or \"abs\", got \"{}\"",
+           o.threshold_mode);
+  HG_CHECK(o.patience >= 0 && o.cooldown >= 0,
+           "ReduceLROnPlateau: expected patience and cooldown >= 0, got {} and {}", o.patience,
+           o.cooldown);
+  min_lrs_ = per_group(o.min_lr, optimizer.param_groups().size(), "ReduceLROnPlateau", "min_lr");
+  best_ = o.mode == "min" ? std::numeric_limits<double>::infinity()
+                          : -std::numeric_limits<double>::infinity();
+  for (const ParamGroup& group : optimizer.param_groups())
+    last_lr_.push_back(group.options.at("lr"));
+}
+
+bool ReduceLROnPlateau::is_better(double metric) const {
+  const bool relative = options_.threshold_mode == "rel";
+  if (options_.mode == "min") {
+    return metric < (relative ? best_ * (1.0 - options_.threshold) : best_ - options_.threshold);
+  }
+  return metric > (relative ? best_ * (1.0 + options_.threshold) : best_ + options_.threshold);
+}
+
+void ReduceLROnPlateau::step(double metric, bool optimizer_stepped) {
+  if (!optimizer_stepped) return;
+  std::vector<ParamGroup>& groups = optimizer_.param_groups();
+  HG_CHECK(groups.size() == min_lrs_.size(),
+           "ReduceLROnPlateau: expected the optimizer's {} param groups, got {} (a group was "
+           "added after the scheduler was made)",
+           min_lrs_.size(), groups.size());
+  ++last_epoch_;
+  if (is_better(metric)) {
+    best_ = metric;
+    num_bad_epochs_ = 0;
+  } else {
+    ++num_bad_epochs_;  // NaN too: it is never better
+  }
+  if (cooldown_counter_ > 0) {
+    --cooldown_counter_;
+    num_bad_epochs_ = 0;
+  }
+  if (num_bad_epochs_ > options_.patience) {
+    for (size_t g = 0; g < groups.size(); ++g) {
+      const double old_lr = groups[g].options.at("lr");
+      const double new_lr = std::max(old_lr * options_.factor, min_lrs_[g]);
+      if (old_lr - new_lr > options_.eps) groups[g].options["lr"] = new_lr;
+    }
+    cooldown_counter_ = options_.cooldown;
+    num_bad_epochs_ = 0;
+    optimizer_.sync_device_options();  // NOTE [The lr on the device]
+  }
+  last_lr_.clear();
+  for (const ParamGroup& group : groups) last_lr_.push_back(group.options.at("lr"));
+}
+
+PlateauStateDict ReduceLROnPlateau::state_dict() const {
+  return {last_epoch_, best_, num_bad_epochs_, cooldown_counter_, last_lr_};
+}
+
+void ReduceLROnPlateau::load_state_dict(const PlateauStateDict& state_dict) {
+  HG_CHECK(state_dict.last_epoch >= 0 && state_dict.num_bad_epochs >= 0 &&
+               state_dict.cooldown_counter >= 0,
+           "ReduceLROnPlateau load_state_dict: expected last_epoch, num_bad_epochs and "
+           "cooldown_counter >= 0, got {}, {} and {}",
+           state_dict.last_epoch, state_dict.num_bad_epochs, state_dict.cooldown_counter);
+  last_epoch_ = state_dict.last_epoch;
+  best_ = state_dict.best;
+  num_bad_epochs_ = state_dict.num_bad_epochs;
+  cooldown_counter_ = state_dict.cooldown_counter;
+  if (!state_dict.last_lr.empty()) last_lr_ = state_dict.last_lr;
 }
 
 CosineWithWarmup::CosineWithWarmup(Optimizer& optimizer, int64_t warmup_steps, int64_t total_steps,
@@ -73,7 +365,7 @@ CosineWithWarmup::CosineWithWarmup(Optimizer& optimizer, int64_t warmup_steps, i
   initialize();
 }
 
-double CosineWithWarmup::lr_at(double base_lr, int64_t step) const {
+double CosineWithWarmup::lr_at(size_t, double base_lr, int64_t step) const {
   if (step < warmup_steps_) return base_lr * double(step) / double(warmup_steps_);
   const int64_t decay_steps = total_steps_ - warmup_steps_;
   const double progress =

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -22,6 +23,10 @@ namespace hg::optim {
 struct ParamGroup {
   std::vector<Tensor> params;
   std::map<std::string, double> options;
+  // The lr the first LR scheduler made on this optimizer found (torch's "initial_lr"): every
+  // later scheduler takes it as its base lr, so schedulers made one after another (for
+  // SequentialLR) start from the same lr, not from the lr the previous one set.
+  std::optional<double> initial_lr = std::nullopt;
 };
 
 // What an optimizer keeps for one parameter: the number of steps taken (Adam, AdamW) and
