@@ -50,4 +50,15 @@ Tensor& kaiming_normal_(Tensor& tensor, double a = 0.0, std::string_view mode = 
                         std::string_view nonlinearity = "leaky_relu",
                         Generator* generator = nullptr);
 
+// N(mean, std^2) truncated to [a, b], by torch's method: a uniform draw between the normal CDF's
+// values at a and b, mapped back through the inverse CDF (computed in float64, rounded once to
+// the tensor's dtype), then clamped to [a, b]. Expects std > 0 and a < b.
+Tensor& trunc_normal_(Tensor& tensor, double mean = 0.0, double std = 1.0, double a = -2.0,
+                      double b = 2.0, Generator* generator = nullptr);
+// A (semi-)orthogonal matrix times gain, as torch's orthogonal_: the tensor viewed as
+// [size(0), numel / size(0)] gets orthonormal rows or columns (whichever are fewer), from the
+// QR factorisation of a standard normal draw with R's diagonal made positive (in float64).
+// Needs at least 2 dims.
+Tensor& orthogonal_(Tensor& tensor, double gain = 1.0, Generator* generator = nullptr);
+
 }  // namespace hg::nn::init

@@ -1,5 +1,5 @@
 // nn::utils (utils.h): clip_grad_norm_ and clip_grad_value_, with the norm kept on the device
-// for CUDA parameters.
+// for CUDA parameters; parameters_to_vector and vector_to_parameters.
 #include "halfgrad/nn/utils.h"
 
 #include <cmath>
@@ -7,11 +7,12 @@
 #include "halfgrad/autograd/grad_mode.h"
 #include "halfgrad/config.h"
 #include "halfgrad/core/factory.h"
+#include "halfgrad/core/format.h"
+#include "halfgrad/ops/index.h"
 #include "halfgrad/ops/ops.h"
 #if HALFGRAD_HAS_CUDA
 #include <map>
 
-#include "halfgrad/core/format.h"
 #include "halfgrad/cuda/multi_tensor.h"
 #endif
 
@@ -130,6 +131,44 @@ void clip_grad_value_(const std::vector<Tensor>& parameters, double clip_value) 
     if (!p.defined() || !p.grad().defined() || p.grad().is_cuda()) continue;
     Tensor g = p.grad();
     g.copy_(clamp(g, -clip_value, clip_value));
+  }
+}
+
+Tensor parameters_to_vector(const std::vector<Tensor>& parameters) {
+  std::vector<Tensor> flat;
+  for (size_t i = 0; i < parameters.size(); ++i) {
+    const Tensor& p = parameters[i];
+    HG_CHECK(p.defined(), "parameters_to_vector: parameter {} is undefined", i);
+    HG_CHECK(p.dtype() == parameters[0].dtype() && p.device() == parameters[0].device(),
+             "parameters_to_vector: expected every parameter as {} on {} (parameter 0), got {} on "
+             "{} for parameter {}",
+             parameters[0].dtype(), parameters[0].device(), p.dtype(), p.device(), i);
+    flat.push_back(p.reshape({-1}));
+  }
+  if (flat.empty()) return empty({0});
+  return cat(flat, 0);
+}
+
+void vector_to_parameters(const Tensor& vec, const std::vector<Tensor>& parameters) {
+  HG_CHECK(vec.defined() && vec.dim() == 1, "vector_to_parameters: expected a 1-d vector, got {}",
+           vec.defined() ? fmt::format("shape {}", vec.sizes()) : std::string("an undefined one"));
+  int64_t total = 0;
+  for (size_t i = 0; i < parameters.size(); ++i) {
+    HG_CHECK(parameters[i].defined(), "vector_to_parameters: parameter {} is undefined", i);
+    HG_CHECK(parameters[i].device() == vec.device(),
+             "vector_to_parameters: parameter {} is on {}, the vector on {}", i,
+             parameters[i].device(), vec.device());
+    total += parameters[i].numel();
+  }
+  HG_CHECK(total == vec.numel(),
+           "vector_to_parameters: the parameters hold {} elements, the vector {}", total,
+           vec.numel());
+  NoGradGuard no_grad;
+  int64_t offset = 0;
+  for (const Tensor& p : parameters) {
+    Tensor target = p;
+    target.copy_(vec.narrow(0, offset, p.numel()).reshape(p.sizes()));
+    offset += p.numel();
   }
 }
 

@@ -1,4 +1,5 @@
-// nn::utils: gradient clipping, as torch.nn.utils.clip_grad_norm_ / clip_grad_value_.
+// nn::utils: gradient clipping, as torch.nn.utils.clip_grad_norm_ / clip_grad_value_, and
+// parameters_to_vector / vector_to_parameters.
 //
 //   Tensor total = nn::utils::clip_grad_norm_(model->parameters(), 1.0);
 #pragma once
@@ -20,5 +21,13 @@ Tensor clip_grad_norm_(const std::vector<Tensor>& parameters, double max_norm,
 
 // Clamps every gradient, in place, to [-clip_value, clip_value].
 void clip_grad_value_(const std::vector<Tensor>& parameters, double clip_value);
+
+// The parameters flattened and concatenated into one 1-d tensor (a copy, recorded by autograd
+// as torch's); they must share a dtype and device.
+Tensor parameters_to_vector(const std::vector<Tensor>& parameters);
+// Copies consecutive slices of `vec` (1-d, as many elements as the parameters together, on
+// their device) into the parameters, in place and without recording; an hg::Error naming the
+// sizes otherwise, with nothing copied.
+void vector_to_parameters(const Tensor& vec, const std::vector<Tensor>& parameters);
 
 }  // namespace hg::nn::utils

@@ -160,3 +160,54 @@ TEST_CASE("Linear and Conv2d start inside PyTorch's default bounds", "[nn][init]
   check_normal(embedding.weight.detach(), 0.0, 1.0);
   CHECK(embedding.weight.detach().select(0, 3).to_vector<float>() == std::vector<float>(64, 0.0f));
 }
+
+TEST_CASE("trunc_normal_ stays in [a, b] with the truncated normal's moments", "[nn][init]") {
+  manual_seed(77);
+  Tensor w = empty({400, 250});
+  nn::init::trunc_normal_(w, 0.5, 2.0, -1.0, 3.0);
+  const Stats s = stats_of(w);
+  CHECK(s.min >= -1.0);
+  CHECK(s.max <= 3.0);
+  // The truncated normal's mean and variance from its definition: alpha, beta the standardised
+  // bounds, Z = Phi(beta) - Phi(alpha).
+  const double mu = 0.5, sigma = 2.0;
+  const double alpha = (-1.0 - mu) / sigma, beta = (3.0 - mu) / sigma;
+  const auto phi = [](double x) { return std::exp(-0.5 * x * x) / std::sqrt(2 * M_PI); };
+  const auto Phi = [](double x) { return 0.5 * std::erfc(-x / std::sqrt(2.0)); };
+  const double z = Phi(beta) - Phi(alpha);
+  const double mean = mu + sigma * (phi(alpha) - phi(beta)) / z;
+  const double variance =
+      sigma * sigma *
+      (1 + (alpha * phi(alpha) - beta * phi(beta)) / z - std::pow((phi(alpha) - phi(beta)) / z, 2));
+  // 100000 draws: the mean's standard error is about 0.004.
+  CHECK(std::abs(s.mean - mean) < 0.02);
+  CHECK(std::abs(s.std - std::sqrt(variance)) < 0.02);
+  // Default bounds on a bfloat16 tensor: the draw is rounded once.
+  Tensor h = empty({1000}, kBFloat16);
+  nn::init::trunc_normal_(h);
+  CHECK(stats_of(h).max <= 2.0);
+  CHECK(stats_of(h).min >= -2.0);
+  CHECK_THROWS_WITH(nn::init::trunc_normal_(w, 0.0, 1.0, 2.0, 1.0),
+                    Catch::Contains("expected std > 0 and a < b"));
+}
+
+TEST_CASE("orthogonal_ gives orthonormal rows or columns times gain", "[nn][init]") {
+  manual_seed(78);
+  for (const Shape& shape : {Shape{20, 8}, Shape{8, 20}, Shape{6, 2, 3, 3}, Shape{5, 5}}) {
+    CAPTURE(shape);
+    Tensor w = empty(shape, kFloat64);
+    nn::init::orthogonal_(w, 1.5);
+    const Tensor m = w.reshape({shape[0], -1});
+    // The Gram matrix of the shorter side is gain^2 I.
+    const Tensor gram = m.size(0) >= m.size(1) ? matmul(m.t(), m) : matmul(m, m.t());
+    const Tensor expected = mul(eye(gram.size(0), std::nullopt, {.dtype = kFloat64}), 2.25);
+    const auto got = gram.to_vector<double>(), want = expected.to_vector<double>();
+    for (size_t i = 0; i < got.size(); ++i) CHECK(got[i] == Approx(want[i]).margin(1e-12));
+  }
+  Tensor weight = empty({4, 3}).requires_grad_();  // a parameter: filled without recording
+  nn::init::orthogonal_(weight);
+  CHECK(weight.requires_grad());
+  CHECK(weight.is_leaf());
+  Tensor flat = empty({3});
+  CHECK_THROWS_WITH(nn::init::orthogonal_(flat), Catch::Contains("at least 2 dims"));
+}

@@ -79,3 +79,27 @@ TEST_CASE("clip_grad_value_ clamps each gradient element", "[nn][utils]") {
   CHECK(params[1].grad().to_vector<double>() == std::vector<double>{3.5});
   CHECK_THROWS_AS(nn::utils::clip_grad_value_(params, -1.0), Error);
 }
+
+TEST_CASE("parameters_to_vector and vector_to_parameters round trip in order", "[nn][utils]") {
+  Tensor a = tensor({1.0, 2.0, 3.0, 4.0}, {2, 2}).requires_grad_();
+  Tensor b = tensor({5.0, 6.0, 7.0}).requires_grad_();
+  const Tensor v = nn::utils::parameters_to_vector({a, b});
+  CHECK(v.sizes() == Shape{7});
+  CHECK(v.to_vector<double>() == std::vector<double>{1, 2, 3, 4, 5, 6, 7});
+  // Recorded as torch's: the vector's gradient reaches the parameters.
+  sum(mul(v, arange(7.0))).backward();
+  CHECK(a.grad().to_vector<double>() == std::vector<double>{0, 1, 2, 3});
+  CHECK(b.grad().to_vector<double>() == std::vector<double>{4, 5, 6});
+  // Back into the parameters, in place, leaves staying leaves.
+  nn::utils::vector_to_parameters(mul(arange(7.0), -1.0), {a, b});
+  CHECK(a.to_vector<double>() == std::vector<double>{0, -1, -2, -3});
+  CHECK(b.to_vector<double>() == std::vector<double>{-4, -5, -6});
+  CHECK(a.is_leaf());
+  CHECK_THROWS_WITH(nn::utils::vector_to_parameters(zeros({6}), {a, b}),
+                    Catch::Contains("the parameters hold 7 elements, the vector 6"));
+  CHECK_THROWS_WITH(nn::utils::vector_to_parameters(zeros({7, 1}), {a, b}),
+                    Catch::Contains("expected a 1-d vector, got shape [7, 1]"));
+  CHECK(b.to_vector<double>() == std::vector<double>{-4, -5, -6});  // untouched
+  CHECK_THROWS_WITH(nn::utils::parameters_to_vector({a, zeros({2}, kFloat64)}),
+                    Catch::Contains("expected every parameter as float32"));
+}
