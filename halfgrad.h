@@ -42,6 +42,8 @@
 #include "halfgrad/core/tensor_index.h"
 #include "halfgrad/cpu/capabilities.h"
 #include "halfgrad/cuda/cuda.h"
+#include "halfgrad/data/dataloader.h"
+#include "halfgrad/data/dataset.h"
 #include "halfgrad/io/atomic_file.h"
 #include "halfgrad/io/checkpoint.h"
 #include "halfgrad/io/safetensors.h"

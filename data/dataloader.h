@@ -1,0 +1,112 @@
+// DataLoader (torch.utils.data.DataLoader): batches of a Dataset, in order or shuffled, made
+// on background workers ahead of the training loop.
+//
+//   data::DataLoader loader(dataset, {.batch_size = 32, .shuffle = true, .num_workers = 2,
+//                                     .generator = &generator});
+//   for (int epoch = 0; epoch < epochs; ++epoch) {
+//     for (const data::Batch& batch : loader) { Tensor x = batch[0], y = batch[1]; ... }
+//   }
+//
+// Each pass over the loader (each begin()) is an epoch: with shuffle, a new permutation of the
+// indices from the generator; batches of batch_size consecutive indices of that order, the
+// last one shorter unless drop_last. The collate function turns a batch's examples into the
+// batch (default_collate: stack each field along a new first dim).
+//
+// NOTE [DataLoader workers] With num_workers > 0 the batches are made on that many threads,
+// batch k on worker k % num_workers, at most prefetch_factor batches per worker ahead of the
+// one the loop is at, and handed over in order, as torch's in-order workers. A batch whose
+// making threw rethrows in the loop at its place. A loop left early leaves the workers idle
+// once they are prefetch_factor batches ahead; the next pass (begin()) or the loader's
+// destruction stops and joins them. Workers run with grad mode off, as the data pipeline
+// never records. Dataset::get and the collate function must be safe to call from several
+// threads at once. An iterator belongs to its pass: begin() again ends the previous pass.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <exception>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "halfgrad/core/random.h"
+#include "halfgrad/data/dataset.h"
+
+namespace hg::data {
+
+// A batch: one tensor per field of the examples (inputs, targets, ...).
+using Batch = std::vector<Tensor>;
+using Collate = std::function<Batch(const std::vector<Example>&)>;
+
+// Stacks field f of every example into batch[f] (all examples need the same number of fields,
+// and each field the same shape and dtype: an hg::Error naming the field otherwise).
+Batch default_collate(const std::vector<Example>& examples);
+
+struct DataLoaderOptions {
+  int64_t batch_size = 1;
+  bool shuffle = false;
+  bool drop_last = false;
+  Collate collate_fn = default_collate;
+  int num_workers = 0;             // 0: batches are made in the loop's thread
+  int prefetch_factor = 2;         // batches each worker may be ahead
+  Generator* generator = nullptr;  // the shuffle's generator; nullptr: default_generator()
+};
+
+class DataLoader {
+ public:
+  DataLoader(std::shared_ptr<const Dataset> dataset, DataLoaderOptions options = {});
+  ~DataLoader();
+  DataLoader(const DataLoader&) = delete;
+  DataLoader& operator=(const DataLoader&) = delete;
+
+  // Batches per pass (torch's len(loader)).
+  int64_t size() const;
+  const Dataset& dataset() const { return *dataset_; }
+
+  class Iterator {
+   public:
+    using value_type = Batch;
+    using difference_type = std::ptrdiff_t;
+    const Batch& operator*() const { return batch_; }
+    const Batch* operator->() const { return &batch_; }
+    Iterator& operator++();
+    bool operator==(const Iterator& other) const { return index_ == other.index_; }
+
+   private:
+    friend class DataLoader;
+    Iterator(DataLoader* loader, int64_t index);
+    void load();
+    DataLoader* loader_ = nullptr;
+    int64_t index_ = 0;
+    Batch batch_;
+  };
+
+  // Starts a pass (an epoch), stopping the workers of a pass still running.
+  Iterator begin();
+  Iterator end();
+
+ private:
+  Batch make_batch(const std::vector<int64_t>& order, int64_t index) const;
+  Batch next_batch(int64_t index);  // from the workers, or made here without them
+  void stop_workers();
+  void worker_loop(int worker);
+
+  std::shared_ptr<const Dataset> dataset_;
+  DataLoaderOptions options_;
+
+  // The pass being iterated.
+  std::vector<int64_t> order_;
+  // Workers' shared state (NOTE [DataLoader workers]).
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  std::map<int64_t, Batch> ready_;
+  std::map<int64_t, std::exception_ptr> failed_;
+  int64_t consumed_ = 0;  // batches handed to the loop
+  bool stopping_ = false;
+  std::vector<std::thread> workers_;
+};
+
+}  // namespace hg::data
