@@ -47,6 +47,9 @@ using ForwardHook =
     std::function<std::optional<Tensor>(Module& module, const Tensor& input, const Tensor& output)>;
 
 namespace detail {
+// A bool as Python prints it, for extra_repr.
+inline const char* py_bool(bool value) { return value ? "True" : "False"; }
+
 struct HookTable {
   int64_t next_id = 0;
   std::map<int64_t, ForwardPreHook> pre_hooks;

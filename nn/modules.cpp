@@ -12,9 +12,7 @@
 
 namespace hg::nn {
 
-namespace {
-const char* py_bool(bool value) { return value ? "True" : "False"; }
-}  // namespace
+using detail::py_bool;
 
 // ---- Linear ---------------------------------------------------------------------------------
 
@@ -155,16 +153,19 @@ Conv2d::Conv2d(int64_t in_channels_, int64_t out_channels_, std::array<int64_t, 
       in_channels, out_channels, options.groups);
   weight = register_parameter("weight", empty({out_channels, in_channels / options.groups,
                                                kernel_size[0], kernel_size[1]}));
+  if (options.bias) bias = register_parameter("bias", empty({out_channels}));
+  detail::reset_conv_parameters(weight, bias);
+}
+
+void detail::reset_conv_parameters(Tensor& weight, Tensor& bias) {
   init::kaiming_uniform_(weight, std::sqrt(5.0));
-  if (options.bias) {
-    bias = register_parameter("bias", empty({out_channels}));
-    const int64_t fan_in = init::calculate_fan_in_and_fan_out(weight).fan_in;
-    const double bound = fan_in > 0 ? 1.0 / std::sqrt(double(fan_in)) : 0.0;
-    if (bound > 0) {
-      init::uniform_(bias, -bound, bound);
-    } else {
-      init::zeros_(bias);
-    }
+  if (!bias.defined()) return;
+  const int64_t fan_in = init::calculate_fan_in_and_fan_out(weight).fan_in;
+  const double bound = fan_in > 0 ? 1.0 / std::sqrt(double(fan_in)) : 0.0;
+  if (bound > 0) {
+    init::uniform_(bias, -bound, bound);
+  } else {
+    init::zeros_(bias);
   }
 }
 
@@ -212,8 +213,8 @@ Tensor GroupNorm::forward(const Tensor& input) {
 
 // ---- BatchNorm2d ----------------------------------------------------------------------------
 
-BatchNorm2d::BatchNorm2d(int64_t num_features_, double eps_, double momentum_, bool affine,
-                         bool track_running_stats_)
+BatchNormBase::BatchNormBase(int64_t num_features_, double eps_, double momentum_, bool affine,
+                             bool track_running_stats_)
     : num_features(num_features_),
       eps(eps_),
       momentum(momentum_),
@@ -229,14 +230,13 @@ BatchNorm2d::BatchNorm2d(int64_t num_features_, double eps_, double momentum_, b
   }
 }
 
-std::string BatchNorm2d::extra_repr() const {
+std::string BatchNormBase::extra_repr() const {
   return fmt::format("{}, eps={}, momentum={}, affine={}, track_running_stats={}", num_features,
                      eps, momentum, py_bool(weight.defined()), py_bool(track_running_stats));
 }
 
-Tensor BatchNorm2d::forward(const Tensor& input) {
-  HG_CHECK(input.dim() == 4, "BatchNorm2d: expected a 4-D input [B, C, H, W], got shape {}",
-           input.sizes());
+Tensor BatchNormBase::forward(const Tensor& input) {
+  check_input(input);
   // Batch statistics while training, or always when there are no running statistics.
   const bool use_batch_stats = is_training() || !track_running_stats;
   if (is_training() && track_running_stats) {
@@ -244,6 +244,11 @@ Tensor BatchNorm2d::forward(const Tensor& input) {
     num_batches_tracked.add_(1);
   }
   return batch_norm(input, running_mean, running_var, weight, bias, use_batch_stats, momentum, eps);
+}
+
+void BatchNorm2d::check_input(const Tensor& input) const {
+  HG_CHECK(input.dim() == 4, "BatchNorm2d: expected a 4-D input [B, C, H, W], got shape {}",
+           input.sizes());
 }
 
 }  // namespace hg::nn

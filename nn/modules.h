@@ -142,6 +142,12 @@ class Sequential : public Module {
   }
 };
 
+namespace detail {
+// torch's _ConvNd.reset_parameters: weight ~ kaiming_uniform(a = sqrt(5)); bias (when defined)
+// ~ U(-1/sqrt(fan_in), 1/sqrt(fan_in)) with the weight's fan_in.
+void reset_conv_parameters(Tensor& weight, Tensor& bias);
+}  // namespace detail
+
 struct Conv2dOptions {
   std::array<int64_t, 2> stride = {1, 1};
   std::array<int64_t, 2> padding = {0, 0};
@@ -182,15 +188,13 @@ class GroupNorm : public Module {
   Tensor weight, bias;
 };
 
-// x [B, C, H, W]. Training: batch statistics, and (track_running_stats) the buffers
-// running_mean / running_var move by momentum and num_batches_tracked counts the batches.
-// Eval: the running statistics. Buffers: running_mean zeros, running_var ones (float32),
-// num_batches_tracked int64 0.
-class BatchNorm2d : public Module {
+// The batch norms' parameters, buffers and forward (torch's _BatchNorm); a subclass names
+// itself and checks its input's dims. Training: batch statistics, and (track_running_stats)
+// the buffers running_mean / running_var move by momentum and num_batches_tracked counts the
+// batches. Eval: the running statistics. Buffers: running_mean zeros, running_var ones
+// (float32), num_batches_tracked int64 0.
+class BatchNormBase : public Module {
  public:
-  explicit BatchNorm2d(int64_t num_features, double eps = 1e-5, double momentum = 0.1,
-                       bool affine = true, bool track_running_stats = true);
-  std::string name() const override { return "BatchNorm2d"; }
   std::string extra_repr() const override;
   Tensor forward(const Tensor& input) override;
 
@@ -199,6 +203,23 @@ class BatchNorm2d : public Module {
   bool track_running_stats;
   Tensor weight, bias;
   Tensor running_mean, running_var, num_batches_tracked;
+
+ protected:
+  BatchNormBase(int64_t num_features, double eps, double momentum, bool affine,
+                bool track_running_stats);
+  virtual void check_input(const Tensor& input) const = 0;
+};
+
+// x [B, C, H, W].
+class BatchNorm2d : public BatchNormBase {
+ public:
+  explicit BatchNorm2d(int64_t num_features, double eps = 1e-5, double momentum = 0.1,
+                       bool affine = true, bool track_running_stats = true)
+      : BatchNormBase(num_features, eps, momentum, affine, track_running_stats) {}
+  std::string name() const override { return "BatchNorm2d"; }
+
+ protected:
+  void check_input(const Tensor& input) const override;
 };
 
 }  // namespace hg::nn

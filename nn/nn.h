@@ -3,6 +3,8 @@
 
 #include "halfgrad/nn/functional.h"
 #include "halfgrad/nn/init.h"
+#include "halfgrad/nn/layers.h"
+#include "halfgrad/nn/loss.h"
 #include "halfgrad/nn/module.h"
 #include "halfgrad/nn/modules.h"
 #include "halfgrad/nn/transformer.h"

@@ -154,7 +154,7 @@ class CosineAnnealingLR : public LRScheduler {
 
 // torch's OneCycleLR options (total_steps given, or epochs * steps_per_epoch).
 struct OneCycleOptions {
-  std::vector<double> max_lr;  // one for every group, or one per group
+  std::vector<double> max_lr = {};  // one for every group, or one per group
   int64_t total_steps = 0;
   int64_t epochs = 0, steps_per_epoch = 0;
   double pct_start = 0.3;

@@ -1,0 +1,200 @@
+// More of torch.nn's layers: Identity, Flatten, Unflatten, Softmax, LogSoftmax, Sigmoid,
+// LeakyReLU, ELU, Mish, Hardswish, MaxPool2d, AvgPool2d, AdaptiveAvgPool2d, Conv1d,
+// ConvTranspose2d, BatchNorm1d. Arguments, defaults, parameter names, shapes and
+// initialisation follow torch.nn, so state dicts map one to one.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "halfgrad/nn/module.h"
+#include "halfgrad/nn/modules.h"
+
+namespace hg::nn {
+
+class Identity : public Module {
+ public:
+  std::string name() const override { return "Identity"; }
+  Tensor forward(const Tensor& input) override { return input; }
+};
+
+// Flattens dims start_dim..end_dim into one (torch's default start_dim 1 keeps the batch).
+class Flatten : public Module {
+ public:
+  explicit Flatten(int64_t start_dim = 1, int64_t end_dim = -1)
+      : start_dim(start_dim), end_dim(end_dim) {}
+  std::string name() const override { return "Flatten"; }
+  std::string extra_repr() const override;
+  Tensor forward(const Tensor& input) override { return input.flatten(start_dim, end_dim); }
+  int64_t start_dim, end_dim;
+};
+
+// Splits dim into `sizes` (their product must be the dim's size).
+class Unflatten : public Module {
+ public:
+  Unflatten(int64_t dim, Shape sizes) : dim(dim), sizes(std::move(sizes)) {}
+  std::string name() const override { return "Unflatten"; }
+  std::string extra_repr() const override;
+  Tensor forward(const Tensor& input) override { return input.unflatten(dim, sizes); }
+  int64_t dim;
+  Shape sizes;
+};
+
+class Softmax : public Module {
+ public:
+  explicit Softmax(int64_t dim) : dim(dim) {}
+  std::string name() const override { return "Softmax"; }
+  std::string extra_repr() const override;
+  Tensor forward(const Tensor& input) override;
+  int64_t dim;
+};
+
+class LogSoftmax : public Module {
+ public:
+  explicit LogSoftmax(int64_t dim) : dim(dim) {}
+  std::string name() const override { return "LogSoftmax"; }
+  std::string extra_repr() const override;
+  Tensor forward(const Tensor& input) override;
+  int64_t dim;
+};
+
+class Sigmoid : public Module {
+ public:
+  std::string name() const override { return "Sigmoid"; }
+  Tensor forward(const Tensor& input) override;
+};
+
+class LeakyReLU : public Module {
+ public:
+  explicit LeakyReLU(double negative_slope = 0.01) : negative_slope(negative_slope) {}
+  std::string name() const override { return "LeakyReLU"; }
+  std::string extra_repr() const override;
+  Tensor forward(const Tensor& input) override;
+  double negative_slope;
+};
+
+class ELU : public Module {
+ public:
+  explicit ELU(double alpha = 1.0) : alpha(alpha) {}
+  std::string name() const override { return "ELU"; }
+  std::string extra_repr() const override;
+  Tensor forward(const Tensor& input) override;
+  double alpha;
+};
+
+class Mish : public Module {
+ public:
+  std::string name() const override { return "Mish"; }
+  Tensor forward(const Tensor& input) override;
+};
+
+class Hardswish : public Module {
+ public:
+  std::string name() const override { return "Hardswish"; }
+  Tensor forward(const Tensor& input) override;
+};
+
+struct Pool2dOptions {
+  std::optional<std::array<int64_t, 2>> stride = std::nullopt;  // none: the kernel size, as torch's
+  std::array<int64_t, 2> padding = {0, 0};
+  std::array<int64_t, 2> dilation = {1, 1};  // MaxPool2d only
+  bool ceil_mode = false;
+  bool count_include_pad = true;                           // AvgPool2d only
+  std::optional<int64_t> divisor_override = std::nullopt;  // AvgPool2d only
+};
+
+class MaxPool2d : public Module {
+ public:
+  MaxPool2d(std::array<int64_t, 2> kernel_size, Pool2dOptions options = {});
+  explicit MaxPool2d(int64_t kernel_size, Pool2dOptions options = {})
+      : MaxPool2d({kernel_size, kernel_size}, options) {}
+  std::string name() const override { return "MaxPool2d"; }
+  std::string extra_repr() const override;
+  Tensor forward(const Tensor& input) override;
+  std::array<int64_t, 2> kernel_size;
+  Pool2dOptions options;
+};
+
+class AvgPool2d : public Module {
+ public:
+  AvgPool2d(std::array<int64_t, 2> kernel_size, Pool2dOptions options = {});
+  explicit AvgPool2d(int64_t kernel_size, Pool2dOptions options = {})
+      : AvgPool2d({kernel_size, kernel_size}, options) {}
+  std::string name() const override { return "AvgPool2d"; }
+  std::string extra_repr() const override;
+  Tensor forward(const Tensor& input) override;
+  std::array<int64_t, 2> kernel_size;
+  Pool2dOptions options;
+};
+
+class AdaptiveAvgPool2d : public Module {
+ public:
+  explicit AdaptiveAvgPool2d(std::array<int64_t, 2> output_size) : output_size(output_size) {}
+  explicit AdaptiveAvgPool2d(int64_t output_size) : output_size({output_size, output_size}) {}
+  std::string name() const override { return "AdaptiveAvgPool2d"; }
+  std::string extra_repr() const override;
+  Tensor forward(const Tensor& input) override;
+  std::array<int64_t, 2> output_size;
+};
+
+struct Conv1dOptions {
+  int64_t stride = 1, padding = 0, dilation = 1, groups = 1;
+  bool bias = true;
+};
+
+// x [N, C, L]. weight [out_channels, in_channels / groups, kernel_size] ~ kaiming_uniform(a =
+// sqrt(5)); bias [out_channels] ~ U(-1/sqrt(fan_in), 1/sqrt(fan_in)), as Conv2d.
+class Conv1d : public Module {
+ public:
+  Conv1d(int64_t in_channels, int64_t out_channels, int64_t kernel_size,
+         Conv1dOptions options = {});
+  std::string name() const override { return "Conv1d"; }
+  std::string extra_repr() const override;
+  Tensor forward(const Tensor& input) override;
+  int64_t in_channels, out_channels, kernel_size;
+  Conv1dOptions options;
+  Tensor weight, bias;
+};
+
+struct ConvTranspose2dOptions {
+  std::array<int64_t, 2> stride = {1, 1};
+  std::array<int64_t, 2> padding = {0, 0};
+  std::array<int64_t, 2> output_padding = {0, 0};
+  int64_t groups = 1;
+  bool bias = true;
+  std::array<int64_t, 2> dilation = {1, 1};
+};
+
+// weight [in_channels, out_channels / groups, kH, kW] (torch's transposed layout), initialised
+// as Conv2d's from that weight's fans.
+class ConvTranspose2d : public Module {
+ public:
+  ConvTranspose2d(int64_t in_channels, int64_t out_channels, std::array<int64_t, 2> kernel_size,
+                  ConvTranspose2dOptions options = {});
+  ConvTranspose2d(int64_t in_channels, int64_t out_channels, int64_t kernel_size,
+                  ConvTranspose2dOptions options = {})
+      : ConvTranspose2d(in_channels, out_channels, {kernel_size, kernel_size}, options) {}
+  std::string name() const override { return "ConvTranspose2d"; }
+  std::string extra_repr() const override;
+  Tensor forward(const Tensor& input) override;
+  int64_t in_channels, out_channels;
+  std::array<int64_t, 2> kernel_size;
+  ConvTranspose2dOptions options;
+  Tensor weight, bias;
+};
+
+// x [N, C] or [N, C, L]: per feature C, as BatchNorm2d.
+class BatchNorm1d : public BatchNormBase {
+ public:
+  explicit BatchNorm1d(int64_t num_features, double eps = 1e-5, double momentum = 0.1,
+                       bool affine = true, bool track_running_stats = true)
+      : BatchNormBase(num_features, eps, momentum, affine, track_running_stats) {}
+  std::string name() const override { return "BatchNorm1d"; }
+
+ protected:
+  void check_input(const Tensor& input) const override;
+};
+
+}  // namespace hg::nn
