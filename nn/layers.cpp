@@ -17,6 +17,10 @@ namespace {
 
 // A pair as torch prints a size argument: (2, 3).
 std::string pair(std::array<int64_t, 2> v) { return fmt::format("({}, {})", v[0], v[1]); }
+// A pooling size as torch prints the usual int argument: 2 for (2, 2), else the pair.
+std::string pool_size(std::array<int64_t, 2> v) {
+  return v[0] == v[1] ? std::to_string(v[0]) : pair(v);
+}
 
 }  // namespace
 
@@ -58,8 +62,9 @@ MaxPool2d::MaxPool2d(std::array<int64_t, 2> kernel_size_, Pool2dOptions options_
 
 std::string MaxPool2d::extra_repr() const {
   return fmt::format("kernel_size={}, stride={}, padding={}, dilation={}, ceil_mode={}",
-                     pair(kernel_size), pair(options.stride.value_or(kernel_size)),
-                     pair(options.padding), pair(options.dilation), py_bool(options.ceil_mode));
+                     pool_size(kernel_size), pool_size(options.stride.value_or(kernel_size)),
+                     pool_size(options.padding), pool_size(options.dilation),
+                     py_bool(options.ceil_mode));
 }
 
 Tensor MaxPool2d::forward(const Tensor& input) {
@@ -71,8 +76,8 @@ AvgPool2d::AvgPool2d(std::array<int64_t, 2> kernel_size_, Pool2dOptions options_
     : kernel_size(kernel_size_), options(options_) {}
 
 std::string AvgPool2d::extra_repr() const {
-  return fmt::format("kernel_size={}, stride={}, padding={}", pair(kernel_size),
-                     pair(options.stride.value_or(kernel_size)), pair(options.padding));
+  return fmt::format("kernel_size={}, stride={}, padding={}", pool_size(kernel_size),
+                     pool_size(options.stride.value_or(kernel_size)), pool_size(options.padding));
 }
 
 Tensor AvgPool2d::forward(const Tensor& input) {
@@ -81,7 +86,7 @@ Tensor AvgPool2d::forward(const Tensor& input) {
 }
 
 std::string AdaptiveAvgPool2d::extra_repr() const {
-  return fmt::format("output_size={}", pair(output_size));
+  return fmt::format("output_size={}", pool_size(output_size));
 }
 Tensor AdaptiveAvgPool2d::forward(const Tensor& input) {
   return adaptive_avg_pool2d(input, output_size);

@@ -130,6 +130,31 @@ void Module::register_child(const std::string& name, std::shared_ptr<Module> mod
   children_.emplace_back(name, std::move(module));
 }
 
+void Module::set_child(const std::string& name, std::shared_ptr<Module> module) {
+  for (auto& [key, child] : children_) {
+    if (key == name) {
+      HG_CHECK(module != nullptr, "{}: expected a module for \"{}\", got nullptr", this->name(),
+               name);
+      child = std::move(module);
+      return;
+    }
+  }
+  register_child(name, std::move(module));
+}
+
+Tensor& Module::set_parameter(const std::string& name, Tensor tensor, bool requires_grad) {
+  for (auto& [key, parameter] : parameters_) {
+    if (key == name) {
+      HG_CHECK(tensor.defined() && tensor.is_leaf(),
+               "{}: expected a defined leaf tensor for \"{}\"", this->name(), name);
+      if (requires_grad) tensor.requires_grad_(true);
+      parameter = std::move(tensor);
+      return parameter;
+    }
+  }
+  return register_parameter(name, std::move(tensor), requires_grad);
+}
+
 // ---- traversal ------------------------------------------------------------------------------
 
 void Module::collect(const std::string& prefix, bool recurse, bool want_buffers,
@@ -294,19 +319,31 @@ LoadStateDictResult Module::load_state_dict(const StateDict& state, bool strict)
 
 // ---- printing -------------------------------------------------------------------------------
 
+// torch's Module.__repr__: a one-line extra_repr without children stays inline; otherwise
+// every extra_repr line and every child's (indented) block on a line of its own.
 std::string Module::to_string() const {
-  std::string out = name() + "(" + extra_repr();
-  if (!children_.empty()) {
-    out += "\n";
-    for (const auto& [child_name, child] : children_) {
-      std::string body = child->to_string();
-      std::string indented;
-      for (char c : body) {
-        indented += c;
-        if (c == '\n') indented += "  ";
-      }
-      out += "  (" + child_name + "): " + indented + "\n";
+  std::vector<std::string> lines;
+  const std::string extra = extra_repr();
+  size_t extra_lines = 0;
+  for (size_t start = 0; !extra.empty() && start <= extra.size(); ++extra_lines) {
+    const size_t end = std::min(extra.find('\n', start), extra.size());
+    lines.push_back(extra.substr(start, end - start));
+    start = end + 1;
+  }
+  for (const auto& [child_name, child] : children_) {
+    std::string line = "(" + child_name + "): ";
+    for (char c : child->to_string()) {
+      line += c;
+      if (c == '\n') line += "  ";
     }
+    lines.push_back(std::move(line));
+  }
+  std::string out = name() + "(";
+  if (extra_lines == 1 && children_.empty()) {
+    out += lines[0];
+  } else if (!lines.empty()) {
+    for (const std::string& line : lines) out += "\n  " + line;
+    out += "\n";
   }
   return out + ")";
 }

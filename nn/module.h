@@ -158,6 +158,15 @@ class Module : public std::enable_shared_from_this<Module> {
   const std::vector<std::pair<std::string, std::shared_ptr<Module>>>& child_entries() const {
     return children_;
   }
+  // This module's own parameters in registration order (for the parameter containers).
+  const std::vector<std::pair<std::string, Tensor>>& parameter_entries() const {
+    return parameters_;
+  }
+  // Registers the child or parameter under `name`, or replaces the one registered there
+  // already in its place (torch's module_dict[key] = module); a name taken by the other kind,
+  // or by a buffer, is an error.
+  void set_child(const std::string& name, std::shared_ptr<Module> module);
+  Tensor& set_parameter(const std::string& name, Tensor tensor, bool requires_grad = true);
 
  private:
   void check_new_name(const std::string& name, const char* what) const;

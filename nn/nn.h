@@ -1,6 +1,7 @@
 // hg::nn: modules, init, functional and utils (the torch.nn of halfgrad).
 #pragma once
 
+#include "halfgrad/nn/containers.h"
 #include "halfgrad/nn/functional.h"
 #include "halfgrad/nn/init.h"
 #include "halfgrad/nn/layers.h"

@@ -73,9 +73,11 @@ TEST_CASE("pooling layers run the functional pools with torch's defaults", "[nn]
   const Tensor pooled = nn::AdaptiveAvgPool2d(1)(x);
   CHECK(pooled.sizes() == Shape{2, 3, 1, 1});
   CHECK(max_abs(sub(pooled.flatten(1), mean(x, {2, 3}))) < 1e-6);
+  // As torch prints nn.MaxPool2d(2), nn.AvgPool2d(2), nn.AdaptiveAvgPool2d((5, 7)).
   CHECK(nn::MaxPool2d(2).to_string() ==
-        "MaxPool2d(kernel_size=(2, 2), stride=(2, 2), padding=(0, 0), dilation=(1, 1), "
-        "ceil_mode=False)");
+        "MaxPool2d(kernel_size=2, stride=2, padding=0, dilation=1, ceil_mode=False)");
+  CHECK(nn::AvgPool2d(2).to_string() == "AvgPool2d(kernel_size=2, stride=2, padding=0)");
+  CHECK(nn::AdaptiveAvgPool2d({5, 7}).to_string() == "AdaptiveAvgPool2d(output_size=(5, 7))");
 }
 
 TEST_CASE("Conv1d and ConvTranspose2d hold torch's parameters", "[nn][layers]") {
