@@ -55,6 +55,45 @@ Tensor MultiheadAttention::forward(const Tensor& query, const Tensor& key, const
 
 // ---- Block ----------------------------------------------------------------------------------
 
+TransformerEncoderLayer::TransformerEncoderLayer(int64_t d_model, int64_t nhead,
+                                                 TransformerEncoderLayerOptions options_)
+    : options(std::move(options_)) {
+  HG_CHECK(options.activation == "relu" || options.activation == "gelu",
+           "TransformerEncoderLayer: expected activation \"relu\" or \"gelu\", got \"{}\"",
+           options.activation);
+  self_attn = register_module(
+      "self_attn",
+      std::make_shared<MultiheadAttention>(d_model, nhead, options.causal, true, options.dropout));
+  linear1 = register_module("linear1", std::make_shared<Linear>(d_model, options.dim_feedforward));
+  dropout = register_module("dropout", std::make_shared<Dropout>(options.dropout));
+  linear2 = register_module("linear2", std::make_shared<Linear>(options.dim_feedforward, d_model));
+  norm1 = register_module("norm1", std::make_shared<LayerNorm>(d_model, options.layer_norm_eps));
+  norm2 = register_module("norm2", std::make_shared<LayerNorm>(d_model, options.layer_norm_eps));
+  dropout1 = register_module("dropout1", std::make_shared<Dropout>(options.dropout));
+  dropout2 = register_module("dropout2", std::make_shared<Dropout>(options.dropout));
+}
+
+Tensor TransformerEncoderLayer::forward(const Tensor& src) {
+  HG_CHECK(src.dim() == 3, "TransformerEncoderLayer: expected a 3-D input ({}), got shape {}",
+           options.batch_first ? "[B, T, C]" : "[T, B, C]", src.sizes());
+  // The attention takes [B, T, C].
+  Tensor x = options.batch_first ? src : src.transpose(0, 1);
+  const auto sa = [&](const Tensor& h) { return (*dropout1)((*self_attn)(h)); };
+  const auto ff = [&](const Tensor& h) {
+    const Tensor hidden = (*linear1)(h);
+    const Tensor activated = options.activation == "relu" ? relu(hidden) : gelu(hidden, "none");
+    return (*dropout2)((*linear2)((*dropout)(activated)));
+  };
+  if (options.norm_first) {
+    x = x + sa((*norm1)(x));
+    x = x + ff((*norm2)(x));
+  } else {
+    x = (*norm1)(x + sa(x));
+    x = (*norm2)(x + ff(x));
+  }
+  return options.batch_first ? x : x.transpose(0, 1);
+}
+
 Block::Block(int64_t n_embd, int64_t n_head) {
   ln_1 = register_module("ln_1", std::make_shared<LayerNorm>(n_embd));
   attn = register_module("attn", std::make_shared<MultiheadAttention>(n_embd, n_head, true));

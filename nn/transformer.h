@@ -1,11 +1,12 @@
 // Attention and a GPT: MultiheadAttention (torch.nn.MultiheadAttention with batch_first=true),
-// Block (pre-LayerNorm attention + MLP) and GPT (token + position embeddings, blocks, final
-// LayerNorm, lm_head), as in nanoGPT.
+// TransformerEncoderLayer (torch's), Block (pre-LayerNorm attention + MLP) and GPT (token +
+// position embeddings, blocks, final LayerNorm, lm_head), as in nanoGPT.
 //
 //   B batch, T sequence length, C = embed_dim, H heads, D = C / H head width, V vocabulary.
 #pragma once
 
 #include <memory>
+#include <string>
 
 #include "halfgrad/nn/modules.h"
 
@@ -44,6 +45,38 @@ class Block : public Module {
   std::shared_ptr<LayerNorm> ln_1, ln_2;
   std::shared_ptr<MultiheadAttention> attn;
   std::shared_ptr<Sequential> mlp;
+};
+
+// torch.nn.TransformerEncoderLayer's options (is_causal is an option here, not a call
+// argument: the attention masks the future on every call).
+struct TransformerEncoderLayerOptions {
+  int64_t dim_feedforward = 2048;
+  double dropout = 0.1;
+  std::string activation = "relu";  // or "gelu" (exact)
+  double layer_norm_eps = 1e-5;
+  bool batch_first = false;  // torch's default: src [T, B, C]
+  bool norm_first = false;
+  bool causal = false;
+};
+
+// Self-attention and a feed-forward block, each with a residual connection and LayerNorm, as
+// torch's: norm_first computes x + sa(norm1(x)), then x + ff(norm2(x)); otherwise
+// norm1(x + sa(x)), then norm2(x + ff(x)); ff(x) = linear2(dropout(activation(linear1(x)))),
+// sa and ff each followed by a dropout. Keys as torch's: self_attn.in_proj_weight,
+// self_attn.in_proj_bias, self_attn.out_proj.*, linear1.*, linear2.*, norm1.*, norm2.*.
+class TransformerEncoderLayer : public Module {
+ public:
+  TransformerEncoderLayer(int64_t d_model, int64_t nhead,
+                          TransformerEncoderLayerOptions options = {});
+  std::string name() const override { return "TransformerEncoderLayer"; }
+  // src [T, B, C] ([B, T, C] with batch_first) -> the same shape.
+  Tensor forward(const Tensor& src) override;
+
+  TransformerEncoderLayerOptions options;
+  std::shared_ptr<MultiheadAttention> self_attn;
+  std::shared_ptr<Linear> linear1, linear2;
+  std::shared_ptr<Dropout> dropout, dropout1, dropout2;
+  std::shared_ptr<LayerNorm> norm1, norm2;
 };
 
 // idx [B, T] (int64, T <= block_size) -> logits [B, T, V].
