@@ -5,7 +5,7 @@
 
 namespace hg::nn {
 
-size_t detail::list_index(const char* container, int64_t index, size_t size) {
+size_t detail::list_index(const std::string& container, int64_t index, size_t size) {
   const int64_t n = int64_t(size);
   HG_CHECK(index >= -n && index < n, "{}: index {} is out of range for {} entries", container,
            index, n);

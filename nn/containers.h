@@ -39,10 +39,12 @@ class ValueIterator {
   Base it_;
 };
 
-// A Python index (negative counts from the end) checked against size.
-size_t list_index(const char* container, int64_t index, size_t size);
+// A Python index (negative counts from the end) checked against size; `container` names the
+// list in the error.
+size_t list_index(const std::string& container, int64_t index, size_t size);
 }  // namespace detail
 
+// Sequential (modules.h) is a ModuleList with a forward.
 class ModuleList : public Module {
  public:
   ModuleList() = default;
@@ -67,13 +69,13 @@ class ModuleList : public Module {
   bool empty() const { return size() == 0; }
   // The module at index (negative: from the end); an hg::Error outside the list.
   const std::shared_ptr<Module>& operator[](int64_t index) const {
-    return child_entries()[detail::list_index("ModuleList", index, size())].second;
+    return child_entries()[detail::list_index(name(), index, size())].second;
   }
   // The module at index as an M (an error when it is not one).
   template <class M>
   std::shared_ptr<M> at(int64_t index) const {
     auto typed = std::dynamic_pointer_cast<M>((*this)[index]);
-    HG_CHECK(typed != nullptr, "ModuleList::at({}): the module is a {}, not the type asked for",
+    HG_CHECK(typed != nullptr, "{}::at({}): the module is a {}, not the type asked for", name(),
              index, (*this)[index]->name());
     return typed;
   }
@@ -122,7 +124,7 @@ class ParameterList : public Module {
   }
   size_t size() const { return parameter_entries().size(); }
   const Tensor& operator[](int64_t index) const {
-    return parameter_entries()[detail::list_index("ParameterList", index, size())].second;
+    return parameter_entries()[detail::list_index(name(), index, size())].second;
   }
   detail::ValueIterator<Tensor> begin() const {
     return detail::ValueIterator<Tensor>(parameter_entries().begin());

@@ -132,13 +132,6 @@ Tensor Sequential::forward(const Tensor& input) {
   return x;
 }
 
-std::shared_ptr<Module> Sequential::operator[](size_t index) const {
-  auto all = children();
-  HG_CHECK(index < all.size(), "Sequential: expected an index in [0, {}), got {}", all.size(),
-           index);
-  return all[index];
-}
-
 // ---- Conv2d ---------------------------------------------------------------------------------
 
 Conv2d::Conv2d(int64_t in_channels_, int64_t out_channels_, std::array<int64_t, 2> kernel_size_,

@@ -11,6 +11,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "halfgrad/nn/containers.h"
 #include "halfgrad/nn/module.h"
 
 namespace hg::nn {
@@ -100,45 +101,30 @@ class Tanh : public Module {
   Tensor forward(const Tensor& input) override;
 };
 
-// Runs its children in order; they are named "0", "1", ... (so keys are "0.weight").
+// A ModuleList that runs its children in order; they are named "0", "1", ... (so keys are
+// "0.weight").
 //
 //   nn::Sequential mlp(nn::Linear(4, 8), nn::GELU(), std::make_shared<nn::Linear>(8, 2));
 //
 // Arguments are module values (moved into a new shared_ptr) or shared_ptrs to modules (held
 // as they are).
-class Sequential : public Module {
+class Sequential : public ModuleList {
  public:
   Sequential() = default;
   template <class... Modules>
   requires(sizeof...(Modules) > 0 &&
            !(sizeof...(Modules) == 1 && (std::is_same_v<std::remove_cvref_t<Modules>, Sequential> &&
                                          ...))) explicit Sequential(Modules&&... modules) {
-    (push_back(std::forward<Modules>(modules)), ...);
+    (append(std::forward<Modules>(modules)), ...);
   }
 
   std::string name() const override { return "Sequential"; }
   Tensor forward(const Tensor& input) override;
 
+  // libtorch's name for append.
   template <class M>
-  void push_back(std::shared_ptr<M> module) {
-    static_assert(std::is_base_of_v<Module, M>, "Sequential holds nn::Module subclasses");
-    register_module(std::to_string(size()), std::move(module));
-  }
-  template <class M>
-  requires std::is_base_of_v<Module, std::remove_cvref_t<M>>
   void push_back(M&& module) {
-    push_back(std::make_shared<std::remove_cvref_t<M>>(std::forward<M>(module)));
-  }
-
-  size_t size() const { return children().size(); }
-  std::shared_ptr<Module> operator[](size_t index) const;
-  // The child at index as an M (an error when it is not one).
-  template <class M>
-  std::shared_ptr<M> at(size_t index) const {
-    auto typed = std::dynamic_pointer_cast<M>((*this)[index]);
-    HG_CHECK(typed != nullptr, "Sequential::at({}): the child is a {}, not the type asked for",
-             index, (*this)[index]->name());
-    return typed;
+    append(std::forward<M>(module));
   }
 };
 
