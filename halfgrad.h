@@ -18,6 +18,7 @@
 #include "halfgrad/amp/master_params.h"
 #include "halfgrad/amp/trace.h"
 #include "halfgrad/autograd/anomaly.h"
+#include "halfgrad/autograd/checkpoint.h"
 #include "halfgrad/autograd/engine.h"
 #include "halfgrad/autograd/function.h"
 #include "halfgrad/autograd/grad_mode.h"

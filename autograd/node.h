@@ -96,6 +96,11 @@ class AccumulateGrad final : public Node {
   explicit AccumulateGrad(const Tensor& leaf);
   std::string name() const override { return "AccumulateGrad"; }
   GradList apply(GradList&& grad_outputs) override;
+  // The leaf, or an undefined tensor once it is gone.
+  Tensor leaf() const {
+    std::shared_ptr<TensorImpl> held = leaf_.lock();
+    return held ? Tensor(std::move(held)) : Tensor();
+  }
 
  private:
   std::weak_ptr<TensorImpl> leaf_;

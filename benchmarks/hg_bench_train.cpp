@@ -33,6 +33,13 @@
 //           over 10 steps):
 //             {"bench": "train_gpt_cpu_demo_ops", "mode": "bf16", "phase": "backward", ...}
 //           --small: a 1-layer, 32-wide model (smoke tests; no twin).
+//   checkpoint  the "larger" CPU GPT (--small: the small one) in fp32 and bf16 with and
+//           without gradient checkpointing of its blocks (nn::GPT::checkpoint_blocks): step
+//           times interleaved, and the peak of live bytes a step adds (no twin):
+//             {"bench": "train_gpt_checkpoint", "mode": "bf16", "checkpoint": true, "ms": ...,
+//              "step_peak_mib": ...}
+//             {"bench": "train_gpt_checkpoint_ratio", "mode": "bf16", "time_ratio": ...,
+//              "memory_ratio": ...}
 //   memory  the bf16 MLP run alone: peak resident memory after --memory-steps steps (VmHWM)
 //           minus the resident memory just before the model is built (VmRSS), with the
 //           high-water mark reset at that point (writing 5 to /proc/self/clear_refs). Run only
@@ -547,6 +554,9 @@ class GptRun {
     if (mark) mark(3);
   }
 
+  // Gradient checkpointing of every block (nn::GPT::checkpoint_blocks).
+  void set_checkpoint_blocks(bool on) { model_->checkpoint_blocks = on; }
+
   int64_t parameter_count() const {
     int64_t count = 0;
     for (const Tensor& p : params_) count += p.numel();
@@ -924,6 +934,55 @@ void run_gpt_cpu(const TrainOptions& options, Peers& peers) {
   }
 }
 
+// The CPU GPT's step with and without gradient checkpointing of its blocks, in fp32 and bf16:
+// the median step time of the four interleaved, and each one's peak of live bytes in the CPU
+// allocator over one step above what was live before it (cpu_reset_peak_stats), so the
+// activations a step keeps count and the model, optimizer state and cached blocks do not.
+void run_checkpoint(const TrainOptions& options, Peers&) {
+  const CpuGpt& gpt = options.small ? kSmallCpuGpt : kCpuGpts[1];
+  std::vector<std::unique_ptr<GptRun>> runs;
+  std::vector<Candidate> candidates;
+  for (Mode mode : {Mode::Fp32, Mode::Bf16}) {
+    for (bool checkpointed : {false, true}) {
+      runs.push_back(std::make_unique<GptRun>(mode, gpt.config, hg::kCPU));
+      GptRun* run = runs.back().get();
+      run->set_checkpoint_blocks(checkpointed);
+      const int threads = gpt.threads;
+      candidates.push_back({checkpointed ? "checkpoint" : "plain", mode_name(mode), [run, threads] {
+                              omp_set_num_threads(threads);
+                              run->step();
+                            }});
+    }
+  }
+  hg::bench::time_interleaved(options, candidates);
+  omp_set_num_threads(gpt.threads);
+  std::map<std::pair<std::string, std::string>, std::pair<double, double>> measured;
+  for (size_t i = 0; i < runs.size(); ++i) {
+    const int64_t before = hg::cpu_allocator_stats().live_bytes;
+    hg::cpu_reset_peak_stats();
+    runs[i]->step();
+    const double peak_mib =
+        double(hg::cpu_allocator_stats().peak_bytes - before) / (1024.0 * 1024.0);
+    const Candidate& c = candidates[i];
+    measured[{c.impl, c.kernel}] = {c.us * 1e-3, peak_mib};
+    fmt::print(
+        "{{\"bench\": \"train_gpt_checkpoint\", \"impl\": \"halfgrad\", \"mode\": \"{}\", "
+        "\"size\": \"{}\", \"shape\": \"{}\", \"batch\": {}, \"threads\": {}, "
+        "\"checkpoint\": {}, \"ms\": {:.3f}, \"step_peak_mib\": {:.2f}}}\n",
+        c.kernel, gpt.size, gpt.config.shape(), gpt.config.batch, gpt.threads,
+        json_bool(c.impl == "checkpoint"), c.us * 1e-3, peak_mib);
+  }
+  for (const char* mode : {"fp32", "bf16"}) {
+    const auto plain = measured.at({"plain", mode}), checkpoint = measured.at({"checkpoint", mode});
+    fmt::print(
+        "{{\"bench\": \"train_gpt_checkpoint_ratio\", \"mode\": \"{}\", \"size\": \"{}\", "
+        "\"time_ratio\": {:.3f}, \"memory_ratio\": {:.3f}}}\n",
+        mode, gpt.size, checkpoint.first / plain.first, checkpoint.second / plain.second);
+  }
+  omp_set_num_threads(options.threads);
+  std::fflush(stdout);
+}
+
 // ---- sections -------------------------------------------------------------------------------
 
 struct Section {
@@ -933,9 +992,13 @@ struct Section {
 };
 
 // memory is not part of "all": it must run alone in its process.
-constexpr Section kSections[] = {{"mlp", run_mlp, false},       {"tiny", run_tiny, false},
-                                 {"watch", run_watch, false},   {"gpt-cpu", run_gpt_cpu, false},
-                                 {"memory", run_memory, false}, {"gpt", run_gpt, true}};
+constexpr Section kSections[] = {{"mlp", run_mlp, false},
+                                 {"tiny", run_tiny, false},
+                                 {"watch", run_watch, false},
+                                 {"gpt-cpu", run_gpt_cpu, false},
+                                 {"memory", run_memory, false},
+                                 {"gpt", run_gpt, true},
+                                 {"checkpoint", run_checkpoint, false}};
 
 void run_sections(const TrainOptions& options) {
   const bool cuda = options.device == "cuda";

@@ -129,6 +129,10 @@ class CpuAllocator final : public Allocator {
     return DataPtr(data, reinterpret_cast<void*>(cls.bytes), &CpuAllocator::release);
   }
 
+  void reset_peak() {
+    std::lock_guard lock(mutex_);
+    stats_.peak_bytes = stats_.live_bytes;
+  }
   AllocatorStats stats() {
     std::lock_guard lock(mutex_);
     return stats_;
@@ -209,8 +213,8 @@ class CpuAllocator final : public Allocator {
   std::mutex mutex_;
   FreeBlock* free_lists_[kNumClasses] = {};
   std::multimap<size_t, void*> large_free_;  // blocks above kMaxCachedBlock, by size
-  size_t large_cached_bytes_ = 0;  // of stats_.cached_bytes, the large blocks'
-  size_t small_cached_bytes_ = 0;  // and the size classes' (each bound on its own)
+  size_t large_cached_bytes_ = 0;            // of stats_.cached_bytes, the large blocks'
+  size_t small_cached_bytes_ = 0;            // and the size classes' (each bound on its own)
   AllocatorStats stats_;
 };
 
@@ -221,6 +225,8 @@ Allocator* cpu_allocator() { return &CpuAllocator::instance(); }
 AllocatorStats cpu_allocator_stats() { return CpuAllocator::instance().stats(); }
 
 void cpu_empty_cache() { CpuAllocator::instance().empty_cache(); }
+
+void cpu_reset_peak_stats() { CpuAllocator::instance().reset_peak(); }
 
 size_t cpu_allocation_size(size_t nbytes) { return size_class(nbytes).bytes; }
 

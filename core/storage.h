@@ -78,6 +78,9 @@ struct AllocatorStats {
   int64_t cached_bytes = 0;
 };
 AllocatorStats cpu_allocator_stats();
+// Starts a new peak at the present live bytes (torch.cuda.reset_peak_memory_stats's
+// counterpart), so peak_bytes then measures the high-water mark of what follows.
+void cpu_reset_peak_stats();
 // Returns the CPU allocator's cached free blocks to the system (torch.cuda.empty_cache's
 // counterpart); live blocks are untouched.
 void cpu_empty_cache();

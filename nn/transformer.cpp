@@ -3,6 +3,7 @@
 
 #include <typeinfo>
 
+#include "halfgrad/autograd/checkpoint.h"
 #include "halfgrad/core/factory.h"
 #include "halfgrad/core/format.h"
 #include "halfgrad/nn/init.h"
@@ -154,7 +155,13 @@ Tensor GPT::forward(const Tensor& idx) {
                          ? arange(T, kInt64)
                          : cumsum(ones({T}, {.dtype = kInt64, .device = idx.device()}), 0) - 1;
   Tensor x = (*wte)(idx) + (*wpe)(pos);  // [B, T, C]
-  x = (*h)(x);
+  if (checkpoint_blocks) {
+    for (const auto& block : *h) {
+      x = utils::checkpoint([&block](const Tensor& input) { return (*block)(input); }, x);
+    }
+  } else {
+    x = (*h)(x);
+  }
   return (*lm_head)((*ln_f)(x));  // [B, T, V]
 }
 

@@ -90,6 +90,9 @@ class GPT : public Module {
   Tensor forward(const Tensor& idx) override;
 
   int64_t vocab_size, block_size;
+  // Gradient checkpointing of every block (hg::utils::checkpoint): while training, each block
+  // keeps its input instead of its activations and runs again in backward.
+  bool checkpoint_blocks = false;
   std::shared_ptr<Embedding> wte, wpe;
   std::shared_ptr<Sequential> h;
   std::shared_ptr<LayerNorm> ln_f;
