@@ -78,27 +78,25 @@ void check_fits_integer(const Tensor& src, DType to) {
   if (!src.is_floating_point() || is_floating_point(to) || to == kBool) return;
   std::atomic<bool> found{false};
   std::atomic<double> offending{0.0};
+  // Both dtypes are chosen once, outside the scan: the loop tests one range per element.
   visit_dtype(src.dtype(), [&](auto from_tag) {
     using From = typename decltype(from_tag)::type;
-    if constexpr (is_floating_v<From>) {
-      const auto scan = [&](std::array<char*, 1> ptrs, std::array<int64_t, 1> step, int64_t n) {
-        for (int64_t i = 0; i < n; ++i) {
-          From value;
-          std::memcpy(&value, ptrs[0] + i * step[0], sizeof(From));
-          const bool fits = visit_dtype(to, [&](auto to_tag) {
-            using To = typename decltype(to_tag)::type;
-            if constexpr (std::is_integral_v<To> && !std::is_same_v<To, bool>) {
-              return fits_in_integer<To>(value);
-            } else {
-              return true;
+    visit_dtype(to, [&](auto to_tag) {
+      using To = typename decltype(to_tag)::type;
+      if constexpr (is_floating_v<From> && std::is_integral_v<To> && !std::is_same_v<To, bool>) {
+        const auto scan = [&](std::array<char*, 1> ptrs, std::array<int64_t, 1> step, int64_t n) {
+          for (int64_t i = 0; i < n; ++i) {
+            From value;
+            std::memcpy(&value, ptrs[0] + i * step[0], sizeof(From));
+            if (!fits_in_integer<To>(value) && !found.exchange(true)) {
+              offending = static_cast<double>(value);
             }
-          });
-          if (!fits && !found.exchange(true)) offending = static_cast<double>(value);
-        }
-      };
-      const Shape strides = byte_strides(src);
-      for_each_row<1>(src.sizes(), {static_cast<char*>(src.data_ptr())}, {strides}, scan);
-    }
+          }
+        };
+        const Shape strides = byte_strides(src);
+        for_each_row<1>(src.sizes(), {static_cast<char*>(src.data_ptr())}, {strides}, scan);
+      }
+    });
   });
   HG_CHECK(!found.load(), "cannot convert {} value {} to {}: {}", dtype_name(src.dtype()),
            offending.load(), dtype_name(to),

@@ -62,9 +62,15 @@ Tensor operand(Scalar value, const Tensor& like) {
   return full({}, value, {.dtype = result_type({like}, {value}), .device = like.device()});
 }
 
-// A 0-d one against which a number goes to the kernel as its alpha.
-Tensor one_like(const Tensor& self) {
-  return full({}, 1, {.dtype = self.dtype(), .device = self.device()});
+// self op= number for a float16/bfloat16 self: the number goes to the kernel as its alpha,
+// against a 0-d one (NOTE [Number operands of 16-bit ops] in ops/elementwise.cpp); recorded as
+// out_of_place(old), the op with the number.
+template <class OutOfPlace>
+Tensor& inplace_number(Tensor& self, const char* op, kernel::Binary kernel, double alpha,
+                       OutOfPlace out_of_place) {
+  const Tensor one = full({}, 1, {.dtype = self.dtype(), .device = self.device()});
+  return inplace(self, one, op, kernel, alpha,
+                 [&](const Tensor& old, const Tensor&) { return out_of_place(old); });
 }
 
 }  // namespace
@@ -76,9 +82,8 @@ Tensor& Tensor::add_(const Tensor& other, Scalar alpha) {
 }
 Tensor& Tensor::add_(Scalar other, Scalar alpha) {
   if (number_in_compute_type(*this, other)) {
-    return inplace(*this, one_like(*this), "add_", kernel::Binary::Add,
-                   other.to_double() * alpha.to_double(),
-                   [&](const Tensor& old, const Tensor&) { return add(old, other, alpha); });
+    return inplace_number(*this, "add_", kernel::Binary::Add, other.to_double() * alpha.to_double(),
+                          [&](const Tensor& old) { return add(old, other, alpha); });
   }
   return add_(operand(other, *this), alpha);
 }
@@ -89,9 +94,8 @@ Tensor& Tensor::sub_(const Tensor& other, Scalar alpha) {
 }
 Tensor& Tensor::sub_(Scalar other, Scalar alpha) {
   if (number_in_compute_type(*this, other)) {
-    return inplace(*this, one_like(*this), "sub_", kernel::Binary::Sub,
-                   other.to_double() * alpha.to_double(),
-                   [&](const Tensor& old, const Tensor&) { return sub(old, other, alpha); });
+    return inplace_number(*this, "sub_", kernel::Binary::Sub, other.to_double() * alpha.to_double(),
+                          [&](const Tensor& old) { return sub(old, other, alpha); });
   }
   return sub_(operand(other, *this), alpha);
 }
@@ -101,8 +105,8 @@ Tensor& Tensor::mul_(const Tensor& other) {
 }
 Tensor& Tensor::mul_(Scalar other) {
   if (number_in_compute_type(*this, other)) {
-    return inplace(*this, one_like(*this), "mul_", kernel::Binary::Mul, other.to_double(),
-                   [&](const Tensor& old, const Tensor&) { return mul(old, other); });
+    return inplace_number(*this, "mul_", kernel::Binary::Mul, other.to_double(),
+                          [&](const Tensor& old) { return mul(old, other); });
   }
   return mul_(operand(other, *this));
 }
@@ -114,8 +118,8 @@ Tensor& Tensor::div_(const Tensor& other) {
 }
 Tensor& Tensor::div_(Scalar other) {
   if (number_in_compute_type(*this, other)) {
-    return inplace(*this, one_like(*this), "div_", kernel::Binary::Div, other.to_double(),
-                   [&](const Tensor& old, const Tensor&) { return div(old, other); });
+    return inplace_number(*this, "div_", kernel::Binary::Div, other.to_double(),
+                          [&](const Tensor& old) { return div(old, other); });
   }
   return div_(operand(other, *this));
 }
