@@ -9,9 +9,11 @@
 // step and sets that step's lr in every param group ("lr" option). A scheduler's base lr for a
 // group is the group's lr when the first scheduler was made on the optimizer (torch's
 // "initial_lr", ParamGroup::initial_lr). Each schedule is a closed-form function of the step
-// count (torch's values, checked step by step against numbers torch printed), so other code
-// changing a group's lr is overwritten at the next step(); ReduceLROnPlateau, which reacts to a
-// metric, is the exception and scales the group's current lr.
+// count, so other code changing a group's lr is overwritten at the next step();
+// ReduceLROnPlateau, which reacts to a metric, is the exception and scales the group's current
+// lr. The torch schedules but StepLR are checked step by step against numbers torch printed
+// (tests/optim/lr_schedules_twin_test.cpp); StepLR and CosineWithWarmup (transformers' schedule,
+// not torch's) against values worked by hand (tests/optim/lr_scheduler_test.cpp).
 //
 // NOTE [Skipped steps] step(/*optimizer_stepped=*/false) tells the scheduler the optimizer
 // skipped its update (GradScaler found an inf): the step count does not advance and the lr
