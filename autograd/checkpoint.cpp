@@ -29,6 +29,12 @@ class CheckpointNode final : public Node {
     HG_CHECK(!released_,
              "checkpoint: the segment was already backpropagated through (use "
              "retain_graph on the first backward to go through it twice)");
+    // The engine runs with grad mode on only under create_graph. The recomputed graph ends at
+    // detached copies of the inputs, so a recorded backward would lose the inputs' second-order
+    // terms: refused rather than wrong.
+    HG_CHECK(!autograd::is_grad_enabled(),
+             "checkpoint: backward with create_graph (double backward) through a checkpointed "
+             "segment is not supported; run the segment without checkpoint");
     // Recompute under the forward's autocast mode and random state; the caller's random state
     // is restored afterwards, so backward does not change what later draws give.
     Generator& generator = default_generator();

@@ -14,7 +14,8 @@
 // Leaves (parameters) are found from their AccumulateGrad nodes; a tensor with history must be
 // one of the inputs: fn using any other tensor that has a grad_fn is an hg::Error, since its
 // gradient could not be routed (pass it as an input). Without grad mode, or when nothing fn
-// touches requires grad, fn simply runs.
+// touches requires grad, fn simply runs. A backward with create_graph through a segment
+// is an hg::Error (torch's non-reentrant checkpoint supports it).
 #pragma once
 
 #include <functional>

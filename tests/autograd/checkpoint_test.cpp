@@ -161,6 +161,10 @@ TEST_CASE("checkpoint refuses a captured tensor with history and runs plainly wi
       utils::checkpoint([](const Tensor& in, const Tensor& s) { return mul(in, s); }, x, scaled);
   sum(y).backward();
   CHECK(bit_identical(w.grad(), mul(x, 2.0).detach()));
+  // Double backward through a segment is refused, not silently wrong.
+  Tensor z = utils::checkpoint([](const Tensor& in) { return mul(in, in); }, x);
+  CHECK_THROWS_WITH(autograd::grad({sum(z)}, {x}, {}, true, /*create_graph=*/true),
+                    Contains("create_graph (double backward)"));
   NoGradGuard no_grad;
   CHECK_FALSE(utils::checkpoint([](const Tensor& in) { return exp(in); }, x).requires_grad());
 }
