@@ -92,12 +92,12 @@ OverflowWatch::OverflowWatch(nn::Module* model) : previous_(active_watch) {
     for (auto& [path, module] : model->named_modules()) {
       const std::string name = path;
       nn::RemovableHandle pre = module->register_forward_pre_hook(
-          [this, name](nn::Module& m, const Tensor&) -> std::optional<Tensor> {
+          [this, name](nn::Module& m, const nn::Args&) -> std::optional<nn::Args> {
             module_stack_.emplace_back(name, m.name());
             return std::nullopt;
           });
       nn::RemovableHandle post = module->register_forward_hook(
-          [this](nn::Module&, const Tensor&, const Tensor&) -> std::optional<Tensor> {
+          [this](nn::Module&, const nn::Args&, const nn::Value&) -> std::optional<nn::Value> {
             if (!module_stack_.empty()) module_stack_.pop_back();
             return std::nullopt;
           });

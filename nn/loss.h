@@ -12,13 +12,12 @@
 
 namespace hg::nn {
 
-// The losses' base (torch's _Loss). Two inputs, so forward(input, target) and operator() are
-// overloads without hooks (NOTE [Module forward signature]). reduction: "none", "mean" or
-// "sum" ("batchmean" too for KLDivLoss), checked by the functional loss.
-class Loss : public Module {
+// The losses' base (torch's _Loss). Two inputs, so a CustomForward: criterion(input, target)
+// runs the hooks, which see both (NOTE [Module forward signature]). reduction: "none", "mean"
+// or "sum" ("batchmean" too for KLDivLoss), checked by the functional loss.
+class Loss : public CustomForward<Loss> {
  public:
   virtual Tensor forward(const Tensor& input, const Tensor& target) = 0;
-  Tensor operator()(const Tensor& input, const Tensor& target) { return forward(input, target); }
   std::string reduction;  // torch prints it nowhere: "MSELoss()"
 
  protected:

@@ -60,19 +60,60 @@ Tensor Module::forward(const Tensor&) {
   HG_ERROR("{}: expected a module with forward(Tensor), got one that does not define it", name());
 }
 
+// ---- calls ----------------------------------------------------------------------------------
+
+namespace {
+thread_local std::vector<const Module*> forward_stack_;
+}  // namespace
+
+std::span<const Module* const> forward_stack() { return forward_stack_; }
+
+namespace detail {
+ForwardScope::ForwardScope(const Module* module) { forward_stack_.push_back(module); }
+ForwardScope::~ForwardScope() { forward_stack_.pop_back(); }
+
+std::string forward_argument_name(const Module& module, size_t index) {
+  return fmt::format("{}.forward argument {}", module.name(), index);
+}
+
+void throw_forward_arity(const Module& module, const char* bound, size_t count, const Args& args) {
+  HG_ERROR("{}.forward: expected {} {} argument{}, got {} {}", module.name(), bound, count,
+           count == 1 ? "" : "s", args.size(), describe(args));
+}
+}  // namespace detail
+
 Tensor Module::operator()(const Tensor& input) {
+  if (!has_forward_hooks()) {
+    detail::ForwardScope scope(this);
+    return forward(input);
+  }
+  const std::string what = name() + " output";
+  return call(Args{input}).tensor(what.c_str());
+}
+
+Value Module::call(Args args) {
   // Copies: a hook may remove itself (or add others) while running.
   const auto pre_hooks = hooks_->pre_hooks;
-  Tensor x = input;
   for (const auto& [id, hook] : pre_hooks) {
-    if (auto replaced = hook(*this, x)) x = *replaced;
+    if (auto replaced = hook(*this, args)) args = std::move(*replaced);
   }
-  Tensor output = forward(x);
+  Value output;
+  {
+    detail::ForwardScope scope(this);
+    output = forward_args(args);
+  }
   const auto hooks = hooks_->hooks;
   for (const auto& [id, hook] : hooks) {
-    if (auto replaced = hook(*this, x, output)) output = *replaced;
+    if (auto replaced = hook(*this, args, output)) output = std::move(*replaced);
   }
   return output;
+}
+
+Value Module::forward_args(const Args& args) {
+  if (args.size() != 1 || !args[0].is_tensor()) {
+    HG_ERROR("{}.forward: expected one Tensor, got {}", name(), describe(args));
+  }
+  return forward(args[0].tensor());
 }
 
 RemovableHandle Module::register_forward_pre_hook(ForwardPreHook hook) {
@@ -85,6 +126,37 @@ RemovableHandle Module::register_forward_hook(ForwardHook hook) {
   const int64_t id = hooks_->next_id++;
   hooks_->hooks.emplace(id, std::move(hook));
   return RemovableHandle(hooks_, id);
+}
+
+namespace {
+const Tensor& sole_tensor(const Module& module, const Args& args, const char* hook) {
+  HG_CHECK(args.size() == 1 && args[0].is_tensor(),
+           "{}: a forward {} that takes one Tensor is registered, but the module was called "
+           "with {}; register one that takes nn::Args",
+           module.name(), hook, describe(args));
+  return args[0].tensor();
+}
+}  // namespace
+
+RemovableHandle Module::register_forward_pre_hook(TensorForwardPreHook hook) {
+  return register_forward_pre_hook(ForwardPreHook(
+      [hook = std::move(hook)](Module& module, const Args& args) -> std::optional<Args> {
+        auto replaced = hook(module, sole_tensor(module, args, "pre-hook"));
+        if (!replaced) return std::nullopt;
+        return Args{*replaced};
+      }));
+}
+
+RemovableHandle Module::register_forward_hook(TensorForwardHook hook) {
+  return register_forward_hook(
+      ForwardHook([hook = std::move(hook)](Module& module, const Args& args,
+                                           const Value& output) -> std::optional<Value> {
+        const Tensor& input = sole_tensor(module, args, "hook");
+        const std::string what = module.name() + " output";
+        auto replaced = hook(module, input, output.tensor(what.c_str()));
+        if (!replaced) return std::nullopt;
+        return Value(*replaced);
+      }));
 }
 
 // ---- registration ---------------------------------------------------------------------------

@@ -20,11 +20,15 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
+#include <tuple>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
 #include "halfgrad/core/tensor.h"
+#include "halfgrad/nn/value.h"
 
 namespace hg::nn {
 
@@ -40,10 +44,17 @@ struct LoadStateDictResult {
   std::vector<std::string> unexpected_keys;
 };
 
-// Runs before forward; may return a replacement input.
-using ForwardPreHook = std::function<std::optional<Tensor>(Module& module, const Tensor& input)>;
-// Runs after forward; may return a replacement output.
+// Runs before forward with the call's arguments; may return replacement arguments.
+using ForwardPreHook = std::function<std::optional<Args>(Module& module, const Args& args)>;
+// Runs after forward with the arguments forward received and its result; may return a
+// replacement result.
 using ForwardHook =
+    std::function<std::optional<Value>(Module& module, const Args& args, const Value& output)>;
+// The same for a module called with one tensor and returning one, in tensor terms. Called on
+// any other call, such a hook raises an hg::Error naming the module and the call's kinds.
+using TensorForwardPreHook =
+    std::function<std::optional<Tensor>(Module& module, const Tensor& input)>;
+using TensorForwardHook =
     std::function<std::optional<Tensor>(Module& module, const Tensor& input, const Tensor& output)>;
 
 namespace detail {
@@ -86,12 +97,27 @@ class Module : public std::enable_shared_from_this<Module> {
   // PyTorch's repr: the name, extra_repr and children, indented.
   std::string to_string() const;
 
-  // NOTE [Module forward signature] C++ has no *args: the virtual forward, and with it
-  // operator() and the hooks, take one tensor. A module with more inputs (MultiheadAttention's
-  // forward(query, key, value)) adds overloads; those are called directly and run no hooks.
+  // NOTE [Module forward signature] torch's forward takes any arguments and returns anything;
+  // C++ needs the signature in the type. A module has one of two kinds of forward:
+  // - one tensor in, one out: it overrides the virtual forward(const Tensor&) below, and
+  //   operator()(tensor) runs it (every layer of this folder but the ones below);
+  // - any other: it derives from CustomForward<Itself> (after this class) and declares one
+  //   non-template forward with the parameters and result it wants (LSTM's
+  //   forward(input, optional<tuple<Tensor, Tensor>>) -> tuple<Tensor, tuple<...>>);
+  //   CustomForward's operator()(args...) calls it with the arguments as given.
+  // Either way the hooks and nn::Sequential see the call type-erased: its arguments as Args
+  // and its result as one Value (value.h), and `call(args)` runs any module that way.
+  // Without hooks, operator() calls forward directly: no Value is made.
   virtual Tensor forward(const Tensor& input);
   // forward with the forward pre-hooks and hooks, in registration order.
   Tensor operator()(const Tensor& input);
+  // torch's module(*args): the pre-hooks (which may replace the arguments), forward_args, the
+  // hooks (which may replace the result).
+  Value call(Args args);
+  // forward with type-erased arguments and result, without hooks. The base takes one Tensor
+  // (an hg::Error naming the kinds given otherwise) and calls forward(tensor); CustomForward
+  // converts the arguments to its forward's parameter types.
+  virtual Value forward_args(const Args& args);
 
   // ---- registration -----------------------------------------------------------------------
   // Registers a parameter (a leaf; requires_grad is set to requires_grad) and returns it. The
@@ -147,6 +173,29 @@ class Module : public std::enable_shared_from_this<Module> {
   // ---- hooks -------------------------------------------------------------------------------
   RemovableHandle register_forward_pre_hook(ForwardPreHook hook);
   RemovableHandle register_forward_hook(ForwardHook hook);
+  RemovableHandle register_forward_pre_hook(TensorForwardPreHook hook);
+  RemovableHandle register_forward_hook(TensorForwardHook hook);
+  // A lambda chooses its form by its parameters.
+  template <class F>
+  requires std::is_invocable_v<F&, Module&, const Tensor&> RemovableHandle
+  register_forward_pre_hook(F hook) {
+    return register_forward_pre_hook(TensorForwardPreHook(std::move(hook)));
+  }
+  template <class F>
+  requires std::is_invocable_v<F&, Module&, const Tensor&, const Tensor&> RemovableHandle
+  register_forward_hook(F hook) {
+    return register_forward_hook(TensorForwardHook(std::move(hook)));
+  }
+  template <class F>
+  requires std::is_invocable_v<F&, Module&, const Args&> RemovableHandle
+  register_forward_pre_hook(F hook) {
+    return register_forward_pre_hook(ForwardPreHook(std::move(hook)));
+  }
+  template <class F>
+  requires std::is_invocable_v<F&, Module&, const Args&, const Value&> RemovableHandle
+  register_forward_hook(F hook) {
+    return register_forward_hook(ForwardHook(std::move(hook)));
+  }
   // Whether a forward pre-hook or hook is registered here (a model that fuses modules' work
   // into one op fuses only those without).
   bool has_forward_hooks() const { return !hooks_->pre_hooks.empty() || !hooks_->hooks.empty(); }
@@ -183,6 +232,119 @@ class Module : public std::enable_shared_from_this<Module> {
   std::vector<std::pair<std::string, Tensor>> buffers_;
   std::vector<std::pair<std::string, std::shared_ptr<Module>>> children_;
   std::shared_ptr<detail::HookTable> hooks_ = std::make_shared<detail::HookTable>();
+};
+
+// The modules whose forward is running on this thread, outermost first (what a profiler
+// attributes an op to). operator(), call and CustomForward's operator() push the module for the
+// time of its forward.
+std::span<const Module* const> forward_stack();
+
+namespace detail {
+// Pushes `module` on this thread's forward stack while alive.
+class ForwardScope {
+ public:
+  explicit ForwardScope(const Module* module);
+  ~ForwardScope();
+  ForwardScope(const ForwardScope&) = delete;
+  ForwardScope& operator=(const ForwardScope&) = delete;
+};
+
+template <class F>
+struct ForwardSignature;
+template <class C, class R, class... P>
+struct ForwardSignature<R (C::*)(P...)> {
+  using owner = C;
+  using result = R;
+  using params = std::tuple<std::remove_cvref_t<P>...>;
+};
+template <class C, class R, class... P>
+struct ForwardSignature<R (C::*)(P...) const> : ForwardSignature<R (C::*)(P...)> {};
+
+template <class T>
+inline constexpr bool is_optional_v = false;
+template <class T>
+inline constexpr bool is_optional_v<std::optional<T>> = true;
+
+// "LSTM.forward argument 1", for the conversion errors.
+std::string forward_argument_name(const Module& module, size_t index);
+// An hg::Error: forward needs at least (or takes at most) `count` arguments and was called
+// with `args`.
+[[noreturn]] void throw_forward_arity(const Module& module, const char* bound, size_t count,
+                                      const Args& args);
+
+// Argument `index` of a type-erased call as the parameter type T; an argument left out is None
+// (the caller has checked that only std::optional parameters are left out: the C++ default
+// arguments are not in the type).
+template <class T>
+T forward_argument(const Module& module, const Args& args, size_t index) {
+  if constexpr (is_optional_v<T>) {
+    if (index >= args.size()) return std::nullopt;
+  }
+  return args[index].template to<T>(forward_argument_name(module, index).c_str());
+}
+}  // namespace detail
+
+// The base of a module whose forward is not one tensor in, one out (NOTE [Module forward
+// signature]):
+//
+//   struct Scale : nn::CustomForward<Scale> {
+//     std::string name() const override { return "Scale"; }
+//     std::tuple<Tensor, Tensor> forward(const Tensor& x, std::optional<double> factor) {...}
+//   };
+//   auto [y, z] = (*scale)(x, 2.0);         // hooks run; they see (Tensor, float)
+//   nn::Value v = scale->call({x});          // the same, type-erased; factor is None
+//
+// Derived declares exactly one forward, not a template and not overloaded, so its signature
+// can be read. forward(const Tensor&) is Module's one-tensor virtual and must return a Tensor:
+// a forward of one tensor returning anything else takes it by value (forward(Tensor x)).
+template <class Derived>
+class CustomForward : public Module {
+ public:
+  // Derived::forward(args...), run between the hooks (which see the arguments as Args) when
+  // there are any.
+  template <class... A>
+  auto operator()(A&&... args) {
+    using Result = std::remove_cvref_t<decltype(derived().forward(std::forward<A>(args)...))>;
+    if (!has_forward_hooks()) {
+      detail::ForwardScope scope(this);
+      return derived().forward(std::forward<A>(args)...);
+    }
+    const std::string what = name() + " output";
+    return call(Args{Value::from(std::forward<A>(args))...}).template to<Result>(what.c_str());
+  }
+
+  // Derived::forward with each argument converted to its parameter's type.
+  Value forward_args(const Args& args) override {
+    using Signature = detail::ForwardSignature<decltype(&Derived::forward)>;
+    static_assert(std::is_same_v<typename Signature::owner, Derived>,
+                  "a CustomForward module declares its own forward");
+    using Params = typename Signature::params;
+    constexpr size_t count = std::tuple_size_v<Params>;
+    // Every parameter up to the last that is not a std::optional needs its argument.
+    constexpr size_t required = []<size_t... I>(std::index_sequence<I...>) {
+      size_t n = 0;
+      ((n = detail::is_optional_v<std::tuple_element_t<I, Params>> ? n : I + 1), ...);
+      return n;
+    }
+    (std::make_index_sequence<count>{});
+    if (args.size() > count) detail::throw_forward_arity(*this, "at most", count, args);
+    if (args.size() < required) detail::throw_forward_arity(*this, "at least", required, args);
+    return [&]<size_t... I>(std::index_sequence<I...>) {
+      return Value::from(derived().forward(
+          detail::forward_argument<std::tuple_element_t<I, Params>>(*this, args, I)...));
+    }
+    (std::make_index_sequence<count>{});
+  }
+
+  // Called through a Module& with one tensor (a base-class pointer, nn::Sequential's fast
+  // path): forward_args with that tensor, whose result must be a tensor.
+  Tensor forward(const Tensor& input) override {
+    const std::string what = name() + " output";
+    return forward_args(Args{input}).tensor(what.c_str());
+  }
+
+ private:
+  Derived& derived() { return static_cast<Derived&>(*this); }
 };
 
 // Replaces the data of `tensor` by that of `data` while keeping the handle's identity and its

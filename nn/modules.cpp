@@ -127,9 +127,20 @@ Tensor Tanh::forward(const Tensor& input) { return tanh(input); }
 // ---- Sequential -----------------------------------------------------------------------------
 
 Tensor Sequential::forward(const Tensor& input) {
-  Tensor x = input;
-  for (const auto& entry : child_entries()) x = (*entry.second)(x);
-  return x;
+  return forward_args(Args{input}).tensor("Sequential output");
+}
+
+Value Sequential::forward_args(const Args& args) {
+  if (child_entries().empty()) {
+    HG_CHECK(args.size() == 1,
+             "Sequential.forward: an empty Sequential expected one argument, "
+             "got {} {}",
+             args.size(), describe(args));
+    return args[0];
+  }
+  Args next = args;
+  for (const auto& entry : child_entries()) next = Args{entry.second->call(std::move(next))};
+  return std::move(next[0]);
 }
 
 // ---- Conv2d ---------------------------------------------------------------------------------

@@ -119,7 +119,12 @@ class Sequential : public ModuleList {
   }
 
   std::string name() const override { return "Sequential"; }
+  // Calls the modules in order, each with the previous one's result (the first with the
+  // arguments), hooks included; a module may take or return anything (a tuple from an LSTM
+  // goes on as one tuple argument, as torch's Sequential passes it). An empty Sequential
+  // returns its one argument.
   Tensor forward(const Tensor& input) override;
+  Value forward_args(const Args& args) override;
 
   // libtorch's name for append.
   template <class M>

@@ -31,9 +31,14 @@ std::string MultiheadAttention::extra_repr() const {
                      causal ? "True" : "False");
 }
 
-Tensor MultiheadAttention::forward(const Tensor& x) { return forward(x, x, x); }
-
-Tensor MultiheadAttention::forward(const Tensor& query, const Tensor& key, const Tensor& value) {
+Tensor MultiheadAttention::forward(const Tensor& query, const std::optional<Tensor>& key_given,
+                                   const std::optional<Tensor>& value_given) {
+  HG_CHECK(key_given.has_value() == value_given.has_value(),
+           "MultiheadAttention: expected key and value both given or both left out, got only "
+           "the {}",
+           key_given ? "key" : "value");
+  const Tensor& key = key_given ? *key_given : query;
+  const Tensor& value = value_given ? *value_given : query;
   const int64_t C = embed_dim, H = num_heads, D = C / H;
   HG_CHECK(query.dim() == 3 && query.size(2) == C,
            "MultiheadAttention: expected query of shape [B, L, {}], got {}", C, query.sizes());

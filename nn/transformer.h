@@ -6,6 +6,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "halfgrad/nn/modules.h"
@@ -14,18 +15,19 @@ namespace hg::nn {
 
 // PyTorch's parameter layout: in_proj_weight [3C, C] (q, k, v stacked; xavier_uniform),
 // in_proj_bias [3C] (zeros), out_proj a Linear(C, C) whose bias starts at zero.
-// forward(x) is self-attention; causal masks the future. Returns the output only (PyTorch
-// also returns the averaged attention weights).
-class MultiheadAttention : public Module {
+// forward(x) is self-attention, forward(query, key, value) attends from query to key/value;
+// causal masks the future. Returns the output only (PyTorch also returns the averaged
+// attention weights).
+class MultiheadAttention : public CustomForward<MultiheadAttention> {
  public:
   MultiheadAttention(int64_t embed_dim, int64_t num_heads, bool causal = false, bool bias = true,
                      double dropout = 0.0);
   std::string name() const override { return "MultiheadAttention"; }
   std::string extra_repr() const override;
-  // x [B, T, C] -> [B, T, C]
-  Tensor forward(const Tensor& x) override;
-  // query [B, L, C], key and value [B, S, C] -> [B, L, C]
-  Tensor forward(const Tensor& query, const Tensor& key, const Tensor& value);
+  // query [B, L, C], key and value [B, S, C] (both given, or neither for self-attention)
+  // -> [B, L, C]
+  Tensor forward(const Tensor& query, const std::optional<Tensor>& key = std::nullopt,
+                 const std::optional<Tensor>& value = std::nullopt);
 
   int64_t embed_dim, num_heads;
   bool causal;
