@@ -1,5 +1,5 @@
 // The recurrent layers and cells (rnn.h): parameters, shape checks, and the time loop over the
-// lstm_cell and gru_cell ops (ops/rnn.h) and RNN's linear step.
+// lstm_cell and gru_cell ops (ops/rnn.h, NOTE [Recurrent cells]) and RNN's linear step.
 #include "halfgrad/nn/rnn.h"
 
 #include <cmath>

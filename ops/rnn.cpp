@@ -2,6 +2,17 @@
 // their inner ops and they need no backward of their own; they autocast once, at the top.
 //
 //   B batch, I input features, H hidden features, G gates (4 for the LSTM, 3 for the GRU).
+//
+// NOTE [Recurrent cells] A recurrent layer is a time loop over one op per step (nn/rnn.cpp),
+// and that op is the cell, not its matrix products, for autocast's sake: torch lists the cells
+// (and on the CPU the whole layer) as lower precision, so the state that comes out of a step is
+// already in the autocast dtype and the next step reads it without a cast, and the pointwise
+// gate arithmetic runs in that dtype too, as torch's does. Were only the products listed, each
+// step would return the dtype of its gate arithmetic, float32 states would be cast again at
+// every step, and the results would not come out in the autocast dtype. Each step projects its
+// own input (rather than one product over all time steps up front) so that the cell is the
+// whole step, the same on both backends and under gradcheck; the float32 weights are cast once
+// per autocast region by the weight-cast cache, not once per step.
 #include "halfgrad/ops/rnn.h"
 
 #include <string>
