@@ -8,5 +8,6 @@
 #include "halfgrad/nn/loss.h"
 #include "halfgrad/nn/module.h"
 #include "halfgrad/nn/modules.h"
+#include "halfgrad/nn/rnn.h"
 #include "halfgrad/nn/transformer.h"
 #include "halfgrad/nn/utils.h"

@@ -168,5 +168,6 @@ Tensor sum_to_size(const Tensor& x, const Shape& sizes);
 #include "halfgrad/ops/norm.h"
 #include "halfgrad/ops/pool.h"
 #include "halfgrad/ops/rearrange.h"
+#include "halfgrad/ops/rnn.h"
 #include "halfgrad/ops/sampling.h"
 #include "halfgrad/ops/sort.h"

@@ -14,6 +14,8 @@ namespace {
 
 // linear_gelu and scaled_dot_product_flash_attention are halfgrad's fused forms of linear and
 // attention (torch's _addmm_activation and _scaled_dot_product_flash_attention): their policy.
+// lstm_cell and gru_cell are torch's CUDA list's cells; on the CPU torch lists the whole layer
+// (mkldnn_rnn), which halfgrad runs as these cells.
 const std::set<std::string> kCudaLower = {"conv_transpose2d",
                                           "conv1d",
                                           "einsum",
@@ -27,7 +29,9 @@ const std::set<std::string> kCudaLower = {"conv_transpose2d",
                                           "conv2d",
                                           "prelu",
                                           "scaled_dot_product_attention",
-                                          "scaled_dot_product_flash_attention"};
+                                          "scaled_dot_product_flash_attention",
+                                          "lstm_cell",
+                                          "gru_cell"};
 const std::set<std::string> kCudaFp32 = {"cumprod",
                                          "erfinv",
                                          "cosine_similarity",
