@@ -297,20 +297,27 @@ T forward_argument(const Module& module, const Args& args, size_t index) {
 // Derived declares exactly one forward, not a template and not overloaded, so its signature
 // can be read. forward(const Tensor&) is Module's one-tensor virtual and must return a Tensor:
 // a forward of one tensor returning anything else takes it by value (forward(Tensor x)).
-template <class Derived>
-class CustomForward : public Module {
+//
+// Base, when given, is the Module subclass to derive from (a shared base such as RNNBase);
+// its constructors are inherited.
+template <class Derived, class Base = Module>
+requires std::is_base_of_v<Module, Base>
+class CustomForward : public Base {
  public:
+  using Base::Base;
+
   // Derived::forward(args...), run between the hooks (which see the arguments as Args) when
   // there are any.
   template <class... A>
   auto operator()(A&&... args) {
     using Result = std::remove_cvref_t<decltype(derived().forward(std::forward<A>(args)...))>;
-    if (!has_forward_hooks()) {
+    if (!this->has_forward_hooks()) {
       detail::ForwardScope scope(this);
       return derived().forward(std::forward<A>(args)...);
     }
-    const std::string what = name() + " output";
-    return call(Args{Value::from(std::forward<A>(args))...}).template to<Result>(what.c_str());
+    const std::string what = this->name() + " output";
+    return this->call(Args{Value::from(std::forward<A>(args))...})
+        .template to<Result>(what.c_str());
   }
 
   // Derived::forward with each argument converted to its parameter's type.
@@ -339,7 +346,7 @@ class CustomForward : public Module {
   // Called through a Module& with one tensor (a base-class pointer, nn::Sequential's fast
   // path): forward_args with that tensor, whose result must be a tensor.
   Tensor forward(const Tensor& input) override {
-    const std::string what = name() + " output";
+    const std::string what = this->name() + " output";
     return forward_args(Args{input}).tensor(what.c_str());
   }
 

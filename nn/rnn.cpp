@@ -173,7 +173,7 @@ std::pair<Tensor, std::vector<Tensor>> RNNBase::run(const Sequence& sequence,
 // ---- LSTM, GRU, RNN -------------------------------------------------------------------------
 
 LSTM::LSTM(int64_t input_size_, int64_t hidden_size_, RNNOptions options_)
-    : RNNBase("LSTM", 4, input_size_, hidden_size_, std::move(options_)) {}
+    : CustomForward("LSTM", 4, input_size_, hidden_size_, std::move(options_)) {}
 
 std::tuple<Tensor, std::tuple<Tensor, Tensor>> LSTM::forward(
     const Tensor& input, const std::optional<std::tuple<Tensor, Tensor>>& hx) {
@@ -193,7 +193,7 @@ std::tuple<Tensor, std::tuple<Tensor, Tensor>> LSTM::forward(
 }
 
 GRU::GRU(int64_t input_size_, int64_t hidden_size_, RNNOptions options_)
-    : RNNBase("GRU", 3, input_size_, hidden_size_, std::move(options_)) {}
+    : CustomForward("GRU", 3, input_size_, hidden_size_, std::move(options_)) {}
 
 std::tuple<Tensor, Tensor> GRU::forward(const Tensor& input, const std::optional<Tensor>& hx) {
   const Sequence sequence = sequence_of(input);
@@ -207,7 +207,7 @@ std::tuple<Tensor, Tensor> GRU::forward(const Tensor& input, const std::optional
 }
 
 RNN::RNN(int64_t input_size_, int64_t hidden_size_, RNNOptions options_)
-    : RNNBase("RNN", 1, input_size_, hidden_size_, std::move(options_)) {}
+    : CustomForward("RNN", 1, input_size_, hidden_size_, std::move(options_)) {}
 
 std::tuple<Tensor, Tensor> RNN::forward(const Tensor& input, const std::optional<Tensor>& hx) {
   const Sequence sequence = sequence_of(input);
@@ -271,7 +271,7 @@ Tensor RNNCellBase::state_or_zeros(const std::optional<Tensor>& given, const Ten
 }
 
 LSTMCell::LSTMCell(int64_t input_size_, int64_t hidden_size_, bool bias)
-    : RNNCellBase("LSTMCell", 4, input_size_, hidden_size_, bias) {}
+    : CustomForward("LSTMCell", 4, input_size_, hidden_size_, bias) {}
 
 std::tuple<Tensor, Tensor> LSTMCell::forward(const Tensor& input,
                                              const std::optional<std::tuple<Tensor, Tensor>>& hx) {
@@ -283,7 +283,7 @@ std::tuple<Tensor, Tensor> LSTMCell::forward(const Tensor& input,
 }
 
 GRUCell::GRUCell(int64_t input_size_, int64_t hidden_size_, bool bias)
-    : RNNCellBase("GRUCell", 3, input_size_, hidden_size_, bias) {}
+    : CustomForward("GRUCell", 3, input_size_, hidden_size_, bias) {}
 
 Tensor GRUCell::forward(const Tensor& input, const std::optional<Tensor>& hx) {
   check_input(input);
@@ -291,7 +291,7 @@ Tensor GRUCell::forward(const Tensor& input, const std::optional<Tensor>& hx) {
 }
 
 RNNCell::RNNCell(int64_t input_size_, int64_t hidden_size_, bool bias, std::string nonlinearity_)
-    : RNNCellBase("RNNCell", 1, input_size_, hidden_size_, bias),
+    : CustomForward("RNNCell", 1, input_size_, hidden_size_, bias),
       nonlinearity(std::move(nonlinearity_)) {
   check_nonlinearity("RNNCell", nonlinearity, true);
 }

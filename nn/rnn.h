@@ -6,7 +6,7 @@
 //   bidirectional, else 1).
 //
 //   nn::LSTM lstm(16, 32, {.num_layers = 2, .batch_first = true});
-//   auto [output, state] = lstm.forward(x);   // x [B, T, 16] -> output [B, T, 32]
+//   auto [output, state] = lstm(x);           // x [B, T, 16] -> output [B, T, 32]
 //   auto [h_n, c_n] = state;                  // each [2, B, 32]
 //
 // Under autocast the cells (the lstm_cell and gru_cell ops, and RNN's linear) run in the
@@ -89,7 +89,7 @@ class RNNBase : public Module {
 //   h0, c0 [L * D, B, H] ([L * D, H] unbatched), zeros when absent;
 //   output [T, B, D H] ([B, T, D H]; [T, D H] unbatched), the last layer's h at every step, the
 //   two directions concatenated; h_n, c_n [L * D, B, H], each layer-direction's last state.
-class LSTM : public RNNBase {
+class LSTM : public CustomForward<LSTM, RNNBase> {
  public:
   LSTM(int64_t input_size, int64_t hidden_size, RNNOptions options = {});
   std::string name() const override { return "LSTM"; }
@@ -99,7 +99,7 @@ class LSTM : public RNNBase {
 
 // torch.nn.GRU, with n = tanh(W_in x + b_in + r (W_hn h + b_hn)). forward(input, h0) ->
 // (output, h_n), shapes as LSTM's.
-class GRU : public RNNBase {
+class GRU : public CustomForward<GRU, RNNBase> {
  public:
   GRU(int64_t input_size, int64_t hidden_size, RNNOptions options = {});
   std::string name() const override { return "GRU"; }
@@ -109,7 +109,7 @@ class GRU : public RNNBase {
 
 // torch.nn.RNN (Elman): h' = act(W_ih x + b_ih + W_hh h + b_hh), act options.nonlinearity.
 // forward(input, h0) -> (output, h_n), shapes as LSTM's.
-class RNN : public RNNBase {
+class RNN : public CustomForward<RNN, RNNBase> {
  public:
   RNN(int64_t input_size, int64_t hidden_size, RNNOptions options = {});
   std::string name() const override { return "RNN"; }
@@ -142,7 +142,7 @@ class RNNCellBase : public Module {
 
 // torch.nn.LSTMCell: forward(input, (h, c)) -> (h', c'); input [B, I] or [I], states [B, H] or
 // [H], zeros when absent.
-class LSTMCell : public RNNCellBase {
+class LSTMCell : public CustomForward<LSTMCell, RNNCellBase> {
  public:
   LSTMCell(int64_t input_size, int64_t hidden_size, bool bias = true);
   std::string name() const override { return "LSTMCell"; }
@@ -151,7 +151,7 @@ class LSTMCell : public RNNCellBase {
 };
 
 // torch.nn.GRUCell: forward(input, h) -> h'.
-class GRUCell : public RNNCellBase {
+class GRUCell : public CustomForward<GRUCell, RNNCellBase> {
  public:
   GRUCell(int64_t input_size, int64_t hidden_size, bool bias = true);
   std::string name() const override { return "GRUCell"; }
@@ -160,7 +160,7 @@ class GRUCell : public RNNCellBase {
 
 // torch.nn.RNNCell: forward(input, h) -> act(W_ih x + b_ih + W_hh h + b_hh); nonlinearity
 // "tanh" or "relu".
-class RNNCell : public RNNCellBase {
+class RNNCell : public CustomForward<RNNCell, RNNCellBase> {
  public:
   RNNCell(int64_t input_size, int64_t hidden_size, bool bias = true,
           std::string nonlinearity = "tanh");

@@ -230,3 +230,32 @@ TEST_CASE("the forward stack holds the modules whose forward runs", "[nn][forwar
   CHECK_THROWS_WITH((*failing)(ones({1})), Contains("Fails: always"));
   CHECK(nn::forward_stack().empty());
 }
+
+TEST_CASE("an LSTM runs its hooks and sits in a Sequential as in torch", "[nn][forward]") {
+  manual_seed(5);
+  auto lstm = std::make_shared<nn::LSTM>(3, 4);
+  // torch users pick the output out of (output, (h_n, c_n)) with a small module.
+  struct Output : nn::CustomForward<Output> {
+    std::string name() const override { return "Output"; }
+    Tensor forward(const std::tuple<Tensor, std::tuple<Tensor, Tensor>>& result) {
+      return std::get<0>(result);
+    }
+  };
+  auto seq = std::make_shared<nn::Sequential>(lstm, Output());
+  const Tensor x = randn({5, 2, 3});
+  const Tensor h0 = randn({1, 2, 4}), c0 = randn({1, 2, 4});
+  const auto direct = values(std::get<0>(lstm->forward(x, std::nullopt)));
+  CHECK(values((*seq)(x)) == direct);
+  std::vector<std::string> seen;
+  auto hook = lstm->register_forward_hook(
+      [&](nn::Module&, const nn::Args& args, const nn::Value& out) -> std::optional<nn::Value> {
+        seen.push_back(nn::describe(args) + " -> " + out.kind());
+        return std::nullopt;
+      });
+  auto [output, state] = (*lstm)(x, std::make_tuple(h0, c0));
+  CHECK(values(output) == values(std::get<0>(lstm->forward(x, std::make_tuple(h0, c0)))));
+  CHECK(values((*seq)(x)) == direct);
+  CHECK(seen == std::vector<std::string>{
+                    "(Tensor, tuple(Tensor, Tensor)) -> tuple(Tensor, tuple(Tensor, Tensor))",
+                    "(Tensor) -> tuple(Tensor, tuple(Tensor, Tensor))"});
+}
