@@ -93,8 +93,11 @@ TEST_CASE("Adagrad: every option set matches PyTorch step by step in float64") {
 }
 
 TEST_CASE("Adagrad: every option set matches PyTorch step by step in float32") {
+  // float32 rounds the inputs and every stored value (6e-8 relative). torch's own float32 run
+  // of these ten steps is within 2.3e-7 of each float64 tensor's size; 1e-5 is the bound the
+  // RMSprop runs need too (up to 1.4e-6 there).
   for (const std::string& name : twin_run_names("adagrad_")) {
-    follow_twin_run(name, kFloat32, 2e-5, make_adagrad);
+    follow_twin_run(name, kFloat32, 1e-5, make_adagrad);
   }
 }
 

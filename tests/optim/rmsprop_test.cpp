@@ -109,10 +109,11 @@ TEST_CASE("RMSprop: every option set matches PyTorch step by step in float64") {
 }
 
 TEST_CASE("RMSprop: every option set matches PyTorch step by step in float32") {
-  // float32 rounds the inputs and every stored value (about 6e-8 relative); over ten steps
-  // through sqrt and the divisions that stays within a few 1e-6.
+  // float32 rounds the inputs and every stored value (6e-8 relative). torch's own float32 run
+  // of these ten steps is within 1.4e-6 of each float64 tensor's size (RMSprop centered with
+  // momentum the farthest); 1e-5 leaves room for a different rounding here and there.
   for (const std::string& name : twin_run_names("rmsprop_")) {
-    follow_twin_run(name, kFloat32, 2e-5, make_rmsprop);
+    follow_twin_run(name, kFloat32, 1e-5, make_rmsprop);
   }
 }
 
