@@ -392,6 +392,106 @@ void fused_sgd_(const SGDTensors& t, const detail::SGDArgs& args, const Tensor& 
   }
 }
 
+void fused_rmsprop_(const RMSpropTensors& t, const detail::RMSpropArgs& args,
+                    const Tensor& grad_scale, const Tensor& found_inf) {
+  constexpr const char* kOp = "fused_rmsprop_";
+  const size_t n = t.params.size();
+  const bool momentum = args.momentum > 0;
+  HG_CHECK(t.grads.size() == n && t.square_avgs.size() == n && t.steps.size() == n &&
+               t.grad_avgs.size() == (args.centered ? n : 0) &&
+               t.momentum_buffers.size() == (momentum ? n : 0),
+           "{}: expected one gradient, square_avg{}{} and step per parameter ({}), got {}, {}, "
+           "{}, {} and {}",
+           kOp, args.centered ? ", grad_avg" : "", momentum ? ", momentum_buffer" : "", n,
+           t.grads.size(), t.square_avgs.size(), t.grad_avgs.size(), t.momentum_buffers.size(),
+           t.steps.size());
+  if (n == 0) return;
+  const Device device = common_device(t.params, kOp, "parameters");
+  std::map<int, PointerLists> groups;
+  std::vector<float*> steps(n);
+  for (size_t i = 0; i < n; ++i) {
+    const Tensor& param = t.params[i];
+    check_param(param, t.grads[i], device, kOp, i);
+    check_buffer(t.square_avgs[i], param, param.dtype(), kOp, "square_avg", i);
+    check_scalar(t.steps[i], device, kFloat32, kOp, "every step count");
+    steps[i] = data_of<float>(t.steps[i]);
+    PointerLists& lists = groups[int(param.dtype())];
+    int list = 0;
+    lists.data[list++].push_back(param.data_ptr());
+    lists.data[list++].push_back(t.grads[i].data_ptr());
+    lists.data[list++].push_back(t.square_avgs[i].data_ptr());
+    if (args.centered) {
+      check_buffer(t.grad_avgs[i], param, param.dtype(), kOp, "grad_avg", i);
+      lists.data[list++].push_back(t.grad_avgs[i].data_ptr());
+    }
+    if (momentum) {
+      check_buffer(t.momentum_buffers[i], param, param.dtype(), kOp, "momentum_buffer", i);
+      lists.data[list++].push_back(t.momentum_buffers[i].data_ptr());
+    }
+    lists.numel.push_back(param.numel());
+  }
+  const int lists_count = 3 + (args.centered ? 1 : 0) + (momentum ? 1 : 0);
+  const float* scale = optional_scalar(grad_scale, device, kOp, "grad_scale");
+  const float* found = optional_scalar(found_inf, device, kOp, "found_inf");
+  DeviceGuard guard(device.index);
+  const cudaStream_t stream = current_stream(device.index);
+  for (const auto& [dtype, lists] : groups) {
+    HG_CUDA_CHECK(detail::launch_fused_rmsprop(lists.args(lists_count), DType(dtype), args, scale,
+                                               found, stream),
+                  kOp);
+  }
+  HG_CUDA_CHECK(detail::launch_advance_steps(steps.data(), int64_t(n), found, stream), kOp);
+  for (size_t i = 0; i < n; ++i) {
+    t.params[i].bump_version();
+    t.square_avgs[i].bump_version();
+    if (args.centered) t.grad_avgs[i].bump_version();
+    if (momentum) t.momentum_buffers[i].bump_version();
+    t.steps[i].bump_version();
+  }
+}
+
+void fused_adagrad_(const AdagradTensors& t, const detail::AdagradArgs& args,
+                    const Tensor& grad_scale, const Tensor& found_inf) {
+  constexpr const char* kOp = "fused_adagrad_";
+  const size_t n = t.params.size();
+  HG_CHECK(t.grads.size() == n && t.sums.size() == n && t.steps.size() == n,
+           "{}: expected one gradient, sum and step per parameter ({}), got {}, {} and {}", kOp, n,
+           t.grads.size(), t.sums.size(), t.steps.size());
+  if (n == 0) return;
+  const Device device = common_device(t.params, kOp, "parameters");
+  std::map<int, PointerLists> groups;
+  std::vector<float*> steps(n);
+  for (size_t i = 0; i < n; ++i) {
+    const Tensor& param = t.params[i];
+    check_param(param, t.grads[i], device, kOp, i);
+    check_buffer(t.sums[i], param, param.dtype(), kOp, "sum", i);
+    check_scalar(t.steps[i], device, kFloat32, kOp, "every step count");
+    steps[i] = data_of<float>(t.steps[i]);
+    PointerLists& lists = groups[int(param.dtype())];
+    lists.data[0].push_back(param.data_ptr());
+    lists.data[1].push_back(t.grads[i].data_ptr());
+    lists.data[2].push_back(t.sums[i].data_ptr());
+    lists.numel.push_back(param.numel());
+    lists.steps.push_back(steps[i]);
+  }
+  const float* scale = optional_scalar(grad_scale, device, kOp, "grad_scale");
+  const float* found = optional_scalar(found_inf, device, kOp, "found_inf");
+  DeviceGuard guard(device.index);
+  const cudaStream_t stream = current_stream(device.index);
+  for (const auto& [dtype, lists] : groups) {
+    HG_CUDA_CHECK(
+        detail::launch_fused_adagrad(lists.args(3), DType(dtype), args, scale, found, stream),
+        kOp);
+  }
+  // After every group's update read them: the counts advance unless found_inf is set.
+  HG_CUDA_CHECK(detail::launch_advance_steps(steps.data(), int64_t(n), found, stream), kOp);
+  for (size_t i = 0; i < n; ++i) {
+    t.params[i].bump_version();
+    t.sums[i].bump_version();
+    t.steps[i].bump_version();
+  }
+}
+
 // ---- norms, clipping, checks -----------------------------------------------------------------
 
 Tensor total_norm(std::span<const Tensor> tensors, double norm_type) {

@@ -1,6 +1,6 @@
 // Multi-tensor kernels (NOTE [Multi-tensor apply] in multi_tensor_launch.h): GradScaler's
-// unscale + inf check and scale update, the fused Adam/AdamW and SGD steps, the total norm and
-// clipping of clip_grad_norm_, clamping, finiteness checks.
+// unscale + inf check and scale update, the fused Adam/AdamW, SGD, RMSprop and Adagrad steps,
+// the total norm and clipping of clip_grad_norm_, clamping, finiteness checks.
 //
 // Every kernel that reads a scale or a flag reads it from device memory, so a training step
 // built from them never needs the host to look at a value (NOTE [No host sync in the step]
@@ -231,12 +231,12 @@ __global__ void update_scale_kernel(float* scale, int32_t* growth_tracker, int32
 
 // ---- kernels: fused optimizers ---------------------------------------------------------------
 
-// NOTE [Fused optimizer kernels] The arithmetic of the CPU passes (optim/adam.cpp, sgd.cpp),
-// operation for operation: compute type float (double for float64), scalar constants from
-// double, each state value rounded to its storage dtype when stored and read back rounded.
-// (nvcc may contract a multiply and an add into one fused multiply-add, so float32 results can
-// differ from the CPU's in the last bit.) A set found_inf returns before anything is read or
-// written, so parameters, state and step counts stay bit-identical.
+// NOTE [Fused optimizer kernels] The arithmetic of the CPU passes (optim/adam.cpp, sgd.cpp,
+// rmsprop.cpp, adagrad.cpp), operation for operation: compute type float (double for float64),
+// scalar constants from double, each state value rounded to its storage dtype when stored and
+// read back rounded. (nvcc may contract a multiply and an add into one fused multiply-add, so
+// float32 results can differ from the CPU's in the last bit.) A set found_inf returns before
+// anything is read or written, so parameters, state and step counts stay bit-identical.
 template <class T, class S, int Lists>
 __global__ void __launch_bounds__(kBlock)
     adam_kernel(const __grid_constant__ ChunkTable<Lists> table, AdamArgs a,
@@ -336,6 +336,97 @@ __global__ void __launch_bounds__(kBlock)
         g = a.nesterov ? g + mul_rn(momentum, b) : b;
       }
       param[i] = convert<T>(p - mul_rn(lr, g));
+    }
+  }
+}
+
+// RMSprop in optim/rmsprop.cpp's order of operations; the lists are param, grad, square_avg,
+// then grad_avg (Centered), then momentum_buffer (Momentum). Products rounded on their own
+// (mul_rn), as the CPU pass rounds them.
+template <class T, bool Centered, bool Momentum, int Lists = 3 + int(Centered) + int(Momentum)>
+__global__ void __launch_bounds__(kBlock)
+    rmsprop_kernel(const __grid_constant__ ChunkTable<Lists> table, RMSpropArgs a,
+                   const float* grad_scale, const float* found_inf) {
+  if (found_inf != nullptr && *found_inf != 0.0f) return;
+  using C = compute_t<T>;
+  const bool scaled = grad_scale != nullptr;
+  const C inv_scale = scaled ? C(1.0 / static_cast<double>(*grad_scale)) : C(1);
+  const C lr = C(a.lr_device != nullptr ? *a.lr_device : a.lr);
+  const C alpha = C(a.alpha), one_minus_alpha = C(1 - a.alpha), eps = C(a.eps);
+  const C weight_decay = C(a.weight_decay), momentum = C(a.momentum);
+  const bool decay = a.weight_decay != 0;
+  const int64_t chunks = chunks_in(table);
+  for (int64_t c = blockIdx.x; c < chunks; c += gridDim.x) {
+    const Chunk k = chunk_at(table, c);
+    T* param = static_cast<T*>(table.data[0][k.tensor]);
+    const T* grad = static_cast<const T*>(table.data[1][k.tensor]);
+    T* square_avg = static_cast<T*>(table.data[2][k.tensor]);
+    T* grad_avg = nullptr;
+    T* buffer = nullptr;
+    if constexpr (Centered) grad_avg = static_cast<T*>(table.data[3][k.tensor]);
+    if constexpr (Momentum) buffer = static_cast<T*>(table.data[Lists - 1][k.tensor]);
+    for (int64_t i = k.begin + threadIdx.x; i < k.end; i += blockDim.x) {
+      const C p = convert<C>(param[i]);
+      C g = convert<C>(grad[i]);
+      if (scaled) g *= inv_scale;
+      if (a.maximize) g = -g;
+      if (decay) g += mul_rn(weight_decay, p);
+      const T v_stored = convert<T>(mul_rn(convert<C>(square_avg[i]), alpha) +
+                                    mul_rn(mul_rn(one_minus_alpha, g), g));
+      square_avg[i] = v_stored;
+      const C v = convert<C>(v_stored);  // the stored (rounded) state, as the CPU pass uses
+      C avg;
+      if constexpr (Centered) {
+        const T ga_stored =
+            convert<T>(mul_rn(convert<C>(grad_avg[i]), alpha) + mul_rn(one_minus_alpha, g));
+        grad_avg[i] = ga_stored;
+        const C ga = convert<C>(ga_stored);
+        avg = square_root(v - mul_rn(ga, ga)) + eps;
+      } else {
+        avg = square_root(v) + eps;
+      }
+      if constexpr (Momentum) {
+        const T b_stored = convert<T>(mul_rn(convert<C>(buffer[i]), momentum) + g / avg);
+        buffer[i] = b_stored;
+        param[i] = convert<T>(p - mul_rn(lr, convert<C>(b_stored)));
+      } else {
+        param[i] = convert<T>(p - mul_rn(lr, g) / avg);
+      }
+    }
+  }
+}
+
+// Adagrad in optim/adagrad.cpp's order of operations; lists param, grad, sum.
+template <class T>
+__global__ void __launch_bounds__(kBlock)
+    adagrad_kernel(const __grid_constant__ ChunkTable<3> table, AdagradArgs a,
+                   const float* grad_scale, const float* found_inf) {
+  if (found_inf != nullptr && *found_inf != 0.0f) return;
+  using C = compute_t<T>;
+  const bool scaled = grad_scale != nullptr;
+  const C inv_scale = scaled ? C(1.0 / static_cast<double>(*grad_scale)) : C(1);
+  const double lr = a.lr_device != nullptr ? *a.lr_device : a.lr;
+  const C weight_decay = C(a.weight_decay), eps = C(a.eps);
+  const bool decay = a.weight_decay != 0;
+  const int64_t chunks = chunks_in(table);
+  for (int64_t c = blockIdx.x; c < chunks; c += gridDim.x) {
+    const Chunk k = chunk_at(table, c);
+    // The step this update takes (1 on the first), from the count kept on the device.
+    const double step = static_cast<double>(*table.steps[k.tensor]) + 1.0;
+    const C clr = C(lr / (1.0 + mul_rn(step - 1.0, a.lr_decay)));
+    T* param = static_cast<T*>(table.data[0][k.tensor]);
+    const T* grad = static_cast<const T*>(table.data[1][k.tensor]);
+    T* sum = static_cast<T*>(table.data[2][k.tensor]);
+    for (int64_t i = k.begin + threadIdx.x; i < k.end; i += blockDim.x) {
+      const C p = convert<C>(param[i]);
+      C g = convert<C>(grad[i]);
+      if (scaled) g *= inv_scale;
+      if (a.maximize) g = -g;
+      if (decay) g += mul_rn(weight_decay, p);
+      const T sum_stored = convert<T>(convert<C>(sum[i]) + mul_rn(g, g));
+      sum[i] = sum_stored;
+      const C std_dev = square_root(convert<C>(sum_stored)) + eps;
+      param[i] = convert<T>(p - mul_rn(clr, g) / std_dev);
     }
   }
 }
@@ -700,6 +791,51 @@ cudaError_t launch_fused_sgd(const MultiTensorArgs& tensors, DType dtype, const 
     };
     return with_buffer ? run(std::integral_constant<int, 3>{})
                        : run(std::integral_constant<int, 2>{});
+  });
+}
+
+cudaError_t launch_fused_rmsprop(const MultiTensorArgs& tensors, DType dtype,
+                                 const RMSpropArgs& args, const float* grad_scale,
+                                 const float* found_inf, cudaStream_t stream) {
+  const bool momentum = args.momentum > 0;
+  if (!is_floating(dtype) || tensors.lists != 3 + int(args.centered) + int(momentum)) {
+    return cudaErrorInvalidValue;
+  }
+  return visit_floating_storage(dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    auto run = [&](auto centered_tag, auto momentum_tag) {
+      constexpr bool kCentered = decltype(centered_tag)::value;
+      constexpr bool kMomentum = decltype(momentum_tag)::value;
+      constexpr int kLists = 3 + int(kCentered) + int(kMomentum);
+      return for_each_table<kLists>(
+          tensors, [&](const ChunkTable<kLists>& table, int64_t chunks, int64_t) {
+            rmsprop_kernel<T, kCentered, kMomentum>
+                <<<blocks_for(chunks), kBlock, 0, stream>>>(table, args, grad_scale, found_inf);
+            return cudaGetLastError();
+          });
+    };
+    if (args.centered) {
+      return momentum ? run(std::true_type{}, std::true_type{})
+                      : run(std::true_type{}, std::false_type{});
+    }
+    return momentum ? run(std::false_type{}, std::true_type{})
+                    : run(std::false_type{}, std::false_type{});
+  });
+}
+
+cudaError_t launch_fused_adagrad(const MultiTensorArgs& tensors, DType dtype,
+                                 const AdagradArgs& args, const float* grad_scale,
+                                 const float* found_inf, cudaStream_t stream) {
+  if (!is_floating(dtype) || tensors.lists != 3 || tensors.steps == nullptr) {
+    return cudaErrorInvalidValue;
+  }
+  return visit_floating_storage(dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    return for_each_table<3>(tensors, [&](const ChunkTable<3>& table, int64_t chunks, int64_t) {
+      adagrad_kernel<T><<<blocks_for(chunks), kBlock, 0, stream>>>(table, args, grad_scale,
+                                                                    found_inf);
+      return cudaGetLastError();
+    });
   });
 }
 

@@ -104,6 +104,25 @@ struct SGDTensors {
 void fused_sgd_(const SGDTensors& tensors, const detail::SGDArgs& args, const Tensor& grad_scale,
                 const Tensor& found_inf);
 
+struct RMSpropTensors {
+  std::vector<Tensor> params, grads, square_avgs;
+  std::vector<Tensor> grad_avgs;         // centered only
+  std::vector<Tensor> momentum_buffers;  // momentum > 0 only
+  std::vector<Tensor> steps;
+};
+// torch.optim.RMSprop with optim/rmsprop.cpp's arithmetic; buffers of the parameter's dtype;
+// grad_scale and found_inf as above (each step count advances unless found_inf is set).
+void fused_rmsprop_(const RMSpropTensors& tensors, const detail::RMSpropArgs& args,
+                    const Tensor& grad_scale, const Tensor& found_inf);
+
+struct AdagradTensors {
+  std::vector<Tensor> params, grads, sums, steps;
+};
+// torch.optim.Adagrad with optim/adagrad.cpp's arithmetic, the decayed lr from each step count;
+// "sum" of the parameter's dtype; grad_scale and found_inf as above.
+void fused_adagrad_(const AdagradTensors& tensors, const detail::AdagradArgs& args,
+                    const Tensor& grad_scale, const Tensor& found_inf);
+
 // ---- norms, clipping, checks -----------------------------------------------------------------
 
 // The norm of order norm_type (> 0, or infinity) of all the tensors together, as a 0-d float32

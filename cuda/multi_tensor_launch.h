@@ -120,6 +120,28 @@ struct SGDArgs {
 cudaError_t launch_fused_sgd(const MultiTensorArgs& tensors, DType dtype, const SGDArgs& args,
                              const float* grad_scale, const float* found_inf, cudaStream_t stream);
 
+struct RMSpropArgs {
+  double lr, alpha, eps, weight_decay, momentum;
+  bool centered, maximize;
+  const double* lr_device = nullptr;  // as AdamArgs'
+};
+// Lists: param, grad, square_avg, then grad_avg when centered, then momentum_buffer when
+// momentum > 0; all of `dtype`. `steps` may be null (the update does not read them).
+cudaError_t launch_fused_rmsprop(const MultiTensorArgs& tensors, DType dtype,
+                                 const RMSpropArgs& args, const float* grad_scale,
+                                 const float* found_inf, cudaStream_t stream);
+
+struct AdagradArgs {
+  double lr, lr_decay, weight_decay, eps;
+  bool maximize;
+  const double* lr_device = nullptr;  // as AdamArgs'
+};
+// Lists: param, grad, sum, all of `dtype`; `steps` set. Each tensor's step count is read (the
+// update is step + 1, which sets the decayed lr); launch_advance_steps adds the 1.
+cudaError_t launch_fused_adagrad(const MultiTensorArgs& tensors, DType dtype,
+                                 const AdagradArgs& args, const float* grad_scale,
+                                 const float* found_inf, cudaStream_t stream);
+
 // *steps[i] += 1 for the `count` step counts (a host array of device pointers), unless
 // found_inf (may be null) is nonzero.
 cudaError_t launch_advance_steps(float* const* steps, int64_t count, const float* found_inf,

@@ -1,5 +1,5 @@
 // optim::Optimizer (optimizer.h): param groups, per-parameter state, zero_grad, state dicts and
-// the checks shared by SGD, Adam and AdamW.
+// the checks shared by SGD, Adam, AdamW, RMSprop and Adagrad.
 #include "halfgrad/optim/optimizer.h"
 
 #include <algorithm>
@@ -78,7 +78,7 @@ void Optimizer::zero_grad(bool set_to_none) {
 void Optimizer::step_scaled(const Tensor& /*grad_scale*/, const Tensor& /*found_inf*/) {
   HG_CHECK(false,
            "step_scaled: expected an optimizer that supports the scaled step (SGD, Adam, "
-           "AdamW), got one that does not");
+           "AdamW, RMSprop, Adagrad), got one that does not");
 }
 
 const ParamState& Optimizer::state(size_t group, size_t index) const {
@@ -237,7 +237,7 @@ OptimizerStateDict Optimizer::state_dict() const {
       if (s.empty()) continue;
       // NOTE [Step counts on the device]: a host read, and no state before a step taken.
       const int64_t steps = s.step_count();
-      if (s.device_step.defined() && steps == 0) continue;
+      if (s.device_step.defined() && steps == 0 && !makes_state_when_constructed()) continue;
       std::map<std::string, Tensor>& entry = result.state[index];
       for (const auto& [name, buffer] : s.buffers) entry[name] = buffer.clone();
       if (keeps_step()) entry["step"] = scalar_tensor(double(steps), kFloat32);
@@ -327,7 +327,7 @@ void Optimizer::load_state_dict(const OptimizerStateDict& state_dict) {
       s.buffers[name] = copy;
     }
     if (keeps_step()) {
-      HG_CHECK(s.buffers.empty() || s.step > 0,
+      HG_CHECK(s.buffers.empty() || s.step > 0 || makes_state_when_constructed(),
                "load_state_dict: expected a \"step\" with the buffers of parameter {}, got none",
                loaded_index);
     }

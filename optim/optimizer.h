@@ -1,4 +1,4 @@
-// Optimizer: the base of SGD, Adam, AdamW (PyTorch's torch.optim.Optimizer).
+// Optimizer: the base of SGD, Adam, AdamW, RMSprop, Adagrad (PyTorch's torch.optim.Optimizer).
 //
 //   optim::AdamW opt(model->parameters(), {.lr = 1e-3, .weight_decay = 0.01});
 //   opt.zero_grad();  loss.backward();  opt.step();
@@ -141,6 +141,9 @@ class Optimizer {
   // Defaults for an optimizer without per-parameter state (no buffers, no step count).
   virtual std::vector<std::string> state_buffer_names(const ParamGroup& group) const { return {}; }
   virtual bool keeps_step() const { return false; }
+  // Whether the constructor gives every parameter its state (Adagrad's "sum": NOTE [Adagrad
+  // state from construction] in adagrad.h), so that buffers with a step count of 0 are state.
+  virtual bool makes_state_when_constructed() const { return false; }
   // The dtype the buffers of `param` are kept in (the param's dtype unless overridden).
   virtual DType state_dtype(const Tensor& param) const { return param.dtype(); }
 

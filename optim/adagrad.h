@@ -1,0 +1,63 @@
+// Adagrad: torch.optim.Adagrad (lr decay, weight decay, initial accumulator value, maximize).
+//
+//   optim::Adagrad opt(params, {.lr = 0.1, .initial_accumulator_value = 0.1});
+//
+// Per parameter with a gradient g, at step t (1, 2, ...), PyTorch's update:
+//   g = maximize ? -g : g;   g += weight_decay * p
+//   clr = lr / (1 + (t - 1) * lr_decay)
+//   sum += g * g
+//   p -= clr * g / (sqrt(sum) + eps)
+// One fused pass per parameter (NOTE [Fused optimizer pass]); parameters on a CUDA device take
+// one multi-tensor kernel per group and device with the same arithmetic, their step counts on
+// the device (NOTE [Step counts on the device]), and step_scaled's grad_scale and found_inf
+// read there. "sum" is kept in the parameter's dtype.
+//
+// NOTE [Adagrad state from construction] As torch's Adagrad, the constructor gives every
+// parameter its state: "step" 0 and "sum" filled with initial_accumulator_value, so state_dict()
+// lists every parameter before any step and load_state_dict accepts a "sum" with a step of 0.
+// A parameter with no state (added by add_param_group, or left without state by a loaded state
+// dict) gets the same at its first step, from its group's initial_accumulator_value (torch
+// fails there).
+#pragma once
+
+#include "halfgrad/optim/optimizer.h"
+
+namespace hg::optim {
+
+struct AdagradOptions {
+  double lr = 1e-2;
+  double lr_decay = 0;
+  double weight_decay = 0;
+  double initial_accumulator_value = 0;
+  double eps = 1e-10;
+  bool maximize = false;
+};
+
+class Adagrad : public Optimizer {
+ public:
+  // lr, lr_decay, weight_decay, initial_accumulator_value and eps must be >= 0 (torch's
+  // checks), or hg::Error (for the defaults and every group's options; add_param_group and
+  // load_state_dict check the same).
+  Adagrad(std::vector<Tensor> params, AdagradOptions options = {});
+  Adagrad(std::vector<ParamGroup> groups, AdagradOptions options = {});
+
+  void step() override { step_scaled(Tensor(), Tensor()); }
+  bool supports_scaled_step() const override { return true; }
+  void step_scaled(const Tensor& grad_scale, const Tensor& found_inf) override;
+
+ protected:
+  void check_options(const std::map<std::string, double>& options) const override;
+  std::vector<std::string> state_buffer_names(const ParamGroup& group) const override;
+  bool keeps_step() const override { return true; }
+  bool makes_state_when_constructed() const override { return true; }
+
+ private:
+  // Parameter `index` of group `group`'s state, "sum" made from the group's
+  // initial_accumulator_value when it has none (NOTE [Adagrad state from construction]).
+  ParamState& state_with_sum(size_t group, size_t index);
+  // Every parameter with a gradient on CUDA: one fused launch per group and device
+  // (cuda/multi_tensor.h), grad_scale and found_inf read on the device.
+  void step_scaled_cuda(const Tensor& grad_scale, const Tensor& found_inf);
+};
+
+}  // namespace hg::optim

@@ -1,0 +1,59 @@
+// RMSprop: torch.optim.RMSprop (smoothing constant alpha, centered, momentum, weight decay,
+// maximize).
+//
+//   optim::RMSprop opt(params, {.lr = 1e-3, .momentum = 0.9, .centered = true});
+//
+// Per parameter with a gradient g (PyTorch's update, in its order of operations):
+//   g = maximize ? -g : g;   g += weight_decay * p
+//   v = alpha * v + (1 - alpha) * g * g                  (square_avg)
+//   centered:  ga = alpha * ga + (1 - alpha) * g        (grad_avg)
+//              avg = sqrt(v - ga * ga) + eps
+//   otherwise: avg = sqrt(v) + eps
+//   momentum > 0:  buf = momentum * buf + g / avg;  p -= lr * buf   (momentum_buffer)
+//   otherwise:     p -= lr * g / avg
+// The buffers start at zero on a parameter's first step (a buffer an option switched on later
+// starts at zero on the next step), and "step" counts the steps taken, as torch keeps it. The
+// whole update is one pass over p, grad and the buffers (NOTE [Fused optimizer pass]);
+// parameters on a CUDA device take one multi-tensor kernel per group and device with the same
+// arithmetic, their step counts on the device (NOTE [Step counts on the device]), and
+// step_scaled's grad_scale and found_inf read there. Buffers are kept in the parameter's dtype.
+#pragma once
+
+#include "halfgrad/optim/optimizer.h"
+
+namespace hg::optim {
+
+struct RMSpropOptions {
+  double lr = 1e-2;
+  double alpha = 0.99;
+  double eps = 1e-8;
+  double weight_decay = 0;
+  double momentum = 0;
+  bool centered = false;
+  bool maximize = false;
+};
+
+class RMSprop : public Optimizer {
+ public:
+  // lr, alpha, eps, weight_decay and momentum must be >= 0 (torch's checks), or hg::Error (for
+  // the defaults and every group's options; add_param_group and load_state_dict check the same).
+  RMSprop(std::vector<Tensor> params, RMSpropOptions options = {});
+  RMSprop(std::vector<ParamGroup> groups, RMSpropOptions options = {});
+
+  void step() override { step_scaled(Tensor(), Tensor()); }
+  bool supports_scaled_step() const override { return true; }
+  void step_scaled(const Tensor& grad_scale, const Tensor& found_inf) override;
+
+ protected:
+  void check_options(const std::map<std::string, double>& options) const override;
+  // "square_avg", with "momentum_buffer" when momentum > 0 and "grad_avg" when centered.
+  std::vector<std::string> state_buffer_names(const ParamGroup& group) const override;
+  bool keeps_step() const override { return true; }
+
+ private:
+  // Every parameter with a gradient on CUDA: one fused launch per group and device
+  // (cuda/multi_tensor.h), grad_scale and found_inf read on the device.
+  void step_scaled_cuda(const Tensor& grad_scale, const Tensor& found_inf);
+};
+
+}  // namespace hg::optim

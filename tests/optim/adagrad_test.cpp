@@ -1,0 +1,352 @@
+// optim::Adagrad: every option set against PyTorch step by step (twin/rmsprop_adagrad.txt) in
+// float64 and float32, its state from construction included; float16/bfloat16 against a
+// float64 reference of torch's formulas that rounds where the storage does; skipped and scaled
+// steps; GradScaler; state_dict round trips; option checks; the threaded pass.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <limits>
+#include <tuple>
+
+#include "twin_runs.h"
+
+using namespace hg;
+using namespace optim_test;
+using Catch::Contains;
+
+namespace {
+
+std::unique_ptr<optim::Optimizer> make_adagrad(std::vector<optim::ParamGroup> groups) {
+  return std::make_unique<optim::Adagrad>(std::move(groups));
+}
+
+// PyTorch's Adagrad on one parameter, in float64, each stored value rounded to `dtype`.
+struct ReferenceAdagrad {
+  optim::AdagradOptions c;
+  DType dtype;
+  Values p, sum;
+  int64_t t = 0;
+
+  void step(const Values& grad) {
+    if (sum.empty()) sum.assign(p.size(), round_to(dtype, c.initial_accumulator_value));
+    ++t;
+    const double clr = c.lr / (1 + double(t - 1) * c.lr_decay);
+    for (size_t i = 0; i < p.size(); ++i) {
+      double g = c.maximize ? -grad[i] : grad[i];
+      g += c.weight_decay * p[i];
+      sum[i] = round_to(dtype, sum[i] + g * g);
+      p[i] = round_to(dtype, p[i] - clr * g / (std::sqrt(sum[i]) + c.eps));
+    }
+  }
+};
+
+const optim::AdagradOptions kEveryOption{.lr = 0.05,
+                                         .lr_decay = 0.1,
+                                         .weight_decay = 0.05,
+                                         .initial_accumulator_value = 0.25,
+                                         .eps = 1e-6,
+                                         .maximize = true};
+
+struct Stepped {
+  Tensor param;
+  std::unique_ptr<optim::Adagrad> opt;
+};
+Stepped stepped(const optim::AdagradOptions& options, DType dtype, int64_t n, int steps) {
+  Stepped out{make_param(random_values(3, n, dtype), dtype), nullptr};
+  out.opt = std::make_unique<optim::Adagrad>(std::vector<Tensor>{out.param}, options);
+  for (int s = 0; s < steps; ++s) {
+    set_grad(out.param, random_values(30 + uint32_t(s), n, dtype));
+    out.opt->step();
+  }
+  return out;
+}
+
+std::vector<unsigned char> sum_bytes(const optim::Optimizer& opt, size_t group = 0,
+                                     size_t index = 0) {
+  return bytes_of(opt.state(group, index).buffers.at("sum"));
+}
+
+}  // namespace
+
+TEST_CASE("Adagrad: defaults are torch's") {
+  Tensor p = make_param({1.0}, kFloat32);
+  optim::Adagrad opt({p});
+  const auto& o = opt.param_groups()[0].options;
+  CHECK(o.at("lr") == 1e-2);
+  CHECK(o.at("lr_decay") == 0);
+  CHECK(o.at("weight_decay") == 0);
+  CHECK(o.at("initial_accumulator_value") == 0);
+  CHECK(o.at("eps") == 1e-10);
+  CHECK(o.at("maximize") == 0);
+  CHECK(o.size() == 6);
+  CHECK(opt.supports_scaled_step());
+}
+
+TEST_CASE("Adagrad: every option set matches PyTorch step by step in float64") {
+  // Step 0 of each run is the state torch makes in its constructor.
+  const std::vector<std::string> names = twin_run_names("adagrad_");
+  REQUIRE(names.size() == 5);
+  for (const std::string& name : names) {
+    REQUIRE(twin_run(name).optimizer == "Adagrad");
+    follow_twin_run(name, kFloat64, 1e-12, make_adagrad);
+  }
+}
+
+TEST_CASE("Adagrad: every option set matches PyTorch step by step in float32") {
+  // float32 rounds the inputs and every stored value (6e-8 relative). torch's own float32 run
+  // of these ten steps is within 2.3e-7 of each float64 tensor's size; 1e-5 is the bound the
+  // RMSprop runs need too (up to 1.4e-6 there).
+  for (const std::string& name : twin_run_names("adagrad_")) {
+    follow_twin_run(name, kFloat32, 1e-5, make_adagrad);
+  }
+}
+
+TEST_CASE("Adagrad: 16-bit parameters against the float64 reference") {
+  const std::vector<optim::AdagradOptions> configs = {
+      {.lr = 0.1},
+      {.lr = 0.1, .lr_decay = 0.2},
+      {.lr = 0.1, .weight_decay = 0.1, .maximize = true},
+      {.lr = 0.1, .initial_accumulator_value = 0.5},
+      kEveryOption,
+  };
+  for (DType dtype : {kFloat16, kBFloat16, kFloat32, kFloat64}) {
+    for (const optim::AdagradOptions& c : configs) {
+      INFO(dtype_name(dtype) << " lr_decay " << c.lr_decay << " weight_decay " << c.weight_decay
+                             << " initial_accumulator_value " << c.initial_accumulator_value
+                             << " maximize " << c.maximize);
+      const int64_t n = 41;
+      const Values initial = random_values(2, n, dtype);
+      Tensor p = make_param(initial, dtype);
+      optim::Adagrad opt({p}, c);
+      ReferenceAdagrad reference{c, dtype, initial, {}};
+      for (uint32_t s = 0; s < 6; ++s) {
+        const Values grad = random_values(200 + s, n, dtype, -1.0 - s, 1.0 + s);
+        set_grad(p, grad);
+        opt.step();
+        reference.step(grad);
+      }
+      CHECK(close(values_of(p), reference.p, tolerance(dtype)));
+      const optim::ParamState& state = opt.state(0, 0);
+      CHECK(state.step == 6);
+      CHECK(state.buffers.at("sum").dtype() == dtype);
+      CHECK(close(values_of(state.buffers.at("sum")), reference.sum, tolerance(dtype)));
+    }
+  }
+}
+
+TEST_CASE("Adagrad: the first step worked by hand and lr_decay follows each parameter's count") {
+  // sum = 0.25 + g^2; p -= lr * g / (sqrt(sum) + eps).
+  Tensor a = make_param({1.0}, kFloat64);
+  Tensor b = make_param({1.0}, kFloat64);
+  optim::Adagrad opt({a, b}, {.lr = 0.1, .lr_decay = 0.5, .initial_accumulator_value = 0.25});
+  set_grad(a, {1.0});
+  opt.step();
+  CHECK(a.item<double>() == Approx(1 - 0.1 * 1.0 / (std::sqrt(1.25) + 1e-10)).epsilon(1e-14));
+  opt.step();  // a's second step: clr = 0.1 / 1.5, sum = 2.25
+  const double a1 = 1 - 0.1 / (std::sqrt(1.25) + 1e-10);
+  CHECK(a.item<double>() == Approx(a1 - 0.1 / 1.5 / (1.5 + 1e-10)).epsilon(1e-14));
+  // b's first step is its own first: the undecayed lr.
+  a.mutable_grad() = Tensor();
+  set_grad(b, {0.5});
+  opt.step();
+  CHECK(b.item<double>() == Approx(1 - 0.1 * 0.5 / (std::sqrt(0.5) + 1e-10)).epsilon(1e-14));
+  CHECK(opt.state(0, 0).step == 2);
+  CHECK(opt.state(0, 1).step == 1);
+}
+
+TEST_CASE("Adagrad: the state is made at construction as torch makes it") {
+  Tensor a = make_param({1.0, 2.0}, kBFloat16);
+  Tensor b = make_param({3.0}, kBFloat16);
+  optim::Adagrad opt({a, b}, {.initial_accumulator_value = 0.1});
+  for (size_t i = 0; i < 2; ++i) {
+    const optim::ParamState& state = opt.state(0, i);
+    CHECK(state.step == 0);
+    REQUIRE(state.buffers.count("sum") == 1);
+    CHECK(state.buffers.at("sum").dtype() == kBFloat16);
+    for (double v : values_of(state.buffers.at("sum"))) CHECK(v == double(BFloat16(0.1)));
+  }
+  // Every parameter is in the state dict before any step, with a step of 0; it loads back.
+  const optim::OptimizerStateDict sd = opt.state_dict();
+  REQUIRE(sd.state.size() == 2);
+  CHECK(sd.state.at(1).at("step").item<double>() == 0.0);
+  CHECK(sd.state.at(1).count("sum") == 1);
+  Tensor c = make_param({1.0, 2.0}, kBFloat16);
+  Tensor d = make_param({3.0}, kBFloat16);
+  optim::Adagrad loaded({c, d});
+  loaded.load_state_dict(sd);
+  CHECK(loaded.param_groups()[0].options.at("initial_accumulator_value") == 0.1);
+  CHECK(sum_bytes(loaded, 0, 1) == sum_bytes(opt, 0, 1));
+  CHECK(loaded.state(0, 1).step == 0);
+
+  // A parameter of a group added later gets its group's accumulator at its first step.
+  Tensor e = make_param({1.0}, kFloat64);
+  opt.add_param_group({{e}, {{"initial_accumulator_value", 3.0}, {"lr", 0.5}}});
+  CHECK(opt.state(1, 0).empty());
+  set_grad(e, {1.0});
+  opt.step();
+  CHECK(opt.state(1, 0).step == 1);
+  CHECK(values_of(opt.state(1, 0).buffers.at("sum")) == Values{4.0});
+  CHECK(e.item<double>() == Approx(1 - 0.5 / (2 + 1e-10)).epsilon(1e-14));
+  // Parameters without a gradient keep their state of step 0.
+  CHECK(opt.state(0, 0).step == 0);
+}
+
+TEST_CASE("Adagrad: found_inf skips the step leaving everything bit-identical") {
+  for (DType dtype : {kFloat32, kBFloat16, kFloat16, kFloat64}) {
+    INFO(dtype_name(dtype));
+    for (int steps : {0, 2}) {
+      Stepped run = stepped(kEveryOption, dtype, 64, steps);
+      const auto sum_before = sum_bytes(*run.opt);
+      const auto param_before = bytes_of(run.param);
+      set_grad(run.param, random_values(60, 64, dtype));
+      run.opt->step_scaled(scalar_tensor(8.0, kFloat32), scalar_tensor(1.0, kFloat32));
+      run.opt->step_scaled(Tensor(), scalar_tensor(2.0, kFloat32));
+      CHECK(bytes_of(run.param) == param_before);
+      CHECK(run.opt->state(0, 0).step == steps);
+      CHECK(sum_bytes(*run.opt) == sum_before);
+    }
+  }
+}
+
+TEST_CASE("Adagrad: a scaled step equals a step on the divided gradients") {
+  for (DType dtype : {kFloat32, kBFloat16, kFloat64}) {
+    INFO(dtype_name(dtype));
+    const Values initial = random_values(6, 48, dtype);
+    Tensor scaled_param = make_param(initial, dtype);
+    Tensor plain_param = make_param(initial, dtype);
+    optim::Adagrad scaled({scaled_param}, kEveryOption);
+    optim::Adagrad plain({plain_param}, kEveryOption);
+    for (uint32_t s = 0; s < 3; ++s) {
+      const Values grad = random_values(70 + s, 48, dtype);
+      Values grad_times_scale = grad;
+      for (double& g : grad_times_scale) g *= 1024;  // exact: a power of two
+      set_grad(scaled_param, grad_times_scale);
+      set_grad(plain_param, grad);
+      scaled.step_scaled(scalar_tensor(1024.0, kFloat32), scalar_tensor(0.0, kFloat32));
+      plain.step();
+      CHECK(values_of(scaled_param.grad()) == grad_times_scale);  // not unscaled in place
+    }
+    CHECK(bytes_of(scaled_param) == bytes_of(plain_param));
+    CHECK(sum_bytes(scaled) == sum_bytes(plain));
+    CHECK(scaled.state(0, 0).step == 3);
+  }
+  Tensor p = make_param({1.0}, kFloat32);
+  optim::Adagrad opt({p});
+  set_grad(p, {1.0});
+  CHECK_THROWS_WITH(opt.step_scaled(scalar_tensor(0.0, kFloat32), Tensor()),
+                    Contains("Adagrad: expected a nonzero grad_scale, got 0"));
+  CHECK(opt.state(0, 0).step == 0);
+}
+
+TEST_CASE("Adagrad: GradScaler drives the scaled step and skips an overflow on its own",
+          "[grad_scaler]") {
+  manual_seed(33);
+  const Tensor w0 = randn({6});
+  const Tensor x = randn({6});
+  Tensor w = w0.clone().requires_grad_();
+  Tensor control = w0.clone().requires_grad_();
+  optim::Adagrad opt({w}, {.lr = 0.1, .lr_decay = 0.1});
+  optim::Adagrad control_opt({control}, {.lr = 0.1, .lr_decay = 0.1});
+  amp::GradScaler scaler(amp::GradScalerOptions{.init_scale = 1024.0});
+  for (int iteration = 0; iteration < 4; ++iteration) {
+    opt.zero_grad();
+    scaler.scale(sum(mul(mul(w, w), x))).backward();
+    if (iteration == 1) {
+      NoGradGuard no_grad;
+      w.mutable_grad().select(0, 2).fill_(NAN);
+    }
+    const std::vector<float> before = w.to_vector<float>();
+    const bool stepped = scaler.step(opt);
+    scaler.update();
+    CHECK(stepped == (iteration != 1));
+    if (iteration == 1) {
+      CHECK(w.to_vector<float>() == before);
+      CHECK(opt.state(0, 0).step == 1);
+      continue;
+    }
+    control_opt.zero_grad();
+    sum(mul(mul(control, control), x)).backward();
+    control_opt.step();
+  }
+  const std::vector<float> a = w.to_vector<float>(), b = control.to_vector<float>();
+  for (size_t i = 0; i < a.size(); ++i) CHECK(a[i] == Approx(b[i]).epsilon(1e-5));
+  CHECK(opt.state(0, 0).step == 3);
+}
+
+TEST_CASE("Adagrad: a state_dict round trip reproduces the next step exactly") {
+  for (DType dtype : {kFloat32, kBFloat16}) {
+    INFO(dtype_name(dtype));
+    Stepped first = stepped(kEveryOption, dtype, 33, 3);
+    const optim::OptimizerStateDict sd = first.opt->state_dict();
+    std::vector<std::string> keys;
+    for (const auto& [key, value] : sd.state.at(0)) keys.push_back(key);
+    CHECK(keys == std::vector<std::string>{"step", "sum"});
+    CHECK(sd.state.at(0).at("step").item<double>() == 3.0);
+    Tensor q = make_param(values_of(first.param), dtype);
+    optim::Adagrad second({q}, {.lr = 0.5});  // options come from the state dict
+    second.load_state_dict(sd);
+    CHECK(second.param_groups()[0].options == first.opt->param_groups()[0].options);
+    CHECK(second.state(0, 0).step == 3);
+    const Values grad = random_values(90, 33, dtype);
+    set_grad(first.param, grad);
+    set_grad(q, grad);
+    first.opt->step();
+    second.step();
+    CHECK(bytes_of(first.param) == bytes_of(q));
+    CHECK(sum_bytes(*first.opt) == sum_bytes(second));
+  }
+}
+
+TEST_CASE("Adagrad: bad options are errors and change nothing") {
+  Tensor p = make_param({1.0}, kFloat32);
+  CHECK_THROWS_WITH(optim::Adagrad({p}, {.lr = -0.1}),
+                    Contains("Adagrad: expected lr >= 0, got -0.1"));
+  const std::vector<std::tuple<std::string, double, std::string>> cases = {
+      {"lr", -1.0, "expected lr >= 0, got -1"},
+      {"lr", std::nan(""), "expected lr >= 0, got nan"},
+      {"lr_decay", -0.5, "expected lr_decay >= 0, got -0.5"},
+      {"weight_decay", -0.01, "expected weight_decay >= 0, got -0.01"},
+      {"initial_accumulator_value", -0.1, "expected initial_accumulator_value >= 0, got -0.1"},
+      {"eps", -1e-10, "expected eps >= 0, got -1e-10"},
+      {"maximize", 0.5, "expected maximize to be 0 or 1 (a bool), got 0.5"},
+  };
+  Stepped run = stepped({.lr = 0.1}, kFloat32, 4, 1);
+  const optim::OptimizerStateDict good = run.opt->state_dict();
+  const auto options_before = run.opt->param_groups()[0].options;
+  const auto sum_before = sum_bytes(*run.opt);
+  for (const auto& [key, value, message] : cases) {
+    INFO(key << " = " << value);
+    CHECK_THROWS_WITH(optim::Adagrad(std::vector<optim::ParamGroup>{
+                          {{make_param({1.0}, kFloat32)}, {{key, value}}}}),
+                      Contains("Adagrad: " + message));
+    CHECK_THROWS_WITH(run.opt->add_param_group({{make_param({1.0}, kFloat32)}, {{key, value}}}),
+                      Contains("Adagrad: " + message));
+    CHECK(run.opt->param_groups().size() == 1);
+    optim::OptimizerStateDict bad = good;
+    if (key != "lr") bad.param_groups[0].options["lr"] = 0.5;
+    bad.param_groups[0].options[key] = value;
+    CHECK_THROWS_WITH(run.opt->load_state_dict(bad), Contains("load_state_dict: param group 0") &&
+                                                         Contains("Adagrad: " + message));
+    CHECK(run.opt->param_groups()[0].options == options_before);
+    CHECK(run.opt->state(0, 0).step == 1);
+    CHECK(sum_bytes(*run.opt) == sum_before);
+  }
+  optim::OptimizerStateDict bad = good;
+  bad.state[0]["square_avg"] = zeros({4});
+  CHECK_THROWS_WITH(run.opt->load_state_dict(bad), Contains("got \"square_avg\""));
+  CHECK(sum_bytes(*run.opt) == sum_before);
+}
+
+TEST_CASE("Adagrad: the result does not depend on the number of threads") {
+  const int threads = get_num_threads();
+  std::vector<std::vector<unsigned char>> results;
+  for (int t : {1, std::max(2, threads)}) {
+    set_num_threads(t);
+    Stepped run = stepped(kEveryOption, kFloat32, 70001, 3);
+    results.push_back(bytes_of(run.param));
+    results.push_back(sum_bytes(*run.opt));
+  }
+  set_num_threads(threads);
+  CHECK(results[0] == results[2]);
+  CHECK(results[1] == results[3]);
+}
