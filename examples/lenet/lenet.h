@@ -22,9 +22,9 @@ namespace hg::examples::lenet {
 inline constexpr int64_t kImageSize = 16;
 
 // The shapes, in label order.
-enum class Shape : int64_t { square, circle, triangle, plus, cross, ring };
+enum class ShapeClass : int64_t { square, circle, triangle, plus, cross, ring };
 inline constexpr int64_t kClasses = 6;
-inline const char* shape_name(Shape shape) {
+inline const char* shape_name(ShapeClass shape) {
   static constexpr const char* kNames[kClasses] = {"square", "circle", "triangle",
                                                    "plus",   "cross",  "ring"};
   return kNames[int64_t(shape)];
@@ -49,7 +49,7 @@ class ShapesDataset : public data::Dataset {
     labels_.resize(size_t(size));
     for (int64_t i = 0; i < size; ++i) {
       labels_[size_t(i)] = i % kClasses;
-      draw(Shape(i % kClasses), rng, &pixels_[size_t(i * kImageSize * kImageSize)]);
+      draw(ShapeClass(i % kClasses), rng, &pixels_[size_t(i * kImageSize * kImageSize)]);
     }
   }
 
@@ -68,7 +68,7 @@ class ShapesDataset : public data::Dataset {
 
  private:
   // Renders one shape into H * W pixels.
-  static void draw(Shape shape, std::mt19937_64& rng, uint8_t* pixels) {
+  static void draw(ShapeClass shape, std::mt19937_64& rng, uint8_t* pixels) {
     std::uniform_real_distribution<double> radius_dist(3.5, 6.5);
     const double radius = radius_dist(rng);
     // The centre keeps the shape inside the image (pixel centres are at i + 0.5).
@@ -84,21 +84,21 @@ class ShapesDataset : public data::Dataset {
     auto inside = [&](double dx, double dy) {
       const double r = radius;
       switch (shape) {
-        case Shape::square: return std::abs(dx) <= 0.8 * r && std::abs(dy) <= 0.8 * r;
-        case Shape::circle: return dx * dx + dy * dy <= r * r;
-        case Shape::triangle: {  // apex up, base down, as wide as it is tall
+        case ShapeClass::square: return std::abs(dx) <= 0.8 * r && std::abs(dy) <= 0.8 * r;
+        case ShapeClass::circle: return dx * dx + dy * dy <= r * r;
+        case ShapeClass::triangle: {  // apex up, base down, as wide as it is tall
           const double depth = (dy + r) / (2 * r);  // 0 at the apex, 1 at the base
           return depth >= 0 && depth <= 1 && std::abs(dx) <= depth * r;
         }
-        case Shape::plus:
+        case ShapeClass::plus:
           return (std::abs(dx) <= stroke / 2 && std::abs(dy) <= r) ||
                  (std::abs(dy) <= stroke / 2 && std::abs(dx) <= r);
-        case Shape::cross: {  // the plus turned by 45 degrees
+        case ShapeClass::cross: {  // the plus turned by 45 degrees
           const double u = (dx + dy) / std::numbers::sqrt2, v = (dx - dy) / std::numbers::sqrt2;
           return (std::abs(u) <= stroke / 2 && std::abs(v) <= r) ||
                  (std::abs(v) <= stroke / 2 && std::abs(u) <= r);
         }
-        case Shape::ring: {
+        case ShapeClass::ring: {
           const double distance = std::sqrt(dx * dx + dy * dy);
           return distance <= r && distance >= r - stroke;
         }

@@ -13,8 +13,8 @@
 //
 // Each epoch prints its mean loss and the test accuracy; the run ends with the test accuracy and
 // exits with 1 when it is below --min-accuracy. --export DIR writes the run's initial weights
-// and first batches instead of training (NOTE [LeNet twin file]); twin.py trains the PyTorch
-// twin from them.
+// and first batches instead of training (NOTE [LeNet twin file]), from which twin.py trains the
+// PyTorch twin; it exits with 2 when it cannot (too few training images for the batches).
 #include <cstdio>
 #include <filesystem>
 #include <memory>
@@ -37,16 +37,17 @@ constexpr int64_t kTwinSteps = 20;
 // Writes DIR/init.safetensors: the model's first weights and the loader's first kTwinSteps
 // batches, with the settings twin.py needs to rebuild the optimizer and the schedule.
 void export_twin_start(const std::string& dir, LeNet& model, data::DataLoader& loader,
-                       const TrainOptions& options, uint64_t seed) {
+                       int64_t batch_size, const TrainOptions& options, uint64_t seed) {
+  HG_CHECK(loader.dataset().size() >= kTwinSteps * batch_size,
+           "lenet --export: expected at least {} training images ({} full batches of {}), got {}",
+           kTwinSteps * batch_size, kTwinSteps, batch_size, loader.dataset().size());
   std::vector<Tensor> pixels, labels;
   for (const data::Batch& batch : loader) {
     if (int64_t(pixels.size()) == kTwinSteps) break;
-    // Back to the 8-bit pixels the images were made from: x = p / 255 exactly undoes.
+    // Back to the 8-bit pixels: an image holds p / 255 in float32, which rounds back to p.
     pixels.push_back(round(mul(batch[0], 255.0)).to(kUInt8));
     labels.push_back(batch[1]);
   }
-  HG_CHECK(int64_t(pixels.size()) == kTwinSteps,
-           "lenet --export: expected {} batches in an epoch, got {}", kTwinSteps, pixels.size());
   TwinStart start{
       .state = model.state_dict(),
       .pixels = stack(pixels, 0),
@@ -55,7 +56,9 @@ void export_twin_start(const std::string& dir, LeNet& model, data::DataLoader& l
                    {"lr", fmt::format("{:.17g}", options.lr)},
                    {"momentum", fmt::format("{:.17g}", options.momentum)},
                    {"weight_decay", fmt::format("{:.17g}", options.weight_decay)},
-                   {"total_steps", std::to_string(options.total_steps)}},
+                   {"total_steps", std::to_string(options.total_steps)},
+                   {"train_size", std::to_string(loader.dataset().size())},
+                   {"batch_size", std::to_string(batch_size)}},
   };
   std::filesystem::create_directories(dir);
   const std::string path = dir + "/init.safetensors";
@@ -104,7 +107,12 @@ int main(int argc, char** argv) {
   auto model = std::make_shared<LeNet>(kClasses, dropout);
 
   if (!export_dir.empty()) {
-    export_twin_start(export_dir, *model, train_loader, options, seed);
+    try {
+      export_twin_start(export_dir, *model, train_loader, batch_size, options, seed);
+    } catch (const Error& error) {
+      std::fprintf(stderr, "%s\n", error.what());
+      return 2;
+    }
     return 0;
   }
 
