@@ -57,8 +57,8 @@ class ShapesDataset : public data::Dataset {
 
   // {image [1, H, W] float32 in [0, 1], label int64 scalar}.
   data::Example get(int64_t index) const override {
-    HG_CHECK(index >= 0 && index < size_, "ShapesDataset: index {} is out of range [0, {})",
-             index, size_);
+    HG_CHECK(index >= 0 && index < size_, "ShapesDataset: index {} is out of range [0, {})", index,
+             size_);
     const uint8_t* image = &pixels_[size_t(index * kImageSize * kImageSize)];
     std::vector<float> values(size_t(kImageSize * kImageSize));
     for (size_t p = 0; p < values.size(); ++p) values[p] = float(image[p]) / 255.0f;
@@ -84,9 +84,11 @@ class ShapesDataset : public data::Dataset {
     auto inside = [&](double dx, double dy) {
       const double r = radius;
       switch (shape) {
-        case ShapeClass::square: return std::abs(dx) <= 0.8 * r && std::abs(dy) <= 0.8 * r;
-        case ShapeClass::circle: return dx * dx + dy * dy <= r * r;
-        case ShapeClass::triangle: {  // apex up, base down, as wide as it is tall
+        case ShapeClass::square:
+          return std::abs(dx) <= 0.8 * r && std::abs(dy) <= 0.8 * r;
+        case ShapeClass::circle:
+          return dx * dx + dy * dy <= r * r;
+        case ShapeClass::triangle: {                // apex up, base down, as wide as it is tall
           const double depth = (dy + r) / (2 * r);  // 0 at the apex, 1 at the base
           return depth >= 0 && depth <= 1 && std::abs(dx) <= depth * r;
         }
@@ -135,19 +137,28 @@ class ShapesDataset : public data::Dataset {
 //   [B, 1, 16, 16] -conv 5x5 pad 2-> [B, 6, 16, 16] -pool-> [B, 6, 8, 8]
 //                  -conv 5x5------> [B, 16, 4, 4]  -pool-> [B, 16, 2, 2] -> [B, 64] -> [B, 84]
 //                  -> [B, K] logits.
+// The convolutions have no bias, as is usual before a batch norm: the norm subtracts each
+// channel's mean, so a bias would change nothing and its gradient would be rounding noise.
 // Keys follow the PyTorch twin's module ("features.0.weight", "features.1.running_mean", ...).
 class LeNet : public nn::Module {
  public:
   explicit LeNet(int64_t classes = kClasses, double dropout = 0.5) {
     features = register_module(
         "features", std::make_shared<nn::Sequential>(
-                        nn::Conv2d(1, 6, 5, {.padding = {2, 2}}), nn::BatchNorm2d(6), nn::ReLU(),
-                        nn::MaxPool2d(2),                                                  //
-                        nn::Conv2d(6, 16, 5), nn::BatchNorm2d(16), nn::ReLU(), nn::MaxPool2d(2)));
+                        nn::Conv2d(1, 6, 5, {.padding = {2, 2}, .bias = false}),  // [B, 6, 16, 16]
+                        nn::BatchNorm2d(6),                                       //
+                        nn::ReLU(),                                               //
+                        nn::MaxPool2d(2),                                         // [B, 6, 8, 8]
+                        nn::Conv2d(6, 16, 5, {.bias = false}),                    // [B, 16, 4, 4]
+                        nn::BatchNorm2d(16),                                      //
+                        nn::ReLU(),                                               //
+                        nn::MaxPool2d(2)));                                       // [B, 16, 2, 2]
     classifier = register_module(
-        "classifier",
-        std::make_shared<nn::Sequential>(nn::Flatten(), nn::Linear(16 * 2 * 2, 84), nn::ReLU(),
-                                          nn::Dropout(dropout), nn::Linear(84, classes)));
+        "classifier", std::make_shared<nn::Sequential>(nn::Flatten(),               // [B, 64]
+                                                       nn::Linear(16 * 2 * 2, 84),  // [B, 84]
+                                                       nn::ReLU(),                  //
+                                                       nn::Dropout(dropout),        //
+                                                       nn::Linear(84, classes)));   // [B, K]
   }
   std::string name() const override { return "LeNet"; }
   Tensor forward(const Tensor& images) override { return (*classifier)((*features)(images)); }
@@ -178,9 +189,12 @@ inline Precision parse_precision(const std::string& name) {
 
 inline const char* precision_name(Precision precision) {
   switch (precision) {
-    case Precision::fp32: return "fp32";
-    case Precision::bf16: return "bf16";
-    case Precision::fp16: return "fp16";
+    case Precision::fp32:
+      return "fp32";
+    case Precision::bf16:
+      return "bf16";
+    case Precision::fp16:
+      return "fp16";
   }
   return "?";
 }
@@ -195,9 +209,9 @@ struct TrainOptions {
 
 // What one training step reports.
 struct StepResult {
-  double loss = 0;       // the unscaled float32 loss of the batch
-  bool stepped = true;   // false when the GradScaler skipped an overflowing step
-  double scale = 1;      // the scale this step's backward ran with (1 without a scaler)
+  double loss = 0;      // the unscaled float32 loss of the batch
+  bool stepped = true;  // false when the GradScaler skipped an overflowing step
+  double scale = 1;     // the scale this step's backward ran with (1 without a scaler)
 };
 
 // The loop's state: loss, SGD with momentum and weight decay, a cosine learning-rate schedule
@@ -208,9 +222,9 @@ class Trainer {
   Trainer(std::shared_ptr<LeNet> model, TrainOptions options)
       : model(std::move(model)),
         options(options),
-        optimizer(this->model->parameters(), {.lr = options.lr,
-                                              .momentum = options.momentum,
-                                              .weight_decay = options.weight_decay}),
+        optimizer(
+            this->model->parameters(),
+            {.lr = options.lr, .momentum = options.momentum, .weight_decay = options.weight_decay}),
         scheduler(optimizer, options.total_steps),
         scaler({.enabled = options.precision == Precision::fp16}) {}
 
@@ -293,9 +307,9 @@ inline TwinStart load_twin_start(const std::string& path) {
   for (auto& [key, value] : contents.tensors) {
     if (key.starts_with("model.")) start.state[key.substr(6)] = value;
   }
-  HG_CHECK(contents.tensors.contains("batches.pixels") &&
-               contents.tensors.contains("batches.labels"),
-           "lenet: expected batches.pixels and batches.labels in '{}'", path);
+  HG_CHECK(
+      contents.tensors.contains("batches.pixels") && contents.tensors.contains("batches.labels"),
+      "lenet: expected batches.pixels and batches.labels in '{}'", path);
   start.pixels = contents.tensors.at("batches.pixels");
   start.labels = contents.tensors.at("batches.labels");
   start.metadata = std::move(contents.metadata);

@@ -77,7 +77,7 @@ int main(int argc, char** argv) {
   int64_t train_size = 960;
   int64_t test_size = 480;
   double dropout = 0.3;
-  double min_accuracy = 0.9;
+  double min_accuracy = 0.95;
   std::string export_dir;
   app.add_option("--dtype", dtype_flag, "precision of the forward pass")
       ->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
@@ -131,13 +131,12 @@ int main(int argc, char** argv) {
       ++batches;
       if (!result.stepped) {
         ++skipped;
-        fmt::print("step {:>4}  inf/NaN gradient at scale {}: step skipped\n", step,
-                   result.scale);
+        fmt::print("step {:>4}  inf/NaN gradient at scale {}: step skipped\n", step, result.scale);
       }
     }
-    std::string line = fmt::format("epoch {:>3}  step {:>5}  loss {:.4f}  test accuracy {:.4f}",
-                                   epoch, step, loss_sum / double(batches),
-                                   trainer.accuracy(test_loader));
+    std::string line =
+        fmt::format("epoch {:>3}  step {:>5}  loss {:.4f}  test accuracy {:.4f}", epoch, step,
+                    loss_sum / double(batches), trainer.accuracy(test_loader));
     if (trainer.scaler.is_enabled()) line += fmt::format("  scale {}", trainer.scaler.get_scale());
     fmt::print("{}\n", line);
   }

@@ -13,7 +13,12 @@ Dropout is 0 on both sides: the two generators draw different masks.
 torch 1.13 on the CPU has no float16 autocast and no GradScaler, so there is no fp16 run here:
 the test holds halfgrad's fp16 run against the fp32 losses.
 
-Regenerate with Debian's PyTorch:  /usr/bin/python3 twin.py
+The golden start is exported at a tenth of the program's learning rate, where 20 steps of two
+correct 16-bit runs stay within the test's tolerances (tests/examples/lenet_twin_test.cpp says
+why). Regenerate, from this folder, with Debian's PyTorch:
+
+    <build>/examples/lenet --export golden --lr 0.005
+    /usr/bin/python3 twin.py
 """
 import json
 import os
@@ -49,8 +54,8 @@ class LeNet(nn.Module):
     def __init__(self, classes=6, dropout=0.5):
         super().__init__()
         self.features = nn.Sequential(
-            nn.Conv2d(1, 6, 5, padding=2), nn.BatchNorm2d(6), nn.ReLU(), nn.MaxPool2d(2),
-            nn.Conv2d(6, 16, 5), nn.BatchNorm2d(16), nn.ReLU(), nn.MaxPool2d(2))
+            nn.Conv2d(1, 6, 5, padding=2, bias=False), nn.BatchNorm2d(6), nn.ReLU(), nn.MaxPool2d(2),
+            nn.Conv2d(6, 16, 5, bias=False), nn.BatchNorm2d(16), nn.ReLU(), nn.MaxPool2d(2))
         self.classifier = nn.Sequential(
             nn.Flatten(), nn.Linear(16 * 2 * 2, 84), nn.ReLU(), nn.Dropout(dropout),
             nn.Linear(84, classes))
