@@ -117,8 +117,13 @@ int main(int argc, char** argv) {
   }
 
   Trainer trainer(model, options);
-  fmt::print("lenet: {} on the CPU, {} steps of {} images ({} train, {} test, {} classes)\n",
-             dtype_flag, options.total_steps, batch_size, train_size, test_size, kClasses);
+  std::vector<std::string> class_names;
+  for (int64_t label = 0; label < kClasses; ++label) {
+    class_names.push_back(shape_name(ShapeClass(label)));
+  }
+  fmt::print("lenet: {} on the CPU, {} steps of {} images ({} train, {} test; classes {})\n",
+             dtype_flag, options.total_steps, batch_size, train_size, test_size,
+             fmt::join(class_names, ", "));
   int64_t step = 0, skipped = 0;
   for (int64_t epoch = 1; step < options.total_steps; ++epoch) {
     double loss_sum = 0;
