@@ -54,8 +54,10 @@ class Vocabulary {
     ids.reserve(text.size());
     for (char c : text) {
       const int64_t id = id_of_[static_cast<unsigned char>(c)];
-      HG_CHECK(id >= 0, "Vocabulary: expected one of the {} characters of the training text, got "
-               "byte {} ('{}')", chars_.size(), int(static_cast<unsigned char>(c)), c);
+      HG_CHECK(id >= 0,
+               "Vocabulary: expected one of the {} characters of the training text, got "
+               "byte {} ('{}')",
+               chars_.size(), int(static_cast<unsigned char>(c)), c);
       ids.push_back(id);
     }
     return hg::tensor(ids, {int64_t(ids.size())});
@@ -109,11 +111,10 @@ class CharLSTM : public hg::nn::CustomForward<CharLSTM> {
     embedding = register_module(
         "embedding", std::make_shared<hg::nn::Embedding>(config.vocab_size, config.embedding_dim));
     lstm = register_module(
-        "lstm", std::make_shared<hg::nn::LSTM>(
-                    config.embedding_dim, config.hidden_size,
-                    hg::nn::RNNOptions{.num_layers = config.num_layers,
-                                       .batch_first = true,
-                                       .dropout = config.dropout}));
+        "lstm", std::make_shared<hg::nn::LSTM>(config.embedding_dim, config.hidden_size,
+                                               hg::nn::RNNOptions{.num_layers = config.num_layers,
+                                                                  .batch_first = true,
+                                                                  .dropout = config.dropout}));
     head = register_module("head",
                            std::make_shared<hg::nn::Linear>(config.hidden_size, config.vocab_size));
   }
@@ -145,14 +146,6 @@ inline Precision precision_from_name(const std::string& name) {
   if (name == "fp16") return Precision::kFloat16;
   HG_ERROR("char_lstm: expected a precision fp32, bf16 or fp16, got '{}'", name);
 }
-inline const char* precision_name(Precision precision) {
-  switch (precision) {
-    case Precision::kFloat32: return "fp32";
-    case Precision::kBFloat16: return "bf16";
-    case Precision::kFloat16: return "fp16";
-  }
-  return "?";
-}
 
 // The autocast guard of a precision (disabled for fp32).
 inline hg::amp::Autocast autocast_for(Precision precision) {
@@ -162,9 +155,9 @@ inline hg::amp::Autocast autocast_for(Precision precision) {
 }
 
 struct TrainOptions {
-  double lr = 3e-3;
-  double max_grad_norm = 1.0;  // clip_grad_norm_'s threshold
-  int64_t total_steps = 1;     // the cosine schedule's T_max
+  double lr = 5e-3;
+  double max_grad_norm = 0.25;  // clip_grad_norm_'s threshold
+  int64_t total_steps = 1;      // the cosine schedule's T_max
   Precision precision = Precision::kFloat32;
 };
 
@@ -202,8 +195,7 @@ class Trainer {
     // Unscaled first, so that the threshold applies to the true gradients (torch.amp's recipe).
     scaler_.unscale_(optimizer_);
     report.grad_norm =
-        hg::nn::utils::clip_grad_norm_(model_->parameters(), options_.max_grad_norm)
-            .item<double>();
+        hg::nn::utils::clip_grad_norm_(model_->parameters(), options_.max_grad_norm).item<double>();
     report.scale = scaler_.get_scale();
     report.stepped = scaler_.step(optimizer_);
     scaler_.update();
@@ -267,10 +259,9 @@ inline std::string sample(CharLSTM& model, const Vocabulary& vocabulary, const s
   for (int64_t i = 0; i < length; ++i) {
     const Tensor last = logits.select(1, logits.size(1) - 1).squeeze(0).to(hg::kFloat32);  // [V]
     const int64_t next =
-        temperature == 0
-            ? hg::argmax(last, 0).item<int64_t>()
-            : hg::multinomial(hg::softmax(last / temperature, 0), 1, false, &generator)
-                  .item<int64_t>();
+        temperature == 0 ? hg::argmax(last, 0).item<int64_t>()
+                         : hg::multinomial(hg::softmax(last / temperature, 0), 1, false, &generator)
+                               .item<int64_t>();
     text.push_back(vocabulary.decode(next));
     std::tie(logits, state) = model(hg::tensor(std::vector<int64_t>{next}, {1, 1}), state);
   }

@@ -1,7 +1,7 @@
 // char_lstm: a two-layer LSTM learns a short text one character at a time, in float32,
 // bfloat16 autocast or float16 autocast with a GradScaler, then writes some text of its own.
 //
-//   char_lstm --dtype bf16 --steps 400
+//   char_lstm --dtype bf16 --steps 300
 //   char_lstm --export examples/char_lstm/golden --steps 20 ...   (the twin's inputs)
 //
 // The loop is the one a PyTorch user writes: random windows of the text from a shuffling
@@ -33,9 +33,9 @@ int main(int argc, char** argv) {
   CLI::App app{"char_lstm: a character-level LSTM language model in fp32, bf16 or fp16"};
   std::string dtype = "fp32";
   std::string text_path = "examples/char_lstm/mixed_precision.txt";  // from the repository root
-  int64_t steps = 400;
+  int64_t steps = 300;
   int64_t batch_size = 32;
-  int64_t window = 64;
+  int64_t window = 32;
   ModelConfig config;
   TrainOptions train;
   uint64_t seed = 0;
@@ -87,16 +87,19 @@ int main(int argc, char** argv) {
     manual_seed(seed);  // the weights and the dropout masks
     auto model = std::make_shared<CharLSTM>(config);
     Generator shuffle(seed);
-    data::DataLoader loader(std::make_shared<Windows>(train_tokens, window),
-                            {.batch_size = batch_size, .shuffle = true, .drop_last = true,
-                             .generator = &shuffle});
-    HG_CHECK(loader.size() >= 1, "char_lstm: the text has {} training windows of {}; expected "
-             "at least --batch-size {}", loader.dataset().size(), window, batch_size);
+    data::DataLoader loader(
+        std::make_shared<Windows>(train_tokens, window),
+        {.batch_size = batch_size, .shuffle = true, .drop_last = true, .generator = &shuffle});
+    HG_CHECK(loader.size() >= 1,
+             "char_lstm: the text has {} training windows of {}; expected "
+             "at least --batch-size {}",
+             loader.dataset().size(), window, batch_size);
 
-    fmt::print("char_lstm: {} on '{}' ({} characters, {} distinct: uniform guessing costs "
-               "{:.2f} bits per character), {} steps of {} windows of {}\n",
-               dtype, text_path, text.size(), vocabulary.size(),
-               std::log2(double(vocabulary.size())), steps, batch_size, window);
+    fmt::print(
+        "char_lstm: {} on '{}' ({} characters, {} distinct: uniform guessing costs "
+        "{:.2f} bits per character), {} steps of {} windows of {}\n",
+        dtype, text_path, text.size(), vocabulary.size(), std::log2(double(vocabulary.size())),
+        steps, batch_size, window);
     fmt::print("model: {}\n", model->to_string());
 
     if (!export_dir.empty()) {
@@ -134,9 +137,8 @@ int main(int argc, char** argv) {
         const StepReport report = trainer.step(batch[0], batch[1]);
         if (!report.stepped) ++skipped;
         if (step % print_every != 0 && step != 1 && step != steps && report.stepped) continue;
-        std::string line =
-            fmt::format("step {:>5}  loss {:.4f}  grad norm {:.3f}  lr {:.2e}", step, report.loss,
-                        report.grad_norm, report.lr);
+        std::string line = fmt::format("step {:>5}  loss {:.4f}  grad norm {:.3f}  lr {:.2e}", step,
+                                       report.loss, report.grad_norm, report.lr);
         if (train.precision == Precision::kFloat16) line += fmt::format("  scale {}", report.scale);
         if (!report.stepped) line += "  (inf/NaN gradient: step skipped)";
         fmt::print("{}\n", line);
@@ -153,9 +155,9 @@ int main(int argc, char** argv) {
     fmt::print("bits per character: {:.3f} on the training text, {:.3f} on the held-out tenth\n",
                train_bpc, held_out_bpc);
     Generator sampler(seed);
-    fmt::print("sample (temperature {}):\n{}{}\n", temperature, prompt,
-               sample(*model, vocabulary, prompt, sample_length, temperature, sampler,
-                      train.precision));
+    fmt::print(
+        "sample (temperature {}):\n{}{}\n", temperature, prompt,
+        sample(*model, vocabulary, prompt, sample_length, temperature, sampler, train.precision));
     if (max_bpc > 0 && !(train_bpc < max_bpc)) {
       fmt::print("char_lstm: FAILED - {:.3f} bits per character, expected below --max-bpc {}\n",
                  train_bpc, max_bpc);
