@@ -12,6 +12,7 @@
 #pragma once
 
 #include <array>
+#include <cctype>
 #include <cmath>
 #include <cstdint>
 #include <memory>
@@ -54,10 +55,11 @@ class Vocabulary {
     ids.reserve(text.size());
     for (char c : text) {
       const int64_t id = id_of_[static_cast<unsigned char>(c)];
+      const unsigned char byte = static_cast<unsigned char>(c);
       HG_CHECK(id >= 0,
-               "Vocabulary: expected one of the {} characters of the training text, got "
-               "byte {} ('{}')",
-               chars_.size(), int(static_cast<unsigned char>(c)), c);
+               "Vocabulary: expected one of the {} characters of the training text, got byte {}{}",
+               chars_.size(), int(byte),
+               std::isprint(byte) ? fmt::format(" ('{}')", c) : std::string());
       ids.push_back(id);
     }
     return hg::tensor(ids, {int64_t(ids.size())});

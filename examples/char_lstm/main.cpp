@@ -79,6 +79,11 @@ int main(int argc, char** argv) {
     const Vocabulary vocabulary(text);
     config.vocab_size = vocabulary.size();
     const Tensor tokens = vocabulary.encode(text);
+    vocabulary.encode(prompt);  // refuses a prompt with characters the text does not have
+    HG_CHECK(tokens.size(0) >= 2 * (window + 1),
+             "'{}' has {} characters; expected at least {} (a training window and a "
+             "held-out window of --window + 1 = {} characters each)",
+             text_path, tokens.size(0), 2 * (window + 1), window + 1);
     // The last tenth is held out: the model never trains on it.
     const int64_t held_out = std::max<int64_t>(window + 1, tokens.size(0) / 10);
     const Tensor train_tokens = tokens.narrow(0, 0, tokens.size(0) - held_out);
@@ -91,7 +96,7 @@ int main(int argc, char** argv) {
         std::make_shared<Windows>(train_tokens, window),
         {.batch_size = batch_size, .shuffle = true, .drop_last = true, .generator = &shuffle});
     HG_CHECK(loader.size() >= 1,
-             "char_lstm: the text has {} training windows of {}; expected "
+             "the text has {} training windows of {}; expected "
              "at least --batch-size {}",
              loader.dataset().size(), window, batch_size);
 
