@@ -11,6 +11,8 @@
 #include <map>
 #include <unordered_map>
 
+#include "halfgrad/autograd/engine.h"
+#include "halfgrad/autograd/node.h"
 #include "halfgrad/config.h"
 #include "halfgrad/core/error.h"
 #include "halfgrad/core/format.h"
@@ -55,7 +57,7 @@ void add_paths(const nn::Module& module, const std::string& path,
 // ---- recording --------------------------------------------------------------------------------
 
 // The observer of one recording stretch: made by start(), destroyed by stop().
-class Recorder final : public ops::DispatchObserver {
+class Recorder final : public ops::DispatchObserver, public autograd::NodeObserver {
  public:
   Recorder(const ProfileOptions& options, int64_t origin_ns, std::vector<Event>& events)
       : origin_ns_(origin_ns), events_(events) {
@@ -77,32 +79,33 @@ class Recorder final : public ops::DispatchObserver {
       event.module_stack.push_back(module_name(*module));
     }
     if (!event.module_stack.empty()) event.module = event.module_stack.back();
-    event.parent = open_.empty() ? -1 : int64_t(open_.back().event);
-    event.depth = int(open_.size());
-    events_.push_back(std::move(event));
-    open_.push_back({.event = events_.size() - 1, .op = call.op});
-#if HALFGRAD_HAS_CUDA
-    if (events_.back().device.is_cuda()) begin_cuda(open_.back(), events_.back().device.index);
-#endif
-    // Last, so that the bookkeeping above counts to the caller, not to this op.
-    events_.back().start_ns = steady_now_ns() - origin_ns_;
+    open(std::move(event), {.op = call.op});
   }
 
-  void on_op(const ops::OpCall& call) override { close(call.op, call.policy, /*failed=*/false); }
+  void on_op(const ops::OpCall& call) override {
+    close({.op = call.op}, call.policy, /*failed=*/false);
+  }
 
-  void on_op_failed(OpId op) noexcept override {
-    try {
-      close(op, std::nullopt, /*failed=*/true);
-    } catch (...) {
-      // A CUDA error while recording the end event: the op's device time stays unknown.
-    }
+  void on_op_failed(OpId op) noexcept override { close_noexcept({.op = op}, /*failed=*/true); }
+
+  // A backward node: the engine's device is the one of the node's first output.
+  void on_node_begin(const autograd::Node& node) override {
+    Event event;
+    event.name = node.name();
+    if (!node.outputs.empty()) event.device = node.outputs.front().device;
+    open(std::move(event), {.op = std::nullopt, .node = &node});
+  }
+
+  void on_node_end(const autograd::Node& node) noexcept override {
+    close_noexcept({.op = std::nullopt, .node = &node}, /*failed=*/false);
   }
 
   // Closes the calls still open (stop() from inside an op, as from a hook) and reads the
   // CUDA times.
   void finish() {
     const int64_t now = steady_now_ns() - origin_ns_;
-    for (const OpenCall& open : open_) events_[open.event].cpu_ns = now - events_[open.event].start_ns;
+    for (const OpenCall& open : open_)
+      events_[open.event].cpu_ns = now - events_[open.event].start_ns;
     open_.clear();
 #if HALFGRAD_HAS_CUDA
     read_cuda_times();
@@ -110,17 +113,43 @@ class Recorder final : public ops::DispatchObserver {
   }
 
  private:
+  // What an end notification names: the op, or the backward node.
+  struct CallKey {
+    std::optional<OpId> op;
+    const autograd::Node* node = nullptr;
+    bool operator==(const CallKey&) const = default;
+  };
   struct OpenCall {
     size_t event;
-    OpId op;
+    CallKey key;
     int64_t cuda_interval = -1;
   };
 
-  // Closes the innermost open call when it is `op` (a call that began before this recorder,
+  void open(Event event, CallKey key) {
+    event.parent = open_.empty() ? -1 : int64_t(open_.back().event);
+    event.depth = int(open_.size());
+    events_.push_back(std::move(event));
+    open_.push_back({.event = events_.size() - 1, .key = key});
+#if HALFGRAD_HAS_CUDA
+    if (events_.back().device.is_cuda()) begin_cuda(open_.back(), events_.back().device.index);
+#endif
+    // Last, so that the bookkeeping above counts to the caller, not to this call.
+    events_.back().start_ns = steady_now_ns() - origin_ns_;
+  }
+
+  void close_noexcept(CallKey key, bool failed) noexcept {
+    try {
+      close(key, std::nullopt, failed);
+    } catch (...) {
+      // A CUDA error while recording the end event: the call's device time stays unknown.
+    }
+  }
+
+  // Closes the innermost open call when it is `key` (a call that began before this recorder,
   // or a failure heard after its on_op, has nothing to close).
-  void close(OpId op, std::optional<CastPolicy> policy, bool failed) {
+  void close(CallKey key, std::optional<CastPolicy> policy, bool failed) {
     const int64_t end_ns = steady_now_ns() - origin_ns_;
-    if (open_.empty() || open_.back().op != op) return;
+    if (open_.empty() || !(open_.back().key == key)) return;
     const OpenCall open = open_.back();
     open_.pop_back();
     Event& event = events_[open.event];
@@ -172,8 +201,8 @@ class Recorder final : public ops::DispatchObserver {
       reference_->record(stream);
       reference_host_ns_ = steady_now_ns() - origin_ns_;
     }
-    CudaInterval interval{.event = open.event, .stream = stream, .start = take_event(),
-                          .end = take_event()};
+    CudaInterval interval{
+        .event = open.event, .stream = stream, .start = take_event(), .end = take_event()};
     interval.start->record(stream);
     open.cuda_interval = int64_t(cuda_intervals_.size());
     cuda_intervals_.push_back(std::move(interval));
@@ -231,8 +260,10 @@ void Profile::stop() {
 }
 
 void Profile::check_stopped(std::string_view what) const {
-  HG_CHECK(!recording(), "Profile::{}: expected a stopped profile (call stop() first), got one "
-           "recording", what);
+  HG_CHECK(!recording(),
+           "Profile::{}: expected a stopped profile (call stop() first), got one "
+           "recording",
+           what);
 }
 
 const std::vector<Event>& Profile::events() const {
@@ -291,8 +322,8 @@ std::vector<KeyAverage> Profile::key_averages(GroupBy group_by) const {
     std::string module = group_by.module ? event.module : "";
     auto [it, added] = index.try_emplace({event.name, shapes, module}, averages.size());
     if (added) {
-      averages.push_back({.key = std::string(event.name), .input_shapes = std::move(shapes),
-                          .module = std::move(module)});
+      averages.push_back(
+          {.key = event.name, .input_shapes = std::move(shapes), .module = std::move(module)});
     }
     KeyAverage& average = averages[it->second];
     average.count += 1;
@@ -343,9 +374,8 @@ std::string Profile::table(std::string_view sort_by, int64_t row_limit, GroupBy 
     std::string title;
     size_t width;
   };
-  std::vector<Column> columns = {{"Name", name_width},      {"Self CPU %", 12},
-                                 {"Self CPU", 12},          {"CPU total %", 12},
-                                 {"CPU total", 12},         {"CPU time avg", 12}};
+  std::vector<Column> columns = {{"Name", name_width}, {"Self CPU %", 12}, {"Self CPU", 12},
+                                 {"CPU total %", 12},  {"CPU total", 12},  {"CPU time avg", 12}};
   if (has_cuda) {
     for (const char* title : {"Self CUDA", "Self CUDA %", "CUDA total", "CUDA time avg"}) {
       columns.push_back({title, 12});
@@ -410,13 +440,27 @@ std::string json_string(std::string_view text) {
   std::string out = "\"";
   for (const char c : text) {
     switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
-      case '\b': out += "\\b"; break;
-      case '\f': out += "\\f"; break;
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\r':
+        out += "\\r";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
+      case '\b':
+        out += "\\b";
+        break;
+      case '\f':
+        out += "\\f";
+        break;
       default:
         if (static_cast<unsigned char>(c) < 0x20) {
           out += fmt::format("\\u{:04x}", static_cast<unsigned char>(c));
@@ -478,10 +522,10 @@ std::string Profile::chrome_trace() const {
   for (const Event& event : events_) {
     const std::string args = event_args(event);
     add(fmt::format(
-        "{{\"name\": {}, \"ph\": \"X\", \"cat\": \"cpu_op\", \"ts\": {}, \"dur\": {}, \"pid\": {}, "
+        "{{\"name\": {}, \"ph\": \"X\", \"cat\": \"{}\", \"ts\": {}, \"dur\": {}, \"pid\": {}, "
         "\"tid\": {}, \"args\": {}}}",
-        json_string(event.name), json_us(event.start_ns), json_us(event.cpu_ns), pid, thread_id_,
-        args));
+        json_string(event.name), event.op ? "cpu_op" : "backward", json_us(event.start_ns),
+        json_us(event.cpu_ns), pid, thread_id_, args));
     if (event.cuda_start_ns >= 0) {
       add(fmt::format(
           "{{\"name\": {}, \"ph\": \"X\", \"cat\": \"cuda_op\", \"ts\": {}, \"dur\": {}, "
@@ -494,11 +538,13 @@ std::string Profile::chrome_trace() const {
     }
   }
   // Track names (metadata events: no time of their own).
-  add(fmt::format("{{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": {}, \"tid\": {}, "
+  add(
+      fmt::format("{{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": {}, \"tid\": {}, "
                   "\"args\": {{\"name\": \"CPU thread {}\"}}}}",
                   pid, thread_id_, thread_id_));
   for (int device : devices) {
-    add(fmt::format("{{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": {}, \"tid\": {}, "
+    add(
+        fmt::format("{{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": {}, \"tid\": {}, "
                     "\"args\": {{\"name\": \"CUDA device {} (halfgrad's stream)\"}}}}",
                     pid, kCudaTrack + device, device));
   }

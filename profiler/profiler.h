@@ -45,10 +45,12 @@ struct ProfileOptions {
   const nn::Module* model = nullptr;
 };
 
-// One recorded op call. Times are nanoseconds since the profile was made.
+// One recorded op call, or one node the autograd engine applied (its backward function, named
+// as the node: "LinearBackward", with the ops it dispatched as children). Times are nanoseconds
+// since the profile was made.
 struct Event {
-  OpId op;
-  std::string_view name;  // op_name(op)
+  std::optional<OpId> op;  // nullopt for a backward node
+  std::string name;        // op_name(op), or the node's name
   Device device;
   std::optional<CastPolicy> policy;  // nullopt: autocast applied none
   // The defined tensor inputs as the caller gave them (before autocast's casts).
@@ -91,9 +93,9 @@ struct KeyAverage {
 
 class Recorder;
 
-// Records the ops of the thread that makes it, from construction (or start()) to stop() or its
-// destruction. Profiles nest, and a profile on one thread never sees another thread's ops. A
-// Profile is used from the thread that made it and is not moved while it records.
+// Records the ops (and backward nodes) of the thread that makes it, from construction (or start())
+// to stop() or its destruction. Profiles nest, and a profile on one thread never sees another
+// thread's ops. A Profile is used from the thread that made it and is not moved while it records.
 class Profile {
  public:
   explicit Profile(ProfileOptions options = {});
