@@ -9,6 +9,7 @@
 #include <chrono>
 #include <fstream>
 #include <map>
+#include <tuple>
 #include <unordered_map>
 
 #include "halfgrad/autograd/engine.h"
@@ -20,6 +21,7 @@
 #include "halfgrad/nn/module.h"
 #include "halfgrad/ops/observer.h"
 #if HALFGRAD_HAS_CUDA
+#include "halfgrad/cuda/cuda.h"
 #include "halfgrad/cuda/stream.h"
 #endif
 
@@ -157,11 +159,7 @@ class Recorder final : public ops::DispatchObserver, public autograd::NodeObserv
     event.policy = policy;
     event.failed = failed;
 #if HALFGRAD_HAS_CUDA
-    if (open.cuda_interval >= 0) {
-      CudaInterval& interval = cuda_intervals_[size_t(open.cuda_interval)];
-      interval.end->record(interval.stream);
-      interval.ended = true;
-    }
+    if (open.cuda_interval >= 0) end_cuda(cuda_intervals_[size_t(open.cuda_interval)]);
 #endif
   }
 
@@ -182,30 +180,43 @@ class Recorder final : public ops::DispatchObserver, public autograd::NodeObserv
 #if HALFGRAD_HAS_CUDA
   struct CudaInterval {
     size_t event;
+    int device;
     cudaStream_t stream;
     std::unique_ptr<cuda::Event> start, end;
     bool ended = false;
   };
+  // Where a device's intervals sit on the host's clock (NOTE [Profiler timing]).
+  struct DeviceClock {
+    std::unique_ptr<cuda::Event> reference;
+    int64_t host_ns = 0;
+  };
 
-  std::unique_ptr<cuda::Event> take_event() {
-    if (free_events_.empty()) return std::make_unique<cuda::Event>();
-    std::unique_ptr<cuda::Event> event = std::move(free_events_.back());
-    free_events_.pop_back();
-    return event;
-  }
-
+  // Events are made on the op's device, as its stream is.
   void begin_cuda(OpenCall& open, int device) {
+    // A graph being captured replays later: its ops get no device time.
+    if (cuda::is_current_stream_capturing(device)) return;
+    cuda::DeviceGuard on_device(device);
     const cudaStream_t stream = cuda::current_stream(device);
-    if (reference_ == nullptr) {
-      reference_ = take_event();
-      reference_->record(stream);
-      reference_host_ns_ = steady_now_ns() - origin_ns_;
+    DeviceClock& clock = clocks_[device];
+    if (clock.reference == nullptr) {
+      clock.reference = std::make_unique<cuda::Event>();
+      clock.reference->record(stream);
+      clock.host_ns = steady_now_ns() - origin_ns_;
     }
-    CudaInterval interval{
-        .event = open.event, .stream = stream, .start = take_event(), .end = take_event()};
+    CudaInterval interval{.event = open.event,
+                          .device = device,
+                          .stream = stream,
+                          .start = std::make_unique<cuda::Event>(),
+                          .end = std::make_unique<cuda::Event>()};
     interval.start->record(stream);
     open.cuda_interval = int64_t(cuda_intervals_.size());
     cuda_intervals_.push_back(std::move(interval));
+  }
+
+  void end_cuda(CudaInterval& interval) {
+    cuda::DeviceGuard on_device(interval.device);
+    interval.end->record(interval.stream);
+    interval.ended = true;
   }
 
   // The one host wait of a profile: for each interval's end event, then the times.
@@ -213,22 +224,17 @@ class Recorder final : public ops::DispatchObserver, public autograd::NodeObserv
     for (CudaInterval& interval : cuda_intervals_) {
       if (!interval.ended) continue;
       interval.end->synchronize();
+      const DeviceClock& clock = clocks_.at(interval.device);
       Event& event = events_[interval.event];
       event.cuda_start_ns =
-          reference_host_ns_ + int64_t(double(reference_->elapsed_ms(*interval.start)) * 1e6);
+          clock.host_ns + int64_t(double(clock.reference->elapsed_ms(*interval.start)) * 1e6);
       event.cuda_ns = int64_t(double(interval.start->elapsed_ms(*interval.end)) * 1e6);
-    }
-    for (CudaInterval& interval : cuda_intervals_) {
-      free_events_.push_back(std::move(interval.start));
-      free_events_.push_back(std::move(interval.end));
     }
     cuda_intervals_.clear();
   }
 
   std::vector<CudaInterval> cuda_intervals_;
-  std::unique_ptr<cuda::Event> reference_;
-  int64_t reference_host_ns_ = 0;
-  std::vector<std::unique_ptr<cuda::Event>> free_events_;
+  std::map<int, DeviceClock> clocks_;
 #endif
 };
 
@@ -247,12 +253,20 @@ Profile::~Profile() {
   }
 }
 
+void Profile::check_thread(std::string_view what) const {
+  HG_CHECK(thread_ordinal() == thread_id_,
+           "Profile::{}: expected the thread that made the profile (thread {}), got thread {}",
+           what, thread_id_, thread_ordinal());
+}
+
 void Profile::start() {
+  check_thread("start");
   HG_CHECK(!recording(), "Profile::start: expected a stopped profile, got one recording");
   recorder_ = std::make_unique<Recorder>(options_, origin_ns_, events_);
 }
 
 void Profile::stop() {
+  check_thread("stop");
   HG_CHECK(recording(), "Profile::stop: expected a recording profile, got one stopped");
   // The recorder leaves the thread's observers even when reading the CUDA times throws.
   const std::unique_ptr<Recorder> recorder = std::move(recorder_);

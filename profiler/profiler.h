@@ -128,6 +128,8 @@ class Profile {
 
  private:
   void check_stopped(std::string_view what) const;
+  // Observers are per thread: start and stop on another one would miss or corrupt its list.
+  void check_thread(std::string_view what) const;
 
   ProfileOptions options_;
   int64_t origin_ns_;  // steady_clock time the event times count from

@@ -388,6 +388,22 @@ TEST_CASE("nothing is recorded after stop or outside the profile or from another
   CHECK(outer.events()[1].op == OpId::neg);
 }
 
+TEST_CASE("a profile is started and stopped on its own thread only", "[profiler]") {
+  profiler::Profile prof;
+  prof.stop();
+  std::string refused;
+  std::thread other([&] {
+    try {
+      prof.start();
+    } catch (const Error& error) {
+      refused = error.what();
+    }
+  });
+  other.join();
+  CHECK_THAT(refused, Contains("Profile::start: expected the thread that made the profile"));
+  CHECK_FALSE(prof.recording());
+}
+
 TEST_CASE("nested profiles record independently", "[profiler]") {
   const Tensor a = randn({3});
   profiler::Profile outer;
