@@ -58,3 +58,4 @@
 #include "halfgrad/ops/op.h"
 #include "halfgrad/optim/optim.h"
 #include "halfgrad/ops/ops.h"
+#include "halfgrad/profiler/profiler.h"

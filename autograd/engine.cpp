@@ -24,6 +24,50 @@
 
 namespace hg::autograd {
 
+// ---- node observers ----------------------------------------------------------------------------
+
+static thread_local constinit NodeObserver* first_node_observer = nullptr;
+
+NodeObserver::NodeObserver() : next_(first_node_observer) { first_node_observer = this; }
+
+NodeObserver::~NodeObserver() {
+  NodeObserver** link = &first_node_observer;
+  while (*link != nullptr && *link != this) link = &(*link)->next_;
+  if (*link == this) *link = next_;
+}
+
+class NodeObserverList {
+ public:
+  static void begin(const Node& node) {
+    for (NodeObserver* o = first_node_observer; o != nullptr; o = o->next_) o->on_node_begin(node);
+  }
+  static void end(const Node& node) noexcept {
+    for (NodeObserver* o = first_node_observer; o != nullptr; o = o->next_) o->on_node_end(node);
+  }
+};
+
+// Tells this thread's node observers that the engine applies `node`, for as long as it lives
+// (so they hear the end also when apply throws).
+class ObservedNode {
+ public:
+  explicit ObservedNode(const Node* node);
+  ~ObservedNode();
+  ObservedNode(const ObservedNode&) = delete;
+  ObservedNode& operator=(const ObservedNode&) = delete;
+
+ private:
+  const Node* node_;
+};
+
+ObservedNode::ObservedNode(const Node* node)
+    : node_(first_node_observer != nullptr ? node : nullptr) {
+  if (node_ != nullptr) NodeObserverList::begin(*node_);
+}
+
+ObservedNode::~ObservedNode() {
+  if (node_ != nullptr) NodeObserverList::end(*node_);
+}
+
 namespace {
 
 struct ByRecordingOrder {
@@ -269,6 +313,7 @@ std::vector<Tensor> run(std::span<const Tensor> tensors, std::span<const Tensor>
     GradList input_grads;
     if (!(capture && dynamic_cast<AccumulateGrad*>(node) != nullptr)) {
       SuspendForwardChecks checked_as_a_node;
+      ObservedNode observed(node);
       input_grads = node->apply(std::move(grads));
     }
     if (!retain_graph) node->release_saved();

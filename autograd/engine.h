@@ -8,6 +8,8 @@
 
 namespace hg::autograd {
 
+class Node;
+
 // Accumulates d(sum_i <tensors[i], grad_tensors[i]>)/d(leaf) into every leaf's grad().
 // grad_tensors[i] may be undefined for a one-element tensors[i] (it is then 1).
 // Unless retain_graph, the graph's saved tensors are freed as it runs. With create_graph
@@ -23,6 +25,28 @@ void backward(const Tensor& tensor, const Tensor& gradient, bool retain_graph, b
 std::vector<Tensor> grad(const std::vector<Tensor>& outputs, const std::vector<Tensor>& inputs,
                          const std::vector<Tensor>& grad_outputs = {}, bool retain_graph = false,
                          bool create_graph = false, bool allow_unused = false);
+
+// Code above autograd/ that wants to see each node the engine applies on this thread (the
+// profiler) derives from NodeObserver; while it lives, the engine calls on_node_begin before a
+// node's apply and on_node_end after it, also when apply threw. Observers form a per-thread list
+// as the dispatch observers do (ops/observer.h): with none alive the engine's cost is one
+// thread-local load per node, and an observer must not be moved.
+class NodeObserver {
+ public:
+  NodeObserver(const NodeObserver&) = delete;
+  NodeObserver& operator=(const NodeObserver&) = delete;
+
+  virtual void on_node_begin(const Node& node) = 0;
+  virtual void on_node_end(const Node& node) noexcept = 0;
+
+ protected:
+  NodeObserver();           // joins this thread's list, first
+  virtual ~NodeObserver();  // leaves it
+
+ private:
+  friend class NodeObserverList;
+  NodeObserver* next_ = nullptr;
+};
 
 // a + b, two gradients of one tensor, summed as the engine sums them: with the add op, so that
 // under create_graph the sum is recorded too. (The engine calls the add op of ops/: the one

@@ -1,10 +1,10 @@
 # The halfgrad library: one static target, halfgrad::halfgrad, built from the module folders at
 # the top of the repository (core/, cpu/, cuda/, autograd/, ops/, nn/, optim/, amp/,
-# io/, data/; docs/design.md §1 has their layer order).
+# io/, data/, profiler/; docs/design.md §1 has their layer order).
 
 include(GNUInstallDirs)
 
-set(HALFGRAD_MODULES core kernel cpu autograd ops nn optim amp io data)
+set(HALFGRAD_MODULES core kernel cpu autograd ops nn optim amp io data profiler)
 
 # NOTE [Include root] Every include reads <halfgrad/core/tensor.h>, in this tree as in an
 # installed prefix. The modules sit at the top of the repository, so the build tree gets an

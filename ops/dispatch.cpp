@@ -143,4 +143,18 @@ void notify_observers(const OpCall& call) {
   }
 }
 
+void notify_op_begin(const OpBegin& call) {
+  for (DispatchObserver* observer = detail::first_observer; observer != nullptr;
+       observer = observer->next_) {
+    observer->on_op_begin(call);
+  }
+}
+
+void notify_op_failed(OpId op) noexcept {
+  for (DispatchObserver* observer = detail::first_observer; observer != nullptr;
+       observer = observer->next_) {
+    observer->on_op_failed(op);
+  }
+}
+
 }  // namespace hg::ops

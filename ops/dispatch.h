@@ -26,7 +26,8 @@
 //   5. anomaly    in anomaly mode, a non-finite output is an error naming the op
 //   6. observe    hand the call to this thread's observers (ops/observer.h): amp's
 //                 AutocastTrace records {op, policy, input dtypes, output dtypes}, amp's
-//                 OverflowWatch checks the outputs for inf/NaN
+//                 OverflowWatch checks the outputs for inf/NaN, the profiler closes the
+//                 interval it opened when the observers were told the call began (after step 1)
 //
 // Variants an op can declare:
 //   static constexpr bool kComposite = true;    no backward of its own: autograd records the
@@ -185,7 +186,13 @@ auto run_unnamed(Op op, Inputs inputs) {
   const bool outermost = !is_below_autocast();
   const bool observed = has_observers();
   std::vector<DType> given_dtypes;
-  if (observed) given_dtypes = dtypes_of(input_span);
+  // From here on, an observer that saw the call begin hears how it ended.
+  ObservedCallGuard observed_call(id, observed);
+  if (observed) {
+    given_dtypes = dtypes_of(input_span);
+    notify_op_begin({.op = id, .device_type = device_type, .outermost = outermost,
+                     .inputs = input_span});
+  }
   std::optional<CastPolicy> policy;
   if (outermost && is_autocast_enabled(device_type)) {
     bool eligible = true;
@@ -250,6 +257,8 @@ auto run_unnamed(Op op, Inputs inputs) {
                       .given_dtypes = given_dtypes,
                       .inputs = input_span,
                       .outputs = outputs});
+    // After the observers: one that threw leaves the others a failed call to close.
+    observed_call.finish();
   }
   return result;
 }

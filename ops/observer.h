@@ -1,6 +1,7 @@
 // Dispatch observers: code above ops/ that wants to see every op as it runs (amp's autocast trace
-// and overflow watch) derives from DispatchObserver; while it lives, the dispatcher hands it
-// each op call of its thread after the op ran (step 6 of ops/dispatch.h).
+// and overflow watch, the profiler) derives from DispatchObserver; while it lives, the dispatcher
+// tells it when each op call of its thread begins and hands it the call after the op ran (step 6
+// of ops/dispatch.h).
 //
 // NOTE [Dispatch observers] The dispatcher knows nothing of what observes it: amp::AutocastTrace
 // and amp::OverflowWatch register here, so ops/ does not include amp/ (docs/design.md §1). The
@@ -39,6 +40,15 @@ struct OpCall {
   std::span<Tensor* const> outputs;
 };
 
+// One op call as it begins: validated, not yet autocast.
+struct OpBegin {
+  OpId op;
+  DeviceType device_type;
+  bool outermost;  // as in OpCall
+  // The tensor inputs as the caller gave them (shapes and dtypes before autocast's casts).
+  std::span<const Tensor> inputs;
+};
+
 class DispatchObserver {
  public:
   DispatchObserver(const DispatchObserver&) = delete;
@@ -46,6 +56,11 @@ class DispatchObserver {
 
   // Called after every op of this thread while this observer lives.
   virtual void on_op(const OpCall& call) = 0;
+  // Called before every op of this thread (before autocast casts its inputs).
+  virtual void on_op_begin(const OpBegin& /*call*/) {}
+  // Called instead of on_op when the op threw; when an observer's on_op threw, every observer
+  // hears it, also those whose on_op had already run. Must not throw.
+  virtual void on_op_failed(OpId /*op*/) noexcept {}
 
  protected:
   DispatchObserver();  // joins this thread's list, first
@@ -53,6 +68,8 @@ class DispatchObserver {
 
  private:
   friend void notify_observers(const OpCall& call);
+  friend void notify_op_begin(const OpBegin& call);
+  friend void notify_op_failed(OpId op) noexcept;
   DispatchObserver* next_ = nullptr;
 };
 
@@ -64,5 +81,25 @@ extern thread_local constinit DispatchObserver* first_observer;
 inline bool has_observers() { return detail::first_observer != nullptr; }
 // Hands `call` to each observer of this thread, innermost first.
 void notify_observers(const OpCall& call);
+void notify_op_begin(const OpBegin& call);
+void notify_op_failed(OpId op) noexcept;
+
+namespace detail {
+// Tells the observers that an op they saw begin has thrown, unless finish() was called first.
+class ObservedCallGuard {
+ public:
+  ObservedCallGuard(OpId op, bool active) : op_(op), active_(active) {}
+  ~ObservedCallGuard() {
+    if (active_) notify_op_failed(op_);
+  }
+  ObservedCallGuard(const ObservedCallGuard&) = delete;
+  ObservedCallGuard& operator=(const ObservedCallGuard&) = delete;
+  void finish() { active_ = false; }
+
+ private:
+  OpId op_;
+  bool active_;
+};
+}  // namespace detail
 
 }  // namespace hg::ops

@@ -13,7 +13,9 @@
 // one line every --log-every steps otherwise; --quiet: none). The run ends with the accuracy;
 // --json adds one JSON line of metrics. --compare fp32,fp16,bf16 trains once per dtype (same
 // seed, same batches) and prints one table: step time, tokens/s, final loss, accuracy, skipped
-// steps, final scale, speedup over fp32 (./scripts/demo runs this).
+// steps, final scale, speedup over fp32 (./scripts/demo runs this). --profile FILE profiles
+// steps 3 to 5 (after two warm-up steps) with profiler::Profile, writes their Chrome trace to
+// FILE (open it in ui.perfetto.dev) and prints the profiler's table.
 //
 // Exit status: 0; 1 when an accuracy is below --min-accuracy; 2 on bad input (an unreadable or
 // too short --text file, a model shape halfgrad refuses).
@@ -114,6 +116,7 @@ int main(int argc, char** argv) {
   double min_accuracy = 0.0;
   bool json = false;
   bool quiet = false;
+  std::string profile_file;
   // A flag given twice takes its last value, so ./scripts/demo --steps N overrides the demo's.
   app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   app.add_option("--dtype", dtype_flag, "precision of the forward pass")
@@ -144,6 +147,9 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0.0, 1.0));
   app.add_flag("--json", json, "print one JSON line of metrics per run");
   app.add_flag("--quiet", quiet, "no progress lines");
+  app.add_option("--profile", profile_file,
+                 "profile steps 3-5: write their Chrome trace to this file, print the op table")
+      ->excludes("--compare");
   CLI11_PARSE(app, argc, argv);
 
   try {
@@ -172,6 +178,7 @@ int main(int argc, char** argv) {
 
     std::vector<TrainMetrics> runs;
     bool below_bar = false;
+    options.profile_path = profile_file;
     for (DType dtype : dtypes) {
       options.dtype = dtype;
       const std::string_view name = precision_name(dtype);
@@ -194,6 +201,10 @@ int main(int argc, char** argv) {
           m.final_scale);
       fmt::print("{}: accuracy {:.4f} ({})\n", name, m.accuracy, task->accuracy_name());
       if (json) print_json(m, task_name);
+      if (!profile_file.empty()) {
+        fmt::print("{}: profiled steps {}-{}, Chrome trace in {}\n{}", name, m.profiled_first,
+                   m.profiled_last, profile_file, m.profile_table);
+      }
       below_bar = below_bar || m.accuracy < min_accuracy;
       runs.push_back(m);
     }

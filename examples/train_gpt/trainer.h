@@ -14,6 +14,10 @@
 // scaler.update, then the learning-rate schedule, which does not advance on a skipped step
 // (NOTE [Skipped steps] in optim/lr_scheduler.h). Parameters and AdamW's state stay float32.
 //
+// With profile_path set, steps profile_warmup + 1 ... profile_warmup + profile_steps run under a
+// profiler::Profile: its Chrome trace goes to profile_path and its table to
+// TrainMetrics::profile_table.
+//
 // AdamW decays the weights of matmuls and embeddings (parameters of 2 or more dims), not
 // biases and LayerNorm parameters, as nanoGPT does.
 #pragma once
@@ -23,6 +27,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <random>
 #include <string>
 #include <string_view>
@@ -63,6 +68,10 @@ struct TrainOptions {
   double weight_decay = 0.1;
   double clip_norm = 1.0;
   uint64_t seed = 0;  // of the initial weights and of the batches
+  std::string profile_path = "";  // empty: no profiling
+  int64_t profile_warmup = 2;     // steps before the profiled ones (fewer when steps is small)
+  int64_t profile_steps = 3;
+  int64_t profile_rows = 20;  // of the table
 };
 
 // What one step did, for a progress display.
@@ -86,6 +95,8 @@ struct TrainMetrics {
   double accuracy;        // Task::accuracy after training
   int64_t skipped_steps;  // optimizer steps the GradScaler skipped (inf/NaN gradients)
   double final_scale;     // the GradScaler's scale at the end (1 when it is off)
+  std::string profile_table;  // the profiled steps' table (options.profile_path set)
+  int64_t profiled_first = 0, profiled_last = 0;  // the profiled steps
   static constexpr int64_t kFinalLossSteps = 20;
 };
 
@@ -129,7 +140,16 @@ inline TrainMetrics train(const Task& task, const TrainOptions& options,
   auto seconds_since_start = [&] {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   };
+  const bool profiling = !options.profile_path.empty();
+  metrics.profiled_first = std::min(options.profile_warmup + 1, options.steps);
+  metrics.profiled_last =
+      std::min(metrics.profiled_first + std::max<int64_t>(options.profile_steps, 1) - 1,
+               options.steps);
+  std::optional<profiler::Profile> profile;
   for (int64_t step = 1; step <= options.steps; ++step) {
+    if (profiling && step == metrics.profiled_first) {
+      profile.emplace(profiler::ProfileOptions{.model = &model});
+    }
     const Batch batch = task.sample_batch(options.batch, batch_rng);
     opt.zero_grad();
     Tensor loss;
@@ -148,6 +168,12 @@ inline TrainMetrics train(const Task& task, const TrainOptions& options,
     schedule.step(/*optimizer_stepped=*/!skipped);
     metrics.skipped_steps += skipped;
     losses.push_back(loss.item<double>());
+    if (profile && step == metrics.profiled_last) {
+      profile->stop();
+      profile->export_chrome_trace(options.profile_path);
+      metrics.profile_table = profile->table("", options.profile_rows);
+      profile.reset();
+    }
     if (on_step) {
       on_step({.step = step,
                .steps = options.steps,

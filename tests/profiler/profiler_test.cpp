@@ -1,0 +1,452 @@
+// profiler::Profile: what it records for a small model's forward and backward (checked against an
+// amp::AutocastTrace of the same run and the model's structure), its tables, its Chrome trace
+// (read back with nlohmann's JSON parser) and when it records.
+#include <catch2/catch.hpp>
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <thread>
+
+#include "halfgrad/halfgrad.h"
+
+using namespace hg;
+using Catch::Contains;
+using json = nlohmann::json;
+
+namespace {
+
+// Linear(8, 16), GELU, Linear(16, 4): the model of every test here.
+std::shared_ptr<nn::Sequential> make_mlp() {
+  manual_seed(0);
+  return std::make_shared<nn::Sequential>(nn::Linear(8, 16), nn::GELU(), nn::Linear(16, 4));
+}
+
+// One training step's forward and backward, as a user writes it.
+void step(nn::Sequential& model, const Tensor& x, const Tensor& target) {
+  const Tensor loss = mse_loss(model(x), target);
+  loss.backward();
+}
+
+std::map<std::string, int64_t> count_by_name(const std::vector<profiler::Event>& events,
+                                             bool outermost_only) {
+  std::map<std::string, int64_t> counts;
+  for (const profiler::Event& e : events) {
+    if (!outermost_only || e.depth == 0) counts[e.name] += 1;
+  }
+  return counts;
+}
+
+std::vector<const profiler::Event*> named(const std::vector<profiler::Event>& events,
+                                          std::string_view name) {
+  std::vector<const profiler::Event*> found;
+  for (const profiler::Event& e : events) {
+    if (e.name == name) found.push_back(&e);
+  }
+  return found;
+}
+
+std::string temp_path(const std::string& name) {
+  return (std::filesystem::temp_directory_path() /
+          fmt::format("hg_profiler_{}_{}", ::getpid(), name))
+      .string();
+}
+
+json read_json_file(const std::string& path) {
+  std::ifstream file(path);
+  REQUIRE(file.is_open());
+  std::stringstream text;
+  text << file.rdbuf();
+  return json::parse(text.str());  // throws on anything that is not strict JSON
+}
+
+}  // namespace
+
+TEST_CASE("every op of a forward and backward is recorded as the autocast trace sees it",
+          "[profiler]") {
+  auto model = make_mlp();
+  const Tensor x = randn({5, 8});
+  const Tensor target = randn({5, 4});
+  amp::AutocastTrace trace;  // sees the outermost calls, independently of the profiler
+  profiler::Profile prof;
+  step(*model, x, target);
+  prof.stop();
+
+  const std::vector<profiler::Event>& events = prof.events();
+  // The outermost op calls (the user's, and those a backward node made), in order, are the
+  // trace's entries, with the dtypes as given.
+  std::vector<const profiler::Event*> outermost;
+  for (const profiler::Event& e : events) {
+    if (e.op && (e.parent < 0 || !events[size_t(e.parent)].op)) outermost.push_back(&e);
+  }
+  REQUIRE(outermost.size() == trace.entries().size());
+  for (size_t i = 0; i < outermost.size(); ++i) {
+    CHECK(outermost[i]->op == trace.entries()[i].op);
+    CHECK(outermost[i]->input_dtypes == trace.entries()[i].input_dtypes);
+    CHECK(outermost[i]->policy == trace.entries()[i].policy);
+  }
+  // By hand from the model: two linears, one gelu, one mse_loss in the forward.
+  const auto counts = count_by_name(events, /*outermost_only=*/true);
+  CHECK(counts.at("linear") == 2);
+  CHECK(counts.at("gelu") == 1);
+  CHECK(counts.at("mse_loss") == 1);
+  // key_averages counts every call, nested ones too.
+  const auto all = count_by_name(events, /*outermost_only=*/false);
+  for (const profiler::KeyAverage& a : prof.key_averages()) CHECK(a.count == all.at(a.key));
+
+  // Shapes and dtypes as the caller gave them.
+  const auto linears = named(events, "linear");
+  REQUIRE(linears.size() == 2);
+  CHECK(linears[0]->input_shapes == std::vector<std::vector<int64_t>>{{5, 8}, {16, 8}, {16}});
+  CHECK(linears[1]->input_shapes == std::vector<std::vector<int64_t>>{{5, 16}, {4, 16}, {4}});
+  CHECK(linears[0]->input_dtypes == std::vector<DType>{kFloat32, kFloat32, kFloat32});
+  CHECK(linears[0]->device == Device(kCPU));
+  CHECK_FALSE(linears[0]->policy.has_value());  // autocast off
+
+  // Without a model, modules go by class name, outermost first.
+  CHECK(linears[0]->module == "Linear");
+  CHECK(linears[0]->module_stack == std::vector<std::string>{"Sequential", "Linear"});
+  CHECK(named(events, "gelu")[0]->module == "GELU");
+  CHECK(named(events, "mse_loss")[0]->module.empty());  // called outside any module
+
+  // The backward nodes, once each, after the forward: the model's linears and GELU, the loss,
+  // and one AccumulateGrad per parameter.
+  CHECK(counts.at("LinearBackward") == 2);
+  CHECK(counts.at("GeluBackward") == 1);
+  CHECK(counts.at("MseLossBackward") == 1);
+  CHECK(counts.at("AccumulateGrad") == 4);
+  const auto first_backward =
+      std::find_if(events.begin(), events.end(), [](const profiler::Event& e) { return !e.op; });
+  REQUIRE(first_backward != events.end());
+  CHECK(first_backward->name == "MseLossBackward");
+  CHECK(std::all_of(first_backward, events.end(), [](const profiler::Event& e) {
+    return e.module.empty() && !e.policy.has_value();
+  }));
+}
+
+TEST_CASE("nested ops are children and self times add up to the total", "[profiler]") {
+  auto model = make_mlp();
+  const Tensor x = randn({5, 8});
+  const Tensor target = randn({5, 4});
+  profiler::Profile prof;
+  step(*model, x, target);
+  prof.stop();
+  const std::vector<profiler::Event>& events = prof.events();
+
+  int64_t top_level_ns = 0;
+  for (size_t i = 0; i < events.size(); ++i) {
+    const profiler::Event& e = events[i];
+    CHECK(e.cpu_ns >= 0);
+    CHECK_FALSE(e.failed);
+    if (e.parent < 0) {
+      CHECK(e.depth == 0);
+      top_level_ns += e.cpu_ns;
+      continue;
+    }
+    const profiler::Event& parent = events[size_t(e.parent)];
+    CHECK(size_t(e.parent) < i);
+    CHECK(e.depth == parent.depth + 1);
+    CHECK(e.start_ns >= parent.start_ns);
+    CHECK(e.start_ns + e.cpu_ns <= parent.start_ns + parent.cpu_ns);
+  }
+  // Self time: each group's is at most its total, and all of them together are the time of the
+  // outermost calls (every nanosecond is some op's own).
+  double self_total_us = 0.0;
+  for (const profiler::KeyAverage& a : prof.key_averages()) {
+    CHECK(a.self_cpu_time_total <= a.cpu_time_total + 1e-9);
+    CHECK(a.self_cpu_time_total >= -1e-9);
+    CHECK(a.cuda_time_total == 0.0);
+    self_total_us += a.self_cpu_time_total;
+  }
+  CHECK(self_total_us == Approx(double(top_level_ns) / 1e3).epsilon(1e-9));
+  CHECK_THAT(prof.table(), Contains(fmt::format("Self CPU time total: ")));
+}
+
+TEST_CASE("with a model modules are named by their path", "[profiler]") {
+  auto model = make_mlp();
+  const Tensor x = randn({5, 8});
+  profiler::Profile prof({.model = model.get()});
+  (*model)(x);
+  prof.stop();
+  const auto linears = named(prof.events(), "linear");
+  REQUIRE(linears.size() == 2);
+  CHECK(linears[0]->module == "0");
+  CHECK(linears[1]->module == "2");
+  CHECK(linears[1]->module_stack == std::vector<std::string>{"Sequential", "2"});
+  CHECK(named(prof.events(), "gelu")[0]->module == "1");
+
+  const auto by_module = prof.key_averages({.module = true});
+  int64_t linear_groups = 0;
+  for (const profiler::KeyAverage& a : by_module) {
+    if (a.key == "linear") {
+      ++linear_groups;
+      CHECK(a.count == 1);
+      CHECK((a.module == "0" || a.module == "2"));
+    }
+  }
+  CHECK(linear_groups == 2);
+}
+
+TEST_CASE("under bf16 autocast linear runs in lower precision", "[profiler]") {
+  auto model = make_mlp();
+  const Tensor x = randn({5, 8});
+  profiler::Profile prof;
+  {
+    amp::Autocast autocast(kCPU, kBFloat16);
+    (*model)(x);
+  }
+  prof.stop();
+  const auto linears = named(prof.events(), "linear");
+  REQUIRE(linears.size() == 2);
+  for (const profiler::Event* linear : linears) {
+    REQUIRE(linear->policy.has_value());
+    CHECK(*linear->policy == CastPolicy::LowerPrecision);
+  }
+  // The first linear was given float32 (autocast cast it inside); the second, GELU's output,
+  // already bfloat16.
+  CHECK(linears[0]->input_dtypes[0] == kFloat32);
+  CHECK(linears[1]->input_dtypes[0] == kBFloat16);
+  // The casts autocast made belong to the linear: its children.
+  bool cast_child = false;
+  for (const profiler::Event& e : prof.events()) {
+    const bool child_of_first = e.parent >= 0 && &prof.events()[size_t(e.parent)] == linears[0];
+    cast_child = cast_child || (child_of_first && e.op == OpId::to_dtype);
+  }
+  CHECK(cast_child);
+}
+
+TEST_CASE("key averages group by input shape", "[profiler]") {
+  const Tensor a = randn({2, 3}), b = randn({4, 3});
+  profiler::Profile prof;
+  add(a, a);
+  add(b, b);
+  add(a, a);
+  prof.stop();
+  const auto plain = prof.key_averages();
+  REQUIRE(plain.size() == 1);
+  CHECK(plain[0].count == 3);
+  const auto grouped = prof.key_averages({.input_shape = true});
+  REQUIRE(grouped.size() == 2);
+  CHECK(grouped[0].input_shapes == "[[2, 3], [2, 3]]");
+  CHECK(grouped[0].count == 2);
+  CHECK(grouped[1].input_shapes == "[[4, 3], [4, 3]]");
+  CHECK(grouped[1].count == 1);
+  CHECK_THAT(prof.table("count", -1, {.input_shape = true}), Contains("[[4, 3], [4, 3]]"));
+}
+
+TEST_CASE("the table is sorted by the chosen key and keeps row_limit rows", "[profiler]") {
+  auto model = make_mlp();
+  const Tensor x = randn({5, 8});
+  const Tensor target = randn({5, 4});
+  profiler::Profile prof;
+  step(*model, x, target);
+  prof.stop();
+  const auto averages = prof.key_averages();
+  REQUIRE(averages.size() > 4);
+
+  for (std::string_view key : {"count", "cpu_time_total", "self_cpu_time_total"}) {
+    const std::string table = prof.table(key, 3);
+    std::vector<std::string> lines;
+    std::istringstream in(table);
+    for (std::string line; std::getline(in, line);) lines.push_back(line);
+    // rule, header, rule, 3 rows, rule, the total.
+    REQUIRE(lines.size() == 8);
+    CHECK_THAT(lines[1], Contains("Name") && Contains("Self CPU %") && Contains("# of Calls"));
+    CHECK(lines[7].rfind("Self CPU time total: ", 0) == 0);
+    // The three rows are the three largest groups by the key, largest first.
+    std::vector<profiler::KeyAverage> sorted = averages;
+    auto value = [&](const profiler::KeyAverage& a) {
+      if (key == "count") return double(a.count);
+      return key == "cpu_time_total" ? a.cpu_time_total : a.self_cpu_time_total;
+    };
+    std::stable_sort(sorted.begin(), sorted.end(),
+                     [&](const auto& p, const auto& q) { return value(p) > value(q); });
+    for (size_t row = 0; row < 3; ++row) {
+      std::istringstream cells(lines[3 + row]);
+      std::string name;
+      cells >> name;
+      CHECK(name == sorted[row].key);
+      // The last cell is the call count.
+      const std::string count = lines[3 + row].substr(
+          lines[3 + row].find_last_not_of(' ') - fmt::format("{}", sorted[row].count).size() + 1);
+      CHECK(std::stoll(count) == sorted[row].count);
+    }
+  }
+  const std::string every = prof.table("count", -1);
+  CHECK(std::count(every.begin(), every.end(), '\n') == int64_t(averages.size()) + 5);
+  CHECK_THROWS_WITH(prof.table("cpu_time"), Contains("expected sort_by") && Contains("'cpu_time'"));
+}
+
+namespace {
+// A module whose class name needs escaping in JSON.
+struct OddlyNamed : nn::Module {
+  std::string name() const override { return "Odd \"quoted\" \\ name\n"; }
+  Tensor forward(const Tensor& x) override { return relu(x); }
+};
+}  // namespace
+
+TEST_CASE("the Chrome trace is JSON whose events nest on each track", "[profiler]") {
+  auto model = make_mlp();
+  auto odd = std::make_shared<OddlyNamed>();
+  const Tensor x = randn({5, 8});
+  const Tensor target = randn({5, 4});
+  profiler::Profile prof({.model = model.get()});
+  step(*model, x, target);
+  (*odd)(x);
+  prof.stop();
+  const std::string path = temp_path("trace.json");
+  prof.export_chrome_trace(path);
+  const json trace = read_json_file(path);
+  std::remove(path.c_str());
+
+  REQUIRE(trace.contains("traceEvents"));
+  struct Interval {
+    int64_t start, end;  // nanoseconds
+  };
+  std::map<int64_t, std::vector<Interval>> tracks;
+  size_t complete = 0;
+  bool saw_odd = false;
+  for (const json& e : trace["traceEvents"]) {
+    REQUIRE(e.contains("name"));
+    REQUIRE(e.contains("ph"));
+    REQUIRE(e.contains("pid"));
+    REQUIRE(e.contains("tid"));
+    if (e["ph"] != "X") {
+      CHECK(e["ph"] == "M");  // track names
+      continue;
+    }
+    ++complete;
+    REQUIRE(e.contains("ts"));
+    REQUIRE(e.contains("dur"));
+    REQUIRE(e.contains("cat"));
+    const json& args = e["args"];
+    for (const char* key : {"shapes", "dtypes", "policy", "module", "device"}) {
+      CHECK(args.contains(key));
+    }
+    saw_odd = saw_odd || args["module"] == "Odd \"quoted\" \\ name\n";
+    // Times are microseconds with three decimals: whole nanoseconds.
+    const auto ns = [](const json& us) { return int64_t(std::llround(us.get<double>() * 1e3)); };
+    tracks[e["tid"].get<int64_t>()].push_back({ns(e["ts"]), ns(e["ts"]) + ns(e["dur"])});
+  }
+  CHECK(saw_odd);
+  CHECK(complete == prof.events().size());  // CPU ops only here: one event each
+  // On each track, in order of start, every interval lies inside the open ones or after them.
+  for (auto& [tid, intervals] : tracks) {
+    std::stable_sort(intervals.begin(), intervals.end(),
+                     [](const Interval& a, const Interval& b) { return a.start < b.start; });
+    std::vector<Interval> open;
+    for (const Interval& interval : intervals) {
+      while (!open.empty() && open.back().end <= interval.start) open.pop_back();
+      if (!open.empty()) CHECK(interval.end <= open.back().end);
+      open.push_back(interval);
+    }
+  }
+  // The module path and shapes reach the trace.
+  CHECK_THAT(prof.chrome_trace(),
+             Contains("\"module\": \"0\"") && Contains("\"shapes\": [[5, 8], [16, 8], [16]]"));
+}
+
+TEST_CASE("nothing is recorded after stop or outside the profile or from another thread",
+          "[profiler]") {
+  const Tensor a = randn({3});
+  profiler::Profile prof;
+  CHECK(prof.recording());
+  CHECK_THROWS_WITH(prof.events(), Contains("expected a stopped profile"));
+  neg(a);
+  std::thread other([&] { exp(a); });  // another thread's ops are its own
+  other.join();
+  prof.stop();
+  neg(a);  // after stop
+  REQUIRE(prof.events().size() == 1);
+  CHECK(prof.events()[0].op == OpId::neg);
+  CHECK_THROWS_WITH(prof.stop(), Contains("expected a recording profile"));
+
+  prof.start();  // records again, after the first events
+  sqrt(a);
+  prof.stop();
+  REQUIRE(prof.events().size() == 2);
+  CHECK(prof.events()[1].op == OpId::sqrt);
+  CHECK(prof.events()[1].start_ns >= prof.events()[0].start_ns + prof.events()[0].cpu_ns);
+
+  // A destroyed profile stops recording: the ops after it reach only the outer one.
+  profiler::Profile outer;
+  {
+    profiler::Profile inner;
+    abs(a);
+  }
+  neg(a);
+  outer.stop();
+  REQUIRE(outer.events().size() == 2);
+  CHECK(outer.events()[0].op == OpId::abs);
+  CHECK(outer.events()[1].op == OpId::neg);
+}
+
+TEST_CASE("a profile is started and stopped on its own thread only", "[profiler]") {
+  profiler::Profile prof;
+  prof.stop();
+  std::string refused;
+  std::thread other([&] {
+    try {
+      prof.start();
+    } catch (const Error& error) {
+      refused = error.what();
+    }
+  });
+  other.join();
+  CHECK_THAT(refused, Contains("Profile::start: expected the thread that made the profile"));
+  CHECK_FALSE(prof.recording());
+}
+
+TEST_CASE("nested profiles record independently", "[profiler]") {
+  const Tensor a = randn({3});
+  profiler::Profile outer;
+  neg(a);
+  profiler::Profile inner;
+  exp(a);
+  inner.stop();
+  abs(a);
+  outer.stop();
+  REQUIRE(inner.events().size() == 1);
+  CHECK(inner.events()[0].op == OpId::exp);
+  REQUIRE(outer.events().size() == 3);
+  CHECK(outer.events()[1].op == OpId::exp);
+  CHECK(outer.events()[2].op == OpId::abs);
+}
+
+TEST_CASE("an op that throws is closed and the ops after it nest correctly", "[profiler]") {
+  const Tensor a = randn({2, 3}), b = randn({4, 5});
+  profiler::Profile prof;
+  CHECK_THROWS(matmul(a, b));
+  neg(a);
+  prof.stop();
+  const std::vector<profiler::Event>& events = prof.events();
+  REQUIRE(!events.empty());
+  CHECK(events.back().op == OpId::neg);
+  CHECK(events.back().depth == 0);  // not a child of the failed call
+  bool failed = false;
+  for (const profiler::Event& e : events) failed = failed || e.failed;
+  CHECK(failed);
+}
+
+TEST_CASE("a profile on each thread records that thread's ops", "[profiler]") {
+  const Tensor a = randn({3});
+  std::vector<std::vector<OpId>> seen(2);
+  auto work = [&](size_t i, int n) {
+    profiler::Profile prof;
+    for (int k = 0; k < n; ++k) (i == 0 ? neg(a) : exp(a));
+    prof.stop();
+    for (const profiler::Event& e : prof.events()) seen[i].push_back(e.op.value());
+  };
+  std::thread t0(work, 0, 3), t1(work, 1, 5);
+  t0.join();
+  t1.join();
+  CHECK(seen[0] == std::vector<OpId>(3, OpId::neg));
+  CHECK(seen[1] == std::vector<OpId>(5, OpId::exp));
+}
