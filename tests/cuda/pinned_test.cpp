@@ -41,8 +41,6 @@ class StreamGate {
   std::atomic<bool> open_{false};
 };
 
-std::vector<float> values_of(const Tensor& t) { return host(t).to_vector<float>(); }
-
 }  // namespace
 
 TEST_CASE("pinned tensors report is_pinned and keep their values", "[cuda]") {
@@ -79,8 +77,8 @@ TEST_CASE("a non_blocking copy from pinned memory is right after synchronize", "
     const Tensor async = p.to(kGpu, /*non_blocking=*/true);
     const Tensor blocking = p.to(kGpu);
     cuda::synchronize();
-    CHECK(values_of(async) == x.to_vector<float>());
-    CHECK(values_of(blocking) == x.to_vector<float>());
+    CHECK(values_of(async) == values_of(x));
+    CHECK(values_of(blocking) == values_of(x));
   }
 }
 
@@ -97,7 +95,7 @@ TEST_CASE("a blocking copy from pinned memory may be followed by writes to it", 
     p.fill_(-7.0);
   }
   cuda::synchronize();
-  CHECK(values_of(y) == x.to_vector<float>());
+  CHECK(values_of(y) == values_of(x));
 }
 
 TEST_CASE("a pinned block is not reused while a copy from it is pending", "[cuda]") {
@@ -118,7 +116,7 @@ TEST_CASE("a pinned block is not reused while a copy from it is pending", "[cuda
     gate.open();
     cuda::synchronize();
   }
-  CHECK(values_of(y) == x.to_vector<float>());
+  CHECK(values_of(y) == values_of(x));
   // Once the copy ran, its block is cached again: two requests get both blocks back.
   const Tensor a = empty({kNumel}, {.pin_memory = true});
   const Tensor b = empty({kNumel}, {.pin_memory = true});
@@ -140,7 +138,7 @@ TEST_CASE("DataLoader with pin_memory yields pinned batches", "[cuda]") {
       const Tensor on_gpu = batch[0].to(kGpu, /*non_blocking=*/true);
       cuda::synchronize();
       const int64_t rows = batch[0].size(0);
-      CHECK(values_of(on_gpu) == x.narrow(0, first, rows).contiguous().to_vector<float>());
+      CHECK(values_of(on_gpu) == values_of(x.narrow(0, first, rows)));
       CHECK(host(batch[1].to(kGpu, true)).to_vector<int64_t>() ==
             labels.narrow(0, first, rows).to_vector<int64_t>());
       first += rows;
