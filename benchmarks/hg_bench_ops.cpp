@@ -23,6 +23,8 @@
 //   {"bench": "cuda_unscale", "impl": "halfgrad", "params": ..., "tensors": 148, "bytes": ...,
 //    "ms": ..., "gbps": ..., "copy_gbps": ..., "fraction_of_copy": ..., "target": 0.8, ...}
 //   {"bench": "cuda_adamw", ... the same keys}
+//   {"bench": "cuda_h2d_copy", "impl": "halfgrad", "memory": "pinned", "non_blocking": true,
+//    "dtype": "float32", "numel": ..., "bytes": ..., "ms": ..., "gbps": ..., "peak_mib": ...}
 //   {"bench": "cuda_attention", "impl": "halfgrad", "dtype": "bfloat16", "pass": "forward",
 //    "shape": "8x12x1024x64", "causal": true, "tflops": ..., "ms": ..., "peak_mib": ...,
 //    "kernel": "fused"}
@@ -37,7 +39,8 @@
 //   bandwidth  a 1 GiB float32 copy_ (bytes read + written: the device's copy bandwidth),
 //              then GradScaler::unscale_ and an AdamW step over GPT-2 small's parameters
 //              (124M float32 in 148 tensors), each as a fraction of that copy bandwidth for
-//              the bytes it must move.
+//              the bytes it must move. Then a 256 MiB host-to-device copy from pageable and
+//              from pinned memory (cuda_h2d_copy; no PyTorch twin line).
 //   attention  causal scaled_dot_product_attention at a GPT-2-small-like step's shape
 //              (B 8, H 12, T 1024, E 64) in fp16 and bf16: the forward, and forward +
 //              backward, in TFLOP/s of the causal half's matmuls (2 and 5 GEMMs of
@@ -554,6 +557,31 @@ void run_cuda_bandwidth_benchmarks(const Options& options) {
     hg::optim::AdamW opt(params, {.lr = 6e-4, .beta1 = 0.9, .beta2 = 0.95, .weight_decay = 0.1});
     const double ms = hg::bench::cuda_ms_per_call(options, [&] { opt.step(); });
     print_fused("cuda_adamw", params, 28.0 * double(total_numel(params)), ms, copy_gbps);
+  }
+  // Host to device: to(kCUDA) of 256 MiB of float32 from pageable memory (copied by the host
+  // into the pinned staging buffers, then uploaded), and to(kCUDA, non_blocking = true) from
+  // pinned memory (uploaded in place; NOTE [Pinned host memory]). The time between the events
+  // includes the host's part of each call, as a training loop sees it.
+  {
+    const int64_t numel = int64_t(1) << 26;
+    hg::manual_seed(3);
+    const hg::Tensor pageable = hg::randn({numel});
+    const hg::Tensor pinned = pageable.pin_memory();
+    for (const bool use_pinned : {false, true}) {
+      hg::cuda::synchronize();
+      hg::cuda::reset_peak_memory_stats();
+      const double ms = hg::bench::cuda_ms_per_call(options, [&] {
+        (void)(use_pinned ? pinned.to(hg::kCUDA, /*non_blocking=*/true) : pageable.to(hg::kCUDA));
+      });
+      const double bytes = double(pageable.nbytes());
+      fmt::print(
+          "{{\"bench\": \"cuda_h2d_copy\", \"impl\": \"halfgrad\", \"memory\": \"{}\", "
+          "\"non_blocking\": {}, \"dtype\": \"float32\", \"numel\": {}, \"bytes\": {:.0f}, "
+          "\"ms\": {:.4f}, \"gbps\": {:.1f}, \"peak_mib\": {:.1f}}}\n",
+          use_pinned ? "pinned" : "pageable", json_bool(use_pinned), numel, bytes, ms,
+          bytes / ms * 1e-6, hg::bench::cuda_peak_mib());
+      std::fflush(stdout);
+    }
   }
 }
 

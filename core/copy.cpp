@@ -1,4 +1,5 @@
-// Copies and dtype conversions: copy_, fill_, clone, to(dtype), item, to_vector.
+// Copies and dtype conversions: copy_, fill_, clone, to(dtype), to(device), pin_memory, item,
+// to_vector.
 //
 // Every copy is one strided walk (for_each_row) with a row kernel picked from a table
 // indexed by (destination dtype, source dtype). Rounding happens in cast_value (cast.h);
@@ -197,13 +198,26 @@ Tensor core::to_dtype(const Tensor& self, DType dtype) {
   return out;
 }
 
-Tensor Tensor::to(Device device) const {
+Tensor Tensor::to(Device device) const { return to(device, /*non_blocking=*/false); }
+
+Tensor Tensor::to(Device device, bool non_blocking) const {
   if (device == this->device()) return *this;
   const DeviceHooks* hooks = device_hooks(kCUDA);
   HG_CHECK(hooks != nullptr,
            "to: cannot move a tensor from {} to {}: halfgrad was built without its CUDA backend",
            this->device(), device);
-  return hooks->copy_to_device(*this, device);
+  return hooks->copy_to_device(*this, device, non_blocking);
+}
+
+Tensor Tensor::pin_memory() const {
+  HG_CHECK(is_cpu(),
+           "pin_memory: expected a CPU tensor (only host memory can be pinned), got one on {}",
+           device());
+  if (is_pinned()) return *this;
+  Tensor out(make_pooled<TensorImpl>(make_pinned_storage(nbytes(), "pin_memory"), dtype(), sizes(),
+                                     numel()));
+  copy_elements(out, *this);
+  return out;
 }
 
 template <class T>

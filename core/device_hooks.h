@@ -35,8 +35,12 @@ struct DeviceHooks {
   void (*fill_uniform)(const Tensor& dst, double low, double high, Generator& gen);
   void (*fill_normal)(const Tensor& dst, double mean, double stddev, Generator& gen);
   // A contiguous copy of src on `device`, where src or `device` (or both) is of this type and
-  // the two differ.
-  Tensor (*copy_to_device)(const Tensor& src, Device device);
+  // the two differ. non_blocking: the caller allows the copy to read src after it returns
+  // (the host does not wait for it) where src's memory is pinned (Tensor::to).
+  Tensor (*copy_to_device)(const Tensor& src, Device device, bool non_blocking);
+  // The page-locked host allocator of this backend; throws hg::Error, naming `op`, when no
+  // device of this type is usable (pinned memory needs a device's driver).
+  Allocator* (*pinned_allocator)(const char* op);
 };
 
 // Installs the hooks of a device type other than the CPU (once, while the program starts).

@@ -54,6 +54,13 @@ Tensor generate(const Shape& sizes, DType dtype, const char* op, F&& f) {
 Tensor empty(const Shape& sizes, TensorOptions options) {
   const int64_t numel = shape_numel(sizes);
   const size_t nbytes = size_t(numel) * element_size(options.dtype);
+  if (options.pin_memory) {
+    HG_CHECK(options.device.is_cpu(),
+             "empty: pin_memory applies to CPU tensors (page-locked host memory), got device {}",
+             options.device);
+    return Tensor(make_pooled<TensorImpl>(make_pinned_storage(nbytes, "empty(pin_memory)"),
+                                          options.dtype, sizes, numel));
+  }
   return Tensor(
       make_pooled<TensorImpl>(make_storage(nbytes, options.device), options.dtype, sizes, numel));
 }

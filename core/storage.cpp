@@ -1,5 +1,5 @@
 // Storage (storage.h): the CPU caching allocator (size classes, cached large blocks, poisoning
-// for tests), and make_storage for every device.
+// for tests), and make_storage / make_pinned_storage for every device.
 #include "halfgrad/core/storage.h"
 
 #include <algorithm>
@@ -241,6 +241,16 @@ Storage make_storage(size_t nbytes, Device device) {
                                     device);
   }
   return make_pooled<StorageImpl>(cpu_allocator()->allocate(nbytes), nbytes, device);
+}
+
+Storage make_pinned_storage(size_t nbytes, const char* op) {
+  const DeviceHooks* hooks = device_hooks(kCUDA);
+  HG_CHECK(hooks != nullptr,
+           "{}: cannot allocate {} bytes of page-locked host memory: halfgrad was built without "
+           "its CUDA backend (pinned memory needs a usable CUDA device)",
+           op, nbytes);
+  return make_pooled<StorageImpl>(hooks->pinned_allocator(op)->allocate(nbytes), nbytes,
+                                  Device(kCPU), /*pinned=*/true);
 }
 
 Storage wrap_storage(void* data, size_t nbytes, Device device, std::function<void(void*)> deleter) {

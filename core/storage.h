@@ -90,12 +90,14 @@ size_t cpu_allocation_size(size_t nbytes);
 
 class StorageImpl {
  public:
-  StorageImpl(DataPtr data, size_t nbytes, Device device)
-      : data_(std::move(data)), nbytes_(nbytes), device_(device) {}
+  StorageImpl(DataPtr data, size_t nbytes, Device device, bool pinned = false)
+      : data_(std::move(data)), nbytes_(nbytes), device_(device), pinned_(pinned) {}
 
   void* data() const { return data_.get(); }
   size_t nbytes() const { return nbytes_; }
   Device device() const { return device_; }
+  // True for CPU memory from the CUDA backend's page-locked host allocator (make_pinned_storage).
+  bool is_pinned() const { return pinned_; }
 
   // NOTE [Version counter] Every in-place write to a storage bumps its version. Autograd
   // saves the version with each saved tensor and refuses to use one that changed. A tensor
@@ -107,6 +109,7 @@ class StorageImpl {
   DataPtr data_;
   size_t nbytes_;
   Device device_;
+  bool pinned_;
   std::atomic<uint64_t> version_{0};
 };
 
@@ -114,6 +117,10 @@ using Storage = std::shared_ptr<StorageImpl>;
 
 // A new storage of nbytes from the device's allocator.
 Storage make_storage(size_t nbytes, Device device);
+// A new CPU storage of nbytes of page-locked memory, from the CUDA backend's caching host
+// allocator (NOTE [Pinned host memory] in cuda/pinned_allocator.cpp); hg::Error without a
+// usable CUDA device. `op` names the caller in that error.
+Storage make_pinned_storage(size_t nbytes, const char* op = "pin_memory");
 // A storage over memory the caller owns; `deleter` (if any) runs when the last tensor
 // using it is gone.
 Storage wrap_storage(void* data, size_t nbytes, Device device,

@@ -31,6 +31,8 @@ class TensorIndex;  // core/tensor_index.h
 struct TensorOptions {
   DType dtype = kFloat32;
   Device device = kCPU;
+  // CPU tensors only: page-locked memory (torch's pin_memory=True; see Tensor::pin_memory).
+  bool pin_memory = false;
 };
 
 class TensorImpl {
@@ -87,7 +89,10 @@ class Tensor {
   // ---- metadata ---------------------------------------------------------------------------
   DType dtype() const { return checked().dtype(); }
   Device device() const { return checked().device(); }
-  TensorOptions options() const { return {dtype(), device()}; }
+  // Not pinned, as torch's: empty_like and friends of a pinned tensor take pageable memory.
+  TensorOptions options() const {
+    return {.dtype = dtype(), .device = device(), .pin_memory = false};
+  }
   const Shape& sizes() const { return checked().sizes(); }
   const Shape& strides() const { return checked().strides(); }
   Shape shape() const { return sizes(); }
@@ -109,6 +114,9 @@ class Tensor {
   bool is_view() const { return checked().is_view(); }
   bool is_cpu() const { return device().is_cpu(); }
   bool is_cuda() const { return device().is_cuda(); }
+  // True when the tensor's memory is page-locked host memory (pin_memory(), or a factory with
+  // .pin_memory = true); always false without a usable CUDA device.
+  bool is_pinned() const { return checked().storage()->is_pinned(); }
   // True when this tensor and other use the same storage (a view and its base, say).
   bool shares_storage(const Tensor& other) const;
   // The storage's version: bumped by every in-place write (NOTE [Version counter]).
@@ -166,7 +174,16 @@ class Tensor {
   Tensor to(DType dtype) const;
   Tensor to(Device device) const;
   Tensor to(Device device, DType dtype) const;
+  // non_blocking (torch's): a copy from pinned memory to a CUDA device is enqueued on the
+  // device's current stream and read from this tensor's memory while the host goes on, so
+  // the caller must not write that memory until the stream got there (the pinned block
+  // itself is not reused before: NOTE [Pinned host memory]). Otherwise the same as to(device).
+  Tensor to(Device device, bool non_blocking) const;
   Tensor cpu() const { return to(Device(kCPU)); }
+  // A copy in page-locked host memory, which a CUDA device reads directly, and to(device,
+  // non_blocking = true) asynchronously (torch's pin_memory); *this when already pinned. CPU
+  // tensors only; hg::Error without a usable CUDA device. The copy has no autograd history.
+  Tensor pin_memory() const;
 
   // ---- autograd (autograd/variable.cpp) ---------------------------------------------------
   bool requires_grad() const;

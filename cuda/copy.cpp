@@ -11,6 +11,7 @@
 #include "halfgrad/cuda/cuda.h"
 #include "halfgrad/cuda/elementwise.h"
 #include "halfgrad/cuda/host.h"
+#include "halfgrad/cuda/pinned_allocator.h"
 
 namespace hg::cuda {
 
@@ -112,8 +113,11 @@ Tensor to_cpu(const Tensor& src) {
   return out;
 }
 
-Tensor to_cuda_from_cpu(const Tensor& src, int device) {
+Tensor to_cuda_from_cpu(const Tensor& src, int device, bool non_blocking) {
+  // A non-contiguous source is gathered into new pageable memory first: only a contiguous
+  // pinned source is read in place.
   const Tensor s = contiguous_on_its_device(src);
+  const bool pinned = s.is_pinned();
   Tensor out = empty(s.sizes(), {.dtype = s.dtype(), .device = Device(kCUDA, device)});
   const size_t n = s.nbytes();
   if (n == 0) return out;
@@ -125,7 +129,16 @@ Tensor to_cuda_from_cpu(const Tensor& src, int device) {
            "to(cuda): a copy from the CPU cannot be captured into a CUDA graph (its source "
            "would be read again at every replay); copy into a CUDA tensor before "
            "capture_begin and refill it with copy_ between replays");
-  if (n >= kStagedCopyBytes) {
+  if (pinned && non_blocking) {
+    // Read in place while the host goes on; the block is not reused before this copy ran
+    // (NOTE [Pinned host memory] in pinned_allocator.cpp).
+    HG_CUDA_CHECK(cudaMemcpyAsync(out.data_ptr(), s.data_ptr(), n, cudaMemcpyHostToDevice, stream),
+                  "to(cuda)");
+    detail::record_pinned_use(s.impl()->storage()->data(), stream);
+  } else if (n >= kStagedCopyBytes || pinned) {
+    // Pinned memory without non_blocking is staged too: the caller may write it as soon as
+    // to() returns, and the driver would read it only later (it copies only pageable memory
+    // out before returning).
     StagingBuffers::Buffer* b = StagingBuffers::instance().acquire(n);
     std::memcpy(b->host, s.data_ptr(), n);
     const cudaError_t status =
@@ -170,13 +183,13 @@ Tensor to_other_cuda(const Tensor& src, int device) {
 
 }  // namespace
 
-Tensor copy_to_device(const Tensor& src, Device device) {
+Tensor copy_to_device(const Tensor& src, Device device, bool non_blocking) {
   if (device.is_cpu()) return to_cpu(src);
   HG_CHECK(device.index >= 0 && device.index < device_count(),
            "to: cannot move a tensor from {} to {}: {}", src.device(), device,
            device_count() == 0 ? describe()
                                : fmt::format("this machine has {} CUDA device(s)", device_count()));
-  if (src.is_cpu()) return to_cuda_from_cpu(src, device.index);
+  if (src.is_cpu()) return to_cuda_from_cpu(src, device.index, non_blocking);
   return to_other_cuda(src, device.index);
 }
 

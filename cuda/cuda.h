@@ -45,6 +45,9 @@ int64_t memory_reserved(int device = -1);
 void reset_peak_memory_stats(int device = -1);
 // Returns the cached free blocks of every device to the driver (live tensors are untouched).
 void empty_cache();
+// Returns the cached free blocks of page-locked host memory (Tensor::pin_memory) to the driver;
+// blocks a pending copy still reads stay (torch's torch._C._host_emptyCache).
+void host_empty_cache();
 
 namespace detail {
 // Testing hook: while on, every new allocation (cached or not) is filled with 0xFF bytes on

@@ -1,11 +1,12 @@
-// The CUDA backend's table of device hooks (core/device_hooks.h): the caching allocator, the
-// copy, fill and random-fill kernels core/ calls for CUDA tensors. Registered while the
-// program starts.
+// The CUDA backend's table of device hooks (core/device_hooks.h): the caching allocators (device
+// and pinned host memory), the copy, fill and random-fill kernels core/ calls for CUDA tensors.
+// Registered while the program starts.
 #include "halfgrad/core/device_hooks.h"
 
 #include "halfgrad/cuda/allocator.h"
 #include "halfgrad/cuda/copy.h"
 #include "halfgrad/cuda/elementwise.h"
+#include "halfgrad/cuda/pinned_allocator.h"
 
 namespace hg::cuda {
 namespace {
@@ -16,7 +17,8 @@ const bool registered = [] {
                                 .fill = fill,
                                 .fill_uniform = fill_uniform,
                                 .fill_normal = fill_normal,
-                                .copy_to_device = copy_to_device});
+                                .copy_to_device = copy_to_device,
+                                .pinned_allocator = detail::pinned_allocator});
   return true;
 }();
 

@@ -26,6 +26,7 @@ int64_t max_memory_allocated(int) { no_cuda("max_memory_allocated"); }
 int64_t memory_reserved(int) { no_cuda("memory_reserved"); }
 void reset_peak_memory_stats(int) { no_cuda("reset_peak_memory_stats"); }
 void empty_cache() {}  // nothing cached (torch.cuda.empty_cache is a no-op without CUDA too)
+void host_empty_cache() {}  // no pinned memory without CUDA
 
 namespace detail {
 bool set_allocation_poison(bool) { return false; }

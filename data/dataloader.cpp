@@ -1,11 +1,12 @@
-// DataLoader (dataloader.h): the batch order of a pass, collation, and the workers
-// (NOTE [DataLoader workers]).
+// DataLoader (dataloader.h): the batch order of a pass, collation, pinning, and the workers
+// (NOTE [DataLoader workers], NOTE [DataLoader pin_memory]).
 #include "halfgrad/data/dataloader.h"
 
 #include <numeric>
 
 #include "halfgrad/autograd/grad_mode.h"
 #include "halfgrad/core/format.h"
+#include "halfgrad/cuda/cuda.h"
 #include "halfgrad/ops/index.h"
 #include "halfgrad/ops/sampling.h"
 
@@ -47,6 +48,7 @@ DataLoader::DataLoader(std::shared_ptr<const Dataset> dataset, DataLoaderOptions
            "DataLoader: expected num_workers >= 0 and prefetch_factor >= 1, got {} and {}",
            options_.num_workers, options_.prefetch_factor);
   HG_CHECK(bool(options_.collate_fn), "DataLoader: expected a collate function, got none");
+  pin_batches_ = options_.pin_memory && cuda::is_available();
 }
 
 DataLoader::~DataLoader() { stop_workers(); }
@@ -61,7 +63,13 @@ Batch DataLoader::make_batch(const std::vector<int64_t>& order, int64_t index) c
   const int64_t last = std::min<int64_t>(first + options_.batch_size, int64_t(order.size()));
   std::vector<Example> examples;
   for (int64_t i = first; i < last; ++i) examples.push_back(dataset_->get(order[size_t(i)]));
-  return options_.collate_fn(examples);
+  Batch batch = options_.collate_fn(examples);
+  if (pin_batches_) {  // NOTE [DataLoader pin_memory]
+    for (Tensor& t : batch) {
+      if (t.defined() && t.is_cpu()) t = t.pin_memory();
+    }
+  }
+  return batch;
 }
 
 void DataLoader::stop_workers() {

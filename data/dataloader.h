@@ -20,6 +20,14 @@
 // destruction stops and joins them. Workers run with grad mode off, as the data pipeline
 // never records. Dataset::get and the collate function must be safe to call from several
 // threads at once. An iterator belongs to its pass: begin() again ends the previous pass.
+//
+// NOTE [DataLoader pin_memory] With pin_memory, every defined CPU tensor of a batch is copied
+// into page-locked memory (Tensor::pin_memory) once collated: by the worker that made the
+// batch when there are workers (where torch has one pin thread), in the loop's thread
+// otherwise. Tensors already pinned, or on a CUDA device, are left as they are. Without a
+// usable CUDA device (a build without the CUDA backend, or no GPU) the loader works unpinned,
+// with the same batches: torch warns once there, halfgrad has no warning channel, so check
+// hg::cuda::is_available() (or batch[i].is_pinned()) to know.
 #pragma once
 
 #include <condition_variable>
@@ -53,6 +61,9 @@ struct DataLoaderOptions {
   int num_workers = 0;             // 0: batches are made in the loop's thread
   int prefetch_factor = 2;         // batches each worker may be ahead
   Generator* generator = nullptr;  // the shuffle's generator; nullptr: default_generator()
+  // Copies each batch's CPU tensors into page-locked memory (NOTE [DataLoader pin_memory]),
+  // so that batch[i].to(kCUDA, /*non_blocking=*/true) overlaps with the device's work.
+  bool pin_memory = false;
 };
 
 class DataLoader {
@@ -96,6 +107,7 @@ class DataLoader {
 
   std::shared_ptr<const Dataset> dataset_;
   DataLoaderOptions options_;
+  bool pin_batches_ = false;  // pin_memory asked for, and a CUDA device is usable
 
   // The pass being iterated.
   std::vector<int64_t> order_;

@@ -21,11 +21,14 @@ TEST_CASE("the CPU has no device hooks, CUDA has them exactly when the build has
   CHECK(hooks->fill_uniform != nullptr);
   CHECK(hooks->fill_normal != nullptr);
   CHECK(hooks->copy_to_device != nullptr);
+  CHECK(hooks->pinned_allocator != nullptr);
 #else
   CHECK(device_hooks(kCUDA) == nullptr);
   CHECK_THROWS_WITH(zeros({2}, {.device = Device(kCUDA, 0)}),
                     Contains("halfgrad was built without its CUDA backend"));
   CHECK_THROWS_WITH(ones({2}).to(Device(kCUDA, 0)),
+                    Contains("halfgrad was built without its CUDA backend"));
+  CHECK_THROWS_WITH(ones({2}).pin_memory(),
                     Contains("halfgrad was built without its CUDA backend"));
 #endif
   CHECK_THROWS_WITH(register_device_hooks(kCPU, {}),

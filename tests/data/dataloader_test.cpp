@@ -179,6 +179,40 @@ TEST_CASE("DataLoader workers prefetch in parallel and hand batches over in orde
   }
 }
 
+TEST_CASE("DataLoader with pin_memory gives the batches of the dataset", "[data]") {
+  // Pinning changes where a batch lives, never what it holds: with and without workers, and
+  // shuffled, each batch holds the dataset's rows at the indices the generator's permutation
+  // names. Where no CUDA device is usable the loader works unpinned.
+  auto d = numbers(10);
+  for (int workers : {0, 2}) {
+    Generator gen(7), reference_gen(7);
+    data::DataLoader loader(d, {.batch_size = 3,
+                                .shuffle = true,
+                                .num_workers = workers,
+                                .generator = &gen,
+                                .pin_memory = true});
+    const std::vector<int64_t> order =
+        randperm(10, {.dtype = kInt64}, &reference_gen).to_vector<int64_t>();
+    int64_t seen = 0;
+    for (const data::Batch& batch : loader) {
+      REQUIRE(batch.size() == 2);
+      CHECK(batch[0].is_pinned() == cuda::is_available());
+      CHECK(batch[1].is_pinned() == cuda::is_available());
+      const std::vector<float> x = batch[0].to_vector<float>();
+      const std::vector<int64_t> y = batch[1].to_vector<int64_t>();
+      REQUIRE(batch[0].sizes() == Shape{int64_t(y.size()), 2});
+      for (size_t r = 0; r < y.size(); ++r) {
+        const int64_t index = order[size_t(seen)];
+        CHECK(y[r] == index);
+        CHECK(x[2 * r] == float(index));
+        CHECK(x[2 * r + 1] == float(10 * index));
+        ++seen;
+      }
+    }
+    CHECK(seen == 10);
+  }
+}
+
 TEST_CASE("read_csv and read_text_file read numbers and bytes", "[data]") {
   testing::TempFolder folder;
   {
