@@ -11,6 +11,7 @@
 #include <limits>
 #include <type_traits>
 
+#include "halfgrad/core/float8.h"
 #include "halfgrad/core/half.h"
 
 namespace hg {
@@ -33,7 +34,8 @@ using compute_t = typename ComputeType<T>::type;
 template <class T>
 inline constexpr bool is_reduced_float_v = std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>;
 template <class T>
-inline constexpr bool is_floating_v = std::is_floating_point_v<T> || is_reduced_float_v<T>;
+inline constexpr bool is_floating_v =
+    std::is_floating_point_v<T> || is_reduced_float_v<T> || is_float8_v<T>;
 
 namespace detail {
 
@@ -89,19 +91,30 @@ constexpr bool integer_fits(int64_t value) {
 // Converts value to To with the rules of NOTE [Float formats] in half.h: floating results
 // are rounded once, to nearest even; floating -> integer truncates toward zero (callers check
 // fits_in_integer first: out of range is an error, never undefined behaviour); integer ->
-// narrower integer wraps modulo 2^n as in C++20; anything -> bool is `value != 0`.
+// narrower integer wraps modulo 2^n as in C++20; anything -> bool is `value != 0`. A float8
+// result overflows as `overflow` says (NOTE [Float8 formats] in float8.h); other results
+// ignore it.
 template <class To, class From>
-constexpr To cast_value(From value) {
+constexpr To cast_value(From value, Overflow overflow = Overflow::NonFinite) {
+  static_cast<void>(overflow);  // read by the float8 branches only
   if constexpr (std::is_same_v<To, From>) {
     return value;
   } else if constexpr (std::is_same_v<To, bool>) {
-    if constexpr (is_reduced_float_v<From>) {
+    if constexpr (is_reduced_float_v<From> || is_float8_v<From>) {
       return static_cast<float>(value) != 0.0f;
     } else {
       return value != From(0);
     }
-  } else if constexpr (is_reduced_float_v<From>) {
-    return cast_value<To>(static_cast<float>(value));  // widening is exact
+  } else if constexpr (is_reduced_float_v<From> || is_float8_v<From>) {
+    return cast_value<To>(static_cast<float>(value), overflow);  // widening is exact
+  } else if constexpr (is_float8_v<To>) {
+    if constexpr (std::is_same_v<From, float> || std::is_same_v<From, double>) {
+      return To(value, overflow);
+    } else if constexpr (std::is_same_v<From, int64_t>) {
+      return To(detail::int64_to_double_round_to_odd(value), overflow);
+    } else {
+      return To(static_cast<double>(value), overflow);  // int32, int16, int8, uint8: exact
+    }
   } else if constexpr (is_reduced_float_v<To>) {
     if constexpr (std::is_same_v<From, float> || std::is_same_v<From, double>) {
       return To(value);

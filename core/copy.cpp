@@ -45,7 +45,7 @@ bool vector_cast(char* dst, const char* src, int64_t n) {
   return true;
 }
 
-template <class To, class From>
+template <class To, class From, Overflow kOverflow = Overflow::NonFinite>
 void cast_row(char* dst, int64_t dst_step, const char* src, int64_t src_step, int64_t n) {
   if (dst_step == sizeof(To) && src_step == sizeof(From)) {
     if constexpr (std::is_same_v<To, From>) {
@@ -57,19 +57,29 @@ void cast_row(char* dst, int64_t dst_step, const char* src, int64_t src_step, in
   for (int64_t i = 0; i < n; ++i) {
     From value;
     std::memcpy(&value, src + i * src_step, sizeof(From));
-    const To converted = cast_value<To>(value);
+    const To converted = cast_value<To>(value, kOverflow);
     std::memcpy(dst + i * dst_step, &converted, sizeof(To));
   }
 }
 
-CastRow cast_row_for(DType to, DType from) {
-  return visit_dtype(to, [&](auto to_tag) {
+// Saturating rows exist for float8 destinations only (check_cast_options refuses the rest).
+CastRow cast_row_for(DType to, DType from, CastOptions options) {
+  return visit_any_dtype(to, [&](auto to_tag) {
     using To = typename decltype(to_tag)::type;
-    return visit_dtype(from, [](auto from_tag) -> CastRow {
+    return visit_any_dtype(from, [&](auto from_tag) -> CastRow {
       using From = typename decltype(from_tag)::type;
+      if constexpr (is_float8_v<To>) {
+        if (options.saturate) return &cast_row<To, From, Overflow::Saturate>;
+      }
       return &cast_row<To, From>;
     });
   });
+}
+
+void check_cast_options(DType to, CastOptions options) {
+  HG_CHECK(!options.saturate || is_float8(to),
+           "to: saturate applies to float8 destinations (float8_e4m3fn, float8_e5m2), got {}",
+           dtype_name(to));
 }
 
 // Floating -> integer conversion is defined only for values whose truncation fits; NaN, inf
@@ -80,9 +90,9 @@ void check_fits_integer(const Tensor& src, DType to) {
   std::atomic<bool> found{false};
   std::atomic<double> offending{0.0};
   // Both dtypes are chosen once, outside the scan: the loop tests one range per element.
-  visit_dtype(src.dtype(), [&](auto from_tag) {
+  visit_any_dtype(src.dtype(), [&](auto from_tag) {
     using From = typename decltype(from_tag)::type;
-    visit_dtype(to, [&](auto to_tag) {
+    visit_any_dtype(to, [&](auto to_tag) {
       using To = typename decltype(to_tag)::type;
       if constexpr (is_floating_v<From> && std::is_integral_v<To> && !std::is_same_v<To, bool>) {
         const auto scan = [&](std::array<char*, 1> ptrs, std::array<int64_t, 1> step, int64_t n) {
@@ -115,16 +125,17 @@ bool has_internal_overlap(const Tensor& t) {
 }
 
 // Copies src (already of dst's shape) into dst; no checks, no version bump.
-void copy_elements(const Tensor& dst, const Tensor& src) {
+void copy_elements(const Tensor& dst, const Tensor& src, CastOptions options = {}) {
   if (dst.is_cuda()) {
     // NOTE [Float to integer on CUDA] The CPU checks that floating values fit the integer
     // dtype they are copied to; on CUDA that check would read the values on the host (a sync
     // per copy), so the conversion saturates instead, NaN giving 0.
-    device_hooks(kCUDA)->copy_elements(dst, src);  // a CUDA tensor exists: its hooks do
+    // A CUDA tensor exists: its hooks do.
+    device_hooks(kCUDA)->copy_elements(dst, src, options);
     return;
   }
   check_fits_integer(src, dst.dtype());
-  const CastRow row = cast_row_for(dst.dtype(), src.dtype());
+  const CastRow row = cast_row_for(dst.dtype(), src.dtype(), options);
   for_each_row<2>(dst.sizes(),
                   {static_cast<char*>(dst.data_ptr()), static_cast<char*>(src.data_ptr())},
                   {byte_strides(dst), byte_strides(src)},
@@ -166,7 +177,7 @@ Tensor& Tensor::fill_(Scalar value) {
     bump_version();
     return *this;
   }
-  visit_dtype(dtype(), [&](auto tag) {
+  visit_any_dtype(dtype(), [&](auto tag) {  // float8 included: zeros and full make them
     using T = typename decltype(tag)::type;
     const T fill = scalar_value_as<T>(value, "fill_");
     if (dense) {  // one run, without the walk's set-up (a scalar, a new tensor of ones)
@@ -191,10 +202,11 @@ Tensor core::clone(const Tensor& self) {
   return out;
 }
 
-Tensor core::to_dtype(const Tensor& self, DType dtype) {
+Tensor core::to_dtype(const Tensor& self, DType dtype, CastOptions options) {
+  check_cast_options(dtype, options);
   if (dtype == self.dtype()) return self;
   Tensor out = empty(self.sizes(), {.dtype = dtype, .device = self.device()});
-  copy_elements(out, self);
+  copy_elements(out, self, options);
   return out;
 }
 

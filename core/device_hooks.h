@@ -14,6 +14,7 @@
 #include <cstddef>
 
 #include "halfgrad/core/device.h"
+#include "halfgrad/core/dtype.h"
 #include "halfgrad/core/random.h"
 #include "halfgrad/core/scalar.h"
 #include "halfgrad/core/storage.h"
@@ -26,8 +27,9 @@ struct DeviceHooks {
   // The allocator of device `index` of this type.
   Allocator* (*allocator)(int index);
   // dst = src converted to dst's dtype, element by element: both on one device of this type,
-  // src already of dst's shape (expanded if needed), no overlap between them.
-  void (*copy_elements)(const Tensor& dst, const Tensor& src);
+  // src already of dst's shape (expanded if needed), no overlap between them; options as
+  // core::to_dtype takes them.
+  void (*copy_elements)(const Tensor& dst, const Tensor& src, CastOptions options);
   // Every element of dst (no element twice) set to value in dst's dtype.
   void (*fill)(const Tensor& dst, Scalar value);
   // dst (contiguous, floating) filled with the numbers random::fill_uniform / fill_normal give a

@@ -70,7 +70,7 @@ class TensorPrinter {
   }
 
   double read_double(const char* element) const {
-    return visit_dtype(tensor_.dtype(), [element](auto tag) {
+    return visit_any_dtype(tensor_.dtype(), [element](auto tag) {
       using T = typename decltype(tag)::type;
       T value;
       std::memcpy(&value, element, sizeof(T));

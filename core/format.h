@@ -54,7 +54,8 @@ struct fmt::formatter<hg::Shape> : fmt::formatter<std::string_view> {
   }
 };
 
-// Half and BFloat16 print as the float they hold, with float's format specs ("{:.3f}").
+// Half, BFloat16 and the float8 types print as the float they hold, with float's format specs
+// ("{:.3f}").
 template <>
 struct fmt::formatter<hg::Half> : fmt::formatter<float> {
   auto format(hg::Half value, format_context& ctx) const {
@@ -65,6 +66,13 @@ struct fmt::formatter<hg::Half> : fmt::formatter<float> {
 template <>
 struct fmt::formatter<hg::BFloat16> : fmt::formatter<float> {
   auto format(hg::BFloat16 value, format_context& ctx) const {
+    return fmt::formatter<float>::format(static_cast<float>(value), ctx);
+  }
+};
+
+template <class Format>
+struct fmt::formatter<hg::Float8<Format>> : fmt::formatter<float> {
+  auto format(hg::Float8<Format> value, format_context& ctx) const {
     return fmt::formatter<float>::format(static_cast<float>(value), ctx);
   }
 };

@@ -170,8 +170,11 @@ class Tensor {
 
   // ---- copies -----------------------------------------------------------------------------
   Tensor clone() const;
-  // A tensor of another dtype and/or device; returns *this when nothing changes.
-  Tensor to(DType dtype) const;
+  // A tensor of another dtype and/or device; returns *this when nothing changes. Narrowing
+  // rounds to nearest even; to a float8 dtype, options.saturate clamps what lies past its
+  // range to its largest finite value instead of making it NaN or inf:
+  //   Tensor w8 = w.to(kFloat8_e4m3fn, {.saturate = true});
+  Tensor to(DType dtype, CastOptions options = {}) const;
   Tensor to(Device device) const;
   Tensor to(Device device, DType dtype) const;
   // non_blocking (torch's): a copy from pinned memory to a CUDA device is enqueued on the

@@ -38,7 +38,8 @@ Tensor unsqueeze(const Tensor& self, int64_t dim);
 Tensor reshape(const Tensor& self, const Shape& sizes);
 // A contiguous copy.
 Tensor clone(const Tensor& self);
-// A copy converted to dtype (self itself when the dtype is already dtype).
-Tensor to_dtype(const Tensor& self, DType dtype);
+// A copy converted to dtype (self itself when the dtype is already dtype). options.saturate
+// needs a float8 dtype.
+Tensor to_dtype(const Tensor& self, DType dtype, CastOptions options = {});
 
 }  // namespace hg::core

@@ -58,7 +58,7 @@ bool has_internal_overlap(const Tensor& t) {
 
 // The bytes of `value` converted to dtype as fill_ converts it (core/scalar_value.h).
 uint64_t scalar_bits(Scalar value, DType dtype, const char* op) {
-  return visit_dtype(dtype, [&](auto tag) {
+  return visit_any_dtype(dtype, [&](auto tag) {  // float8 included: zeros and full make them
     using T = typename decltype(tag)::type;
     const T converted = scalar_value_as<T>(value, op);
     uint64_t bits = 0;
@@ -405,12 +405,33 @@ const kernel::ElementwiseKernels elementwise_kernels = HG_ELEMENTWISE_KERNELS;
 
 // ---- copies and fills --------------------------------------------------------------------
 
-void copy_elements(const Tensor& dst, const Tensor& src) {
+namespace {
+
+// True for the dtypes a float8 dtype converts to and from on CUDA.
+bool converts_with_float8(DType dtype) {
+  return dtype == kFloat32 || dtype == kFloat16 || dtype == kBFloat16;
+}
+
+}  // namespace
+
+void copy_elements(const Tensor& dst, const Tensor& src, CastOptions options) {
   detail::check_cuda_tensor(dst, "copy_", "the destination");
   check_on(src, dst.device(), "copy_", "the source");
   HG_CHECK(src.sizes() == dst.sizes(),
            "copy_: expected a source of the destination's shape {} (expanded if needed), got {}",
            dst.sizes(), src.sizes());
+  const bool float8_cast =
+      dst.dtype() != src.dtype() && (is_float8(dst.dtype()) || is_float8(src.dtype()));
+  if (float8_cast) {
+    const DType other = is_float8(dst.dtype()) ? src.dtype() : dst.dtype();
+    HG_CHECK(converts_with_float8(other),
+             "copy_: on a CUDA device, a float8 dtype converts to and from float32, float16 and "
+             "bfloat16 only, got {} to {}; convert through float32",
+             dtype_name(src.dtype()), dtype_name(dst.dtype()));
+  }
+  HG_CHECK(!options.saturate || is_float8(dst.dtype()),
+           "to: saturate applies to float8 destinations (float8_e4m3fn, float8_e5m2), got {}",
+           dtype_name(dst.dtype()));
   if (dst.numel() == 0) return;
   DeviceGuard guard(dst.device().index);
   const cudaStream_t stream = current_stream();
@@ -426,6 +447,12 @@ void copy_elements(const Tensor& dst, const Tensor& src) {
   if (args.contiguous && args.scalars == 0 && dst.dtype() == src.dtype()) {
     HG_CUDA_CHECK(
         cudaMemcpyAsync(args.data[0], args.data[1], dst.nbytes(), cudaMemcpyDeviceToDevice, stream),
+        "copy_");
+    return;
+  }
+  if (float8_cast) {
+    HG_CUDA_CHECK(
+        detail::launch_float8_copy(dst.dtype(), src.dtype(), options.saturate, args, stream),
         "copy_");
     return;
   }

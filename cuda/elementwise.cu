@@ -264,6 +264,19 @@ struct CastFn {
   __device__ __forceinline__ To operator()(From value) const { return cast<To>(value); }
 };
 
+// To or From a float8 type (core/float8.h, whose conversions run on the device too), the
+// other float, __half or __nv_bfloat16: one rounding, from float.
+template <class To, class From, Overflow kOverflow>
+struct Float8CastFn {
+  __device__ __forceinline__ To operator()(From value) const {
+    if constexpr (is_float8_v<To>) {
+      return To(convert<float>(value), kOverflow);
+    } else {
+      return convert<To>(static_cast<float>(value));
+    }
+  }
+};
+
 template <class U>
 struct FillFn {
   U value;
@@ -731,6 +744,32 @@ cudaError_t launch_copy(DType to, DType from, const ElementwiseArgs& args, cudaS
         return cudaErrorInvalidValue;  // moved as bits above
       } else {
         return Launch<To, From>::run(args, CastFn<To, From>{}, stream);
+      }
+    });
+  });
+}
+
+cudaError_t launch_float8_copy(DType to, DType from, bool saturate, const ElementwiseArgs& args,
+                               cudaStream_t stream) {
+  // NOTE [Float8 is conversion only] (core/dtype.h): 18 (to, from, overflow) loops, against
+  // launch_copy's 90 pairs, by leaving float8 <-> float64, integers and the other float8 out.
+  const auto visit = [](DType dtype, auto&& f) {
+    return visit_storage_among<DType::Float8_e4m3fn, DType::Float8_e5m2, DType::Float16,
+                               DType::BFloat16, DType::Float32>(dtype, f);
+  };
+  return visit(to, [&](auto to_tag) {
+    using To = typename decltype(to_tag)::type;
+    return visit(from, [&](auto from_tag) -> cudaError_t {
+      using From = typename decltype(from_tag)::type;
+      if constexpr (is_float8_v<To> == is_float8_v<From>) {
+        return cudaErrorInvalidValue;  // refused by the host wrapper before it gets here
+      } else if constexpr (is_float8_v<To>) {
+        if (saturate) {
+          return Launch<To, From>::run(args, Float8CastFn<To, From, Overflow::Saturate>{}, stream);
+        }
+        return Launch<To, From>::run(args, Float8CastFn<To, From, Overflow::NonFinite>{}, stream);
+      } else {
+        return Launch<To, From>::run(args, Float8CastFn<To, From, Overflow::NonFinite>{}, stream);
       }
     });
   });

@@ -12,8 +12,9 @@ namespace hg::cuda {
 // dst = src converted to dst's dtype, element by element; both on one CUDA device, src
 // already of dst's shape (expanded if needed), any strides, no overlap between them.
 // Floating -> integer conversions saturate, NaN giving 0 (NOTE [Float to integer on CUDA] in
-// core/copy.cpp).
-void copy_elements(const Tensor& dst, const Tensor& src);
+// core/copy.cpp). A float8 dtype converts to and from float32, float16 and bfloat16 only
+// (NOTE [Float8 is conversion only] in core/dtype.h); options.saturate as core::to_dtype.
+void copy_elements(const Tensor& dst, const Tensor& src, CastOptions options = {});
 // Every element of dst (any strides, no element twice) set to value in dst's dtype.
 void fill(const Tensor& dst, Scalar value);
 // dst (contiguous, floating) filled as random::fill_uniform / fill_normal fill a host buffer:

@@ -75,6 +75,10 @@ cudaError_t launch_masked_fill(size_t element_size, uint64_t fill_bits, const El
                                cudaStream_t stream);
 // (dst, src): dst = src converted from `from` to `to` (core/cast.h's rules).
 cudaError_t launch_copy(DType to, DType from, const ElementwiseArgs& args, cudaStream_t stream);
+// The same where one of `to` and `from` is a float8 dtype and the other float32, float16 or
+// bfloat16 (the host checked); saturate: Overflow::Saturate for a float8 `to`.
+cudaError_t launch_float8_copy(DType to, DType from, bool saturate, const ElementwiseArgs& args,
+                               cudaStream_t stream);
 // (dst): every element set to the element_size bytes of value_bits.
 cudaError_t launch_fill(size_t element_size, uint64_t value_bits, const ElementwiseArgs& args,
                         cudaStream_t stream);

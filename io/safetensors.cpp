@@ -52,13 +52,15 @@ struct DTypeName {
 // In the order the Python writer lays tensors out (largest alignment first, as it sorts by
 // its dtype enum, descending); to_safetensors_bytes() follows it, so its files and the Python
 // writer's agree byte for byte.
-constexpr std::array<DTypeName, 10> kDTypeNames = {{{kInt64, "I64"},
+constexpr std::array<DTypeName, 12> kDTypeNames = {{{kInt64, "I64"},
                                                     {kFloat64, "F64"},
                                                     {kFloat32, "F32"},
                                                     {kInt32, "I32"},
                                                     {kBFloat16, "BF16"},
                                                     {kFloat16, "F16"},
                                                     {kInt16, "I16"},
+                                                    {kFloat8_e4m3fn, "F8_E4M3"},
+                                                    {kFloat8_e5m2, "F8_E5M2"},
                                                     {kInt8, "I8"},
                                                     {kUInt8, "U8"},
                                                     {kBool, "BOOL"}}};
@@ -565,8 +567,8 @@ DType dtype_from_safetensors_name(std::string_view name) {
     if (entry.name == name) return entry.dtype;
   }
   HG_ERROR(
-      "expected a dtype halfgrad reads (F32, F16, BF16, F64, I64, I32, I16, I8, U8, BOOL), got "
-      "\"{}\"",
+      "expected a dtype halfgrad reads (F32, F16, BF16, F64, I64, I32, I16, I8, U8, BOOL, "
+      "F8_E4M3, F8_E5M2), got \"{}\"",
       name);
 }
 

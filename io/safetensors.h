@@ -11,7 +11,7 @@
 //    "0.weight": {"dtype": "F32", "shape": [4, 2], "data_offsets": [0, 32]}, ...}
 //
 // data_offsets are [begin, end) from the first byte after the header. halfgrad reads and
-// writes the dtypes F32, F16, BF16, F64, I64, I32, I16, I8, U8 and BOOL.
+// writes the dtypes F32, F16, BF16, F64, I64, I32, I16, I8, U8, BOOL, F8_E4M3 and F8_E5M2.
 //
 // NOTE [Safetensors validation] A file is checked completely before any tensor is made: the
 // header length against the file's size and a 100 MB cap (the Python reader's), the JSON

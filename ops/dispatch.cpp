@@ -63,6 +63,28 @@ DeviceType common_device_type(OpId op, std::span<const Tensor> inputs) {
   return first ? first->device().type : kCPU;
 }
 
+void check_float8_inputs(OpId op, std::span<const Tensor> inputs) {
+  switch (op) {  // NOTE [Float8 is conversion only] (core/dtype.h): these move elements only
+    case OpId::to_dtype:
+    case OpId::clone:
+    case OpId::view:
+    case OpId::reshape:
+    case OpId::expand:
+    case OpId::transpose:
+    case OpId::permute:
+    case OpId::slice:
+    case OpId::select:
+    case OpId::squeeze:
+    case OpId::unsqueeze:
+      return;
+    default:
+      break;
+  }
+  for (const Tensor& t : inputs) {
+    if (t.defined() && is_float8(t.dtype())) throw_float8_conversion_only(t.dtype());
+  }
+}
+
 void apply_cast_policy(OpId op, CastPolicy policy, DeviceType device_type,
                        std::span<Tensor> inputs) {
   // The casts are ops themselves; they are not autocast entries of their own.

@@ -16,7 +16,7 @@
 //   Tensor mul(const Tensor& a, const Tensor& b) { return dispatch(Mul{}, a, b); }
 //
 // dispatch(op, inputs...):
-//   1. validate   every tensor input on one device
+//   1. validate   every tensor input on one device; float8 inputs only to conversions and views
 //   2. autocast   if autocast is on for that device type, this is the outermost op, and the
 //                 op is eligible: cast the floating inputs as the op's policy says
 //   3. kernel     op.forward, with the thread "below autocast" (nested ops run as called)
@@ -158,6 +158,8 @@ void collect_outputs(std::tuple<Ts...>& ts, OutputList& out) {
 
 // Step 1: every defined tensor input on one device; returns its type.
 DeviceType common_device_type(OpId op, std::span<const Tensor> inputs);
+// Step 1: no float8 input unless the op converts or views (NOTE [Float8 is conversion only]).
+void check_float8_inputs(OpId op, std::span<const Tensor> inputs);
 // Step 2: applies `policy` to the inputs in place (Banned throws).
 void apply_cast_policy(OpId op, CastPolicy policy, DeviceType device_type,
                        std::span<Tensor> inputs);
@@ -181,6 +183,7 @@ auto run_unnamed(Op op, Inputs inputs) {
 
   // 1. validate
   const DeviceType device_type = common_device_type(id, input_span);
+  check_float8_inputs(id, input_span);
 
   // 2. autocast (once, at the outermost op)
   const bool outermost = !is_below_autocast();

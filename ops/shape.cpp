@@ -143,10 +143,11 @@ struct Clone {
 struct ToDtype {
   static constexpr OpId id = OpId::to_dtype;
   DType dtype;
+  CastOptions options = {};
   DType input_dtype = kFloat32;
   Tensor forward(OpContext&, const Tensor& x) {
     input_dtype = x.dtype();
-    return core::to_dtype(x, dtype);
+    return core::to_dtype(x, dtype, options);
   }
   Grads backward(OpContext&, const Grads& grads) { return {grads[0].to(input_dtype)}; }
 };
@@ -225,8 +226,11 @@ Tensor Tensor::as_strided(const Shape& sizes, const Shape& strides,
 }
 Tensor Tensor::contiguous() const { return is_contiguous() ? *this : clone(); }
 Tensor Tensor::clone() const { return dispatch(Clone{}, *this); }
-Tensor Tensor::to(DType dtype) const {
-  return dtype == this->dtype() ? *this : dispatch(ToDtype{.dtype = dtype}, *this);
+Tensor Tensor::to(DType dtype, CastOptions options) const {
+  // A saturating call goes through, for to_dtype to check that dtype is a float8 one.
+  return dtype == this->dtype() && !options.saturate
+             ? *this
+             : dispatch(ToDtype{.dtype = dtype, .options = options}, *this);
 }
 Tensor Tensor::to(Device device, DType dtype) const { return to(device).to(dtype); }
 

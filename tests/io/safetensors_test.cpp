@@ -6,6 +6,7 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include <xxhash.h>
@@ -235,7 +236,7 @@ TEST_CASE("load refuses wrong dtypes shapes and offsets naming the key",
           "[io][safetensors][errors]") {
   const std::string eight(8, '\0');
   CHECK_NOTHROW(io::from_safetensors_bytes(one_tensor_file("[2]", "[0,8]", eight)));
-  check_refused(one_tensor_file("[2]", "[0,8]", eight, "F8_E4M3"),
+  check_refused(one_tensor_file("[2]", "[0,8]", eight, "F8_E8M0"),
                 "key \"w\": expected a dtype halfgrad reads");
   check_refused(one_tensor_file("[2]", "[0,8]", eight, "U16"), "got \"U16\"");
   check_refused(one_tensor_file("[3]", "[0,8]", eight), "key \"w\": shape [3] of float32");
@@ -434,4 +435,35 @@ TEST_CASE("the checksum keys are reserved and checked", "[io][safetensors][check
   check_refused(file_bytes(R"({"__metadata__":{"halfgrad.checksum.data":"012345"},)" + w + "}",
                            std::string(4, '\0')),
                 "expected 16 lower-case hex digits");
+}
+
+TEST_CASE("float8 tensors save as F8_E4M3 and F8_E5M2 and load back bit for bit",
+          "[io][safetensors][float8]") {
+  const TensorMap tensors = {
+      {"e4m3", tensor({0.5, -448.0, 3.0, 1e-3, 1e6}, {5}).to(kFloat8_e4m3fn)},
+      {"e5m2", tensor({57344.0, -0.0, 1e9, 2.5, 0.25, 6.0}, {2, 3}).to(kFloat8_e5m2)},
+  };
+  TempFolder folder;
+  save(folder.file("f8.safetensors"), tensors);
+  const std::string bytes = read_file(folder.file("f8.safetensors"));
+  CHECK_THAT(bytes, Contains(R"("dtype":"F8_E4M3")") && Contains(R"("dtype":"F8_E5M2")"));
+  const TensorMap back = load(folder.file("f8.safetensors"));
+  for (const auto& [name, t] : tensors) {
+    INFO("key " << name);
+    CHECK(bit_identical(back.at(name), t));
+  }
+}
+
+TEST_CASE("load decodes F8_E5M2 and F8_E4M3 bytes written by hand", "[io][safetensors][float8]") {
+  // e5m2 0x3C: exponent 15 - bias 15 = 2^0; 0xC2: -(1 + 2/4) * 2^1. e4m3fn 0x38: 2^0; 0x7E:
+  // (1 + 6/8) * 2^8.
+  for (const auto& [dtype, data, first, second] :
+       {std::tuple{"F8_E5M2", std::string("\x3C\xC2", 2), 1.0f, -3.0f},
+        std::tuple{"F8_E4M3", std::string("\x38\x7E", 2), 1.0f, 448.0f}}) {
+    const io::SafetensorsContents contents = io::from_safetensors_bytes(
+        one_tensor_file("[2]", "[0,2]", data, dtype), "hand.safetensors");
+    const Tensor w = contents.tensors.at("w");
+    CHECK(w.dtype() == (std::string(dtype) == "F8_E5M2" ? kFloat8_e5m2 : kFloat8_e4m3fn));
+    CHECK(w.to(kFloat32).to_vector<float>() == std::vector<float>{first, second});
+  }
 }
