@@ -9,34 +9,18 @@
 # torch's and halfgrad's generators would draw different masks. Two runs: fp32, and bf16 under
 # torch.cpu.amp.autocast (torch 1.13 has no float16 autocast and no GradScaler on the CPU, so
 # halfgrad's fp16 run is compared with the fp32 losses).
-import json
 import os
-import struct
+import sys
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, ".."))
+from twin_safetensors import read_safetensors  # noqa: E402
 GOLDEN = os.path.join(HERE, "golden")
 
-DTYPES = {"F32": torch.float32, "I64": torch.int64}
-
-
-def read_safetensors(path):
-    """The tensors and metadata of a safetensors file (a JSON header, then raw little-endian data)."""
-    with open(path, "rb") as f:
-        data = f.read()
-    (header_length,) = struct.unpack("<Q", data[:8])
-    header = json.loads(data[8 : 8 + header_length])
-    body = data[8 + header_length :]
-    metadata = header.pop("__metadata__", {})
-    tensors = {}
-    for name, entry in header.items():
-        begin, end = entry["data_offsets"]
-        flat = torch.frombuffer(bytearray(body[begin:end]), dtype=DTYPES[entry["dtype"]])
-        tensors[name] = flat.reshape(entry["shape"]).clone()
-    return tensors, metadata
 
 
 class CharLSTM(nn.Module):

@@ -17,16 +17,15 @@ compared with the fp32 losses here. It writes golden/losses.txt:
 The model is benchmarks/twin/gpt_model.py's GPT (halfgrad's nn::GPT as a PyTorch user writes
 it); its keys differ only in the attention's names, mapped below.
 """
-import json
-import math
 import os
-import struct
 import sys
 
 import torch
 import torch.nn.functional as F
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, ".."))
+from twin_safetensors import read_safetensors  # noqa: E402
 sys.path.insert(0, os.path.join(HERE, "..", "..", "benchmarks", "twin"))
 from gpt_model import GPT, GptConfig, param_groups  # noqa: E402
 
@@ -36,24 +35,6 @@ STEPS = 20
 PROMPT = "The "
 TEMPERATURE, TOP_K = 0.8, 10
 
-DTYPES = {"F32": (torch.float32, 4, "f"), "I64": (torch.int64, 8, "q")}
-
-
-def read_safetensors(path):
-    with open(path, "rb") as f:
-        data = f.read()
-    (n,) = struct.unpack("<Q", data[:8])
-    header = json.loads(data[8:8 + n])
-    body = data[8 + n:]
-    out = {}
-    for name, info in header.items():
-        if name == "__metadata__":
-            continue
-        dtype, size, code = DTYPES[info["dtype"]]
-        begin, end = info["data_offsets"]
-        values = struct.unpack("<%d%s" % ((end - begin) // size, code), body[begin:end])
-        out[name] = torch.tensor(values, dtype=dtype).reshape(info["shape"])
-    return out
 
 
 def twin_key(key):
@@ -68,7 +49,7 @@ def main():
         text = f.read()
     chars = sorted(set(text))
     ids = torch.tensor([chars.index(c) for c in text], dtype=torch.int64)
-    init = read_safetensors(os.path.join(HERE, "golden", "init.safetensors"))
+    init, _ = read_safetensors(os.path.join(HERE, "golden", "init.safetensors"))
     starts = init.pop("starts")
     assert starts.shape == (STEPS, BATCH), starts.shape
 

@@ -20,34 +20,17 @@ why). Regenerate, from this folder, with Debian's PyTorch:
     <build>/examples/lenet --export golden --lr 0.005
     /usr/bin/python3 twin.py
 """
-import json
 import os
-import struct
+import sys
 
 import torch
 from torch import nn
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, ".."))
+from twin_safetensors import read_safetensors  # noqa: E402
 GOLDEN = os.path.join(HERE, "golden")
 
-DTYPES = {"F32": torch.float32, "I64": torch.int64, "U8": torch.uint8}
-
-
-def read_safetensors(path):
-    """The tensors and the metadata of a safetensors file: a little-endian u64 header length,
-    a JSON header, then the tensors' raw little-endian bytes."""
-    with open(path, "rb") as f:
-        data = f.read()
-    (header_length,) = struct.unpack("<Q", data[:8])
-    header = json.loads(data[8 : 8 + header_length])
-    body = data[8 + header_length :]
-    metadata = header.pop("__metadata__", {})
-    tensors = {}
-    for name, entry in header.items():
-        begin, end = entry["data_offsets"]
-        flat = torch.frombuffer(bytearray(body[begin:end]), dtype=DTYPES[entry["dtype"]])
-        tensors[name] = flat.reshape(entry["shape"]).clone()
-    return tensors, metadata
 
 
 class LeNet(nn.Module):
