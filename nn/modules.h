@@ -108,6 +108,10 @@ class Tanh : public Module {
 //
 // Arguments are module values (moved into a new shared_ptr) or shared_ptrs to modules (held
 // as they are).
+// The modules given to one constructor call are made in the order the compiler evaluates
+// arguments (GCC: last first), and so draw their random initial weights in that order; for the
+// same weights with every compiler, write nn::Sequential{a, b, c} (a braced list is evaluated
+// left to right) or append one module per statement.
 class Sequential : public ModuleList {
  public:
   Sequential() = default;

@@ -143,22 +143,24 @@ class ShapesDataset : public data::Dataset {
 class LeNet : public nn::Module {
  public:
   explicit LeNet(int64_t classes = kClasses, double dropout = 0.5) {
-    features = register_module(
-        "features", std::make_shared<nn::Sequential>(
-                        nn::Conv2d(1, 6, 5, {.padding = {2, 2}, .bias = false}),  // [B, 6, 16, 16]
-                        nn::BatchNorm2d(6),                                       //
-                        nn::ReLU(),                                               //
-                        nn::MaxPool2d(2),                                         // [B, 6, 8, 8]
-                        nn::Conv2d(6, 16, 5, {.bias = false}),                    // [B, 16, 4, 4]
-                        nn::BatchNorm2d(16),                                      //
-                        nn::ReLU(),                                               //
-                        nn::MaxPool2d(2)));                                       // [B, 16, 2, 2]
-    classifier = register_module(
-        "classifier", std::make_shared<nn::Sequential>(nn::Flatten(),               // [B, 64]
-                                                       nn::Linear(16 * 2 * 2, 84),  // [B, 84]
-                                                       nn::ReLU(),                  //
-                                                       nn::Dropout(dropout),        //
-                                                       nn::Linear(84, classes)));   // [B, K]
+    // One append per statement: each module draws its initial weights in this order with every
+    // compiler. Passed as the arguments of one call (make_shared<Sequential>(a, b, ...)), they
+    // would be made in the order the compiler picks (GCC: last first), and so would the draws.
+    features = register_module("features", std::make_shared<nn::Sequential>());
+    features->append(nn::Conv2d(1, 6, 5, {.padding = {2, 2}, .bias = false}));  // [B, 6, 16, 16]
+    features->append(nn::BatchNorm2d(6));
+    features->append(nn::ReLU());
+    features->append(nn::MaxPool2d(2));                     // [B, 6, 8, 8]
+    features->append(nn::Conv2d(6, 16, 5, {.bias = false}));  // [B, 16, 4, 4]
+    features->append(nn::BatchNorm2d(16));
+    features->append(nn::ReLU());
+    features->append(nn::MaxPool2d(2));  // [B, 16, 2, 2]
+    classifier = register_module("classifier", std::make_shared<nn::Sequential>());
+    classifier->append(nn::Flatten());               // [B, 64]
+    classifier->append(nn::Linear(16 * 2 * 2, 84));  // [B, 84]
+    classifier->append(nn::ReLU());
+    classifier->append(nn::Dropout(dropout));
+    classifier->append(nn::Linear(84, classes));  // [B, K]
   }
   std::string name() const override { return "LeNet"; }
   Tensor forward(const Tensor& images) override { return (*classifier)((*features)(images)); }

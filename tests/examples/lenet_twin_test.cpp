@@ -15,8 +15,10 @@
 // Measured at lr 0.05: halfgrad's bf16 losses equal torch's to 1.5e-7 for 5 steps, then part
 // to 1e-2 by step 15; torch's own bf16 run from weights moved by one float32 ulp parts from it
 // by 1e-3 by step 18. At lr 0.02 even the float32 runs part (1.4e-3 at step 18). At lr 0.005
-// the loss still falls (1.76 to 1.51 over the 20 steps) and the largest gaps are: fp32 1.5e-7,
-// bf16 3.6e-4, fp16 against fp32 4.9e-4.
+// the loss still falls over the 20 steps and the largest gaps of the losses are: fp32 1.3e-7,
+// bf16 2.0e-4, fp16 against fp32 6.0e-4. (Measured from the start the export writes now, whose
+// modules draw their weights in the order they are listed; the gaps above at lr 0.05 were
+// measured from an earlier start.)
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -196,16 +198,16 @@ TEST_CASE("lenet bf16 autocast matches the PyTorch twin step by step", "[example
 TEST_CASE("lenet fp16 with a GradScaler follows the PyTorch fp32 twin", "[examples][lenet]") {
   // torch 1.13 has neither float16 autocast nor a GradScaler on the CPU, so the twin has no
   // fp16 run: halfgrad's fp16 run is held against the twin's float32 one. The losses are within
-  // 4.9e-4 of it. The running statistics are within 5.2e-3 of their largest element, not 2e-3:
+  // 6.0e-4 of it. The running statistics are within 1.3e-2 of their largest element, not 2e-3:
   // that gap is float16's against float32, not halfgrad's against torch (the fp32 runs agree to
-  // 7e-7), and it is as large as torch's own bf16 run's from its fp32 run (4.9e-3 and 1.0e-2 for
-  // the two running means), though bfloat16 rounds 8 times as coarsely, because it comes from
-  // max pooling and ReLU switching, not from the size of the rounding: in the first step the
-  // float16 gradients already differ from the float32 ones by up to 2e-2 of their largest
-  // element. So the running statistics are held to 1e-2 here.
+  // 5.5e-7). It comes from max pooling and ReLU switching, not from the size of the rounding:
+  // from an earlier start, torch's own bf16 run parted from its fp32 run by 4.9e-3 and 1.0e-2 on
+  // the two running means, though bfloat16 rounds 8 times as coarsely as float16, and in the
+  // first step the float16 gradients already differ from the float32 ones by up to 2e-2 of
+  // their largest element. So the running statistics are held to 2e-2 here.
   const TwinRun run = train_golden(Precision::fp16);
   check_losses(run, "fp32", 2e-3);
-  check_running_stats(run, "fp32", 1e-2);
+  check_running_stats(run, "fp32", 2e-2);
   // The scaled float16 gradients of these steps stay finite at the default scale 2^16: no step
   // is skipped, and 20 clean steps are fewer than the growth interval (2000), so the scale
   // stays where it started.
