@@ -112,3 +112,22 @@ TEST_CASE("dict entries are replaced in place and bad lookups are errors", "[nn]
         "containing: [float32 of size 2]\n)");
   CHECK_THROWS_WITH(plist[-3], Contains("index -3 is out of range for 2 entries"));
 }
+
+TEST_CASE("a braced Sequential makes its modules in the listed order", "[nn][containers]") {
+  // Sequential's header: a braced list is evaluated left to right under every compiler, so the
+  // modules draw their initial weights in order, as appending them one by one does.
+  manual_seed(11);
+  nn::Sequential braced{nn::Linear(3, 4), nn::ReLU(), nn::Linear(4, 2)};
+  manual_seed(11);
+  nn::Sequential appended;
+  appended.append(nn::Linear(3, 4));
+  appended.append(nn::ReLU());
+  appended.append(nn::Linear(4, 2));
+  const auto a = braced.named_parameters(), b = appended.named_parameters();
+  REQUIRE(a.size() == b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    CAPTURE(a[i].first);
+    CHECK(a[i].first == b[i].first);
+    CHECK(a[i].second.to_vector<float>() == b[i].second.to_vector<float>());
+  }
+}
