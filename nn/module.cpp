@@ -92,6 +92,10 @@ Tensor Module::operator()(const Tensor& input) {
 }
 
 Value Module::call(Args args) {
+  if (!has_forward_hooks()) {  // every Sequential child without hooks: no map copies
+    detail::ForwardScope scope(this);
+    return forward_args(args);
+  }
   // Copies: a hook may remove itself (or add others) while running.
   const auto pre_hooks = hooks_->pre_hooks;
   for (const auto& [id, hook] : pre_hooks) {
