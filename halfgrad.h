@@ -11,6 +11,7 @@
 #pragma once
 
 #include "halfgrad/amp/autocast.h"
+#include "halfgrad/amp/fp8.h"
 #include "halfgrad/amp/fp16_optimizer.h"
 #include "halfgrad/amp/grad_scaler.h"
 #include "halfgrad/amp/overflow_watch.h"

@@ -35,7 +35,7 @@ void AutocastTrace::on_op(const ops::OpCall& call) {
   }
   entries_.push_back({call.op, call.device_type, call.policy,
                       std::vector<DType>(call.given_dtypes.begin(), call.given_dtypes.end()),
-                      std::move(output_dtypes)});
+                      std::move(output_dtypes), call.fp8});
 }
 
 std::string AutocastTrace::table() const {
@@ -45,7 +45,9 @@ std::string AutocastTrace::table() const {
   std::vector<Row> rows = {{"op", "device", "policy", "inputs", "output"}};
   for (const TraceEntry& e : entries_) {
     rows.push_back({std::string(op_name(e.op)), std::string(device_type_name(e.device_type)),
-                    e.policy ? std::string(cast_policy_name(*e.policy)) : "(autocast off)",
+                    e.fp8      ? std::string("fp8")
+                    : e.policy ? std::string(cast_policy_name(*e.policy))
+                               : "(autocast off)",
                     join_dtypes(e.input_dtypes), join_dtypes(e.output_dtypes)});
   }
   size_t width[4] = {0, 0, 0, 0};

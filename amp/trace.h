@@ -8,6 +8,8 @@
 //   // linear      cpu     lower_precision_fp  float32, float32   bfloat16
 //   // layer_norm  cpu     unlisted            bfloat16, ...      bfloat16
 //
+// An op that ran in float8 under amp::Fp8Autocast shows "fp8" as its policy.
+//
 // Only the outermost call of a composite op is recorded, as autocast sees it; the casts
 // autocast inserts are not separate entries (the inputs column shows the dtypes before).
 #pragma once
@@ -29,6 +31,7 @@ struct TraceEntry {
   std::optional<CastPolicy> policy;  // nullopt: autocast was off for this device
   std::vector<DType> input_dtypes;   // floating and integer tensor inputs, as given
   std::vector<DType> output_dtypes;
+  bool fp8 = false;  // ran in float8 under amp::Fp8Autocast (NOTE [Fp8 ops]); policy is nullopt
 };
 
 // A dispatch observer (ops/observer.h); only the innermost live trace of a thread records.

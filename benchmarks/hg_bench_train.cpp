@@ -24,7 +24,8 @@
 //           model (2 layers, 48 wide, 4 heads, T = 9, vocabulary 13, batch 64), one thread;
 //           "larger" (4 layers, 256 wide, 8 heads, T = 64, vocabulary 256, batch 16), two
 //           threads; random tokens and targets. The step is the gpt section's (AdamW, clipping,
-//           the GradScaler on in fp16) in fp32, bf16 and fp16: halfgrad's modes interleaved
+//           the GradScaler on in fp16) in fp32, bf16, fp16 and fp8 (the fp8 products emulated:
+//           its ratio is over halfgrad's bf16): halfgrad's modes interleaved
 //           among themselves for the ratios over halfgrad's fp32, then fp32 and bf16
 //           interleaved with the twin's for the ratios over PyTorch (run_gpt_cpu says why):
 //             {"bench": "train_gpt_cpu", "impl": "halfgrad", "mode": "bf16", "size": "demo", ...}
@@ -75,7 +76,9 @@
 //           scaler.scale(loss).backward(), scaler.unscale_, clip_grad_norm_ 1.0, scaler.step,
 //           scaler.update; AdamW lr 6e-4, betas (0.9, 0.95), eps 1e-8, weight_decay 0.1 on
 //           the matrices and embeddings, 0 on biases and LayerNorm. Modes (--modes): fp32
-//           (true float32), fp16 (GradScaler on) and bf16 (GradScaler off); parameters,
+//           (true float32), fp16 (GradScaler on), bf16 (GradScaler off) and fp8 (bf16 with
+//           the linear layers in float8 under amp::Fp8Autocast, delayed scaling with
+//           Transformer Engine's defaults; then train_gpt_speedup of fp8 over bf16); parameters,
 //           gradients and optimizer state stay float32. Each mode is built, timed (NOTE [GPU
 //           timing] in bench_util.h: --iters steps per repeat) and freed before the next, so
 //           peak_mib (hg::cuda::max_memory_allocated since just before the model is built) is
@@ -122,7 +125,7 @@ struct TrainOptions : hg::bench::Options {
   int64_t batch = 8;      // gpt
   int64_t vocab = 50304;  // gpt
   bool small = false;
-  std::vector<std::string> modes = {"fp32", "bf16", "fp16"};
+  std::vector<std::string> modes = {"fp32", "bf16", "fp16", "fp8"};
   std::vector<std::string> twin_json;
   std::string twin_cmd;
 };
@@ -279,10 +282,21 @@ Tensor random_labels(int64_t batch, int64_t classes, uint64_t seed) {
   return hg::tensor(labels, {batch});
 }
 
-enum class Mode { Fp32, Bf16, Fp16 };
+// Fp8: bf16 autocast with the linear layers in float8 under amp::Fp8Autocast (the GPT runs
+// only; on the CPU the fp8 products are emulated, on the GPU they run on fp8 tensor cores).
+enum class Mode { Fp32, Bf16, Fp16, Fp8 };
 
 const char* mode_name(Mode mode) {
-  return mode == Mode::Fp32 ? "fp32" : mode == Mode::Bf16 ? "bf16" : "fp16";
+  switch (mode) {
+    case Mode::Fp32:
+      return "fp32";
+    case Mode::Bf16:
+      return "bf16";
+    case Mode::Fp16:
+      return "fp16";
+    default:
+      return "fp8";
+  }
 }
 
 // The big MLP's model, data and optimizer in one mode; step() is one training step.
@@ -541,6 +555,7 @@ class GptRun {
     {
       hg::amp::Autocast autocast(device_, mode_ == Mode::Fp16 ? hg::kFloat16 : hg::kBFloat16,
                                  /*enabled=*/mode_ != Mode::Fp32);
+      hg::amp::Fp8Autocast fp8(fp8_recipe_, /*enabled=*/mode_ == Mode::Fp8);
       const Tensor logits = model_->forward(idx_);  // [B, T, V]
       loss_ = hg::cross_entropy(logits.reshape({-1, config_.vocab}), targets_);
     }
@@ -582,6 +597,7 @@ class GptRun {
   std::shared_ptr<hg::nn::GPT> model_;
   hg::optim::AdamW opt_;
   hg::amp::GradScaler scaler_;
+  hg::amp::DelayedScaling fp8_recipe_;  // Transformer Engine's defaults
   Tensor idx_, targets_, loss_;
   std::vector<Tensor> params_;
 };
@@ -792,7 +808,7 @@ void run_gpt(const TrainOptions& options, Peers&) {
   const GptConfig config = gpt_config(options);
   const int64_t tokens = config.batch * config.block;
   std::map<std::string, double> tokens_per_s;
-  for (Mode mode : {Mode::Fp32, Mode::Fp16, Mode::Bf16}) {
+  for (Mode mode : {Mode::Fp32, Mode::Fp16, Mode::Bf16, Mode::Fp8}) {
     if (std::find(options.modes.begin(), options.modes.end(), mode_name(mode)) ==
         options.modes.end()) {
       continue;
@@ -821,6 +837,12 @@ void run_gpt(const TrainOptions& options, Peers&) {
   if (tokens_per_s.count("bf16") && tokens_per_s.count("fp32")) {
     print_speedup("train_gpt", "bf16", "halfgrad_fp32", tokens_per_s["bf16"], tokens_per_s["fp32"],
                   3.0);
+  }
+  // fp8 against bf16: the linear layers' GEMMs at twice the tensor-core rate, minus the casts
+  // and amax reductions around them; target: not slower than bf16.
+  if (tokens_per_s.count("fp8") && tokens_per_s.count("bf16")) {
+    print_speedup("train_gpt", "fp8", "halfgrad_bf16", tokens_per_s["fp8"], tokens_per_s["bf16"],
+                  1.0);
   }
   std::fflush(stdout);
 }
@@ -877,7 +899,7 @@ void run_gpt_cpu(const TrainOptions& options, Peers& peers) {
   for (const CpuGpt& gpt : sizes) {
     std::vector<std::unique_ptr<GptRun>> runs;
     std::vector<Candidate> own, against_torch;
-    for (Mode mode : {Mode::Fp32, Mode::Bf16, Mode::Fp16}) {
+    for (Mode mode : {Mode::Fp32, Mode::Bf16, Mode::Fp16, Mode::Fp8}) {
       if (std::find(options.modes.begin(), options.modes.end(), mode_name(mode)) ==
           options.modes.end()) {
         continue;
@@ -890,7 +912,7 @@ void run_gpt_cpu(const TrainOptions& options, Peers& peers) {
                              run->step();
                            }};
       own.push_back(step);
-      if (twin_live && mode != Mode::Fp16) {
+      if (twin_live && (mode == Mode::Fp32 || mode == Mode::Bf16)) {
         const std::string command = fmt::format("gpt-cpu {} {}", gpt.size, mode_name(mode));
         TwinProcess* twin = peers.live.get();
         against_torch.push_back(step);
@@ -910,6 +932,11 @@ void run_gpt_cpu(const TrainOptions& options, Peers& peers) {
         print_ratio(bench, "fp16", "halfgrad_fp32", halfgrad("fp16")->second,
                     halfgrad("fp32")->second, gpt.fp16_target);
       }
+    }
+    // The CPU emulates fp8 (NOTE [Scaled fp8 GEMM]): the cost of the emulation over bf16.
+    if (halfgrad("fp8") != ms.end() && halfgrad("bf16") != ms.end()) {
+      print_ratio(bench, "fp8", "halfgrad_bf16", halfgrad("fp8")->second,
+                  halfgrad("bf16")->second, std::nullopt);
     }
     // Where each mode's step goes: the 30 largest (phase, op or node) times, per step over
     // 10 steps.

@@ -42,7 +42,9 @@
 
 #include "halfgrad/config.h"
 #include "halfgrad/core/cast.h"
+#include "halfgrad/core/factory.h"
 #include "halfgrad/core/format.h"
+#include "halfgrad/core/parallel.h"
 #include "halfgrad/core/storage.h"
 #include "halfgrad/core/view.h"
 #include "halfgrad/cpu/capabilities.h"
@@ -355,6 +357,38 @@ Tensor gemm_2d_gelu(const Tensor& a, bool transpose_a, const Tensor& b, bool tra
                     const Tensor& bias, const Tensor& pre) {
   gemm_2d(a, transpose_a, b, transpose_b, pre, bias);
   return elementwise_kernels.unary(kernel::Unary::GeluTanh, pre);
+}
+
+// NOTE [Scaled fp8 GEMM] scaled_mm multiplies float8 matrices as fp8 tensor cores do: each
+// product of two float8 values is exact in float32 (at most 4 x 4 significant bits, exponents
+// well inside float32's), the products are summed in float32 over the whole K, the sum is
+// multiplied by scale_a * scale_b, the bias is added, and the result is rounded once to out's
+// dtype. The CPU has no float8 arithmetic, so it emulates exactly that: a and b widen to
+// float32 (exactly), the float32 GEMM sums (oneDNN's or Eigen's summation order, which is not
+// the tensor cores': sums may differ in the last bits of float32, far below out's rounding),
+// and one pass scales, adds the bias and rounds. On CUDA it is cuBLASLt's fp8 matmul with the
+// scales read from device memory (cuda/linalg.cpp), so neither side syncs with the host.
+void scaled_gemm(const Tensor& a, const Tensor& b, const Tensor& scale_a, const Tensor& scale_b,
+                 const Tensor& bias, const Tensor& out) {
+  const auto [m, n, k] =
+      kernel::check_scaled_gemm("scaled_gemm", a, b, scale_a, scale_b, bias, out, kCPU);
+  if (m == 0 || n == 0) return;
+  const Tensor sums = empty({m, n}, {.dtype = kFloat32});
+  gemm_2d(core::to_dtype(a, kFloat32), false, core::to_dtype(b, kFloat32), true, sums, Tensor());
+  const float scale = *static_cast<const float*>(scale_a.data_ptr()) *
+                      *static_cast<const float*>(scale_b.data_ptr());
+  const auto* sum = static_cast<const float*>(sums.data_ptr());
+  visit_floating_dtype("scaled_gemm", out.dtype(), [&]<class T>(TypeTag<T>) {
+    T* dst = static_cast<T*>(out.data_ptr());
+    const T* bias_row = bias.defined() ? static_cast<const T*>(bias.data_ptr()) : nullptr;
+    parallel_for(m, m * n, [&](int64_t i) {
+      for (int64_t j = 0; j < n; ++j) {
+        float value = sum[i * n + j] * scale;
+        if (bias_row != nullptr) value += static_cast<float>(bias_row[j]);
+        dst[i * n + j] = static_cast<T>(value);
+      }
+    });
+  });
 }
 
 std::string gemm_backend(DType dtype) {

@@ -155,6 +155,7 @@ void fold_batch_into_rows(Problem& p) {
 // The key of a plan: everything cuBLASLt's algorithm choice depends on.
 struct PlanKey {
   int dtype = 0, compute = 0, op_first = 0, op_second = 0;
+  int fp8_first = 0, fp8_second = 0;  // the float8 operands' types (scaled_gemm), else 0
   int64_t m = 0, n = 0, k = 0, ld_first = 0, ld_second = 0;
   int64_t batch = 0, stride_first = 0, stride_second = 0;
   uint32_t align_first = 0, align_second = 0, align_out = 0, align_bias = 0, align_pre = 0;
@@ -654,6 +655,150 @@ Tensor gemm_2d_gelu(const Tensor& a, bool transpose_a, const Tensor& b, bool tra
     run_2d(*p, device, op);
   }
   return elementwise_kernels.unary(kernel::Unary::GeluTanh, pre);
+}
+
+// ---- the scaled float8 GEMM (NOTE [Scaled fp8 GEMM] in cpu/linalg.cpp) -----------------------
+
+cudaDataType_t float8_data_type(DType dtype) {
+  return dtype == kFloat8_e4m3fn ? CUDA_R_8F_E4M3 : CUDA_R_8F_E5M2;
+}
+
+// out [M, N] = (a [M, K] @ b [N, K]^T) * scale_a * scale_b (+ bias), on cuBLASLt's fp8 matmul.
+// As NOTE [Row-major GEMM on cuBLASLt] says, out^T (N x M) = b x a^T: cuBLASLt's first
+// operand is b, stored K x N column-major with ld K and taken with op T, its second a, K x M
+// with op N. That is the one layout ("TN") fp8 tensor cores take, which is why both operands
+// are K-contiguous. The scales stay in device memory (A/B_SCALE_POINTER): no host sync.
+void scaled_gemm(const Tensor& a, const Tensor& b, const Tensor& scale_a, const Tensor& scale_b,
+                 const Tensor& bias, const Tensor& out) {
+  const char* op = "scaled_gemm";
+  const auto [m, n, k] =
+      kernel::check_scaled_gemm(op, a, b, scale_a, scale_b, bias, out, kCUDA);
+  if (m == 0 || n == 0) return;
+  const int device = out.device().index;
+  DeviceGuard guard(device);
+  int major = 0, minor = 0;
+  HG_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device), op);
+  HG_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device), op);
+  HG_CHECK(major * 10 + minor >= 89,
+           "{}: float8 matrix products need fp8 tensor cores (compute capability 8.9 or newer: "
+           "Ada, Hopper), got a device of compute capability {}.{}",
+           op, major, minor);
+  HG_CHECK(k % 16 == 0 && n % 16 == 0,
+           "{}: cuBLASLt's fp8 matmul needs K and N to be multiples of 16, got M = {}, K = {}, "
+           "N = {}",
+           op, m, k, n);
+  const cudaStream_t stream = current_stream(device);
+  if (k == 0) {  // an empty sum: out is the bias rows, or zeros
+    if (bias.defined()) {
+      HG_CUDA_CHECK(detail::launch_gemm_fill_rows(out.data_ptr(), bias.data_ptr(), out.dtype(), m,
+                                                  n, stream),
+                    op);
+    } else {
+      HG_CUDA_CHECK(cudaMemsetAsync(out.data_ptr(), 0, out.nbytes(), stream), op);
+    }
+    return;
+  }
+
+  DeviceGemm& state = device_gemm(device, op);
+  const cudaDataType_t out_type = cuda_data_type(out.dtype());
+  cublasLtMatmulDescOpaque_t desc_storage;
+  cublasLtMatmulDesc_t desc = &desc_storage;
+  HG_CUBLAS_CHECK(cublasLtMatmulDescInit(desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), op);
+  set_attribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, int32_t(CUBLAS_OP_T), op);
+  set_attribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, int32_t(CUBLAS_OP_N), op);
+  const void* scale_first = scale_b.data_ptr();
+  const void* scale_second = scale_a.data_ptr();
+  set_attribute(desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, scale_first, op);
+  set_attribute(desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, scale_second, op);
+  cublasLtMatrixLayoutOpaque_t first_layout, second_layout, out_layout;
+  init_layout(first_layout, float8_data_type(b.dtype()), k, n, k, 1, 0, op);
+  init_layout(second_layout, float8_data_type(a.dtype()), k, m, k, 1, 0, op);
+  init_layout(out_layout, out_type, n, m, n, 1, 0, op);
+
+  // The plan with the bias epilogue, or without it (then the bias rows are written into out
+  // first and the product added to them, beta = 1).
+  auto plan_for = [&](bool with_bias, uint64_t workspace_bytes) {
+    cublasLtMatmulDescOpaque_t trial = desc_storage;
+    set_attribute(&trial, CUBLASLT_MATMUL_DESC_EPILOGUE,
+                  uint32_t(with_bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT), op);
+    const PlanKey key{.dtype = int(out.dtype()),
+                      .compute = int(CUBLAS_COMPUTE_32F),
+                      .op_first = int(CUBLAS_OP_T),
+                      .op_second = int(CUBLAS_OP_N),
+                      .fp8_first = int(b.dtype()),
+                      .fp8_second = int(a.dtype()),
+                      .m = m,
+                      .n = n,
+                      .k = k,
+                      .ld_first = k,
+                      .ld_second = k,
+                      .batch = 1,
+                      .align_first = alignment_of(b.data_ptr(), 0),
+                      .align_second = alignment_of(a.data_ptr(), 0),
+                      .align_out = alignment_of(out.data_ptr(), 0),
+                      .align_bias = with_bias ? alignment_of(bias.data_ptr(), 0) : 0,
+                      .bias = with_bias,
+                      .workspace = workspace_bytes};
+    auto plan = state.plans.find(key);
+    if (plan != state.plans.end()) return plan->second;
+    PreferenceHandle preference(op);
+    set_attribute(preference.preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                  workspace_bytes, op);
+    set_attribute(preference.preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
+                  key.align_first, op);
+    set_attribute(preference.preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+                  key.align_second, op);
+    set_attribute(preference.preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
+                  key.align_out, op);
+    set_attribute(preference.preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
+                  key.align_out, op);
+    cublasLtMatmulHeuristicResult_t result{};
+    int returned = 0;
+    const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(
+        state.handle, &trial, &first_layout, &second_layout, &out_layout, &out_layout,
+        preference.preference, 1, &result, &returned);
+    std::optional<cublasLtMatmulAlgo_t> algo;
+    if (status == CUBLAS_STATUS_SUCCESS && returned > 0) {
+      algo = result.algo;
+    } else if (!with_bias && status != CUBLAS_STATUS_NOT_SUPPORTED &&
+               status != CUBLAS_STATUS_SUCCESS) {
+      throw_cublas_error(status, op, "cublasLtMatmulAlgoGetHeuristic");
+    }
+    return state.plans.emplace(key, algo).first->second;
+  };
+
+  std::unique_lock lock(state.mutex);
+  void* workspace = workspace_of(state, device, stream, op);
+  const uint64_t workspace_bytes = workspace != nullptr ? kWorkspaceBytes : 0;
+  bool with_bias = bias.defined();
+  std::optional<cublasLtMatmulAlgo_t> algo = plan_for(with_bias, workspace_bytes);
+  if (with_bias && !algo.has_value()) {
+    with_bias = false;
+    algo = plan_for(false, workspace_bytes);
+  }
+  HG_CHECK(algo.has_value(),
+           "{}: cuBLASLt has no fp8 algorithm for ({} [M={}, K={}]) x ({} [N={}, K]) into {} "
+           "(alignments {}, {} and {} bytes)",
+           op, a.dtype(), m, k, b.dtype(), n, out.dtype(), alignment_of(a.data_ptr(), 0),
+           alignment_of(b.data_ptr(), 0), alignment_of(out.data_ptr(), 0));
+  lock.unlock();
+  set_attribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE,
+                uint32_t(with_bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT), op);
+  float beta = 0.0f;
+  if (with_bias) {
+    set_attribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias.data_ptr(), op);
+  } else if (bias.defined()) {
+    HG_CUDA_CHECK(detail::launch_gemm_fill_rows(out.data_ptr(), bias.data_ptr(), out.dtype(), m,
+                                                n, stream),
+                  op);
+    beta = 1.0f;
+  }
+  const float alpha = 1.0f;
+  HG_CUBLAS_CHECK(cublasLtMatmul(state.handle, desc, &alpha, b.data_ptr(), &first_layout,
+                                 a.data_ptr(), &second_layout, &beta, out.data_ptr(), &out_layout,
+                                 out.data_ptr(), &out_layout, &*algo, workspace, workspace_bytes,
+                                 stream),
+                  op);
 }
 
 std::string gemm_backend(DType dtype) {

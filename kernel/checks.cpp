@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <string>
+#include <utility>
 
 #include "halfgrad/core/format.h"
 #include "halfgrad/kernel/formulas.h"
@@ -75,6 +76,56 @@ void check_same_device(const char* op, const char* what, const Tensor& t, Device
                        const char* whose) {
   HG_CHECK(t.device() == device, "{}: expected {} on {} ({} device), got a tensor on {}", op, what,
            device, whose, t.device());
+}
+
+// ---- the scaled float8 GEMM ---------------------------------------------------------------------
+
+std::array<int64_t, 3> check_scaled_gemm(const char* op, const Tensor& a, const Tensor& b,
+                                         const Tensor& scale_a, const Tensor& scale_b,
+                                         const Tensor& bias, const Tensor& out,
+                                         DeviceType device) {
+  check_defined(op, "a", a);
+  check_defined(op, "b", b);
+  check_defined(op, "out", out);
+  for (const auto& [what, t] : {std::pair{"a", &a}, std::pair{"b", &b}}) {
+    check_device_type(op, what, *t, device);
+    HG_CHECK(is_float8(t->dtype()),
+             "{}: expected {} to be float8_e4m3fn or float8_e5m2, got {}", op, what, t->dtype());
+    HG_CHECK(t->dim() == 2 && t->is_contiguous(),
+             "{}: expected {} to be a contiguous 2-D tensor, got shape {} with strides {}", op,
+             what, t->sizes(), t->strides());
+  }
+  HG_CHECK(!(a.dtype() == kFloat8_e5m2 && b.dtype() == kFloat8_e5m2),
+           "{}: expected at most one float8_e5m2 operand (e5m2 x e5m2 has no fp8 tensor-core "
+           "product), got two",
+           op);
+  const int64_t m = a.size(0), k = a.size(1), n = b.size(0);
+  HG_CHECK(b.size(1) == k, "{}: a [M, K] = {} and b [N, K] = {} differ in K", op, a.sizes(),
+           b.sizes());
+  for (const auto& [what, t] : {std::pair{"scale_a", &scale_a}, std::pair{"scale_b", &scale_b}}) {
+    check_defined(op, what, *t);
+    HG_CHECK(t->dtype() == kFloat32 && t->numel() == 1,
+             "{}: expected {} to be a float32 tensor of one element, got {} of shape {}", op, what,
+             t->dtype(), t->sizes());
+    check_same_device(op, what, *t, a.device(), "a's");
+  }
+  check_same_device(op, "b", b, a.device(), "a's");
+  check_same_device(op, "out", out, a.device(), "a's");
+  HG_CHECK(out.dtype() == kFloat32 || out.dtype() == kFloat16 || out.dtype() == kBFloat16,
+           "{}: expected out to be float32, float16 or bfloat16, got {}", op, out.dtype());
+  HG_CHECK(out.dim() == 2 && out.size(0) == m && out.size(1) == n && out.is_contiguous(),
+           "{}: expected a contiguous out of shape [{}, {}], got shape {} with strides {}", op, m,
+           n, out.sizes(), out.strides());
+  if (bias.defined()) {
+    HG_CHECK(bias.dim() == 1 && bias.size(0) == n && bias.dtype() == out.dtype() &&
+                 bias.is_contiguous(),
+             "{}: expected a contiguous bias of shape [{}] and dtype {}, got {} {}", op, n,
+             out.dtype(), bias.dtype(), bias.sizes());
+    check_same_device(op, "bias", bias, a.device(), "a's");
+  }
+  HG_CHECK(!spans_overlap(out, a) && !spans_overlap(out, b),
+           "{}: out (shape {}) overlaps a or b in memory", op, out.sizes());
+  return {m, n, k};
 }
 
 // ---- reductions -----------------------------------------------------------------------------

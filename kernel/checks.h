@@ -54,6 +54,14 @@ void check_same_dtype(const char* op, const char* what, const Tensor& t, DType e
 void check_same_device(const char* op, const char* what, const Tensor& t, Device device,
                        const char* whose);
 
+// ---- the scaled float8 GEMM (kernel/linalg.h) ------------------------------------------------
+
+// LinalgKernels::scaled_gemm's arguments, on `device`'s backend; returns {M, N, K}.
+std::array<int64_t, 3> check_scaled_gemm(const char* op, const Tensor& a, const Tensor& b,
+                                         const Tensor& scale_a, const Tensor& scale_b,
+                                         const Tensor& bias, const Tensor& out,
+                                         DeviceType device);
+
 // ---- reductions (kernel/reduce.h) -----------------------------------------------------------
 
 // "sum", "prod", "mean", "amax", "amin", "logsumexp", "norm": the name errors use.

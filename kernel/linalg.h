@@ -56,6 +56,19 @@ struct LinalgKernels {
   Tensor (*gemm_2d_gelu)(const Tensor& a, bool transpose_a, const Tensor& b, bool transpose_b,
                          const Tensor& bias, const Tensor& pre);
 
+  // out = (a @ b^T) * scale_a * scale_b, plus the bias [N] on every row when bias is defined:
+  // the scaled float8 product behind scaled_mm and fp8 linear (NOTE [Scaled fp8 GEMM]).
+  //   a: [M, K] and b: [N, K], both float8 (float8_e4m3fn or float8_e5m2, not both e5m2),
+  //   contiguous: each row holds its K elements side by side, the layout fp8 tensor cores read.
+  //   scale_a, scale_b: float32 tensors of one element on the backend's device, the factors
+  //   that turn a's and b's stored values into the values they stand for (dequantization).
+  //   out: [M, N] contiguous float32, float16 or bfloat16; bias: [N] contiguous of out's dtype.
+  // The products of two float8 values are exact in float32, the sums run in float32 over the
+  // whole K, the scales and the bias apply to the float32 sum, and out is rounded once. Checks
+  // are kernel::check_scaled_gemm's.
+  void (*scaled_gemm)(const Tensor& a, const Tensor& b, const Tensor& scale_a,
+                      const Tensor& scale_b, const Tensor& bias, const Tensor& out);
+
   // Which implementation gemm uses for a floating dtype, for hg-info, the benchmarks and
   // reports: on the CPU "onednn", "eigen", "onednn(fp16 via fp32 tiles)", ... (tiny products,
   // under 2^15 multiply-adds in all, run on halfgrad's own small kernel whatever the dtype,
@@ -70,7 +83,7 @@ struct LinalgKernels {
 #define HG_LINALG_KERNELS                                                                   \
   {                                                                                         \
     .gemm = gemm, .gemm_bias = gemm_bias, .gemm_2d = gemm_2d, .gemm_2d_gelu = gemm_2d_gelu, \
-    .backend = gemm_backend                                                                 \
+    .scaled_gemm = scaled_gemm, .backend = gemm_backend                                     \
   }
 
 }  // namespace hg::kernel

@@ -66,6 +66,7 @@ DeviceType common_device_type(OpId op, std::span<const Tensor> inputs) {
 void check_float8_inputs(OpId op, std::span<const Tensor> inputs) {
   switch (op) {  // NOTE [Float8 is conversion only] (core/dtype.h): these move elements only
     case OpId::to_dtype:
+    case OpId::scaled_mm:  // float8 operands by definition (ops/linalg.h)
     case OpId::clone:
     case OpId::view:
     case OpId::reshape:

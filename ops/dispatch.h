@@ -34,6 +34,7 @@
 //                                               ops it calls (it still autocasts once)
 //   bool autocast_eligible() const;             false for calls autocast must not touch
 //                                               (an explicit dtype given by the caller)
+//   static constexpr bool kFp8 = true;          runs in float8 (ops/fp8.h); observers see it
 // Ops of a variable number of inputs (cat, stack) take std::span<const Tensor>.
 #pragma once
 
@@ -135,6 +136,15 @@ template <class Op>
 concept HasAutocastEligible = requires(const Op& op) {
   { op.autocast_eligible() } -> std::convertible_to<bool>;
 };
+
+template <class Op>
+constexpr bool is_fp8() {
+  if constexpr (requires { Op::kFp8; }) {
+    return Op::kFp8;
+  } else {
+    return false;
+  }
+}
 
 template <class Op>
 constexpr bool is_composite() {
@@ -257,6 +267,7 @@ auto run_unnamed(Op op, Inputs inputs) {
                       .device_type = device_type,
                       .outermost = outermost,
                       .policy = policy,
+                      .fp8 = is_fp8<Op>(),
                       .given_dtypes = given_dtypes,
                       .inputs = input_span,
                       .outputs = outputs});

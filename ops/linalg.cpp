@@ -9,6 +9,7 @@
 #include "halfgrad/core/view.h"
 #include "halfgrad/ops/backward_helpers.h"
 #include "halfgrad/ops/dispatch.h"
+#include "halfgrad/ops/fp8.h"
 #include "halfgrad/ops/kernels.h"
 #include "halfgrad/ops/ops.h"
 
@@ -410,13 +411,30 @@ Tensor baddbmm(const Tensor& input, const Tensor& a, const Tensor& b, Scalar bet
   return dispatch(BaddBmm{.beta = beta.to_double(), .alpha = alpha.to_double()}, input, a, b);
 }
 Tensor matmul(const Tensor& a, const Tensor& b) { return dispatch(Matmul{}, a, b); }
+namespace {
+// The recipe a call runs in fp8 under (NOTE [Fp8 ops]), or null: in an fp8 region, at the
+// outermost call, for inputs that are not float64 (float64 is never lowered).
+ops::DelayedScaling* fp8_recipe_for(const Tensor& x) {
+  ops::DelayedScaling* recipe = ops::fp8_recipe();
+  return recipe != nullptr && !ops::is_below_autocast() && x.defined() && x.dtype() != kFloat64
+             ? recipe
+             : nullptr;
+}
+}  // namespace
+
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  if (ops::DelayedScaling* recipe = fp8_recipe_for(x)) {
+    return ops::fp8_linear(*recipe, x, weight, bias);
+  }
   return dispatch(Linear{}, x, weight, bias);
 }
 Tensor linear_gelu(const Tensor& x, const Tensor& weight, const Tensor& bias,
                    std::string_view approximate) {
   HG_CHECK(approximate == "none" || approximate == "tanh",
            "linear_gelu: expected approximate to be \"none\" or \"tanh\", got \"{}\"", approximate);
+  if (ops::DelayedScaling* recipe = fp8_recipe_for(x)) {
+    return ops::fp8_linear_gelu(*recipe, x, weight, bias, approximate == "tanh");
+  }
   return dispatch(LinearGelu{.tanh_approximation = approximate == "tanh"}, x, weight, bias);
 }
 Tensor dot(const Tensor& a, const Tensor& b) { return dispatch(Dot{}, a, b); }

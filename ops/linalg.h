@@ -27,6 +27,17 @@ Tensor baddbmm(const Tensor& input, const Tensor& a, const Tensor& b, Scalar bet
 // torch.matmul: vector . vector, matrix @ vector, vector @ matrix, and batched products with
 // the batch dims broadcast.
 Tensor matmul(const Tensor& a, const Tensor& b);
+// (a * scale_a) @ (b * scale_b) + bias for float8 a [M, K] and b [K, N] (torch._scaled_mm):
+// scale_a and scale_b are float32 tensors of one element that turn the stored float8 values
+// into the values they stand for (dequantization scales), bias [N] is of out_dtype (float32,
+// float16 or bfloat16) or undefined. Products are exact and summed in float32, then scaled,
+// biased and rounded once to out_dtype (NOTE [Scaled fp8 GEMM] in cpu/linalg.cpp). At most
+// one operand may be float8_e5m2. On CUDA it needs compute capability 8.9 or newer and K and N
+// multiples of 16, and runs fastest when b is the transpose of a contiguous [N, K] tensor (as
+// torch asks): any other layout is copied first. Not differentiable: fp8 training goes through
+// amp::Fp8Autocast, whose linear layers have their own backward.
+Tensor scaled_mm(const Tensor& a, const Tensor& b, const Tensor& scale_a, const Tensor& scale_b,
+                 DType out_dtype = kFloat32, const Tensor& bias = Tensor());
 // x @ weight^T + bias: x [*, in], weight [out, in] (PyTorch's layout), bias [out] or undefined.
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor());
 // gelu(linear(x, weight, bias), approximate) as one op: a transformer MLP's first layer. On a

@@ -33,6 +33,9 @@ struct OpCall {
   // The cast policy autocast applied, or nullopt when it applied none (autocast off for this
   // device type, an inner call, or a call that opted out).
   std::optional<CastPolicy> policy;
+  // The op ran in float8: an fp8 op inside an amp::Fp8Autocast region (NOTE [Fp8 ops]); its
+  // outputs have the region's dtype, its GEMM read float8 operands.
+  bool fp8 = false;
   // The dtypes of the defined tensor inputs as the caller gave them (before autocast's casts).
   std::span<const DType> given_dtypes;
   // The tensor inputs as the kernel received them (after the casts), and the outputs.

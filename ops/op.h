@@ -43,6 +43,8 @@ struct OpInfo {
 };
 
 const OpInfo& op_info(OpId op);
+// True for the ops that run in fp8 inside an amp::Fp8Autocast region (NOTE [Fp8 ops]).
+bool op_runs_in_fp8(OpId op);
 std::string_view op_name(OpId op);
 // Every op, in op_list.def's order.
 std::span<const OpInfo> all_ops();

@@ -1,6 +1,7 @@
 // hg-ops: the op registry, one line per op, tab-separated:
-//   name  cuda_policy  cpu_policy  differentiable
-// Policies are the ones in force (op_list.def's, as torch.amp's tables).
+//   name  cuda_policy  cpu_policy  differentiable  fp8
+// Policies are the ones in force (op_list.def's, as torch.amp's tables); fp8 says whether the
+// op runs in float8 inside an amp::Fp8Autocast region (NOTE [Fp8 ops]).
 #include <fmt/format.h>
 #include <CLI/CLI.hpp>
 
@@ -13,12 +14,12 @@ int main(int argc, char** argv) {
   app.add_flag("--header", header, "print a header line first");
   CLI11_PARSE(app, argc, argv);
 
-  if (header) fmt::print("name\tcuda_policy\tcpu_policy\tdifferentiable\n");
+  if (header) fmt::print("name\tcuda_policy\tcpu_policy\tdifferentiable\tfp8\n");
   for (const hg::OpInfo& op : hg::all_ops()) {
-    fmt::print("{}\t{}\t{}\t{}\n", op.name,
+    fmt::print("{}\t{}\t{}\t{}\t{}\n", op.name,
                hg::cast_policy_name(hg::amp::cast_policy(op.id, hg::kCUDA)),
                hg::cast_policy_name(hg::amp::cast_policy(op.id, hg::kCPU)),
-               op.differentiable ? "yes" : "no");
+               op.differentiable ? "yes" : "no", hg::op_runs_in_fp8(op.id) ? "yes" : "no");
   }
   return 0;
 }

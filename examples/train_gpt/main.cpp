@@ -7,7 +7,9 @@
 //
 //   --dtype fp32   no autocast, no scaling: the reference;
 //   --dtype fp16   forward under amp::Autocast(kCPU, kFloat16), loss scaled by a GradScaler;
-//   --dtype bf16   forward under amp::Autocast(kCPU, kBFloat16), no scaling.
+//   --dtype bf16   forward under amp::Autocast(kCPU, kBFloat16), no scaling;
+//   --dtype fp8    bf16, with the linear layers in float8 under amp::Fp8Autocast (delayed
+//                  scaling; the CPU emulates the fp8 products exactly), no scaling.
 //
 // A progress line shows the loss, tokens/s and the scale (rewritten in place on a terminal,
 // one line every --log-every steps otherwise; --quiet: none). The run ends with the accuracy;
@@ -52,7 +54,8 @@ void print_json(const TrainMetrics& m, std::string_view task) {
   fmt::print(
       "{{\"task\": \"{}\", \"dtype\": \"{}\", \"steps\": {}, \"step_ms\": {}, \"tokens_per_s\": "
       "{}, \"final_loss\": {}, \"accuracy\": {}, \"skipped_steps\": {}, \"final_scale\": {}}}\n",
-      task, precision_name(m.dtype), m.steps, json_number(m.step_ms), json_number(m.tokens_per_s),
+      task, precision_name(m.dtype, m.fp8), m.steps, json_number(m.step_ms),
+      json_number(m.tokens_per_s),
       json_number(m.final_loss), json_number(m.accuracy), m.skipped_steps,
       json_number(m.final_scale));
 }
@@ -62,7 +65,7 @@ void print_json(const TrainMetrics& m, std::string_view task) {
 void print_table(const std::vector<TrainMetrics>& runs) {
   double fp32_step_ms = 0.0;
   for (const TrainMetrics& m : runs) {
-    if (m.dtype == kFloat32) fp32_step_ms = m.step_ms;
+    if (m.dtype == kFloat32 && !m.fp8) fp32_step_ms = m.step_ms;
   }
   fmt::print("| {:<5} | {:>14} | {:>9} | {:>10} | {:>8} | {:>13} | {:>11} | {:>17} |\n", "dtype",
              "step time (ms)", "tokens/s", "final loss", "accuracy", "skipped steps", "final scale",
@@ -75,19 +78,22 @@ void print_table(const std::vector<TrainMetrics>& runs) {
         fp32_step_ms > 0.0 ? fmt::format("{:.2f}x", fp32_step_ms / m.step_ms) : "-";
     fmt::print(
         "| {:<5} | {:>14.2f} | {:>9.0f} | {:>10.4f} | {:>8.3f} | {:>13} | {:>11g} | {:>17} |\n",
-        precision_name(m.dtype), m.step_ms, m.tokens_per_s, m.final_loss, m.accuracy,
+        precision_name(m.dtype, m.fp8), m.step_ms, m.tokens_per_s, m.final_loss, m.accuracy,
         m.skipped_steps, m.final_scale, speedup);
   }
 }
 
-// "fp32,fp16" -> {kFloat32, kFloat16}.
-std::vector<DType> parse_precision_list(const std::string& list) {
-  std::vector<DType> dtypes;
+// "fp32,fp16" -> {"fp32", "fp16"}, each checked by parse_precision.
+std::vector<std::string> parse_precision_list(const std::string& list) {
+  std::vector<std::string> names;
   std::stringstream in(list);
   std::string name;
-  while (std::getline(in, name, ',')) dtypes.push_back(parse_precision(name));
-  HG_CHECK(!dtypes.empty(), "--compare: expected a list such as fp32,fp16,bf16, got '{}'", list);
-  return dtypes;
+  while (std::getline(in, name, ',')) {
+    parse_precision(name);
+    names.push_back(name);
+  }
+  HG_CHECK(!names.empty(), "--compare: expected a list such as fp32,fp16,bf16, got '{}'", list);
+  return names;
 }
 
 // One progress line: "bf16 [########------------]  120/1000  loss 1.2345  23456 tok/s  scale 1".
@@ -120,7 +126,7 @@ int main(int argc, char** argv) {
   // A flag given twice takes its last value, so ./scripts/demo --steps N overrides the demo's.
   app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   app.add_option("--dtype", dtype_flag, "precision of the forward pass")
-      ->check(CLI::IsMember({"fp32", "fp16", "bf16"}));
+      ->check(CLI::IsMember({"fp32", "fp16", "bf16", "fp8"}));
   app.add_option("--compare", compare,
                  "train once per listed dtype (e.g. fp32,fp16,bf16) and print one table")
       ->excludes("--dtype");
@@ -161,9 +167,8 @@ int main(int argc, char** argv) {
       task = std::make_unique<TextTask>(text_file, block_size);
     }
     const std::string_view task_name = text_file.empty() ? "addition" : "text";
-    const std::vector<DType> dtypes = compare.empty()
-                                          ? std::vector<DType>{parse_precision(dtype_flag)}
-                                          : parse_precision_list(compare);
+    const std::vector<std::string> precisions =
+        compare.empty() ? std::vector<std::string>{dtype_flag} : parse_precision_list(compare);
 
     const Progress progress = quiet                         ? Progress::kNone
                               : isatty(fileno(stdout)) != 0 ? Progress::kInPlace
@@ -179,9 +184,10 @@ int main(int argc, char** argv) {
     std::vector<TrainMetrics> runs;
     bool below_bar = false;
     options.profile_path = profile_file;
-    for (DType dtype : dtypes) {
-      options.dtype = dtype;
-      const std::string_view name = precision_name(dtype);
+    for (const std::string& precision : precisions) {
+      options.dtype = parse_precision(precision);
+      options.fp8 = precision == "fp8";
+      const std::string_view name = precision_name(options.dtype, options.fp8);
       auto on_step = [&](const StepReport& report) {
         if (progress == Progress::kInPlace) {
           fmt::print("\r{}", progress_line(name, report));
