@@ -35,6 +35,7 @@
 #include "halfgrad/cpu/linalg.h"
 
 #include <array>
+#include <bit>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -368,13 +369,38 @@ Tensor gemm_2d_gelu(const Tensor& a, bool transpose_a, const Tensor& b, bool tra
 // the tensor cores': sums may differ in the last bits of float32, far below out's rounding),
 // and one pass scales, adds the bias and rounds. On CUDA it is cuBLASLt's fp8 matmul with the
 // scales read from device memory (cuda/linalg.cpp), so neither side syncs with the host.
+// A contiguous float8 tensor as float32, through a table of the format's 256 values (exact).
+template <class F8>
+const std::array<float, 256>& float8_values() {
+  static const std::array<float, 256> table = [] {
+    std::array<float, 256> values{};
+    for (int bits = 0; bits < 256; ++bits) {
+      values[size_t(bits)] = static_cast<float>(F8::from_bits(uint8_t(bits)));
+    }
+    return values;
+  }();
+  return table;
+}
+
+Tensor widen_float8(const Tensor& t) {
+  const std::array<float, 256>& values = t.dtype() == kFloat8_e4m3fn
+                                             ? float8_values<Float8_e4m3fn>()
+                                             : float8_values<Float8_e5m2>();
+  Tensor wide = empty(t.sizes(), {.dtype = kFloat32});
+  const auto* bits = static_cast<const uint8_t*>(t.data_ptr());
+  auto* dst = static_cast<float*>(wide.data_ptr());
+  const int64_t n = t.numel();
+  parallel_for(n, n, [&](int64_t i) { dst[i] = values[bits[i]]; });
+  return wide;
+}
+
 void scaled_gemm(const Tensor& a, const Tensor& b, const Tensor& scale_a, const Tensor& scale_b,
                  const Tensor& bias, const Tensor& out) {
   const auto [m, n, k] =
       kernel::check_scaled_gemm("scaled_gemm", a, b, scale_a, scale_b, bias, out, kCPU);
   if (m == 0 || n == 0) return;
   const Tensor sums = empty({m, n}, {.dtype = kFloat32});
-  gemm_2d(core::to_dtype(a, kFloat32), false, core::to_dtype(b, kFloat32), true, sums, Tensor());
+  gemm_2d(widen_float8(a), false, widen_float8(b), true, sums, Tensor());
   const float scale = *static_cast<const float*>(scale_a.data_ptr()) *
                       *static_cast<const float*>(scale_b.data_ptr());
   const auto* sum = static_cast<const float*>(sums.data_ptr());
@@ -389,6 +415,40 @@ void scaled_gemm(const Tensor& a, const Tensor& b, const Tensor& scale_a, const 
       }
     });
   });
+}
+
+// The largest |x| as float32 bits with the sign cleared: for magnitudes the bits order as the
+// values do, and every NaN's are above inf's, so the maximum of the bits is the amax, NaN when
+// any element is NaN (CUDA's kernel reduces the same bits with atomicMax).
+uint32_t magnitude_bits(float value) { return std::bit_cast<uint32_t>(value) & 0x7FFFFFFFu; }
+
+void quantize_fp8(const Tensor& x, const Tensor& scale, const Tensor& amax, const Tensor& out) {
+  const int64_t n = kernel::check_quantize_fp8("quantize_fp8", x, scale, amax, out, kCPU);
+  const float s = *static_cast<const float*>(scale.data_ptr());
+  uint32_t largest = 0;
+  visit_floating_dtype("quantize_fp8", x.dtype(), [&]<class In>(TypeTag<In>) {
+    const auto* src = static_cast<const In*>(x.data_ptr());
+    const auto cast = [&]<class F8>(F8* dst) {
+      const auto body = [&](int64_t i, uint32_t& top) {
+        const auto value = static_cast<float>(src[i]);
+        top = std::max(top, magnitude_bits(value));
+        dst[i] = F8(value * s, Overflow::Saturate);
+      };
+      if (n < kParallelGrain || omp_get_max_threads() == 1 || omp_in_parallel()) {
+        for (int64_t i = 0; i < n; ++i) body(i, largest);
+        return;
+      }
+#pragma omp parallel for schedule(static) reduction(max : largest)
+      for (int64_t i = 0; i < n; ++i) body(i, largest);
+    };
+    if (out.dtype() == kFloat8_e4m3fn) {
+      cast(static_cast<Float8_e4m3fn*>(out.data_ptr()));
+    } else {
+      cast(static_cast<Float8_e5m2*>(out.data_ptr()));
+    }
+  });
+  auto* current = static_cast<float*>(amax.data_ptr());
+  *current = std::bit_cast<float>(std::max(magnitude_bits(*current), largest));
 }
 
 std::string gemm_backend(DType dtype) {

@@ -801,6 +801,18 @@ void scaled_gemm(const Tensor& a, const Tensor& b, const Tensor& scale_a, const 
                   op);
 }
 
+void quantize_fp8(const Tensor& x, const Tensor& scale, const Tensor& amax, const Tensor& out) {
+  const char* op = "quantize_fp8";
+  const int64_t n = kernel::check_quantize_fp8(op, x, scale, amax, out, kCUDA);
+  const int device = x.device().index;
+  DeviceGuard guard(device);
+  HG_CUDA_CHECK(detail::launch_quantize_fp8(x.data_ptr(), x.dtype(),
+                                            static_cast<const float*>(scale.data_ptr()),
+                                            static_cast<float*>(amax.data_ptr()), out.data_ptr(),
+                                            out.dtype(), n, current_stream(device)),
+                op);
+}
+
 std::string gemm_backend(DType dtype) {
   switch (dtype) {
     case kFloat16:

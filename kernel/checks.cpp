@@ -128,6 +128,30 @@ std::array<int64_t, 3> check_scaled_gemm(const char* op, const Tensor& a, const 
   return {m, n, k};
 }
 
+int64_t check_quantize_fp8(const char* op, const Tensor& x, const Tensor& scale,
+                           const Tensor& amax, const Tensor& out, DeviceType device) {
+  check_defined(op, "x", x);
+  check_defined(op, "out", out);
+  check_device_type(op, "x", x, device);
+  HG_CHECK(x.dtype() == kFloat32 || x.dtype() == kFloat16 || x.dtype() == kBFloat16,
+           "{}: expected x to be float32, float16 or bfloat16, got {}", op, x.dtype());
+  HG_CHECK(is_float8(out.dtype()), "{}: expected out to be float8_e4m3fn or float8_e5m2, got {}",
+           op, out.dtype());
+  HG_CHECK(x.is_contiguous() && out.is_contiguous() && out.numel() == x.numel(),
+           "{}: expected a contiguous x and a contiguous out of its {} elements, got x {} and out "
+           "{} of shape {}",
+           op, x.numel(), x.is_contiguous() ? "contiguous" : "strided", out.numel(), out.sizes());
+  check_same_device(op, "out", out, x.device(), "x's");
+  for (const auto& [what, t] : {std::pair{"scale", &scale}, std::pair{"amax", &amax}}) {
+    check_defined(op, what, *t);
+    HG_CHECK(t->dtype() == kFloat32 && t->numel() == 1,
+             "{}: expected {} to be a float32 tensor of one element, got {} of shape {}", op, what,
+             t->dtype(), t->sizes());
+    check_same_device(op, what, *t, x.device(), "x's");
+  }
+  return x.numel();
+}
+
 // ---- reductions -----------------------------------------------------------------------------
 
 const char* reduction_name(Reduction op) {

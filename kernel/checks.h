@@ -62,6 +62,10 @@ std::array<int64_t, 3> check_scaled_gemm(const char* op, const Tensor& a, const 
                                          const Tensor& bias, const Tensor& out,
                                          DeviceType device);
 
+// LinalgKernels::quantize_fp8's arguments, on `device`'s backend; returns x's numel.
+int64_t check_quantize_fp8(const char* op, const Tensor& x, const Tensor& scale,
+                           const Tensor& amax, const Tensor& out, DeviceType device);
+
 // ---- reductions (kernel/reduce.h) -----------------------------------------------------------
 
 // "sum", "prod", "mean", "amax", "amin", "logsumexp", "norm": the name errors use.

@@ -69,6 +69,15 @@ struct LinalgKernels {
   void (*scaled_gemm)(const Tensor& a, const Tensor& b, const Tensor& scale_a,
                       const Tensor& scale_b, const Tensor& bias, const Tensor& out);
 
+  // The cast of scaled_gemm's operands under delayed scaling (NOTE [Delayed scaling] in
+  // ops/fp8.h), in one pass: out = x * scale rounded to out's float8 dtype, saturating (the bits
+  // of (x.to(float32) * scale).to(dtype, {.saturate = true})), and amax = max(amax, max |x|),
+  // NaN when an element of x is NaN. x: contiguous float32, float16 or bfloat16; scale and
+  // amax: float32 tensors of one element on x's device (amax, a row of the amax history, is
+  // read and written); out: contiguous float8 of x's numel.
+  void (*quantize_fp8)(const Tensor& x, const Tensor& scale, const Tensor& amax,
+                       const Tensor& out);
+
   // Which implementation gemm uses for a floating dtype, for hg-info, the benchmarks and
   // reports: on the CPU "onednn", "eigen", "onednn(fp16 via fp32 tiles)", ... (tiny products,
   // under 2^15 multiply-adds in all, run on halfgrad's own small kernel whatever the dtype,
@@ -83,7 +92,7 @@ struct LinalgKernels {
 #define HG_LINALG_KERNELS                                                                   \
   {                                                                                         \
     .gemm = gemm, .gemm_bias = gemm_bias, .gemm_2d = gemm_2d, .gemm_2d_gelu = gemm_2d_gelu, \
-    .scaled_gemm = scaled_gemm, .backend = gemm_backend                                     \
+    .scaled_gemm = scaled_gemm, .quantize_fp8 = quantize_fp8, .backend = gemm_backend       \
   }
 
 }  // namespace hg::kernel

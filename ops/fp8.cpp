@@ -66,14 +66,13 @@ struct Quantized {
 // `slot`, recording max|x| into the history's row 0 (NOTE [Delayed scaling]). Runs below
 // autocast with grad mode off (inside an op's kernel).
 Quantized quantize(const Tensor& x, ops::Fp8LayerState& state, ops::Fp8Slot slot, DType dtype) {
-  const Tensor wide = x.dtype() == kFloat32 ? x : x.to(kFloat32);
   const Tensor scale = state.scale.narrow(0, slot, 1);
-  if (wide.numel() > 0) {
-    Tensor current = state.amax_history.select(0, 0).narrow(0, slot, 1);
-    current.copy_(maximum(current, amax(abs(wide)).reshape({1})));
-  }
+  const Tensor source = x.is_contiguous() ? x : x.contiguous();
+  Tensor values = empty(x.sizes(), {.dtype = dtype, .device = x.device()});
+  kernels::linalg(x).quantize_fp8(source, scale,
+                                  state.amax_history.select(0, 0).narrow(0, slot, 1), values);
   state.ran = true;
-  return {mul(wide, scale).to(dtype, CastOptions{.saturate = true}), reciprocal(scale)};
+  return {values, reciprocal(scale)};
 }
 
 // ---- fp8 linear ---------------------------------------------------------------------------------

@@ -1,11 +1,14 @@
 // scaled_mm: the float8 product against float64 sums of the decoded operands, its layouts, its
-// errors, and (where a GPU with fp8 tensor cores is) CUDA against the CPU.
+// errors, the fused cast that feeds it (quantize_fp8), and (where a GPU with fp8 tensor cores
+// is) CUDA against the CPU.
 #include <catch2/catch.hpp>
 
 #include <cmath>
 #include <vector>
 
 #include "cuda/cuda_test_util.h"
+#include "halfgrad/cpu/kernels.h"
+#include "halfgrad/cuda/kernels.h"
 #include "halfgrad/halfgrad.h"
 
 using namespace hg;
@@ -162,4 +165,54 @@ TEST_CASE("scaled_mm on CUDA matches the CPU emulation", "[cuda]") {
   CHECK_THROWS_WITH(scaled_mm(a.narrow(1, 0, 8).contiguous().to(kCUDA), b.narrow(0, 0, 8).to(kCUDA),
                               scale_a.to(kCUDA), scale_b.to(kCUDA)),
                     Contains("multiples of 16"));
+}
+
+TEST_CASE("quantize_fp8 casts with the scale and records the amax in one pass") {
+  manual_seed(14);
+  for (DType source : {kFloat32, kBFloat16, kFloat16}) {
+    for (DType target : {kFloat8_e4m3fn, kFloat8_e5m2}) {
+      INFO(fmt::format("{} to {}", dtype_name(source), dtype_name(target)));
+      Tensor x = (randn({300}) * 50.0).to(source);
+      x.narrow(0, 17, 1).fill_(-900.0);  // past 448 after scaling: saturates
+      const Tensor scale = full({1}, 0.75, kFloat32);
+      Tensor amax = full({1}, 2.0, kFloat32);
+      const Tensor out = empty({300}, target);
+      cpu::linalg_kernels.quantize_fp8(x, scale, amax, out);
+      // The bits of the two-step cast, and the largest magnitude.
+      CHECK(bit_identical(out, (x.to(kFloat32) * scale).to(target, CastOptions{.saturate = true})));
+      CHECK(amax.item<float>() == 900.0f);
+      // A smaller tensor leaves the larger amax as it was; a NaN makes it NaN.
+      cpu::linalg_kernels.quantize_fp8(x.narrow(0, 0, 10).contiguous(), scale, amax,
+                                       empty({10}, target));
+      CHECK(amax.item<float>() == 900.0f);
+      x.narrow(0, 3, 1).fill_(std::nan(""));
+      cpu::linalg_kernels.quantize_fp8(x, scale, amax, out);
+      CHECK(std::isnan(amax.item<float>()));
+    }
+  }
+  const Tensor one = ones({1});
+  CHECK_THROWS_WITH(cpu::linalg_kernels.quantize_fp8(ones({4}, kFloat64), one, ones({1}),
+                                                     empty({4}, kFloat8_e4m3fn)),
+                    Contains("expected x to be float32, float16 or bfloat16, got float64"));
+  CHECK_THROWS_WITH(cpu::linalg_kernels.quantize_fp8(ones({4}), one, ones({1}), empty({4})),
+                    Contains("expected out to be float8_e4m3fn or float8_e5m2, got float32"));
+  CHECK_THROWS_WITH(cpu::linalg_kernels.quantize_fp8(ones({4}), one, ones({2}),
+                                                     empty({4}, kFloat8_e4m3fn)),
+                    Contains("expected amax to be a float32 tensor of one element"));
+}
+
+TEST_CASE("quantize_fp8 on CUDA gives the CPU's bits and amax", "[cuda]") {
+  HG_REQUIRE_CUDA();
+  manual_seed(15);
+  const Tensor x = randn({100000}) * 300.0;
+  const Tensor scale = full({1}, 1.5, kFloat32);
+  for (DType target : {kFloat8_e4m3fn, kFloat8_e5m2}) {
+    Tensor amax = zeros({1}), amax_gpu = zeros({1}).to(kCUDA);
+    const Tensor out = empty({100000}, target);
+    const Tensor out_gpu = empty({100000}, {.dtype = target, .device = Device(kCUDA)});
+    cpu::linalg_kernels.quantize_fp8(x, scale, amax, out);
+    cuda::linalg_kernels.quantize_fp8(x.to(kCUDA), scale.to(kCUDA), amax_gpu, out_gpu);
+    CHECK(bit_identical(out_gpu.cpu(), out));
+    CHECK(amax_gpu.item<float>() == amax.item<float>());
+  }
 }
