@@ -158,15 +158,18 @@ void PrecisionAudit::on_op(const ops::OpCall& call) {
     ~Forget() { valid = false; }
   } forget{given_valid_};
 
-  const bool backward = !running_nodes_.empty();
+  const bool backward = autograd::is_backward_running();
   ModuleName module;
   std::string node_name;
   if (backward) {
-    const autograd::Node* node = running_nodes_.back();
-    node_name = node->name();
-    const auto found = node_origins_.find(node);
-    if (found != node_origins_.end() && !found->second.node.expired()) {
-      module = found->second.module;
+    // Between nodes (the engine summing two gradients of one tensor) no node is running.
+    if (!running_nodes_.empty()) {
+      const autograd::Node* node = running_nodes_.back();
+      node_name = node->name();
+      const auto found = node_origins_.find(node);
+      if (found != node_origins_.end() && !found->second.node.expired()) {
+        module = found->second.module;
+      }
     }
   } else {
     module = current_module();

@@ -80,7 +80,8 @@ struct OpPrecision {
   std::string module = {};
   std::string module_type = {};
   bool backward = false;
-  std::string node = {};  // backward: the node applied ("LinearBackward"); "" when none
+  // backward: the node applied ("LinearBackward"); "" between nodes (the engine's gradient sums)
+  std::string node = {};
   std::optional<CastPolicy> policy = std::nullopt;
   std::vector<DType> input_dtypes = {};  // the floating inputs as given
   DType dtype = kFloat32;                // the first compared output's dtype
