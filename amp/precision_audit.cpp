@@ -153,10 +153,15 @@ void PrecisionAudit::on_node_end(const autograd::Node& node) noexcept {
 
 void PrecisionAudit::on_op(const ops::OpCall& call) {
   if (stopped_ || !call.outermost) return;
+  // The given inputs serve this call only: let go of them once it is measured.
   struct Forget {
     bool& valid;
-    ~Forget() { valid = false; }
-  } forget{given_valid_};
+    std::vector<Tensor>& inputs;
+    ~Forget() {
+      valid = false;
+      inputs.clear();
+    }
+  } forget{given_valid_, given_inputs_};
 
   const bool backward = autograd::is_backward_running();
   ModuleName module;
