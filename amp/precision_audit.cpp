@@ -51,7 +51,7 @@ std::string first_line(const char* message) {
 std::string display_module(const std::string& path, const std::string& type) {
   if (!path.empty()) return path;
   if (!type.empty()) return "(" + type + ")";
-  return "-";
+  return "(no module)";
 }
 
 std::string policy_text(const std::optional<CastPolicy>& policy) {
@@ -209,7 +209,8 @@ void PrecisionAudit::on_op(const ops::OpCall& call) {
   }
   entry.unit_roundoff = finfo(entry.dtype).eps / 2;
   measure(call, entry);
-  entry.grew = entry.measured() && entry.rel_error > options_.growth_threshold * entry.unit_roundoff;
+  entry.grew =
+      entry.measured() && entry.rel_error > options_.growth_threshold * entry.unit_roundoff;
   ops_.push_back(std::move(entry));
 }
 
@@ -255,8 +256,8 @@ void PrecisionAudit::measure(const ops::OpCall& call, OpPrecision& entry) const 
     return;
   }
   if (reference.size() != call.outputs.size()) {
-    entry.skipped = fmt::format("the float64 rerun gave {} outputs, the call {}",
-                                reference.size(), call.outputs.size());
+    entry.skipped = fmt::format("the float64 rerun gave {} outputs, the call {}", reference.size(),
+                                call.outputs.size());
     return;
   }
 
@@ -273,8 +274,8 @@ void PrecisionAudit::measure(const ops::OpCall& call, OpPrecision& entry) const 
       return;
     }
     if (ref.sizes() != out.sizes()) {
-      entry.skipped = fmt::format("the float64 rerun's output is {}, the call's {}", ref.sizes(),
-                                  out.sizes());
+      entry.skipped =
+          fmt::format("the float64 rerun's output is {}, the call's {}", ref.sizes(), out.sizes());
       return;
     }
     const FInfo info = finfo(out.dtype());
@@ -370,10 +371,9 @@ std::string PrecisionAudit::table(size_t limit, bool worst_first) const {
     if (entry.measured()) measured.push_back(&entry);
   }
   if (worst_first) {
-    std::stable_sort(measured.begin(), measured.end(),
-                     [](const OpPrecision* a, const OpPrecision* b) {
-                       return a->rel_error > b->rel_error;
-                     });
+    std::stable_sort(
+        measured.begin(), measured.end(),
+        [](const OpPrecision* a, const OpPrecision* b) { return a->rel_error > b->rel_error; });
   }
   if (limit > 0 && measured.size() > limit) measured.resize(limit);
   std::vector<std::vector<std::string>> rows = {{"#", "op", "module", "pass", "dtype", "policy",
@@ -415,9 +415,9 @@ std::string PrecisionAudit::table(size_t limit, bool worst_first) const {
 }
 
 std::string PrecisionAudit::module_table() const {
-  std::vector<std::vector<std::string>> rows = {
-      {"module", "type", "fwd ops", "fwd max rel_error", "bwd ops", "bwd max rel_error",
-       "max_ulps", "worst op"}};
+  std::vector<std::vector<std::string>> rows = {{"module", "type", "fwd ops", "fwd max rel_error",
+                                                 "bwd ops", "bwd max rel_error", "max_ulps",
+                                                 "worst op"}};
   for (const ModulePrecision& m : by_module()) {
     rows.push_back({display_module(m.module, m.module_type), m.module_type,
                     std::to_string(m.forward_ops),
@@ -425,8 +425,7 @@ std::string PrecisionAudit::module_table() const {
                     std::to_string(m.backward_ops),
                     m.backward_ops > 0 ? fmt::format("{:.2e}", m.backward_max_rel_error) : "-",
                     fmt::format("{:.1f}", m.max_ulps),
-                    fmt::format("{} ({})", op_name(m.worst_op),
-                                m.worst_backward ? "bwd" : "fwd")});
+                    fmt::format("{} ({})", op_name(m.worst_op), m.worst_backward ? "bwd" : "fwd")});
   }
   return format_rows(rows);
 }
@@ -449,11 +448,11 @@ void PrecisionAudit::write_csv(const std::string& path) const {
 
 void PrecisionAudit::write_svg(const std::string& path, const std::string& title) const {
   const std::vector<ModulePrecision> modules = by_module();
-  SvgChartOptions options{.title = title.empty() ? "Relative error against float64, by module"
-                                                 : title,
-                          .x_label = "module (in order of its first op)",
-                          .y_label = "max rel_error of its ops",
-                          .log_y = true};
+  SvgChartOptions options{
+      .title = title.empty() ? "Relative error against float64, by module" : title,
+      .x_label = "module (in order of its first op)",
+      .y_label = "max rel_error of its ops",
+      .log_y = true};
   std::vector<std::pair<double, double>> forward, backward;
   for (size_t i = 0; i < modules.size(); ++i) {
     const ModulePrecision& m = modules[i];

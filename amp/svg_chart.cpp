@@ -21,11 +21,20 @@ std::string escape(const std::string& text) {
   std::string out;
   for (char c : text) {
     switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      default: out += c;
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&quot;";
+        break;
+      default:
+        out += c;
     }
   }
   return out;
@@ -117,8 +126,9 @@ std::string SvgChart::svg() const {
       "viewBox=\"0 0 {0} {1}\" font-family=\"sans-serif\" font-size=\"12\">\n"
       "<rect x=\"0\" y=\"0\" width=\"{0}\" height=\"{1}\" fill=\"white\"/>\n",
       options_.width, options_.height);
-  out += fmt::format("<text x=\"{:.1f}\" y=\"22\" text-anchor=\"middle\" font-size=\"15\">{}</text>\n",
-                     left + plot_w / 2, escape(options_.title));
+  out +=
+      fmt::format("<text x=\"{:.1f}\" y=\"22\" text-anchor=\"middle\" font-size=\"15\">{}</text>\n",
+                  left + plot_w / 2, escape(options_.title));
   out += fmt::format(
       "<rect x=\"{:.1f}\" y=\"{:.1f}\" width=\"{:.1f}\" height=\"{:.1f}\" fill=\"none\" "
       "stroke=\"black\"/>\n",
@@ -134,19 +144,20 @@ std::string SvgChart::svg() const {
   for (double t : y_ticks) {
     const double y = py(t);
     out += fmt::format(
-        "<line x1=\"{:.1f}\" y1=\"{:.1f}\" x2=\"{:.1f}\" y2=\"{:.1f}\" stroke=\"#dddddd\"/>\n", left,
-        y, left + plot_w, y);
-    const std::string label = log_y ? fmt::format("1e{}", int(std::lround(t))) : fmt::format("{:g}", t);
-    out += fmt::format(
-        "<text x=\"{:.1f}\" y=\"{:.1f}\" text-anchor=\"end\">{}</text>\n", left - 6, y + 4, label);
+        "<line x1=\"{:.1f}\" y1=\"{:.1f}\" x2=\"{:.1f}\" y2=\"{:.1f}\" stroke=\"#dddddd\"/>\n",
+        left, y, left + plot_w, y);
+    const std::string label =
+        log_y ? fmt::format("1e{}", int(std::lround(t))) : fmt::format("{:g}", t);
+    out += fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\" text-anchor=\"end\">{}</text>\n", left - 6,
+                       y + 4, label);
   }
   // x ticks: categories, or round numbers.
   if (!options_.x_labels.empty()) {
     for (size_t i = 0; i < options_.x_labels.size(); ++i) {
       const double x = px(double(i));
       out += fmt::format(
-          "<line x1=\"{0:.1f}\" y1=\"{1:.1f}\" x2=\"{0:.1f}\" y2=\"{2:.1f}\" stroke=\"black\"/>\n", x,
-          top + plot_h, top + plot_h + 4);
+          "<line x1=\"{0:.1f}\" y1=\"{1:.1f}\" x2=\"{0:.1f}\" y2=\"{2:.1f}\" stroke=\"black\"/>\n",
+          x, top + plot_h, top + plot_h + 4);
       out += fmt::format(
           "<text x=\"{0:.1f}\" y=\"{1:.1f}\" text-anchor=\"end\" "
           "transform=\"rotate(-60 {0:.1f} {1:.1f})\">{2}</text>\n",
@@ -156,8 +167,8 @@ std::string SvgChart::svg() const {
     for (double t : linear_ticks(xs.low, xs.high)) {
       const double x = px(t);
       out += fmt::format(
-          "<line x1=\"{0:.1f}\" y1=\"{1:.1f}\" x2=\"{0:.1f}\" y2=\"{2:.1f}\" stroke=\"black\"/>\n", x,
-          top + plot_h, top + plot_h + 4);
+          "<line x1=\"{0:.1f}\" y1=\"{1:.1f}\" x2=\"{0:.1f}\" y2=\"{2:.1f}\" stroke=\"black\"/>\n",
+          x, top + plot_h, top + plot_h + 4);
       out += fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\" text-anchor=\"middle\">{:g}</text>\n", x,
                          top + plot_h + 18, t);
     }

@@ -86,6 +86,13 @@ std::unique_ptr<amp::PrecisionAudit> run_audited_step(const AuditMode& mode,
   return audit;
 }
 
+// A module as the audit's tables name it: its dotted path, its type for the model itself, or
+// "(no module)" for the ops called outside every module (the loss, the engine's sums).
+std::string module_label(const std::string& path, const std::string& type) {
+  if (!path.empty()) return path;
+  return type.empty() ? std::string("(no module)") : "(" + type + ")";
+}
+
 bool file_is_there(const std::filesystem::path& path) {
   std::error_code error;
   return std::filesystem::file_size(path, error) > 0 && !error;
@@ -156,7 +163,7 @@ int main(int argc, char** argv) {
                                      .y_label = "rel_error against float64",
                                      .log_y = true};
   for (const amp::ModulePrecision& m : layout) {
-    chart_options.x_labels.push_back(m.module.empty() ? "(" + m.module_type + ")" : m.module);
+    chart_options.x_labels.push_back(module_label(m.module, m.module_type));
   }
   amp::SvgChart chart(chart_options);
   for (size_t m = 0; m < modes.size(); ++m) {
@@ -196,8 +203,8 @@ int main(int argc, char** argv) {
     fmt::print("{:<28}", name);
     for (auto& worst : by_op) {
       const auto found = worst.find(name);
-      fmt::print("{:>10}", found == worst.end() ? std::string("-")
-                                                : fmt::format("{:.2f}", found->second));
+      fmt::print("{:>10}",
+                 found == worst.end() ? std::string("-") : fmt::format("{:.2f}", found->second));
     }
     std::string policy = "-";
     for (const amp::OpPrecision& e : audits.front()->ops()) {
@@ -234,12 +241,12 @@ int main(int argc, char** argv) {
     };
     fmt::print("- {}: the worst op is {} ({}) in {}, rel_error {:.2e} = {:.2f} u of {}. {}.\n",
                modes[m].name, op_name(worst->op), worst->backward ? "backward" : "forward",
-               worst->module.empty() ? "(" + worst->module_type + ")" : worst->module,
-               worst->rel_error, worst->rel_error / worst->unit_roundoff,
-               dtype_name(worst->dtype),
-               growth ? fmt::format("The error first grows past 2 u at {} in {}",
-                                    op_name(growth->op), growth->module)
-                      : std::string("No op loses more than 2 u: none grows the error"));
+               module_label(worst->module, worst->module_type), worst->rel_error,
+               worst->rel_error / worst->unit_roundoff, dtype_name(worst->dtype),
+               growth
+                   ? fmt::format("The error first grows past 2 u at {} in {}", op_name(growth->op),
+                                 module_label(growth->module, growth->module_type))
+                   : std::string("No op loses more than 2 u: none grows the error"));
     fmt::print("  Forward ops in {}: {}.\n  Forward ops in float32: {}.\n",
                dtype_name(modes[m].autocast_dtype), join(narrow), join(wide));
   }

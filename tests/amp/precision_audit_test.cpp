@@ -76,8 +76,8 @@ std::string read_text(const std::string& path) {
 TEST_CASE("PrecisionAudit finds float32 ops within float32 rounding of float64",
           "[amp][precision_audit]") {
   manual_seed(11);
-  auto model = std::make_shared<nn::Sequential>(nn::Linear(16, 32), nn::GELU(),
-                                                nn::LayerNorm({32}), nn::Linear(32, 4));
+  auto model = std::make_shared<nn::Sequential>(nn::Linear(16, 32), nn::GELU(), nn::LayerNorm({32}),
+                                                nn::Linear(32, 4));
   const Tensor x = randn({8, 16});
   amp::PrecisionAudit audit(model.get());
   const Tensor y = model->forward(x);
@@ -147,8 +147,8 @@ TEST_CASE("PrecisionAudit leaves an audited step bit-identical to an unaudited o
   };
   auto run_step = [](bool audited) {
     manual_seed(13);
-    auto model = std::make_shared<nn::Sequential>(nn::Linear(8, 32), nn::Dropout(0.5),
-                                                  nn::GELU(), nn::Linear(32, 4));
+    auto model = std::make_shared<nn::Sequential>(nn::Linear(8, 32), nn::Dropout(0.5), nn::GELU(),
+                                                  nn::Linear(32, 4));
     const Tensor x = randn({6, 8});
     std::unique_ptr<amp::PrecisionAudit> audit;
     if (audited) audit = std::make_unique<amp::PrecisionAudit>(model.get());
@@ -180,8 +180,7 @@ TEST_CASE("PrecisionAudit leaves an audited step bit-identical to an unaudited o
   CHECK(plain.rng.offset == audited.rng.offset);
 }
 
-TEST_CASE("PrecisionAudit audits backward ops and names their modules",
-          "[amp][precision_audit]") {
+TEST_CASE("PrecisionAudit audits backward ops and names their modules", "[amp][precision_audit]") {
   manual_seed(14);
   auto model = std::make_shared<nn::Sequential>(nn::Linear(8, 16), nn::GELU(), nn::Linear(16, 4));
   const Tensor x = randn({5, 8});
@@ -331,8 +330,7 @@ TEST_CASE("PrecisionAudit's SVG chart is well-formed", "[amp][precision_audit]")
                       Contains(">backward<") && Contains(">0<") && Contains(">2<"));
 }
 
-TEST_CASE("The dispatcher builds reruns only for an observer that asks",
-          "[amp][precision_audit]") {
+TEST_CASE("The dispatcher builds reruns only for an observer that asks", "[amp][precision_audit]") {
   const Tensor a = randn({4, 4});
   const int64_t before = ops::detail::reruns_built;
   (void)matmul(a, a);

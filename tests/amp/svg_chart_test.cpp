@@ -42,8 +42,11 @@ std::vector<std::vector<std::pair<double, double>>> polylines(const std::string&
 
 TEST_CASE("SvgChart places points linearly in x and by decade on a log y axis",
           "[amp][svg_chart]") {
-  amp::SvgChart chart({.title = "loss & error", .x_label = "step", .y_label = "error",
-                       .log_y = true, .markers = false});
+  amp::SvgChart chart({.title = "loss & error",
+                       .x_label = "step",
+                       .y_label = "error",
+                       .log_y = true,
+                       .markers = false});
   chart.add_series("a", {{0, 1e-3}, {1, 1e-2}, {2, 1e-1}});
   const std::string svg = chart.svg();
   CHECK_THAT(svg, Contains("loss &amp; error") && Contains(">1e-3<") && Contains(">1e-1<"));
@@ -59,8 +62,8 @@ TEST_CASE("SvgChart places points linearly in x and by decade on a log y axis",
 
 TEST_CASE("SvgChart breaks a log-axis line at values it cannot show", "[amp][svg_chart]") {
   amp::SvgChart chart({.log_y = true});
-  chart.add_series("with a zero", {{0, 1.0}, {1, 2.0}, {2, 0.0}, {3, 4.0}, {4, 8.0},
-                                   {5, std::nan("")}});
+  chart.add_series("with a zero",
+                   {{0, 1.0}, {1, 2.0}, {2, 0.0}, {3, 4.0}, {4, 8.0}, {5, std::nan("")}});
   chart.add_series("second", {{0, 3.0}, {4, 5.0}});
   const auto lines = polylines(chart.svg());
   REQUIRE(lines.size() == 3);
