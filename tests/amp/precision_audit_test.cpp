@@ -2,6 +2,7 @@
 // its module and backward attribution, its outputs (table, CSV, SVG), and that it changes nothing
 // about the step it watches.
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <memory>
 #include <sstream>
@@ -275,7 +276,8 @@ TEST_CASE("PrecisionAudit reports views as skipped and writes a row per call to 
   CHECK(softmax_op->dtype == kFloat16);  // CPU autocast leaves softmax unlisted
   CHECK(softmax_op->measured());
 
-  const std::string path = "precision_audit_test.csv";
+  const std::string path =
+      (std::filesystem::temp_directory_path() / "precision_audit_test.csv").string();
   audit.write_csv(path);
   std::ifstream file(path);
   std::string header, line;
@@ -301,7 +303,8 @@ TEST_CASE("PrecisionAudit's SVG chart is well-formed", "[amp][precision_audit]")
     sum(model->forward(x).to(kFloat32)).backward();
   }
   audit.stop();
-  const std::string path = "precision_audit_test.svg";
+  const std::string path =
+      (std::filesystem::temp_directory_path() / "precision_audit_test.svg").string();
   audit.write_svg(path, "a <small> model");
   const std::string svg = read_text(path);
   REQUIRE(svg.rfind("<?xml", 0) == 0);
