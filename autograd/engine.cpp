@@ -203,9 +203,12 @@ struct Pass {
 // the list of nodes it keeps alive: for a small step's graph, making and freeing them cost
 // more than the bookkeeping in them. Each thread keeps the state of its finished passes and
 // leases it to the next one (a pass started inside a pass, from a hook, gets its own).
+thread_local constinit int running_passes = 0;
+
 class PassLease {
  public:
   PassLease() {
+    ++running_passes;
     std::vector<std::unique_ptr<Pass>>& free = free_passes();
     if (free.empty()) {
       pass_ = std::make_unique<Pass>();
@@ -215,6 +218,7 @@ class PassLease {
     }
   }
   ~PassLease() {
+    --running_passes;
     pass_->clear();
     std::vector<std::unique_ptr<Pass>>& free = free_passes();
     if (free.size() < 4) free.push_back(std::move(pass_));
@@ -364,5 +368,7 @@ std::vector<Tensor> grad(const std::vector<Tensor>& outputs, const std::vector<T
 }
 
 Tensor add_gradients(const Tensor& a, const Tensor& b) { return add(a, b); }
+
+bool is_backward_running() { return running_passes > 0; }
 
 }  // namespace hg::autograd

@@ -53,4 +53,8 @@ class NodeObserver {
 // place the autograd layer reaches above itself, docs/design.md §1.)
 Tensor add_gradients(const Tensor& a, const Tensor& b);
 
+// True while a backward pass runs on this thread: inside its nodes, and between them (where the
+// engine sums the gradients that reach one tensor twice).
+bool is_backward_running();
+
 }  // namespace hg::autograd

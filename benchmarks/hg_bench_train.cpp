@@ -1067,7 +1067,7 @@ int main(int argc, char** argv) {
   app.add_option("--memory-steps", options.memory_steps, "memory: training steps run")
       ->check(CLI::PositiveNumber);
   app.add_option("--modes", options.modes, "mlp and gpt: the modes to time")
-      ->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
+      ->check(CLI::IsMember({"fp32", "bf16", "fp16", "fp8"}));
   app.add_option("--batch", options.batch, "gpt: sequences per step")->check(CLI::PositiveNumber);
   app.add_option("--vocab", options.vocab, "gpt: vocabulary size")->check(CLI::PositiveNumber);
   app.add_flag("--small", options.small, "mlp, memory and gpt: a small model (for smoke tests)");

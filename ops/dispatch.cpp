@@ -147,7 +147,16 @@ std::vector<DType> dtypes_of(std::span<const Tensor> inputs) {
 
 namespace detail {
 thread_local constinit DispatchObserver* first_observer = nullptr;
+thread_local constinit int64_t reruns_built = 0;
 }  // namespace detail
+
+bool reruns_requested() {
+  for (DispatchObserver* observer = detail::first_observer; observer != nullptr;
+       observer = observer->next_) {
+    if (observer->wants_reruns_) return true;
+  }
+  return false;
+}
 
 DispatchObserver::DispatchObserver() : next_(detail::first_observer) {
   detail::first_observer = this;

@@ -35,6 +35,9 @@
 //   bool autocast_eligible() const;             false for calls autocast must not touch
 //                                               (an explicit dtype given by the caller)
 //   static constexpr bool kFp8 = true;          runs in float8 (ops/fp8.h); observers see it
+//   Generator* generator;                       the op draws random numbers from it (or from
+//                                               default_generator() when null): a rerun for
+//                                               an observer draws the same ones (NOTE [Op reruns])
 // Ops of a variable number of inputs (cat, stack) take std::span<const Tensor>.
 #pragma once
 
@@ -49,6 +52,8 @@
 #include "halfgrad/autograd/grad_mode.h"
 #include "halfgrad/autograd/node.h"
 #include "halfgrad/core/autocast_mode.h"
+#include "halfgrad/core/error.h"
+#include "halfgrad/core/random.h"
 #include "halfgrad/core/small_vector.h"
 #include "halfgrad/ops/autocast.h"
 #include "halfgrad/ops/observer.h"
@@ -186,6 +191,71 @@ auto call_forward(Op& op, OpContext& ctx, Inputs& inputs) {
   }
 }
 
+template <class Inputs>
+Inputs inputs_from(OpId op, std::span<const Tensor> given) {
+  if constexpr (std::is_same_v<Inputs, std::vector<Tensor>>) {
+    return Inputs(given.begin(), given.end());
+  } else {
+    Inputs inputs;
+    HG_CHECK(given.size() == inputs.size(), "{}: a rerun takes {} tensor inputs, got {}",
+             op_name(op), inputs.size(), given.size());
+    std::copy(given.begin(), given.end(), inputs.begin());
+    return inputs;
+  }
+}
+
+// Sets a generator back to where a call started while a rerun draws, then to where the call
+// left it.
+class GeneratorReplay {
+ public:
+  GeneratorReplay(Generator* generator, Generator::State start) : generator_(generator) {
+    if (generator_ == nullptr) return;
+    after_ = generator_->get_state();
+    generator_->set_state(start);
+  }
+  ~GeneratorReplay() {
+    if (generator_ != nullptr) generator_->set_state(after_);
+  }
+  GeneratorReplay(const GeneratorReplay&) = delete;
+  GeneratorReplay& operator=(const GeneratorReplay&) = delete;
+
+ private:
+  Generator* generator_;
+  Generator::State after_{};
+};
+
+// OpCall::rerun for a call of `op`, made before its forward runs (NOTE [Op reruns]).
+template <class Op, class Inputs>
+RerunFn make_rerun(const Op& op) {
+  if constexpr (!std::is_copy_constructible_v<Op>) {
+    return {};
+  } else {
+    ++reruns_built;
+    Generator* generator = nullptr;
+    Generator::State start{};
+    if constexpr (requires { { op.generator } -> std::convertible_to<Generator*>; }) {
+      generator = op.generator != nullptr ? op.generator : &default_generator();
+      start = generator->get_state();
+    }
+    return [op, generator, start](std::span<const Tensor> given) {
+      Op copy = op;  // a forward may write its op's members: each rerun starts from the original
+      Inputs inputs = inputs_from<Inputs>(Op::id, given);
+      GeneratorReplay replay(generator, start);
+      HiddenObservers hidden;
+      BelowAutocastGuard below;
+      NoGradGuard no_grad;
+      OpContext ctx;
+      auto result = call_forward(copy, ctx, inputs);
+      OutputList outputs;
+      collect_outputs(result, outputs);
+      std::vector<Tensor> values;
+      values.reserve(outputs.size());
+      for (Tensor* out : outputs) values.push_back(*out);
+      return values;
+    };
+  }
+}
+
 template <class Op, class Inputs>
 auto run_unnamed(Op op, Inputs inputs) {
   constexpr OpId id = Op::id;
@@ -215,6 +285,10 @@ auto run_unnamed(Op op, Inputs inputs) {
       apply_cast_policy(id, *policy, device_type, input_span);
     }
   }
+
+  // An observer that reruns ops gets a copy of the op as it is before its forward.
+  RerunFn rerun;
+  if (observed && reruns_requested()) rerun = make_rerun<Op, Inputs>(op);
 
   // 3. kernel
   constexpr bool composite = is_composite<Op>();
@@ -270,7 +344,8 @@ auto run_unnamed(Op op, Inputs inputs) {
                       .fp8 = is_fp8<Op>(),
                       .given_dtypes = given_dtypes,
                       .inputs = input_span,
-                      .outputs = outputs});
+                      .outputs = outputs,
+                      .rerun = rerun ? &rerun : nullptr});
     // After the observers: one that threw leaves the others a failed call to close.
     observed_call.finish();
   }

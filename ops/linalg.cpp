@@ -276,13 +276,14 @@ struct LinearShapes {
   // off: not create_graph) calls the kernels the ops would call, on the same operands, so the
   // gradients are the same bits, without the dispatch, the transposed views and the nodes'
   // bookkeeping of three ops (the most of a small layer's backward). Under create_graph the
-  // ops run, and are recorded.
+  // ops run, and are recorded; for an observer that reruns ops (NOTE [Op reruns]) they run
+  // unrecorded, so that it sees the backward's products.
   //
   // The gradients of x, weight and bias from g = dL/d(x weight^T + bias), [M, N].
   Grads grads(const OpContext& ctx, const Tensor& g, const Tensor& x, const Tensor& weight) const {
     const int64_t M = leading_rows(x_sizes), K = weight.size(1);
     const Tensor x2 = x.dim() == 2 ? x : x.reshape({M, K});
-    const bool record = autograd::is_grad_enabled();
+    const bool record = autograd::is_grad_enabled() || ops::reruns_requested();
     Grads out(3);
     if (ctx.needs_input_grad(0)) {  // g @ weight: [M, K]
       const Tensor dx = record ? mm(g, weight) : product_2d(g, false, weight, false);

@@ -8,10 +8,22 @@
 // observers of a thread form a list, innermost (most recently made) first; with none alive the
 // dispatcher's cost is one thread-local load per op. An observer sees the calls of its own
 // thread only, and must not be moved (the list holds its address).
+//
+// NOTE [Op reruns] An observer that calls request_reruns() (amp::PrecisionAudit) gets, with each
+// call, OpCall::rerun: the op's forward once more on inputs it chooses (float64 copies, say),
+// from a copy of the op struct made before the forward ran. The rerun runs with grad mode off,
+// below autocast and hidden from every observer, so it records no node, casts nothing and is not
+// itself observed; an op that draws random numbers (a `generator` member) draws the same numbers
+// again (its generator is set back to the state the real call started from, then returned to
+// the state the real call left). The dispatcher builds the callable only while such an observer
+// lives on the thread: other calls, observed or not, cost nothing new.
 #pragma once
 
+#include <cstdint>
+#include <functional>
 #include <optional>
 #include <span>
+#include <vector>
 
 #include "halfgrad/core/device.h"
 #include "halfgrad/core/dtype.h"
@@ -22,6 +34,10 @@ class Tensor;
 }
 
 namespace hg::ops {
+
+// The op's forward run again on the given tensor inputs (as many as the call had); returns its
+// tensor outputs in OpCall::outputs' order. NOTE [Op reruns].
+using RerunFn = std::function<std::vector<Tensor>(std::span<const Tensor>)>;
 
 // One op call, as an observer sees it once the op has run.
 struct OpCall {
@@ -41,6 +57,9 @@ struct OpCall {
   // The tensor inputs as the kernel received them (after the casts), and the outputs.
   std::span<const Tensor> inputs;
   std::span<Tensor* const> outputs;
+  // Set only while an observer that requested reruns lives (NOTE [Op reruns]), and only for ops
+  // whose struct can be copied; valid during on_op.
+  const RerunFn* rerun = nullptr;
 };
 
 // One op call as it begins: validated, not yet autocast.
@@ -68,12 +87,16 @@ class DispatchObserver {
  protected:
   DispatchObserver();  // joins this thread's list, first
   virtual ~DispatchObserver();  // leaves it
+  // Asks the dispatcher for OpCall::rerun from now on, or no longer (NOTE [Op reruns]).
+  void request_reruns(bool wanted = true) { wants_reruns_ = wanted; }
 
  private:
+  friend bool reruns_requested();
   friend void notify_observers(const OpCall& call);
   friend void notify_op_begin(const OpBegin& call);
   friend void notify_op_failed(OpId op) noexcept;
   DispatchObserver* next_ = nullptr;
+  bool wants_reruns_ = false;
 };
 
 namespace detail {
@@ -86,8 +109,26 @@ inline bool has_observers() { return detail::first_observer != nullptr; }
 void notify_observers(const OpCall& call);
 void notify_op_begin(const OpBegin& call);
 void notify_op_failed(OpId op) noexcept;
+// True while an observer of this thread wants OpCall::rerun (asked only for observed calls).
+bool reruns_requested();
 
 namespace detail {
+// How many rerun callables this thread's dispatcher has built: tests check that none is built
+// unless an observer asked.
+extern thread_local constinit int64_t reruns_built;
+
+// Hides this thread's observers while alive: a rerun is not an op call anyone should see.
+class HiddenObservers {
+ public:
+  HiddenObservers() : hidden_(first_observer) { first_observer = nullptr; }
+  ~HiddenObservers() { first_observer = hidden_; }
+  HiddenObservers(const HiddenObservers&) = delete;
+  HiddenObservers& operator=(const HiddenObservers&) = delete;
+
+ private:
+  DispatchObserver* hidden_;
+};
+
 // Tells the observers that an op they saw begin has thrown, unless finish() was called first.
 class ObservedCallGuard {
  public:
