@@ -54,7 +54,8 @@ std::string display_module(const std::string& path, const std::string& type) {
   return "(no module)";
 }
 
-std::string policy_text(const std::optional<CastPolicy>& policy) {
+std::string policy_text(const std::optional<CastPolicy>& policy, bool fp8) {
+  if (fp8) return "fp8";
   return policy ? std::string(cast_policy_name(*policy)) : "-";
 }
 
@@ -197,7 +198,8 @@ void PrecisionAudit::on_op(const ops::OpCall& call) {
                     .module_type = module.type,
                     .backward = backward,
                     .node = node_name,
-                    .policy = call.policy};
+                    .policy = call.policy,
+                    .fp8 = call.fp8};
   for (const DType dtype : call.given_dtypes) {
     if (is_floating_point(dtype)) entry.input_dtypes.push_back(dtype);
   }
@@ -382,7 +384,7 @@ std::string PrecisionAudit::table(size_t limit, bool worst_first) const {
   for (const OpPrecision* e : measured) {
     rows.push_back({std::to_string(e->index), std::string(op_name(e->op)),
                     display_module(e->module, e->module_type), e->backward ? "bwd" : "fwd",
-                    std::string(dtype_name(e->dtype)), policy_text(e->policy),
+                    std::string(dtype_name(e->dtype)), policy_text(e->policy, e->fp8),
                     fmt::format("{:.2e}", e->rel_error),
                     fmt::format("{:.2f}", e->rel_error / e->unit_roundoff),
                     fmt::format("{:.2e}", e->max_rel_error), fmt::format("{:.1f}", e->max_ulps),
@@ -439,7 +441,7 @@ void PrecisionAudit::write_csv(const std::string& path) const {
     file << fmt::format("{},{},{},{},{},{},{},{},{},{},{:.9g},{:.9g},{:.9g},{:.9g},{:.9g},{},{}\n",
                         e.index, op_name(e.op), csv_field(e.module), csv_field(e.module_type),
                         e.backward ? "backward" : "forward", csv_field(e.node),
-                        policy_text(e.policy), join_dtypes(e.input_dtypes, " "),
+                        policy_text(e.policy, e.fp8), join_dtypes(e.input_dtypes, " "),
                         dtype_name(e.dtype), e.numel, e.rel_error, e.max_rel_error, e.max_ulps,
                         e.mean_ulps, e.unit_roundoff, e.grew ? 1 : 0, csv_field(e.skipped));
   }

@@ -83,6 +83,7 @@ struct OpPrecision {
   // backward: the node applied ("LinearBackward"); "" between nodes (the engine's gradient sums)
   std::string node = {};
   std::optional<CastPolicy> policy = std::nullopt;
+  bool fp8 = false;  // ran in float8 under amp::Fp8Autocast (its policy column reads "fp8")
   std::vector<DType> input_dtypes = {};  // the floating inputs as given
   DType dtype = kFloat32;                // the first compared output's dtype
   int64_t numel = 0;                     // elements compared

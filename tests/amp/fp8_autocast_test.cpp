@@ -402,3 +402,40 @@ TEST_CASE("fp8 linear on CUDA matches the CPU emulation", "[cuda]") {
     check_close(bc.grad().cpu(), float64_values(b.grad()), 1e-5);
   }
 }
+
+TEST_CASE("the precision audit measures an fp8 linear against its float64 product") {
+  manual_seed(27);
+  const Tensor x = randn({16, 32});
+  const Tensor w = (randn({24, 32}) * 0.2).requires_grad_();
+  amp::DelayedScaling recipe;
+  for (int warmup = 0; warmup < 2; ++warmup) {  // scales from amaxes, not the first step's 1
+    amp::Fp8Autocast fp8(recipe);
+    linear(x, w);
+  }
+  amp::PrecisionAudit audit;
+  Tensor y;
+  {
+    amp::Fp8Autocast fp8(recipe);
+    y = linear(x, w);
+  }
+  audit.stop();
+  REQUIRE(audit.ops().size() == 1);
+  const amp::OpPrecision& entry = audit.ops()[0];
+  REQUIRE(entry.measured());
+  CHECK(entry.fp8);
+  CHECK_THAT(audit.table(), Contains("fp8"));
+  // The audit's error is the norm-wise one of y against the float64 product of the unquantized
+  // operands, which the test computes itself; E4M3 keeps 3 mantissa bits, so it is a few
+  // percent, far above float32's rounding.
+  const std::vector<double> want = float64_values(linear(x.to(kFloat64), w.detach().to(kFloat64)));
+  const std::vector<double> got = float64_values(y);
+  double diff = 0.0, norm = 0.0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    diff += (got[i] - want[i]) * (got[i] - want[i]);
+    norm += want[i] * want[i];
+  }
+  const double rel_error = std::sqrt(diff / norm);
+  CHECK(entry.rel_error == Approx(rel_error).epsilon(1e-6));
+  CHECK(entry.rel_error > 1e-3);
+  CHECK(entry.rel_error < 0x1p-4);
+}
