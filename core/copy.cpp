@@ -54,6 +54,10 @@ void cast_row(char* dst, int64_t dst_step, const char* src, int64_t src_step, in
     }
     if (vector_cast<To, From>(dst, src, n)) return;
   }
+  if constexpr (std::is_same_v<To, From>) {  // a strided copy moves bits (a transpose, say)
+    for (int64_t i = 0; i < n; ++i) std::memcpy(dst + i * dst_step, src + i * src_step, sizeof(To));
+    return;
+  }
   for (int64_t i = 0; i < n; ++i) {
     From value;
     std::memcpy(&value, src + i * src_step, sizeof(From));
