@@ -275,6 +275,21 @@ struct PreferenceHandle {
   PreferenceHandle& operator=(const PreferenceHandle&) = delete;
 };
 
+// A plan's preferences: key's workspace and alignments, and with restrict_reduction the
+// reduction scheme of NOTE [16-bit GEMM accumulation].
+void set_preferences(cublasLtMatmulPreference_t preference, const PlanKey& key,
+                     bool restrict_reduction, const char* op) {
+  set_attribute(preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, key.workspace, op);
+  if (restrict_reduction) {
+    set_attribute(preference, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK,
+                  uint32_t(CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE), op);
+  }
+  set_attribute(preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, key.align_first, op);
+  set_attribute(preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, key.align_second, op);
+  set_attribute(preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, key.align_out, op);
+  set_attribute(preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, key.align_out, op);
+}
+
 // The epilogue p asks for.
 cublasLtEpilogue_t epilogue_of(const Problem& p) {
   if (p.gelu_pre != nullptr) {
@@ -354,20 +369,7 @@ bool run_cublaslt(const Problem& p, int device, const char* op) {
     // no algorithm within it for some shape: a result beats an error.
     for (const bool restrict_reduction : {true, false}) {
       PreferenceHandle preference(op);
-      set_attribute(preference.preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-                    workspace_bytes, op);
-      if (restrict_reduction) {
-        set_attribute(preference.preference, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK,
-                      uint32_t(CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE), op);
-      }
-      set_attribute(preference.preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
-                    key.align_first, op);
-      set_attribute(preference.preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
-                    key.align_second, op);
-      set_attribute(preference.preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
-                    key.align_out, op);
-      set_attribute(preference.preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
-                    key.align_out, op);
+      set_preferences(preference.preference, key, restrict_reduction, op);
       cublasLtMatmulHeuristicResult_t result{};
       int returned = 0;
       const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(
@@ -742,16 +744,7 @@ void scaled_gemm(const Tensor& a, const Tensor& b, const Tensor& scale_a, const 
     auto plan = state.plans.find(key);
     if (plan != state.plans.end()) return plan->second;
     PreferenceHandle preference(op);
-    set_attribute(preference.preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-                  workspace_bytes, op);
-    set_attribute(preference.preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
-                  key.align_first, op);
-    set_attribute(preference.preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
-                  key.align_second, op);
-    set_attribute(preference.preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
-                  key.align_out, op);
-    set_attribute(preference.preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
-                  key.align_out, op);
+    set_preferences(preference.preference, key, /*restrict_reduction=*/false, op);
     cublasLtMatmulHeuristicResult_t result{};
     int returned = 0;
     const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(

@@ -11,6 +11,7 @@
 #include "halfgrad/ops/backward_helpers.h"
 #include "halfgrad/ops/dispatch.h"
 #include "halfgrad/ops/kernels.h"
+#include "halfgrad/ops/nn_helpers.h"
 #include "halfgrad/ops/ops.h"
 
 namespace hg {
@@ -77,11 +78,7 @@ Quantized quantize(const Tensor& x, ops::Fp8LayerState& state, ops::Fp8Slot slot
 
 // ---- fp8 linear ---------------------------------------------------------------------------------
 
-int64_t leading_rows(const Shape& sizes) {
-  int64_t m = 1;
-  for (size_t d = 0; d + 1 < sizes.size(); ++d) m *= sizes[d];
-  return m;
-}
+using ops::leading_rows;
 
 bool fp8_input_dtype(DType dtype) {
   return dtype == kFloat32 || dtype == kFloat16 || dtype == kBFloat16;
@@ -131,16 +128,7 @@ struct Fp8Linear {
 
   Tensor forward(OpContext& ctx, const Tensor& x, const Tensor& weight, const Tensor& bias) {
     const char* name = op_name(Id).data();
-    HG_CHECK(weight.dim() == 2,
-             "{}: expected a 2-D weight [out_features, in_features], got shape {}", name,
-             weight.sizes());
-    HG_CHECK(x.dim() >= 1 && x.size(-1) == weight.size(1),
-             "{}: the input's last dim ({}) must equal in_features ({}); input shape {}, weight "
-             "shape {}",
-             name, x.dim() >= 1 ? x.size(-1) : 0, weight.size(1), x.sizes(), weight.sizes());
-    HG_CHECK(!bias.defined() || (bias.dim() == 1 && bias.size(0) == weight.size(0)),
-             "{}: expected a bias of shape [{}], got {}", name, weight.size(0),
-             bias.defined() ? bias.sizes() : Shape{});
+    ops::check_linear_shapes(name, x, weight, bias);
     if (x.dtype() == kFloat64 || weight.dtype() == kFloat64) return reference(ctx, x, weight, bias);
     HG_CHECK(fp8_input_dtype(x.dtype()) && fp8_input_dtype(weight.dtype()),
              "{} in fp8: expected an input and a weight of float32, float16 or bfloat16, got {} "

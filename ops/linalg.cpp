@@ -11,6 +11,7 @@
 #include "halfgrad/ops/dispatch.h"
 #include "halfgrad/ops/fp8.h"
 #include "halfgrad/ops/kernels.h"
+#include "halfgrad/ops/nn_helpers.h"
 #include "halfgrad/ops/ops.h"
 
 namespace hg {
@@ -233,24 +234,11 @@ struct Matmul {
 // view) and copied it into grad(). It autocasts once, at linear, as the composite did. The
 // result has x's dtype; a bias of another dtype is converted to it (as the composite's 2-D
 // path did; its N-D path promoted instead, and torch refuses mixed dtypes).
-// M: the product of all but the last dim.
-int64_t leading_rows(const Shape& sizes) {
-  int64_t m = 1;
-  for (size_t d = 0; d + 1 < sizes.size(); ++d) m *= sizes[d];
-  return m;
-}
+using ops::leading_rows;
 
 // linear's argument checks, for linear and linear_gelu (`op`).
 void check_linear(std::string_view op, const Tensor& x, const Tensor& weight, const Tensor& bias) {
-  HG_CHECK(weight.dim() == 2, "{}: expected a 2-D weight [out_features, in_features], got shape {}",
-           op, weight.sizes());
-  HG_CHECK(x.dim() >= 1 && x.size(-1) == weight.size(1),
-           "{}: the input's last dim ({}) must equal in_features ({}); input shape {}, weight "
-           "shape {}",
-           op, x.dim() >= 1 ? x.size(-1) : 0, weight.size(1), x.sizes(), weight.sizes());
-  HG_CHECK(!bias.defined() || (bias.dim() == 1 && bias.size(0) == weight.size(0)),
-           "{}: expected a bias of shape [{}], got {}", op, weight.size(0),
-           bias.defined() ? bias.sizes() : Shape{});
+  ops::check_linear_shapes(op, x, weight, bias);
   HG_CHECK(x.is_floating_point() && x.dtype() == weight.dtype(),
            "{}: expected an input and a weight of one floating dtype, got {} and {}", op, x.dtype(),
            weight.dtype());
@@ -439,5 +427,28 @@ Tensor linear_gelu(const Tensor& x, const Tensor& weight, const Tensor& bias,
   return dispatch(LinearGelu{.tanh_approximation = approximate == "tanh"}, x, weight, bias);
 }
 Tensor dot(const Tensor& a, const Tensor& b) { return dispatch(Dot{}, a, b); }
+
+namespace ops {
+
+int64_t leading_rows(const Shape& sizes) {
+  int64_t m = 1;
+  for (size_t d = 0; d + 1 < sizes.size(); ++d) m *= sizes[d];
+  return m;
+}
+
+void check_linear_shapes(std::string_view op, const Tensor& x, const Tensor& weight,
+                         const Tensor& bias) {
+  HG_CHECK(weight.dim() == 2, "{}: expected a 2-D weight [out_features, in_features], got shape {}",
+           op, weight.sizes());
+  HG_CHECK(x.dim() >= 1 && x.size(-1) == weight.size(1),
+           "{}: the input's last dim ({}) must equal in_features ({}); input shape {}, weight "
+           "shape {}",
+           op, x.dim() >= 1 ? x.size(-1) : 0, weight.size(1), x.sizes(), weight.sizes());
+  HG_CHECK(!bias.defined() || (bias.dim() == 1 && bias.size(0) == weight.size(0)),
+           "{}: expected a bias of shape [{}], got {}", op, weight.size(0),
+           bias.defined() ? bias.sizes() : Shape{});
+}
+
+}  // namespace ops
 
 }  // namespace hg

@@ -1,14 +1,25 @@
-// Helpers shared by the nn op families (ops/norm.cpp, pool.cpp, embedding.cpp, activation.cpp)
-// and the composites that select by position (ops/rearrange.cpp, einsum.cpp).
+// Helpers shared by the nn op families (ops/norm.cpp, pool.cpp, embedding.cpp, activation.cpp),
+// the composites that select by position (ops/rearrange.cpp, einsum.cpp), and linear's two forms
+// (ops/linalg.cpp, ops/fp8.cpp).
 #pragma once
 
 #include <cstdint>
+#include <string_view>
 #include <vector>
 
 #include "halfgrad/core/shape.h"
 #include "halfgrad/core/tensor.h"
 
 namespace hg::ops {
+
+// ---- linear's arguments (ops/linalg.cpp), shared with its fp8 form (ops/fp8.cpp) ----------------
+
+// The product of all but the last dim: the rows of linear's [*, K] input.
+int64_t leading_rows(const Shape& sizes);
+// linear's shape checks, for linear and linear_gelu (`op`): a 2-D weight [N, K], an input
+// [*, K], a bias [N] or none. Their dtype checks are each form's own.
+void check_linear_shapes(std::string_view op, const Tensor& x, const Tensor& weight,
+                         const Tensor& bias);
 
 // Every dim of an [N, C, *] tensor but the channels: [0, 2, 3, ...].
 inline Shape all_but_channels(int64_t ndim) {
