@@ -70,8 +70,8 @@ Quantized quantize(const Tensor& x, ops::Fp8LayerState& state, ops::Fp8Slot slot
   const Tensor scale = state.scale.narrow(0, slot, 1);
   const Tensor source = x.is_contiguous() ? x : x.contiguous();
   Tensor values = empty(x.sizes(), {.dtype = dtype, .device = x.device()});
-  kernels::linalg(x).quantize_fp8(source, scale,
-                                  state.amax_history.select(0, 0).narrow(0, slot, 1), values);
+  kernels::linalg(x).quantize_fp8(source, scale, state.amax_history.select(0, 0).narrow(0, slot, 1),
+                                  values);
   state.ran = true;
   return {values, reciprocal(scale)};
 }
@@ -96,8 +96,6 @@ struct Fp8Linear {
   DType grad_dtype = kFloat8_e5m2;
   Shape x_sizes{};
   DType x_dtype = kFloat32, weight_dtype = kFloat32, bias_dtype = kFloat32;
-  Quantized x8{}, w8{};
-  Tensor pre{};  // linear_gelu: the pre-activation, out's dtype
 
   // float64 operands (the precision audit's shadow, or a user's float64 layer) run the exact
   // product: float64 is never lowered, under fp8 as under autocast. Both must be float64.
@@ -145,7 +143,7 @@ struct Fp8Linear {
     weight_dtype = weight.dtype();
     bias_dtype = bias.defined() ? bias.dtype() : out_dtype;
 
-    x8 = quantize(core::reshape(x, {M, K}), *state, ops::kFp8Input, forward_dtype);
+    const Quantized x8 = quantize(core::reshape(x, {M, K}), *state, ops::kFp8Input, forward_dtype);
     // The weight cast of this step, as NOTE [Fp8 weight cache] in ops/fp8.h says.
     if (!state->weight_fp8.defined() || state->weight_step != recipe->step() ||
         state->weight_version != weight.version()) {
@@ -156,20 +154,19 @@ struct Fp8Linear {
       state->weight_version = weight.version();
       recipe->count_weight_cast();
     }
-    w8 = {state->weight_fp8, state->weight_scale_inv};
+    const Quantized w8{state->weight_fp8, state->weight_scale_inv};
 
     const Tensor bias_out = !bias.defined() ? bias : core::to_dtype(bias, out_dtype).contiguous();
     Tensor out = empty({M, N}, {.dtype = out_dtype, .device = x.device()});
     kernels::linalg(x).scaled_gemm(x8.values, w8.values, x8.scale_inv, w8.scale_inv, bias_out, out);
+    // What backward reads: the float8 operands with their scales, and linear_gelu's
+    // pre-activation (saved, so a second backward without retain_graph is refused).
+    ctx.save({x8.values, x8.scale_inv, w8.values, w8.scale_inv});
     if (gelu) {
-      pre = out;
+      const Tensor pre = out;
       out = kernels::elementwise(pre).unary(
           tanh_approximation ? kernel::Unary::GeluTanh : kernel::Unary::Gelu, pre);
-    }
-    if (!ctx.recording()) {
-      x8 = {};
-      w8 = {};
-      pre = {};
+      ctx.save({pre});
     }
     Shape out_sizes = x.sizes();
     out_sizes.back() = N;
@@ -181,9 +178,11 @@ struct Fp8Linear {
              "{} in fp8 has no second derivative: its backward runs in float8 and records "
              "nothing, so create_graph is not supported through it",
              op_name(Id));
+    const Quantized x8{ctx.saved_data(0), ctx.saved_data(1)};
+    const Quantized w8{ctx.saved_data(2), ctx.saved_data(3)};
     const int64_t N = w8.values.size(0), K = w8.values.size(1), M = leading_rows(x_sizes);
     Tensor g = grads[0].dim() == 2 ? grads[0] : grads[0].reshape({M, N});
-    if (gelu) g = mul(g, ops::gelu_derivative(pre, tanh_approximation));
+    if (gelu) g = mul(g, ops::gelu_derivative(ctx.saved_data(4), tanh_approximation));
     const Quantized g8 = quantize(g, *state, ops::kFp8GradOutput, grad_dtype);
     Grads out(3);
     if (ctx.needs_input_grad(0)) {  // g @ weight = g8 [M, N] @ (weight^T [K, N])^T

@@ -439,3 +439,16 @@ TEST_CASE("the precision audit measures an fp8 linear against its float64 produc
   CHECK(entry.rel_error > 1e-3);
   CHECK(entry.rel_error < 0x1p-4);
 }
+
+TEST_CASE("fp8 linear frees its saved operands after backward, as every op does") {
+  const Tensor x = randn({4, 16}).requires_grad_();
+  const Tensor w = randn({8, 16}).requires_grad_();
+  amp::DelayedScaling recipe;
+  Tensor y;
+  {
+    amp::Fp8Autocast fp8(recipe);
+    y = hg::sum(linear_gelu(x, w, Tensor(), "none"));
+  }
+  y.backward();
+  CHECK_THROWS_WITH(y.backward(), Contains("retain_graph"));
+}
