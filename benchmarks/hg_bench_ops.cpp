@@ -35,7 +35,8 @@
 //    "ms": ..., "tflops": ..., "gbps": ...}
 //
 //   gemm       hg::matmul on [M, K] x [K, N] at 4096^3 and 8192^3 in fp32, tf32
-//              (hg::set_float32_matmul_precision("high")), fp16 and bf16, in TFLOP/s.
+//              (hg::set_float32_matmul_precision("high")), fp16 and bf16, in TFLOP/s; and
+//              fp8: hg::scaled_mm of float8_e4m3fn operands into bfloat16.
 //   bandwidth  a 1 GiB float32 copy_ (bytes read + written: the device's copy bandwidth),
 //              then GradScaler::unscale_ and an AdamW step over GPT-2 small's parameters
 //              (124M float32 in 148 tensors), each as a fraction of that copy bandwidth for
@@ -453,6 +454,26 @@ void run_cuda_gemm_benchmarks(const Options& options) {
     }
   }
   hg::set_float32_matmul_precision(user_precision);
+  // fp8: scaled_mm of float8_e4m3fn operands (b the transpose of a row-major [N, K], the layout
+  // fp8 tensor cores read) into bfloat16, per-tensor scales on the device; the peer is
+  // torch._scaled_mm on the same operands.
+  for (const GemmShape& shape : shapes) {
+    hg::cuda::synchronize();
+    hg::cuda::reset_peak_memory_stats();
+    hg::manual_seed(1);
+    const hg::TensorOptions on_gpu{.dtype = hg::kFloat32, .device = hg::kCUDA};
+    const hg::Tensor a = hg::randn({shape.m, shape.k}, on_gpu).to(hg::kFloat8_e4m3fn);
+    const hg::Tensor b = hg::randn({shape.n, shape.k}, on_gpu).to(hg::kFloat8_e4m3fn).t();
+    const hg::Tensor scale = hg::ones({1}, on_gpu);
+    const double ms = hg::bench::cuda_ms_per_call(
+        options, [&] { (void)hg::scaled_mm(a, b, scale, scale, hg::kBFloat16); });
+    fmt::print(
+        "{{\"bench\": \"cuda_gemm\", \"impl\": \"halfgrad\", \"mode\": \"fp8\", "
+        "\"dtype\": \"float8_e4m3fn\", \"shape\": \"{}\", \"tflops\": {:.1f}, \"ms\": {:.4f}, "
+        "\"peak_mib\": {:.1f}, \"kernel\": \"cuBLASLt fp8 (scaled_mm into bfloat16)\"}}\n",
+        shape.name(), shape.flops() / ms * 1e-9, ms, hg::bench::cuda_peak_mib());
+    std::fflush(stdout);
+  }
 }
 
 // ---- CUDA: bandwidth ------------------------------------------------------------------------

@@ -6,7 +6,8 @@ printed as the same JSON lines with "impl": "pytorch".
 
 Sections (hg_bench_ops.cpp describes each; keep the two files in step):
   gemm       torch.matmul on [M, K] x [K, N] at 4096^3 and 8192^3 in fp32, tf32
-             (torch.set_float32_matmul_precision("high")), fp16 and bf16, in TFLOP/s. PyTorch's
+             (torch.set_float32_matmul_precision("high")), fp16 and bf16, in TFLOP/s; and fp8:
+             torch._scaled_mm of float8_e4m3fn operands into bfloat16. PyTorch's
              other matmul settings stay at their defaults (what a user gets); the line records
              whether fp16/bf16 GEMMs may reduce in reduced precision.
   bandwidth  a 1 GiB float32 copy_ (bytes read + written), then the unscale+inf-check kernel
@@ -75,6 +76,19 @@ def run_gemm(args):
             emit(record)
             del a, b
     torch.set_float32_matmul_precision(user_precision)
+    # fp8: torch._scaled_mm of float8_e4m3fn operands into bfloat16 (b column-major, as it asks).
+    for m, k, n in GEMM_SHAPES:
+        fresh_peak()
+        torch.manual_seed(1)
+        a = torch.randn(m, k, device=DEVICE).to(torch.float8_e4m3fn)
+        b = torch.randn(n, k, device=DEVICE).to(torch.float8_e4m3fn).t()
+        scale = torch.ones((), device=DEVICE)
+        ms = ms_per_call(lambda: torch._scaled_mm(a, b, scale_a=scale, scale_b=scale,
+                                                  out_dtype=torch.bfloat16), args)
+        emit({"bench": "cuda_gemm", "impl": "pytorch", "mode": "fp8", "dtype": "float8_e4m3fn",
+              "shape": f"{m}x{k}x{n}", "tflops": round(2.0 * m * k * n / ms * 1e-9, 1),
+              "ms": round(ms, 4), "peak_mib": peak_mib(), "kernel": "torch._scaled_mm"})
+        del a, b
 
 
 def gpt2_small_shapes():
