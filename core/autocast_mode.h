@@ -23,11 +23,16 @@ struct AutocastMode {
   std::array<bool, 2> enabled{false, false};        // by DeviceType (CPU, CUDA)
   std::array<DType, 2> dtype{kBFloat16, kFloat16};  // torch's defaults: bfloat16 on the CPU
   bool cache_enabled = true;
+  // The delayed-scaling recipe (ops::DelayedScaling, ops/fp8.h) of an open amp::Fp8Autocast,
+  // or null. Part of the mode so that what replays a forward's mode (a checkpointed segment's
+  // recomputation, custom_bwd) replays its fp8 too, and backward runs without it.
+  void* fp8_recipe = nullptr;
 
-  // The same mode with autocast off for every device type.
+  // The same mode with autocast (and fp8) off for every device type.
   AutocastMode all_off() const {
     AutocastMode off = *this;
     off.enabled = {false, false};
+    off.fp8_recipe = nullptr;
     return off;
   }
 };

@@ -16,10 +16,6 @@
 
 namespace hg {
 
-namespace ops::detail {
-thread_local constinit DelayedScaling* fp8_recipe = nullptr;
-}  // namespace ops::detail
-
 namespace {
 
 using ops::dispatch;

@@ -33,6 +33,7 @@
 #include <mutex>
 #include <unordered_map>
 
+#include "halfgrad/core/autocast_mode.h"
 #include "halfgrad/core/dtype.h"
 #include "halfgrad/core/tensor.h"
 
@@ -118,26 +119,25 @@ class DelayedScaling {
 
 // ---- the thread's fp8 region ------------------------------------------------------------------
 
-namespace detail {
-extern thread_local constinit DelayedScaling* fp8_recipe;
-}  // namespace detail
-
 // The recipe of the innermost open fp8 region of this thread, or null (none, or one opened with
-// enabled = false).
-inline DelayedScaling* fp8_recipe() { return detail::fp8_recipe; }
+// enabled = false). It is part of the thread's autocast mode (core/autocast_mode.h), so the
+// autograd engine runs backward without it and a checkpointed segment recomputes with it.
+inline DelayedScaling* fp8_recipe() {
+  return static_cast<DelayedScaling*>(autocast_mode().fp8_recipe);
+}
 
 // Sets the thread's fp8 recipe while it lives (amp::Fp8Autocast holds one).
 class Fp8RecipeGuard {
  public:
-  explicit Fp8RecipeGuard(DelayedScaling* recipe) : previous_(detail::fp8_recipe) {
-    detail::fp8_recipe = recipe;
+  explicit Fp8RecipeGuard(DelayedScaling* recipe) : previous_(hg::detail::autocast_mode.fp8_recipe) {
+    hg::detail::autocast_mode.fp8_recipe = recipe;
   }
-  ~Fp8RecipeGuard() { detail::fp8_recipe = previous_; }
+  ~Fp8RecipeGuard() { hg::detail::autocast_mode.fp8_recipe = previous_; }
   Fp8RecipeGuard(const Fp8RecipeGuard&) = delete;
   Fp8RecipeGuard& operator=(const Fp8RecipeGuard&) = delete;
 
  private:
-  DelayedScaling* previous_;
+  void* previous_;
 };
 
 // linear and linear_gelu in fp8 under `recipe` (NOTE [Fp8 ops]): hg::linear and

@@ -85,7 +85,7 @@ int main(int argc, char** argv) {
       TrainOptions run_options = options;
       run_options.dtype = parse_precision(name);
       run_options.fp8 = name == "fp8";
-      Run run{.name = name};
+      Run run{.name = name, .losses = {}, .metrics = {}};
       run.metrics = train(task, run_options,
                           [&](const StepReport& report) { run.losses.push_back(report.loss); });
       runs.push_back(std::move(run));

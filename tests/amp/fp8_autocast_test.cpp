@@ -452,3 +452,38 @@ TEST_CASE("fp8 linear frees its saved operands after backward, as every op does"
   y.backward();
   CHECK_THROWS_WITH(y.backward(), Contains("retain_graph"));
 }
+
+TEST_CASE("a checkpointed segment recomputes its fp8 layers in fp8 and backward runs without") {
+  // The recipe is part of the autocast mode: the recomputation in backward replays it, so the
+  // gradients are those of the segment run plainly; a linear called while backward runs (with
+  // the mode off) is not fp8.
+  manual_seed(28);
+  const Tensor x = randn({8, 16});
+  auto run = [&](bool checkpointed) {
+    manual_seed(29);
+    const Tensor w1 = (randn({32, 16}) * 0.3).requires_grad_();
+    const Tensor w2 = (randn({4, 32}) * 0.3).requires_grad_();
+    amp::DelayedScaling recipe;
+    Tensor loss;
+    {
+      amp::Fp8Autocast fp8(recipe);
+      auto segment = [&](const Tensor& input) { return gelu(linear(input, w1)); };
+      const Tensor h = checkpointed ? hg::utils::checkpoint(segment, x) : segment(x);
+      loss = hg::sum(linear(h, w2));
+    }
+    loss.backward();
+    CHECK(recipe.weight_casts() == 2);  // the recomputation reused the step's weight cast
+    return std::pair{w1.grad(), w2.grad()};
+  };
+  const auto [plain1, plain2] = run(false);
+  const auto [ckpt1, ckpt2] = run(true);
+  CHECK(bit_identical(plain1, ckpt1));
+  CHECK(bit_identical(plain2, ckpt2));
+  amp::DelayedScaling recipe;
+  amp::Fp8Autocast fp8(recipe);
+  {
+    AutocastModeGuard off(autocast_mode().all_off());  // as the engine runs backward
+    CHECK_FALSE(amp::is_fp8_enabled());
+  }
+  CHECK(amp::is_fp8_enabled());
+}
