@@ -129,7 +129,8 @@ inline DelayedScaling* fp8_recipe() {
 // Sets the thread's fp8 recipe while it lives (amp::Fp8Autocast holds one).
 class Fp8RecipeGuard {
  public:
-  explicit Fp8RecipeGuard(DelayedScaling* recipe) : previous_(hg::detail::autocast_mode.fp8_recipe) {
+  explicit Fp8RecipeGuard(DelayedScaling* recipe)
+      : previous_(hg::detail::autocast_mode.fp8_recipe) {
     hg::detail::autocast_mode.fp8_recipe = recipe;
   }
   ~Fp8RecipeGuard() { hg::detail::autocast_mode.fp8_recipe = previous_; }
