@@ -134,9 +134,35 @@ constexpr float float8_bits_to_float(uint8_t value) {
   return std::bit_cast<float>(float8_to_float32_bits<Format>(value));
 }
 
+// float32 -> float8 as round_to_float8_bits computes it, without branches, so that a loop of
+// casts vectorizes (the same bits for all 2^32 inputs in both modes: tests/core/float8_test.cpp
+// checks this function through every float8 cast). Normal results round in the integers as
+// there; below the smallest normal, adding 2^(23 + e) (2^-e being the format's smallest
+// subnormal) to the magnitude makes the float adder round it to a multiple of 2^-e, to nearest
+// even, and the sum's low bits are the code. The sum is at least 2^(23 + e), so neither
+// flush-to-zero nor denormals-are-zero changes it (a float32 subnormal input gives code 0
+// either way).
 template <class Format>
 constexpr uint8_t float_to_float8_bits(float value, Overflow overflow) {
-  return round_to_float8_bits<Float32Format, Format>(std::bit_cast<uint32_t>(value), overflow);
+  constexpr int kDrop = Float32Format::mantissa_bits - Format::mantissa_bits;
+  constexpr uint32_t kRebias = uint32_t(Float32Format::bias - Format::bias);
+  constexpr uint32_t kMinNormal = (kRebias + 1) << Float32Format::mantissa_bits;
+  constexpr int kSubnormalExponent = Format::bias - 1 + Format::mantissa_bits;  // 2^-e
+  constexpr float kMagic = float(1u << (Float32Format::mantissa_bits - kSubnormalExponent));
+  const uint32_t bits = std::bit_cast<uint32_t>(value);
+  const uint32_t sign = (bits >> 24) & 0x80u;
+  const uint32_t magnitude = bits & 0x7FFFFFFFu;
+  uint32_t rebased = magnitude - (kRebias << Float32Format::mantissa_bits);
+  rebased += ((1u << (kDrop - 1)) - 1) + ((rebased >> kDrop) & 1u);
+  const uint32_t normal = rebased >> kDrop;
+  const uint32_t subnormal = std::bit_cast<uint32_t>(std::bit_cast<float>(magnitude) + kMagic) -
+                             std::bit_cast<uint32_t>(kMagic);
+  uint32_t code = magnitude < kMinNormal ? subnormal : normal;
+  const uint32_t overflowed =
+      overflow == Overflow::Saturate ? Format::max_finite_code : Format::overflow_code;
+  code = code > Format::max_finite_code ? overflowed : code;
+  code = magnitude > 0x7F800000u ? uint32_t(Format::nan_code) : code;  // NaN keeps its sign
+  return uint8_t(sign | code);
 }
 
 template <class Format>
