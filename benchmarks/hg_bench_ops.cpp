@@ -361,8 +361,8 @@ void run_stochastic_cast_benchmarks(const Options& options) {
         {"stochastic", "", [&] { (void)x.to(dtype, hg::Rounding::Stochastic, &gen); }}};
     hg::bench::time_interleaved(options, candidates);
     fmt::print(
-        "{{"bench": "stochastic_cast", "from": "float32", "dtype": "{}", "n": {}, "
-        ""us": {:.1f}, "nearest_us": {:.1f}, "ratio": {:.2f}, "threads": {}}}\n",
+        "{{\"bench\": \"stochastic_cast\", \"from\": \"float32\", \"dtype\": \"{}\", \"n\": {}, "
+        "\"us\": {:.1f}, \"nearest_us\": {:.1f}, \"ratio\": {:.2f}, \"threads\": {}}}\n",
         hg::dtype_name(dtype), n, candidates[1].us, candidates[0].us,
         candidates[1].us / candidates[0].us, hg::get_num_threads());
   }
