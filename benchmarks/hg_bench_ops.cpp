@@ -8,6 +8,8 @@
 //   {"bench": "gemm_tiny", "impl": "small", "shape": "16x32x32", "b": "weight^T", "us": ...}
 //   {"bench": "attention", "impl": "kernels", "dtype": "bfloat16", "pass": "forward", ...}
 //   {"bench": "vector_math", "fn": "tanh", "isa": "avx512", "us": ..., "scalar_us": ...}
+//   {"bench": "stochastic_cast", "from": "float32", "dtype": "bfloat16", "n": ..., "us": ...,
+//    "nearest_us": ..., "ratio": ..., "threads": ...}
 //
 // Each section is a run_*_benchmarks(options) function listed in kSections; --only picks one.
 // Times are the median of --reps calls after --warmup calls, on std::chrono::steady_clock.
@@ -286,6 +288,8 @@ void run_tiny_gemm_benchmarks(const Options& options) {
 // 576 x 192), in us per pass, against the op with vector math turned off (its scalar loop,
 // plus the op's allocation), interleaved:
 //   {"bench": "vector_math", "fn": "tanh", "isa": "avx512", "us": ..., "scalar_us": ...}
+//   {"bench": "stochastic_cast", "from": "float32", "dtype": "bfloat16", "n": ..., "us": ...,
+//    "nearest_us": ..., "ratio": ..., "threads": ...}
 void run_vector_math_benchmarks(const Options& options) {
   const int64_t n = 110592;
   const hg::Tensor x = hg::rand({n}) * 8.0 - 4.0;
@@ -339,6 +343,30 @@ void run_vector_math_benchmarks(const Options& options) {
       "{{\"bench\": \"vector_math\", \"fn\": \"pow\", \"isa\": \"{}\", \"n\": {}, \"us\": "
       "{:.2f}, \"scalar_us\": {:.2f}, \"note\": \"the op, tensor exponent\"}}\n",
       hg::cpu::vector_math_isa(), n, pow_us, pow_scalar);
+  std::fflush(stdout);
+}
+
+// ---- CPU: stochastic rounding ----------------------------------------------------------------
+
+// to(dtype, Rounding::Stochastic) against the round-to-nearest to(dtype) of the same 4M float32
+// values, interleaved: what the Philox words and the per-element rounding cost.
+void run_stochastic_cast_benchmarks(const Options& options) {
+  constexpr int64_t n = int64_t(1) << 22;
+  hg::manual_seed(5);
+  const hg::Tensor x = hg::randn({n});
+  hg::Generator gen(6);
+  hg::NoGradGuard no_grad;
+  for (const hg::DType dtype : {hg::kBFloat16, hg::kFloat16, hg::kFloat8_e4m3fn}) {
+    std::vector<Candidate> candidates = {
+        {"nearest_even", "", [&] { (void)x.to(dtype); }},
+        {"stochastic", "", [&] { (void)x.to(dtype, hg::Rounding::Stochastic, &gen); }}};
+    hg::bench::time_interleaved(options, candidates);
+    fmt::print(
+        "{{\"bench\": \"stochastic_cast\", \"from\": \"float32\", \"dtype\": \"{}\", \"n\": {}, "
+        "\"us\": {:.1f}, \"nearest_us\": {:.1f}, \"ratio\": {:.2f}, \"threads\": {}}}\n",
+        hg::dtype_name(dtype), n, candidates[1].us, candidates[0].us,
+        candidates[1].us / candidates[0].us, hg::get_num_threads());
+  }
   std::fflush(stdout);
 }
 
@@ -735,6 +763,7 @@ constexpr Section kSections[] = {
     {"tiny_gemm", run_tiny_gemm_benchmarks, nullptr},
     {"bandwidth", nullptr, run_cuda_bandwidth_benchmarks},
     {"vector_math", run_vector_math_benchmarks, nullptr},
+    {"stochastic_cast", run_stochastic_cast_benchmarks, nullptr},
     {"attention", run_attention_benchmarks, run_cuda_attention_benchmarks},
     {"linear_backward", nullptr, run_cuda_linear_backward_benchmarks},
 };

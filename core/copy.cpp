@@ -14,7 +14,10 @@
 #include "halfgrad/core/device_hooks.h"
 #include "halfgrad/core/factory.h"
 #include "halfgrad/core/format.h"
+#include "halfgrad/core/parallel.h"
+#include "halfgrad/core/random.h"
 #include "halfgrad/core/scalar_value.h"
+#include "halfgrad/core/stochastic_rounding.h"
 #include "halfgrad/core/strided_loop.h"
 #include "halfgrad/core/tensor.h"
 #include "halfgrad/core/view.h"
@@ -80,10 +83,60 @@ CastRow cast_row_for(DType to, DType from, CastOptions options) {
   });
 }
 
-void check_cast_options(DType to, CastOptions options) {
+// True when every value of `from` is a value of `to` (both floating): nothing would round.
+bool holds_every_value(DType to, DType from) {
+  const FInfo wide = finfo(to), narrow = finfo(from);
+  return wide.eps <= narrow.eps && wide.max >= narrow.max &&
+         wide.smallest_subnormal <= narrow.smallest_subnormal;
+}
+
+void check_cast_options(DType to, DType from, CastOptions options) {
   HG_CHECK(!options.saturate || is_float8(to),
            "to: saturate applies to float8 destinations (float8_e4m3fn, float8_e5m2), got {}",
            dtype_name(to));
+  if (options.rounding != Rounding::Stochastic) return;
+  HG_CHECK(to == kFloat16 || to == kBFloat16 || is_float8(to),
+           "to: stochastic rounding goes to float16, bfloat16, float8_e4m3fn or float8_e5m2, got "
+           "{} (from {})",
+           dtype_name(to), dtype_name(from));
+  HG_CHECK(is_floating_point(from),
+           "to: stochastic rounding takes a floating source (float32, float64, float16, "
+           "bfloat16, float8), got {} (to {})",
+           dtype_name(from), dtype_name(to));
+  HG_CHECK(!holds_every_value(to, from),
+           "to: stochastic rounding needs a narrowing cast, got {} to {}, which holds every {} "
+           "value exactly",
+           dtype_name(from), dtype_name(to), dtype_name(from));
+}
+
+// dst (contiguous, of To) = src (contiguous, of From) rounded stochastically, element i from
+// word i % 4 of counter block draw.offset + i / 4 (NOTE [Stochastic rounding]).
+void stochastic_round_cpu(const Tensor& dst, const Tensor& src, Generator::State draw,
+                          Overflow overflow) {
+  const int64_t n = dst.numel();
+  const int64_t blocks = (n + 3) / 4;
+  visit_any_dtype(dst.dtype(), [&](auto to_tag) {
+    using To = typename decltype(to_tag)::type;
+    visit_any_dtype(src.dtype(), [&](auto from_tag) {
+      using From = typename decltype(from_tag)::type;
+      if constexpr ((is_float8_v<To> || is_reduced_float_v<To>) && is_floating_v<From>) {
+        To* out = static_cast<To*>(dst.data_ptr());
+        const From* in = static_cast<const From*>(src.data_ptr());
+        parallel_for(blocks, n * 8, [&](int64_t b) {
+          const PhiloxBlock words = random::philox_block(draw.seed, draw.offset + uint64_t(b));
+          const int64_t first = b * 4, count = std::min<int64_t>(4, n - first);
+          for (int64_t k = 0; k < count; ++k) {
+            if constexpr (std::is_same_v<To, BFloat16> && std::is_same_v<From, float>) {
+              out[first + k] = stochastic_round_bfloat16(in[first + k], words.x[k]);
+            } else {
+              out[first + k] =
+                  stochastic_round<To>(static_cast<double>(in[first + k]), words.x[k], overflow);
+            }
+          }
+        });
+      }
+    });
+  });
 }
 
 // Floating -> integer conversion is defined only for values whose truncation fits; NaN, inf
@@ -207,9 +260,22 @@ Tensor core::clone(const Tensor& self) {
 }
 
 Tensor core::to_dtype(const Tensor& self, DType dtype, CastOptions options) {
-  check_cast_options(dtype, options);
+  check_cast_options(dtype, self.dtype(), options);
   if (dtype == self.dtype()) return self;
   Tensor out = empty(self.sizes(), {.dtype = dtype, .device = self.device()});
+  if (options.rounding == Rounding::Stochastic) {
+    // Element i is the i-th in row-major order: a strided source is made dense first.
+    const Tensor source = self.is_contiguous() ? self : core::clone(self);
+    if (out.is_cuda()) {  // it reserves its blocks of the generator as the CPU does below
+      device_hooks(kCUDA)->copy_elements(out, source, options);
+      return out;
+    }
+    Generator& gen = options.generator != nullptr ? *options.generator : default_generator();
+    const Generator::State draw = gen.reserve_with_seed(uint64_t((out.numel() + 3) / 4));
+    stochastic_round_cpu(out, source, draw,
+                         options.saturate ? Overflow::Saturate : Overflow::NonFinite);
+    return out;
+  }
   copy_elements(out, self, options);
   return out;
 }

@@ -102,12 +102,26 @@ constexpr bool is_unsigned(DType dtype) { return dtype == DType::UInt8 || dtype 
 // A float8 dtype promotes with nothing but itself: any other pair is an hg::Error, as in torch.
 DType promote_types(DType a, DType b);
 
-// How to(dtype) narrows. A later rounding mode joins `saturate` here.
+class Generator;
+
+// How to(dtype) rounds a value that falls between two values of a narrower dtype.
+enum class Rounding : uint8_t {
+  NearestEven,  // to the nearer one, ties to the even one (the IEEE default)
+  Stochastic,   // to either, with probabilities that make the mean exact (NOTE [Stochastic
+                // rounding] in core/stochastic_rounding.h)
+};
+
+// How to(dtype) narrows.
 struct CastOptions {
   // Values past a float8 destination's range (inf included) become its largest finite value
   // of their sign, instead of NaN (float8_e4m3fn) or inf (float8_e5m2); NOTE [Float8 formats].
   // Only float8 destinations take it: for any other it is an hg::Error.
   bool saturate = false;
+  // Stochastic: floating sources to float16, bfloat16, float8_e4m3fn or float8_e5m2 when the
+  // destination cannot hold every source value (an hg::Error otherwise, as for float32).
+  Rounding rounding = Rounding::NearestEven;
+  // The stochastic rounding's random words (nullptr: default_generator()); unused otherwise.
+  Generator* generator = nullptr;
 };
 
 // Limits of a floating dtype, like torch.finfo.

@@ -174,7 +174,12 @@ class Tensor {
   // rounds to nearest even; to a float8 dtype, options.saturate clamps what lies past its
   // range to its largest finite value instead of making it NaN or inf:
   //   Tensor w8 = w.to(kFloat8_e4m3fn, {.saturate = true});
+  // Rounding::Stochastic rounds each value up or down at random so that its mean is exact,
+  // with words of `generator` (nullptr: the default one); NOTE [Stochastic rounding]:
+  //   Tensor w16 = w.to(kBFloat16, Rounding::Stochastic, &gen);
+  // Either cast passes gradients straight through, back in this tensor's dtype.
   Tensor to(DType dtype, CastOptions options = {}) const;
+  Tensor to(DType dtype, Rounding rounding, Generator* generator = nullptr) const;
   Tensor to(Device device) const;
   Tensor to(Device device, DType dtype) const;
   // non_blocking (torch's): a copy from pinned memory to a CUDA device is enqueued on the

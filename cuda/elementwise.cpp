@@ -22,6 +22,7 @@
 #include "halfgrad/cuda/elementwise_launch.h"
 #include "halfgrad/cuda/host.h"
 #include "halfgrad/cuda/kernels.h"
+#include "halfgrad/cuda/stochastic_rounding_launch.h"
 #include "halfgrad/cuda/stream.h"
 #include "halfgrad/kernel/elementwise.h"
 #include "halfgrad/kernel/formulas.h"
@@ -420,6 +421,21 @@ void copy_elements(const Tensor& dst, const Tensor& src, CastOptions options) {
   HG_CHECK(src.sizes() == dst.sizes(),
            "copy_: expected a source of the destination's shape {} (expanded if needed), got {}",
            dst.sizes(), src.sizes());
+  if (options.rounding == Rounding::Stochastic) {
+    // core::to_dtype checked the dtypes and gives both dense. The draw reserves its blocks on
+    // the host as the CPU cast does (NOTE [Stochastic rounding] in core/stochastic_rounding.h).
+    HG_CHECK(dst.is_contiguous() && src.is_contiguous(),
+             "to: the stochastic cast on CUDA expects contiguous tensors");
+    Generator& gen = options.generator != nullptr ? *options.generator : default_generator();
+    const Generator::State draw = gen.reserve_with_seed(uint64_t((dst.numel() + 3) / 4));
+    if (dst.numel() == 0) return;
+    DeviceGuard guard(dst.device().index);
+    HG_CUDA_CHECK(detail::launch_stochastic_round(dst.dtype(), src.dtype(), dst.data_ptr(),
+                                                  src.data_ptr(), dst.numel(), draw.seed,
+                                                  draw.offset, options.saturate, current_stream()),
+                  "to");
+    return;
+  }
   const bool float8_cast =
       dst.dtype() != src.dtype() && (is_float8(dst.dtype()) || is_float8(src.dtype()));
   if (float8_cast) {

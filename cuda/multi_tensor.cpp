@@ -74,6 +74,7 @@ struct PointerLists {
   std::vector<void*> data[MultiTensorArgs::kMaxLists];
   std::vector<int64_t> numel;
   std::vector<float*> steps;
+  std::vector<uint64_t> first_blocks;  // bf16_params only
 
   MultiTensorArgs args(int lists) const {
     MultiTensorArgs a;
@@ -82,6 +83,7 @@ struct PointerLists {
     for (int l = 0; l < lists; ++l) a.data[l] = data[l].data();
     a.numel = numel.data();
     a.steps = steps.empty() ? nullptr : steps.data();
+    a.first_blocks = first_blocks.empty() ? nullptr : first_blocks.data();
     return a;
   }
 };
@@ -293,6 +295,9 @@ void fused_adam_(const AdamTensors& t, const detail::AdamArgs& args, const Tenso
            "{}, {}, {}, {} and {}",
            kOp, args.amsgrad ? ", max_exp_avg_sq" : "", n, t.grads.size(), t.exp_avgs.size(),
            t.exp_avg_sqs.size(), t.max_exp_avg_sqs.size(), t.steps.size());
+  HG_CHECK(!args.bf16_params || t.first_blocks.size() == n,
+           "{}: bf16_params expects a first Philox block per parameter ({}), got {}", kOp, n,
+           t.first_blocks.size());
   if (n == 0) return;
   const Device device = common_device(t.params, kOp, "parameters");
   // Grouped by (parameter dtype, state dtype): one kernel instantiation per group.
@@ -302,6 +307,10 @@ void fused_adam_(const AdamTensors& t, const detail::AdamArgs& args, const Tenso
     const Tensor& param = t.params[i];
     check_param(param, t.grads[i], device, kOp, i);
     const DType state_dtype = t.exp_avgs[i].defined() ? t.exp_avgs[i].dtype() : param.dtype();
+    HG_CHECK(!args.bf16_params || (param.dtype() == kBFloat16 && state_dtype == kFloat32),
+             "{}: bf16_params expects bfloat16 parameters with float32 state, got {} with {} "
+             "(parameter {})",
+             kOp, param.dtype(), state_dtype, i);
     HG_CHECK(state_dtype == param.dtype() ||
                  (state_dtype == kFloat32 && is_reduced_precision(param.dtype())),
              "{}: expected the state of a {} parameter in {}{}, got {} (parameter {})", kOp,
@@ -321,6 +330,7 @@ void fused_adam_(const AdamTensors& t, const detail::AdamArgs& args, const Tenso
     if (args.amsgrad) lists.data[4].push_back(t.max_exp_avg_sqs[i].data_ptr());
     lists.numel.push_back(param.numel());
     lists.steps.push_back(steps[i]);
+    if (args.bf16_params) lists.first_blocks.push_back(t.first_blocks[i]);
   }
   const float* scale = optional_scalar(grad_scale, device, kOp, "grad_scale");
   const float* found = optional_scalar(found_inf, device, kOp, "found_inf");
@@ -352,6 +362,9 @@ void fused_sgd_(const SGDTensors& t, const detail::SGDArgs& args, const Tensor& 
            "{}: expected one gradient per parameter ({}) and {} momentum buffers and step counts, "
            "got {}, {} and {}",
            kOp, n, buffers, t.grads.size(), t.momentum_buffers.size(), t.steps.size());
+  HG_CHECK(!args.bf16_params || t.first_blocks.size() == n,
+           "{}: bf16_params expects a first Philox block per parameter ({}), got {}", kOp, n,
+           t.first_blocks.size());
   if (n == 0) return;
   const Device device = common_device(t.params, kOp, "parameters");
   std::map<int, PointerLists> groups;
@@ -363,8 +376,13 @@ void fused_sgd_(const SGDTensors& t, const detail::SGDArgs& args, const Tensor& 
     lists.data[0].push_back(param.data_ptr());
     lists.data[1].push_back(t.grads[i].data_ptr());
     lists.numel.push_back(param.numel());
+    HG_CHECK(!args.bf16_params || param.dtype() == kBFloat16,
+             "{}: bf16_params expects bfloat16 parameters, got {} (parameter {})", kOp,
+             param.dtype(), i);
+    if (args.bf16_params) lists.first_blocks.push_back(t.first_blocks[i]);
     if (with_buffer) {
-      check_buffer(t.momentum_buffers[i], param, param.dtype(), kOp, "momentum_buffer", i);
+      check_buffer(t.momentum_buffers[i], param, args.bf16_params ? kFloat32 : param.dtype(), kOp,
+                   "momentum_buffer", i);
       check_scalar(t.steps[i], device, kFloat32, kOp, "every step count");
       steps[i] = data_of<float>(t.steps[i]);
       lists.data[2].push_back(t.momentum_buffers[i].data_ptr());

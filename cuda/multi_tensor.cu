@@ -11,6 +11,8 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "halfgrad/core/random.h"
+#include "halfgrad/core/stochastic_rounding.h"
 #include "halfgrad/cuda/device_utils.cuh"
 
 namespace hg::cuda::detail {
@@ -28,10 +30,11 @@ constexpr int64_t kMaxBlocks = 65535LL * 4;
 // the rest of the 4 KiB of kernel arguments to the kernel's own.
 template <int Lists>
 struct ChunkTable {
-  static constexpr int kMaxTensors = (3072 - 16) / (8 * Lists + 24);
+  static constexpr int kMaxTensors = (3072 - 16) / (8 * Lists + 32);
   void* data[Lists][kMaxTensors];
   int64_t numel[kMaxTensors];
   float* steps[kMaxTensors];
+  uint64_t first_block[kMaxTensors];  // the optimizers' bf16_params draws (NOTE [bf16_params])
   int64_t first_chunk[kMaxTensors + 1];  // first_chunk[count]: the chunks of the whole table
   int32_t count;
 };
@@ -231,6 +234,22 @@ __global__ void update_scale_kernel(float* scale, int32_t* growth_tracker, int32
 
 // ---- kernels: fused optimizers ---------------------------------------------------------------
 
+// Stores a parameter's new value: rounded to nearest, or with bf16_params (T bfloat16) rounded
+// stochastically with word i % 4 of block first_block + i / 4 of seed, the CPU pass's word.
+template <class T, class C>
+__device__ __forceinline__ void store_param(T* param, int64_t i, C value, bool stochastic,
+                                            uint64_t seed, uint64_t first_block) {
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    if (stochastic) {
+      const uint32_t word = random::philox_block(seed, first_block + uint64_t(i) / 4).x[i % 4];
+      const BFloat16 rounded = stochastic_round_bfloat16(float(value), word);
+      reinterpret_cast<uint16_t*>(param)[i] = rounded.bits;
+      return;
+    }
+  }
+  param[i] = convert<T>(value);
+}
+
 // NOTE [Fused optimizer kernels] The arithmetic of the CPU passes (optim/adam.cpp, sgd.cpp,
 // rmsprop.cpp, adagrad.cpp), operation for operation: compute type float (double for float64),
 // scalar constants from double, each state value rounded to its storage dtype when stored and
@@ -291,12 +310,13 @@ __global__ void __launch_bounds__(kBlock)
         v = convert<C>(v_max);
       }
       const C denom = square_root(v) / bias_correction2_sqrt + eps;
-      param[i] = convert<T>(p - step_size * (m / denom));
+      store_param(param, i, p - step_size * (m / denom), a.bf16_params, a.seed,
+                  table.first_block[k.tensor]);
     }
   }
 }
 
-template <class T, int Lists>
+template <class T, class B, int Lists>
 __global__ void __launch_bounds__(kBlock)
     sgd_kernel(const __grid_constant__ ChunkTable<Lists> table, SGDArgs a, const float* grad_scale,
                const float* found_inf) {
@@ -314,10 +334,10 @@ __global__ void __launch_bounds__(kBlock)
     const Chunk k = chunk_at(table, c);
     T* param = static_cast<T*>(table.data[0][k.tensor]);
     const T* grad = static_cast<const T*>(table.data[1][k.tensor]);
-    T* buffer = nullptr;
+    B* buffer = nullptr;
     bool first = false;
     if constexpr (Lists == 3) {
-      buffer = static_cast<T*>(table.data[2][k.tensor]);
+      buffer = static_cast<B*>(table.data[2][k.tensor]);
       first = *table.steps[k.tensor] == 0.0f;  // no step taken yet: the buffer starts as g
     }
     for (int64_t i = k.begin + threadIdx.x; i < k.end; i += blockDim.x) {
@@ -329,13 +349,14 @@ __global__ void __launch_bounds__(kBlock)
       // where terms cancel] in device_utils.cuh): the results are the CPU's bits.
       if (decay) g += mul_rn(weight_decay, p);
       if constexpr (Lists == 3) {
-        const T b_stored =
-            convert<T>(first ? g : mul_rn(momentum, convert<C>(buffer[i])) + mul_rn(damp, g));
+        const B b_stored =
+            convert<B>(first ? g : mul_rn(momentum, convert<C>(buffer[i])) + mul_rn(damp, g));
         buffer[i] = b_stored;
         const C b = convert<C>(b_stored);  // the stored (rounded) buffer, as the CPU pass uses
         g = a.nesterov ? g + mul_rn(momentum, b) : b;
       }
-      param[i] = convert<T>(p - mul_rn(lr, g));
+      store_param(param, i, p - mul_rn(lr, g), a.bf16_params, a.seed,
+                  table.first_block[k.tensor]);
     }
   }
 }
@@ -643,6 +664,7 @@ cudaError_t for_each_table(const MultiTensorArgs& args, Launch&& launch) {
     for (int l = 0; l < Lists; ++l) table.data[l][t] = args.data[l][i];
     table.numel[t] = n;
     table.steps[t] = args.steps != nullptr ? args.steps[i] : nullptr;
+    table.first_block[t] = args.first_blocks != nullptr ? args.first_blocks[i] : 0;
     table.first_chunk[t + 1] = table.first_chunk[t] + chunks_of(n);
     table.count = t + 1;
     if (table.count == Table::kMaxTensors) {
@@ -747,6 +769,10 @@ cudaError_t launch_fused_adam(const MultiTensorArgs& tensors, DType param_dtype,
   if (tensors.steps == nullptr || tensors.lists != (args.amsgrad ? 5 : 4)) {
     return cudaErrorInvalidValue;
   }
+  if (args.bf16_params && (param_dtype != DType::BFloat16 || state_dtype != DType::Float32 ||
+                           tensors.first_blocks == nullptr)) {
+    return cudaErrorInvalidValue;
+  }
   if (state_dtype == param_dtype) {
     switch (param_dtype) {
       case DType::Float32:
@@ -778,19 +804,28 @@ cudaError_t launch_fused_sgd(const MultiTensorArgs& tensors, DType dtype, const 
       (with_buffer && tensors.steps == nullptr)) {
     return cudaErrorInvalidValue;
   }
+  if (args.bf16_params && (dtype != DType::BFloat16 || tensors.first_blocks == nullptr)) {
+    return cudaErrorInvalidValue;
+  }
   return visit_floating_storage(dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    auto run = [&](auto lists_tag) {
+    auto run = [&](auto lists_tag, auto buffer_tag) {
       constexpr int kLists = decltype(lists_tag)::value;
+      using B = typename decltype(buffer_tag)::type;
       return for_each_table<kLists>(
           tensors, [&](const ChunkTable<kLists>& table, int64_t chunks, int64_t) {
-            sgd_kernel<T, kLists>
+            sgd_kernel<T, B, kLists>
                 <<<blocks_for(chunks), kBlock, 0, stream>>>(table, args, grad_scale, found_inf);
             return cudaGetLastError();
           });
     };
-    return with_buffer ? run(std::integral_constant<int, 3>{})
-                       : run(std::integral_constant<int, 2>{});
+    if (!with_buffer) return run(std::integral_constant<int, 2>{}, std::type_identity<T>{});
+    if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+      if (args.bf16_params) {
+        return run(std::integral_constant<int, 3>{}, std::type_identity<float>{});
+      }
+    }
+    return run(std::integral_constant<int, 3>{}, std::type_identity<T>{});
   });
 }
 

@@ -87,6 +87,9 @@ struct AdamTensors {
   std::vector<Tensor> params, grads, exp_avgs, exp_avg_sqs;
   std::vector<Tensor> max_exp_avg_sqs;  // amsgrad only
   std::vector<Tensor> steps;
+  // args.bf16_params only: each parameter's first Philox block (NOTE [bf16_params] in
+  // optim/fused.h); the parameters bfloat16, the state float32.
+  std::vector<uint64_t> first_blocks;
 };
 // torch.optim.Adam/AdamW (fused) with optim/adam.cpp's arithmetic: grad_scale (undefined:
 // none) divides every gradient; a nonzero found_inf (undefined: none) leaves everything, step
@@ -99,6 +102,7 @@ struct SGDTensors {
   std::vector<Tensor> params, grads;
   // momentum != 0 only: the buffers, and step counts (0: the buffer is not initialized yet).
   std::vector<Tensor> momentum_buffers, steps;
+  std::vector<uint64_t> first_blocks;  // as AdamTensors' (the buffers float32)
 };
 // torch.optim.SGD (fused) with optim/sgd.cpp's arithmetic; grad_scale and found_inf as above.
 void fused_sgd_(const SGDTensors& tensors, const detail::SGDArgs& args, const Tensor& grad_scale,

@@ -35,6 +35,9 @@ struct MultiTensorArgs {
   void* const* data[kMaxLists] = {};
   const int64_t* numel = nullptr;
   float* const* steps = nullptr;
+  // bf16_params only: a host array of `count` Philox counter blocks, tensor i's first (NOTE
+  // [bf16_params] in optim/fused.h), or null.
+  const uint64_t* first_blocks = nullptr;
 };
 
 // ---- GradScaler ------------------------------------------------------------------------------
@@ -101,6 +104,10 @@ struct AdamArgs {
   double lr, beta1, beta2, eps, weight_decay;
   bool decoupled_weight_decay, amsgrad, maximize;
   const double* lr_device = nullptr;
+  // bfloat16 parameters with float32 state, stored with stochastic rounding from the words of
+  // `seed` at each tensor's first block (MultiTensorArgs::first_blocks); NOTE [bf16_params].
+  bool bf16_params = false;
+  uint64_t seed = 0;
 };
 // Lists: param, grad (both param_dtype), exp_avg, exp_avg_sq (state_dtype), and
 // max_exp_avg_sq when amsgrad; `steps` set. grad_scale (null: none) divides the gradients;
@@ -114,9 +121,12 @@ struct SGDArgs {
   double lr, momentum, dampening, weight_decay;
   bool nesterov, maximize;
   const double* lr_device = nullptr;  // as AdamArgs'
+  bool bf16_params = false;           // as AdamArgs': dtype bfloat16, the buffer float32
+  uint64_t seed = 0;
 };
 // Lists: param, grad, and momentum_buffer when momentum != 0 (then `steps` set: a step count
-// of 0 means the buffer is not initialized yet, torch's first step). All of `dtype`.
+// of 0 means the buffer is not initialized yet, torch's first step). All of `dtype`, but for
+// bf16_params' float32 buffer.
 cudaError_t launch_fused_sgd(const MultiTensorArgs& tensors, DType dtype, const SGDArgs& args,
                              const float* grad_scale, const float* found_inf, cudaStream_t stream);
 

@@ -227,10 +227,14 @@ Tensor Tensor::as_strided(const Shape& sizes, const Shape& strides,
 Tensor Tensor::contiguous() const { return is_contiguous() ? *this : clone(); }
 Tensor Tensor::clone() const { return dispatch(Clone{}, *this); }
 Tensor Tensor::to(DType dtype, CastOptions options) const {
-  // A saturating call goes through, for to_dtype to check that dtype is a float8 one.
-  return dtype == this->dtype() && !options.saturate
+  // A saturating or stochastic call goes through, for to_dtype to check the dtypes it takes.
+  return dtype == this->dtype() && !options.saturate &&
+                 options.rounding == Rounding::NearestEven
              ? *this
              : dispatch(ToDtype{.dtype = dtype, .options = options}, *this);
+}
+Tensor Tensor::to(DType dtype, Rounding rounding, Generator* generator) const {
+  return to(dtype, CastOptions{.rounding = rounding, .generator = generator});
 }
 Tensor Tensor::to(Device device, DType dtype) const { return to(device).to(dtype); }
 

@@ -69,6 +69,9 @@ Adagrad::Adagrad(std::vector<Tensor> params, AdagradOptions options)
 
 Adagrad::Adagrad(std::vector<ParamGroup> groups, AdagradOptions options)
     : Optimizer(std::move(groups), adagrad_defaults(options)) {
+  HG_CHECK(!options.bf16_params,
+           "Adagrad: bf16_params is not implemented for Adagrad (SGD, Adam and AdamW take it); keep "
+           "float32 parameters, or bfloat16 ones with round-to-nearest updates");
   check_adagrad_options(defaults_);
   for (const ParamGroup& group : groups_) check_adagrad_options(group.options);
   for (size_t g = 0; g < groups_.size(); ++g) {

@@ -78,13 +78,15 @@ struct AdamConstants {
         scaled(s.inv_scale != 1.0) {}
 };
 
-// T: parameter/gradient storage type; S: state storage type.
+// T: parameter/gradient storage type; S: state storage type. With `draw`, the parameter
+// (bfloat16) is stored with stochastic rounding (NOTE [bf16_params] in fused.h).
 template <class T, class S>
 void adam_pass(T* param, const T* grad, S* exp_avg, S* exp_avg_sq, S* max_exp_avg_sq, int64_t n,
-               const AdamStep& s) {
+               const AdamStep& s, const Generator::State* draw = nullptr) {
   using C = detail::compute_t<T>;
   const AdamConstants<C> k(s);
-  parallel_for(n, n, [&](int64_t i) {
+  // The new value of element i (its state stored on the way).
+  const auto updated = [&](int64_t i) {
     C p = detail::load<C>(param, i);
     C g = detail::load<C>(grad, i);
     if (k.scaled) g *= k.inv_scale;
@@ -109,8 +111,12 @@ void adam_pass(T* param, const T* grad, S* exp_avg, S* exp_avg_sq, S* max_exp_av
       v = detail::load<C>(max_exp_avg_sq, i);
     }
     const C denom = std::sqrt(v) / k.bias_correction2_sqrt + k.eps;
-    detail::store(param, i, p - k.step_size * (m / denom));
-  });
+    return p - k.step_size * (m / denom);
+  };
+  if constexpr (std::is_same_v<T, BFloat16>) {
+    if (draw != nullptr) return detail::store_stochastic(param, n, *draw, updated);
+  }
+  parallel_for(n, n, [&](int64_t i) { detail::store(param, i, updated(i)); });
 }
 
 // NOTE [Vectorized Adam pass] float32 parameters with float32 state (the fp32 master weights
@@ -202,13 +208,17 @@ void adam_pass_float(float* param, const float* grad, float* exp_avg, float* exp
 }  // namespace
 
 AdamBase::AdamBase(std::vector<ParamGroup> groups, std::map<std::string, double> defaults,
-                   bool decoupled_weight_decay, bool float32_state, const char* name)
+                   bool decoupled_weight_decay, bool float32_state, bool bf16_params,
+                   Generator* generator, const char* name)
     : Optimizer(std::move(groups), std::move(defaults)),
       decoupled_weight_decay_(decoupled_weight_decay),
       float32_state_(float32_state),
+      bf16_params_(bf16_params),
+      generator_(generator),
       name_(name) {
   check_adam_options(name_, defaults_);
   for (const ParamGroup& group : groups_) check_adam_options(name_, group.options);
+  if (bf16_params_) detail::check_bf16_params(name_, groups_);
 }
 
 void AdamBase::check_options(const std::map<std::string, double>& options) const {
@@ -221,7 +231,8 @@ std::vector<std::string> AdamBase::state_buffer_names(const ParamGroup& group) c
 }
 
 DType AdamBase::state_dtype(const Tensor& param) const {
-  return float32_state_ && is_reduced_precision(param.dtype()) ? kFloat32 : param.dtype();
+  return (float32_state_ || bf16_params_) && is_reduced_precision(param.dtype()) ? kFloat32
+                                                                                 : param.dtype();
 }
 
 void AdamBase::step_scaled(const Tensor& grad_scale, const Tensor& found_inf) {
@@ -231,6 +242,7 @@ void AdamBase::step_scaled(const Tensor& grad_scale, const Tensor& found_inf) {
   const double scale = read_grad_scale(grad_scale);
   if (read_found_inf(found_inf)) return;
   HG_CHECK(scale != 0, "{}: expected a nonzero grad_scale, got 0", name_);
+  if (bf16_params_) detail::check_bf16_params(name_, groups_);
   NoGradGuard no_grad;
   for (size_t g = 0; g < groups_.size(); ++g) {
     const ParamGroup& group = groups_[g];
@@ -261,25 +273,35 @@ void AdamBase::step_scaled(const Tensor& grad_scale, const Tensor& found_inf) {
       Tensor& exp_avg = state.buffers.at("exp_avg");
       Tensor& exp_avg_sq = state.buffers.at("exp_avg_sq");
       Tensor max_exp_avg_sq = s.amsgrad ? state.buffers.at("max_exp_avg_sq") : Tensor();
-      visit_floating_dtype(name_, param.dtype(), [&](auto tag) {
-        using T = typename decltype(tag)::type;
-        auto run = [&](auto state_tag) {
-          using S = typename decltype(state_tag)::type;
-          S* const max_state = s.amsgrad ? max_exp_avg_sq.data_ptr<S>() : nullptr;
-          if constexpr (std::is_same_v<T, float> && std::is_same_v<S, float>) {
-            adam_pass_float(param.data_ptr<T>(), grad.data_ptr<T>(), exp_avg.data_ptr<S>(),
-                            exp_avg_sq.data_ptr<S>(), max_state, param.numel(), s);
+      if (bf16_params_) {
+        const Generator::State draw =
+            detail::generator_or_default(generator_).reserve_with_seed(
+                uint64_t((param.numel() + 3) / 4));
+        adam_pass<BFloat16, float>(
+            param.data_ptr<BFloat16>(), grad.data_ptr<BFloat16>(), exp_avg.data_ptr<float>(),
+            exp_avg_sq.data_ptr<float>(), s.amsgrad ? max_exp_avg_sq.data_ptr<float>() : nullptr,
+            param.numel(), s, &draw);
+      } else {
+        visit_floating_dtype(name_, param.dtype(), [&](auto tag) {
+          using T = typename decltype(tag)::type;
+          auto run = [&](auto state_tag) {
+            using S = typename decltype(state_tag)::type;
+            S* const max_state = s.amsgrad ? max_exp_avg_sq.data_ptr<S>() : nullptr;
+            if constexpr (std::is_same_v<T, float> && std::is_same_v<S, float>) {
+              adam_pass_float(param.data_ptr<T>(), grad.data_ptr<T>(), exp_avg.data_ptr<S>(),
+                              exp_avg_sq.data_ptr<S>(), max_state, param.numel(), s);
+            } else {
+              adam_pass<T, S>(param.data_ptr<T>(), grad.data_ptr<T>(), exp_avg.data_ptr<S>(),
+                              exp_avg_sq.data_ptr<S>(), max_state, param.numel(), s);
+            }
+          };
+          if (exp_avg.dtype() == kFloat32 && param.dtype() != kFloat32) {
+            run(TypeTag<float>{});
           } else {
-            adam_pass<T, S>(param.data_ptr<T>(), grad.data_ptr<T>(), exp_avg.data_ptr<S>(),
-                            exp_avg_sq.data_ptr<S>(), max_state, param.numel(), s);
+            run(TypeTag<T>{});
           }
-        };
-        if (exp_avg.dtype() == kFloat32 && param.dtype() != kFloat32) {
-          run(TypeTag<float>{});
-        } else {
-          run(TypeTag<T>{});
-        }
-      });
+        });
+      }
       state.step = s.step;
       param.bump_version();
       exp_avg.bump_version();
@@ -297,16 +319,18 @@ void AdamBase::step_scaled(const Tensor& grad_scale, const Tensor& found_inf) {
 // be inf).
 void AdamBase::step_scaled_cuda(const Tensor& grad_scale, const Tensor& found_inf) {
   check_scaled_step_args(grad_scale, found_inf);
+  if (bf16_params_) detail::check_bf16_params(name_, groups_);
   NoGradGuard no_grad;
   for (size_t g = 0; g < groups_.size(); ++g) {
     const ParamGroup& group = groups_[g];
     check_adam_options(name_, group.options);
     check_warmed_up(name_, g);
-    const cuda::detail::AdamArgs args{
+    cuda::detail::AdamArgs args{
         group.options.at("lr"),           group.options.at("beta1"),
         group.options.at("beta2"),        group.options.at("eps"),
         group.options.at("weight_decay"), decoupled_weight_decay_,
         group.options.at("amsgrad") != 0, group.options.at("maximize") != 0};
+    args.bf16_params = bf16_params_;
     std::map<int, cuda::AdamTensors> by_device;
     for (size_t i = 0; i < group.params.size(); ++i) {
       const Tensor& param = group.params[i];
@@ -331,6 +355,12 @@ void AdamBase::step_scaled_cuda(const Tensor& grad_scale, const Tensor& found_in
       tensors.exp_avg_sqs.push_back(state.buffers.at("exp_avg_sq"));
       if (args.amsgrad) tensors.max_exp_avg_sqs.push_back(state.buffers.at("max_exp_avg_sq"));
       tensors.steps.push_back(state.device_step);
+      if (bf16_params_) {  // the CPU step's draws, in the same order (NOTE [bf16_params])
+        const Generator::State draw = detail::generator_or_default(generator_).reserve_with_seed(
+            uint64_t((param.numel() + 3) / 4));
+        args.seed = draw.seed;
+        tensors.first_blocks.push_back(draw.offset);
+      }
     }
     for (const auto& [index, tensors] : by_device) {
       const Device device(kCUDA, index);
@@ -346,12 +376,14 @@ void AdamBase::step_scaled_cuda(const Tensor& grad_scale, const Tensor& found_in
 Adam::Adam(std::vector<Tensor> params, AdamOptions options)
     : Adam(std::vector<ParamGroup>{ParamGroup{std::move(params), {}}}, options) {}
 Adam::Adam(std::vector<ParamGroup> groups, AdamOptions options)
-    : AdamBase(std::move(groups), adam_defaults(options), false, options.float32_state, "Adam") {}
+    : AdamBase(std::move(groups), adam_defaults(options), false, options.float32_state,
+               options.bf16_params, options.generator, "Adam") {}
 
 AdamW::AdamW(std::vector<Tensor> params, AdamWOptions options)
     : AdamW(std::vector<ParamGroup>{ParamGroup{std::move(params), {}}}, options) {}
 AdamW::AdamW(std::vector<ParamGroup> groups, AdamWOptions options)
-    : AdamBase(std::move(groups), adam_defaults(options), true, options.float32_state, "AdamW") {}
+    : AdamBase(std::move(groups), adam_defaults(options), true, options.float32_state,
+               options.bf16_params, options.generator, "AdamW") {}
 
 namespace detail {
 

@@ -35,6 +35,12 @@ struct AdamOptions {
   bool amsgrad = false;
   bool maximize = false;
   bool float32_state = false;
+  // Every parameter is bfloat16 and has no float32 master copy (llm.c-style training):
+  // exp_avg, exp_avg_sq (and max_exp_avg_sq) are float32, the update is computed in float32
+  // and stored with stochastic rounding, words from `generator` (NOTE [bf16_params] in
+  // fused.h). A parameter of another dtype is an hg::Error at construction (and at the step).
+  bool bf16_params = false;
+  Generator* generator = nullptr;  // bf16_params' random words; nullptr: default_generator()
 };
 
 struct AdamWOptions {
@@ -46,6 +52,12 @@ struct AdamWOptions {
   bool amsgrad = false;
   bool maximize = false;
   bool float32_state = false;
+  // Every parameter is bfloat16 and has no float32 master copy (llm.c-style training):
+  // exp_avg, exp_avg_sq (and max_exp_avg_sq) are float32, the update is computed in float32
+  // and stored with stochastic rounding, words from `generator` (NOTE [bf16_params] in
+  // fused.h). A parameter of another dtype is an hg::Error at construction (and at the step).
+  bool bf16_params = false;
+  Generator* generator = nullptr;  // bf16_params' random words; nullptr: default_generator()
 };
 
 // The shared implementation; `decoupled_weight_decay` picks AdamW's weight decay.
@@ -57,7 +69,8 @@ class AdamBase : public Optimizer {
 
  protected:
   AdamBase(std::vector<ParamGroup> groups, std::map<std::string, double> defaults,
-           bool decoupled_weight_decay, bool float32_state, const char* name);
+           bool decoupled_weight_decay, bool float32_state, bool bf16_params,
+           Generator* generator, const char* name);
   void check_options(const std::map<std::string, double>& options) const override;
   std::vector<std::string> state_buffer_names(const ParamGroup& group) const override;
   bool keeps_step() const override { return true; }
@@ -70,6 +83,8 @@ class AdamBase : public Optimizer {
 
   bool decoupled_weight_decay_;
   bool float32_state_;
+  bool bf16_params_;
+  Generator* generator_;
   const char* name_;
 };
 

@@ -33,7 +33,11 @@
 #endif
 
 #include "halfgrad/core/dtype.h"
+#include "halfgrad/core/format.h"
 #include "halfgrad/core/half.h"
+#include "halfgrad/core/random.h"
+#include "halfgrad/core/stochastic_rounding.h"
+#include "halfgrad/optim/optimizer.h"
 
 namespace hg::optim::detail {
 
@@ -70,6 +74,49 @@ void for_blocks_of_16(int64_t n, Blocks&& blocks) {
     const int64_t threads = omp_get_num_threads(), thread = omp_get_thread_num();
     blocks(count * thread / threads, count * (thread + 1) / threads);
   }
+}
+
+// NOTE [bf16_params] The optimizers' bf16_params option trains bfloat16 parameters with no
+// float32 master copy, as llm.c does: the state buffers are float32, each element's update is
+// computed in float32 from the widened parameter, and the new value is stored with stochastic
+// rounding (NOTE [Stochastic rounding] in core/stochastic_rounding.h). Round to nearest would
+// drop every update smaller than half an ulp of the weight (1/256 of it in bfloat16), so small
+// learning rates stop training; rounded stochastically the weight moves by the update on
+// average. Each parameter stepped draws ceil(numel / 4) Philox blocks from the optimizer's
+// generator, in group and parameter order; element i reads word i % 4 of block first + i / 4,
+// as the cast does, on the CPU and in the CUDA kernels alike. (On CUDA the words are drawn
+// even when found_inf skips the step, which the host cannot see; on the CPU a skipped step
+// draws nothing.)
+
+// bf16_params' check: every parameter of every group is bfloat16.
+inline void check_bf16_params(const char* optimizer, const std::vector<ParamGroup>& groups) {
+  for (size_t g = 0; g < groups.size(); ++g) {
+    for (size_t i = 0; i < groups[g].params.size(); ++i) {
+      const DType dtype = groups[g].params[i].dtype();
+      HG_CHECK(dtype == kBFloat16,
+               "{}: bf16_params expects bfloat16 parameters, got {} (parameter {} of group {}); "
+               "convert the model with .to(kBFloat16) first",
+               optimizer, dtype_name(dtype), i, g);
+    }
+  }
+}
+
+inline Generator& generator_or_default(Generator* generator) {
+  return generator != nullptr ? *generator : default_generator();
+}
+
+// param[i] = stochastic_round_bfloat16(value(i), word of element i) for i in [0, n), with the
+// words of `draw` (NOTE [bf16_params]); split over threads like parallel_for.
+template <class Value>
+void store_stochastic(BFloat16* param, int64_t n, Generator::State draw, Value&& value) {
+  parallel_for((n + 3) / 4, n, [&](int64_t block) {
+    const PhiloxBlock words = random::philox_block(draw.seed, draw.offset + uint64_t(block));
+    const int64_t first = block * 4;
+    const int64_t count = n - first < 4 ? n - first : 4;
+    for (int64_t k = 0; k < count; ++k) {
+      param[first + k] = stochastic_round_bfloat16(value(first + k), words.x[k]);
+    }
+  });
 }
 
 }  // namespace hg::optim::detail

@@ -109,6 +109,9 @@ RMSprop::RMSprop(std::vector<Tensor> params, RMSpropOptions options)
 
 RMSprop::RMSprop(std::vector<ParamGroup> groups, RMSpropOptions options)
     : Optimizer(std::move(groups), rmsprop_defaults(options)) {
+  HG_CHECK(!options.bf16_params,
+           "RMSprop: bf16_params is not implemented for RMSprop (SGD, Adam and AdamW take it); keep "
+           "float32 parameters, or bfloat16 ones with round-to-nearest updates");
   check_rmsprop_options(defaults_);
   for (const ParamGroup& group : groups_) check_rmsprop_options(group.options);
 }

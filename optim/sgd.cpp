@@ -74,13 +74,33 @@ SGDStep sgd_step_of(const std::map<std::string, double>& o, double inv_scale) {
           inv_scale, v.nesterov != 0, v.maximize != 0, false};
 }
 
-// T: parameter/gradient/buffer storage type.
-template <class T>
-void sgd_pass(T* param, const T* grad, T* buffer, int64_t n, const SGDStep& s) {
+// T: parameter/gradient storage type; B: the buffer's (T, or float32 with bf16_params). With
+// `draw`, the parameter (bfloat16) is stored with stochastic rounding (NOTE [bf16_params]).
+template <class T, class B = T>
+void sgd_pass(T* param, const T* grad, B* buffer, int64_t n, const SGDStep& s,
+              const Generator::State* draw = nullptr) {
   using C = detail::compute_t<T>;
   const C lr = C(s.lr), momentum = C(s.momentum), damp = C(1 - s.dampening);
   const C weight_decay = C(s.weight_decay), inv_scale = C(s.inv_scale);
   const bool scaled = s.inv_scale != 1.0;
+  // The new value of element i (its buffer stored on the way).
+  const auto updated = [&](int64_t i) {
+    const C p = detail::load<C>(param, i);
+    C g = detail::load<C>(grad, i);
+    if (scaled) g *= inv_scale;
+    if (s.maximize) g = -g;
+    if (weight_decay != 0) g += weight_decay * p;
+    if (buffer != nullptr) {
+      C b = s.first ? g : momentum * detail::load<C>(buffer, i) + damp * g;
+      detail::store(buffer, i, b);
+      b = detail::load<C>(buffer, i);  // torch uses the stored (rounded) buffer
+      g = s.nesterov ? g + momentum * b : b;
+    }
+    return p - lr * g;
+  };
+  if constexpr (std::is_same_v<T, BFloat16>) {
+    if (draw != nullptr) return detail::store_stochastic(param, n, *draw, updated);
+  }
   if (buffer == nullptr && !s.maximize && weight_decay == 0) {
     // Plain SGD, the general loop's arithmetic without its per-element branches (so it
     // vectorizes): p - lr * g, g unscaled first when scaled.
@@ -96,20 +116,7 @@ void sgd_pass(T* param, const T* grad, T* buffer, int64_t n, const SGDStep& s) {
     }
     return;
   }
-  parallel_for(n, n, [&](int64_t i) {
-    const C p = detail::load<C>(param, i);
-    C g = detail::load<C>(grad, i);
-    if (scaled) g *= inv_scale;
-    if (s.maximize) g = -g;
-    if (weight_decay != 0) g += weight_decay * p;
-    if (buffer != nullptr) {
-      C b = s.first ? g : momentum * detail::load<C>(buffer, i) + damp * g;
-      detail::store(buffer, i, b);
-      b = detail::load<C>(buffer, i);  // torch uses the stored (rounded) buffer
-      g = s.nesterov ? g + momentum * b : b;
-    }
-    detail::store(param, i, p - lr * g);
-  });
+  parallel_for(n, n, [&](int64_t i) { detail::store(param, i, updated(i)); });
 }
 
 // NOTE [Vectorized SGD pass] As for Adam (NOTE [Vectorized Adam pass]): float32 parameters
@@ -185,9 +192,16 @@ SGD::SGD(std::vector<Tensor> params, SGDOptions options)
     : SGD(std::vector<ParamGroup>{ParamGroup{std::move(params), {}}}, options) {}
 
 SGD::SGD(std::vector<ParamGroup> groups, SGDOptions options)
-    : Optimizer(std::move(groups), sgd_defaults(options)) {
+    : Optimizer(std::move(groups), sgd_defaults(options)),
+      bf16_params_(options.bf16_params),
+      generator_(options.generator) {
   check_sgd_options(defaults_);
   for (const ParamGroup& group : groups_) check_sgd_options(group.options);
+  if (bf16_params_) detail::check_bf16_params("SGD", groups_);
+}
+
+DType SGD::state_dtype(const Tensor& param) const {
+  return bf16_params_ ? kFloat32 : param.dtype();
 }
 
 void SGD::check_options(const std::map<std::string, double>& options) const {
@@ -205,6 +219,7 @@ void SGD::step_scaled(const Tensor& grad_scale, const Tensor& found_inf) {
   const double scale = read_grad_scale(grad_scale);
   if (read_found_inf(found_inf)) return;
   HG_CHECK(scale != 0, "SGD: expected a nonzero grad_scale, got 0");
+  if (bf16_params_) detail::check_bf16_params("SGD", groups_);
   NoGradGuard no_grad;
   for (size_t g = 0; g < groups_.size(); ++g) {
     const ParamGroup& group = groups_[g];
@@ -219,17 +234,26 @@ void SGD::step_scaled(const Tensor& grad_scale, const Tensor& found_inf) {
         auto found = state.buffers.find("momentum_buffer");
         s.first = found == state.buffers.end();
         if (s.first) {
-          buffer = empty(param.sizes(), param.options());
+          buffer = empty(param.sizes(), {.dtype = state_dtype(param), .device = param.device()});
           state.buffers["momentum_buffer"] = buffer;
         } else {
           buffer = found->second;
         }
       }
-      visit_floating_dtype("SGD", param.dtype(), [&](auto tag) {
-        using T = typename decltype(tag)::type;
-        sgd_update<T>(param.data_ptr<T>(), grad.data_ptr<T>(),
-                      buffer.defined() ? buffer.data_ptr<T>() : nullptr, param.numel(), s);
-      });
+      if (bf16_params_) {
+        const Generator::State draw =
+            detail::generator_or_default(generator_).reserve_with_seed(
+                uint64_t((param.numel() + 3) / 4));
+        sgd_pass<BFloat16, float>(param.data_ptr<BFloat16>(), grad.data_ptr<BFloat16>(),
+                                  buffer.defined() ? buffer.data_ptr<float>() : nullptr,
+                                  param.numel(), s, &draw);
+      } else {
+        visit_floating_dtype("SGD", param.dtype(), [&](auto tag) {
+          using T = typename decltype(tag)::type;
+          sgd_update<T>(param.data_ptr<T>(), grad.data_ptr<T>(),
+                        buffer.defined() ? buffer.data_ptr<T>() : nullptr, param.numel(), s);
+        });
+      }
       param.bump_version();
       if (buffer.defined()) buffer.bump_version();
     }
@@ -243,13 +267,15 @@ void SGD::step_scaled(const Tensor& grad_scale, const Tensor& found_inf) {
 // (NOTE [Step counts on the device] in optimizer.h): 0 until a step is taken.
 void SGD::step_scaled_cuda(const Tensor& grad_scale, const Tensor& found_inf) {
   check_scaled_step_args(grad_scale, found_inf);
+  if (bf16_params_) detail::check_bf16_params("SGD", groups_);
   NoGradGuard no_grad;
   for (size_t g = 0; g < groups_.size(); ++g) {
     const ParamGroup& group = groups_[g];
     const SGDStep s = sgd_step_of(group.options, 1.0);
     check_warmed_up("SGD", g);
-    const cuda::detail::SGDArgs args{s.lr,           s.momentum, s.dampening,
-                                     s.weight_decay, s.nesterov, s.maximize};
+    cuda::detail::SGDArgs args{s.lr,           s.momentum, s.dampening,
+                               s.weight_decay, s.nesterov, s.maximize};
+    args.bf16_params = bf16_params_;
     std::map<int, cuda::SGDTensors> by_device;
     for (size_t i = 0; i < group.params.size(); ++i) {
       const Tensor& param = group.params[i];
@@ -259,14 +285,23 @@ void SGD::step_scaled_cuda(const Tensor& grad_scale, const Tensor& found_inf) {
       cuda::SGDTensors& tensors = by_device[param.device().index];
       tensors.params.push_back(param);
       tensors.grads.push_back(std::move(grad));
+      if (bf16_params_) {  // the CPU step's draws, in the same order (NOTE [bf16_params])
+        const Generator::State draw = detail::generator_or_default(generator_).reserve_with_seed(
+            uint64_t((param.numel() + 3) / 4));
+        args.seed = draw.seed;
+        tensors.first_blocks.push_back(draw.offset);
+      }
       if (s.momentum == 0) continue;
       ParamState& state = mutable_state(g, i);
       auto found = state.buffers.find("momentum_buffer");
       const bool created = found == state.buffers.end();
       if (created) {
         // Zeros rather than garbage until the first step taken writes it.
-        found =
-            state.buffers.emplace("momentum_buffer", zeros(param.sizes(), param.options())).first;
+        found = state.buffers
+                    .emplace("momentum_buffer",
+                             zeros(param.sizes(),
+                                   {.dtype = state_dtype(param), .device = param.device()}))
+                    .first;
       }
       if (created || !state.device_step.defined()) {
         // A buffer from a CPU step or load_state_dict holds a first value already.

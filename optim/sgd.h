@@ -23,6 +23,12 @@ struct SGDOptions {
   double weight_decay = 0;
   bool nesterov = false;
   bool maximize = false;
+  // Every parameter is bfloat16 and has no float32 master copy (llm.c-style training): the
+  // momentum buffer is float32, the update is computed in float32 and stored with stochastic
+  // rounding, words from `generator` (NOTE [bf16_params] in fused.h). A parameter of another
+  // dtype is an hg::Error at construction (and at the step, for groups added later).
+  bool bf16_params = false;
+  Generator* generator = nullptr;  // bf16_params' random words; nullptr: default_generator()
 };
 
 class SGD : public Optimizer {
@@ -41,11 +47,15 @@ class SGD : public Optimizer {
   void check_options(const std::map<std::string, double>& options) const override;
   std::vector<std::string> state_buffer_names(const ParamGroup& group) const override;
   bool keeps_step() const override { return false; }
+  DType state_dtype(const Tensor& param) const override;
 
  private:
   // Every parameter with a gradient on CUDA: one fused launch per group and device
   // (cuda/multi_tensor.h), grad_scale and found_inf read on the device.
   void step_scaled_cuda(const Tensor& grad_scale, const Tensor& found_inf);
+
+  bool bf16_params_ = false;
+  Generator* generator_ = nullptr;
 };
 
 namespace detail {
