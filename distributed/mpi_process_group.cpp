@@ -167,14 +167,14 @@ void divide_in_place(const Tensor& tensor, int world_size) {
 }
 
 void check_cpu_tensor(std::string_view collective, std::string_view role, const Tensor& tensor) {
-  HG_CHECK(tensor.defined(), "{}: expected a defined {} tensor, got an undefined one", collective,
+  HG_CHECK(tensor.defined(), "{}: expected a defined {}tensor, got an undefined one", collective,
            role);
-  HG_CHECK(tensor.is_cpu(), "{}: the MPI backend expected a CPU {} tensor, got one on {}",
+  HG_CHECK(tensor.is_cpu(), "{}: the MPI backend expected a CPU {}tensor, got one on {}",
            collective, role, tensor.device());
   HG_CHECK(tensor.is_contiguous(),
-           "{}: expected a contiguous {} tensor, got sizes {} with strides {}", collective, role,
+           "{}: expected a contiguous {}tensor, got sizes {} with strides {}", collective, role,
            tensor.sizes(), tensor.strides());
-  HG_CHECK(tensor.numel() <= INT_MAX, "{}: expected at most {} elements in the {} tensor, got {}",
+  HG_CHECK(tensor.numel() <= INT_MAX, "{}: expected at most {} elements in the {}tensor, got {}",
            collective, INT_MAX, role, tensor.numel());
 }
 
@@ -326,8 +326,8 @@ class ProcessGroupMpi final : public ProcessGroup {
 
   std::shared_ptr<Work> all_gather(const Tensor& output, const Tensor& input) override {
     constexpr std::string_view name = "all_gather";
-    check_cpu_tensor(name, "input", input);
-    check_cpu_tensor(name, "output", output);
+    check_cpu_tensor(name, "input ", input);
+    check_cpu_tensor(name, "output ", output);
     HG_CHECK(output.dtype() == input.dtype(),
              "all_gather: expected the output's dtype to be the input's {}, got {}", input.dtype(),
              output.dtype());
@@ -352,8 +352,8 @@ class ProcessGroupMpi final : public ProcessGroup {
   std::shared_ptr<Work> reduce_scatter(const Tensor& output, const Tensor& input,
                                        ReduceOp op) override {
     constexpr std::string_view name = "reduce_scatter";
-    check_cpu_tensor(name, "input", input);
-    check_cpu_tensor(name, "output", output);
+    check_cpu_tensor(name, "input ", input);
+    check_cpu_tensor(name, "output ", output);
     HG_CHECK(output.dtype() == input.dtype(),
              "reduce_scatter: expected the output's dtype to be the input's {}, got {}",
              input.dtype(), output.dtype());

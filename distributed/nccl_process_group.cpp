@@ -120,8 +120,8 @@ class ProcessGroupNccl final : public ProcessGroup {
 
   std::shared_ptr<Work> all_gather(const Tensor& output, const Tensor& input) override {
     constexpr std::string_view name = "all_gather";
-    check_cuda_tensor(name, "input", input);
-    check_cuda_tensor(name, "output", output);
+    check_cuda_tensor(name, "input ", input);
+    check_cuda_tensor(name, "output ", output);
     HG_CHECK(output.dtype() == input.dtype(),
              "all_gather: expected the output's dtype to be the input's {}, got {}", input.dtype(),
              output.dtype());
@@ -140,8 +140,8 @@ class ProcessGroupNccl final : public ProcessGroup {
   std::shared_ptr<Work> reduce_scatter(const Tensor& output, const Tensor& input,
                                        ReduceOp op) override {
     constexpr std::string_view name = "reduce_scatter";
-    check_cuda_tensor(name, "input", input);
-    check_cuda_tensor(name, "output", output);
+    check_cuda_tensor(name, "input ", input);
+    check_cuda_tensor(name, "output ", output);
     HG_CHECK(output.dtype() == input.dtype(),
              "reduce_scatter: expected the output's dtype to be the input's {}, got {}",
              input.dtype(), output.dtype());
@@ -174,14 +174,14 @@ class ProcessGroupNccl final : public ProcessGroup {
  private:
   void check_cuda_tensor(std::string_view collective, std::string_view role,
                          const Tensor& tensor) const {
-    HG_CHECK(tensor.defined(), "{}: expected a defined {} tensor, got an undefined one",
+    HG_CHECK(tensor.defined(), "{}: expected a defined {}tensor, got an undefined one",
              collective, role);
     HG_CHECK(tensor.is_cuda() && tensor.device().index == device_,
-             "{}: the NCCL backend expected a {} tensor on cuda:{} (this rank's device), got one "
+             "{}: the NCCL backend expected a {}tensor on cuda:{} (this rank's device), got one "
              "on {}",
              collective, role, device_, tensor.device());
     HG_CHECK(tensor.is_contiguous(),
-             "{}: expected a contiguous {} tensor, got sizes {} with strides {}", collective, role,
+             "{}: expected a contiguous {}tensor, got sizes {} with strides {}", collective, role,
              tensor.sizes(), tensor.strides());
   }
 
