@@ -79,10 +79,14 @@ void check_mpi(int code, std::string_view what) {
 // The MPI type that moves one element's bits unchanged (broadcast, all_gather).
 MPI_Datatype bits_type(DType dtype) {
   switch (element_size(dtype)) {
-    case 1: return MPI_UINT8_T;
-    case 2: return MPI_UINT16_T;
-    case 4: return MPI_UINT32_T;
-    case 8: return MPI_UINT64_T;
+    case 1:
+      return MPI_UINT8_T;
+    case 2:
+      return MPI_UINT16_T;
+    case 4:
+      return MPI_UINT32_T;
+    case 8:
+      return MPI_UINT64_T;
   }
   HG_ERROR("hg::distributed: no MPI type for {} ({} bytes)", dtype, element_size(dtype));
 }
@@ -106,18 +110,27 @@ Reduction reduction_for(std::string_view collective, DType dtype, ReduceOp op) {
            "{}: ReduceOp::Avg expected a floating-point tensor, got {}", collective, dtype);
   const MPI_Op arithmetic = op == ReduceOp::Max ? MPI_MAX : MPI_SUM;
   switch (dtype) {
-    case DType::Float32: return {MPI_FLOAT, arithmetic, false};
-    case DType::Float64: return {MPI_DOUBLE, arithmetic, false};
-    case DType::Int64: return {MPI_INT64_T, arithmetic, false};
-    case DType::Int32: return {MPI_INT32_T, arithmetic, false};
-    case DType::Int16: return {MPI_INT16_T, arithmetic, false};
-    case DType::Int8: return {MPI_INT8_T, arithmetic, false};
-    case DType::UInt8: return {MPI_UINT8_T, arithmetic, false};
-    case DType::Bool: return {MPI_C_BOOL, MPI_LOR, false};  // sum and max of bools: or
+    case DType::Float32:
+      return {MPI_FLOAT, arithmetic, false};
+    case DType::Float64:
+      return {MPI_DOUBLE, arithmetic, false};
+    case DType::Int64:
+      return {MPI_INT64_T, arithmetic, false};
+    case DType::Int32:
+      return {MPI_INT32_T, arithmetic, false};
+    case DType::Int16:
+      return {MPI_INT16_T, arithmetic, false};
+    case DType::Int8:
+      return {MPI_INT8_T, arithmetic, false};
+    case DType::UInt8:
+      return {MPI_UINT8_T, arithmetic, false};
+    case DType::Bool:
+      return {MPI_C_BOOL, MPI_LOR, false};  // sum and max of bools: or
     case DType::Float16:
     case DType::BFloat16:
     case DType::Float8_e4m3fn:
-    case DType::Float8_e5m2: return {MPI_FLOAT, arithmetic, true};
+    case DType::Float8_e5m2:
+      return {MPI_FLOAT, arithmetic, true};
   }
   HG_ERROR("{}: no MPI reduction for {}", collective, dtype);
 }
@@ -136,22 +149,32 @@ void round_as(const float* src, void* dst, int64_t n, float divisor) {
 
 void widen_to_float(DType dtype, const void* src, float* dst, int64_t n) {
   switch (dtype) {
-    case DType::Float16: return widen_as<Half>(src, dst, n);
-    case DType::BFloat16: return widen_as<BFloat16>(src, dst, n);
-    case DType::Float8_e4m3fn: return widen_as<Float8_e4m3fn>(src, dst, n);
-    case DType::Float8_e5m2: return widen_as<Float8_e5m2>(src, dst, n);
-    default: HG_ERROR("hg::distributed: {} is not widened to float32", dtype);
+    case DType::Float16:
+      return widen_as<Half>(src, dst, n);
+    case DType::BFloat16:
+      return widen_as<BFloat16>(src, dst, n);
+    case DType::Float8_e4m3fn:
+      return widen_as<Float8_e4m3fn>(src, dst, n);
+    case DType::Float8_e5m2:
+      return widen_as<Float8_e5m2>(src, dst, n);
+    default:
+      HG_ERROR("hg::distributed: {} is not widened to float32", dtype);
   }
 }
 
 // Rounds `src` / `divisor` once into the narrow `dtype`.
 void round_from_float(DType dtype, const float* src, void* dst, int64_t n, float divisor) {
   switch (dtype) {
-    case DType::Float16: return round_as<Half>(src, dst, n, divisor);
-    case DType::BFloat16: return round_as<BFloat16>(src, dst, n, divisor);
-    case DType::Float8_e4m3fn: return round_as<Float8_e4m3fn>(src, dst, n, divisor);
-    case DType::Float8_e5m2: return round_as<Float8_e5m2>(src, dst, n, divisor);
-    default: HG_ERROR("hg::distributed: {} is not rounded from float32", dtype);
+    case DType::Float16:
+      return round_as<Half>(src, dst, n, divisor);
+    case DType::BFloat16:
+      return round_as<BFloat16>(src, dst, n, divisor);
+    case DType::Float8_e4m3fn:
+      return round_as<Float8_e4m3fn>(src, dst, n, divisor);
+    case DType::Float8_e5m2:
+      return round_as<Float8_e5m2>(src, dst, n, divisor);
+    default:
+      HG_ERROR("hg::distributed: {} is not rounded from float32", dtype);
   }
 }
 
@@ -216,10 +239,16 @@ class MpiWork final : public Work {
     }
   }
 
-  bool is_completed() override { return pending_ == nullptr || test(); }
+  // A collective that timed out never completes: is_completed() stays false, and wait()
+  // throws its timeout again.
+  bool is_completed() override {
+    if (!timeout_error_.empty()) return false;
+    return pending_ == nullptr || test();
+  }
 
   void wait() override {
     using namespace std::chrono;
+    if (!timeout_error_.empty()) HG_ERROR("{}", timeout_error_);
     int polls = 0;
     while (pending_ != nullptr && !test()) {
       if (steady_clock::now() - started_ >= timeout_) time_out();
@@ -255,10 +284,12 @@ class MpiWork final : public Work {
       rt.broken = true;
       abandoned().push_back(std::move(pending_));
     }
-    HG_ERROR("{}: rank {} timed out after {} ms waiting for the other ranks (the process group's "
-             "timeout); a rank never called {} or called another collective. The process group "
-             "is unusable now and the MPI job aborts at exit (NOTE [Collective timeouts])",
-             collective_, rank_, timeout_.count(), collective_);
+    timeout_error_ = fmt::format(
+        "{}: rank {} timed out after {} ms waiting for the other ranks (the process group's "
+        "timeout); a rank never called {} or called another collective. The process group is "
+        "unusable now and the MPI job aborts at exit (NOTE [Collective timeouts])",
+        collective_, rank_, timeout_.count(), collective_);
+    HG_ERROR("{}", timeout_error_);
   }
 
   std::string collective_;
@@ -266,6 +297,7 @@ class MpiWork final : public Work {
   std::chrono::milliseconds timeout_;
   std::chrono::steady_clock::time_point started_;
   std::unique_ptr<Pending> pending_;
+  std::string timeout_error_;  // set once the collective timed out
 };
 
 class ProcessGroupMpi final : public ProcessGroup {
@@ -306,16 +338,15 @@ class ProcessGroupMpi final : public ProcessGroup {
       pending->on_complete = [tensor, world = world_size()] { divide_in_place(tensor, world); };
     }
     return start(name, std::move(pending), [&](MPI_Request* request) {
-      return MPI_Iallreduce(MPI_IN_PLACE, buffer, n, reduction.type, reduction.op, comm_,
-                            request);
+      return MPI_Iallreduce(MPI_IN_PLACE, buffer, n, reduction.type, reduction.op, comm_, request);
     });
   }
 
   std::shared_ptr<Work> broadcast(const Tensor& tensor, int src) override {
     constexpr std::string_view name = "broadcast";
     check_cpu_tensor(name, "", tensor);
-    HG_CHECK(src >= 0 && src < world_size(),
-             "broadcast: expected a source rank in [0, {}), got {}", world_size(), src);
+    HG_CHECK(src >= 0 && src < world_size(), "broadcast: expected a source rank in [0, {}), got {}",
+             world_size(), src);
     auto pending = std::make_unique<Pending>();
     pending->tensors = {tensor};
     return start(name, std::move(pending), [&](MPI_Request* request) {
@@ -473,12 +504,12 @@ std::shared_ptr<ProcessGroup> make_mpi_process_group(const LaunchEnvironment& en
   MPI_Comm_size(comm, &world_size);
   if (env.launcher != "none" && (env.rank != rank || env.world_size != world_size)) {
     MPI_Comm_free(&comm);
-    HG_ERROR("init_process_group: the MPI backend expected the {} environment's rank {} of {} "
-             "to be MPI's, got rank {} of {} from MPI (start the job with mpirun)",
-             env.launcher, env.rank, env.world_size, rank, world_size);
+    HG_ERROR(
+        "init_process_group: the MPI backend expected the {} environment's rank {} of {} "
+        "to be MPI's, got rank {} of {} from MPI (start the job with mpirun)",
+        env.launcher, env.rank, env.world_size, rank, world_size);
   }
-  return std::make_shared<ProcessGroupMpi>(comm, rank, world_size, env.local_rank,
-                                           options.timeout);
+  return std::make_shared<ProcessGroupMpi>(comm, rank, world_size, env.local_rank, options.timeout);
 }
 
 }  // namespace hg::distributed

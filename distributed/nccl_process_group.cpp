@@ -34,20 +34,41 @@ void check_nccl(ncclResult_t result, std::string_view what) {
 // The NCCL type that reduces `dtype`, or none (int16: NCCL has no 16-bit integer).
 bool reduction_type(DType dtype, ncclDataType_t* type) {
   switch (dtype) {
-    case DType::Float32: *type = ncclFloat32; return true;
-    case DType::Float16: *type = ncclFloat16; return true;
-    case DType::BFloat16: *type = ncclBfloat16; return true;
-    case DType::Float64: *type = ncclFloat64; return true;
-    case DType::Int64: *type = ncclInt64; return true;
-    case DType::Int32: *type = ncclInt32; return true;
-    case DType::Int8: *type = ncclInt8; return true;
+    case DType::Float32:
+      *type = ncclFloat32;
+      return true;
+    case DType::Float16:
+      *type = ncclFloat16;
+      return true;
+    case DType::BFloat16:
+      *type = ncclBfloat16;
+      return true;
+    case DType::Float64:
+      *type = ncclFloat64;
+      return true;
+    case DType::Int64:
+      *type = ncclInt64;
+      return true;
+    case DType::Int32:
+      *type = ncclInt32;
+      return true;
+    case DType::Int8:
+      *type = ncclInt8;
+      return true;
     case DType::UInt8:
-    case DType::Bool: *type = ncclUint8; return true;
+    case DType::Bool:
+      *type = ncclUint8;
+      return true;
 #if NCCL_VERSION_CODE >= NCCL_VERSION(2, 24, 0)
-    case DType::Float8_e4m3fn: *type = ncclFloat8e4m3; return true;
-    case DType::Float8_e5m2: *type = ncclFloat8e5m2; return true;
+    case DType::Float8_e4m3fn:
+      *type = ncclFloat8e4m3;
+      return true;
+    case DType::Float8_e5m2:
+      *type = ncclFloat8e5m2;
+      return true;
 #endif
-    default: return false;
+    default:
+      return false;
   }
 }
 
@@ -64,9 +85,12 @@ ncclRedOp_t nccl_op(std::string_view collective, DType dtype, ReduceOp op) {
   // Bools travel as bytes 0 and 1: their sum and their max are both "or" as max.
   if (dtype == DType::Bool) return ncclMax;
   switch (op) {
-    case ReduceOp::Sum: return ncclSum;
-    case ReduceOp::Avg: return ncclAvg;
-    case ReduceOp::Max: return ncclMax;
+    case ReduceOp::Sum:
+      return ncclSum;
+    case ReduceOp::Avg:
+      return ncclAvg;
+    case ReduceOp::Max:
+      return ncclMax;
   }
   return ncclSum;
 }
@@ -109,11 +133,11 @@ class ProcessGroupNccl final : public ProcessGroup {
   std::shared_ptr<Work> broadcast(const Tensor& tensor, int src) override {
     constexpr std::string_view name = "broadcast";
     check_cuda_tensor(name, "", tensor);
-    HG_CHECK(src >= 0 && src < world_size(),
-             "broadcast: expected a source rank in [0, {}), got {}", world_size(), src);
+    HG_CHECK(src >= 0 && src < world_size(), "broadcast: expected a source rank in [0, {}), got {}",
+             world_size(), src);
     const cudaStream_t stream = cuda::current_stream(device_);
-    check_nccl(ncclBroadcast(tensor.data_ptr(), tensor.data_ptr(), tensor.nbytes(), ncclUint8,
-                             src, comm_, stream),
+    check_nccl(ncclBroadcast(tensor.data_ptr(), tensor.data_ptr(), tensor.nbytes(), ncclUint8, src,
+                             comm_, stream),
                name);
     return std::make_shared<NcclWork>(std::vector<Tensor>{tensor}, stream);
   }
@@ -174,8 +198,8 @@ class ProcessGroupNccl final : public ProcessGroup {
  private:
   void check_cuda_tensor(std::string_view collective, std::string_view role,
                          const Tensor& tensor) const {
-    HG_CHECK(tensor.defined(), "{}: expected a defined {}tensor, got an undefined one",
-             collective, role);
+    HG_CHECK(tensor.defined(), "{}: expected a defined {}tensor, got an undefined one", collective,
+             role);
     HG_CHECK(tensor.is_cuda() && tensor.device().index == device_,
              "{}: the NCCL backend expected a {}tensor on cuda:{} (this rank's device), got one "
              "on {}",
@@ -212,8 +236,8 @@ std::shared_ptr<ProcessGroup> make_nccl_process_group(const LaunchEnvironment& e
   cuda::DeviceGuard guard(env.local_rank);
   ncclComm_t comm = nullptr;
   check_nccl(ncclCommInitRank(&comm, world_size, id, rank), "init_process_group");
-  return std::make_shared<ProcessGroupNccl>(comm, rank, world_size, env.local_rank,
-                                            env.local_rank, options.timeout);
+  return std::make_shared<ProcessGroupNccl>(comm, rank, world_size, env.local_rank, env.local_rank,
+                                            options.timeout);
 }
 
 bool is_nccl_available() { return true; }

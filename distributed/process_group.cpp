@@ -13,17 +13,22 @@ namespace hg::distributed {
 
 std::string_view reduce_op_name(ReduceOp op) {
   switch (op) {
-    case ReduceOp::Sum: return "sum";
-    case ReduceOp::Avg: return "avg";
-    case ReduceOp::Max: return "max";
+    case ReduceOp::Sum:
+      return "sum";
+    case ReduceOp::Avg:
+      return "avg";
+    case ReduceOp::Max:
+      return "max";
   }
   return "?";
 }
 
 std::string_view backend_name(Backend backend) {
   switch (backend) {
-    case Backend::Mpi: return "mpi";
-    case Backend::Nccl: return "nccl";
+    case Backend::Mpi:
+      return "mpi";
+    case Backend::Nccl:
+      return "nccl";
   }
   return "?";
 }
@@ -61,8 +66,9 @@ LaunchEnvironment read_launch_environment() {
   }
   if (const char* addr = std::getenv("MASTER_ADDR")) env.master_addr = addr;
   env.master_port = env_int("MASTER_PORT", 0);
-  HG_CHECK(env.world_size >= 1, "init_process_group: expected a world size of at least 1 ({}), "
-           "got {}", env.launcher, env.world_size);
+  HG_CHECK(env.world_size >= 1,
+           "init_process_group: expected a world size of at least 1 ({}), got {}", env.launcher,
+           env.world_size);
   HG_CHECK(env.rank < env.world_size,
            "init_process_group: expected a rank below the world size {} ({}), got rank {}",
            env.world_size, env.launcher, env.rank);
@@ -75,8 +81,12 @@ std::shared_ptr<ProcessGroup> init_process_group(ProcessGroupOptions options) {
   const LaunchEnvironment env = read_launch_environment();
   std::shared_ptr<ProcessGroup> group;
   switch (options.backend) {
-    case Backend::Mpi: group = make_mpi_process_group(env, options); break;
-    case Backend::Nccl: group = make_nccl_process_group(env, options); break;
+    case Backend::Mpi:
+      group = make_mpi_process_group(env, options);
+      break;
+    case Backend::Nccl:
+      group = make_nccl_process_group(env, options);
+      break;
   }
   std::lock_guard lock(default_group_mutex);
   default_group = group;

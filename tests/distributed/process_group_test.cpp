@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <random>
 #include <thread>
 #include <vector>
@@ -22,9 +23,9 @@ using Values = std::vector<double>;
 
 namespace {
 
-const std::vector<DType> kEveryDType = {
-    kFloat32, kFloat16, kBFloat16, kFloat64, kInt64, kInt32,         DType::Bool,
-    kUInt8,   kInt8,    kInt16,    kFloat8_e4m3fn, DType::Float8_e5m2};
+const std::vector<DType> kEveryDType = {kFloat32, kFloat16, kBFloat16,      kFloat64,
+                                        kInt64,   kInt32,   DType::Bool,    kUInt8,
+                                        kInt8,    kInt16,   kFloat8_e4m3fn, DType::Float8_e5m2};
 
 ProcessGroup& group() {
   static std::shared_ptr<ProcessGroup> made = [] {
@@ -72,13 +73,20 @@ double tolerance(DType dtype, double result, double magnitude, int world) {
   const double size = std::abs(result);
   const double float32_path = magnitude * 1e-6;
   switch (dtype) {
-    case kFloat16: return size * std::ldexp(1.0, -10) + std::ldexp(1.0, -24) + float32_path;
-    case kBFloat16: return size * std::ldexp(1.0, -7) + float32_path;
-    case kFloat8_e4m3fn: return size * std::ldexp(1.0, -3) + std::ldexp(1.0, -9) + float32_path;
-    case DType::Float8_e5m2: return size * std::ldexp(1.0, -2) + std::ldexp(1.0, -16) + float32_path;
-    case kFloat32: return magnitude * (world + 1) * std::ldexp(1.0, -24);
-    case kFloat64: return magnitude * (world + 1) * std::ldexp(1.0, -53);
-    default: return 0.0;  // integers and bools: exact
+    case kFloat16:
+      return size * std::ldexp(1.0, -10) + std::ldexp(1.0, -24) + float32_path;
+    case kBFloat16:
+      return size * std::ldexp(1.0, -7) + float32_path;
+    case kFloat8_e4m3fn:
+      return size * std::ldexp(1.0, -3) + std::ldexp(1.0, -9) + float32_path;
+    case DType::Float8_e5m2:
+      return size * std::ldexp(1.0, -2) + std::ldexp(1.0, -16) + float32_path;
+    case kFloat32:
+      return magnitude * (world + 1) * std::ldexp(1.0, -24);
+    case kFloat64:
+      return magnitude * (world + 1) * std::ldexp(1.0, -53);
+    default:
+      return 0.0;  // integers and bools: exact
   }
 }
 
@@ -145,6 +153,38 @@ TEST_CASE("init_process_group reads mpirun's environment", "[distributed]") {
   CHECK(&default_process_group() == &group());
 }
 
+TEST_CASE("read_launch_environment reads torchrun's variables and rejects bad ones",
+          "[distributed]") {
+  // mpirun's variables win, so they are hidden while torchrun's are set, then put back.
+  const char* ompi_size_text = std::getenv("OMPI_COMM_WORLD_SIZE");
+  REQUIRE(ompi_size_text != nullptr);
+  const std::string ompi_size = ompi_size_text;
+  ::unsetenv("OMPI_COMM_WORLD_SIZE");
+  ::setenv("RANK", "3", 1);
+  ::setenv("WORLD_SIZE", "4", 1);
+  ::setenv("LOCAL_RANK", "1", 1);
+  ::setenv("MASTER_ADDR", "node-0", 1);
+  ::setenv("MASTER_PORT", "29500", 1);
+  const LaunchEnvironment env = read_launch_environment();
+  CHECK(env.launcher == "torchrun");
+  CHECK(env.rank == 3);
+  CHECK(env.world_size == 4);
+  CHECK(env.local_rank == 1);
+  CHECK(env.master_addr == "node-0");
+  CHECK(env.master_port == 29500);
+  ::setenv("RANK", "4", 1);
+  CHECK_THROWS_WITH(read_launch_environment(),
+                    Contains("expected a rank below the world size 4 (torchrun), got rank 4"));
+  ::setenv("WORLD_SIZE", "four", 1);
+  CHECK_THROWS_WITH(read_launch_environment(),
+                    Contains("expected a non-negative integer in WORLD_SIZE, got 'four'"));
+  for (const char* name : {"RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"}) {
+    ::unsetenv(name);
+  }
+  ::setenv("OMPI_COMM_WORLD_SIZE", ompi_size.c_str(), 1);
+  CHECK(read_launch_environment().launcher == "mpirun");
+}
+
 TEST_CASE("all_reduce sum avg and max on every dtype match the float64 reference",
           "[distributed]") {
   ProcessGroup& pg = group();
@@ -166,8 +206,7 @@ TEST_CASE("all_reduce sum avg and max on every dtype match the float64 reference
   }
 }
 
-TEST_CASE("reduce_scatter on every dtype gives each rank its block's reduction",
-          "[distributed]") {
+TEST_CASE("reduce_scatter on every dtype gives each rank its block's reduction", "[distributed]") {
   ProcessGroup& pg = group();
   const int world = pg.world_size();
   const int64_t block = 33;
@@ -218,8 +257,7 @@ TEST_CASE("broadcast and all_gather move every dtype's bits unchanged", "[distri
   }
 }
 
-TEST_CASE("all_gather takes its input in place from its own block of the output",
-          "[distributed]") {
+TEST_CASE("all_gather takes its input in place from its own block of the output", "[distributed]") {
   ProcessGroup& pg = group();
   const int world = pg.world_size();
   const int64_t n = 10;
@@ -282,8 +320,9 @@ TEST_CASE("collectives reject bad tensors before any rank communicates", "[distr
   CHECK_THROWS_WITH(pg.all_reduce(square.t()), Contains("all_reduce: expected a contiguous"));
   CHECK_THROWS_WITH(pg.all_reduce(make(Values(4, 1.0), kInt32), ReduceOp::Avg),
                     Contains("ReduceOp::Avg expected a floating-point tensor, got int32"));
-  CHECK_THROWS_WITH(pg.broadcast(square, world),
-                    Contains(fmt::format("expected a source rank in [0, {}), got {}", world, world)));
+  CHECK_THROWS_WITH(
+      pg.broadcast(square, world),
+      Contains(fmt::format("expected a source rank in [0, {}), got {}", world, world)));
   CHECK_THROWS_WITH(pg.all_gather(make(Values(5, 0.0), kFloat32), square),
                     Contains(fmt::format("expected an output of world_size * input.numel() = {} * "
                                          "16 = {} elements, got 5",
@@ -322,5 +361,7 @@ TEST_CASE("a collective a rank never joins times out with an error", "[.][timeou
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   CHECK(waited >= 2.0);
   CHECK(waited < 4.0);
+  CHECK_FALSE(work->is_completed());
+  CHECK_THROWS_WITH(work->wait(), Contains("all_reduce: rank 0 timed out after 2000 ms"));
   CHECK_THROWS_WITH(pg->barrier(), Contains("broken by an earlier timeout (all_reduce on rank 0"));
 }
