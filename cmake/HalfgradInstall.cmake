@@ -21,6 +21,15 @@ foreach(_hg_module IN LISTS HALFGRAD_MODULES ITEMS cuda)
 endforeach()
 install(FILES "${PROJECT_SOURCE_DIR}/halfgrad.h" "${HALFGRAD_INCLUDE_ROOT}/halfgrad/config.h"
   DESTINATION "${CMAKE_INSTALL_INCLUDEDIR}/halfgrad")
+# hg::distributed, where MPI was found: its library (halfgrad::distributed) and headers.
+if(TARGET halfgrad_distributed)
+  set_target_properties(halfgrad_distributed PROPERTIES EXPORT_NAME distributed)
+  install(TARGETS halfgrad_distributed EXPORT halfgradTargets
+    ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
+    INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+  install(DIRECTORY "${PROJECT_SOURCE_DIR}/distributed/"
+    DESTINATION "${CMAKE_INSTALL_INCLUDEDIR}/halfgrad/distributed" FILES_MATCHING PATTERN "*.h")
+endif()
 if(HALFGRAD_BUILD_TOOLS)
   install(TARGETS hg-info hg-ops RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 endif()

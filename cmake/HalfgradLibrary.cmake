@@ -1,6 +1,7 @@
 # The halfgrad library: one static target, halfgrad::halfgrad, built from the module folders at
 # the top of the repository (core/, cpu/, cuda/, autograd/, ops/, nn/, optim/, amp/,
-# io/, data/, profiler/; docs/design.md §1 has their layer order).
+# io/, data/, profiler/; docs/design.md §1 has their layer order). distributed/ builds a second
+# library, halfgrad::distributed, when MPI is found (distributed/CMakeLists.txt).
 
 include(GNUInstallDirs)
 
@@ -13,7 +14,7 @@ set(HALFGRAD_MODULES core kernel cpu autograd ops nn optim amp io data profiler)
 # (HalfgradInstall.cmake) copy each module's headers to include/halfgrad/<module>/.
 set(HALFGRAD_INCLUDE_ROOT "${PROJECT_BINARY_DIR}/include")
 file(MAKE_DIRECTORY "${HALFGRAD_INCLUDE_ROOT}/halfgrad")
-foreach(_hg_entry IN LISTS HALFGRAD_MODULES ITEMS cuda halfgrad.h)
+foreach(_hg_entry IN LISTS HALFGRAD_MODULES ITEMS cuda distributed halfgrad.h)
   file(CREATE_LINK "${PROJECT_SOURCE_DIR}/${_hg_entry}" "${HALFGRAD_INCLUDE_ROOT}/halfgrad/${_hg_entry}"
        SYMBOLIC)
 endforeach()
@@ -78,3 +79,5 @@ if(HALFGRAD_HAS_ONEDNN)
 endif()
 
 add_subdirectory(cuda)
+# hg::distributed, a library of its own on top of halfgrad, built when MPI is found.
+add_subdirectory(distributed)

@@ -396,8 +396,10 @@ Tensor widen_float8(const Tensor& t) {
 
 void scaled_gemm(const Tensor& a, const Tensor& b, const Tensor& scale_a, const Tensor& scale_b,
                  const Tensor& bias, const Tensor& out) {
-  const auto [m, n, k] =
+  const auto [rows, cols, depth] =
       kernel::check_scaled_gemm("scaled_gemm", a, b, scale_a, scale_b, bias, out, kCPU);
+  // Plain copies: clang 14 cannot capture structured bindings in the lambdas below.
+  const int64_t m = rows, n = cols;
   if (m == 0 || n == 0) return;
   const Tensor sums = empty({m, n}, {.dtype = kFloat32});
   gemm_2d(widen_float8(a), false, widen_float8(b), true, sums, Tensor());

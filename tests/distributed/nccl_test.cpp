@@ -1,0 +1,139 @@
+// hg::distributed's NCCL backend under mpirun -np 2, one GPU per rank: the collectives on CUDA
+// tensors against a float64 reference each rank computes from every rank's inputs. Skipped
+// (with a warning) without NCCL in the build or without a GPU for every rank.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "halfgrad/core/factory.h"
+#include "halfgrad/core/format.h"
+#include "halfgrad/cuda/cuda.h"
+#include "halfgrad/distributed/process_group.h"
+
+using namespace hg;
+using namespace hg::distributed;
+using Catch::Contains;
+using Values = std::vector<double>;
+
+namespace {
+
+// Every rank sees the same answer, so every rank skips together.
+bool has_a_gpu_per_rank() {
+  const LaunchEnvironment env = read_launch_environment();
+  if (!is_nccl_available()) {
+    WARN("skipped: this build has no NCCL backend");
+    return false;
+  }
+  if (!cuda::is_available() || cuda::device_count() < env.world_size) {
+    WARN("skipped: expected a GPU per rank (" << env.world_size << "), got "
+                                              << (cuda::is_available() ? cuda::device_count() : 0));
+    return false;
+  }
+  return true;
+}
+
+ProcessGroup& nccl_group() {
+  static std::shared_ptr<ProcessGroup> made = [] {
+    ProcessGroupOptions options;
+    options.backend = Backend::Nccl;
+    return init_process_group(options);
+  }();
+  return *made;
+}
+
+Values input_of(int rank, int64_t n, int salt) {
+  std::mt19937_64 generator(uint64_t(7919) * uint64_t(rank + 1) + uint64_t(salt));
+  std::uniform_real_distribution<double> real(-4.0, 4.0);
+  Values values(static_cast<size_t>(n));
+  for (double& v : values) v = real(generator);
+  return values;
+}
+
+Values read(const Tensor& tensor) {
+  const Tensor wide = tensor.to(Device(kCPU)).to(kFloat64).contiguous();
+  const auto* data = wide.data_ptr<double>();
+  return Values(data, data + wide.numel());
+}
+
+// Rank r's input in `dtype` on this rank's GPU, and its values as the dtype holds them.
+Tensor on_gpu(const Values& values, DType dtype, int device) {
+  return tensor(values, dtype).to(Device(kCUDA, device));
+}
+
+}  // namespace
+
+TEST_CASE("NCCL all_reduce sum avg and max match the float64 reference", "[cuda][multi-gpu]") {
+  if (!has_a_gpu_per_rank()) return;
+  ProcessGroup& pg = nccl_group();
+  const int world = pg.world_size();
+  const int64_t n = 1000;
+  int salt = 0;
+  for (DType dtype : {kFloat32, kFloat16, kBFloat16, kFloat64}) {
+    for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Avg, ReduceOp::Max}) {
+      INFO("dtype " << dtype_name(dtype) << " op " << reduce_op_name(op));
+      ++salt;
+      std::vector<Values> inputs;
+      for (int r = 0; r < world; ++r) inputs.push_back(read(tensor(input_of(r, n, salt), dtype)));
+      Tensor mine = on_gpu(inputs[size_t(pg.rank())], dtype, pg.local_rank());
+      pg.all_reduce(mine, op)->wait();
+      const Values got = read(mine);
+      // NCCL reduces 16-bit values pairwise in their own precision: a bound of world ulps.
+      const double relative = dtype == kFloat16    ? world * std::ldexp(1.0, -10)
+                              : dtype == kBFloat16 ? world * std::ldexp(1.0, -7)
+                                                   : 1e-6;
+      int wrong = 0;
+      for (size_t i = 0; i < got.size(); ++i) {
+        double sum = 0, max = -INFINITY, magnitude = 0;
+        for (const Values& in : inputs) {
+          sum += in[i];
+          max = std::max(max, in[i]);
+          magnitude += std::abs(in[i]);
+        }
+        const double expected = op == ReduceOp::Max ? max : op == ReduceOp::Avg ? sum / world : sum;
+        if (!(std::abs(got[i] - expected) <= relative * magnitude)) ++wrong;
+      }
+      CHECK(wrong == 0);
+    }
+  }
+}
+
+TEST_CASE("NCCL broadcast all_gather reduce_scatter and barrier", "[cuda][multi-gpu]") {
+  if (!has_a_gpu_per_rank()) return;
+  ProcessGroup& pg = nccl_group();
+  const int world = pg.world_size();
+  const int device = pg.local_rank();
+  const int64_t n = 64;
+
+  Tensor mine = on_gpu(input_of(pg.rank(), n, 100), kFloat32, device);
+  pg.broadcast(mine, world - 1)->wait();
+  CHECK(read(mine) == read(tensor(input_of(world - 1, n, 100), kFloat32)));
+
+  const Tensor input = on_gpu(input_of(pg.rank(), n, 101), kBFloat16, device);
+  Tensor gathered = on_gpu(Values(size_t(n * world), 0.0), kBFloat16, device);
+  pg.all_gather(gathered, input)->wait();
+  Values expected;
+  for (int r = 0; r < world; ++r) {
+    const Values block = read(tensor(input_of(r, n, 101), kBFloat16));
+    expected.insert(expected.end(), block.begin(), block.end());
+  }
+  CHECK(read(gathered) == expected);
+
+  const Tensor blocks = on_gpu(input_of(pg.rank(), n * world, 102), kFloat64, device);
+  Tensor reduced = on_gpu(Values(size_t(n), 0.0), kFloat64, device);
+  pg.reduce_scatter(reduced, blocks)->wait();
+  const Values got = read(reduced);
+  int wrong = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    double sum = 0;
+    for (int r = 0; r < world; ++r) sum += input_of(r, n * world, 102)[size_t(pg.rank() * n + i)];
+    if (!(std::abs(got[size_t(i)] - sum) <= 1e-12)) ++wrong;
+  }
+  CHECK(wrong == 0);
+
+  auto barrier = pg.barrier();
+  barrier->wait();
+  CHECK_THROWS_WITH(pg.all_reduce(tensor(Values{1.0}, kFloat32)),
+                    Contains("the NCCL backend expected a tensor on cuda:"));
+}
