@@ -345,8 +345,7 @@ class ProcessGroupMpi final : public ProcessGroup {
   std::shared_ptr<Work> broadcast(const Tensor& tensor, int src) override {
     constexpr std::string_view name = "broadcast";
     check_cpu_tensor(name, "", tensor);
-    HG_CHECK(src >= 0 && src < world_size(), "broadcast: expected a source rank in [0, {}), got {}",
-             world_size(), src);
+    check_source_rank(src);
     auto pending = std::make_unique<Pending>();
     pending->tensors = {tensor};
     return start(name, std::move(pending), [&](MPI_Request* request) {
@@ -359,14 +358,7 @@ class ProcessGroupMpi final : public ProcessGroup {
     constexpr std::string_view name = "all_gather";
     check_cpu_tensor(name, "input ", input);
     check_cpu_tensor(name, "output ", output);
-    HG_CHECK(output.dtype() == input.dtype(),
-             "all_gather: expected the output's dtype to be the input's {}, got {}", input.dtype(),
-             output.dtype());
-    HG_CHECK(output.numel() == input.numel() * world_size(),
-             "all_gather: expected an output of world_size * input.numel() = {} * {} = {} "
-             "elements, got {} (shape {})",
-             world_size(), input.numel(), input.numel() * world_size(), output.numel(),
-             output.sizes());
+    check_all_gather_sizes(output, input);
     const int n = int(input.numel());
     const MPI_Datatype type = bits_type(input.dtype());
     // The input may be this rank's block of the output (torch's in-place form).
@@ -385,14 +377,7 @@ class ProcessGroupMpi final : public ProcessGroup {
     constexpr std::string_view name = "reduce_scatter";
     check_cpu_tensor(name, "input ", input);
     check_cpu_tensor(name, "output ", output);
-    HG_CHECK(output.dtype() == input.dtype(),
-             "reduce_scatter: expected the output's dtype to be the input's {}, got {}",
-             input.dtype(), output.dtype());
-    HG_CHECK(input.numel() == output.numel() * world_size(),
-             "reduce_scatter: expected an input of world_size * output.numel() = {} * {} = {} "
-             "elements, got {} (shape {})",
-             world_size(), output.numel(), output.numel() * world_size(), input.numel(),
-             input.sizes());
+    check_reduce_scatter_sizes(output, input);
     const Reduction reduction = reduction_for(name, input.dtype(), op);
     auto pending = std::make_unique<Pending>();
     pending->tensors = {output, input};

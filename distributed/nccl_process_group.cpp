@@ -133,8 +133,7 @@ class ProcessGroupNccl final : public ProcessGroup {
   std::shared_ptr<Work> broadcast(const Tensor& tensor, int src) override {
     constexpr std::string_view name = "broadcast";
     check_cuda_tensor(name, "", tensor);
-    HG_CHECK(src >= 0 && src < world_size(), "broadcast: expected a source rank in [0, {}), got {}",
-             world_size(), src);
+    check_source_rank(src);
     const cudaStream_t stream = cuda::current_stream(device_);
     check_nccl(ncclBroadcast(tensor.data_ptr(), tensor.data_ptr(), tensor.nbytes(), ncclUint8, src,
                              comm_, stream),
@@ -146,14 +145,7 @@ class ProcessGroupNccl final : public ProcessGroup {
     constexpr std::string_view name = "all_gather";
     check_cuda_tensor(name, "input ", input);
     check_cuda_tensor(name, "output ", output);
-    HG_CHECK(output.dtype() == input.dtype(),
-             "all_gather: expected the output's dtype to be the input's {}, got {}", input.dtype(),
-             output.dtype());
-    HG_CHECK(output.numel() == input.numel() * world_size(),
-             "all_gather: expected an output of world_size * input.numel() = {} * {} = {} "
-             "elements, got {} (shape {})",
-             world_size(), input.numel(), input.numel() * world_size(), output.numel(),
-             output.sizes());
+    check_all_gather_sizes(output, input);
     const cudaStream_t stream = cuda::current_stream(device_);
     check_nccl(ncclAllGather(input.data_ptr(), output.data_ptr(), input.nbytes(), ncclUint8, comm_,
                              stream),
@@ -166,14 +158,7 @@ class ProcessGroupNccl final : public ProcessGroup {
     constexpr std::string_view name = "reduce_scatter";
     check_cuda_tensor(name, "input ", input);
     check_cuda_tensor(name, "output ", output);
-    HG_CHECK(output.dtype() == input.dtype(),
-             "reduce_scatter: expected the output's dtype to be the input's {}, got {}",
-             input.dtype(), output.dtype());
-    HG_CHECK(input.numel() == output.numel() * world_size(),
-             "reduce_scatter: expected an input of world_size * output.numel() = {} * {} = {} "
-             "elements, got {} (shape {})",
-             world_size(), output.numel(), output.numel() * world_size(), input.numel(),
-             input.sizes());
+    check_reduce_scatter_sizes(output, input);
     const ncclDataType_t type = reduction_type_or_throw(name, input.dtype());
     const ncclRedOp_t reduce = nccl_op(name, input.dtype(), op);
     const cudaStream_t stream = cuda::current_stream(device_);

@@ -6,6 +6,7 @@
 #include <mutex>
 
 #include "halfgrad/core/error.h"
+#include "halfgrad/core/format.h"
 #include "halfgrad/distributed/mpi_process_group.h"
 #include "halfgrad/distributed/nccl_process_group.h"
 
@@ -111,5 +112,32 @@ void destroy_process_group() {
 }
 
 bool is_mpi_available() { return true; }
+
+void ProcessGroup::check_source_rank(int src) const {
+  HG_CHECK(src >= 0 && src < world_size(), "broadcast: expected a source rank in [0, {}), got {}",
+           world_size(), src);
+}
+
+void ProcessGroup::check_all_gather_sizes(const Tensor& output, const Tensor& input) const {
+  HG_CHECK(output.dtype() == input.dtype(),
+           "all_gather: expected the output's dtype to be the input's {}, got {}", input.dtype(),
+           output.dtype());
+  HG_CHECK(output.numel() == input.numel() * world_size(),
+           "all_gather: expected an output of world_size * input.numel() = {} * {} = {} "
+           "elements, got {} (shape {})",
+           world_size(), input.numel(), input.numel() * world_size(), output.numel(),
+           output.sizes());
+}
+
+void ProcessGroup::check_reduce_scatter_sizes(const Tensor& output, const Tensor& input) const {
+  HG_CHECK(output.dtype() == input.dtype(),
+           "reduce_scatter: expected the output's dtype to be the input's {}, got {}",
+           input.dtype(), output.dtype());
+  HG_CHECK(input.numel() == output.numel() * world_size(),
+           "reduce_scatter: expected an input of world_size * output.numel() = {} * {} = {} "
+           "elements, got {} (shape {})",
+           world_size(), output.numel(), output.numel() * world_size(), input.numel(),
+           input.sizes());
+}
 
 }  // namespace hg::distributed

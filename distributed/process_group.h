@@ -93,6 +93,13 @@ class ProcessGroup {
   ProcessGroup(int rank, int world_size, int local_rank, std::chrono::milliseconds timeout)
       : rank_(rank), world_size_(world_size), local_rank_(local_rank), timeout_(timeout) {}
 
+  // The checks every backend makes of its arguments, with the same messages: a source rank of
+  // the group; all_gather's output and reduce_scatter's input of world_size blocks of the other
+  // tensor's elements, in its dtype.
+  void check_source_rank(int src) const;
+  void check_all_gather_sizes(const Tensor& output, const Tensor& input) const;
+  void check_reduce_scatter_sizes(const Tensor& output, const Tensor& input) const;
+
  private:
   int rank_;
   int world_size_;
