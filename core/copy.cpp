@@ -111,31 +111,42 @@ void check_cast_options(DType to, DType from, CastOptions options) {
 
 // dst (contiguous, of To) = src (contiguous, of From) rounded stochastically, element i from
 // word i % 4 of counter block draw.offset + i / 4 (NOTE [Stochastic rounding]).
-void stochastic_round_cpu(const Tensor& dst, const Tensor& src, Generator::State draw,
-                          Overflow overflow) {
+template <class To, class From>
+void stochastic_round_rows(const Tensor& dst, const Tensor& src, Generator::State draw,
+                           Overflow overflow) {
   const int64_t n = dst.numel();
   const int64_t blocks = (n + 3) / 4;
+  To* out = static_cast<To*>(dst.data_ptr());
+  const From* in = static_cast<const From*>(src.data_ptr());
+  parallel_for(blocks, n * 8, [&](int64_t b) {
+    const PhiloxBlock words = random::philox_block(draw.seed, draw.offset + uint64_t(b));
+    const int64_t first = b * 4, count = std::min<int64_t>(4, n - first);
+    for (int64_t k = 0; k < count; ++k) {
+      if constexpr (std::is_same_v<To, BFloat16> && std::is_same_v<From, float>) {
+        out[first + k] = stochastic_round_bfloat16(in[first + k], words.x[k]);
+      } else {
+        out[first + k] =
+            stochastic_round<To>(static_cast<double>(in[first + k]), words.x[k], overflow);
+      }
+    }
+  });
+}
+
+// The pair's loop: To a float8 or 16-bit float, From floating (check_cast_options has
+// refused the rest). Each test sits in the lambda of its own type, so no compiler instantiates
+// the loop for another pair.
+void stochastic_round_cpu(const Tensor& dst, const Tensor& src, Generator::State draw,
+                          Overflow overflow) {
   visit_any_dtype(dst.dtype(), [&](auto to_tag) {
     using To = typename decltype(to_tag)::type;
-    visit_any_dtype(src.dtype(), [&](auto from_tag) {
-      using From = typename decltype(from_tag)::type;
-      if constexpr ((is_float8_v<To> || is_reduced_float_v<To>) && is_floating_v<From>) {
-        To* out = static_cast<To*>(dst.data_ptr());
-        const From* in = static_cast<const From*>(src.data_ptr());
-        parallel_for(blocks, n * 8, [&](int64_t b) {
-          const PhiloxBlock words = random::philox_block(draw.seed, draw.offset + uint64_t(b));
-          const int64_t first = b * 4, count = std::min<int64_t>(4, n - first);
-          for (int64_t k = 0; k < count; ++k) {
-            if constexpr (std::is_same_v<To, BFloat16> && std::is_same_v<From, float>) {
-              out[first + k] = stochastic_round_bfloat16(in[first + k], words.x[k]);
-            } else {
-              out[first + k] =
-                  stochastic_round<To>(static_cast<double>(in[first + k]), words.x[k], overflow);
-            }
-          }
-        });
-      }
-    });
+    if constexpr (is_float8_v<To> || is_reduced_float_v<To>) {
+      visit_any_dtype(src.dtype(), [&](auto from_tag) {
+        using From = typename decltype(from_tag)::type;
+        if constexpr (is_floating_v<From>) {
+          stochastic_round_rows<To, From>(dst, src, draw, overflow);
+        }
+      });
+    }
   });
 }
 
