@@ -423,6 +423,9 @@ void fused_rmsprop_(const RMSpropTensors& t, const detail::RMSpropArgs& args,
            kOp, args.centered ? ", grad_avg" : "", momentum ? ", momentum_buffer" : "", n,
            t.grads.size(), t.square_avgs.size(), t.grad_avgs.size(), t.momentum_buffers.size(),
            t.steps.size());
+  HG_CHECK(!args.bf16_params || t.first_blocks.size() == n,
+           "{}: bf16_params expects a first Philox block per parameter ({}), got {}", kOp, n,
+           t.first_blocks.size());
   if (n == 0) return;
   const Device device = common_device(t.params, kOp, "parameters");
   std::map<int, PointerLists> groups;
@@ -430,7 +433,11 @@ void fused_rmsprop_(const RMSpropTensors& t, const detail::RMSpropArgs& args,
   for (size_t i = 0; i < n; ++i) {
     const Tensor& param = t.params[i];
     check_param(param, t.grads[i], device, kOp, i);
-    check_buffer(t.square_avgs[i], param, param.dtype(), kOp, "square_avg", i);
+    HG_CHECK(!args.bf16_params || param.dtype() == kBFloat16,
+             "{}: bf16_params expects bfloat16 parameters, got {} (parameter {})", kOp,
+             param.dtype(), i);
+    const DType state_dtype = args.bf16_params ? kFloat32 : param.dtype();
+    check_buffer(t.square_avgs[i], param, state_dtype, kOp, "square_avg", i);
     check_scalar(t.steps[i], device, kFloat32, kOp, "every step count");
     steps[i] = data_of<float>(t.steps[i]);
     PointerLists& lists = groups[int(param.dtype())];
@@ -439,14 +446,15 @@ void fused_rmsprop_(const RMSpropTensors& t, const detail::RMSpropArgs& args,
     lists.data[list++].push_back(t.grads[i].data_ptr());
     lists.data[list++].push_back(t.square_avgs[i].data_ptr());
     if (args.centered) {
-      check_buffer(t.grad_avgs[i], param, param.dtype(), kOp, "grad_avg", i);
+      check_buffer(t.grad_avgs[i], param, state_dtype, kOp, "grad_avg", i);
       lists.data[list++].push_back(t.grad_avgs[i].data_ptr());
     }
     if (momentum) {
-      check_buffer(t.momentum_buffers[i], param, param.dtype(), kOp, "momentum_buffer", i);
+      check_buffer(t.momentum_buffers[i], param, state_dtype, kOp, "momentum_buffer", i);
       lists.data[list++].push_back(t.momentum_buffers[i].data_ptr());
     }
     lists.numel.push_back(param.numel());
+    if (args.bf16_params) lists.first_blocks.push_back(t.first_blocks[i]);
   }
   const int lists_count = 3 + (args.centered ? 1 : 0) + (momentum ? 1 : 0);
   const float* scale = optional_scalar(grad_scale, device, kOp, "grad_scale");
@@ -475,6 +483,9 @@ void fused_adagrad_(const AdagradTensors& t, const detail::AdagradArgs& args,
   HG_CHECK(t.grads.size() == n && t.sums.size() == n && t.steps.size() == n,
            "{}: expected one gradient, sum and step per parameter ({}), got {}, {} and {}", kOp, n,
            t.grads.size(), t.sums.size(), t.steps.size());
+  HG_CHECK(!args.bf16_params || t.first_blocks.size() == n,
+           "{}: bf16_params expects a first Philox block per parameter ({}), got {}", kOp, n,
+           t.first_blocks.size());
   if (n == 0) return;
   const Device device = common_device(t.params, kOp, "parameters");
   std::map<int, PointerLists> groups;
@@ -482,7 +493,10 @@ void fused_adagrad_(const AdagradTensors& t, const detail::AdagradArgs& args,
   for (size_t i = 0; i < n; ++i) {
     const Tensor& param = t.params[i];
     check_param(param, t.grads[i], device, kOp, i);
-    check_buffer(t.sums[i], param, param.dtype(), kOp, "sum", i);
+    HG_CHECK(!args.bf16_params || param.dtype() == kBFloat16,
+             "{}: bf16_params expects bfloat16 parameters, got {} (parameter {})", kOp,
+             param.dtype(), i);
+    check_buffer(t.sums[i], param, args.bf16_params ? kFloat32 : param.dtype(), kOp, "sum", i);
     check_scalar(t.steps[i], device, kFloat32, kOp, "every step count");
     steps[i] = data_of<float>(t.steps[i]);
     PointerLists& lists = groups[int(param.dtype())];
@@ -491,6 +505,7 @@ void fused_adagrad_(const AdagradTensors& t, const detail::AdagradArgs& args,
     lists.data[2].push_back(t.sums[i].data_ptr());
     lists.numel.push_back(param.numel());
     lists.steps.push_back(steps[i]);
+    if (args.bf16_params) lists.first_blocks.push_back(t.first_blocks[i]);
   }
   const float* scale = optional_scalar(grad_scale, device, kOp, "grad_scale");
   const float* found = optional_scalar(found_inf, device, kOp, "found_inf");

@@ -362,9 +362,10 @@ __global__ void __launch_bounds__(kBlock)
 }
 
 // RMSprop in optim/rmsprop.cpp's order of operations; the lists are param, grad, square_avg,
-// then grad_avg (Centered), then momentum_buffer (Momentum). Products rounded on their own
-// (mul_rn), as the CPU pass rounds them.
-template <class T, bool Centered, bool Momentum, int Lists = 3 + int(Centered) + int(Momentum)>
+// then grad_avg (Centered), then momentum_buffer (Momentum), the buffers of type S. Products
+// rounded on their own (mul_rn), as the CPU pass rounds them.
+template <class T, class S, bool Centered, bool Momentum,
+          int Lists = 3 + int(Centered) + int(Momentum)>
 __global__ void __launch_bounds__(kBlock)
     rmsprop_kernel(const __grid_constant__ ChunkTable<Lists> table, RMSpropArgs a,
                    const float* grad_scale, const float* found_inf) {
@@ -381,25 +382,26 @@ __global__ void __launch_bounds__(kBlock)
     const Chunk k = chunk_at(table, c);
     T* param = static_cast<T*>(table.data[0][k.tensor]);
     const T* grad = static_cast<const T*>(table.data[1][k.tensor]);
-    T* square_avg = static_cast<T*>(table.data[2][k.tensor]);
-    T* grad_avg = nullptr;
-    T* buffer = nullptr;
-    if constexpr (Centered) grad_avg = static_cast<T*>(table.data[3][k.tensor]);
-    if constexpr (Momentum) buffer = static_cast<T*>(table.data[Lists - 1][k.tensor]);
+    S* square_avg = static_cast<S*>(table.data[2][k.tensor]);
+    S* grad_avg = nullptr;
+    S* buffer = nullptr;
+    if constexpr (Centered) grad_avg = static_cast<S*>(table.data[3][k.tensor]);
+    if constexpr (Momentum) buffer = static_cast<S*>(table.data[Lists - 1][k.tensor]);
+    const uint64_t first_block = table.first_block[k.tensor];
     for (int64_t i = k.begin + threadIdx.x; i < k.end; i += blockDim.x) {
       const C p = convert<C>(param[i]);
       C g = convert<C>(grad[i]);
       if (scaled) g *= inv_scale;
       if (a.maximize) g = -g;
       if (decay) g += mul_rn(weight_decay, p);
-      const T v_stored = convert<T>(mul_rn(convert<C>(square_avg[i]), alpha) +
+      const S v_stored = convert<S>(mul_rn(convert<C>(square_avg[i]), alpha) +
                                     mul_rn(mul_rn(one_minus_alpha, g), g));
       square_avg[i] = v_stored;
       const C v = convert<C>(v_stored);  // the stored (rounded) state, as the CPU pass uses
       C avg;
       if constexpr (Centered) {
-        const T ga_stored =
-            convert<T>(mul_rn(convert<C>(grad_avg[i]), alpha) + mul_rn(one_minus_alpha, g));
+        const S ga_stored =
+            convert<S>(mul_rn(convert<C>(grad_avg[i]), alpha) + mul_rn(one_minus_alpha, g));
         grad_avg[i] = ga_stored;
         const C ga = convert<C>(ga_stored);
         avg = square_root(v - mul_rn(ga, ga)) + eps;
@@ -407,18 +409,19 @@ __global__ void __launch_bounds__(kBlock)
         avg = square_root(v) + eps;
       }
       if constexpr (Momentum) {
-        const T b_stored = convert<T>(mul_rn(convert<C>(buffer[i]), momentum) + g / avg);
+        const S b_stored = convert<S>(mul_rn(convert<C>(buffer[i]), momentum) + g / avg);
         buffer[i] = b_stored;
-        param[i] = convert<T>(p - mul_rn(lr, convert<C>(b_stored)));
+        store_param(param, i, p - mul_rn(lr, convert<C>(b_stored)), a.bf16_params, a.seed,
+                    first_block);
       } else {
-        param[i] = convert<T>(p - mul_rn(lr, g) / avg);
+        store_param(param, i, p - mul_rn(lr, g) / avg, a.bf16_params, a.seed, first_block);
       }
     }
   }
 }
 
-// Adagrad in optim/adagrad.cpp's order of operations; lists param, grad, sum.
-template <class T>
+// Adagrad in optim/adagrad.cpp's order of operations; lists param, grad, sum (of type S).
+template <class T, class S>
 __global__ void __launch_bounds__(kBlock)
     adagrad_kernel(const __grid_constant__ ChunkTable<3> table, AdagradArgs a,
                    const float* grad_scale, const float* found_inf) {
@@ -437,17 +440,18 @@ __global__ void __launch_bounds__(kBlock)
     const C clr = C(lr / (1.0 + mul_rn(step - 1.0, a.lr_decay)));
     T* param = static_cast<T*>(table.data[0][k.tensor]);
     const T* grad = static_cast<const T*>(table.data[1][k.tensor]);
-    T* sum = static_cast<T*>(table.data[2][k.tensor]);
+    S* sum = static_cast<S*>(table.data[2][k.tensor]);
     for (int64_t i = k.begin + threadIdx.x; i < k.end; i += blockDim.x) {
       const C p = convert<C>(param[i]);
       C g = convert<C>(grad[i]);
       if (scaled) g *= inv_scale;
       if (a.maximize) g = -g;
       if (decay) g += mul_rn(weight_decay, p);
-      const T sum_stored = convert<T>(convert<C>(sum[i]) + mul_rn(g, g));
+      const S sum_stored = convert<S>(convert<C>(sum[i]) + mul_rn(g, g));
       sum[i] = sum_stored;
       const C std_dev = square_root(convert<C>(sum_stored)) + eps;
-      param[i] = convert<T>(p - mul_rn(clr, g) / std_dev);
+      store_param(param, i, p - mul_rn(clr, g) / std_dev, a.bf16_params, a.seed,
+                  table.first_block[k.tensor]);
     }
   }
 }
@@ -836,18 +840,31 @@ cudaError_t launch_fused_rmsprop(const MultiTensorArgs& tensors, DType dtype,
   if (!is_floating(dtype) || tensors.lists != 3 + int(args.centered) + int(momentum)) {
     return cudaErrorInvalidValue;
   }
+  if (args.bf16_params && (dtype != DType::BFloat16 || tensors.first_blocks == nullptr)) {
+    return cudaErrorInvalidValue;
+  }
   return visit_floating_storage(dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    auto run = [&](auto centered_tag, auto momentum_tag) {
+    auto launch = [&](auto centered_tag, auto momentum_tag, auto state_tag) {
+      using S = typename decltype(state_tag)::type;
       constexpr bool kCentered = decltype(centered_tag)::value;
       constexpr bool kMomentum = decltype(momentum_tag)::value;
       constexpr int kLists = 3 + int(kCentered) + int(kMomentum);
       return for_each_table<kLists>(
           tensors, [&](const ChunkTable<kLists>& table, int64_t chunks, int64_t) {
-            rmsprop_kernel<T, kCentered, kMomentum>
+            rmsprop_kernel<T, S, kCentered, kMomentum>
                 <<<blocks_for(chunks), kBlock, 0, stream>>>(table, args, grad_scale, found_inf);
             return cudaGetLastError();
           });
+    };
+    // The buffers float32 for bf16_params, else of the parameter's dtype.
+    auto run = [&](auto centered_tag, auto momentum_tag) {
+      if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+        if (args.bf16_params) {
+          return launch(centered_tag, momentum_tag, std::type_identity<float>{});
+        }
+      }
+      return launch(centered_tag, momentum_tag, std::type_identity<T>{});
     };
     if (args.centered) {
       return momentum ? run(std::true_type{}, std::true_type{})
@@ -864,13 +881,23 @@ cudaError_t launch_fused_adagrad(const MultiTensorArgs& tensors, DType dtype,
   if (!is_floating(dtype) || tensors.lists != 3 || tensors.steps == nullptr) {
     return cudaErrorInvalidValue;
   }
+  if (args.bf16_params && (dtype != DType::BFloat16 || tensors.first_blocks == nullptr)) {
+    return cudaErrorInvalidValue;
+  }
   return visit_floating_storage(dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    return for_each_table<3>(tensors, [&](const ChunkTable<3>& table, int64_t chunks, int64_t) {
-      adagrad_kernel<T><<<blocks_for(chunks), kBlock, 0, stream>>>(table, args, grad_scale,
-                                                                    found_inf);
-      return cudaGetLastError();
-    });
+    auto run = [&](auto state_tag) {
+      using S = typename decltype(state_tag)::type;
+      return for_each_table<3>(tensors, [&](const ChunkTable<3>& table, int64_t chunks, int64_t) {
+        adagrad_kernel<T, S><<<blocks_for(chunks), kBlock, 0, stream>>>(table, args, grad_scale,
+                                                                         found_inf);
+        return cudaGetLastError();
+      });
+    };
+    if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+      if (args.bf16_params) return run(std::type_identity<float>{});
+    }
+    return run(std::type_identity<T>{});
   });
 }
 

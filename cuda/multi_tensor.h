@@ -113,17 +113,20 @@ struct RMSpropTensors {
   std::vector<Tensor> grad_avgs;         // centered only
   std::vector<Tensor> momentum_buffers;  // momentum > 0 only
   std::vector<Tensor> steps;
+  std::vector<uint64_t> first_blocks;  // as AdamTensors' (the buffers float32)
 };
-// torch.optim.RMSprop with optim/rmsprop.cpp's arithmetic; buffers of the parameter's dtype;
+// torch.optim.RMSprop with optim/rmsprop.cpp's arithmetic; buffers of the parameter's dtype
+// (float32 with bf16_params);
 // grad_scale and found_inf as above (each step count advances unless found_inf is set).
 void fused_rmsprop_(const RMSpropTensors& tensors, const detail::RMSpropArgs& args,
                     const Tensor& grad_scale, const Tensor& found_inf);
 
 struct AdagradTensors {
   std::vector<Tensor> params, grads, sums, steps;
+  std::vector<uint64_t> first_blocks;  // as AdamTensors' (the sums float32)
 };
 // torch.optim.Adagrad with optim/adagrad.cpp's arithmetic, the decayed lr from each step count;
-// "sum" of the parameter's dtype; grad_scale and found_inf as above.
+// "sum" of the parameter's dtype (float32 with bf16_params); grad_scale and found_inf as above.
 void fused_adagrad_(const AdagradTensors& tensors, const detail::AdagradArgs& args,
                     const Tensor& grad_scale, const Tensor& found_inf);
 

@@ -134,9 +134,12 @@ struct RMSpropArgs {
   double lr, alpha, eps, weight_decay, momentum;
   bool centered, maximize;
   const double* lr_device = nullptr;  // as AdamArgs'
+  bool bf16_params = false;           // as AdamArgs': dtype bfloat16, the buffers float32
+  uint64_t seed = 0;
 };
 // Lists: param, grad, square_avg, then grad_avg when centered, then momentum_buffer when
-// momentum > 0; all of `dtype`. `steps` may be null (the update does not read them).
+// momentum > 0; all of `dtype`, but for bf16_params' float32 buffers. `steps` may be null (the
+// update does not read them).
 cudaError_t launch_fused_rmsprop(const MultiTensorArgs& tensors, DType dtype,
                                  const RMSpropArgs& args, const float* grad_scale,
                                  const float* found_inf, cudaStream_t stream);
@@ -145,9 +148,12 @@ struct AdagradArgs {
   double lr, lr_decay, weight_decay, eps;
   bool maximize;
   const double* lr_device = nullptr;  // as AdamArgs'
+  bool bf16_params = false;           // as AdamArgs': dtype bfloat16, the sum float32
+  uint64_t seed = 0;
 };
-// Lists: param, grad, sum, all of `dtype`; `steps` set. Each tensor's step count is read (the
-// update is step + 1, which sets the decayed lr); launch_advance_steps adds the 1.
+// Lists: param, grad, sum, all of `dtype` (but for bf16_params' float32 sum); `steps` set.
+// Each tensor's step count is read (the update is step + 1, which sets the decayed lr);
+// launch_advance_steps adds the 1.
 cudaError_t launch_fused_adagrad(const MultiTensorArgs& tensors, DType dtype,
                                  const AdagradArgs& args, const float* grad_scale,
                                  const float* found_inf, cudaStream_t stream);

@@ -42,15 +42,19 @@ struct AdagradStep {
   bool maximize;
 };
 
-// T: parameter, gradient and "sum" storage type. torch's order of operations: addcdiv's
-// value * a / b. The decayed lr is computed in double, as torch does on the host.
-template <class T>
-void adagrad_pass(T* param, const T* grad, T* sum, int64_t n, const AdagradStep& s) {
+// T: parameter and gradient storage type; S: "sum" storage type. torch's order of operations:
+// addcdiv's value * a / b. The decayed lr is computed in double, as torch does on the host. With
+// `draw`, the parameter (bfloat16) is stored with stochastic rounding (NOTE [bf16_params] in
+// fused.h).
+template <class T, class S>
+void adagrad_pass(T* param, const T* grad, S* sum, int64_t n, const AdagradStep& s,
+                  const Generator::State* draw = nullptr) {
   using C = detail::compute_t<T>;
   const C clr = C(s.lr / (1 + double(s.step - 1) * s.lr_decay));
   const C weight_decay = C(s.weight_decay), eps = C(s.eps), inv_scale = C(s.inv_scale);
   const bool scaled = s.inv_scale != 1.0, decay = s.weight_decay != 0;
-  parallel_for(n, n, [&](int64_t i) {
+  // The new value of element i ("sum" stored on the way).
+  const auto updated = [&](int64_t i) {
     const C p = detail::load<C>(param, i);
     C g = detail::load<C>(grad, i);
     if (scaled) g *= inv_scale;
@@ -58,8 +62,12 @@ void adagrad_pass(T* param, const T* grad, T* sum, int64_t n, const AdagradStep&
     if (decay) g += weight_decay * p;
     detail::store(sum, i, detail::load<C>(sum, i) + g * g);
     const C std_dev = std::sqrt(detail::load<C>(sum, i)) + eps;  // the stored (rounded) sum
-    detail::store(param, i, p - clr * g / std_dev);
-  });
+    return C(p - clr * g / std_dev);
+  };
+  if constexpr (std::is_same_v<T, BFloat16>) {
+    if (draw != nullptr) return detail::store_stochastic(param, n, *draw, updated);
+  }
+  parallel_for(n, n, [&](int64_t i) { detail::store(param, i, updated(i)); });
 }
 
 }  // namespace
@@ -68,12 +76,12 @@ Adagrad::Adagrad(std::vector<Tensor> params, AdagradOptions options)
     : Adagrad(std::vector<ParamGroup>{ParamGroup{std::move(params), {}}}, options) {}
 
 Adagrad::Adagrad(std::vector<ParamGroup> groups, AdagradOptions options)
-    : Optimizer(std::move(groups), adagrad_defaults(options)) {
-  HG_CHECK(!options.bf16_params,
-           "Adagrad: bf16_params is not implemented for Adagrad (SGD, Adam and AdamW take it); keep "
-           "float32 parameters, or bfloat16 ones with round-to-nearest updates");
+    : Optimizer(std::move(groups), adagrad_defaults(options)),
+      bf16_params_(options.bf16_params),
+      generator_(options.generator) {
   check_adagrad_options(defaults_);
   for (const ParamGroup& group : groups_) check_adagrad_options(group.options);
+  if (bf16_params_) detail::check_bf16_params("Adagrad", groups_);
   for (size_t g = 0; g < groups_.size(); ++g) {
     for (size_t i = 0; i < groups_[g].params.size(); ++i) state_with_sum(g, i);
   }
@@ -87,12 +95,16 @@ std::vector<std::string> Adagrad::state_buffer_names(const ParamGroup& /*group*/
   return {"sum"};
 }
 
+DType Adagrad::state_dtype(const Tensor& param) const {
+  return bf16_params_ && is_reduced_precision(param.dtype()) ? kFloat32 : param.dtype();
+}
+
 ParamState& Adagrad::state_with_sum(size_t group, size_t index) {
   ParamState& state = mutable_state(group, index);
   if (state.buffers.count("sum") == 0) {
     const Tensor& param = groups_[group].params[index];
-    state.buffers["sum"] = full(
-        param.sizes(), groups_[group].options.at("initial_accumulator_value"), param.options());
+    const double initial = groups_[group].options.at("initial_accumulator_value");
+    state.buffers["sum"] = full(param.sizes(), initial, {state_dtype(param), param.device()});
   }
   return state;
 }
@@ -104,6 +116,7 @@ void Adagrad::step_scaled(const Tensor& grad_scale, const Tensor& found_inf) {
   const double scale = read_grad_scale(grad_scale);
   if (read_found_inf(found_inf)) return;
   HG_CHECK(scale != 0, "Adagrad: expected a nonzero grad_scale, got 0");
+  if (bf16_params_) detail::check_bf16_params("Adagrad", groups_);
   NoGradGuard no_grad;
   for (size_t g = 0; g < groups_.size(); ++g) {
     const ParamGroup& group = groups_[g];
@@ -122,11 +135,18 @@ void Adagrad::step_scaled(const Tensor& grad_scale, const Tensor& found_inf) {
       ParamState& state = state_with_sum(g, i);
       const Tensor& sum = state.buffers.at("sum");
       s.step = state.step + 1;
-      visit_floating_dtype("Adagrad", param.dtype(), [&](auto tag) {
-        using T = typename decltype(tag)::type;
-        adagrad_pass<T>(param.data_ptr<T>(), grad.data_ptr<T>(), sum.data_ptr<T>(), param.numel(),
-                        s);
-      });
+      if (bf16_params_) {
+        const Generator::State draw = detail::generator_or_default(generator_).reserve_with_seed(
+            uint64_t((param.numel() + 3) / 4));
+        adagrad_pass<BFloat16, float>(param.data_ptr<BFloat16>(), grad.data_ptr<BFloat16>(),
+                                      sum.data_ptr<float>(), param.numel(), s, &draw);
+      } else {
+        visit_floating_dtype("Adagrad", param.dtype(), [&](auto tag) {
+          using T = typename decltype(tag)::type;
+          adagrad_pass<T, T>(param.data_ptr<T>(), grad.data_ptr<T>(), sum.data_ptr<T>(),
+                             param.numel(), s);
+        });
+      }
       state.step = s.step;
       param.bump_version();
       sum.bump_version();
@@ -141,14 +161,16 @@ void Adagrad::step_scaled(const Tensor& grad_scale, const Tensor& found_inf) {
 // as on the CPU.
 void Adagrad::step_scaled_cuda(const Tensor& grad_scale, const Tensor& found_inf) {
   check_scaled_step_args(grad_scale, found_inf);
+  if (bf16_params_) detail::check_bf16_params("Adagrad", groups_);
   NoGradGuard no_grad;
   for (size_t g = 0; g < groups_.size(); ++g) {
     const ParamGroup& group = groups_[g];
     check_adagrad_options(group.options);
     check_warmed_up("Adagrad", g);
-    const cuda::detail::AdagradArgs args{group.options.at("lr"), group.options.at("lr_decay"),
-                                         group.options.at("weight_decay"), group.options.at("eps"),
-                                         group.options.at("maximize") != 0};
+    cuda::detail::AdagradArgs args{group.options.at("lr"), group.options.at("lr_decay"),
+                                   group.options.at("weight_decay"), group.options.at("eps"),
+                                   group.options.at("maximize") != 0};
+    args.bf16_params = bf16_params_;
     std::map<int, cuda::AdagradTensors> by_device;
     for (size_t i = 0; i < group.params.size(); ++i) {
       const Tensor& param = group.params[i];
@@ -165,6 +187,12 @@ void Adagrad::step_scaled_cuda(const Tensor& grad_scale, const Tensor& found_inf
       tensors.grads.push_back(std::move(grad));
       tensors.sums.push_back(state.buffers.at("sum"));
       tensors.steps.push_back(state.device_step);
+      if (bf16_params_) {  // the CPU step's draws, in the same order (NOTE [bf16_params])
+        const Generator::State draw = detail::generator_or_default(generator_).reserve_with_seed(
+            uint64_t((param.numel() + 3) / 4));
+        args.seed = draw.seed;
+        tensors.first_blocks.push_back(draw.offset);
+      }
     }
     for (const auto& [index, tensors] : by_device) {
       const Device device(kCUDA, index);

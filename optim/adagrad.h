@@ -10,7 +10,7 @@
 // One fused pass per parameter (NOTE [Fused optimizer pass]); parameters on a CUDA device take
 // one multi-tensor kernel per group and device with the same arithmetic, their step counts on
 // the device (NOTE [Step counts on the device]), and step_scaled's grad_scale and found_inf
-// read there. "sum" is kept in the parameter's dtype.
+// read there. "sum" is kept in the parameter's dtype (float32 with bf16_params).
 //
 // NOTE [Adagrad state from construction] As torch's Adagrad, the constructor gives every
 // parameter its state: "step" 0 and "sum" filled with initial_accumulator_value, so state_dict()
@@ -31,10 +31,12 @@ struct AdagradOptions {
   double initial_accumulator_value = 0;
   double eps = 1e-10;
   bool maximize = false;
-  // bfloat16 parameters stepped with stochastic rounding (NOTE [bf16_params] in fused.h): not
-  // implemented for Adagrad yet, so true is an hg::Error at construction (SGD, Adam and AdamW
-  // take it).
+  // Every parameter is bfloat16 and has no float32 master copy (llm.c-style training): "sum"
+  // is float32, the update is computed in float32 and stored with stochastic rounding, words
+  // from `generator` (NOTE [bf16_params] in fused.h). A parameter of another dtype is an
+  // hg::Error at construction (and at the step).
   bool bf16_params = false;
+  Generator* generator = nullptr;  // bf16_params' random words; nullptr: default_generator()
 };
 
 class Adagrad : public Optimizer {
@@ -54,6 +56,7 @@ class Adagrad : public Optimizer {
   std::vector<std::string> state_buffer_names(const ParamGroup& group) const override;
   bool keeps_step() const override { return true; }
   bool makes_state_when_constructed() const override { return true; }
+  DType state_dtype(const Tensor& param) const override;
 
  private:
   // Parameter `index` of group `group`'s state, "sum" made from the group's
@@ -62,6 +65,9 @@ class Adagrad : public Optimizer {
   // Every parameter with a gradient on CUDA: one fused launch per group and device
   // (cuda/multi_tensor.h), grad_scale and found_inf read on the device.
   void step_scaled_cuda(const Tensor& grad_scale, const Tensor& found_inf);
+
+  bool bf16_params_ = false;
+  Generator* generator_ = nullptr;
 };
 
 }  // namespace hg::optim

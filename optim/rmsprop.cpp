@@ -67,17 +67,19 @@ RMSpropStep rmsprop_step_of(const std::map<std::string, double>& o, double inv_s
           v.momentum, inv_scale, v.centered != 0, v.maximize != 0};
 }
 
-// T: parameter, gradient and buffer storage type. grad_avg is null unless centered,
-// momentum_buffer null unless momentum > 0. torch's order of operations: addcmul's
-// value * a * b, addcdiv's value * a / b.
-template <class T>
-void rmsprop_pass(T* param, const T* grad, T* square_avg, T* grad_avg, T* momentum_buffer,
-                  int64_t n, const RMSpropStep& s) {
+// T: parameter and gradient storage type; S: buffer storage type. grad_avg is null unless
+// centered, momentum_buffer null unless momentum > 0. torch's order of operations: addcmul's
+// value * a * b, addcdiv's value * a / b. With `draw`, the parameter (bfloat16) is stored with
+// stochastic rounding (NOTE [bf16_params] in fused.h).
+template <class T, class S>
+void rmsprop_pass(T* param, const T* grad, S* square_avg, S* grad_avg, S* momentum_buffer,
+                  int64_t n, const RMSpropStep& s, const Generator::State* draw = nullptr) {
   using C = detail::compute_t<T>;
   const C lr = C(s.lr), alpha = C(s.alpha), one_minus_alpha = C(1 - s.alpha), eps = C(s.eps);
   const C weight_decay = C(s.weight_decay), momentum = C(s.momentum), inv_scale = C(s.inv_scale);
   const bool scaled = s.inv_scale != 1.0, decay = s.weight_decay != 0;
-  parallel_for(n, n, [&](int64_t i) {
+  // The new value of element i (its state stored on the way).
+  const auto updated = [&](int64_t i) {
     const C p = detail::load<C>(param, i);
     C g = detail::load<C>(grad, i);
     if (scaled) g *= inv_scale;
@@ -95,11 +97,14 @@ void rmsprop_pass(T* param, const T* grad, T* square_avg, T* grad_avg, T* moment
     }
     if (momentum_buffer != nullptr) {
       detail::store(momentum_buffer, i, detail::load<C>(momentum_buffer, i) * momentum + g / avg);
-      detail::store(param, i, p - lr * detail::load<C>(momentum_buffer, i));
-    } else {
-      detail::store(param, i, p - lr * g / avg);
+      return C(p - lr * detail::load<C>(momentum_buffer, i));
     }
-  });
+    return C(p - lr * g / avg);
+  };
+  if constexpr (std::is_same_v<T, BFloat16>) {
+    if (draw != nullptr) return detail::store_stochastic(param, n, *draw, updated);
+  }
+  parallel_for(n, n, [&](int64_t i) { detail::store(param, i, updated(i)); });
 }
 
 }  // namespace
@@ -108,12 +113,12 @@ RMSprop::RMSprop(std::vector<Tensor> params, RMSpropOptions options)
     : RMSprop(std::vector<ParamGroup>{ParamGroup{std::move(params), {}}}, options) {}
 
 RMSprop::RMSprop(std::vector<ParamGroup> groups, RMSpropOptions options)
-    : Optimizer(std::move(groups), rmsprop_defaults(options)) {
-  HG_CHECK(!options.bf16_params,
-           "RMSprop: bf16_params is not implemented for RMSprop (SGD, Adam and AdamW take it); keep "
-           "float32 parameters, or bfloat16 ones with round-to-nearest updates");
+    : Optimizer(std::move(groups), rmsprop_defaults(options)),
+      bf16_params_(options.bf16_params),
+      generator_(options.generator) {
   check_rmsprop_options(defaults_);
   for (const ParamGroup& group : groups_) check_rmsprop_options(group.options);
+  if (bf16_params_) detail::check_bf16_params("RMSprop", groups_);
 }
 
 void RMSprop::check_options(const std::map<std::string, double>& options) const {
@@ -127,6 +132,10 @@ std::vector<std::string> RMSprop::state_buffer_names(const ParamGroup& group) co
   return names;
 }
 
+DType RMSprop::state_dtype(const Tensor& param) const {
+  return bf16_params_ && is_reduced_precision(param.dtype()) ? kFloat32 : param.dtype();
+}
+
 void RMSprop::step_scaled(const Tensor& grad_scale, const Tensor& found_inf) {
 #if HALFGRAD_HAS_CUDA
   if (has_cuda_params()) return step_scaled_cuda(grad_scale, found_inf);
@@ -134,6 +143,7 @@ void RMSprop::step_scaled(const Tensor& grad_scale, const Tensor& found_inf) {
   const double scale = read_grad_scale(grad_scale);
   if (read_found_inf(found_inf)) return;
   HG_CHECK(scale != 0, "RMSprop: expected a nonzero grad_scale, got 0");
+  if (bf16_params_) detail::check_bf16_params("RMSprop", groups_);
   NoGradGuard no_grad;
   for (size_t g = 0; g < groups_.size(); ++g) {
     const ParamGroup& group = groups_[g];
@@ -146,20 +156,30 @@ void RMSprop::step_scaled(const Tensor& grad_scale, const Tensor& found_inf) {
       ParamState& state = mutable_state(g, i);
       for (const std::string& name : names) {
         if (state.buffers.count(name) == 0) {
-          state.buffers[name] = zeros(param.sizes(), param.options());
+          state.buffers[name] = zeros(param.sizes(), {state_dtype(param), param.device()});
         }
       }
       const Tensor& square_avg = state.buffers.at("square_avg");
       const Tensor grad_avg = s.centered ? state.buffers.at("grad_avg") : Tensor();
       const Tensor momentum_buffer =
           s.momentum > 0 ? state.buffers.at("momentum_buffer") : Tensor();
-      visit_floating_dtype("RMSprop", param.dtype(), [&](auto tag) {
-        using T = typename decltype(tag)::type;
-        rmsprop_pass<T>(param.data_ptr<T>(), grad.data_ptr<T>(), square_avg.data_ptr<T>(),
-                        grad_avg.defined() ? grad_avg.data_ptr<T>() : nullptr,
-                        momentum_buffer.defined() ? momentum_buffer.data_ptr<T>() : nullptr,
-                        param.numel(), s);
-      });
+      if (bf16_params_) {
+        const Generator::State draw = detail::generator_or_default(generator_).reserve_with_seed(
+            uint64_t((param.numel() + 3) / 4));
+        rmsprop_pass<BFloat16, float>(
+            param.data_ptr<BFloat16>(), grad.data_ptr<BFloat16>(), square_avg.data_ptr<float>(),
+            grad_avg.defined() ? grad_avg.data_ptr<float>() : nullptr,
+            momentum_buffer.defined() ? momentum_buffer.data_ptr<float>() : nullptr, param.numel(),
+            s, &draw);
+      } else {
+        visit_floating_dtype("RMSprop", param.dtype(), [&](auto tag) {
+          using T = typename decltype(tag)::type;
+          rmsprop_pass<T, T>(param.data_ptr<T>(), grad.data_ptr<T>(), square_avg.data_ptr<T>(),
+                             grad_avg.defined() ? grad_avg.data_ptr<T>() : nullptr,
+                             momentum_buffer.defined() ? momentum_buffer.data_ptr<T>() : nullptr,
+                             param.numel(), s);
+        });
+      }
       state.step += 1;
       param.bump_version();
       for (const std::string& name : names) state.buffers.at(name).bump_version();
@@ -173,13 +193,15 @@ void RMSprop::step_scaled(const Tensor& grad_scale, const Tensor& found_inf) {
 // step] in cuda/multi_tensor.h), so a zero grad_scale is not caught as on the CPU.
 void RMSprop::step_scaled_cuda(const Tensor& grad_scale, const Tensor& found_inf) {
   check_scaled_step_args(grad_scale, found_inf);
+  if (bf16_params_) detail::check_bf16_params("RMSprop", groups_);
   NoGradGuard no_grad;
   for (size_t g = 0; g < groups_.size(); ++g) {
     const ParamGroup& group = groups_[g];
     const RMSpropStep s = rmsprop_step_of(group.options, 1.0);
     check_warmed_up("RMSprop", g);
-    const cuda::detail::RMSpropArgs args{s.lr,       s.alpha,    s.eps,     s.weight_decay,
-                                         s.momentum, s.centered, s.maximize};
+    cuda::detail::RMSpropArgs args{s.lr,       s.alpha,    s.eps,     s.weight_decay,
+                                   s.momentum, s.centered, s.maximize};
+    args.bf16_params = bf16_params_;
     const std::vector<std::string> names = state_buffer_names(group);
     std::map<int, cuda::RMSpropTensors> by_device;
     for (size_t i = 0; i < group.params.size(); ++i) {
@@ -190,7 +212,7 @@ void RMSprop::step_scaled_cuda(const Tensor& grad_scale, const Tensor& found_inf
       ParamState& state = mutable_state(g, i);
       for (const std::string& name : names) {
         if (state.buffers.count(name) == 0) {
-          state.buffers[name] = zeros(param.sizes(), param.options());
+          state.buffers[name] = zeros(param.sizes(), {state_dtype(param), param.device()});
         }
       }
       if (!state.device_step.defined()) {
@@ -204,6 +226,12 @@ void RMSprop::step_scaled_cuda(const Tensor& grad_scale, const Tensor& found_inf
       if (s.centered) tensors.grad_avgs.push_back(state.buffers.at("grad_avg"));
       if (s.momentum > 0) tensors.momentum_buffers.push_back(state.buffers.at("momentum_buffer"));
       tensors.steps.push_back(state.device_step);
+      if (bf16_params_) {  // the CPU step's draws, in the same order (NOTE [bf16_params])
+        const Generator::State draw = detail::generator_or_default(generator_).reserve_with_seed(
+            uint64_t((param.numel() + 3) / 4));
+        args.seed = draw.seed;
+        tensors.first_blocks.push_back(draw.offset);
+      }
     }
     for (const auto& [index, tensors] : by_device) {
       const Device device(kCUDA, index);

@@ -16,7 +16,8 @@
 // whole update is one pass over p, grad and the buffers (NOTE [Fused optimizer pass]);
 // parameters on a CUDA device take one multi-tensor kernel per group and device with the same
 // arithmetic, their step counts on the device (NOTE [Step counts on the device]), and
-// step_scaled's grad_scale and found_inf read there. Buffers are kept in the parameter's dtype.
+// step_scaled's grad_scale and found_inf read there. Buffers are kept in the parameter's dtype
+// (float32 with bf16_params).
 #pragma once
 
 #include "halfgrad/optim/optimizer.h"
@@ -31,10 +32,12 @@ struct RMSpropOptions {
   double momentum = 0;
   bool centered = false;
   bool maximize = false;
-  // bfloat16 parameters stepped with stochastic rounding (NOTE [bf16_params] in fused.h): not
-  // implemented for RMSprop yet, so true is an hg::Error at construction (SGD, Adam and AdamW
-  // take it).
+  // Every parameter is bfloat16 and has no float32 master copy (llm.c-style training):
+  // square_avg, grad_avg and momentum_buffer are float32, the update is computed in float32 and
+  // stored with stochastic rounding, words from `generator` (NOTE [bf16_params] in fused.h). A
+  // parameter of another dtype is an hg::Error at construction (and at the step).
   bool bf16_params = false;
+  Generator* generator = nullptr;  // bf16_params' random words; nullptr: default_generator()
 };
 
 class RMSprop : public Optimizer {
@@ -53,11 +56,15 @@ class RMSprop : public Optimizer {
   // "square_avg", with "momentum_buffer" when momentum > 0 and "grad_avg" when centered.
   std::vector<std::string> state_buffer_names(const ParamGroup& group) const override;
   bool keeps_step() const override { return true; }
+  DType state_dtype(const Tensor& param) const override;
 
  private:
   // Every parameter with a gradient on CUDA: one fused launch per group and device
   // (cuda/multi_tensor.h), grad_scale and found_inf read on the device.
   void step_scaled_cuda(const Tensor& grad_scale, const Tensor& found_inf);
+
+  bool bf16_params_ = false;
+  Generator* generator_ = nullptr;
 };
 
 }  // namespace hg::optim

@@ -1,6 +1,7 @@
 // Stochastic rounding on CUDA: the cast gives the CPU's bits for every (source, destination)
 // pair and overflow mode from the same generator state, and advances the generator as the CPU
-// does; the bf16_params steps of SGD, Adam and AdamW give the CPU's parameters (the CPU's are
+// does; the bf16_params steps of SGD, Adam, AdamW, RMSprop and Adagrad give the CPU's parameters
+// (the CPU's are
 // checked against the definitions in tests/core/stochastic_rounding_test.cpp and
 // tests/optim/bf16_params_test.cpp).
 #include <catch2/catch.hpp>
@@ -68,7 +69,8 @@ TEST_CASE("cuda bf16_params steps give the CPU's parameters", "[cuda][stochastic
   const Tensor grad = randn({3, 70000}).to(kBFloat16);
   const Tensor small = randn({77}).to(kBFloat16);
   const Tensor small_grad = randn({77}).to(kBFloat16);
-  // which: 0 SGD with momentum, 1 plain SGD, 2 Adam, 3 AdamW with amsgrad.
+  // which: 0 SGD with momentum, 1 plain SGD, 2 Adam, 3 AdamW with amsgrad, 4 RMSprop centered
+  // with momentum, 5 plain RMSprop, 6 Adagrad.
   auto run = [&](int which, bool on_gpu) {
     Tensor p = (on_gpu ? to_cuda(initial) : initial.clone()).requires_grad_();
     Tensor q = (on_gpu ? to_cuda(small) : small.clone()).requires_grad_();
@@ -86,10 +88,26 @@ TEST_CASE("cuda bf16_params steps give the CPU's parameters", "[cuda][stochastic
       opt = std::make_unique<optim::Adam>(
           std::vector<Tensor>{p, q},
           optim::AdamOptions{.lr = 1e-3, .bf16_params = true, .generator = &gen});
-    } else {
+    } else if (which == 3) {
       opt = std::make_unique<optim::AdamW>(
           std::vector<Tensor>{p, q},
           optim::AdamWOptions{.lr = 1e-3, .amsgrad = true, .bf16_params = true, .generator = &gen});
+    } else if (which == 4) {
+      opt = std::make_unique<optim::RMSprop>(std::vector<Tensor>{p, q},
+                                             optim::RMSpropOptions{.lr = 1e-4,
+                                                                   .momentum = 0.9,
+                                                                   .centered = true,
+                                                                   .bf16_params = true,
+                                                                   .generator = &gen});
+    } else if (which == 5) {
+      opt = std::make_unique<optim::RMSprop>(
+          std::vector<Tensor>{p, q},
+          optim::RMSpropOptions{.lr = 1e-4, .bf16_params = true, .generator = &gen});
+    } else {
+      opt = std::make_unique<optim::Adagrad>(
+          std::vector<Tensor>{p, q},
+          optim::AdagradOptions{
+              .lr = 1e-3, .lr_decay = 0.1, .bf16_params = true, .generator = &gen});
     }
     for (int s = 0; s < 3; ++s) {
       p.mutable_grad() = on_gpu ? to_cuda(grad) : grad.clone();
@@ -99,7 +117,7 @@ TEST_CASE("cuda bf16_params steps give the CPU's parameters", "[cuda][stochastic
     CHECK(gen.offset() == 3 * ((210000 + 3) / 4 + (77 + 3) / 4));
     return std::vector<Tensor>{host(p), host(q)};
   };
-  for (int which = 0; which < 4; ++which) {
+  for (int which = 0; which < 7; ++which) {
     INFO("optimizer " << which);
     const std::vector<Tensor> cpu = run(which, false), gpu = run(which, true);
     for (size_t i = 0; i < cpu.size(); ++i) {
@@ -107,9 +125,10 @@ TEST_CASE("cuda bf16_params steps give the CPU's parameters", "[cuda][stochastic
         // SGD's kernel rounds each product as the CPU pass does: the same floats, the same bits.
         CHECK(bit_identical(gpu[i], cpu[i]));
       } else {
-        // Adam's kernel may fuse a multiply-add, so its float can differ in the last bit and,
-        // rarely, the same word then rounds it to the other neighbour: at most one bfloat16
-        // spacing apart, and almost everywhere equal.
+        // Adam's kernel may fuse a multiply-add, and RMSprop's and Adagrad's are not held to the
+        // CPU's bits either (tests/cuda/optim_rmsprop_adagrad_test.cpp allows a tolerance), so
+        // a float can differ in the last bit and, rarely, the same word then rounds it to the
+        // other neighbour: at most one bfloat16 spacing apart, and almost everywhere equal.
         const std::vector<double> a = values_of(gpu[i]), b = values_of(cpu[i]);
         int64_t different = 0;
         for (size_t j = 0; j < a.size(); ++j) {

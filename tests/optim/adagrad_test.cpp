@@ -20,26 +20,6 @@ std::unique_ptr<optim::Optimizer> make_adagrad(std::vector<optim::ParamGroup> gr
   return std::make_unique<optim::Adagrad>(std::move(groups));
 }
 
-// PyTorch's Adagrad on one parameter, in float64, each stored value rounded to `dtype`.
-struct ReferenceAdagrad {
-  optim::AdagradOptions c;
-  DType dtype;
-  Values p, sum;
-  int64_t t = 0;
-
-  void step(const Values& grad) {
-    if (sum.empty()) sum.assign(p.size(), round_to(dtype, c.initial_accumulator_value));
-    ++t;
-    const double clr = c.lr / (1 + double(t - 1) * c.lr_decay);
-    for (size_t i = 0; i < p.size(); ++i) {
-      double g = c.maximize ? -grad[i] : grad[i];
-      g += c.weight_decay * p[i];
-      sum[i] = round_to(dtype, sum[i] + g * g);
-      p[i] = round_to(dtype, p[i] - clr * g / (std::sqrt(sum[i]) + c.eps));
-    }
-  }
-};
-
 const optim::AdagradOptions kEveryOption{.lr = 0.05,
                                          .lr_decay = 0.1,
                                          .weight_decay = 0.05,
@@ -118,7 +98,7 @@ TEST_CASE("Adagrad: 16-bit parameters against the float64 reference") {
       const Values initial = random_values(2, n, dtype);
       Tensor p = make_param(initial, dtype);
       optim::Adagrad opt({p}, c);
-      ReferenceAdagrad reference{c, dtype, initial, {}};
+      ReferenceAdagrad reference{c, dtype, dtype, initial, {}};
       for (uint32_t s = 0; s < 6; ++s) {
         const Values grad = random_values(200 + s, n, dtype, -1.0 - s, 1.0 + s);
         set_grad(p, grad);

@@ -1,5 +1,6 @@
-// The bf16_params option of SGD, Adam and AdamW (NOTE [bf16_params] in optim/fused.h): each new
-// value is a bfloat16 neighbour of the float64 reference update (tests/optim/reference.h), the
+// The bf16_params option of SGD, Adam, AdamW, RMSprop and Adagrad (NOTE [bf16_params] in
+// optim/fused.h): each new value is a bfloat16 neighbour of the float64 reference update
+// (tests/optim/reference.h), the
 // rounding is unbiased over many elements, the state is float32, the draws are reproducible;
 // a least-squares run where round-to-nearest bfloat16 weights stall while stochastic rounding
 // tracks the float32 run; the errors.
@@ -124,6 +125,80 @@ TEST_CASE("Adam and AdamW bf16_params round the float32 update stochastically",
   }
 }
 
+TEST_CASE("RMSprop bf16_params rounds the float32 update stochastically", "[optim][bf16_params]") {
+  for (const double momentum : {0.0, 0.9}) {
+    for (const bool centered : {false, true}) {
+      INFO("momentum " << momentum << (centered ? " centered" : ""));
+      // Each update is about lr / sqrt(1 - alpha) = 1e-3 on the first step, below the spacing.
+      const optim::RMSpropOptions c{.lr = 1e-4,
+                                    .weight_decay = 0.01,
+                                    .momentum = momentum,
+                                    .centered = centered};
+      Tensor p = make_param(bfloat16_values(5, kElements), kBFloat16);
+      Generator gen(19);
+      optim::RMSprop opt({p}, {.lr = c.lr,
+                               .weight_decay = c.weight_decay,
+                               .momentum = c.momentum,
+                               .centered = c.centered,
+                               .bf16_params = true,
+                               .generator = &gen});
+      ReferenceRMSprop reference{c, kFloat64, kFloat32, {}, {}, {}, {}};
+      for (int s = 0; s < 3; ++s) {
+        const Values grad = random_values(70 + uint32_t(s), kElements, kBFloat16);
+        reference.p = values_of(p);  // the reference steps from the stored bfloat16 values
+        set_grad(p, grad);
+        opt.step();
+        reference.step(grad);
+        check_stochastic_step(values_of(p), reference.p);
+        CHECK(gen.offset() == uint64_t(s + 1) * (kElements / 4));
+      }
+      const optim::ParamState& state = opt.state(0, 0);
+      CHECK(state.buffers.at("square_avg").dtype() == kFloat32);
+      CHECK(close(values_of(state.buffers.at("square_avg")), reference.square_avg, 1e-6));
+      if (centered) {
+        CHECK(state.buffers.at("grad_avg").dtype() == kFloat32);
+        CHECK(close(values_of(state.buffers.at("grad_avg")), reference.grad_avg, 1e-6));
+      }
+      if (momentum != 0) {
+        CHECK(state.buffers.at("momentum_buffer").dtype() == kFloat32);
+        // Its terms g / avg are up to 1 / sqrt(1 - alpha) = 10 and may cancel: float32's error
+        // is relative to 10, not to the sum.
+        CHECK(close(values_of(state.buffers.at("momentum_buffer")), reference.buffer, 1e-5));
+      }
+    }
+  }
+}
+
+TEST_CASE("Adagrad bf16_params rounds the float32 update stochastically", "[optim][bf16_params]") {
+  const optim::AdagradOptions c{.lr = 1e-3,
+                                .lr_decay = 0.1,
+                                .weight_decay = 0.01,
+                                .initial_accumulator_value = 0.1};
+  Tensor p = make_param(bfloat16_values(6, kElements), kBFloat16);
+  Generator gen(20);
+  optim::Adagrad opt({p}, {.lr = c.lr,
+                           .lr_decay = c.lr_decay,
+                           .weight_decay = c.weight_decay,
+                           .initial_accumulator_value = c.initial_accumulator_value,
+                           .bf16_params = true,
+                           .generator = &gen});
+  // The state made at construction is float32 too.
+  CHECK(opt.state(0, 0).buffers.at("sum").dtype() == kFloat32);
+  ReferenceAdagrad reference{c, kFloat64, kFloat32, {}, {}};
+  for (int s = 0; s < 3; ++s) {
+    const Values grad = random_values(80 + uint32_t(s), kElements, kBFloat16);
+    reference.p = values_of(p);
+    set_grad(p, grad);
+    opt.step();
+    reference.step(grad);
+    check_stochastic_step(values_of(p), reference.p);
+    CHECK(gen.offset() == uint64_t(s + 1) * (kElements / 4));
+  }
+  const Tensor& sum = opt.state(0, 0).buffers.at("sum");
+  CHECK(sum.dtype() == kFloat32);
+  CHECK(close(values_of(sum), reference.sum, 1e-6));
+}
+
 TEST_CASE("bf16_params steps are reproducible from the generator's seed", "[optim][bf16_params]") {
   const Values initial = bfloat16_values(3, 1001);
   const Values grad = random_values(4, 1001, kBFloat16);
@@ -203,8 +278,7 @@ TEST_CASE("round-to-nearest bfloat16 weights stall where bf16_params tracks floa
   CHECK(stochastic_gap < 0.1 * nearest_gap);
 }
 
-TEST_CASE("bf16_params refuses parameters of other dtypes and the optimizers without it",
-          "[optim][bf16_params]") {
+TEST_CASE("bf16_params refuses parameters of other dtypes", "[optim][bf16_params]") {
   const Tensor p32 = zeros({3}).requires_grad_();
   const Tensor p16 = zeros({3}, kBFloat16).requires_grad_();
   CHECK_THROWS_WITH(optim::SGD({p16, p32}, {.bf16_params = true}),
@@ -214,10 +288,11 @@ TEST_CASE("bf16_params refuses parameters of other dtypes and the optimizers wit
                     Contains("Adam: bf16_params expects bfloat16") && Contains("float32"));
   CHECK_THROWS_WITH(optim::AdamW({zeros({2}, kFloat16).requires_grad_()}, {.bf16_params = true}),
                     Contains("AdamW: bf16_params expects bfloat16") && Contains("float16"));
-  CHECK_THROWS_WITH(optim::RMSprop({p16}, {.bf16_params = true}),
-                    Contains("RMSprop: bf16_params is not implemented"));
-  CHECK_THROWS_WITH(optim::Adagrad({p16}, {.bf16_params = true}),
-                    Contains("Adagrad: bf16_params is not implemented"));
+  CHECK_THROWS_WITH(optim::RMSprop({p16, p32}, {.bf16_params = true}),
+                    Contains("RMSprop: bf16_params expects bfloat16") && Contains("float32") &&
+                        Contains("parameter 1"));
+  CHECK_THROWS_WITH(optim::Adagrad({zeros({2}, kFloat64).requires_grad_()}, {.bf16_params = true}),
+                    Contains("Adagrad: bf16_params expects bfloat16") && Contains("float64"));
   // A group added later is checked at the step, before anything changes.
   const Tensor later = zeros({3}).requires_grad_();
   optim::SGD opt({p16}, {.lr = 0.1, .bf16_params = true});
@@ -226,4 +301,35 @@ TEST_CASE("bf16_params refuses parameters of other dtypes and the optimizers wit
   later.mutable_grad() = ones({3});
   CHECK_THROWS_WITH(opt.step(), Contains("bf16_params expects bfloat16") && Contains("group 1"));
   CHECK(values_of(p16) == Values{0, 0, 0});
+}
+
+TEST_CASE("RMSprop and Adagrad bf16_params check groups added later at the step",
+          "[optim][bf16_params]") {
+  for (const bool adagrad : {false, true}) {
+    INFO((adagrad ? "Adagrad" : "RMSprop"));
+    const Tensor p16 = zeros({3}, kBFloat16).requires_grad_();
+    const Tensor later = zeros({3}).requires_grad_();
+    Generator gen(7);
+    std::unique_ptr<optim::Optimizer> opt;
+    if (adagrad) {
+      opt = std::make_unique<optim::Adagrad>(
+          std::vector<Tensor>{p16},
+          optim::AdagradOptions{.lr = 0.1, .bf16_params = true, .generator = &gen});
+    } else {
+      opt = std::make_unique<optim::RMSprop>(
+          std::vector<Tensor>{p16},
+          optim::RMSpropOptions{.lr = 0.1, .bf16_params = true, .generator = &gen});
+    }
+    opt->add_param_group({{later}, {}});
+    p16.mutable_grad() = ones({3}, kBFloat16);
+    later.mutable_grad() = ones({3});
+    CHECK_THROWS_WITH(opt->step(), Contains(adagrad ? "Adagrad: bf16_params expects bfloat16"
+                                                    : "RMSprop: bf16_params expects bfloat16") &&
+                                       Contains("float32") && Contains("group 1"));
+    // Nothing changed: the parameters, the generator, the step counts.
+    CHECK(values_of(p16) == Values{0, 0, 0});
+    CHECK(values_of(later) == Values{0, 0, 0});
+    CHECK(gen.offset() == 0);
+    CHECK(opt->state(0, 0).step == 0);
+  }
 }

@@ -1,5 +1,6 @@
 // Shared by the optimizer tests: seeded inputs, rounding to a storage dtype, and float64
-// references of PyTorch's SGD and Adam/AdamW formulas written out element by element.
+// references of PyTorch's SGD, Adam/AdamW, RMSprop and Adagrad formulas written out element by
+// element.
 #pragma once
 
 #include <algorithm>
@@ -130,6 +131,60 @@ struct ReferenceAdam {
       }
       const double denom = std::sqrt(v) / std::sqrt(bias_correction2) + c.eps;
       p[i] = round_to(dtype, w - c.lr / bias_correction1 * exp_avg[i] / denom);
+    }
+  }
+};
+
+// PyTorch's RMSprop on one parameter: the parameter rounded to `dtype`, square_avg, grad_avg and
+// momentum_buffer to `state_dtype`, where torch stores them.
+struct ReferenceRMSprop {
+  hg::optim::RMSpropOptions c;
+  hg::DType dtype, state_dtype;
+  Values p, square_avg, grad_avg, buffer;
+
+  void step(const Values& grad) {
+    if (square_avg.empty()) {
+      square_avg.assign(p.size(), 0);
+      grad_avg.assign(p.size(), 0);
+      buffer.assign(p.size(), 0);
+    }
+    for (size_t i = 0; i < p.size(); ++i) {
+      double g = c.maximize ? -grad[i] : grad[i];
+      g += c.weight_decay * p[i];
+      square_avg[i] = round_to(state_dtype, c.alpha * square_avg[i] + (1 - c.alpha) * g * g);
+      double avg = 0;
+      if (c.centered) {
+        grad_avg[i] = round_to(state_dtype, c.alpha * grad_avg[i] + (1 - c.alpha) * g);
+        avg = std::sqrt(square_avg[i] - grad_avg[i] * grad_avg[i]) + c.eps;
+      } else {
+        avg = std::sqrt(square_avg[i]) + c.eps;
+      }
+      if (c.momentum > 0) {
+        buffer[i] = round_to(state_dtype, c.momentum * buffer[i] + g / avg);
+        p[i] = round_to(dtype, p[i] - c.lr * buffer[i]);
+      } else {
+        p[i] = round_to(dtype, p[i] - c.lr * g / avg);
+      }
+    }
+  }
+};
+
+// PyTorch's Adagrad on one parameter: the parameter rounded to `dtype`, "sum" to `state_dtype`.
+struct ReferenceAdagrad {
+  hg::optim::AdagradOptions c;
+  hg::DType dtype, state_dtype;
+  Values p, sum;
+  int64_t t = 0;
+
+  void step(const Values& grad) {
+    if (sum.empty()) sum.assign(p.size(), round_to(state_dtype, c.initial_accumulator_value));
+    ++t;
+    const double clr = c.lr / (1 + double(t - 1) * c.lr_decay);
+    for (size_t i = 0; i < p.size(); ++i) {
+      double g = c.maximize ? -grad[i] : grad[i];
+      g += c.weight_decay * p[i];
+      sum[i] = round_to(state_dtype, sum[i] + g * g);
+      p[i] = round_to(dtype, p[i] - clr * g / (std::sqrt(sum[i]) + c.eps));
     }
   }
 };

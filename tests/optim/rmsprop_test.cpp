@@ -20,39 +20,6 @@ std::unique_ptr<optim::Optimizer> make_rmsprop(std::vector<optim::ParamGroup> gr
   return std::make_unique<optim::RMSprop>(std::move(groups));
 }
 
-// PyTorch's RMSprop on one parameter, in float64, each stored value rounded to `dtype`.
-struct ReferenceRMSprop {
-  optim::RMSpropOptions c;
-  DType dtype;
-  Values p, square_avg, grad_avg, buffer;
-
-  void step(const Values& grad) {
-    if (square_avg.empty()) {
-      square_avg.assign(p.size(), 0);
-      grad_avg.assign(p.size(), 0);
-      buffer.assign(p.size(), 0);
-    }
-    for (size_t i = 0; i < p.size(); ++i) {
-      double g = c.maximize ? -grad[i] : grad[i];
-      g += c.weight_decay * p[i];
-      square_avg[i] = round_to(dtype, c.alpha * square_avg[i] + (1 - c.alpha) * g * g);
-      double avg = 0;
-      if (c.centered) {
-        grad_avg[i] = round_to(dtype, c.alpha * grad_avg[i] + (1 - c.alpha) * g);
-        avg = std::sqrt(square_avg[i] - grad_avg[i] * grad_avg[i]) + c.eps;
-      } else {
-        avg = std::sqrt(square_avg[i]) + c.eps;
-      }
-      if (c.momentum > 0) {
-        buffer[i] = round_to(dtype, c.momentum * buffer[i] + g / avg);
-        p[i] = round_to(dtype, p[i] - c.lr * buffer[i]);
-      } else {
-        p[i] = round_to(dtype, p[i] - c.lr * g / avg);
-      }
-    }
-  }
-};
-
 const optim::RMSpropOptions kEveryOption{.lr = 0.02,
                                          .alpha = 0.9,
                                          .eps = 1e-6,
@@ -133,7 +100,7 @@ TEST_CASE("RMSprop: 16-bit parameters against the float64 reference") {
       const Values initial = random_values(2, n, dtype);
       Tensor p = make_param(initial, dtype);
       optim::RMSprop opt({p}, c);
-      ReferenceRMSprop reference{c, dtype, initial, {}, {}, {}};
+      ReferenceRMSprop reference{c, dtype, dtype, initial, {}, {}, {}};
       for (uint32_t s = 0; s < 6; ++s) {
         // Gradients of growing magnitude, so that the averages move.
         const Values grad = random_values(200 + s, n, dtype, -1.0 - s, 1.0 + s);
