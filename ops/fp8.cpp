@@ -69,7 +69,7 @@ Quantized quantize(const Tensor& x, ops::Fp8LayerState& state, ops::Fp8Slot slot
   kernels::linalg(x).quantize_fp8(source, scale, state.amax_history.select(0, 0).narrow(0, slot, 1),
                                   values);
   state.ran = true;
-  return {values, reciprocal(scale)};
+  return {values, state.scale_inv.narrow(0, slot, 1)};
 }
 
 // ---- fp8 linear ---------------------------------------------------------------------------------
@@ -249,6 +249,7 @@ std::shared_ptr<Fp8LayerState> DelayedScaling::state_for(const Tensor& weight) {
   auto state = std::make_shared<Fp8LayerState>();
   state->amax_history = zeros({options_.amax_history_len, 3}, on_device);
   state->scale = ones({3}, on_device);
+  state->scale_inv = ones({3}, on_device);
   const Tensor maxima = empty({3}, {.dtype = kFloat32});
   auto* m = static_cast<float*>(maxima.data_ptr());
   for (Fp8Slot slot : {kFp8Input, kFp8Weight, kFp8GradOutput}) {
@@ -282,6 +283,7 @@ void DelayedScaling::begin_step() {
     const Tensor proposed = div(div(s.fp8_max, amax_now), divisor);
     // amax 0 makes the quotient inf, amax inf makes it 0 with amax not finite, NaN both.
     s.scale.copy_(where(isfinite(amax_now), where(isfinite(proposed), proposed, s.scale), s.scale));
+    s.scale_inv = reciprocal(s.scale);
     const int64_t len = s.amax_history.size(0);
     if (len > 1) {
       s.amax_history.narrow(0, 1, len - 1).copy_(s.amax_history.narrow(0, 0, len - 1).clone());

@@ -67,6 +67,9 @@ enum Fp8Slot : int64_t { kFp8Input = 0, kFp8Weight = 1, kFp8GradOutput = 2 };
 struct Fp8LayerState {
   Tensor amax_history;  // float32 [amax_history_len, 3]: row 0 is the current step's
   Tensor scale;         // float32 [3]: x * scale is what is stored in float8
+  // float32 [3]: 1 / scale, the GEMM's dequantization factors. A new tensor each step, so the
+  // operands saved by an earlier step keep theirs; one per step, not one per cast.
+  Tensor scale_inv;
   Tensor fp8_max;       // float32 [3]: the largest value of each slot's format
   bool ran = false;     // recorded an amax since the last update (host-side flag)
 
