@@ -48,13 +48,17 @@ DataLoader::DataLoader(std::shared_ptr<const Dataset> dataset, DataLoaderOptions
            "DataLoader: expected num_workers >= 0 and prefetch_factor >= 1, got {} and {}",
            options_.num_workers, options_.prefetch_factor);
   HG_CHECK(bool(options_.collate_fn), "DataLoader: expected a collate function, got none");
+  HG_CHECK(!(options_.sampler && options_.shuffle),
+           "DataLoader: sampler option is mutually exclusive with shuffle, got both (a sampler "
+           "shuffles by itself)");
   pin_batches_ = options_.pin_memory && cuda::is_available();
 }
 
 DataLoader::~DataLoader() { stop_workers(); }
 
 int64_t DataLoader::size() const {
-  const int64_t n = dataset_->size(), b = options_.batch_size;
+  const int64_t n = options_.sampler ? options_.sampler->size() : dataset_->size();
+  const int64_t b = options_.batch_size;
   return options_.drop_last ? n / b : (n + b - 1) / b;
 }
 
@@ -117,7 +121,21 @@ void DataLoader::worker_loop(int worker) {
 DataLoader::Iterator DataLoader::begin() {
   stop_workers();
   const int64_t n = dataset_->size();
-  if (options_.shuffle) {
+  if (options_.sampler) {
+    order_ = options_.sampler->indices();
+    // The batch count came from sampler->size(), and the workers index the dataset with the
+    // order: a sampler that disagrees with itself or the dataset is an error here, not a
+    // short pass or a read out of range on a worker.
+    HG_CHECK(int64_t(order_.size()) == options_.sampler->size(),
+             "DataLoader: expected the sampler's {} indices (its size()), got {}",
+             options_.sampler->size(), order_.size());
+    for (size_t i = 0; i < order_.size(); ++i) {
+      HG_CHECK(order_[i] >= 0 && order_[i] < n,
+               "DataLoader: expected sampler indices in [0, {}) (the dataset's size), got {} at "
+               "position {}",
+               n, order_[i], i);
+    }
+  } else if (options_.shuffle) {
     order_ = randperm(n, {.dtype = kInt64}, options_.generator).to_vector<int64_t>();
   } else {
     order_.resize(size_t(n));

@@ -7,9 +7,16 @@
 //     for (const data::Batch& batch : loader) { Tensor x = batch[0], y = batch[1]; ... }
 //   }
 //
-// Each pass over the loader (each begin()) is an epoch: with shuffle, a new permutation of the
-// indices from the generator; batches of batch_size consecutive indices of that order, the
-// last one shorter unless drop_last. The collate function turns a batch's examples into the
+// Data-parallel training reads each rank's share through a sampler (data/sampler.h):
+//
+//   auto sampler = std::make_shared<data::DistributedSampler>(*dataset, world_size, rank);
+//   data::DataLoader loader(dataset, {.batch_size = 32, .sampler = sampler});
+//   for (int epoch = 0; epoch < epochs; ++epoch) { sampler->set_epoch(epoch); for (...) ... }
+//
+// Each pass over the loader (each begin()) is an epoch: its order is the sampler's indices()
+// when there is a sampler; with shuffle, a new permutation of the indices from the generator;
+// 0..n-1 otherwise. Batches are batch_size consecutive indices of that order, the last one
+// shorter unless drop_last. The collate function turns a batch's examples into the
 // batch (default_collate: stack each field along a new first dim).
 //
 // NOTE [DataLoader workers] With num_workers > 0 the batches are made on that many threads,
@@ -42,6 +49,7 @@
 
 #include "halfgrad/core/random.h"
 #include "halfgrad/data/dataset.h"
+#include "halfgrad/data/sampler.h"
 
 namespace hg::data {
 
@@ -64,6 +72,10 @@ struct DataLoaderOptions {
   // Copies each batch's CPU tensors into page-locked memory (NOTE [DataLoader pin_memory]),
   // so that batch[i].to(kCUDA, /*non_blocking=*/true) overlaps with the device's work.
   bool pin_memory = false;
+  // Each pass's order is sampler->indices() (a DistributedSampler for one rank's share), and
+  // the loader has as many batches as sampler->size() indices make. Mutually exclusive with
+  // shuffle, as in torch: a sampler that shuffles does so itself.
+  std::shared_ptr<Sampler> sampler = nullptr;
 };
 
 class DataLoader {
