@@ -11,7 +11,10 @@
 //
 //   auto sampler = std::make_shared<data::DistributedSampler>(*dataset, world_size, rank);
 //   data::DataLoader loader(dataset, {.batch_size = 32, .sampler = sampler});
-//   for (int epoch = 0; epoch < epochs; ++epoch) { sampler->set_epoch(epoch); for (...) ... }
+//   for (int epoch = 0; epoch < epochs; ++epoch) {
+//     sampler->set_epoch(epoch);  // the same new permutation on every rank
+//     for (const data::Batch& batch : loader) { ... }
+//   }
 //
 // Each pass over the loader (each begin()) is an epoch: its order is the sampler's indices()
 // when there is a sampler; with shuffle, a new permutation of the indices from the generator;
