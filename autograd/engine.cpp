@@ -143,6 +143,7 @@ struct Pass {
   std::vector<Edge> roots;
   std::vector<Node*> stack;  // count_dependencies' walk
   std::vector<Node*> ready;  // a heap by ByRecordingOrder: the node recorded last on top
+  std::vector<std::function<void()>> callbacks;  // queue_callback's, run when the graph is done
 
   // Forgets the pass (releasing the nodes it kept alive), keeping the memory.
   void clear() {
@@ -151,6 +152,7 @@ struct Pass {
     roots.clear();
     stack.clear();
     ready.clear();
+    callbacks.clear();
   }
 
   void push_ready(Node* node) {
@@ -204,10 +206,11 @@ struct Pass {
 // more than the bookkeeping in them. Each thread keeps the state of its finished passes and
 // leases it to the next one (a pass started inside a pass, from a hook, gets its own).
 thread_local constinit int running_passes = 0;
+thread_local constinit Pass* innermost_pass = nullptr;
 
 class PassLease {
  public:
-  PassLease() {
+  PassLease() : outer_(innermost_pass) {
     ++running_passes;
     std::vector<std::unique_ptr<Pass>>& free = free_passes();
     if (free.empty()) {
@@ -216,9 +219,11 @@ class PassLease {
       pass_ = std::move(free.back());
       free.pop_back();
     }
+    innermost_pass = pass_.get();
   }
   ~PassLease() {
     --running_passes;
+    innermost_pass = outer_;
     pass_->clear();
     std::vector<std::unique_ptr<Pass>>& free = free_passes();
     if (free.size() < 4) free.push_back(std::move(pass_));
@@ -234,6 +239,7 @@ class PassLease {
     return free;
   }
   std::unique_ptr<Pass> pass_;
+  Pass* outer_;  // the pass this one runs inside (from a hook), or null
 };
 
 Tensor root_gradient(const Tensor& tensor, const Tensor& given) {
@@ -332,6 +338,11 @@ std::vector<Tensor> run(std::span<const Tensor> tensors, std::span<const Tensor>
       if (--pass.nodes.at(edge.node.get()).dependencies == 0) pass.push_ready(edge.node.get());
     }
   }
+  // By index: a callback may queue another.
+  for (size_t i = 0; i < pass.callbacks.size(); ++i) {
+    std::function<void()> callback = std::move(pass.callbacks[i]);
+    callback();
+  }
   return captured;
 }
 
@@ -368,6 +379,13 @@ std::vector<Tensor> grad(const std::vector<Tensor>& outputs, const std::vector<T
 }
 
 Tensor add_gradients(const Tensor& a, const Tensor& b) { return add(a, b); }
+
+void queue_callback(std::function<void()> callback) {
+  HG_CHECK(innermost_pass != nullptr,
+           "queue_callback: expected to be called during a backward pass (from a hook or a "
+           "node), got a call outside one");
+  innermost_pass->callbacks.push_back(std::move(callback));
+}
 
 bool is_backward_running() { return running_passes > 0; }
 

@@ -2,6 +2,7 @@
 // iteratively (no recursion, so deep graphs do not overflow the stack).
 #pragma once
 
+#include <functional>
 #include <vector>
 
 #include "halfgrad/core/tensor.h"
@@ -52,6 +53,13 @@ class NodeObserver {
 // under create_graph the sum is recorded too. (The engine calls the add op of ops/: the one
 // place the autograd layer reaches above itself, docs/design.md §1.)
 Tensor add_gradients(const Tensor& a, const Tensor& b);
+
+// Queues `callback` to run on this thread once the innermost backward pass running here has
+// applied its last node (torch's Variable._execution_engine.queue_callback): after every
+// gradient of the pass has reached its leaves, before backward() returns. Callbacks run in
+// the order queued, and one may queue another. A pass that throws drops its callbacks.
+// Throws outside a backward pass.
+void queue_callback(std::function<void()> callback);
 
 // True while a backward pass runs on this thread: inside its nodes, and between them (where the
 // engine sums the gradients that reach one tensor twice).

@@ -84,6 +84,7 @@ GradList AccumulateGrad::apply(GradList&& grad_outputs) {
   } else {
     m.grad.add_(gradient);
   }
+  for (const PostAccumulateGradHook& hook : m.post_accumulate_hooks) hook(leaf);
   return {};
 }
 

@@ -38,6 +38,8 @@ using EdgeList = std::vector<Edge, PoolAllocator<Edge>>;
 using GradList = std::vector<Tensor, PoolAllocator<Tensor>>;
 
 using Hook = std::function<Tensor(const Tensor&)>;
+// A hook run on a leaf after its gradient was added into grad(); it sees the leaf.
+using PostAccumulateGradHook = std::function<void(const Tensor&)>;
 
 // What autograd knows about a tensor. Tensors that never took part in autograd have none.
 struct AutogradMeta {
@@ -48,6 +50,7 @@ struct AutogradMeta {
   // A leaf's AccumulateGrad, made on first use and kept (NOTE [Kept AccumulateGrad]).
   std::shared_ptr<Node> grad_accumulator;
   std::vector<Hook> leaf_hooks;  // hooks of a leaf, run before accumulation
+  std::vector<PostAccumulateGradHook> post_accumulate_hooks;  // run after accumulation
   bool retains_grad = false;
 };
 

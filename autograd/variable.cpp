@@ -92,4 +92,15 @@ void Tensor::register_hook(std::function<Tensor(const Tensor&)> hook) const {
   }
 }
 
+void Tensor::register_post_accumulate_grad_hook(std::function<void(const Tensor&)> hook) const {
+  HG_CHECK(requires_grad(),
+           "register_post_accumulate_grad_hook: the tensor does not require grad, so it will "
+           "never have a gradient to hook");
+  HG_CHECK(is_leaf(),
+           "register_post_accumulate_grad_hook: expected a leaf tensor (gradients accumulate "
+           "only into leaves), got the output of {}",
+           grad_fn()->name());
+  autograd::meta(*this).post_accumulate_hooks.push_back(std::move(hook));
+}
+
 }  // namespace hg

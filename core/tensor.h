@@ -218,6 +218,9 @@ class Tensor {
   // Runs hook on this tensor's gradient whenever one is computed; the hook may return a
   // replacement gradient (or an undefined tensor to keep it).
   void register_hook(std::function<Tensor(const Tensor&)> hook) const;
+  // Runs hook on this leaf (it sees the leaf) each time a backward pass has added a gradient
+  // into its grad() (torch's register_post_accumulate_grad_hook). Leaves only.
+  void register_post_accumulate_grad_hook(std::function<void(const Tensor&)> hook) const;
 
   // ---- in-place writes (bump the version) -------------------------------------------------
   // Arithmetic in place (ops/inplace.cpp): the other operand broadcasts to this tensor's

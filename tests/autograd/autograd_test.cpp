@@ -3,11 +3,13 @@
 // derived by hand in the comments.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
 #include <limits>
 #include <string_view>
 
+#include "halfgrad/autograd/engine.h"
 #include "halfgrad/halfgrad.h"
 
 using namespace hg;
@@ -110,6 +112,52 @@ TEST_CASE("hooks see and may replace gradients", "[autograd]") {
   // dL/dy = 1, hooked to 2; dL/dx = 3 * 2 = 6, seen by the leaf hook, stored as 60.
   CHECK(seen == std::vector<double>{6, 6});
   CHECK(values(x.grad()) == std::vector<double>{60, 60});
+}
+
+TEST_CASE("post-accumulate-grad hooks see the leaf after its gradient is added", "[autograd]") {
+  Tensor x = tensor({1.0, 2.0}, kFloat64).requires_grad_();
+  Tensor w = tensor({5.0}, kFloat64).requires_grad_();
+  std::vector<std::vector<double>> seen;
+  x.register_hook([](const Tensor& g) { return mul(g, 2.0); });  // runs first, before the sum
+  x.register_post_accumulate_grad_hook([&](const Tensor& leaf) {
+    seen.push_back(values(leaf.grad()));
+    CHECK(autograd::is_backward_running());
+  });
+  // x is used twice: the engine sums both paths first, so the hook runs once per pass.
+  // d/dx sum(x*w + x*x) = w + 2x = {7, 9}, doubled by the pre-hook: {14, 18}.
+  sum(add(mul(x, w), mul(x, x))).backward();
+  REQUIRE(seen.size() == 1);
+  CHECK(seen[0] == std::vector<double>{14, 18});
+  sum(mul(x, w)).backward();  // + 2 * 5, accumulated before the hook sees it
+  REQUIRE(seen.size() == 2);
+  CHECK(seen[1] == std::vector<double>{24, 28});
+  CHECK_THROWS_WITH(mul(x, 2.0).register_post_accumulate_grad_hook([](const Tensor&) {}),
+                    Contains("expected a leaf tensor") && Contains("MulBackward"));
+  CHECK_THROWS_WITH(tensor({1.0}).register_post_accumulate_grad_hook([](const Tensor&) {}),
+                    Contains("does not require grad"));
+}
+
+TEST_CASE("queue_callback runs once the whole graph is done", "[autograd]") {
+  Tensor a = tensor({1.0}, kFloat64).requires_grad_();
+  Tensor b = tensor({2.0}, kFloat64).requires_grad_();
+  std::vector<std::string> order;
+  a.register_post_accumulate_grad_hook([&](const Tensor&) {
+    order.push_back("a");
+    autograd::queue_callback([&] {
+      // Every leaf's gradient is in place when callbacks run.
+      order.push_back(fmt::format("callback a={} b={}", a.grad().item<double>(),
+                                  b.grad().defined() ? b.grad().item<double>() : -1.0));
+      autograd::queue_callback([&] { order.push_back("queued by a callback"); });
+    });
+  });
+  b.register_post_accumulate_grad_hook([&](const Tensor&) { order.push_back("b"); });
+  // b's gradient comes after a's: b is used by the op recorded first.
+  Tensor y = mul(b, 3.0);
+  sum(add(mul(a, 4.0), y)).backward();
+  std::sort(order.begin(), order.begin() + 2);
+  CHECK(order == std::vector<std::string>{"a", "b", "callback a=4 b=3", "queued by a callback"});
+  CHECK_FALSE(autograd::is_backward_running());
+  CHECK_THROWS_WITH(autograd::queue_callback([] {}), Contains("during a backward pass"));
 }
 
 TEST_CASE("retain_grad keeps the gradient of a non-leaf", "[autograd]") {
