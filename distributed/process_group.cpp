@@ -101,6 +101,12 @@ ProcessGroup& default_process_group() {
   return *default_group;
 }
 
+std::shared_ptr<ProcessGroup> shared_default_process_group() {
+  default_process_group();  // its error when there is none
+  std::lock_guard lock(default_group_mutex);
+  return default_group;
+}
+
 bool is_initialized() {
   std::lock_guard lock(default_group_mutex);
   return default_group != nullptr;

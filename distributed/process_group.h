@@ -113,6 +113,8 @@ class ProcessGroup {
 std::shared_ptr<ProcessGroup> init_process_group(ProcessGroupOptions options = {});
 // The group the last init_process_group made; throws when there is none.
 ProcessGroup& default_process_group();
+// The same group, shared (for objects that keep using it, as DistributedDataParallel).
+std::shared_ptr<ProcessGroup> shared_default_process_group();
 bool is_initialized();
 // Forgets the default group (MPI itself stays initialised until exit).
 void destroy_process_group();
