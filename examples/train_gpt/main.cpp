@@ -19,6 +19,13 @@
 // steps 3 to 5 (after two warm-up steps) with profiler::Profile, writes their Chrome trace to
 // FILE (open it in ui.perfetto.dev) and prints the profiler's table.
 //
+// --ddp trains data-parallel over the processes mpirun (or torchrun) started, one model replica
+// each, gradients averaged by nn::parallel::DistributedDataParallel over MPI:
+//
+//   mpirun -np 2 build/release/examples/train_gpt --ddp --threads 1
+//
+// --batch is per rank (the step trains on batch * ranks sequences); rank 0 prints.
+//
 // Exit status: 0; 1 when an accuracy is below --min-accuracy; 2 on bad input (an unreadable or
 // too short --text file, a model shape halfgrad refuses).
 #include <unistd.h>
@@ -34,6 +41,9 @@
 
 #include "addition_task.h"
 #include "halfgrad/halfgrad.h"
+#if HALFGRAD_HAS_DISTRIBUTED
+#include "halfgrad/distributed/data_parallel.h"
+#endif
 #include "text_task.h"
 #include "trainer.h"
 
@@ -52,9 +62,10 @@ std::string json_number(double value) {
 
 void print_json(const TrainMetrics& m, std::string_view task) {
   fmt::print(
-      "{{\"task\": \"{}\", \"dtype\": \"{}\", \"steps\": {}, \"step_ms\": {}, \"tokens_per_s\": "
-      "{}, \"final_loss\": {}, \"accuracy\": {}, \"skipped_steps\": {}, \"final_scale\": {}}}\n",
-      task, precision_name(m.dtype, m.fp8), m.steps, json_number(m.step_ms),
+      "{{\"task\": \"{}\", \"dtype\": \"{}\", \"ranks\": {}, \"steps\": {}, \"step_ms\": {}, "
+      "\"tokens_per_s\": {}, \"final_loss\": {}, \"accuracy\": {}, \"skipped_steps\": {}, "
+      "\"final_scale\": {}}}\n",
+      task, precision_name(m.dtype, m.fp8), m.world_size, m.steps, json_number(m.step_ms),
       json_number(m.tokens_per_s),
       json_number(m.final_loss), json_number(m.accuracy), m.skipped_steps,
       json_number(m.final_scale));
@@ -122,6 +133,7 @@ int main(int argc, char** argv) {
   double min_accuracy = 0.0;
   bool json = false;
   bool quiet = false;
+  bool ddp = false;
   std::string profile_file;
   // A flag given twice takes its last value, so ./scripts/demo --steps N overrides the demo's.
   app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
@@ -153,6 +165,8 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0.0, 1.0));
   app.add_flag("--json", json, "print one JSON line of metrics per run");
   app.add_flag("--quiet", quiet, "no progress lines");
+  app.add_flag("--ddp", ddp,
+               "data-parallel over the ranks of mpirun/torchrun (DistributedDataParallel, MPI)");
   app.add_option("--profile", profile_file,
                  "profile steps 3-5: write their Chrome trace to this file, print the op table")
       ->excludes("--compare");
@@ -160,6 +174,22 @@ int main(int argc, char** argv) {
 
   try {
     if (threads > 0) set_num_threads(threads);
+    if (ddp) {
+#if HALFGRAD_HAS_DISTRIBUTED
+      const auto group = distributed::init_process_group();
+      options.rank = group->rank();
+      options.world_size = group->world_size();
+      options.wrap = [](std::shared_ptr<nn::GPT> gpt) -> std::shared_ptr<nn::Module> {
+        return std::make_shared<nn::parallel::DistributedDataParallel<nn::GPT>>(std::move(gpt));
+      };
+      // Every rank trains; rank 0 speaks.
+      if (options.rank != 0) quiet = true;
+#else
+      HG_ERROR("--ddp: expected a build with hg::distributed (MPI: ./scripts/setup installs "
+               "libopenmpi-dev), got one without it");
+#endif
+    }
+    const bool speaks = options.rank == 0;
     std::unique_ptr<Task> task;
     if (text_file.empty()) {
       task = std::make_unique<AdditionTask>(digits, options.seed);
@@ -174,12 +204,18 @@ int main(int argc, char** argv) {
                               : isatty(fileno(stdout)) != 0 ? Progress::kInPlace
                                                             : Progress::kLines;
     if (log_every == 0) log_every = std::max<int64_t>(1, options.steps / 10);
-    fmt::print("train_gpt: {}\n", task->describe());
-    fmt::print(
-        "train_gpt: GPT n_layer={} n_head={} n_embd={}, block_size {}, batch {}, {} steps, "
-        "lr {:g}, threads {}\n",
-        options.n_layer, options.n_head, options.n_embd, task->block_size(), options.batch,
-        options.steps, options.lr, get_num_threads());
+    if (speaks) {
+      fmt::print("train_gpt: {}\n", task->describe());
+      fmt::print(
+          "train_gpt: GPT n_layer={} n_head={} n_embd={}, block_size {}, batch {}, {} steps, "
+          "lr {:g}, threads {}{}\n",
+          options.n_layer, options.n_head, options.n_embd, task->block_size(), options.batch,
+          options.steps, options.lr, get_num_threads(),
+          options.world_size > 1
+              ? fmt::format(", {} ranks ({} sequences a step)", options.world_size,
+                            options.batch * options.world_size)
+              : "");
+    }
 
     std::vector<TrainMetrics> runs;
     bool below_bar = false;
@@ -200,6 +236,8 @@ int main(int argc, char** argv) {
         }
       };
       const TrainMetrics m = train(*task, options, on_step);
+      below_bar = below_bar || m.accuracy < min_accuracy;
+      if (!speaks) continue;
       fmt::print(
           "{}: {} parameters, {:.2f} ms/step, {:.0f} tokens/s, final loss {:.4f}, "
           "skipped steps {}, final scale {:g}\n",
@@ -211,10 +249,9 @@ int main(int argc, char** argv) {
         fmt::print("{}: profiled steps {}-{}, Chrome trace in {}\n{}", name, m.profiled_first,
                    m.profiled_last, profile_file, m.profile_table);
       }
-      below_bar = below_bar || m.accuracy < min_accuracy;
       runs.push_back(m);
     }
-    if (!compare.empty()) {
+    if (!compare.empty() && speaks) {
       fmt::print("\n");
       print_table(runs);
     }

@@ -79,6 +79,14 @@ struct TrainOptions {
   int64_t profile_warmup = 2;     // steps before the profiled ones (fewer when steps is small)
   int64_t profile_steps = 3;
   int64_t profile_rows = 20;  // of the table
+  // Data-parallel training (train_gpt --ddp): every rank draws the same batch of
+  // batch * world_size sequences and trains on its own slice of batch sequences, so the ranks
+  // together take the step one process would take on the whole batch. `wrap`, when set, wraps
+  // the model once it is built (in nn::parallel::DistributedDataParallel) and returns the
+  // module the forward goes through.
+  int rank = 0;
+  int world_size = 1;
+  std::function<std::shared_ptr<nn::Module>(std::shared_ptr<nn::GPT>)> wrap = nullptr;
 };
 
 // What one step did, for a progress display.
@@ -96,7 +104,8 @@ struct TrainMetrics {
   bool fp8;
   int64_t steps;
   int64_t parameters;     // number of scalars
-  int64_t tokens;         // per step: batch * block_size
+  int world_size;         // ranks training together (1: one process)
+  int64_t tokens;         // per step, over every rank: batch * world_size * block_size
   double step_ms;         // mean wall time of a training step
   double tokens_per_s;    // tokens / step time
   double final_loss;      // mean training loss of the last kFinalLossSteps steps
@@ -112,6 +121,9 @@ inline TrainMetrics train(const Task& task, const TrainOptions& options,
                           const std::function<void(const StepReport&)>& on_step = {}) {
   HG_CHECK(options.steps >= 1, "train: expected at least 1 step, got {}", options.steps);
   HG_CHECK(options.batch >= 1, "train: expected a batch of at least 1, got {}", options.batch);
+  HG_CHECK(options.world_size >= 1 && options.rank >= 0 && options.rank < options.world_size,
+           "train: expected a rank in [0, world_size), got rank {} of {}", options.rank,
+           options.world_size);
   HG_CHECK(options.dtype == kFloat32 || options.dtype == kFloat16 || options.dtype == kBFloat16,
            "train: expected the dtype float32, float16 or bfloat16, got {}", options.dtype);
   const bool use_autocast = options.dtype != kFloat32;
@@ -120,7 +132,11 @@ inline TrainMetrics train(const Task& task, const TrainOptions& options,
   manual_seed(options.seed);
   std::mt19937_64 batch_rng(options.seed);
   const int64_t T = task.block_size();
-  nn::GPT model(task.vocab_size(), T, options.n_layer, options.n_head, options.n_embd);
+  const auto gpt =
+      std::make_shared<nn::GPT>(task.vocab_size(), T, options.n_layer, options.n_head,
+                                options.n_embd);
+  nn::GPT& model = *gpt;
+  const std::shared_ptr<nn::Module> forward_module = options.wrap ? options.wrap(gpt) : gpt;
 
   std::vector<Tensor> decay, no_decay;
   for (const Tensor& param : model.parameters())
@@ -139,10 +155,11 @@ inline TrainMetrics train(const Task& task, const TrainOptions& options,
   TrainMetrics metrics{};
   metrics.dtype = options.dtype;
   metrics.fp8 = options.fp8;
+  metrics.world_size = options.world_size;
   amp::DelayedScaling fp8_recipe({.amax_history_len = options.fp8_amax_history});
   metrics.steps = options.steps;
   for (const Tensor& param : model.parameters()) metrics.parameters += param.numel();
-  metrics.tokens = options.batch * T;
+  metrics.tokens = options.batch * options.world_size * T;
 
   std::vector<double> losses;
   losses.reserve(size_t(options.steps));
@@ -160,13 +177,17 @@ inline TrainMetrics train(const Task& task, const TrainOptions& options,
     if (profiling && step == metrics.profiled_first) {
       profile.emplace(profiler::ProfileOptions{.model = &model});
     }
-    const Batch batch = task.sample_batch(options.batch, batch_rng);
+    Batch batch = task.sample_batch(options.batch * options.world_size, batch_rng);
+    if (options.world_size > 1) {
+      batch.x = batch.x.narrow(0, options.rank * options.batch, options.batch);
+      batch.y = batch.y.narrow(0, options.rank * options.batch, options.batch);
+    }
     opt.zero_grad();
     Tensor loss;
     {
       amp::Autocast autocast(kCPU, autocast_dtype, /*enabled=*/use_autocast);
       amp::Fp8Autocast fp8(fp8_recipe, /*enabled=*/options.fp8);
-      const Tensor logits = model.forward(batch.x);  // [B, T, V]
+      const Tensor logits = forward_module->forward(batch.x);  // [B, T, V]
       loss = nn::functional::cross_entropy(logits.reshape({-1, task.vocab_size()}),
                                            batch.y.reshape({-1}), /*weight=*/{}, kIgnoreIndex);
     }
