@@ -125,8 +125,8 @@ using Clock = std::chrono::steady_clock;
 struct InFlight {
   explicit InFlight(std::string_view name) : collective(name), started(Clock::now()) {}
   std::string collective;
-  Clock::time_point started;        // before its launch: a launch that blocks counts too
-  cuda::Event done;                 // recorded after the collective on its stream
+  Clock::time_point started;          // before its launch: a launch that blocks counts too
+  cuda::Event done;                   // recorded after the collective on its stream
   std::atomic<bool> enqueued{false};  // `done` is recorded
   std::atomic<bool> finished{false};  // done, or its launch failed: nothing left to watch
   std::atomic<bool> failed{false};    // still in flight when the group broke
