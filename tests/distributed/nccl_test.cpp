@@ -1,16 +1,21 @@
 // hg::distributed's NCCL backend under mpirun -np 2, one GPU per rank: the collectives on CUDA
-// tensors against a float64 reference each rank computes from every rank's inputs. Skipped
-// (with a warning) without NCCL in the build or without a GPU for every rank.
+// tensors against a float64 reference each rank computes from every rank's inputs, a group made
+// as under torchrun (its unique id over a TCP store), and the watchdog's timeout. Skipped (with
+// a warning) without NCCL in the build or without a GPU for every rank.
 #include <catch2/catch.hpp>
 
+#include <chrono>
 #include <cmath>
 #include <random>
+#include <thread>
 #include <vector>
 
 #include "halfgrad/core/factory.h"
 #include "halfgrad/core/format.h"
 #include "halfgrad/cuda/cuda.h"
+#include "halfgrad/distributed/nccl_process_group.h"
 #include "halfgrad/distributed/process_group.h"
+#include "halfgrad/distributed/tcp_store.h"
 
 using namespace hg;
 using namespace hg::distributed;
@@ -136,4 +141,59 @@ TEST_CASE("NCCL broadcast all_gather reduce_scatter and barrier", "[cuda][multi-
   barrier->wait();
   CHECK_THROWS_WITH(pg.all_reduce(tensor(Values{1.0}, kFloat32)),
                     Contains("the NCCL backend expected a tensor on cuda:"));
+}
+
+TEST_CASE("NCCL group made as under torchrun exchanges its id over the TCP store",
+          "[cuda][multi-gpu]") {
+  if (!has_a_gpu_per_rank()) return;
+  // A port free on rank 0, sent to every rank over MPI; the group itself needs no MPI.
+  auto mpi = init_process_group({.backend = Backend::Mpi, .timeout = std::chrono::seconds(60)});
+  int port = 0;
+  if (mpi->rank() == 0) port = TCPStore("127.0.0.1", 0, 1, true).port();
+  Tensor sent = tensor(Values{double(port)}, kInt64);
+  mpi->broadcast(sent, 0)->wait();
+  LaunchEnvironment env = read_launch_environment();
+  env.launcher = "torchrun";
+  env.master_addr = "127.0.0.1";
+  env.master_port = int(sent.data_ptr<int64_t>()[0]);
+  auto group = make_nccl_process_group(env, {.backend = Backend::Nccl});
+  CHECK(group->rank() == env.rank);
+  CHECK(group->world_size() == env.world_size);
+  Tensor mine = on_gpu(Values{double(env.rank + 1)}, kFloat32, env.local_rank);
+  group->all_reduce(mine)->wait();
+  CHECK(read(mine) == Values{double(env.world_size * (env.world_size + 1) / 2)});
+  group->barrier()->wait();
+  cuda::synchronize();
+}
+
+// Last: rank 0 is left with an aborted communicator. Rank 1 never joins rank 0's all_reduce.
+TEST_CASE("NCCL watchdog aborts a collective past the group's timeout", "[cuda][multi-gpu]") {
+  if (!has_a_gpu_per_rank()) return;
+  ProcessGroupOptions options;
+  options.backend = Backend::Nccl;
+  options.timeout = std::chrono::milliseconds(1000);
+  // Never destroyed: destroying a communicator whose peer aborted may wait on that peer.
+  static auto* group = new std::shared_ptr<ProcessGroup>(init_process_group(options));
+  ProcessGroup& pg = **group;
+  if (pg.rank() == 0) {
+    Tensor mine = on_gpu(Values{1.0}, kFloat32, pg.local_rank());
+    auto work = pg.all_reduce(mine);
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    bool threw = false;
+    while (!threw && std::chrono::steady_clock::now() < deadline) {
+      try {
+        work->is_completed();
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      } catch (const hg::Error& error) {
+        threw = true;
+        CHECK_THAT(error.what(), Contains("all_reduce: rank 0 timed out after 1000 ms"));
+      }
+    }
+    CHECK(threw);
+    CHECK_THROWS_WITH(work->wait(), Contains("all_reduce: rank 0 timed out after 1000 ms"));
+    CHECK_THROWS_WITH(pg.barrier(), Contains("barrier: expected a usable process group, got one "
+                                             "broken by the NCCL watchdog: all_reduce: rank 0"));
+  }
+  nccl_group().barrier()->wait();
+  cuda::synchronize();
 }
