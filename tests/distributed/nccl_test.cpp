@@ -1,5 +1,6 @@
 // hg::distributed's NCCL backend under mpirun -np 2, one GPU per rank: the collectives on CUDA
-// tensors against a float64 reference each rank computes from every rank's inputs, a group made
+// tensors against a float64 reference each rank computes from every rank's inputs,
+// DistributedDataParallel on CUDA gradients against one GPU on the whole batch, a group made
 // as under torchrun (its unique id over a TCP store), and the watchdog's timeout. Skipped (with
 // a warning) without NCCL in the build or without a GPU for every rank.
 #include <catch2/catch.hpp>
@@ -13,9 +14,15 @@
 #include "halfgrad/core/factory.h"
 #include "halfgrad/core/format.h"
 #include "halfgrad/cuda/cuda.h"
+#include "halfgrad/core/random.h"
+#include "halfgrad/distributed/data_parallel.h"
 #include "halfgrad/distributed/nccl_process_group.h"
 #include "halfgrad/distributed/process_group.h"
 #include "halfgrad/distributed/tcp_store.h"
+#include "halfgrad/nn/modules.h"
+#include "halfgrad/ops/loss.h"
+#include "halfgrad/ops/ops.h"
+#include "halfgrad/optim/sgd.h"
 
 using namespace hg;
 using namespace hg::distributed;
@@ -39,14 +46,15 @@ bool has_a_gpu_per_rank() {
   return true;
 }
 
-ProcessGroup& nccl_group() {
+std::shared_ptr<ProcessGroup> shared_nccl_group() {
   static std::shared_ptr<ProcessGroup> made = [] {
     ProcessGroupOptions options;
     options.backend = Backend::Nccl;
     return init_process_group(options);
   }();
-  return *made;
+  return made;
 }
+ProcessGroup& nccl_group() { return *shared_nccl_group(); }
 
 Values input_of(int rank, int64_t n, int salt) {
   std::mt19937_64 generator(uint64_t(7919) * uint64_t(rank + 1) + uint64_t(salt));
@@ -141,6 +149,61 @@ TEST_CASE("NCCL broadcast all_gather reduce_scatter and barrier", "[cuda][multi-
   barrier->wait();
   CHECK_THROWS_WITH(pg.all_reduce(tensor(Values{1.0}, kFloat32)),
                     Contains("the NCCL backend expected a tensor on cuda:"));
+}
+
+TEST_CASE("DDP over NCCL equals one GPU trained on the concatenated batches",
+          "[cuda][multi-gpu]") {
+  if (!has_a_gpu_per_rank()) return;
+  ProcessGroup& pg = nccl_group();
+  const Device gpu(kCUDA, pg.local_rank());
+  const auto make = [&](uint64_t seed) {
+    manual_seed(seed);
+    auto mlp = std::make_shared<nn::Sequential>();
+    mlp->append(nn::Linear(6, 16));
+    mlp->append(nn::ReLU());
+    mlp->append(nn::Linear(16, 3));
+    mlp->to(gpu);
+    return mlp;
+  };
+  auto replica = make(5 + uint64_t(pg.rank()));  // rank 0's weights replace these
+  nn::parallel::DistributedDataParallelOptions options;
+  options.process_group = shared_nccl_group();
+  options.first_bucket_cap_mb = 0.0001;  // one bucket per parameter, launched in turn
+  auto ddp = std::make_shared<nn::parallel::DistributedDataParallel<nn::Sequential>>(replica,
+                                                                                     options);
+  auto reference = make(5);
+  std::vector<Values> initial;
+  for (const Tensor& p : reference->parameters()) initial.push_back(read(p));
+  optim::SGD ddp_opt(ddp->parameters(), {.lr = 0.1, .momentum = 0.9});
+  optim::SGD ref_opt(reference->parameters(), {.lr = 0.1, .momentum = 0.9});
+  const int64_t per_rank = 4, batch = per_rank * pg.world_size();
+  for (int step = 0; step < 5; ++step) {
+    Generator gen(300 + uint64_t(step));
+    const Tensor x = randn({batch, 6}, {}, &gen).to(gpu), y = randn({batch, 3}, {}, &gen).to(gpu);
+    ddp_opt.zero_grad();
+    mse_loss((*ddp)(x.narrow(0, pg.rank() * per_rank, per_rank)),
+             y.narrow(0, pg.rank() * per_rank, per_rank))
+        .backward();
+    ddp_opt.step();
+    ref_opt.zero_grad();
+    mse_loss((*reference)(x), y).backward();
+    ref_opt.step();
+  }
+  const std::vector<Tensor> got = replica->parameters(), expected = reference->parameters();
+  double error = 0, moved = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    const Values g = read(got[i]), e = read(expected[i]);
+    Tensor copy = got[i].detach().clone();
+    pg.broadcast(copy, 0)->wait();
+    CHECK(read(copy) == g);  // every rank holds the same bits
+    for (size_t k = 0; k < g.size(); ++k) {
+      error = std::max(error, std::abs(g[k] - e[k]));
+      moved = std::max(moved, std::abs(e[k] - initial[i][k]));
+    }
+  }
+  INFO("max error " << error << ", max move " << moved);
+  CHECK(moved > 1e-2);
+  CHECK(error <= 1e-3 * moved);
 }
 
 TEST_CASE("NCCL group made as under torchrun exchanges its id over the TCP store",
