@@ -47,6 +47,25 @@ Values bfloat16_values(uint32_t seed, int64_t n) {
 
 constexpr int64_t kElements = 20000;
 
+// Three steps of `opt` (over the one parameter `p`, drawing from `gen`) against its float64
+// `reference`, each from the stored bfloat16 values: every new value is a bfloat16 neighbour
+// of the reference's, the rounding is unbiased, and each step draws one Philox word per
+// element (a 4-word block per 4 elements).
+template <class Reference>
+void check_three_steps(optim::Optimizer& opt, Reference& reference, const Tensor& p,
+                       const Generator& gen, uint32_t grad_seed) {
+  for (int s = 0; s < 3; ++s) {
+    INFO("step " << s);
+    const Values grad = random_values(grad_seed + uint32_t(s), kElements, kBFloat16);
+    reference.p = values_of(p);
+    set_grad(p, grad);
+    opt.step();
+    reference.step(grad);
+    check_stochastic_step(values_of(p), reference.p);
+    CHECK(gen.offset() == uint64_t(s + 1) * (kElements / 4));
+  }
+}
+
 }  // namespace
 
 TEST_CASE("SGD bf16_params rounds the float32 update stochastically", "[optim][bf16_params]") {
@@ -61,15 +80,7 @@ TEST_CASE("SGD bf16_params rounds the float32 update stochastically", "[optim][b
                          .bf16_params = true,
                          .generator = &gen});
     ReferenceSGD reference{c, kFloat64, {}, {}};
-    for (int s = 0; s < 3; ++s) {
-      const Values grad = random_values(50 + uint32_t(s), kElements, kBFloat16);
-      reference.p = values_of(p);  // the reference steps from the stored bfloat16 values
-      set_grad(p, grad);
-      opt.step();
-      reference.step(grad);
-      check_stochastic_step(values_of(p), reference.p);
-      CHECK(gen.offset() == uint64_t(s + 1) * (kElements / 4));
-    }
+    check_three_steps(opt, reference, p, gen, 50);
     if (momentum != 0) {
       const Tensor& buffer = opt.state(0, 0).buffers.at("momentum_buffer");
       CHECK(buffer.dtype() == kFloat32);
@@ -107,20 +118,12 @@ TEST_CASE("Adam and AdamW bf16_params round the float32 update stochastically",
                                                        .generator = &gen});
       }
       ReferenceAdam reference{c, kFloat64, kFloat32, {}, {}, {}, {}};
-      for (int s = 0; s < 3; ++s) {
-        const Values grad = random_values(60 + uint32_t(s), kElements, kBFloat16);
-        reference.p = values_of(p);
-        set_grad(p, grad);
-        opt->step();
-        reference.step(grad);
-        check_stochastic_step(values_of(p), reference.p);
-      }
+      check_three_steps(*opt, reference, p, gen, 60);
       const optim::ParamState& state = opt->state(0, 0);
       CHECK(state.buffers.at("exp_avg").dtype() == kFloat32);
       CHECK(state.buffers.at("exp_avg_sq").dtype() == kFloat32);
       CHECK(close(values_of(state.buffers.at("exp_avg")), reference.exp_avg, 1e-6));
       CHECK(close(values_of(state.buffers.at("exp_avg_sq")), reference.exp_avg_sq, 1e-6));
-      CHECK(gen.offset() == 3 * (kElements / 4));
     }
   }
 }
@@ -143,15 +146,7 @@ TEST_CASE("RMSprop bf16_params rounds the float32 update stochastically", "[opti
                                .bf16_params = true,
                                .generator = &gen});
       ReferenceRMSprop reference{c, kFloat64, kFloat32, {}, {}, {}, {}};
-      for (int s = 0; s < 3; ++s) {
-        const Values grad = random_values(70 + uint32_t(s), kElements, kBFloat16);
-        reference.p = values_of(p);  // the reference steps from the stored bfloat16 values
-        set_grad(p, grad);
-        opt.step();
-        reference.step(grad);
-        check_stochastic_step(values_of(p), reference.p);
-        CHECK(gen.offset() == uint64_t(s + 1) * (kElements / 4));
-      }
+      check_three_steps(opt, reference, p, gen, 70);
       const optim::ParamState& state = opt.state(0, 0);
       CHECK(state.buffers.at("square_avg").dtype() == kFloat32);
       CHECK(close(values_of(state.buffers.at("square_avg")), reference.square_avg, 1e-6));
@@ -185,15 +180,7 @@ TEST_CASE("Adagrad bf16_params rounds the float32 update stochastically", "[opti
   // The state made at construction is float32 too.
   CHECK(opt.state(0, 0).buffers.at("sum").dtype() == kFloat32);
   ReferenceAdagrad reference{c, kFloat64, kFloat32, {}, {}};
-  for (int s = 0; s < 3; ++s) {
-    const Values grad = random_values(80 + uint32_t(s), kElements, kBFloat16);
-    reference.p = values_of(p);
-    set_grad(p, grad);
-    opt.step();
-    reference.step(grad);
-    check_stochastic_step(values_of(p), reference.p);
-    CHECK(gen.offset() == uint64_t(s + 1) * (kElements / 4));
-  }
+  check_three_steps(opt, reference, p, gen, 80);
   const Tensor& sum = opt.state(0, 0).buffers.at("sum");
   CHECK(sum.dtype() == kFloat32);
   CHECK(close(values_of(sum), reference.sum, 1e-6));
