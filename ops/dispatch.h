@@ -35,6 +35,10 @@
 //   bool autocast_eligible() const;             false for calls autocast must not touch
 //                                               (an explicit dtype given by the caller)
 //   static constexpr bool kFp8 = true;          runs in float8 (ops/fp8.h); observers see it
+//   Tensor fp8_form(DelayedScaling&, inputs...) the op's float8 form, which dispatch() runs
+//                                               instead of the op in an fp8 region: declared
+//                                               by exactly the ops op_list.def lists with
+//                                               HG_FP8_OP (NOTE [Fp8 ops])
 //   Generator* generator;                       the op draws random numbers from it (or from
 //                                               default_generator() when null): a rerun for
 //                                               an observer draws the same ones (NOTE [Op reruns])
@@ -60,6 +64,8 @@
 #include "halfgrad/ops/op.h"
 
 namespace hg::ops {
+
+class DelayedScaling;  // ops/fp8.h
 
 // What forward saves for backward, and which inputs need a gradient.
 class OpContext {
@@ -149,6 +155,21 @@ constexpr bool is_fp8() {
   } else {
     return false;
   }
+}
+
+template <class Op, class... Ts>
+concept HasFp8Form = requires(const Op& op, DelayedScaling& recipe, const Ts&... inputs) {
+  { op.fp8_form(recipe, inputs...) } -> std::same_as<Tensor>;
+};
+
+// The recipe of this thread's fp8 region when a call whose first input is `x` runs in fp8
+// there (NOTE [Fp8 ops]): at the outermost call, and never for float64 inputs, which no
+// precision policy lowers. Null otherwise.
+inline DelayedScaling* fp8_recipe_for(const Tensor& x) {
+  void* recipe = autocast_mode().fp8_recipe;
+  return recipe != nullptr && !is_below_autocast() && x.defined() && x.dtype() != kFloat64
+             ? static_cast<DelayedScaling*>(recipe)
+             : nullptr;
 }
 
 template <class Op>
@@ -368,10 +389,22 @@ auto run(Op op, Inputs inputs) {
 
 }  // namespace detail
 
-// Dispatches an op with a fixed number of tensor inputs.
+// Dispatches an op with a fixed number of tensor inputs (an HG_FP8_OP op, in an fp8 region:
+// its fp8_form instead).
 template <class Op, class... Ts>
 requires(std::is_same_v<std::remove_cvref_t<Ts>, Tensor>&&...) auto dispatch(Op op,
                                                                              const Ts&... inputs) {
+  if constexpr (op_runs_in_fp8(Op::id) && !detail::is_fp8<Op>()) {
+    static_assert(detail::HasFp8Form<Op, Ts...>,
+                  "an op listed with HG_FP8_OP in op_list.def declares its fp8_form");
+    const Tensor& first = std::get<0>(std::forward_as_tuple(inputs...));
+    if (DelayedScaling* recipe = detail::fp8_recipe_for(first)) {
+      return op.fp8_form(*recipe, inputs...);
+    }
+  } else {
+    static_assert(!detail::HasFp8Form<Op, Ts...>,
+                  "an op with an fp8_form is listed with HG_FP8_OP in op_list.def");
+  }
   return detail::run(std::move(op), std::array<Tensor, sizeof...(Ts)>{inputs...});
 }
 

@@ -144,8 +144,8 @@ class Fp8RecipeGuard {
   void* previous_;
 };
 
-// linear and linear_gelu in fp8 under `recipe` (NOTE [Fp8 ops]): hg::linear and
-// hg::linear_gelu call these in an fp8 region. The output is the autocast dtype when autocast
+// linear and linear_gelu in fp8 under `recipe` (NOTE [Fp8 ops]): the fp8_form of their ops,
+// which dispatch() runs in an fp8 region. The output is the autocast dtype when autocast
 // is on for the input's device, else the input's dtype.
 Tensor fp8_linear(DelayedScaling& recipe, const Tensor& x, const Tensor& weight,
                   const Tensor& bias);

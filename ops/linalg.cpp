@@ -301,6 +301,11 @@ struct Linear {
   static constexpr OpId id = OpId::linear;
   LinearShapes shapes{};
 
+  Tensor fp8_form(ops::DelayedScaling& recipe, const Tensor& x, const Tensor& weight,
+                  const Tensor& bias) const {
+    return ops::fp8_linear(recipe, x, weight, bias);
+  }
+
   Tensor forward(OpContext& ctx, const Tensor& x, const Tensor& weight, const Tensor& bias) {
     check_linear("linear", x, weight, bias);
     shapes.remember(ctx, x, bias);
@@ -331,6 +336,11 @@ struct LinearGelu {
   static constexpr OpId id = OpId::linear_gelu;
   bool tanh_approximation = true;
   LinearShapes shapes{};
+
+  Tensor fp8_form(ops::DelayedScaling& recipe, const Tensor& x, const Tensor& weight,
+                  const Tensor& bias) const {
+    return ops::fp8_linear_gelu(recipe, x, weight, bias, tanh_approximation);
+  }
 
   Tensor forward(OpContext& ctx, const Tensor& x, const Tensor& weight, const Tensor& bias) {
     check_linear("linear_gelu", x, weight, bias);
@@ -400,30 +410,13 @@ Tensor baddbmm(const Tensor& input, const Tensor& a, const Tensor& b, Scalar bet
   return dispatch(BaddBmm{.beta = beta.to_double(), .alpha = alpha.to_double()}, input, a, b);
 }
 Tensor matmul(const Tensor& a, const Tensor& b) { return dispatch(Matmul{}, a, b); }
-namespace {
-// The recipe a call runs in fp8 under (NOTE [Fp8 ops]), or null: in an fp8 region, at the
-// outermost call, for inputs that are not float64 (float64 is never lowered).
-ops::DelayedScaling* fp8_recipe_for(const Tensor& x) {
-  ops::DelayedScaling* recipe = ops::fp8_recipe();
-  return recipe != nullptr && !ops::is_below_autocast() && x.defined() && x.dtype() != kFloat64
-             ? recipe
-             : nullptr;
-}
-}  // namespace
-
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
-  if (ops::DelayedScaling* recipe = fp8_recipe_for(x)) {
-    return ops::fp8_linear(*recipe, x, weight, bias);
-  }
   return dispatch(Linear{}, x, weight, bias);
 }
 Tensor linear_gelu(const Tensor& x, const Tensor& weight, const Tensor& bias,
                    std::string_view approximate) {
   HG_CHECK(approximate == "none" || approximate == "tanh",
            "linear_gelu: expected approximate to be \"none\" or \"tanh\", got \"{}\"", approximate);
-  if (ops::DelayedScaling* recipe = fp8_recipe_for(x)) {
-    return ops::fp8_linear_gelu(*recipe, x, weight, bias, approximate == "tanh");
-  }
   return dispatch(LinearGelu{.tanh_approximation = approximate == "tanh"}, x, weight, bias);
 }
 Tensor dot(const Tensor& a, const Tensor& b) { return dispatch(Dot{}, a, b); }

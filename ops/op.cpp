@@ -42,18 +42,6 @@ std::string_view cast_policy_name(CastPolicy policy) {
 const OpInfo& op_info(OpId op) { return kOps[static_cast<size_t>(op)]; }
 std::string_view op_name(OpId op) { return op_info(op).name; }
 
-bool op_runs_in_fp8(OpId op) {
-  switch (op) {
-#define HG_OP(name, cuda, cpu, differentiable)
-#define HG_FP8_OP(name) case OpId::name:
-#include "halfgrad/ops/op_list.def"
-#undef HG_FP8_OP
-#undef HG_OP
-    return true;
-    default:
-      return false;
-  }
-}
 std::span<const OpInfo> all_ops() { return kOps; }
 
 }  // namespace hg

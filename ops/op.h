@@ -43,8 +43,20 @@ struct OpInfo {
 };
 
 const OpInfo& op_info(OpId op);
-// True for the ops that run in fp8 inside an amp::Fp8Autocast region (NOTE [Fp8 ops]).
-bool op_runs_in_fp8(OpId op);
+// True for the ops that run in fp8 inside an amp::Fp8Autocast region (NOTE [Fp8 ops]);
+// constexpr, so that dispatch() decides per op at compile time whether to look for a recipe.
+constexpr bool op_runs_in_fp8(OpId op) {
+  switch (op) {
+#define HG_OP(name, cuda, cpu, differentiable)
+#define HG_FP8_OP(name) case OpId::name:
+#include "halfgrad/ops/op_list.def"
+#undef HG_FP8_OP
+#undef HG_OP
+    return true;
+    default:
+      return false;
+  }
+}
 std::string_view op_name(OpId op);
 // Every op, in op_list.def's order.
 std::span<const OpInfo> all_ops();
