@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <map>
 #include <tuple>
+#include <utility>
 
 #include "halfgrad/autograd/engine.h"
 #include "halfgrad/autograd/grad_mode.h"
@@ -25,7 +26,9 @@ class Reducer : public std::enable_shared_from_this<Reducer> {
  public:
   Reducer(std::vector<std::pair<std::string, Tensor>> params,
           std::shared_ptr<ProcessGroup> group, const DistributedDataParallelOptions& options)
-      : params_(std::move(params)), group_(std::move(group)) {
+      : params_(std::move(params)),
+        group_(std::move(group)),
+        find_unused_(options.find_unused_parameters) {
     lay_out_buckets(options);
   }
 
@@ -168,37 +171,65 @@ class Reducer : public std::enable_shared_from_this<Reducer> {
     }
   }
 
-  // Waits for the buckets launched and forgets the round.
+  // Waits for the collectives launched and forgets the round.
   void close_round() {
     round_open_ = false;
     for (size_t i = 0; i < next_launch_; ++i) {
       if (buckets_[i].work) buckets_[i].work->wait();
     }
+    if (used_work_) std::exchange(used_work_, nullptr)->wait();
   }
 
   // The queued callback, when backward's graph is done (NOTE [DDP and unused parameters]).
   void finish_round() {
-    if (next_launch_ < buckets_.size()) {
-      std::string unused;
-      for (size_t k = 0; k < params_.size(); ++k) {
-        if (ready_[k]) continue;
-        unused += unused.empty() ? "" : ", ";
-        unused += "'" + params_[k].first + "'";
-      }
+    std::vector<size_t> unused;
+    for (size_t k = 0; k < params_.size(); ++k) {
+      if (!ready_[k]) unused.push_back(k);
+    }
+    if (!unused.empty() && !find_unused_) {
+      std::string names;
+      for (size_t k : unused) names += (names.empty() ? "'" : ", '") + params_[k].first + "'";
       close_round();
       HG_ERROR(
           "DistributedDataParallel: expected every parameter that requires grad to get a "
           "gradient in each synchronised backward, got none for {} on rank {}; freeze them "
-          "(requires_grad false) before wrapping the model",
-          unused, group_->rank());
+          "(requires_grad false) before wrapping the model, or set find_unused_parameters",
+          names, group_->rank());
+    }
+    Tensor used_anywhere;
+    if (find_unused_) {
+      {
+        NoGradGuard no_grad;
+        for (size_t k : unused) {
+          const auto [b, slot] = slot_of_[k];
+          Bucket& bucket = buckets_[b];
+          bucket.buffer.narrow(0, bucket.offset[slot], params_[k].second.numel()).zero_();
+          if (--bucket.pending == 0) launch_ready_buckets();
+        }
+      }
+      // After every bucket, so that the collectives keep one order on every rank.
+      std::vector<int32_t> used(params_.size());
+      for (size_t k = 0; k < params_.size(); ++k) used[k] = ready_[k] ? 1 : 0;
+      used_anywhere = tensor(used).to(buckets_.front().buffer.device());
+      used_work_ = group_->all_reduce(used_anywhere, ReduceOp::Max);
     }
     close_round();
+    std::vector<int32_t> used;
+    if (used_anywhere.defined()) used = used_anywhere.to(kCPU).to_vector<int32_t>();
     NoGradGuard no_grad;
     for (const Bucket& bucket : buckets_) {
       for (size_t s = 0; s < bucket.params.size(); ++s) {
-        const Tensor& param = params_[bucket.params[s]].second;
-        param.mutable_grad().copy_(
-            bucket.buffer.narrow(0, bucket.offset[s], param.numel()).view(param.sizes()));
+        const size_t k = bucket.params[s];
+        if (!used.empty() && used[k] == 0) continue;  // no rank used it: grad() as it was
+        const Tensor& param = params_[k].second;
+        const Tensor average =
+            bucket.buffer.narrow(0, bucket.offset[s], param.numel()).view(param.sizes());
+        Tensor& grad = param.mutable_grad();
+        if (grad.defined()) {
+          grad.copy_(average);
+        } else {
+          grad = average.clone();
+        }
       }
     }
   }
@@ -210,6 +241,8 @@ class Reducer : public std::enable_shared_from_this<Reducer> {
   std::vector<bool> ready_;
   size_t next_launch_ = 0;
   bool round_open_ = false;
+  bool find_unused_ = false;
+  std::shared_ptr<Work> used_work_;  // the all_reduce of the used map (find_unused_)
 };
 
 }  // namespace detail

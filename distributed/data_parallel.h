@@ -30,12 +30,20 @@
 // progress when the library is called: each hook polls the buckets in flight (one MPI_Test
 // each) to keep them moving.
 //
-// NOTE [DDP and unused parameters] Every parameter that requires grad must get a gradient in
-// every synchronised backward (torch's default, find_unused_parameters=False): a bucket holding
-// a parameter that got none cannot be launched. The closing callback then waits for the buckets
-// that were launched and throws an hg::Error naming the parameters; a rank whose other ranks
-// did use them is ended by the group's timeout (NOTE [Collective timeouts]). Freeze such
-// parameters (requires_grad false) before wrapping the model.
+// NOTE [DDP and unused parameters] By default (torch's find_unused_parameters=False) every
+// parameter that requires grad must get a gradient in every synchronised backward: a bucket
+// holding a parameter that got none cannot be launched. The closing callback then waits for
+// the buckets that were launched and throws an hg::Error naming the parameters (and naming the
+// option); a rank whose other ranks did use them is ended by the group's timeout (NOTE
+// [Collective timeouts]). With find_unused_parameters, the closing callback instead fills the
+// slots of the parameters this rank left without a gradient with zeros, launches the buckets
+// still waiting (in index order: every rank still issues the same collectives in the same
+// order, only later), and then all-reduces a map of which parameters each rank used. A
+// parameter some rank used gets the average (this rank's zeros counted), creating its grad()
+// where this rank had none; one no rank used keeps its grad() as it was, as in torch. It costs
+// one more all_reduce a step. Unlike torch, which finds the unused parameters by walking the
+// graph from the forward's outputs, halfgrad learns them at the end of backward, so a rank must
+// give at least one parameter a gradient for its backward to take part.
 #pragma once
 
 #include <cstdint>
@@ -56,6 +64,8 @@ struct DistributedDataParallelOptions {
   double first_bucket_cap_mb = 1.0;
   // Broadcast rank 0's buffers (running statistics) at every forward, as torch does.
   bool broadcast_buffers = true;
+  // Allow parameters without a gradient in a backward (NOTE [DDP and unused parameters]).
+  bool find_unused_parameters = false;
 };
 
 namespace detail {

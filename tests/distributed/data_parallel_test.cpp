@@ -373,7 +373,8 @@ TEST_CASE("A parameter without a gradient is an error naming it on every rank", 
   const Batch b = batch_of(0);
   Tensor loss = mse_loss((*ddp)(b.local_x()), b.local_y());
   CHECK_THROWS_WITH(loss.backward(), Contains("'unused.weight'") && Contains("'unused.bias'") &&
-                                         Contains("requires_grad false"));
+                                         Contains("requires_grad false") &&
+                                         Contains("find_unused_parameters"));
   // Frozen, the same model trains: the next backward averages.
   ddp.reset();  // its hooks would still average for it
   net->unused->weight.requires_grad_(false);
@@ -382,6 +383,60 @@ TEST_CASE("A parameter without a gradient is an error naming it on every rank", 
   mse_loss((*frozen)(b.local_x()), b.local_y()).backward();
   const std::vector<Tensor> grad = {net->used->weight.grad().clone()};
   CHECK(bitwise_equal(grad, rank0_copy(grad)));
+}
+
+namespace {
+// Head a on every rank, head b on rank 1 only (when `use_b`), head c on none.
+struct Branches : nn::Module {
+  Branches() {
+    a = register_module("a", std::make_shared<nn::Linear>(6, 3));
+    b = register_module("b", std::make_shared<nn::Linear>(6, 3));
+    c = register_module("c", std::make_shared<nn::Linear>(6, 3));
+  }
+  Tensor forward(const Tensor& x) override { return use_b ? (*a)(x) + (*b)(x) : (*a)(x); }
+  std::shared_ptr<nn::Linear> a, b, c;
+  bool use_b = false;
+};
+}  // namespace
+
+TEST_CASE("find_unused_parameters averages what any rank used and leaves what none used",
+          "[ddp]") {
+  manual_seed(81);
+  auto net = std::make_shared<Branches>();
+  net->use_b = group().rank() == 1;
+  DistributedDataParallelOptions options;
+  options.find_unused_parameters = true;
+  options.first_bucket_cap_mb = 0.0001;  // a bucket per parameter: some launch late on rank 0
+  auto ddp = std::make_shared<DistributedDataParallel<Branches>>(net, options);
+  manual_seed(81);
+  auto reference = std::make_shared<Branches>();
+  for (int round = 0; round < 2; ++round) {
+    INFO("round " << round);
+    const Batch batch = batch_of(round);
+    for (const Tensor& p : net->parameters()) p.mutable_grad() = Tensor();
+    for (const Tensor& p : reference->parameters()) p.mutable_grad() = Tensor();
+    mse_loss((*ddp)(batch.local_x()), batch.local_y()).backward();
+    // The reference: rank 0's rows through a, rank 1's through a + b, one mean over all.
+    const Tensor x0 = batch.x.narrow(0, 0, kBatch / 2);
+    const Tensor x1 = batch.x.narrow(0, kBatch / 2, kBatch / 2);
+    reference->use_b = false;
+    const Tensor top = (*reference)(x0);
+    reference->use_b = true;
+    const Tensor bottom = (*reference)(x1);
+    mse_loss(cat({top, bottom}, 0), batch.y).backward();
+
+    for (const auto& head : {std::pair{net->a, reference->a}, std::pair{net->b, reference->b}}) {
+      for (const auto& [got, want] : {std::pair{head.first->weight, head.second->weight},
+                                      std::pair{head.first->bias, head.second->bias}}) {
+        REQUIRE(got.grad().defined());  // also on rank 0, which gave b no gradient
+        const double error =
+            hg::max(abs(got.grad().to(kFloat64) - want.grad().to(kFloat64))).item<double>();
+        CHECK(error <= 1e-6 * hg::max(abs(want.grad())).item<double>());
+      }
+    }
+    CHECK_FALSE(net->c->weight.grad().defined());  // no rank used c
+    CHECK_FALSE(net->c->bias.grad().defined());
+  }
 }
 
 TEST_CASE("Ranks holding different models are an error at construction", "[ddp]") {
