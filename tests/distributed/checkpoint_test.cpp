@@ -19,6 +19,8 @@
 #include "halfgrad/ops/loss.h"
 #include "halfgrad/optim/adam.h"
 
+#include "test_group.h"
+
 using namespace hg;
 using hg::distributed::ProcessGroup;
 using hg::nn::parallel::DistributedDataParallel;
@@ -26,14 +28,7 @@ using Catch::Contains;
 
 namespace {
 
-ProcessGroup& group() {
-  static std::shared_ptr<ProcessGroup> made = [] {
-    distributed::ProcessGroupOptions options;
-    options.timeout = std::chrono::seconds(30);
-    return distributed::init_process_group(options);
-  }();
-  return *made;
-}
+using distributed_test::group;
 
 // A directory every rank names alike: rank 0's pid decides it.
 std::filesystem::path shared_directory() {

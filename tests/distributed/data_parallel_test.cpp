@@ -24,6 +24,8 @@
 #include "halfgrad/ops/ops.h"
 #include "halfgrad/optim/sgd.h"
 
+#include "test_group.h"
+
 using namespace hg;
 using hg::distributed::ProcessGroup;
 using hg::nn::parallel::DistributedDataParallel;
@@ -34,14 +36,7 @@ namespace {
 
 constexpr int64_t kBatch = 8;  // the global batch; each of the two ranks takes half
 
-ProcessGroup& group() {
-  static std::shared_ptr<ProcessGroup> made = [] {
-    distributed::ProcessGroupOptions options;
-    options.timeout = std::chrono::seconds(30);
-    return distributed::init_process_group(options);
-  }();
-  return *made;
-}
+using distributed_test::group;
 
 std::shared_ptr<nn::Sequential> make_mlp(uint64_t seed) {
   manual_seed(seed);
@@ -99,6 +94,20 @@ bool bitwise_equal(const std::vector<Tensor>& a, const std::vector<Tensor>& b) {
     }
   }
   return true;
+}
+
+// The DDP run's parameters `got` against the one-process reference's `expected`: the same bits
+// on every rank, and within `relative` of how far the reference moved from `initial` (plus
+// `absolute`, for parameters stored in a 16-bit dtype), which must be a real move.
+void check_against_reference(const std::vector<Tensor>& got, const std::vector<Tensor>& expected,
+                             const std::vector<Tensor>& initial, double relative,
+                             double absolute = 0) {
+  CHECK(bitwise_equal(got, rank0_copy(got)));
+  const double moved = norm_of(difference(expected, initial));
+  const double error = norm_of(difference(got, expected));
+  INFO("moved " << moved << ", error " << error);
+  CHECK(moved > 1e-2);
+  CHECK(error <= relative * moved + absolute);
 }
 
 enum class Precision { Float32, BFloat16 };
@@ -185,11 +194,7 @@ TEST_CASE("DDP lays gradients out in buckets in reverse parameter order", "[ddp]
 
 TEST_CASE("DDP under bf16 autocast stays within bfloat16's error of one process", "[ddp]") {
   const Trained t = train_both(Precision::BFloat16, {}, 5);
-  const double moved = norm_of(difference(t.reference, t.initial));
-  const double error = norm_of(difference(t.ddp, t.reference));
-  INFO("moved " << moved << ", error " << error);
-  CHECK(moved > 1e-2);
-  CHECK(error <= 2e-2 * moved);
+  check_against_reference(t.ddp, t.reference, t.initial, 2e-2);
 }
 
 TEST_CASE("DDP with fp16 and GradScaler skips on every rank a step one rank overflowed", "[ddp]") {
@@ -233,14 +238,7 @@ TEST_CASE("DDP with fp16 and GradScaler skips on every rank a step one rank over
     CHECK(ddp_scaler.get_scale() == ref_scaler.get_scale());
     if (step == kSkipped) CHECK(bitwise_equal(snapshot(*replica), before));
   }
-  const std::vector<Tensor> got = snapshot(*replica);
-  const std::vector<Tensor> expected = snapshot(*reference);
-  CHECK(bitwise_equal(got, rank0_copy(got)));
-  const double moved = norm_of(difference(expected, initial));
-  const double error = norm_of(difference(got, expected));
-  INFO("moved " << moved << ", error " << error);
-  CHECK(moved > 1e-2);
-  CHECK(error <= 1e-2 * moved);
+  check_against_reference(snapshot(*replica), snapshot(*reference), initial, 1e-2);
 }
 
 namespace {
@@ -268,15 +266,10 @@ TEST_CASE("FP16Optimizer works under DDP with float16 gradients averaged", "[ddp
     ref_opt.backward(mse_loss((*reference)(b.x.to(kFloat16)).to(kFloat32), b.y));
     CHECK(ref_opt.step());
   }
-  const std::vector<Tensor> got = snapshot(*replica);
-  const std::vector<Tensor> expected = snapshot(*reference);
-  CHECK(bitwise_equal(got, rank0_copy(got)));
-  const double moved = norm_of(difference(expected, initial));
-  const double error = norm_of(difference(got, expected));
-  INFO("moved " << moved << ", error " << error);
-  CHECK(moved > 1e-2);
   // float16 parameters: a rounding of each (2^-11 relative) on top of the update's error.
-  CHECK(error <= 2e-2 * moved + std::ldexp(1.0, -10) * norm_of(expected));
+  const std::vector<Tensor> expected = snapshot(*reference);
+  check_against_reference(snapshot(*replica), expected, initial, 2e-2,
+                          std::ldexp(1.0, -10) * norm_of(expected));
 }
 
 TEST_CASE("FP16Optimizer's dynamic scale skips the same steps on every rank under DDP",

@@ -16,6 +16,8 @@
 #include "halfgrad/core/format.h"
 #include "halfgrad/distributed/process_group.h"
 
+#include "test_group.h"
+
 using namespace hg;
 using namespace hg::distributed;
 using Catch::Contains;
@@ -27,14 +29,7 @@ const std::vector<DType> kEveryDType = {kFloat32, kFloat16, kBFloat16,      kFlo
                                         kInt64,   kInt32,   DType::Bool,    kUInt8,
                                         kInt8,    kInt16,   kFloat8_e4m3fn, DType::Float8_e5m2};
 
-ProcessGroup& group() {
-  static std::shared_ptr<ProcessGroup> made = [] {
-    ProcessGroupOptions options;
-    options.timeout = std::chrono::seconds(20);
-    return init_process_group(options);
-  }();
-  return *made;
-}
+using distributed_test::group;
 
 Tensor make(const Values& values, DType dtype) { return tensor(values, dtype); }
 

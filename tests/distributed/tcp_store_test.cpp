@@ -16,6 +16,8 @@
 #include "halfgrad/distributed/process_group.h"
 #include "halfgrad/distributed/tcp_store.h"
 
+#include "test_group.h"
+
 using namespace hg;
 using namespace hg::distributed;
 using namespace std::chrono_literals;
@@ -24,14 +26,7 @@ using Bytes = std::vector<uint8_t>;
 
 namespace {
 
-ProcessGroup& group() {
-  static std::shared_ptr<ProcessGroup> made = [] {
-    ProcessGroupOptions options;
-    options.timeout = std::chrono::seconds(20);
-    return init_process_group(options);
-  }();
-  return *made;
-}
+using distributed_test::group;
 
 // Every rank's store, rank 0's the master on a port the system picked.
 TCPStore& store() {
