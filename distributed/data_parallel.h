@@ -28,7 +28,10 @@
 // every bucket when the graph is done and copies the averages back into grad(), so after
 // backward() returns every rank holds the same gradients. With MPI, a collective makes
 // progress when the library is called: each hook polls the buckets in flight (one MPI_Test
-// each) to keep them moving.
+// each) to keep them moving. With NCCL the collectives go on the current stream (NOTE [NCCL on
+// the current stream]): they overlap the host's side of backward, but on the device they run
+// between backward's kernels, not beside them (torch gives them a stream of their own, which
+// halfgrad's NCCL backend does not have yet).
 //
 // NOTE [DDP and unused parameters] By default (torch's find_unused_parameters=False) every
 // parameter that requires grad must get a gradient in every synchronised backward: a bucket
