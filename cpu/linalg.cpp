@@ -382,6 +382,8 @@ const std::array<float, 256>& float8_values() {
   return table;
 }
 
+// A 2-D float8 tensor of any strides as a contiguous float32 one (a transposed operand is
+// read in place: its widening is its transpose).
 Tensor widen_float8(const Tensor& t) {
   const std::array<float, 256>& values = t.dtype() == kFloat8_e4m3fn
                                              ? float8_values<Float8_e4m3fn>()
@@ -389,8 +391,18 @@ Tensor widen_float8(const Tensor& t) {
   Tensor wide = empty(t.sizes(), {.dtype = kFloat32});
   const auto* bits = static_cast<const uint8_t*>(t.data_ptr());
   auto* dst = static_cast<float*>(wide.data_ptr());
-  const int64_t n = t.numel();
-  parallel_for(n, n, [&](int64_t i) { dst[i] = values[bits[i]]; });
+  const int64_t rows = t.size(0), cols = t.size(1);
+  const int64_t row_stride = t.stride(0), col_stride = t.stride(1);
+  if (t.is_contiguous()) {
+    const int64_t n = t.numel();
+    parallel_for(n, n, [&](int64_t i) { dst[i] = values[bits[i]]; });
+  } else {
+    parallel_for(rows, rows * cols, [&](int64_t i) {
+      const uint8_t* row = bits + i * row_stride;
+      float* out = dst + i * cols;
+      for (int64_t j = 0; j < cols; ++j) out[j] = values[row[j * col_stride]];
+    });
+  }
   return wide;
 }
 

@@ -59,7 +59,8 @@ struct LinalgKernels {
   // out = (a @ b^T) * scale_a * scale_b, plus the bias [N] on every row when bias is defined:
   // the scaled float8 product behind scaled_mm and fp8 linear (NOTE [Scaled fp8 GEMM]).
   //   a: [M, K] and b: [N, K], both float8 (float8_e4m3fn or float8_e5m2, not both e5m2),
-  //   contiguous: each row holds its K elements side by side, the layout fp8 tensor cores read.
+  //   on CUDA contiguous: each row holds its K elements side by side, the layout fp8 tensor
+  //   cores read; on the CPU of any strides (its emulation widens them into a float32 copy).
   //   scale_a, scale_b: float32 tensors of one element on the backend's device, the factors
   //   that turn a's and b's stored values into the values they stand for (dequantization).
   //   out: [M, N] contiguous float32, float16 or bfloat16; bias: [N] contiguous of out's dtype.

@@ -22,8 +22,12 @@ using ops::dispatch;
 using ops::OpContext;
 using Grads = autograd::GradList;
 
-// t as a contiguous tensor (t itself when it already is).
-Tensor rows_of(const Tensor& t) { return t.is_contiguous() ? t : t.contiguous(); }
+// t as scaled_gemm reads it: row-major on CUDA (cuBLASLt's fp8 layout), a copy when t is a
+// transposed view; as it is on the CPU, whose emulation widens any strides into its float32
+// copy, so backward's transposed operands cost no float8 copy there.
+Tensor gemm_operand(const Tensor& t) {
+  return t.is_contiguous() || t.device().type == kCPU ? t : t.contiguous();
+}
 
 // ---- scaled_mm ----------------------------------------------------------------------------------
 
@@ -40,9 +44,9 @@ struct ScaledMm {
              "scaled_mm: the shapes {} and {} cannot be multiplied ({} columns against {} rows)",
              a.sizes(), b.sizes(), a.size(1), b.size(0));
     // The kernel reads b as [N, K] rows: free when b is the transpose of a contiguous tensor.
-    const Tensor b_rows = rows_of(core::transpose(b, 0, 1));
+    const Tensor b_rows = gemm_operand(core::transpose(b, 0, 1));
     Tensor out = empty({a.size(0), b.size(1)}, {.dtype = out_dtype, .device = a.device()});
-    kernels::linalg(a).scaled_gemm(rows_of(a), b_rows, scale_a, scale_b, bias, out);
+    kernels::linalg(a).scaled_gemm(gemm_operand(a), b_rows, scale_a, scale_b, bias, out);
     return out;
   }
   Grads backward(OpContext&, const Grads&) {
@@ -183,14 +187,14 @@ struct Fp8Linear {
     Grads out(3);
     if (ctx.needs_input_grad(0)) {  // g @ weight = g8 [M, N] @ (weight^T [K, N])^T
       Tensor dx = empty({M, K}, {.dtype = x_dtype, .device = g.device()});
-      kernels::linalg(g).scaled_gemm(g8.values, rows_of(core::transpose(w8.values, 0, 1)),
+      kernels::linalg(g).scaled_gemm(g8.values, gemm_operand(core::transpose(w8.values, 0, 1)),
                                      g8.scale_inv, w8.scale_inv, Tensor(), dx);
       out[0] = x_sizes.size() == 2 ? dx : dx.reshape(x_sizes);
     }
     if (ctx.needs_input_grad(1)) {  // g^T @ x = (g^T [N, M]) @ (x^T [K, M])^T, weight's layout
       Tensor dw = empty({N, K}, {.dtype = weight_dtype, .device = g.device()});
-      kernels::linalg(g).scaled_gemm(rows_of(core::transpose(g8.values, 0, 1)),
-                                     rows_of(core::transpose(x8.values, 0, 1)), g8.scale_inv,
+      kernels::linalg(g).scaled_gemm(gemm_operand(core::transpose(g8.values, 0, 1)),
+                                     gemm_operand(core::transpose(x8.values, 0, 1)), g8.scale_inv,
                                      x8.scale_inv, Tensor(), dw);
       out[1] = dw;
     }
