@@ -122,8 +122,15 @@ class Reducer : public std::enable_shared_from_this<Reducer> {
 
   void on_gradient(size_t index, const Tensor& param) {
     if (!sync) return;
-    if (!round_open_) open_round();
     const std::string& name = params_[index].first;
+    // The averages are written into grad() in place, outside the graph: a recorded backward
+    // would differentiate the local gradients, not the averaged ones.
+    HG_CHECK(!autograd::is_grad_enabled(),
+             "DistributedDataParallel: expected a backward without create_graph, got one with it "
+             "(parameter '{}'); double backward through the averaged gradients is not supported, "
+             "as in torch: compute such terms under no_sync()",
+             name);
+    if (!round_open_) open_round();
     HG_CHECK(!ready_[index],
              "DistributedDataParallel: parameter '{}' got a second gradient in one backward pass "
              "(a backward started inside another?); each synchronised backward gives each "

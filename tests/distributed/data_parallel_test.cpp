@@ -14,6 +14,7 @@
 #include "halfgrad/amp/autocast.h"
 #include "halfgrad/amp/fp16_optimizer.h"
 #include "halfgrad/amp/grad_scaler.h"
+#include "halfgrad/autograd/engine.h"
 #include "halfgrad/autograd/grad_mode.h"
 #include "halfgrad/core/factory.h"
 #include "halfgrad/core/random.h"
@@ -430,6 +431,27 @@ TEST_CASE("find_unused_parameters averages what any rank used and leaves what no
     CHECK_FALSE(net->c->weight.grad().defined());  // no rank used c
     CHECK_FALSE(net->c->bias.grad().defined());
   }
+}
+
+TEST_CASE("DDP refuses a backward with create_graph and keeps working after it", "[ddp]") {
+  auto replica = make_mlp(91);
+  auto ddp = std::make_shared<DistributedDataParallel<nn::Sequential>>(replica);
+  const Batch b = batch_of(0);
+  Tensor loss = mse_loss((*ddp)(b.local_x()), b.local_y());
+  CHECK_THROWS_WITH(loss.backward(Tensor(), /*retain_graph=*/false, /*create_graph=*/true),
+                    Contains("without create_graph") && Contains("no_sync"));
+  // Under no_sync a gradient penalty's double backward is the user's own business.
+  {
+    auto guard = ddp->no_sync();
+    Tensor local = mse_loss((*ddp)(b.local_x()), b.local_y());
+    const Tensor g = autograd::grad({local}, {replica->parameters()[0]}, {}, true, true)[0];
+    CHECK(g.requires_grad());
+  }
+  for (const Tensor& p : replica->parameters()) p.mutable_grad() = Tensor();
+  // The refused backward opened no round: the next forward and backward average as usual.
+  mse_loss((*ddp)(b.local_x()), b.local_y()).backward();
+  const std::vector<Tensor> grad = {replica->parameters()[0].grad().clone()};
+  CHECK(bitwise_equal(grad, rank0_copy(grad)));
 }
 
 TEST_CASE("Ranks holding different models are an error at construction", "[ddp]") {
