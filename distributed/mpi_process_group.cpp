@@ -211,6 +211,34 @@ struct Pending {
   std::function<void()> on_complete;
 };
 
+// Where a reduction of `input` into `output` (the same tensor when in_place: all_reduce) sends from
+// and receives into. 16-bit and float8 values go through float32 staging in `pending` and are
+// rounded back once it completes (NOTE [Reducing 16-bit floats over MPI]), Avg dividing the
+// float32 sum first; other dtypes reduce in place and Avg divides the result.
+struct ReductionBuffers {
+  const void* send;
+  void* receive;
+};
+ReductionBuffers stage_reduction(Pending& pending, const Tensor& input, const Tensor& output,
+                                 bool in_place, const Reduction& reduction, ReduceOp op,
+                                 int world_size) {
+  if (!reduction.widen) {
+    if (op == ReduceOp::Avg) {
+      pending.on_complete = [output, world_size] { divide_in_place(output, world_size); };
+    }
+    return {input.data_ptr(), output.data_ptr()};
+  }
+  pending.staging_in.resize(size_t(input.numel()));
+  widen_to_float(input.dtype(), input.data_ptr(), pending.staging_in.data(), input.numel());
+  std::vector<float>& result = in_place ? pending.staging_in : pending.staging_out;
+  result.resize(size_t(output.numel()));
+  const float divisor = op == ReduceOp::Avg ? float(world_size) : 1.0f;
+  pending.on_complete = [&result, output, divisor] {
+    round_from_float(output.dtype(), result.data(), output.data_ptr(), output.numel(), divisor);
+  };
+  return {pending.staging_in.data(), result.data()};
+}
+
 // Collectives that timed out: MPI may still write into their buffers, so they live on.
 std::vector<std::unique_ptr<Pending>>& abandoned() {
   static auto* list = new std::vector<std::unique_ptr<Pending>>;
@@ -324,19 +352,9 @@ class ProcessGroupMpi final : public ProcessGroup {
     auto pending = std::make_unique<Pending>();
     pending->tensors = {tensor};
     const int n = int(tensor.numel());
-    void* buffer = tensor.data_ptr();
-    if (reduction.widen) {
-      pending->staging_in.resize(size_t(n));
-      widen_to_float(tensor.dtype(), tensor.data_ptr(), pending->staging_in.data(), n);
-      buffer = pending->staging_in.data();
-      const float divisor = op == ReduceOp::Avg ? float(world_size()) : 1.0f;
-      pending->on_complete = [state = pending.get(), tensor, divisor] {
-        round_from_float(tensor.dtype(), state->staging_in.data(), tensor.data_ptr(),
-                         tensor.numel(), divisor);
-      };
-    } else if (op == ReduceOp::Avg) {
-      pending->on_complete = [tensor, world = world_size()] { divide_in_place(tensor, world); };
-    }
+    void* buffer =
+        stage_reduction(*pending, tensor, tensor, /*in_place=*/true, reduction, op, world_size())
+            .receive;
     return start(name, std::move(pending), [&](MPI_Request* request) {
       return MPI_Iallreduce(MPI_IN_PLACE, buffer, n, reduction.type, reduction.op, comm_, request);
     });
@@ -382,25 +400,11 @@ class ProcessGroupMpi final : public ProcessGroup {
     auto pending = std::make_unique<Pending>();
     pending->tensors = {output, input};
     const int n = int(output.numel());
-    const void* send = input.data_ptr();
-    void* receive = output.data_ptr();
-    if (reduction.widen) {
-      pending->staging_in.resize(size_t(input.numel()));
-      pending->staging_out.resize(size_t(n));
-      widen_to_float(input.dtype(), input.data_ptr(), pending->staging_in.data(), input.numel());
-      send = pending->staging_in.data();
-      receive = pending->staging_out.data();
-      const float divisor = op == ReduceOp::Avg ? float(world_size()) : 1.0f;
-      pending->on_complete = [state = pending.get(), output, divisor] {
-        round_from_float(output.dtype(), state->staging_out.data(), output.data_ptr(),
-                         output.numel(), divisor);
-      };
-    } else if (op == ReduceOp::Avg) {
-      pending->on_complete = [output, world = world_size()] { divide_in_place(output, world); };
-    }
+    const ReductionBuffers buffers =
+        stage_reduction(*pending, input, output, /*in_place=*/false, reduction, op, world_size());
     return start(name, std::move(pending), [&](MPI_Request* request) {
-      return MPI_Ireduce_scatter_block(send, receive, n, reduction.type, reduction.op, comm_,
-                                       request);
+      return MPI_Ireduce_scatter_block(buffers.send, buffers.receive, n, reduction.type,
+                                       reduction.op, comm_, request);
     });
   }
 
