@@ -281,8 +281,7 @@ Tensor core::to_dtype(const Tensor& self, DType dtype, CastOptions options) {
       device_hooks(kCUDA)->copy_elements(out, source, options);
       return out;
     }
-    Generator& gen = options.generator != nullptr ? *options.generator : default_generator();
-    const Generator::State draw = gen.reserve_with_seed(uint64_t((out.numel() + 3) / 4));
+    const Generator::State draw = reserve_rounding_words(options.generator, out.numel());
     stochastic_round_cpu(out, source, draw,
                          options.saturate ? Overflow::Saturate : Overflow::NonFinite);
     return out;

@@ -101,6 +101,14 @@ HG_HOST_DEVICE constexpr To stochastic_round(double x, uint32_t word,
   return Target::nearest((bits >> 63) ? -magnitude : magnitude, overflow);
 }
 
+// The words a stochastic rounding of n elements reads (NOTE [Stochastic rounding]): ceil(n / 4)
+// counter blocks reserved from `generator`, default_generator() when null. The casts on both
+// backends and the bf16_params optimizers reserve through here, so they draw alike.
+inline Generator::State reserve_rounding_words(Generator* generator, int64_t n) {
+  Generator& source = generator != nullptr ? *generator : default_generator();
+  return source.reserve_with_seed(uint64_t((n + 3) / 4));
+}
+
 // float32 -> bfloat16, the same bits as stochastic_round<BFloat16>(x, word) with integer
 // operations only: the dropped 16 bits against the word's top 16 (NOTE [Stochastic rounding]).
 HG_HOST_DEVICE constexpr BFloat16 stochastic_round_bfloat16(float x, uint32_t word) {

@@ -19,6 +19,7 @@
 #include "halfgrad/core/format.h"
 #include "halfgrad/core/scalar_value.h"
 #include "halfgrad/core/small_vector.h"
+#include "halfgrad/core/stochastic_rounding.h"
 #include "halfgrad/cuda/elementwise_launch.h"
 #include "halfgrad/cuda/host.h"
 #include "halfgrad/cuda/kernels.h"
@@ -426,8 +427,7 @@ void copy_elements(const Tensor& dst, const Tensor& src, CastOptions options) {
     // the host as the CPU cast does (NOTE [Stochastic rounding] in core/stochastic_rounding.h).
     HG_CHECK(dst.is_contiguous() && src.is_contiguous(),
              "to: the stochastic cast on CUDA expects contiguous tensors");
-    Generator& gen = options.generator != nullptr ? *options.generator : default_generator();
-    const Generator::State draw = gen.reserve_with_seed(uint64_t((dst.numel() + 3) / 4));
+    const Generator::State draw = reserve_rounding_words(options.generator, dst.numel());
     if (dst.numel() == 0) return;
     DeviceGuard guard(dst.device().index);
     HG_CUDA_CHECK(detail::launch_stochastic_round(dst.dtype(), src.dtype(), dst.data_ptr(),

@@ -136,8 +136,7 @@ void Adagrad::step_scaled(const Tensor& grad_scale, const Tensor& found_inf) {
       const Tensor& sum = state.buffers.at("sum");
       s.step = state.step + 1;
       if (bf16_params_) {
-        const Generator::State draw = detail::generator_or_default(generator_).reserve_with_seed(
-            uint64_t((param.numel() + 3) / 4));
+        const Generator::State draw = reserve_rounding_words(generator_, param.numel());
         adagrad_pass<BFloat16, float>(param.data_ptr<BFloat16>(), grad.data_ptr<BFloat16>(),
                                       sum.data_ptr<float>(), param.numel(), s, &draw);
       } else {
@@ -188,8 +187,7 @@ void Adagrad::step_scaled_cuda(const Tensor& grad_scale, const Tensor& found_inf
       tensors.sums.push_back(state.buffers.at("sum"));
       tensors.steps.push_back(state.device_step);
       if (bf16_params_) {  // the CPU step's draws, in the same order (NOTE [bf16_params])
-        const Generator::State draw = detail::generator_or_default(generator_).reserve_with_seed(
-            uint64_t((param.numel() + 3) / 4));
+        const Generator::State draw = reserve_rounding_words(generator_, param.numel());
         args.seed = draw.seed;
         tensors.first_blocks.push_back(draw.offset);
       }

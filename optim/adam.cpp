@@ -275,8 +275,7 @@ void AdamBase::step_scaled(const Tensor& grad_scale, const Tensor& found_inf) {
       Tensor max_exp_avg_sq = s.amsgrad ? state.buffers.at("max_exp_avg_sq") : Tensor();
       if (bf16_params_) {
         const Generator::State draw =
-            detail::generator_or_default(generator_).reserve_with_seed(
-                uint64_t((param.numel() + 3) / 4));
+            reserve_rounding_words(generator_, param.numel());
         adam_pass<BFloat16, float>(
             param.data_ptr<BFloat16>(), grad.data_ptr<BFloat16>(), exp_avg.data_ptr<float>(),
             exp_avg_sq.data_ptr<float>(), s.amsgrad ? max_exp_avg_sq.data_ptr<float>() : nullptr,
@@ -356,8 +355,7 @@ void AdamBase::step_scaled_cuda(const Tensor& grad_scale, const Tensor& found_in
       if (args.amsgrad) tensors.max_exp_avg_sqs.push_back(state.buffers.at("max_exp_avg_sq"));
       tensors.steps.push_back(state.device_step);
       if (bf16_params_) {  // the CPU step's draws, in the same order (NOTE [bf16_params])
-        const Generator::State draw = detail::generator_or_default(generator_).reserve_with_seed(
-            uint64_t((param.numel() + 3) / 4));
+        const Generator::State draw = reserve_rounding_words(generator_, param.numel());
         args.seed = draw.seed;
         tensors.first_blocks.push_back(draw.offset);
       }

@@ -101,10 +101,6 @@ inline void check_bf16_params(const char* optimizer, const std::vector<ParamGrou
   }
 }
 
-inline Generator& generator_or_default(Generator* generator) {
-  return generator != nullptr ? *generator : default_generator();
-}
-
 // param[i] = stochastic_round_bfloat16(value(i), word of element i) for i in [0, n), with the
 // words of `draw` (NOTE [bf16_params]); split over threads like parallel_for.
 template <class Value>

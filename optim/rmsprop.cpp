@@ -164,8 +164,7 @@ void RMSprop::step_scaled(const Tensor& grad_scale, const Tensor& found_inf) {
       const Tensor momentum_buffer =
           s.momentum > 0 ? state.buffers.at("momentum_buffer") : Tensor();
       if (bf16_params_) {
-        const Generator::State draw = detail::generator_or_default(generator_).reserve_with_seed(
-            uint64_t((param.numel() + 3) / 4));
+        const Generator::State draw = reserve_rounding_words(generator_, param.numel());
         rmsprop_pass<BFloat16, float>(
             param.data_ptr<BFloat16>(), grad.data_ptr<BFloat16>(), square_avg.data_ptr<float>(),
             grad_avg.defined() ? grad_avg.data_ptr<float>() : nullptr,
@@ -227,8 +226,7 @@ void RMSprop::step_scaled_cuda(const Tensor& grad_scale, const Tensor& found_inf
       if (s.momentum > 0) tensors.momentum_buffers.push_back(state.buffers.at("momentum_buffer"));
       tensors.steps.push_back(state.device_step);
       if (bf16_params_) {  // the CPU step's draws, in the same order (NOTE [bf16_params])
-        const Generator::State draw = detail::generator_or_default(generator_).reserve_with_seed(
-            uint64_t((param.numel() + 3) / 4));
+        const Generator::State draw = reserve_rounding_words(generator_, param.numel());
         args.seed = draw.seed;
         tensors.first_blocks.push_back(draw.offset);
       }

@@ -242,8 +242,7 @@ void SGD::step_scaled(const Tensor& grad_scale, const Tensor& found_inf) {
       }
       if (bf16_params_) {
         const Generator::State draw =
-            detail::generator_or_default(generator_).reserve_with_seed(
-                uint64_t((param.numel() + 3) / 4));
+            reserve_rounding_words(generator_, param.numel());
         sgd_pass<BFloat16, float>(param.data_ptr<BFloat16>(), grad.data_ptr<BFloat16>(),
                                   buffer.defined() ? buffer.data_ptr<float>() : nullptr,
                                   param.numel(), s, &draw);
@@ -286,8 +285,7 @@ void SGD::step_scaled_cuda(const Tensor& grad_scale, const Tensor& found_inf) {
       tensors.params.push_back(param);
       tensors.grads.push_back(std::move(grad));
       if (bf16_params_) {  // the CPU step's draws, in the same order (NOTE [bf16_params])
-        const Generator::State draw = detail::generator_or_default(generator_).reserve_with_seed(
-            uint64_t((param.numel() + 3) / 4));
+        const Generator::State draw = reserve_rounding_words(generator_, param.numel());
         args.seed = draw.seed;
         tensors.first_blocks.push_back(draw.offset);
       }
