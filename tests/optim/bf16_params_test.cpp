@@ -47,6 +47,16 @@ Values bfloat16_values(uint32_t seed, int64_t n) {
 
 constexpr int64_t kElements = 20000;
 
+// State buffer `name` of the optimizer's one parameter: float32 (bf16_params keeps no bfloat16
+// state) and within `tolerance` of the float64 reference's values.
+void check_float32_state(const optim::Optimizer& opt, const char* name, const Values& reference,
+                         double tolerance = 1e-6) {
+  INFO("state " << name);
+  const Tensor& buffer = opt.state(0, 0).buffers.at(name);
+  CHECK(buffer.dtype() == kFloat32);
+  CHECK(close(values_of(buffer), reference, tolerance));
+}
+
 // Three steps of `opt` (over the one parameter `p`, drawing from `gen`) against its float64
 // `reference`, each from the stored bfloat16 values: every new value is a bfloat16 neighbour
 // of the reference's, the rounding is unbiased, and each step draws one Philox word per
@@ -81,11 +91,7 @@ TEST_CASE("SGD bf16_params rounds the float32 update stochastically", "[optim][b
                          .generator = &gen});
     ReferenceSGD reference{c, kFloat64, {}, {}};
     check_three_steps(opt, reference, p, gen, 50);
-    if (momentum != 0) {
-      const Tensor& buffer = opt.state(0, 0).buffers.at("momentum_buffer");
-      CHECK(buffer.dtype() == kFloat32);
-      CHECK(close(values_of(buffer), reference.buffer, 1e-6));
-    }
+    if (momentum != 0) check_float32_state(opt, "momentum_buffer", reference.buffer);
   }
 }
 
@@ -119,11 +125,8 @@ TEST_CASE("Adam and AdamW bf16_params round the float32 update stochastically",
       }
       ReferenceAdam reference{c, kFloat64, kFloat32, {}, {}, {}, {}};
       check_three_steps(*opt, reference, p, gen, 60);
-      const optim::ParamState& state = opt->state(0, 0);
-      CHECK(state.buffers.at("exp_avg").dtype() == kFloat32);
-      CHECK(state.buffers.at("exp_avg_sq").dtype() == kFloat32);
-      CHECK(close(values_of(state.buffers.at("exp_avg")), reference.exp_avg, 1e-6));
-      CHECK(close(values_of(state.buffers.at("exp_avg_sq")), reference.exp_avg_sq, 1e-6));
+      check_float32_state(*opt, "exp_avg", reference.exp_avg);
+      check_float32_state(*opt, "exp_avg_sq", reference.exp_avg_sq);
     }
   }
 }
@@ -139,27 +142,17 @@ TEST_CASE("RMSprop bf16_params rounds the float32 update stochastically", "[opti
                                     .centered = centered};
       Tensor p = make_param(bfloat16_values(5, kElements), kBFloat16);
       Generator gen(19);
-      optim::RMSprop opt({p}, {.lr = c.lr,
-                               .weight_decay = c.weight_decay,
-                               .momentum = c.momentum,
-                               .centered = c.centered,
-                               .bf16_params = true,
-                               .generator = &gen});
+      optim::RMSpropOptions options = c;
+      options.bf16_params = true;
+      options.generator = &gen;
+      optim::RMSprop opt({p}, options);
       ReferenceRMSprop reference{c, kFloat64, kFloat32, {}, {}, {}, {}};
       check_three_steps(opt, reference, p, gen, 70);
-      const optim::ParamState& state = opt.state(0, 0);
-      CHECK(state.buffers.at("square_avg").dtype() == kFloat32);
-      CHECK(close(values_of(state.buffers.at("square_avg")), reference.square_avg, 1e-6));
-      if (centered) {
-        CHECK(state.buffers.at("grad_avg").dtype() == kFloat32);
-        CHECK(close(values_of(state.buffers.at("grad_avg")), reference.grad_avg, 1e-6));
-      }
-      if (momentum != 0) {
-        CHECK(state.buffers.at("momentum_buffer").dtype() == kFloat32);
-        // Its terms g / avg are up to 1 / sqrt(1 - alpha) = 10 and may cancel: float32's error
-        // is relative to 10, not to the sum.
-        CHECK(close(values_of(state.buffers.at("momentum_buffer")), reference.buffer, 1e-5));
-      }
+      check_float32_state(opt, "square_avg", reference.square_avg);
+      if (centered) check_float32_state(opt, "grad_avg", reference.grad_avg);
+      // Its terms g / avg are up to 1 / sqrt(1 - alpha) = 10 and may cancel: float32's error is
+      // relative to 10, not to the sum.
+      if (momentum != 0) check_float32_state(opt, "momentum_buffer", reference.buffer, 1e-5);
     }
   }
 }
@@ -171,19 +164,15 @@ TEST_CASE("Adagrad bf16_params rounds the float32 update stochastically", "[opti
                                 .initial_accumulator_value = 0.1};
   Tensor p = make_param(bfloat16_values(6, kElements), kBFloat16);
   Generator gen(20);
-  optim::Adagrad opt({p}, {.lr = c.lr,
-                           .lr_decay = c.lr_decay,
-                           .weight_decay = c.weight_decay,
-                           .initial_accumulator_value = c.initial_accumulator_value,
-                           .bf16_params = true,
-                           .generator = &gen});
+  optim::AdagradOptions options = c;
+  options.bf16_params = true;
+  options.generator = &gen;
+  optim::Adagrad opt({p}, options);
   // The state made at construction is float32 too.
   CHECK(opt.state(0, 0).buffers.at("sum").dtype() == kFloat32);
   ReferenceAdagrad reference{c, kFloat64, kFloat32, {}, {}};
   check_three_steps(opt, reference, p, gen, 80);
-  const Tensor& sum = opt.state(0, 0).buffers.at("sum");
-  CHECK(sum.dtype() == kFloat32);
-  CHECK(close(values_of(sum), reference.sum, 1e-6));
+  check_float32_state(opt, "sum", reference.sum);
 }
 
 TEST_CASE("bf16_params steps are reproducible from the generator's seed", "[optim][bf16_params]") {
