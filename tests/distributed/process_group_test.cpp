@@ -60,6 +60,16 @@ Values input_of(int rank, DType dtype, int64_t n, int salt) {
   return read(make(values, dtype));  // rounded to what the dtype holds
 }
 
+// Every rank's input for collective `salt`, rank 0's first: what all_gather gathers.
+Values every_input(int world, DType dtype, int64_t n, int salt) {
+  Values all;
+  for (int r = 0; r < world; ++r) {
+    const Values block = input_of(r, dtype, n, salt);
+    all.insert(all.end(), block.begin(), block.end());
+  }
+  return all;
+}
+
 // The largest error a reduction of `magnitude` (the sum of the inputs' magnitudes) may carry in
 // `dtype`: one rounding of the result into the dtype (a 16-bit or 8-bit one reduced in float32
 // may land one ulp off the float64 result rounded once: float32's own error can move it across
@@ -243,12 +253,7 @@ TEST_CASE("broadcast and all_gather move every dtype's bits unchanged", "[distri
     const Tensor input = make(input_of(pg.rank(), dtype, n, salt), dtype);
     Tensor output = make(Values(size_t(n * world), 0.0), dtype).view({world, n});
     pg.all_gather(output, input)->wait();
-    Values expected;
-    for (int r = 0; r < world; ++r) {
-      const Values block = input_of(r, dtype, n, salt);
-      expected.insert(expected.end(), block.begin(), block.end());
-    }
-    CHECK(read(output) == expected);
+    CHECK(read(output) == every_input(world, dtype, n, salt));
   }
 }
 
@@ -261,12 +266,7 @@ TEST_CASE("all_gather takes its input in place from its own block of the output"
   std::copy(mine.begin(), mine.end(), start.begin() + n * pg.rank());
   Tensor output = make(start, kFloat32).view({world, n});
   pg.all_gather(output, output.select(0, pg.rank()))->wait();
-  Values expected;
-  for (int r = 0; r < world; ++r) {
-    const Values block = input_of(r, kFloat32, n, 300);
-    expected.insert(expected.end(), block.begin(), block.end());
-  }
-  CHECK(read(output) == expected);
+  CHECK(read(output) == every_input(world, kFloat32, n, 300));
 }
 
 TEST_CASE("collectives in flight complete in any wait order", "[distributed]") {
