@@ -5,6 +5,7 @@
 // rank 0's state at construction; the errors.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -36,6 +37,8 @@ using Catch::Contains;
 namespace {
 
 constexpr int64_t kBatch = 8;  // the global batch; each of the two ranks takes half
+// A bucket cap of one byte: every parameter closes its own bucket.
+constexpr double kBucketPerParameter = 1.0 / (1024 * 1024);
 
 using distributed_test::group;
 
@@ -158,7 +161,7 @@ Trained train_both(Precision precision, DistributedDataParallelOptions options, 
 
 TEST_CASE("DDP in float32 equals one process trained on the concatenated batches", "[ddp]") {
   REQUIRE(group().world_size() == 2);
-  for (const double cap : {25.0, 0.0001}) {
+  for (const double cap : {25.0, kBucketPerParameter}) {
     INFO("bucket_cap_mb " << cap);
     DistributedDataParallelOptions options;
     options.bucket_cap_mb = cap;
@@ -191,6 +194,61 @@ TEST_CASE("DDP lays gradients out in buckets in reverse parameter order", "[ddp]
     CHECK(ddp->bucket_assignment() == std::vector<std::vector<int64_t>>{{2, 1, 0}});
     mlp->parameters()[0].requires_grad_(true);
   }
+}
+
+namespace {
+// The default group, counting the all_reduces it is asked for.
+class CountingGroup final : public ProcessGroup {
+ public:
+  explicit CountingGroup(ProcessGroup& inner)
+      : ProcessGroup(inner.rank(), inner.world_size(), inner.local_rank(), inner.timeout()),
+        inner_(inner) {}
+  distributed::Backend backend() const override { return inner_.backend(); }
+  std::shared_ptr<distributed::Work> all_reduce(const Tensor& t,
+                                                distributed::ReduceOp op) override {
+    ++all_reduces;
+    return inner_.all_reduce(t, op);
+  }
+  std::shared_ptr<distributed::Work> broadcast(const Tensor& t, int src) override {
+    return inner_.broadcast(t, src);
+  }
+  std::shared_ptr<distributed::Work> all_gather(const Tensor& out, const Tensor& in) override {
+    return inner_.all_gather(out, in);
+  }
+  std::shared_ptr<distributed::Work> reduce_scatter(const Tensor& out, const Tensor& in,
+                                                    distributed::ReduceOp op) override {
+    return inner_.reduce_scatter(out, in, op);
+  }
+  std::shared_ptr<distributed::Work> barrier() override { return inner_.barrier(); }
+  int all_reduces = 0;
+
+ private:
+  ProcessGroup& inner_;
+};
+}  // namespace
+
+TEST_CASE("DDP launches a bucket's all_reduce while backward still runs", "[ddp]") {
+  auto mlp = make_mlp(4);
+  auto counting = std::make_shared<CountingGroup>(group());
+  // Hooks registered before the wrapper's run before its own: they see how many buckets were
+  // launched when the first layer's gradients, the last of backward, arrive.
+  std::vector<int> launched_at;
+  for (size_t i : {size_t(0), size_t(1)}) {
+    mlp->parameters()[i].register_post_accumulate_grad_hook(
+        [&](const Tensor&) { launched_at.push_back(counting->all_reduces); });
+  }
+  DistributedDataParallelOptions options;
+  options.process_group = counting;
+  options.first_bucket_cap_mb = options.bucket_cap_mb = kBucketPerParameter;
+  auto ddp = std::make_shared<DistributedDataParallel<nn::Sequential>>(mlp, options);
+  REQUIRE(ddp->bucket_assignment().size() == 4);
+  const Batch b = batch_of(0);
+  mse_loss((*ddp)(b.local_x()), b.local_y()).backward();
+  REQUIRE(launched_at.size() == 2);
+  // The second layer's weight and bias had their buckets on the wire before either gradient
+  // of the first layer existed.
+  CHECK(std::min(launched_at[0], launched_at[1]) >= 2);
+  CHECK(counting->all_reduces == 4);
 }
 
 TEST_CASE("DDP under bf16 autocast stays within bfloat16's error of one process", "[ddp]") {
@@ -400,7 +458,8 @@ TEST_CASE("find_unused_parameters averages what any rank used and leaves what no
   net->use_b = group().rank() == 1;
   DistributedDataParallelOptions options;
   options.find_unused_parameters = true;
-  options.first_bucket_cap_mb = 0.0001;  // a bucket per parameter: some launch late on rank 0
+  // A bucket per parameter: b's launch late on rank 0, which gives b no gradient.
+  options.first_bucket_cap_mb = options.bucket_cap_mb = kBucketPerParameter;
   auto ddp = std::make_shared<DistributedDataParallel<Branches>>(net, options);
   manual_seed(81);
   auto reference = std::make_shared<Branches>();

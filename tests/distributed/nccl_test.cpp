@@ -168,7 +168,8 @@ TEST_CASE("DDP over NCCL equals one GPU trained on the concatenated batches",
   auto replica = make(5 + uint64_t(pg.rank()));  // rank 0's weights replace these
   nn::parallel::DistributedDataParallelOptions options;
   options.process_group = shared_nccl_group();
-  options.first_bucket_cap_mb = 0.0001;  // one bucket per parameter, launched in turn
+  // A cap of one byte: a bucket per parameter, launched in turn.
+  options.first_bucket_cap_mb = options.bucket_cap_mb = 1.0 / (1024 * 1024);
   auto ddp = std::make_shared<nn::parallel::DistributedDataParallel<nn::Sequential>>(replica,
                                                                                      options);
   auto reference = make(5);
