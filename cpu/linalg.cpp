@@ -9,29 +9,32 @@
 // NOTE [CPU GEMM paths]
 //
 // The public entry checks shapes, copies any operand whose matrices are neither row- nor
-// column-major, and hands a Problem (raw pointers and element strides) to one path:
+// column-major, and hands a Problem (raw pointers and element strides) to one path
+// (cpu::GemmPath), which NOTE [GEMM path by measurement] in cpu/gemm_path.cpp picks per shape
+// class (GemmImpl forces an implementation instead, for tests and benchmarks):
 //
-//   float64   Eigen.
-//   float32   oneDNN's matmul primitive where halfgrad is built with oneDNN, else Eigen.
-//             Measured with hg-bench-ops on a 2-core AMD EPYC VM (AVX-512 and AVX512-BF16,
-//             no AMX), 2 OpenMP threads, median of 10 calls, GFLOP/s:
+//   float64   Eigen, the one path.
+//   float32   native: oneDNN's matmul primitive where halfgrad is built with oneDNN, else
+//             Eigen. Measured with hg-bench-ops on a 2-core AMD EPYC VM (AVX-512 and
+//             AVX512-BF16, no AMX), 2 OpenMP threads, median of 10 calls, GFLOP/s:
 //               shape (MxKxN)     oneDNN brg:avx512_core   Eigen 3.4   Eigen, HALFGRAD_NATIVE
 //               1024x1024x1024    219                      75          151
 //               4096x768x3072     207                      75          157
 //             Eigen sees only the baseline ISA (SSE2) unless the library is built with
 //             HALFGRAD_NATIVE; oneDNN picks its kernel for the CPU at run time.
-//   bfloat16  oneDNN's matmul: bf16 inputs, f32 accumulation, bf16 output rounded once (AMX
-//             on CPUs that have it, AVX512-BF16 otherwise). Without oneDNN, or where oneDNN
-//             has only its reference kernel, the float16 path (cpu/reduced_gemm.cpp).
-//   float16   no fp16 GEMM hardware path on x86 CPUs before AVX512-FP16: blocks ("tiles") of
-//             a and b are widened to float32 (F16C), multiplied by the float32 path over the
-//             whole K, and rounded once to float16 at the output.
+//             small: halfgrad's own kernel (NOTE [Small GEMM kernel] in cpu/small_gemm.cpp),
+//             for products whose whole work is smaller than oneDNN's fixed cost per call.
+//   bfloat16  native: oneDNN's matmul: bf16 inputs, f32 accumulation, bf16 output rounded once
+//             (AMX on CPUs that have it, AVX512-BF16 otherwise), where oneDNN has more than
+//             its reference kernel. tiles: blocks of a and b widened to float32 over the whole
+//             K for the float32 kernel, rounded once at the output (cpu/reduced_gemm.cpp);
+//             small: the same tiles on the small kernel.
+//   float16   native where oneDNN has an f16 kernel (oneDNN 2.6, Debian 12's, has none on x86);
+//             tiles and small as for bfloat16; split: each value as two bfloat16 on oneDNN's
+//             bfloat16 kernel (NOTE [float16 as bfloat16 pairs] in cpu/reduced_gemm.cpp).
 //
-// Problems under kTinyGemm multiply-adds run on halfgrad's small kernel (NOTE [Small GEMM
-// kernel] in cpu/small_gemm.cpp; float64 on Eigen): oneDNN's fixed cost per call, and Eigen's
-// packing, are larger than their whole work. oneDNN primitives are cached (NOTE [oneDNN matmul
-// cache] in cpu/onednn.cpp); alpha and beta are oneDNN's output scale and sum post-op, so they
-// cost no extra pass over out.
+// oneDNN primitives are cached (NOTE [oneDNN matmul cache] in cpu/onednn.cpp); alpha and beta
+// are oneDNN's output scale and sum post-op, so they cost no extra pass over out.
 #include "halfgrad/cpu/linalg.h"
 
 #include <array>
@@ -57,6 +60,9 @@
 namespace hg::cpu {
 
 namespace linalg_detail {
+
+// The float32 implementation of the native path (see NOTE [CPU GEMM paths] for the measurement).
+constexpr GemmImpl kFloat32Impl = HALFGRAD_HAS_ONEDNN ? GemmImpl::OneDNN : GemmImpl::Eigen;
 
 // A per-thread buffer of at least `bytes`, 64-byte aligned, kept for the thread's next calls
 // (fresh pages on every call would cost as much as the work done in them). Slot tells apart
@@ -101,12 +107,57 @@ void float32_gemm_bias(Problem p, GemmImpl impl) {
   float32_gemm(p, impl);
 }
 
+bool path_available(DType dtype, GemmPath path) {
+  switch (path) {
+    case GemmPath::Native:
+      return dtype == kFloat64 || dtype == kFloat32 ||
+             (dtype == kBFloat16 && onednn_runs_bf16()) ||
+             (dtype == kFloat16 && onednn_runs_f16());
+    case GemmPath::Tiles:
+      return dtype == kBFloat16 || dtype == kFloat16;
+    case GemmPath::Small:
+      return dtype == kFloat32 || dtype == kBFloat16 || dtype == kFloat16;
+    case GemmPath::Split:
+      return dtype == kFloat16 && onednn_runs_bf16();
+    default:
+      return false;
+  }
+}
+
+void run_path(const Problem& p, GemmPath path) {
+  HG_CHECK(path_available(p.dtype, path), "gemm: the {} path cannot run {} on this CPU and build",
+           gemm_path_name(path), p.dtype);
+  const GemmImpl float32_impl = path == GemmPath::Small ? GemmImpl::Small : kFloat32Impl;
+  switch (p.dtype) {
+    case kFloat64:
+      if (p.bias != nullptr) {  // the bias rows written first, then beta = 1 (NOTE [GEMM with bias])
+        Problem summed = p;
+        fill_rows(summed, p.bias);
+        summed.bias = nullptr;
+        summed.beta = 1.0;
+        return eigen_gemm<double>(summed);
+      }
+      return eigen_gemm<double>(p);
+    case kFloat32:
+      if (p.bias != nullptr) return float32_gemm_bias(p, float32_impl);
+      return float32_gemm(p, float32_impl);
+    default:
+      break;
+  }
+  // float16 and bfloat16: a oneDNN kernel of the dtype (the tiles where oneDNN refuses the
+  // problem), bfloat16 pairs, or float32 tiles on the small kernel or the float32 one.
+  if (path == GemmPath::Native && onednn_gemm(p)) return;
+  if (path == GemmPath::Split && split_gemm_via_bfloat16(p)) return;
+  reduced_gemm_via_float32(p, float32_impl);
+}
+
 }  // namespace linalg_detail
 
 namespace {
 
 using linalg_detail::eigen_gemm;
 using linalg_detail::fill_rows;
+using linalg_detail::kFloat32Impl;
 using linalg_detail::float32_gemm;
 using linalg_detail::float32_gemm_bias;
 using linalg_detail::matrix_operand;
@@ -114,33 +165,31 @@ using linalg_detail::MatrixOperand;
 using linalg_detail::onednn_gemm;
 using linalg_detail::onednn_probe;
 using linalg_detail::onednn_runs_bf16;
+using linalg_detail::onednn_runs_f16;
 using linalg_detail::Problem;
+using linalg_detail::run_path;
 using linalg_detail::reduced_gemm_via_float32;
 using linalg_detail::small_gemm;
 
-// The float32 implementation gemm uses (see NOTE [CPU GEMM paths] for the measurement).
-constexpr GemmImpl kFloat32Impl = HALFGRAD_HAS_ONEDNN ? GemmImpl::OneDNN : GemmImpl::Eigen;
-
-// Below this many multiply-adds in all, gemm's own choice (GemmImpl::Auto) is the small kernel
-// (float64: Eigen): a oneDNN call costs about 1.6 us here whatever its size (measured: 16^3
-// 0.5 us Eigen, 1.6 us oneDNN; 32^3 2.2 vs 2.8 us; 48^3 5.3 vs 3.6 us, float32, 2 threads), and
-// the small kernel is faster than Eigen on a small layer's products (hg-bench-ops --only
-// tiny_gemm, AVX-512, in a noisy period: 16 x 32 x 32 against a transposed weight 0.66 us,
+// The fixed rule the measured choice starts from (NOTE [GEMM path by measurement] in
+// cpu/gemm_path.cpp): kTinyGemm (cpu/linalg_detail.h) multiply-adds in all, below which the small
+// kernel is the default, was measured on a 2-core AMD EPYC: a oneDNN call costs about 1.6 us
+// whatever its size (16^3 0.5 us Eigen, 1.6 us oneDNN; 32^3 2.2 vs 2.8 us; 48^3 5.3 vs 3.6 us,
+// float32, 2 threads), and the small kernel is faster than Eigen on a small layer's products
+// (hg-bench-ops --only tiny_gemm, AVX-512: 16 x 32 x 32 against a transposed weight 0.66 us,
 // Eigen 1.18, oneDNN 2.35; into one output column, 16 x 32 x 1, 0.099 against Eigen's 0.107).
-constexpr int64_t kTinyGemm = int64_t(1) << 15;
 
 // ---- the entry --------------------------------------------------------------------------
 
+// p on a forced implementation (gemm_with), or on the path chosen for it (GemmImpl::Auto).
 void run(const Problem& p, GemmImpl impl) {
-  if (impl == GemmImpl::Auto && p.batch * p.m * p.n * p.k < kTinyGemm) {
-    impl = p.dtype == kFloat64 ? GemmImpl::Eigen : GemmImpl::Small;
-  }
+  if (impl == GemmImpl::Auto) return run_path(p, linalg_detail::path_for(p));
   switch (p.dtype) {
     case kFloat64:
       eigen_gemm<double>(p);
       return;
     case kFloat32:
-      float32_gemm(p, impl == GemmImpl::Auto ? kFloat32Impl : impl);
+      float32_gemm(p, impl);
       return;
     case kBFloat16:
       if (impl == GemmImpl::Eigen || impl == GemmImpl::Small) {
@@ -149,7 +198,7 @@ void run(const Problem& p, GemmImpl impl) {
       if (onednn_runs_bf16() && onednn_gemm(p)) return;
       return reduced_gemm_via_float32(p, kFloat32Impl);
     case kFloat16:
-      return reduced_gemm_via_float32(p, impl == GemmImpl::Auto ? kFloat32Impl : impl);
+      return reduced_gemm_via_float32(p, impl);
     default:
       HG_ERROR("gemm: no kernel for {}", p.dtype);
   }
@@ -249,26 +298,61 @@ void gemm_with(GemmImpl impl, const Tensor& a, const Tensor& b, const Tensor& ou
   run(problem_of(a, b, out, alpha, beta, a_copy, b_copy), impl);
 }
 
+void gemm_into_float32(const Tensor& a, const Tensor& b, const Tensor& out, double beta) {
+  HG_CHECK(a.defined() && b.defined() && out.defined(),
+           "gemm_into_float32: expected defined tensors a, b and out, got an undefined one");
+  HG_CHECK(a.dim() == 3 && b.dim() == 3 && out.dim() == 3 && a.is_cpu() && b.is_cpu() && out.is_cpu(),
+           "gemm_into_float32: expected 3-D CPU tensors a [B, M, K], b [B, K, N] and out [B, M, "
+           "N], got shapes {}, {} and {}",
+           a.sizes(), b.sizes(), out.sizes());
+  HG_CHECK(a.dtype() == b.dtype() && (a.dtype() == kBFloat16 || a.dtype() == kFloat16) &&
+               out.dtype() == kFloat32,
+           "gemm_into_float32: expected a and b of one 16-bit dtype (float16 or bfloat16) and a "
+           "float32 out, got a {}, b {} and out {}",
+           a.dtype(), b.dtype(), out.dtype());
+  const int64_t batch = out.size(0), m = out.size(1), n = out.size(2), k = a.size(2);
+  HG_CHECK(b.size(1) == k && a.size(1) == m && b.size(2) == n &&
+               (a.size(0) == batch || a.size(0) == 1) && (b.size(0) == batch || b.size(0) == 1),
+           "gemm_into_float32: a of shape {} times b of shape {} does not fit out of shape {}",
+           a.sizes(), b.sizes(), out.sizes());
+  HG_CHECK(out.is_contiguous() && !spans_overlap(out, a) && !spans_overlap(out, b),
+           "gemm_into_float32: out (shape {}, strides {}) must be contiguous and apart from a "
+           "and b",
+           out.sizes(), out.strides());
+  if (batch == 0 || m == 0 || n == 0) return;
+  if (k == 0) return scale_out(out, beta);
+  Tensor a_copy, b_copy;
+  Problem p = problem_of(a, b, out, 1.0, beta, a_copy, b_copy);
+  p.float32_out = true;
+  run_path(p, linalg_detail::path_for(p));
+}
+
+void gemm_on(GemmPath path, const Tensor& a, const Tensor& b, const Tensor& out, double alpha,
+             double beta) {
+  check_arguments(GemmImpl::Auto, a, b, out);
+  HG_CHECK(path == GemmPath::Auto || linalg_detail::path_available(a.dtype(), path),
+           "gemm_on: the {} path cannot run {} on this CPU and build", gemm_path_name(path),
+           a.dtype());
+  const int64_t batch = out.size(0), m = out.size(1), n = out.size(2), k = a.size(2);
+  if (batch == 0 || m == 0 || n == 0) return;
+  if (k == 0) return scale_out(out, beta);
+  Tensor a_copy, b_copy;
+  const Problem p = problem_of(a, b, out, alpha, beta, a_copy, b_copy);
+  if (path == GemmPath::Auto) return run(p, GemmImpl::Auto);
+  run_path(p, path);
+}
+
 namespace {
 
 void gemm(const Tensor& a, const Tensor& b, const Tensor& out, double alpha, double beta) {
   gemm_with(GemmImpl::Auto, a, b, out, alpha, beta);
 }
 
-// Runs p (alpha 1, beta 0, K > 0) with the bias row added to every output row.
+// Runs p (alpha 1, beta 0, K > 0) with the bias row added to every output row, on the path
+// chosen for it (NOTE [GEMM with bias]).
 void run_with_bias(Problem p, const char* bias) {
-  const int64_t macs = p.batch * p.m * p.n * p.k;
-  const GemmImpl float32_impl = macs < kTinyGemm ? GemmImpl::Small : kFloat32Impl;
   p.bias = bias;
-  if (p.dtype == kFloat32) return float32_gemm_bias(p, float32_impl);
-  if (p.dtype == kBFloat16 && macs >= kTinyGemm && onednn_runs_bf16() && onednn_gemm(p)) return;
-  // Other 16-bit products run as float32 tiles (float16; bfloat16 when tiny, or without
-  // oneDNN's kernel): the bias goes to the tiles' float32 GEMM as float32.
-  if (p.dtype == kFloat16 || p.dtype == kBFloat16) return reduced_gemm_via_float32(p, float32_impl);
-  p.bias = nullptr;  // float64: the bias rows written first, then beta = 1 on Eigen
-  fill_rows(p, bias);
-  p.beta = 1.0;
-  run(p, GemmImpl::Auto);
+  run_path(p, linalg_detail::path_for(p));
 }
 
 void check_bias(const char* fn, const Tensor& bias, int64_t n, DType dtype) {
@@ -465,20 +549,34 @@ void quantize_fp8(const Tensor& x, const Tensor& scale, const Tensor& amax, cons
   *current = std::bit_cast<float>(std::max(magnitude_bits(*current), largest));
 }
 
-std::string gemm_backend(DType dtype) {
+// What runs a dtype's GEMMs on path (gemm_backend's words).
+std::string path_backend(DType dtype, GemmPath path) {
   const char* float32 = kFloat32Impl == GemmImpl::OneDNN ? "onednn" : "eigen";
-  switch (dtype) {
-    case kFloat64:
-      return "eigen";
-    case kFloat32:
-      return float32;
-    case kBFloat16:
-      return onednn_runs_bf16() ? "onednn" : fmt::format("{}(bf16 via fp32 tiles)", float32);
-    case kFloat16:
-      return fmt::format("{}(fp16 via fp32 tiles)", float32);
+  const std::string_view short_name = dtype == kFloat16 ? "fp16" : "bf16";
+  switch (path) {
+    case GemmPath::Native:
+      return dtype == kFloat64 ? "eigen" : dtype == kFloat32 ? float32 : "onednn";
+    case GemmPath::Tiles:
+      return fmt::format("{}({} via fp32 tiles)", float32, short_name);
+    case GemmPath::Small:
+      return dtype == kFloat32 ? "small" : fmt::format("small({} via fp32 tiles)", short_name);
+    case GemmPath::Split:
+      return "onednn(fp16 as bf16 pairs)";
     default:
-      HG_ERROR("gemm_backend: expected a floating dtype, got {}", dtype);
+      return "auto";
   }
+}
+
+// The set path's backend, or under Auto the candidates measurement chooses among.
+std::string gemm_backend(DType dtype) {
+  HG_CHECK(is_floating_point(dtype) && !is_float8(dtype),
+           "gemm_backend: expected a floating dtype, got {}", dtype);
+  const GemmPath set = get_gemm_path(dtype == kFloat64 ? kFloat32 : dtype);
+  if (dtype == kFloat64) return "eigen";
+  if (set != GemmPath::Auto) return path_backend(dtype, set);
+  std::vector<std::string> names;
+  for (GemmPath path : gemm_paths(dtype)) names.push_back(path_backend(dtype, path));
+  return fmt::format("measured: {}", fmt::join(names, " | "));
 }
 
 }  // namespace
@@ -492,7 +590,7 @@ std::string gemm_kernel_name(DType dtype) {
       return onednn_runs_bf16() ? onednn_probe(kBFloat16)
                                 : onednn_probe(kFloat32) + " (fp32 tiles)";
     case kFloat16:
-      return onednn_probe(kFloat32) + " (fp32 tiles)";
+      return onednn_runs_f16() ? onednn_probe(kFloat16) : onednn_probe(kFloat32) + " (fp32 tiles)";
     default:
       break;
   }
@@ -508,6 +606,8 @@ bool gemm_runs_natively(DType dtype) {
       return true;
     case kBFloat16:
       return onednn_runs_bf16();
+    case kFloat16:
+      return onednn_runs_f16();
     default:
       return false;
   }

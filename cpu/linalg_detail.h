@@ -39,6 +39,9 @@ struct Problem {
   // Contiguous [N] added to every row, or null: taken by the oneDNN path, the small kernel and
   // the float32 tiles of 16-bit products (which hand it on to one of those two).
   const char* bias = nullptr;
+  // out (and the bias) are float32 while a and b are of dtype: the oneDNN products of the split
+  // float16 path (NOTE [float16 as bfloat16 pairs] in cpu/reduced_gemm.cpp).
+  bool float32_out = false;
 };
 
 // The operand for a rows x cols matrix with the given strides, or nullopt when its layout is
@@ -99,8 +102,9 @@ int small_gemm_cpu_level();
 // for their layouts; false when it has none for the dense layout either, or halfgrad is built
 // without oneDNN (cpu/onednn.cpp).
 bool onednn_gemm(const Problem& p);
-// Whether oneDNN runs bfloat16 on this CPU with more than its reference kernel.
+// Whether oneDNN runs bfloat16 (float16) on this CPU with more than its reference kernel.
 bool onednn_runs_bf16();
+bool onednn_runs_f16();
 // The implementation oneDNN picks for a row-major 1024^3 GEMM of dtype ("none" when it has no
 // usable one). Defined only in a build with oneDNN.
 std::string onednn_probe(DType dtype);
@@ -119,5 +123,24 @@ void fill_rows(const Problem& p, const char* bias);
 // float32_impl (NOTE [fp16 GEMM through fp32 tiles] in cpu/reduced_gemm.cpp); p.bias (of p's
 // dtype, with alpha 1 and beta 0) is added in the tiles' float32 accumulators.
 void reduced_gemm_via_float32(const Problem& p, GemmImpl float32_impl);
+// float16 p (K > 0) as bfloat16 pairs on oneDNN's bfloat16 kernel (NOTE [float16 as bfloat16
+// pairs] in cpu/reduced_gemm.cpp); p.bias as for reduced_gemm_via_float32. False, with out
+// untouched, where oneDNN does not run bfloat16 natively.
+bool split_gemm_via_bfloat16(const Problem& p);
+
+// ---- the path of each problem (NOTE [GEMM path by measurement] in cpu/gemm_path.cpp) --------
+
+// Runs p (K > 0; with p.bias only where alpha is 1 and beta 0) on path, which must be one of
+// gemm_paths(p.dtype) (cpu/linalg.cpp).
+void run_path(const Problem& p, GemmPath path);
+// The path gemm takes for p: the dtype's set path, or the one measured fastest for p's shape
+// class and thread count (measured at the first problem of the class), counting the call.
+GemmPath path_for(const Problem& p);
+// Whether path can run p's dtype on this CPU and build (GemmPath::Auto: false).
+bool path_available(DType dtype, GemmPath path);
+// Problems under this many multiply-adds in all are small: the small kernel is a candidate
+// for them, and below kTinyGemm it is the path kept unless another is clearly faster.
+constexpr int64_t kTinyGemm = int64_t(1) << 15;
+constexpr int64_t kSmallCandidate = int64_t(1) << 20;
 
 }  // namespace hg::cpu::linalg_detail

@@ -87,7 +87,7 @@ struct CachedMatmul {
   bool usable = false;
 };
 
-using MatmulKey = std::array<int64_t, 15>;
+using MatmulKey = std::array<int64_t, 16>;
 
 dnnl::engine& cpu_engine() {
   static dnnl::engine engine(dnnl::engine::kind::cpu, 0);
@@ -129,9 +129,10 @@ std::shared_ptr<const CachedMatmul> create_matmul(const Problem& p, int64_t batc
   auto made = std::make_shared<CachedMatmul>();
   made->a_desc = onednn_desc(p.a, p.dtype, batch, p.m, p.k);
   made->b_desc = onednn_desc(p.b, p.dtype, batch, p.k, p.n);
-  made->out_desc = dnnl::memory::desc({batch, p.m, p.n}, onednn_type(p.dtype), {p.m * p.n, p.n, 1});
+  const DType out_dtype = p.float32_out ? kFloat32 : p.dtype;
+  made->out_desc = dnnl::memory::desc({batch, p.m, p.n}, onednn_type(out_dtype), {p.m * p.n, p.n, 1});
   if (p.bias != nullptr) {
-    made->bias_desc = dnnl::memory::desc({1, 1, p.n}, onednn_type(p.dtype), {p.n, p.n, 1});
+    made->bias_desc = dnnl::memory::desc({1, 1, p.n}, onednn_type(out_dtype), {p.n, p.n, 1});
   }
   dnnl::primitive_attr attr;
   attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
@@ -182,7 +183,8 @@ class MatmulCache {
                            std::bit_cast<int64_t>(p.alpha),
                            std::bit_cast<int64_t>(p.beta),
                            omp_get_max_threads(),
-                           p.bias != nullptr};
+                           p.bias != nullptr,
+                           p.float32_out};
     std::lock_guard<std::mutex> lock(mutex_);
     auto found = entries_.find(key);
     if (found != entries_.end()) return found->second;
@@ -246,7 +248,8 @@ bool onednn_gemm_as_is(const Problem& p) {
   const std::shared_ptr<const CachedMatmul> matmul =
       matmul_cache().get(p, both_broadcast ? 1 : p.batch);
   if (!matmul->usable) return false;
-  const size_t out_matrix_bytes = size_t(p.m * p.n) * element_size(p.dtype);
+  const size_t out_matrix_bytes =
+      size_t(p.m * p.n) * (p.float32_out ? sizeof(float) : element_size(p.dtype));
   const int64_t launches = both_broadcast ? p.batch : 1;
   try {
     std::unordered_map<int, dnnl::memory>& args = thread_args(matmul, p);
@@ -301,10 +304,16 @@ bool onednn_runs_bf16() {
   return runs;
 }
 
+bool onednn_runs_f16() {
+  static const bool runs = onednn_probe(kFloat16) != "none";
+  return runs;
+}
+
 #else
 
 bool onednn_gemm(const Problem&) { return false; }
 bool onednn_runs_bf16() { return false; }
+bool onednn_runs_f16() { return false; }
 
 #endif  // HALFGRAD_HAS_ONEDNN
 

@@ -1,5 +1,6 @@
-// The CPU GEMM of float16 (and bfloat16 where oneDNN does not run it) through float32 tiles
-// (NOTE [fp16 GEMM through fp32 tiles]), and the test hook that shrinks the tiles.
+// The CPU GEMM of float16 and bfloat16 through float32 tiles (NOTE [fp16 GEMM through fp32
+// tiles]), of float16 through bfloat16 pairs (NOTE [float16 as bfloat16 pairs]), and the test
+// hook that shrinks the tiles.
 #include <omp.h>
 
 #include <algorithm>
@@ -9,6 +10,7 @@
 
 #include "halfgrad/core/convert.h"
 #include "halfgrad/core/error.h"
+#include "halfgrad/core/format.h"
 #include "halfgrad/core/half.h"
 #include "halfgrad/core/parallel.h"
 #include "halfgrad/cpu/linalg.h"
@@ -72,7 +74,122 @@ MatrixOperand widen_block(DType dtype, const MatrixOperand& src, int64_t batch0,
   return *matrix_operand(dst, src.broadcast() ? 0 : rows * cols, rows, cols, row_major ? cols : 1,
                          row_major ? 1 : rows);
 }
-}  // namespace
+
+// NOTE [float16 as bfloat16 pairs] A float16 value has 11 significant bits, a bfloat16 8 and a
+// far wider exponent range, so every float16 x is exactly hi + lo with hi = bfloat16(x) (rounded
+// to nearest) and lo = bfloat16(x - hi): x - hi is exact in float32 and has at most 3
+// significant bits left, so lo rounds nothing. A product of float16 values is then the sum of
+// four products of bfloat16 values, each exact in float32:
+//   a b = a_hi b_hi + a_lo b_hi + a_hi b_lo + a_lo b_lo.
+// So a float16 GEMM runs as one bfloat16 GEMM over 4K: every k of a becomes the four columns
+// (hi, lo, hi, lo) and every k of b the four rows (hi, hi, lo, lo), and oneDNN's bfloat16
+// kernel (AMX, or AVX512-BF16) sums the exact products in float32 into a float32 tile, which is
+// rounded once to float16: float32 accumulation over the whole K, as the float32 tiles give,
+// with the sums in another order. It pays where the bfloat16 kernel is more than four times
+// the float32 one (AMX: about eight times on one core); the measurement (NOTE [GEMM path by
+// measurement]) finds where. The blocks follow the float32 tiles' scheme below, with blocks of
+// 4K bfloat16 values along K.
+
+// Pattern of the parts each k becomes: a's (hi, lo, hi, lo), b's (hi, hi, lo, lo).
+constexpr std::array<int, 4> kPartsOfA = {0, 1, 0, 1};
+constexpr std::array<int, 4> kPartsOfB = {0, 0, 1, 1};
+
+// The hi and lo parts of n contiguous float16 values, through float32 chunks on the vector
+// conversions (core/convert.h).
+template <class F>
+void split_run(const char* src, int64_t n, F&& take) {
+  constexpr int64_t kChunk = 256;
+  float wide[kChunk], rest[kChunk];
+  std::array<BFloat16, kChunk> hi, lo;
+  const auto* half = reinterpret_cast<const Half*>(src);
+  for (int64_t start = 0; start < n; start += kChunk) {
+    const int64_t count = std::min(kChunk, n - start);
+    convert::half_to_float(half + start, wide, count);
+    convert::float_to_bfloat16(wide, hi.data(), count);
+    convert::bfloat16_to_float(hi.data(), rest, count);
+    for (int64_t i = 0; i < count; ++i) rest[i] = wide[i] - rest[i];
+    convert::float_to_bfloat16(rest, lo.data(), count);
+    take(start, count, hi.data(), lo.data());
+  }
+}
+
+// widen_block's counterpart for bfloat16 pairs: the block of a float16 operand expanded along
+// K (a's columns, b's rows) by `parts`, as dense bfloat16 blocks of the source's orientation.
+// Lines along K (a row-major a's rows, a column-major b's columns) turn each element into four;
+// lines across K (the others) turn into four lines each.
+MatrixOperand split_block(const MatrixOperand& src, bool k_is_cols, const std::array<int, 4>& parts,
+                          int64_t batch0, int64_t batches, int64_t row0, int64_t rows, int64_t col0,
+                          int64_t cols, BFloat16* dst) {
+  const bool row_major = src.row_major();
+  const int64_t matrices = src.broadcast() ? 1 : batches;
+  const int64_t lines = row_major ? rows : cols, length = row_major ? cols : rows;
+  const int64_t line_bytes = (row_major ? src.row_stride : src.col_stride) * 2;
+  const bool along_k = row_major == k_is_cols;  // a line runs along K
+  for_each_line(matrices * lines, length, [&](int64_t line) {
+    const int64_t matrix = line / lines, within = line % lines;
+    const char* first = element(src, 2, batch0 + matrix, row0, col0) + within * line_bytes;
+    if (along_k) {
+      BFloat16* out = dst + line * 4 * length;
+      split_run(first, length, [&](int64_t start, int64_t count, const BFloat16* hi,
+                                   const BFloat16* lo) {
+        for (int64_t i = 0; i < count; ++i) {
+          for (int j = 0; j < 4; ++j) out[(start + i) * 4 + j] = parts[size_t(j)] == 0 ? hi[i] : lo[i];
+        }
+      });
+    } else {
+      BFloat16* out = dst + (matrix * lines * 4 + within * 4) * length;
+      split_run(first, length, [&](int64_t start, int64_t count, const BFloat16* hi,
+                                   const BFloat16* lo) {
+        for (int j = 0; j < 4; ++j) {
+          std::copy_n(parts[size_t(j)] == 0 ? hi : lo, count, out + j * length + start);
+        }
+      });
+    }
+  });
+  const int64_t out_rows = k_is_cols ? rows : 4 * rows, out_cols = k_is_cols ? 4 * cols : cols;
+  return *matrix_operand(dst, src.broadcast() ? 0 : out_rows * out_cols, out_rows, out_cols,
+                         row_major ? out_cols : 1, row_major ? 1 : out_rows);
+}
+
+// Whether a float16 operand holds an infinity or a NaN (exponent bits all ones). An infinite
+// x splits into hi = inf and lo = NaN or 0, and inf times a zero lo part of the other operand
+// would make NaN where the product is infinite: such products take the float32 tiles.
+bool has_nonfinite_half(const MatrixOperand& op, int64_t batch, int64_t rows, int64_t cols) {
+  const bool row_major = op.row_major();
+  const int64_t matrices = op.broadcast() ? 1 : batch;
+  const int64_t lines = row_major ? rows : cols, length = row_major ? cols : rows;
+  const int64_t line_stride = row_major ? op.row_stride : op.col_stride;
+  const auto* bits = reinterpret_cast<const uint16_t*>(op.data);
+  for (int64_t matrix = 0; matrix < matrices; ++matrix) {
+    for (int64_t line = 0; line < lines; ++line) {
+      const uint16_t* run = bits + matrix * op.batch_stride + line * line_stride;
+      uint16_t found = 0;
+      for (int64_t i = 0; i < length; ++i) found |= uint16_t((run[i] & 0x7C00u) == 0x7C00u);
+      if (found != 0) return true;
+    }
+  }
+  return false;
+}
+
+enum class TileKind { Float32, BFloat16Pairs };
+
+// out's block [batch0, +batches) x [row0, +rows) x [col0, +cols) as dense float32 [batches, rows,
+// cols] in dst: widened from a 16-bit out, copied from a float32 one (p.float32_out).
+void read_out_block(const Problem& p, int64_t batch0, int64_t batches, int64_t row0, int64_t rows,
+                    int64_t col0, int64_t cols, float* dst) {
+  const MatrixOperand out_matrix{p.out, p.m * p.n, p.n, 1};
+  if (!p.float32_out) {
+    widen_block(p.dtype, out_matrix, batch0, batches, row0, rows, col0, cols, dst);
+    return;
+  }
+  for_each_line(batches * rows, cols, [&](int64_t line) {
+    const int64_t matrix = line / rows, within = line % rows;
+    const auto* first = reinterpret_cast<const float*>(
+        element(out_matrix, sizeof(float), batch0 + matrix, row0 + within, col0));
+    std::copy_n(first, cols, dst + line * cols);
+  });
+}
+
 
 // NOTE [fp16 GEMM through fp32 tiles] For each batch, b is widened N-block by N-block
 // (K x Nb) and a M-block by M-block (Mb x K), each block covering the whole K, so the float32
@@ -90,28 +207,49 @@ MatrixOperand widen_block(DType dtype, const MatrixOperand& src, int64_t batch0,
 // budget allows, and the float32 GEMM runs them in one batched call: attention's products are
 // hundreds of matrices of a few hundred multiply-adds each, and one float32 call per matrix
 // cost the demo's float16 step more than all its other work (its bmm was 45 % of the step).
-void reduced_gemm_via_float32(const Problem& p, GemmImpl float32_impl) {
+// The tiles' loop, for float32 tiles (float32_impl runs them) or bfloat16 pairs (oneDNN's
+// bfloat16 kernel with float32 out runs them).
+void run_in_tiles(const Problem& p, TileKind kind, GemmImpl float32_impl) {
+  const bool pairs = kind == TileKind::BFloat16Pairs;
+  const int64_t tile_k = pairs ? 4 * p.k : p.k;  // the tiles' K
+  const size_t tile_element = pairs ? sizeof(BFloat16) : sizeof(float);
   const int64_t budget = std::max<int64_t>(reduced_tile_budget.load(), 1);
-  const int64_t n_block = std::min(p.n, std::max<int64_t>(16, budget / p.k));
-  const int64_t m_block = std::min(p.m, std::max<int64_t>(16, budget / std::max(p.k, n_block)));
+  const int64_t n_block = std::min(p.n, std::max<int64_t>(16, budget / tile_k));
+  const int64_t m_block = std::min(p.m, std::max<int64_t>(16, budget / std::max(tile_k, n_block)));
   const bool whole_matrices = n_block == p.n && m_block == p.m;
   const int64_t batch_block =
       whole_matrices
-          ? std::clamp<int64_t>(budget / std::max({p.m * p.k, p.k * p.n, p.m * p.n}), 1, p.batch)
+          ? std::clamp<int64_t>(budget / std::max({p.m * tile_k, tile_k * p.n, p.m * p.n}), 1,
+                                p.batch)
           : 1;
-  auto* const a_buffer = static_cast<float*>(
-      thread_buffer(kATileSlot, size_t(batch_block * m_block * p.k) * sizeof(float)));
-  auto* const b_buffer = static_cast<float*>(
-      thread_buffer(kBTileSlot, size_t(batch_block * p.k * n_block) * sizeof(float)));
+  void* const a_buffer =
+      thread_buffer(kATileSlot, size_t(batch_block * m_block * tile_k) * tile_element);
+  void* const b_buffer =
+      thread_buffer(kBTileSlot, size_t(batch_block * tile_k * n_block) * tile_element);
   auto* const out_buffer = static_cast<float*>(
       thread_buffer(kOutTileSlot, size_t(batch_block * m_block * n_block) * sizeof(float)));
-  const MatrixOperand out_matrix{p.out, p.m * p.n, p.n, 1};
   // The bias in float32, once; the tiles' GEMM adds it to its accumulators.
   float* bias = nullptr;
   if (p.bias != nullptr) {
     bias = static_cast<float*>(thread_buffer(kBiasSlot, size_t(p.n) * sizeof(float)));
     widen_run(p.dtype, p.bias, bias, p.n);
   }
+  const auto a_tile = [&](int64_t batch0, int64_t batches, int64_t row0, int64_t rows) {
+    if (pairs) {
+      return split_block(p.a, true, kPartsOfA, batch0, batches, row0, rows, 0, p.k,
+                         static_cast<BFloat16*>(a_buffer));
+    }
+    return widen_block(p.dtype, p.a, batch0, batches, row0, rows, 0, p.k,
+                       static_cast<float*>(a_buffer));
+  };
+  const auto b_tile = [&](int64_t batch0, int64_t batches, int64_t col0, int64_t cols) {
+    if (pairs) {
+      return split_block(p.b, false, kPartsOfB, batch0, batches, 0, p.k, col0, cols,
+                         static_cast<BFloat16*>(b_buffer));
+    }
+    return widen_block(p.dtype, p.b, batch0, batches, 0, p.k, col0, cols,
+                       static_cast<float*>(b_buffer));
+  };
 
   std::array<int64_t, 2> a_held = {-1, -1}, b_held = {-1, -1};  // (first batch, first row/col)
   MatrixOperand a_block{}, b_block{};
@@ -121,23 +259,34 @@ void reduced_gemm_via_float32(const Problem& p, GemmImpl float32_impl) {
       const int64_t nt = std::min(n_block, p.n - n0);
       const std::array<int64_t, 2> b_wanted = {p.b.broadcast() ? 0 : i0, n0};
       if (b_held != b_wanted) {
-        b_block = widen_block(p.dtype, p.b, b_wanted[0], bt, 0, p.k, n0, nt, b_buffer);
+        b_block = b_tile(b_wanted[0], bt, n0, nt);
         b_held = b_wanted;
       }
       for (int64_t m0 = 0; m0 < p.m; m0 += m_block) {
         const int64_t mt = std::min(m_block, p.m - m0);
         const std::array<int64_t, 2> a_wanted = {p.a.broadcast() ? 0 : i0, m0};
         if (a_held != a_wanted) {
-          a_block = widen_block(p.dtype, p.a, a_wanted[0], bt, m0, mt, 0, p.k, a_buffer);
+          a_block = a_tile(a_wanted[0], bt, m0, mt);
           a_held = a_wanted;
         }
         // out_buffer holds the tile's out as dense [bt, mt, nt], widened first when beta reads it.
-        if (p.beta != 0) widen_block(p.dtype, out_matrix, i0, bt, m0, mt, n0, nt, out_buffer);
-        Problem tile{kFloat32, bt,      mt,      nt,
-                     p.k,      a_block, b_block, reinterpret_cast<char*>(out_buffer),
-                     p.alpha,  p.beta};
-        if (bias != nullptr) {
-          tile.bias = reinterpret_cast<const char*>(bias + n0);
+        if (p.beta != 0) read_out_block(p, i0, bt, m0, mt, n0, nt, out_buffer);
+        Problem tile{pairs ? kBFloat16 : kFloat32,
+                     bt,
+                     mt,
+                     nt,
+                     tile_k,
+                     a_block,
+                     b_block,
+                     reinterpret_cast<char*>(out_buffer),
+                     p.alpha,
+                     p.beta};
+        tile.bias = bias != nullptr ? reinterpret_cast<const char*>(bias + n0) : nullptr;
+        if (pairs) {
+          tile.float32_out = true;
+          HG_CHECK(onednn_gemm(tile), "gemm: oneDNN refused the bfloat16 pairs of a {} x {} x {} "
+                                      "float16 product", p.m, p.k, p.n);
+        } else if (bias != nullptr) {
           float32_gemm_bias(tile, float32_impl);
         } else {
           float32_gemm(tile, float32_impl);
@@ -145,12 +294,33 @@ void reduced_gemm_via_float32(const Problem& p, GemmImpl float32_impl) {
         // With several matrices in the block, mt == M and nt == N: their rows follow one
         // another in out as in out_buffer.
         for_each_line(bt * mt, nt, [&](int64_t r) {
-          char* row = p.out + ((i0 * p.m + m0 + r) * p.n + n0) * 2;
-          narrow_run(p.dtype, out_buffer + r * nt, row, nt);
+          const int64_t first = (i0 * p.m + m0 + r) * p.n + n0;
+          if (p.float32_out) {
+            std::copy_n(out_buffer + r * nt, nt, reinterpret_cast<float*>(p.out) + first);
+          } else {
+            narrow_run(p.dtype, out_buffer + r * nt, p.out + first * 2, nt);
+          }
         });
       }
     }
   }
+}
+
+}  // namespace
+
+void reduced_gemm_via_float32(const Problem& p, GemmImpl float32_impl) {
+  run_in_tiles(p, TileKind::Float32, float32_impl);
+}
+
+bool split_gemm_via_bfloat16(const Problem& p) {
+  HG_CHECK(p.dtype == kFloat16, "gemm: bfloat16 pairs are for float16 products, got {}", p.dtype);
+  if (!onednn_runs_bf16()) return false;
+  if (has_nonfinite_half(p.a, p.batch, p.m, p.k) || has_nonfinite_half(p.b, p.batch, p.k, p.n)) {
+    run_in_tiles(p, TileKind::Float32, GemmImpl::OneDNN);
+  } else {
+    run_in_tiles(p, TileKind::BFloat16Pairs, GemmImpl::OneDNN);
+  }
+  return true;
 }
 
 }  // namespace linalg_detail

@@ -80,11 +80,11 @@ struct LinalgKernels {
                        const Tensor& out);
 
   // Which implementation gemm uses for a floating dtype, for hg-info, the benchmarks and
-  // reports: on the CPU "onednn", "eigen", "onednn(fp16 via fp32 tiles)", ... (tiny products,
-  // under 2^15 multiply-adds in all, run on halfgrad's own small kernel whatever the dtype,
-  // float64 on Eigen: oneDNN's fixed cost per call is larger than their whole work); on CUDA
-  // "cuBLASLt (tensor cores, fp32 accumulate)" and the like. Throws hg::Error for a dtype that
-  // is not floating.
+  // reports: on the CPU the path set for the dtype ("onednn", "eigen", "onednn(fp16 via fp32
+  // tiles)", ...) or, where the path is measured per shape class (NOTE [GEMM path by
+  // measurement] in cpu/gemm_path.cpp), "measured: " and the candidates ("measured: onednn |
+  // small"); on CUDA "cuBLASLt (tensor cores, fp32 accumulate)" and the like. Throws
+  // hg::Error for a dtype that is not floating.
   std::string (*backend)(DType dtype);
 };
 

@@ -263,14 +263,53 @@ void Profile::start() {
   check_thread("start");
   HG_CHECK(!recording(), "Profile::start: expected a stopped profile, got one recording");
   recorder_ = std::make_unique<Recorder>(options_, origin_ns_, events_);
+  gemm_choices_at_start_ = cpu::gemm_choices();
 }
+
+namespace {
+
+// The classes of `now` whose calls grew since `before`, with the growth as their calls.
+std::vector<cpu::GemmChoice> grown_choices(const std::vector<cpu::GemmChoice>& before,
+                                           std::vector<cpu::GemmChoice> now) {
+  std::vector<cpu::GemmChoice> grown;
+  for (cpu::GemmChoice& choice : now) {
+    for (const cpu::GemmChoice& old : before) {
+      if (old.dtype == choice.dtype && old.threads == choice.threads &&
+          old.shape_class == choice.shape_class && old.path == choice.path) {
+        choice.calls -= old.calls;
+        break;
+      }
+    }
+    if (choice.calls > 0) grown.push_back(std::move(choice));
+  }
+  return grown;
+}
+
+}  // namespace
 
 void Profile::stop() {
   check_thread("stop");
   HG_CHECK(recording(), "Profile::stop: expected a recording profile, got one stopped");
   // The recorder leaves the thread's observers even when reading the CUDA times throws.
   const std::unique_ptr<Recorder> recorder = std::move(recorder_);
+  for (cpu::GemmChoice& choice : grown_choices(gemm_choices_at_start_, cpu::gemm_choices())) {
+    // A class met in an earlier recording of this profile adds to its line.
+    const auto same = std::find_if(gemm_choices_.begin(), gemm_choices_.end(), [&](const auto& c) {
+      return c.dtype == choice.dtype && c.threads == choice.threads &&
+             c.shape_class == choice.shape_class && c.path == choice.path;
+    });
+    if (same != gemm_choices_.end()) {
+      same->calls += choice.calls;
+    } else {
+      gemm_choices_.push_back(std::move(choice));
+    }
+  }
   recorder->finish();
+}
+
+const std::vector<cpu::GemmChoice>& Profile::gemm_choices() const {
+  check_stopped("gemm_choices");
+  return gemm_choices_;
 }
 
 void Profile::check_stopped(std::string_view what) const {
@@ -441,6 +480,10 @@ std::string Profile::table(std::string_view sort_by, int64_t row_limit, GroupBy 
   text += rule;
   text += fmt::format("Self CPU time total: {}\n", format_us(self_cpu_total));
   if (has_cuda) text += fmt::format("Self CUDA time total: {}\n", format_us(self_cuda_total));
+  if (!gemm_choices_.empty()) {
+    text += "CPU GEMM paths (calls while recording):\n";
+    for (const cpu::GemmChoice& choice : gemm_choices_) text += "  " + cpu::describe(choice) + "\n";
+  }
   return text;
 }
 

@@ -29,6 +29,7 @@
 
 #include "halfgrad/core/device.h"
 #include "halfgrad/core/dtype.h"
+#include "halfgrad/cpu/linalg.h"
 #include "halfgrad/ops/op.h"
 
 namespace hg::nn {
@@ -117,7 +118,8 @@ class Profile {
   // torch's key_averages().table(): the `row_limit` largest groups by `sort_by`
   // ("cpu_time_total", "self_cpu_time_total", "cuda_time_total", "self_cuda_time_total",
   // "count"; "" for cuda_time_total when a CUDA op was recorded and cpu_time_total otherwise),
-  // then the totals. row_limit < 0: every row.
+  // then the totals, then the CPU GEMM paths of gemm_choices() (a heading and a line each).
+  // row_limit < 0: every row.
   std::string table(std::string_view sort_by = "", int64_t row_limit = 100,
                     GroupBy group_by = {}) const;
   // The Chrome trace event format (chrome://tracing, ui.perfetto.dev): one complete event per
@@ -125,6 +127,10 @@ class Profile {
   // microseconds.
   void export_chrome_trace(const std::string& path) const;
   std::string chrome_trace() const;
+  // The CPU GEMMs' shape classes that ran while recording, each with the path it ran on (NOTE
+  // [GEMM path by measurement] in cpu/gemm_path.cpp) and, in `calls`, its products while
+  // recording. The counts are the process's: another thread's products of a class count too.
+  const std::vector<cpu::GemmChoice>& gemm_choices() const;
 
  private:
   void check_stopped(std::string_view what) const;
@@ -135,6 +141,8 @@ class Profile {
   int64_t origin_ns_;  // steady_clock time the event times count from
   int64_t thread_id_;  // the trace's tid of the thread that made the profile
   std::vector<Event> events_;
+  std::vector<cpu::GemmChoice> gemm_choices_;
+  std::vector<cpu::GemmChoice> gemm_choices_at_start_;
   std::unique_ptr<Recorder> recorder_;
 };
 

@@ -5,6 +5,7 @@
 #include <CLI/CLI.hpp>
 
 #include "halfgrad/config.h"
+#include "halfgrad/core/factory.h"
 #include "halfgrad/core/convert.h"
 #include "halfgrad/cpu/kernels.h"
 #include "halfgrad/cpu/linalg.h"
@@ -14,6 +15,8 @@
 
 int main(int argc, char** argv) {
   CLI::App app{"hg-info: halfgrad's build configuration and the devices it sees"};
+  bool measure = true;
+  app.add_flag("!--no-measure", measure, "skip timing the GEMM paths (about a second)");
   CLI11_PARSE(app, argc, argv);
 
   fmt::print("halfgrad      {}\n", HALFGRAD_VERSION);
@@ -27,6 +30,20 @@ int main(int argc, char** argv) {
   for (hg::DType dtype : {hg::kFloat32, hg::kBFloat16, hg::kFloat16, hg::kFloat64}) {
     fmt::print("GEMM {:<8} {} [{}]\n", hg::dtype_name(dtype),
                hg::cpu::linalg_kernels.backend(dtype), hg::cpu::gemm_kernel_name(dtype));
+  }
+  // The paths gemm measures and keeps (NOTE [GEMM path by measurement]), for square products
+  // of three sizes, on this process's threads.
+  if (measure) {
+    fmt::print("GEMM paths chosen for n x n x n (HALFGRAD_CPU_GEMM sets them):\n");
+    for (hg::DType dtype : {hg::kFloat32, hg::kBFloat16, hg::kFloat16}) {
+      for (int64_t n : {32, 256, 1024}) {
+        const hg::Tensor a = hg::randn({1, n, n}, dtype), b = hg::randn({1, n, n}, dtype);
+        hg::cpu::linalg_kernels.gemm(a, b, hg::empty({1, n, n}, dtype), 1.0, 0.0);
+      }
+    }
+    for (const hg::cpu::GemmChoice& choice : hg::cpu::gemm_choices()) {
+      fmt::print("  {}\n", hg::cpu::describe(choice));
+    }
   }
   fmt::print("CUDA backend  {}\n", hg::cuda::is_compiled() ? "built" : "not built");
   fmt::print("CUDA devices  {}\n", hg::cuda::describe());

@@ -6,10 +6,13 @@
 
 #include <omp.h>
 
+#include <algorithm>
 #include <array>
+#include <cstdlib>
 #include <cmath>
 #include <cstring>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 #include "halfgrad/cpu/kernels.h"
@@ -19,6 +22,7 @@
 using namespace hg;
 using Catch::Contains;
 using cpu::GemmImpl;
+using cpu::GemmPath;
 
 namespace {
 
@@ -115,16 +119,27 @@ void check_against(const Tensor& out, const Expected& expected) {
   CHECK(bad == 0);
 }
 
-// Runs gemm_with(impl) on copies of out and checks every element against the reference.
-void check_gemm(GemmImpl impl, const Tensor& a, const Tensor& b, const Tensor& out_before,
+// Runs gemm_with(impl), or gemm_on(path), on copies of out and checks every element against
+// the reference.
+template <class Way>
+void check_gemm(Way way, const Tensor& a, const Tensor& b, const Tensor& out_before,
                 double alpha = 1.0, double beta = 0.0) {
   const DType dtype = out_before.dtype();
-  INFO("dtype " << dtype << ", impl " << impl_name(impl) << ", a " << a.sizes() << " strides "
-                << a.strides() << ", b " << b.sizes() << " strides " << b.strides() << ", alpha "
-                << alpha << ", beta " << beta);
+  if constexpr (std::is_same_v<Way, GemmPath>) {
+    INFO("path " << cpu::gemm_path_name(way));
+  } else {
+    INFO("impl " << impl_name(way));
+  }
+  INFO("dtype " << dtype << ", a " << a.sizes() << " strides " << a.strides() << ", b "
+                << b.sizes() << " strides " << b.strides() << ", alpha " << alpha << ", beta "
+                << beta);
   const Expected expected = reference_gemm(a, b, out_before, alpha, beta);
   const Tensor out = out_before.clone();
-  cpu::gemm_with(impl, a, b, out, alpha, beta);
+  if constexpr (std::is_same_v<Way, GemmPath>) {
+    cpu::gemm_on(way, a, b, out, alpha, beta);
+  } else {
+    cpu::gemm_with(way, a, b, out, alpha, beta);
+  }
   check_against(out, expected);
 }
 
@@ -135,8 +150,13 @@ struct SmallGemmLevel {
   int previous;
 };
 
+// Every implementation gemm_with can force, and every path gemm can choose (NOTE [GEMM path by
+// measurement]).
 void check_all_impls(const Tensor& a, const Tensor& b, const Tensor& out_before, double alpha = 1.0,
                      double beta = 0.0) {
+  for (GemmPath path : cpu::gemm_paths(out_before.dtype())) {
+    check_gemm(path, a, b, out_before, alpha, beta);
+  }
   for (GemmImpl impl : impls_for(out_before.dtype())) {
     if (impl != GemmImpl::Small) {
       check_gemm(impl, a, b, out_before, alpha, beta);
@@ -149,6 +169,16 @@ void check_all_impls(const Tensor& a, const Tensor& b, const Tensor& out_before,
     }
   }
 }
+
+// Sets a dtype's GEMM path for a scope (cpu::set_gemm_path), the previous one again after.
+struct PathSet {
+  PathSet(DType dtype, GemmPath path) : dtype(dtype), previous(cpu::get_gemm_path(dtype)) {
+    cpu::set_gemm_path(dtype, path);
+  }
+  ~PathSet() { cpu::set_gemm_path(dtype, previous); }
+  DType dtype;
+  GemmPath previous;
+};
 
 // Restores the float16 tile budget when a test ends.
 struct TileBudget {
@@ -297,8 +327,15 @@ TEST_CASE("gemm_bias adds the bias row on every path", "[gemm]") {
       const Tensor bias = randn({n}, dtype);
       const Expected expected =
           reference_gemm(a, b, bias.expand({batch, m, n}).contiguous(), 1.0, 1.0);
+      for (GemmPath path : cpu::gemm_paths(dtype)) {
+        INFO("path " << cpu::gemm_path_name(path));
+        const PathSet set(dtype, path);
+        const Tensor out = full({batch, m, n}, NAN, dtype);
+        cpu::linalg_kernels.gemm_bias(a, b, bias, out);
+        check_against(out, expected);
+      }
       const Tensor out = full({batch, m, n}, NAN, dtype);
-      cpu::linalg_kernels.gemm_bias(a, b, bias, out);
+      cpu::linalg_kernels.gemm_bias(a, b, bias, out);  // on the measured path
       check_against(out, expected);
     }
   }
@@ -321,13 +358,19 @@ TEST_CASE("gemm accumulates 16-bit inputs in float32 over the whole K", "[gemm]"
     column[0] = c.big;
     const Tensor a = ones({1, 2, c.k}, c.dtype);
     const Tensor b = tensor(column, {1, c.k, 1}, c.dtype);
-    for (GemmImpl impl : impls_for(c.dtype)) {
-      for (int64_t tile_budget : {int64_t(1) << 22, int64_t(64)}) {
-        INFO("dtype " << c.dtype << ", impl " << impl_name(impl) << ", tile budget "
-                      << tile_budget);
-        const TileBudget budget(tile_budget);
+    for (int64_t tile_budget : {int64_t(1) << 22, int64_t(64)}) {
+      INFO("dtype " << c.dtype << ", tile budget " << tile_budget);
+      const TileBudget budget(tile_budget);
+      for (GemmImpl impl : impls_for(c.dtype)) {
+        INFO("impl " << impl_name(impl));
         const Tensor out = empty({1, 2, 1}, c.dtype);
         cpu::gemm_with(impl, a, b, out);
+        CHECK(out.to_vector<double>() == std::vector<double>{c.expected, c.expected});
+      }
+      for (GemmPath path : cpu::gemm_paths(c.dtype)) {
+        INFO("path " << cpu::gemm_path_name(path));
+        const Tensor out = empty({1, 2, 1}, c.dtype);
+        cpu::gemm_on(path, a, b, out);
         CHECK(out.to_vector<double>() == std::vector<double>{c.expected, c.expected});
       }
     }
@@ -462,11 +505,19 @@ TEST_CASE("cpu::is_bf16_supported and is_fp16_supported say which GEMMs run nati
 TEST_CASE("gemm_backend names the path of each dtype", "[gemm]") {
   CHECK(cpu::linalg_kernels.backend(kFloat64) == "eigen");
   if (HALFGRAD_HAS_ONEDNN) {
-    CHECK(cpu::linalg_kernels.backend(kFloat32) == "onednn");
-    CHECK(cpu::linalg_kernels.backend(kFloat16) == "onednn(fp16 via fp32 tiles)");
+    CHECK(cpu::linalg_kernels.backend(kFloat32) == "measured: onednn | small");
+    CHECK_THAT(cpu::linalg_kernels.backend(kFloat16),
+               Contains("measured: ") && Contains("onednn(fp16 via fp32 tiles) | "
+                                                  "small(fp16 via fp32 tiles)"));
   } else {
-    CHECK(cpu::linalg_kernels.backend(kFloat32) == "eigen");
-    CHECK(cpu::linalg_kernels.backend(kBFloat16) == "eigen(bf16 via fp32 tiles)");
+    CHECK(cpu::linalg_kernels.backend(kFloat32) == "measured: eigen | small");
+    CHECK(cpu::linalg_kernels.backend(kBFloat16) ==
+          "measured: eigen(bf16 via fp32 tiles) | small(bf16 via fp32 tiles)");
+  }
+  {
+    const PathSet set(kFloat16, GemmPath::Tiles);  // a set path is named alone
+    CHECK(cpu::linalg_kernels.backend(kFloat16) ==
+          (HALFGRAD_HAS_ONEDNN ? "onednn(fp16 via fp32 tiles)" : "eigen(fp16 via fp32 tiles)"));
   }
   for (DType dtype : kFloating) {
     UNSCOPED_INFO(dtype << ": " << cpu::linalg_kernels.backend(dtype) << ", kernel "
@@ -474,4 +525,256 @@ TEST_CASE("gemm_backend names the path of each dtype", "[gemm]") {
     CHECK_FALSE(cpu::gemm_kernel_name(dtype).empty());
   }
   CHECK_THROWS_WITH(cpu::linalg_kernels.backend(kInt32), Contains("int32"));
+}
+
+// ---- the path chosen by measurement (NOTE [GEMM path by measurement]) -----------------------
+
+TEST_CASE("gemm measures the paths of a shape class once and keeps the fastest", "[gemm]") {
+  cpu::detail::clear_gemm_choices();
+  for (DType dtype : {kFloat32, kBFloat16, kFloat16}) {
+    INFO("dtype " << dtype);
+    manual_seed(41);
+    const Tensor a = randn({1, 48, 40}, dtype), b = randn({1, 40, 56}, dtype);
+    const Tensor first = empty({1, 48, 56}, dtype), again = empty({1, 48, 56}, dtype);
+    cpu::linalg_kernels.gemm(a, b, first, 1.0, 0.0);  // measures, then runs the kept path
+    const std::vector<cpu::GemmChoice> choices = cpu::gemm_choices();
+    REQUIRE(!choices.empty());
+    const cpu::GemmChoice choice = choices.back();
+    CHECK(choice.dtype == dtype);
+    CHECK(choice.shape_class == "B 1, M <= 64, N <= 64, K <= 64");
+    CHECK(choice.threads == omp_get_max_threads());
+    CHECK(choice.calls == 1);
+    // Every candidate was timed (the small kernel too: 48 x 40 x 56 is small).
+    REQUIRE(choice.measured);
+    CHECK(choice.microseconds.size() == cpu::gemm_paths(dtype).size());
+    double fastest = 1e30, kept = -1;
+    for (const auto& [path, us] : choice.microseconds) {
+      CHECK(us > 0);
+      fastest = std::min(fastest, us);
+      if (path == choice.path) kept = us;
+    }
+    // The kept path is the fastest, or the default within 10 % of it.
+    CHECK(kept >= fastest);
+    CHECK(kept <= fastest * 1.1 + 1e-9);
+    // The measuring call and every later one give the bits of the kept path.
+    const Tensor on_path = empty({1, 48, 56}, dtype);
+    cpu::gemm_on(choice.path, a, b, on_path);
+    CHECK(std::memcmp(first.data_ptr(), on_path.data_ptr(), first.nbytes()) == 0);
+    for (int rep = 0; rep < 3; ++rep) {
+      cpu::linalg_kernels.gemm(a, b, again, 1.0, 0.0);
+      CHECK(std::memcmp(first.data_ptr(), again.data_ptr(), first.nbytes()) == 0);
+    }
+    // A product of another size in the same class measured nothing more.
+    cpu::linalg_kernels.gemm(randn({1, 40, 33}, dtype), randn({1, 33, 64}, dtype),
+                             empty({1, 40, 64}, dtype), 1.0, 0.0);
+    CHECK(cpu::gemm_choices().size() == choices.size());
+    CHECK(cpu::gemm_choices().back().calls == 5);
+    CHECK_THAT(cpu::describe(cpu::gemm_choices().back()),
+               Contains("B 1, M <= 64, N <= 64, K <= 64; ") && Contains("measured: ") &&
+                   Contains(std::string(cpu::gemm_path_name(choice.path))) &&
+                   Contains("5 calls"));
+  }
+  // float64 has one path and records no choice.
+  const int64_t before = int64_t(cpu::gemm_choices().size());
+  cpu::linalg_kernels.gemm(randn({1, 8, 8}, kFloat64), randn({1, 8, 8}, kFloat64),
+                           empty({1, 8, 8}, kFloat64), 1.0, 0.0);
+  CHECK(int64_t(cpu::gemm_choices().size()) == before);
+  CHECK(cpu::detail::clear_gemm_choices() == before);
+  CHECK(cpu::gemm_choices().empty());
+}
+
+TEST_CASE("gemm tells shape classes apart by size, layout, bias and threads", "[gemm]") {
+  cpu::detail::clear_gemm_choices();
+  const int threads = omp_get_max_threads();
+  const Tensor a = randn({1, 20, 30}), b = randn({1, 30, 10});
+  auto run = [](const Tensor& x, const Tensor& y) {
+    cpu::linalg_kernels.gemm(x, y, empty({x.size(0), x.size(1), y.size(2)}), 1.0, 0.0);
+  };
+  run(a, b);
+  run(randn({1, 30, 20}).transpose(1, 2), b);  // a transposed
+  run(a, randn({1, 10, 30}).transpose(1, 2));  // b transposed
+  run(randn({1, 40, 30}), b);                  // M in the next power of two
+  run(randn({3, 20, 30}), randn({3, 30, 10}));  // a batch
+  cpu::linalg_kernels.gemm_bias(a, b, randn({10}), empty({1, 20, 10}));
+  omp_set_num_threads(threads + 1);
+  run(a, b);
+  omp_set_num_threads(threads);
+  const std::vector<cpu::GemmChoice> choices = cpu::gemm_choices();
+  REQUIRE(choices.size() == 7);
+  CHECK(choices[0].shape_class == "B 1, M <= 32, N <= 16, K <= 32");
+  CHECK(choices[1].shape_class == "B 1, M <= 32, N <= 16, K <= 32, a transposed");
+  CHECK(choices[2].shape_class == "B 1, M <= 32, N <= 16, K <= 32, b transposed");
+  CHECK(choices[3].shape_class == "B 1, M <= 64, N <= 16, K <= 32");
+  CHECK(choices[4].shape_class == "B 4, M <= 32, N <= 16, K <= 32");
+  CHECK(choices[5].shape_class == "B 1, M <= 32, N <= 16, K <= 32, bias");
+  CHECK(choices[6].shape_class == "B 1, M <= 32, N <= 16, K <= 32");
+  CHECK(choices[6].threads == threads + 1);
+  for (const cpu::GemmChoice& choice : choices) CHECK(choice.calls == 1);
+}
+
+TEST_CASE("gemm's path choice holds when several threads meet a new class at once", "[gemm]") {
+  cpu::detail::clear_gemm_choices();
+  manual_seed(43);
+  const Tensor a = randn({1, 70, 50}, kBFloat16), b = randn({1, 50, 60}, kBFloat16);
+  std::vector<Tensor> outs;
+  for (int t = 0; t < 4; ++t) outs.push_back(empty({1, 70, 60}, kBFloat16));
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] { cpu::linalg_kernels.gemm(a, b, outs[size_t(t)], 1.0, 0.0); });
+  }
+  for (std::thread& thread : threads) thread.join();
+  // One choice was kept, and every thread ran it.
+  const std::vector<cpu::GemmChoice> choices = cpu::gemm_choices();
+  int64_t calls = 0;
+  for (const cpu::GemmChoice& choice : choices) calls += choice.calls;
+  CHECK(calls == 4);
+  for (const Tensor& out : outs) {
+    CHECK(std::memcmp(out.data_ptr(), outs[0].data_ptr(), out.nbytes()) == 0);
+  }
+}
+
+TEST_CASE("set_gemm_path fixes the path and refuses one this CPU lacks", "[gemm]") {
+  cpu::detail::clear_gemm_choices();
+  manual_seed(47);
+  const Tensor a = randn({2, 33, 65}, kFloat16), b = randn({1, 65, 17}, kFloat16);
+  for (GemmPath path : cpu::gemm_paths(kFloat16)) {
+    INFO("path " << cpu::gemm_path_name(path));
+    const PathSet set(kFloat16, path);
+    CHECK(cpu::get_gemm_path(kFloat16) == path);
+    const Tensor out = empty({2, 33, 17}, kFloat16), on_path = empty({2, 33, 17}, kFloat16);
+    cpu::linalg_kernels.gemm(a, b, out, 1.0, 0.0);
+    cpu::gemm_on(path, a, b, on_path);
+    CHECK(std::memcmp(out.data_ptr(), on_path.data_ptr(), out.nbytes()) == 0);
+    const cpu::GemmChoice choice = cpu::gemm_choices().back();
+    CHECK(choice.path == path);
+    CHECK(choice.set);
+    CHECK_FALSE(choice.measured);
+    CHECK_THAT(cpu::describe(choice), Contains("(set)"));
+  }
+  CHECK(cpu::get_gemm_path(kFloat16) == GemmPath::Auto);
+  CHECK_THROWS_WITH(cpu::set_gemm_path(kBFloat16, GemmPath::Split),
+                    Contains("bfloat16") && Contains("not on split") && Contains("tiles"));
+  CHECK_THROWS_WITH(cpu::set_gemm_path(kFloat64, GemmPath::Small),
+                    Contains("float64") && Contains("native") && Contains("not on small"));
+  CHECK_THROWS_WITH(cpu::set_gemm_path(kInt32, GemmPath::Native), Contains("int32"));
+  CHECK_THROWS_WITH(cpu::gemm_on(GemmPath::Split, randn({1, 2, 3}), randn({1, 3, 4}),
+                                 empty({1, 2, 4})),
+                    Contains("split") && Contains("float32"));
+  CHECK(cpu::gemm_paths(kFloat64) == std::vector<GemmPath>{GemmPath::Native});
+}
+
+TEST_CASE("HALFGRAD_CPU_GEMM sets the paths of the process", "[gemm]") {
+  // ctest runs this case three times: without the variable, with "fp16:tiles,bf16:small" and
+  // with "fast" (tests/CMakeLists.txt).
+  const char* raw = std::getenv("HALFGRAD_CPU_GEMM");
+  const std::string setting = raw == nullptr ? "" : raw;
+  const Tensor a = randn({1, 8, 8}, kFloat16), b = randn({1, 8, 8}, kFloat16);
+  if (setting == "fast") {
+    CHECK_THROWS_WITH(cpu::linalg_kernels.gemm(a, b, empty({1, 8, 8}, kFloat16), 1.0, 0.0),
+                      Contains("HALFGRAD_CPU_GEMM=fast") && Contains("expected auto, native") &&
+                          Contains("\"fast\""));
+    CHECK_THROWS_WITH(cpu::get_gemm_path(kFloat32), Contains("HALFGRAD_CPU_GEMM=fast"));
+    return;
+  }
+  if (setting == "fp16:tiles,bf16:small") {
+    CHECK(cpu::get_gemm_path(kFloat16) == GemmPath::Tiles);
+    CHECK(cpu::get_gemm_path(kBFloat16) == GemmPath::Small);
+    CHECK(cpu::get_gemm_path(kFloat32) == GemmPath::Auto);
+    cpu::linalg_kernels.gemm(a, b, empty({1, 8, 8}, kFloat16), 1.0, 0.0);
+    CHECK(cpu::gemm_choices().back().path == GemmPath::Tiles);
+    CHECK(cpu::gemm_choices().back().set);
+    return;
+  }
+  REQUIRE(setting.empty());
+  for (DType dtype : {kFloat32, kBFloat16, kFloat16}) CHECK(cpu::get_gemm_path(dtype) == GemmPath::Auto);
+}
+
+TEST_CASE("float16 as bfloat16 pairs gives every product exactly", "[gemm]") {
+  // NOTE [float16 as bfloat16 pairs]: with K = 1 each output is one product of two float16
+  // values, exact as the sum of its four bfloat16 parts' products, and rounded once: the
+  // float16 nearest the float64 product, for every pair here.
+  const std::vector<GemmPath> paths = cpu::gemm_paths(kFloat16);
+  if (std::find(paths.begin(), paths.end(), GemmPath::Split) == paths.end()) {
+    WARN("oneDNN runs no bfloat16 kernel on this CPU: no split path to check");
+    return;
+  }
+  manual_seed(53);
+  const int64_t m = 64, n = 48;
+  const Tensor a = randn({1, m, 1}, kFloat16), b = randn({1, 1, n}, kFloat16) * 3.0;
+  const Tensor out = empty({1, m, n}, kFloat16);
+  cpu::gemm_on(GemmPath::Split, a, b, out);
+  const std::vector<double> av = a.to_vector<double>(), bv = b.to_vector<double>();
+  const Tensor exact = empty({1, m, n}, kFloat64);
+  auto* e = static_cast<double*>(exact.data_ptr());
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t j = 0; j < n; ++j) e[i * n + j] = av[size_t(i)] * bv[size_t(j)];
+  }
+  CHECK(out.to_vector<double>() == exact.to(kFloat16).to_vector<double>());
+  // Over a long K the sums are float32's: the ones below half an ulp of 2048 in float16
+  // still count, as in "gemm accumulates 16-bit inputs in float32 over the whole K".
+  const Tensor x = randn({3, 40, 300}, kFloat16), y = randn({3, 300, 24}, kFloat16);
+  check_gemm(GemmPath::Split, x, y, randn({3, 40, 24}, kFloat16), 0.5, 0.25);
+}
+
+TEST_CASE("float16 as bfloat16 pairs keeps infinite products infinite", "[gemm]") {
+  // inf = hi + lo has no finite parts; the pairs would make inf * 0 = NaN from a zero lo part
+  // of the other operand, so such products take the float32 tiles.
+  const std::vector<GemmPath> paths = cpu::gemm_paths(kFloat16);
+  if (std::find(paths.begin(), paths.end(), GemmPath::Split) == paths.end()) {
+    WARN("oneDNN runs no bfloat16 kernel on this CPU: no split path to check");
+    return;
+  }
+  const Tensor a = tensor({INFINITY, 1.0, -2.0, 0.5}, {1, 2, 2}, kFloat16);
+  const Tensor b = tensor({1.0, 2.0, 0.25, -1.0}, {1, 2, 2}, kFloat16);  // lo parts all 0
+  const Tensor out = empty({1, 2, 2}, kFloat16);
+  cpu::gemm_on(GemmPath::Split, a, b, out);
+  // [inf, 1; -2, 0.5] @ [1, 2; 0.25, -1] = [inf, inf; -1.875, -4.5]
+  CHECK(out.to_vector<double>() == std::vector<double>{INFINITY, INFINITY, -1.875, -4.5});
+  const Tensor nan_a = tensor({NAN, 1.0, -2.0, 0.5}, {1, 2, 2}, kFloat16);
+  cpu::gemm_on(GemmPath::Split, nan_a, b, out);
+  const std::vector<double> got = out.to_vector<double>();
+  CHECK(std::isnan(got[0]));
+  CHECK(std::isnan(got[1]));
+  CHECK(got[2] == -1.875);
+  CHECK(got[3] == -4.5);
+}
+
+TEST_CASE("gemm_into_float32 sums 16-bit products into float32 on every path", "[gemm]") {
+  // The output is not rounded to 16 bits: the float32 tolerance (1e-5 of the magnitude) is far
+  // below a bfloat16 or float16 rounding (2^-9, 2^-12).
+  for (DType dtype : {kBFloat16, kFloat16}) {
+    manual_seed(59);
+    const Tensor a = randn({2, 37, 70}, dtype), b = randn({2, 70, 45}, dtype);
+    const Tensor a_t = randn({2, 70, 37}, dtype).transpose(1, 2);
+    const Tensor b_shared = randn({1, 45, 70}, dtype).transpose(1, 2);
+    const Tensor old = randn({2, 37, 45});
+    std::vector<GemmPath> paths = {GemmPath::Auto};
+    for (GemmPath path : cpu::gemm_paths(dtype)) paths.push_back(path);
+    for (GemmPath path : paths) {
+      INFO("dtype " << dtype << ", path " << cpu::gemm_path_name(path));
+      const PathSet set(dtype, path);
+      for (const auto& [x, y] : {std::pair{a, b}, std::pair{a_t, b}, std::pair{a, b_shared}}) {
+        for (double beta : {0.0, 1.0}) {
+          INFO("a strides " << x.strides() << ", b strides " << y.strides() << ", beta " << beta);
+          const Tensor out = old.clone();
+          cpu::gemm_into_float32(x, y, out, beta);
+          const Expected expected = reference_gemm(x, y, old, 1.0, beta);
+          const std::vector<double> got = out.to_vector<double>();
+          int64_t bad = 0;
+          for (size_t i = 0; i < got.size(); ++i) {
+            if (!(std::fabs(got[i] - expected.value[i]) <= 1e-5 * expected.magnitude[i])) ++bad;
+          }
+          CHECK(bad == 0);
+        }
+      }
+    }
+  }
+  const Tensor a = randn({1, 3, 4}, kBFloat16), b = randn({1, 4, 5}, kBFloat16);
+  CHECK_THROWS_WITH(cpu::gemm_into_float32(a, b, empty({1, 3, 5}, kBFloat16), 0.0),
+                    Contains("float32 out") && Contains("bfloat16"));
+  CHECK_THROWS_WITH(cpu::gemm_into_float32(randn({1, 3, 4}), randn({1, 4, 5}), empty({1, 3, 5}),
+                                           0.0),
+                    Contains("16-bit") && Contains("float32"));
+  CHECK_THROWS_WITH(cpu::gemm_into_float32(a, randn({1, 5, 5}, kBFloat16), empty({1, 3, 5}), 0.0),
+                    Contains("[1, 3, 4]") && Contains("[1, 5, 5]"));
 }

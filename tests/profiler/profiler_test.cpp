@@ -256,8 +256,9 @@ TEST_CASE("the table is sorted by the chosen key and keeps row_limit rows", "[pr
     std::vector<std::string> lines;
     std::istringstream in(table);
     for (std::string line; std::getline(in, line);) lines.push_back(line);
-    // rule, header, rule, 3 rows, rule, the total.
-    REQUIRE(lines.size() == 8);
+    // rule, header, rule, 3 rows, rule, the total; then the GEMM paths' heading and lines.
+    const size_t gemm_lines = prof.gemm_choices().empty() ? 0 : prof.gemm_choices().size() + 1;
+    REQUIRE(lines.size() == 8 + gemm_lines);
     CHECK_THAT(lines[1], Contains("Name") && Contains("Self CPU %") && Contains("# of Calls"));
     CHECK(lines[7].rfind("Self CPU time total: ", 0) == 0);
     // The three rows are the three largest groups by the key, largest first.
@@ -280,7 +281,8 @@ TEST_CASE("the table is sorted by the chosen key and keeps row_limit rows", "[pr
     }
   }
   const std::string every = prof.table("count", -1);
-  CHECK(std::count(every.begin(), every.end(), '\n') == int64_t(averages.size()) + 5);
+  const size_t gemm_lines = prof.gemm_choices().empty() ? 0 : prof.gemm_choices().size() + 1;
+  CHECK(std::count(every.begin(), every.end(), '\n') == int64_t(averages.size() + 5 + gemm_lines));
   CHECK_THROWS_WITH(prof.table("cpu_time"), Contains("expected sort_by") && Contains("'cpu_time'"));
 }
 
@@ -291,6 +293,47 @@ struct OddlyNamed : nn::Module {
   Tensor forward(const Tensor& x) override { return relu(x); }
 };
 }  // namespace
+
+TEST_CASE("the table names the CPU GEMM paths the recorded ops ran", "[profiler]") {
+  auto model = make_mlp();
+  const Tensor x = randn({5, 8});
+  const Tensor target = randn({5, 4});
+  step(*model, x, target);  // the paths are measured here, before recording
+  profiler::Profile once;
+  step(*model, x, target);
+  once.stop();
+  profiler::Profile twice;
+  step(*model, x, target);
+  twice.stop();
+  twice.start();  // a second recording adds to the same lines
+  step(*model, x, target);
+  twice.stop();
+  REQUIRE_FALSE(once.gemm_choices().empty());
+  REQUIRE(twice.gemm_choices().size() == once.gemm_choices().size());
+  const std::string table = twice.table();
+  CHECK_THAT(table, Contains("CPU GEMM paths (calls while recording):\n"));
+  for (size_t i = 0; i < once.gemm_choices().size(); ++i) {
+    const cpu::GemmChoice& one = once.gemm_choices()[i];
+    const cpu::GemmChoice& two = twice.gemm_choices()[i];
+    INFO(cpu::describe(one));
+    CHECK(one.dtype == kFloat32);
+    CHECK(two.shape_class == one.shape_class);
+    CHECK(two.path == one.path);
+    CHECK(one.calls > 0);
+    CHECK(two.calls == 2 * one.calls);
+    CHECK_THAT(table, Contains("  " + cpu::describe(two) + "\n"));
+  }
+  // Linear(8, 16)'s forward: 5 x 8 x 16 with its bias.
+  CHECK(std::any_of(once.gemm_choices().begin(), once.gemm_choices().end(), [](const auto& c) {
+    return c.shape_class == "B 1, M <= 8, N <= 16, K <= 8, b transposed, bias";
+  }));
+  // A recording without products has no GEMM lines.
+  profiler::Profile none;
+  add(x, x);
+  none.stop();
+  CHECK(none.gemm_choices().empty());
+  CHECK_THAT(none.table(), !Contains("CPU GEMM paths"));
+}
 
 TEST_CASE("the Chrome trace is JSON whose events nest on each track", "[profiler]") {
   auto model = make_mlp();
