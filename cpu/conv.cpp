@@ -7,10 +7,12 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <type_traits>
 #include <vector>
 
 #include "halfgrad/core/factory.h"
 #include "halfgrad/cpu/kernels.h"
+#include "halfgrad/cpu/linalg.h"
 #include "halfgrad/cpu/nn_common.h"
 #include "halfgrad/kernel/checks.h"
 
@@ -24,10 +26,13 @@ using kernel::Conv2dParams;
 using nn_common::check_input;
 using nn_common::parallel_for;
 
-// Calls f(TypeTag<A>{}) for an accumulation dtype: float32 or float64.
+// Calls f(TypeTag<T>{}, TypeTag<A>{}) for the storage type T of a floating dtype and its
+// accumulation type A: float for float32, float16 and bfloat16, double for float64.
 template <class F>
-auto dispatch_acc(DType acc, F&& f) {
-  return acc == kFloat64 ? f(TypeTag<double>{}) : f(TypeTag<float>{});
+auto dispatch_conv(DType dtype, F&& f) {
+  return visit_floating_dtype("conv2d", dtype, [&]<class T>(TypeTag<T>) {
+    return f(TypeTag<T>{}, TypeTag<std::conditional_t<std::is_same_v<T, double>, double, float>>{});
+  });
 }
 
 // t as a contiguous tensor of dtype (no copy when it already is one).
@@ -39,8 +44,9 @@ Tensor contiguous_as(const Tensor& t, DType dtype) { return t.to(dtype).contiguo
 //   forward:  y[n, g] [Og, L]  = w[g] [Og, K] * cols
 //   dweight:  dw[g]   [Og, K] += dy[n, g] [Og, L] * cols^T
 //   dx:       dcols   [K, L]   = w[g]^T [K, Og] * dy[n, g],  then col2im adds dcols into dx[n, g]
-// x, w and dy are first converted to the accumulation type, so the products run in float
-// (double for float64) and the output is rounded once.
+// x, w, dy and the im2col matrices stay in their dtype (T); the products accumulate in A (float,
+// double for float64) into outputs kept in A (y, dcols and dx, dw), which are rounded to T once
+// at the end.
 
 using kernel::ConvGeometry;
 
@@ -53,46 +59,56 @@ ConvGeometry cpu_conv_geometry(const char* op, const Tensor& x, const Tensor& we
 }
 
 // NOTE [conv2d's matrix product] Every matrix product of conv2d and its backward goes
-// through conv_matmul, on cpu::linalg_kernels.gemm (oneDNN for float32, Eigen for float64; 16-bit
-// inputs reach here already widened to the float accumulation type).
+// through conv_matmul: cpu::linalg_kernels.gemm for float32 and float64, and for float16 and
+// bfloat16 cpu::gemm_into_float32, whose 16-bit operands (the weight, im2col's columns, dy)
+// are read as they are and whose products are summed into float32 (on AMX or AVX512-BF16 by
+// oneDNN's bfloat16 kernel, else through float32 tiles: the path measured per shape class,
+// see NOTE [GEMM path by measurement]). So a 16-bit convolution widens no tensor first, and
+// its output, dx and dweight are rounded once, from float32 (dweight summed over the images
+// there).
 //
 // c[M, N] = op(a)[M, K] * op(b)[K, N], plus c's old values when accumulate. Row-major with
 // row strides lda/ldb/ldc. op(a) = a stored [M, K], or a^T when trans_a (a stored [K, M]);
-// op(b) = b stored [K, N], or b^T when trans_b (b stored [N, K]). c is dense (ldc == N).
-template <class A>
-void conv_matmul(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const A* a,
-                 int64_t lda, const A* b, int64_t ldb, A* c, int64_t ldc, bool accumulate) {
+// op(b) = b stored [K, N], or b^T when trans_b (b stored [N, K]). c is dense (ldc == N), of the
+// accumulation type A.
+template <class T, class A>
+void conv_matmul(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const T* a,
+                 int64_t lda, const T* b, int64_t ldb, A* c, int64_t ldc, bool accumulate) {
   HG_CHECK(ldc == N, "conv2d: internal error: the product's output rows are not dense");
   if (M == 0 || N == 0) return;
-  constexpr DType dtype = dtype_of<A>;
+  constexpr DType dtype = dtype_of<T>;
   // Transposed operands are strided views: the GEMM reads them without a copy.
-  const Tensor ta = from_blob(const_cast<A*>(a), {1, M, K}, dtype,
+  const Tensor ta = from_blob(const_cast<T*>(a), {1, M, K}, dtype,
                               trans_a ? Shape{M * lda, 1, lda} : Shape{M * lda, lda, 1});
-  const Tensor tb = from_blob(const_cast<A*>(b), {1, K, N}, dtype,
+  const Tensor tb = from_blob(const_cast<T*>(b), {1, K, N}, dtype,
                               trans_b ? Shape{N * ldb, 1, ldb} : Shape{K * ldb, ldb, 1});
-  const Tensor tc = from_blob(c, {1, M, N}, dtype);
-  linalg_kernels.gemm(ta, tb, tc, 1.0, accumulate ? 1.0 : 0.0);
+  const Tensor tc = from_blob(c, {1, M, N}, dtype_of<A>);
+  if constexpr (std::is_same_v<T, A>) {
+    linalg_kernels.gemm(ta, tb, tc, 1.0, accumulate ? 1.0 : 0.0);
+  } else {
+    gemm_into_float32(ta, tb, tc, accumulate ? 1.0 : 0.0);
+  }
 }
 
 // cols[(c, ki, kj), (oh, ow)] = x[c, oh sH - pH + ki dH, ow sW - pW + kj dW], zero in the
 // padding. x: [Cg, H, W] of one image and group; cols: [K, L].
-template <class A>
-void im2col(const A* x, const ConvGeometry& g, A* cols) {
+template <class T>
+void im2col(const T* x, const ConvGeometry& g, T* cols) {
   for (int64_t c = 0; c < g.Cg; ++c) {
     for (int64_t ki = 0; ki < g.kH; ++ki) {
       for (int64_t kj = 0; kj < g.kW; ++kj) {
-        A* row = cols + ((c * g.kH + ki) * g.kW + kj) * g.L();
+        T* row = cols + ((c * g.kH + ki) * g.kW + kj) * g.L();
         for (int64_t oh = 0; oh < g.Hout; ++oh) {
           const int64_t ih = oh * g.sH - g.pH + ki * g.dH;
-          A* out = row + oh * g.Wout;
+          T* out = row + oh * g.Wout;
           if (ih < 0 || ih >= g.H) {
-            std::fill_n(out, g.Wout, A(0));
+            std::fill_n(out, g.Wout, T(0.0f));
             continue;
           }
-          const A* in = x + (c * g.H + ih) * g.W;
+          const T* in = x + (c * g.H + ih) * g.W;
           for (int64_t ow = 0; ow < g.Wout; ++ow) {
             const int64_t iw = ow * g.sW - g.pW + kj * g.dW;
-            out[ow] = iw >= 0 && iw < g.W ? in[iw] : A(0);
+            out[ow] = iw >= 0 && iw < g.W ? in[iw] : T(0.0f);
           }
         }
       }
@@ -129,13 +145,13 @@ bool worth_threads(int64_t count, int64_t work) {
          !omp_in_parallel();
 }
 
-template <class A>
-void conv2d_forward_kernel(const A* x, const A* w, const A* bias, A* y, const ConvGeometry& g) {
+template <class T, class A>
+void conv2d_forward_kernel(const T* x, const T* w, const A* bias, A* y, const ConvGeometry& g) {
   const int64_t K = g.K(), L = g.L();
   // Images on threads when there are several; otherwise conv_matmul splits the rows.
 #pragma omp parallel if (worth_threads(g.N, g.C * K * L))
   {
-    std::vector<A> cols(size_t(K * L));
+    std::vector<T> cols(size_t(K * L));
 #pragma omp for schedule(static)
     for (int64_t n = 0; n < g.N; ++n) {
       for (int64_t group = 0; group < g.groups; ++group) {
@@ -153,8 +169,8 @@ void conv2d_forward_kernel(const A* x, const A* w, const A* bias, A* y, const Co
   }
 }
 
-template <class A>
-void conv2d_input_grad_kernel(const A* dy, const A* w, A* dx, const ConvGeometry& g) {
+template <class T, class A>
+void conv2d_input_grad_kernel(const T* dy, const T* w, A* dx, const ConvGeometry& g) {
   const int64_t K = g.K(), L = g.L();
 #pragma omp parallel if (worth_threads(g.N, g.C * K * L))
   {
@@ -172,14 +188,14 @@ void conv2d_input_grad_kernel(const A* dy, const A* w, A* dx, const ConvGeometry
   }
 }
 
-template <class A>
-void conv2d_weight_grad_kernel(const A* dy, const A* x, A* dw, const ConvGeometry& g) {
+template <class T, class A>
+void conv2d_weight_grad_kernel(const T* dy, const T* x, A* dw, const ConvGeometry& g) {
   const int64_t K = g.K(), L = g.L();
   std::fill_n(dw, g.O * K, A(0));
   // Groups own disjoint rows of dw, so they may run on threads; images are summed in order.
 #pragma omp parallel if (worth_threads(g.groups, g.N * g.Og * K * L))
   {
-    std::vector<A> cols(size_t(K * L));
+    std::vector<T> cols(size_t(K * L));
 #pragma omp for schedule(static)
     for (int64_t group = 0; group < g.groups; ++group) {
       for (int64_t n = 0; n < g.N; ++n) {
@@ -199,13 +215,12 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const C
     kernel::check_conv_bias(op, bias, g, x.dtype());
   }
   const DType acc = acc_dtype(x.dtype());
-  const Tensor xa = contiguous_as(x, acc), wa = contiguous_as(weight, acc);
+  const Tensor xc = x.contiguous(), wc = contiguous_as(weight, x.dtype());
   const Tensor ba = bias.defined() ? contiguous_as(bias, acc) : Tensor();
   Tensor ya = empty({g.N, g.O, g.Hout, g.Wout}, acc);
-  dispatch_acc(acc, [&](auto tag) {
-    using A = typename decltype(tag)::type;
-    conv2d_forward_kernel<A>(xa.data_ptr<A>(), wa.data_ptr<A>(),
-                             ba.defined() ? ba.data_ptr<A>() : nullptr, ya.data_ptr<A>(), g);
+  dispatch_conv(x.dtype(), [&]<class T, class A>(TypeTag<T>, TypeTag<A>) {
+    conv2d_forward_kernel<T, A>(xc.data_ptr<T>(), wc.data_ptr<T>(),
+                                ba.defined() ? ba.data_ptr<A>() : nullptr, ya.data_ptr<A>(), g);
   });
   return ya.to(x.dtype());
 }
@@ -217,33 +232,32 @@ Conv2dBackward conv2d_backward(const Tensor& dy, const Tensor& x, const Tensor& 
   check_input(op, "grad_output", dy);
   kernel::check_conv_grad_output(op, dy, g, x.dtype());
   const DType acc = acc_dtype(x.dtype());
-  const Tensor dya = contiguous_as(dy, acc);
+  const Tensor dyc = contiguous_as(dy, x.dtype());
   Conv2dBackward result;
-  dispatch_acc(acc, [&](auto tag) {
-    using A = typename decltype(tag)::type;
+  dispatch_conv(x.dtype(), [&]<class T, class A>(TypeTag<T>, TypeTag<A>) {
     if (needed[0]) {
-      const Tensor wa = contiguous_as(weight, acc);
+      const Tensor wc = contiguous_as(weight, x.dtype());
       Tensor dxa = empty(x.sizes(), acc);
-      conv2d_input_grad_kernel<A>(dya.data_ptr<A>(), wa.data_ptr<A>(), dxa.data_ptr<A>(), g);
+      conv2d_input_grad_kernel<T, A>(dyc.data_ptr<T>(), wc.data_ptr<T>(), dxa.data_ptr<A>(), g);
       result.dx = dxa.to(x.dtype());
     }
     if (needed[1]) {
-      const Tensor xa = contiguous_as(x, acc);
+      const Tensor xc = x.contiguous();
       Tensor dwa = empty(weight.sizes(), acc);
-      conv2d_weight_grad_kernel<A>(dya.data_ptr<A>(), xa.data_ptr<A>(), dwa.data_ptr<A>(), g);
+      conv2d_weight_grad_kernel<T, A>(dyc.data_ptr<T>(), xc.data_ptr<T>(), dwa.data_ptr<A>(), g);
       result.dweight = dwa.to(x.dtype());
     }
     if (needed[2] && has_bias) {
       Tensor dba = empty({g.O}, acc);
-      const A* d = dya.data_ptr<A>();
+      const T* d = dyc.data_ptr<T>();
       A* db = dba.data_ptr<A>();
       const int64_t L = g.L();
       parallel_for(g.O, g.N * L, [&](int64_t o) {
         A total = 0;
         for (int64_t n = 0; n < g.N; ++n) {
-          const A* run = d + (n * g.O + o) * L;
+          const T* run = d + (n * g.O + o) * L;
           A partial = 0;
-          for (int64_t l = 0; l < L; ++l) partial += run[l];
+          for (int64_t l = 0; l < L; ++l) partial += static_cast<A>(run[l]);
           total += partial;
         }
         db[o] = total;

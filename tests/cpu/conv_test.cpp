@@ -170,23 +170,32 @@ TEST_CASE("conv2d backward in low precision matches float64", "[nn_kernels][conv
 }
 
 TEST_CASE("conv2d of larger images uses the threaded paths correctly", "[nn_kernels][conv2d]") {
-  // Several images (threads over images) and one image (threads inside the matrix product).
-  for (int64_t N : {4, 1}) {
-    INFO("N " << N);
-    const kernel::Conv2dParams p{.padding = {1, 1}};
-    const Tensor x = random_tensor({N, 8, 24, 24}, 2300 + uint64_t(N), kFloat32);
-    const Tensor w = random_tensor({16, 8, 3, 3}, 2310, kFloat32);
-    const Tensor b = random_tensor({16}, 2311, kFloat32);
-    const Tensor y = cpu::conv_kernels.conv2d(x, w, b, p);
-    expect_close(y, conv2d_reference(x, w, b, p), {1e-5, 1e-4}, "y");
-    const Tensor dy = random_tensor(y.sizes(), 2312, kFloat32);
-    const kernel::Conv2dBackward g =
-        cpu::conv_kernels.conv2d_backward(dy, x, w, true, p, {true, true, true});
-    const kernel::Conv2dBackward ref =
-        cpu::conv_kernels.conv2d_backward(f64(dy), f64(x), f64(w), true, p, {true, true, true});
-    expect_close(g.dx, ref.dx, {1e-4, 1e-4}, "dx");
-    expect_close(g.dweight, ref.dweight, {1e-3, 1e-4}, "dweight");
-    expect_close(g.dbias, ref.dbias, {1e-3, 1e-4}, "dbias");
+  // Several images (threads over images) and one image (threads inside the matrix product),
+  // in every dtype: products large enough that the 16-bit ones may take oneDNN's bfloat16
+  // kernel (NOTE [conv2d's matrix product]), each path the measurement keeps checked here.
+  for (DType dtype : kLowDTypes) {
+    for (int64_t N : {4, 1}) {
+      INFO("dtype " << dtype << ", N " << N);
+      const kernel::Conv2dParams p{.padding = {1, 1}};
+      const Tensor x = random_tensor({N, 8, 24, 24}, 2300 + uint64_t(N), dtype);
+      const Tensor w = random_tensor({16, 8, 3, 3}, 2310, dtype);
+      const Tensor b = random_tensor({16}, 2311, dtype);
+      const Tensor y = cpu::conv_kernels.conv2d(x, w, b, p);
+      expect_result(y, dtype, Shape{N, 16, 24, 24});
+      expect_close(y, conv2d_reference(x, w, b, p),
+                   dtype == kFloat32 ? Tolerance{1e-5, 1e-4} : forward_tolerance(dtype), "y");
+      const Tensor dy = random_tensor(y.sizes(), 2312, dtype);
+      const kernel::Conv2dBackward g =
+          cpu::conv_kernels.conv2d_backward(dy, x, w, true, p, {true, true, true});
+      const kernel::Conv2dBackward ref =
+          cpu::conv_kernels.conv2d_backward(f64(dy), f64(x), f64(w), true, p, {true, true, true});
+      const bool wide = dtype == kFloat32;
+      expect_close(g.dx, ref.dx, wide ? Tolerance{1e-4, 1e-4} : backward_tolerance(dtype), "dx");
+      expect_close(g.dweight, ref.dweight,
+                   wide ? Tolerance{1e-3, 1e-4} : backward_tolerance(dtype), "dweight");
+      expect_close(g.dbias, ref.dbias, wide ? Tolerance{1e-3, 1e-4} : backward_tolerance(dtype),
+                   "dbias");
+    }
   }
 }
 
