@@ -16,6 +16,10 @@
 //           a GradScaler; PyTorch 1.13 has no float16 CPU autocast, so this line has no twin).
 //           One step = zero_grad, forward, loss, backward, optimizer step; the modes are timed
 //           interleaved, the median of --reps steps after --warmup steps each.
+//   cnn     a CNN on synthetic 28 x 28 single-channel images (MNIST's shape), batch 128: two
+//           blocks of Conv2d 3x3 (padding 1), BatchNorm2d, ReLU, MaxPool2d 2 (1 -> 32 -> 64
+//           channels), Linear(3136, 10); loss, optimizer, modes and timing as the MLP's
+//           (--small: 4 and 8 channels, batch 8).
 //   tiny    MLP 32 -> 32 -> 1 (Linear, ReLU), batch 16, mse_loss, SGD lr 1e-3: the median over
 //           reps of --tiny-steps full steps, in microseconds per step (target 5 us).
 //   watch   the cost of amp::OverflowWatch: the MLP's bf16 and fp16 steps with and without a
@@ -96,6 +100,7 @@
 #include <csignal>
 #include <cstdio>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -147,7 +152,7 @@ void read_twin_lines(const std::string& path, TwinLines& lines) {
     if (line.empty() || line[0] != '{') continue;
     const nlohmann::json record = nlohmann::json::parse(line);
     const std::string bench = record.value("bench", "");
-    const char* value = bench == "train_mlp"      ? "ms"
+    const char* value = bench == "train_mlp" || bench == "train_cnn" ? "ms"
                         : bench == "train_tiny"   ? "us"
                         : bench == "train_memory" ? "peak_mib"
                                                   : nullptr;
@@ -299,14 +304,15 @@ const char* mode_name(Mode mode) {
   }
 }
 
-// The big MLP's model, data and optimizer in one mode; step() is one training step.
-class MlpRun {
+// A classifier's model, data and optimizer in one mode (the MLP's and the CNN's); step() is one
+// training step.
+class ClassifierRun {
  public:
-  MlpRun(Mode mode, const std::vector<int64_t>& sizes, int64_t batch)
+  ClassifierRun(Mode mode, std::shared_ptr<hg::nn::Sequential> model, Tensor x, Tensor y)
       : mode_(mode),
-        model_((hg::manual_seed(0), mlp(sizes))),
-        x_(hg::randn({batch, sizes.front()})),
-        y_(random_labels(batch, sizes.back(), 0)),
+        model_(std::move(model)),
+        x_(std::move(x)),
+        y_(std::move(y)),
         opt_(model_->parameters(),
              {.lr = 1e-3, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .weight_decay = 0.01}),
         scaler_({.enabled = mode == Mode::Fp16}) {}
@@ -345,27 +351,77 @@ MlpConfig mlp_config(const TrainOptions& options) {
   return {{1024, 4096, 4096, 10}, 512};
 }
 
+// The big MLP's run: model, then inputs, then labels, from seed 0.
+std::unique_ptr<ClassifierRun> mlp_run(Mode mode, const MlpConfig& config) {
+  hg::manual_seed(0);
+  auto model = mlp(config.sizes);
+  Tensor x = hg::randn({config.batch, config.sizes.front()});
+  return std::make_unique<ClassifierRun>(mode, std::move(model), std::move(x),
+                                         random_labels(config.batch, config.sizes.back(), 0));
+}
+
+// The CNN: two blocks of Conv2d 3x3 (padding 1), BatchNorm2d, ReLU and MaxPool2d 2 on 28 x 28
+// single-channel images (1 -> 32 -> 64 channels), then Linear(64 * 7 * 7, 10).
+std::shared_ptr<hg::nn::Sequential> cnn(int64_t width) {
+  namespace nn = hg::nn;
+  auto model = std::make_shared<nn::Sequential>();
+  model->push_back(std::make_shared<nn::Conv2d>(1, width, 3, nn::Conv2dOptions{.padding = {1, 1}}));
+  model->push_back(std::make_shared<nn::BatchNorm2d>(width));
+  model->push_back(std::make_shared<nn::ReLU>());
+  model->push_back(std::make_shared<nn::MaxPool2d>(2));
+  model->push_back(
+      std::make_shared<nn::Conv2d>(width, 2 * width, 3, nn::Conv2dOptions{.padding = {1, 1}}));
+  model->push_back(std::make_shared<nn::BatchNorm2d>(2 * width));
+  model->push_back(std::make_shared<nn::ReLU>());
+  model->push_back(std::make_shared<nn::MaxPool2d>(2));
+  model->push_back(std::make_shared<nn::Flatten>());
+  model->push_back(std::make_shared<nn::Linear>(2 * width * 7 * 7, 10));
+  return model;
+}
+
+struct CnnConfig {
+  int64_t width, batch;
+};
+
+CnnConfig cnn_config(const TrainOptions& options) {
+  if (options.small) return {4, 8};
+  return {32, 128};
+}
+
+// The CNN's run on synthetic images (normal values, MNIST's shape) and labels, from seed 0.
+std::unique_ptr<ClassifierRun> cnn_run(Mode mode, const CnnConfig& config) {
+  hg::manual_seed(0);
+  auto model = cnn(config.width);
+  Tensor x = hg::randn({config.batch, 1, 28, 28});
+  return std::make_unique<ClassifierRun>(mode, std::move(model), std::move(x),
+                                         random_labels(config.batch, 10, 0));
+}
+
 // ---- sections -------------------------------------------------------------------------------
 
-void run_mlp(const TrainOptions& options, Peers& peers) {
-  const MlpConfig config = mlp_config(options);
-  const std::string shape = shape_name(config.sizes);
+// A classifier section: halfgrad's fp32, bf16 and fp16 steps interleaved with the twin's
+// ("<twin> fp32|bf16") and the ratios; bf16 over PyTorch against target_torch, bf16 over
+// halfgrad's fp32 against target_fp32.
+void run_classifier(const TrainOptions& options, Peers& peers, const std::string& bench,
+                    const std::string& twin, const std::string& shape, int64_t batch,
+                    const std::function<std::unique_ptr<ClassifierRun>(Mode)>& make_run,
+                    double target_torch, double target_fp32) {
   const bool twin_live = peers.live && !options.small;
-  std::vector<std::unique_ptr<MlpRun>> runs;
+  std::vector<std::unique_ptr<ClassifierRun>> runs;
   std::vector<Candidate> candidates;
   for (Mode mode : {Mode::Fp32, Mode::Bf16, Mode::Fp16}) {
     if (std::find(options.modes.begin(), options.modes.end(), mode_name(mode)) ==
         options.modes.end()) {
       continue;
     }
-    runs.push_back(std::make_unique<MlpRun>(mode, config.sizes, config.batch));
-    MlpRun* run = runs.back().get();
+    runs.push_back(make_run(mode));
+    ClassifierRun* run = runs.back().get();
     candidates.push_back({"halfgrad", mode_name(mode), [run] { run->step(); }});
     if (twin_live && mode != Mode::Fp16) {  // PyTorch 1.13 has no float16 CPU autocast
-      const std::string command = fmt::format("mlp {}", mode_name(mode));
-      TwinProcess* twin = peers.live.get();
+      const std::string command = fmt::format("{} {}", twin, mode_name(mode));
+      TwinProcess* process = peers.live.get();
       candidates.push_back({"pytorch", mode_name(mode), nullptr, 0,
-                            [twin, command] { return 1e3 * twin->request(command, "ms"); }});
+                            [process, command] { return 1e3 * process->request(command, "ms"); }});
     }
   }
   hg::bench::time_interleaved(options, candidates);
@@ -373,9 +429,9 @@ void run_mlp(const TrainOptions& options, Peers& peers) {
   for (const Candidate& c : candidates) {
     const double ms = c.us * 1e-3;
     fmt::print(
-        "{{\"bench\": \"train_mlp\", \"impl\": \"{}\", \"mode\": \"{}\", \"shape\": \"{}\", "
+        "{{\"bench\": \"{}\", \"impl\": \"{}\", \"mode\": \"{}\", \"shape\": \"{}\", "
         "\"batch\": {}, \"ms\": {:.3f}{}}}\n",
-        c.impl, c.kernel, shape, config.batch, ms,
+        bench, c.impl, c.kernel, shape, batch, ms,
         c.kernel == "fp16" ? ", \"note\": \"GradScaler on; PyTorch 1.13 has no fp16 CPU autocast\""
         : c.impl == "pytorch" ? ", \"interleaved\": true"
                               : "");
@@ -384,19 +440,36 @@ void run_mlp(const TrainOptions& options, Peers& peers) {
   for (const char* mode : {"fp32", "bf16"}) {
     if (halfgrad_ms.count(mode) == 0) continue;
     if (!twin_live) {
-      if (auto ms = twin_line(peers.lines, "train_mlp", mode, shape)) torch_ms[mode] = *ms;
+      if (auto ms = twin_line(peers.lines, bench, mode, shape)) torch_ms[mode] = *ms;
     }
     if (torch_ms.count(mode)) {
       const std::optional<double> target =
-          std::string(mode) == "bf16" ? std::optional<double>(0.5) : std::nullopt;
-      print_ratio("train_mlp", mode, "pytorch", halfgrad_ms[mode], torch_ms[mode], target);
+          std::string(mode) == "bf16" ? std::optional<double>(target_torch) : std::nullopt;
+      print_ratio(bench, mode, "pytorch", halfgrad_ms[mode], torch_ms[mode], target);
     }
   }
-  if (halfgrad_ms.count("bf16") && halfgrad_ms.count("fp32")) {
-    print_ratio("train_mlp", "bf16", "halfgrad_fp32", halfgrad_ms["bf16"], halfgrad_ms["fp32"],
-                0.4);
+  for (const char* mode : {"bf16", "fp16"}) {
+    if (halfgrad_ms.count(mode) && halfgrad_ms.count("fp32")) {
+      // No 16-bit mode slower than fp32 anywhere; bf16 at target_fp32 where the CPU has fast
+      // 16-bit dot products.
+      print_ratio(bench, mode, "halfgrad_fp32", halfgrad_ms[mode], halfgrad_ms["fp32"],
+                  std::string(mode) == "bf16" ? target_fp32 : 1.0);
+    }
   }
   std::fflush(stdout);
+}
+
+void run_mlp(const TrainOptions& options, Peers& peers) {
+  const MlpConfig config = mlp_config(options);
+  run_classifier(options, peers, "train_mlp", "mlp", shape_name(config.sizes), config.batch,
+                 [&](Mode mode) { return mlp_run(mode, config); }, 0.5, 0.6);
+}
+
+void run_cnn(const TrainOptions& options, Peers& peers) {
+  const CnnConfig config = cnn_config(options);
+  const std::string shape = fmt::format("cnn-{}-{}-28x28", config.width, 2 * config.width);
+  run_classifier(options, peers, "train_cnn", "cnn", shape, config.batch,
+                 [&](Mode mode) { return cnn_run(mode, config); }, 0.8, 0.7);
 }
 
 void run_tiny(const TrainOptions& options, Peers& peers) {
@@ -469,7 +542,8 @@ void run_memory(const TrainOptions& options, Peers& peers) {
   const MlpConfig config = mlp_config(options);
   const std::string shape = shape_name(config.sizes);
   {
-    MlpRun run(Mode::Bf16, config.sizes, config.batch);
+    const std::unique_ptr<ClassifierRun> made = mlp_run(Mode::Bf16, config);
+    ClassifierRun& run = *made;
     for (int i = 0; i < options.memory_steps; ++i) run.step();
   }
   const double peak_mib = double(proc_status_kib("VmHWM") - baseline) / 1024;
@@ -489,11 +563,11 @@ void run_memory(const TrainOptions& options, Peers& peers) {
 void run_watch(const TrainOptions& options, Peers&) {
   const MlpConfig config = mlp_config(options);
   const std::string shape = shape_name(config.sizes);
-  std::vector<std::unique_ptr<MlpRun>> runs;
+  std::vector<std::unique_ptr<ClassifierRun>> runs;
   std::vector<Candidate> candidates;
   for (Mode mode : {Mode::Bf16, Mode::Fp16}) {
-    runs.push_back(std::make_unique<MlpRun>(mode, config.sizes, config.batch));
-    MlpRun* run = runs.back().get();
+    runs.push_back(mlp_run(mode, config));
+    ClassifierRun* run = runs.back().get();
     candidates.push_back({"off", mode_name(mode), [run] { run->step(false); }});
     candidates.push_back({"on", mode_name(mode), [run] { run->step(true); }});
   }
@@ -1020,6 +1094,7 @@ struct Section {
 
 // memory is not part of "all": it must run alone in its process.
 constexpr Section kSections[] = {{"mlp", run_mlp, false},
+                                 {"cnn", run_cnn, false},
                                  {"tiny", run_tiny, false},
                                  {"watch", run_watch, false},
                                  {"gpt-cpu", run_gpt_cpu, false},

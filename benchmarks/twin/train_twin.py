@@ -2,7 +2,7 @@
 """PyTorch twin of hg-bench-train: the same models, batches, losses and optimizers, timed the
 same way, printed as the same JSON lines with "impl": "pytorch".
 
-  python3 benchmarks/twin/train_twin.py --threads 2 [--only mlp|tiny|gpt-cpu|memory] [--reps 10]
+  python3 benchmarks/twin/train_twin.py --threads 2 [--only mlp|cnn|tiny|gpt-cpu|memory] [--reps 10]
 
 Sections (hg_bench_train.cpp describes each; keep the two files in step):
   mlp     MLP 1024 -> 4096 -> 4096 -> 10 (Linear, ReLU), batch 512, cross_entropy, AdamW
@@ -10,6 +10,9 @@ Sections (hg_bench_train.cpp describes each; keep the two files in step):
           the single-tensor loop), modes fp32 and bf16 (torch.autocast("cpu", bfloat16)).
           One step = zero_grad(set_to_none=True), forward, loss, backward, step; the median
           of --reps steps after --warmup steps.
+  cnn     a CNN on synthetic 28 x 28 single-channel images, batch 128: two blocks of Conv2d 3x3
+          (padding 1), BatchNorm2d, ReLU, MaxPool2d 2 (1 -> 32 -> 64 channels), then
+          Linear(3136, 10); loss, optimizer, modes and timing as the MLP's.
   tiny    MLP 32 -> 32 -> 1 (Linear, ReLU), batch 16, mse_loss, SGD lr 1e-3: --tiny-steps
           steps per rep, microseconds per step, median over reps.
   gpt-cpu gpt_model.py's GPT on the CPU in two sizes, each at its own thread count: "demo",
@@ -26,7 +29,8 @@ Sections (hg_bench_train.cpp describes each; keep the two files in step):
           model is built, with the high-water mark reset there (/proc/self/clear_refs 5).
           Run it in its own process (--only memory), so that no other section raises the mark.
   --serve reads commands on stdin, one a line, and answers each with one JSON line:
-          "mlp fp32" / "mlp bf16" runs one step of that run ({"ms": ...}), "tiny N" runs
+          "mlp fp32" / "mlp bf16" (and "cnn fp32" / "cnn bf16") runs one step of that run
+          ({"ms": ...}), "tiny N" runs
           N tiny steps ({"us": ...} per step), "gpt-cpu SIZE MODE" one GPT step at that
           size's thread count ({"ms": ...}), "quit" ends. hg-bench-train --twin-cmd
           drives it, alternating its own steps with the twin's so that both see the same load.
@@ -46,6 +50,8 @@ from gpt_model import GPT, GptConfig, param_groups
 
 MLP_SIZES = (1024, 4096, 4096, 10)
 MLP_BATCH = 512
+CNN_WIDTH = 32
+CNN_BATCH = 128
 TINY_SIZES = (32, 32, 1)
 TINY_BATCH = 16
 
@@ -63,12 +69,34 @@ def mlp(sizes):
     return torch.nn.Sequential(*layers)
 
 
+def cnn(width=CNN_WIDTH):
+    nn = torch.nn
+    return nn.Sequential(
+        nn.Conv2d(1, width, 3, padding=1), nn.BatchNorm2d(width), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Conv2d(width, 2 * width, 3, padding=1), nn.BatchNorm2d(2 * width), nn.ReLU(),
+        nn.MaxPool2d(2), nn.Flatten(), nn.Linear(2 * width * 7 * 7, 10))
+
+
+def make_cnn_run(mode):
+    """The CNN's model, synthetic images and optimizer; returns one training step."""
+    torch.manual_seed(0)
+    model = cnn()
+    x = torch.randn(CNN_BATCH, 1, 28, 28)
+    y = torch.randint(0, 10, (CNN_BATCH,))
+    return classifier_step(model, x, y, mode)
+
+
 def make_mlp_run(mode, sizes=MLP_SIZES, batch=MLP_BATCH):
     """The model, data and optimizer of the big MLP; returns one training step."""
     torch.manual_seed(0)
     model = mlp(sizes)
     x = torch.randn(batch, sizes[0])
     y = torch.randint(0, sizes[-1], (batch,))
+    return classifier_step(model, x, y, mode)
+
+
+def classifier_step(model, x, y, mode):
+    """AdamW, cross_entropy, autocast in bf16: one training step of a classifier."""
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3, betas=(0.9, 0.999), eps=1e-8,
                             weight_decay=0.01)
     use_autocast = mode == "bf16"
@@ -102,6 +130,15 @@ def run_mlp(args):
         ms = median_ms(step, args.reps, args.warmup)
         emit({"bench": "train_mlp", "impl": "pytorch", "mode": mode, "shape": shape,
               "batch": MLP_BATCH, "ms": round(ms, 3)})
+
+
+def run_cnn(args):
+    for mode in ("fp32", "bf16"):
+        step = make_cnn_run(mode)
+        ms = median_ms(step, args.reps, args.warmup)
+        emit({"bench": "train_cnn", "impl": "pytorch", "mode": mode,
+              "shape": f"cnn-{CNN_WIDTH}-{2 * CNN_WIDTH}-28x28", "batch": CNN_BATCH,
+              "ms": round(ms, 3)})
 
 
 def make_tiny_run(steps):
@@ -200,8 +237,9 @@ def serve(args):
         command = line.split()
         if not command or command[0] == "quit":
             break
-        if command[0] == "mlp" and len(command) == 2 and command[1] in ("fp32", "bf16"):
-            step = runs.get(tuple(command)) or make_mlp_run(command[1])
+        if command[0] in ("mlp", "cnn") and len(command) == 2 and command[1] in ("fp32", "bf16"):
+            make = make_mlp_run if command[0] == "mlp" else make_cnn_run
+            step = runs.get(tuple(command)) or make(command[1])
             runs[tuple(command)] = step
             start = time.perf_counter()
             step()
@@ -223,7 +261,7 @@ def serve(args):
             torch.set_num_threads(args.threads)
         else:
             emit({"error": f"train_twin --serve: unknown command {line.strip()!r} (expected "
-                           "'mlp fp32', 'mlp bf16', 'tiny STEPS', 'gpt-cpu demo|larger "
+                           "'mlp fp32', 'mlp bf16', 'cnn fp32', 'cnn bf16', 'tiny STEPS', 'gpt-cpu demo|larger "
                            "fp32|bf16' or 'quit')"})
 
 
@@ -234,7 +272,7 @@ def main():
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--tiny-steps", type=int, default=1000)
     parser.add_argument("--memory-steps", type=int, default=3)
-    parser.add_argument("--only", choices=["all", "mlp", "tiny", "gpt-cpu", "memory"], default="all")
+    parser.add_argument("--only", choices=["all", "mlp", "cnn", "tiny", "gpt-cpu", "memory"], default="all")
     parser.add_argument("--serve", action="store_true", help="run steps on command (stdin)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
@@ -244,7 +282,7 @@ def main():
     if args.only == "memory":
         run_memory(args)  # alone in its process: the high-water mark is this run's
         return
-    sections = {"mlp": run_mlp, "tiny": run_tiny, "gpt-cpu": run_gpt_cpu}
+    sections = {"mlp": run_mlp, "cnn": run_cnn, "tiny": run_tiny, "gpt-cpu": run_gpt_cpu}
     for name, run in sections.items():
         if args.only in ("all", name):
             run(args)
