@@ -700,6 +700,171 @@ NormBackward group_norm_backward(const Tensor& dy, const Tensor& x, const Tensor
   return result;
 }
 
+// ---- batch_norm's runs on vectors (NOTE [Row vectors] in cpu/row_vectors.h) --------------
+//
+// A channel of batch_norm is N runs of S contiguous values. Where the accumulation type is
+// float, its runs go through these functions: float32 runs in place, float16/bfloat16 runs
+// widened once per channel into a per-thread buffer by core/convert's vector conversions (and
+// rounded once on the way back). The formulas are the generic loops' below; the sums run in
+// vector lanes, per run in blocks of kSumBlock values summed on their own first, the runs'
+// partial sums added in order.
+
+// sum of x over n values, blockwise.
+template <class V>
+HG_ROW_INLINE float bn_sum_body(const float* x, int64_t n) {
+  float total = 0;
+  for (int64_t begin = 0; begin < n; begin += kSumBlock) {
+    total += row_vectors::row_sum<V>(x + begin, std::min(kSumBlock, n - begin));
+  }
+  return total;
+}
+
+// sum of (x - mean)^2 over n values, blockwise.
+template <class V>
+HG_ROW_INLINE float bn_squares_body(const float* x, int64_t n, float mean) {
+  float total = 0;
+  for (int64_t begin = 0; begin < n; begin += kSumBlock) {
+    total += row_vectors::row_squared_deviation<V>(x + begin, std::min(kSumBlock, n - begin), mean);
+  }
+  return total;
+}
+
+// y = (x - mean) * scale + shift over n values.
+template <class V>
+HG_ROW_INLINE void bn_apply_body(const float* x, float* y, int64_t n, float mean, float scale,
+                                 float shift) {
+  constexpr int W = kLanes<V>;
+  int64_t i = 0;
+  for (; i + W <= n; i += W) {
+    V v;
+    load_vec(v, x + i);
+    v = (v - mean) * scale + shift;
+    store_vec(y + i, v);
+  }
+  for (; i < n; ++i) y[i] = (x[i] - mean) * scale + shift;
+}
+
+// Adds sum(g) and sum(g (x - mean)) over n values to *sum_g and *sum_gx.
+template <class V>
+HG_ROW_INLINE void bn_grad_sums_body(const float* x, const float* g, int64_t n, float mean,
+                                     float* sum_g, float* sum_gx) {
+  constexpr int W = kLanes<V>;
+  V acc_g = V{}, acc_gx = V{};
+  int64_t i = 0;
+  for (; i + W <= n; i += W) {
+    V xv, gv;
+    load_vec(xv, x + i);
+    load_vec(gv, g + i);
+    acc_g += gv;
+    acc_gx += gv * (xv - mean);
+  }
+  float run_g = lane_sum(acc_g), run_gx = lane_sum(acc_gx);
+  for (; i < n; ++i) {
+    run_g += g[i];
+    run_gx += g[i] * (x[i] - mean);
+  }
+  *sum_g += run_g;
+  *sum_gx += run_gx;
+}
+
+// dx over n values: training r w (g - mean_g - xhat mean_gx), eval g w r.
+template <class V>
+HG_ROW_INLINE void bn_dx_body(const float* x, const float* g, float* dx, int64_t n, float mean,
+                              float r, float wc, float mean_g, float mean_gx, bool training) {
+  constexpr int W = kLanes<V>;
+  const float rw = r * wc;
+  int64_t i = 0;
+  if (training) {
+    for (; i + W <= n; i += W) {
+      V xv, gv;
+      load_vec(xv, x + i);
+      load_vec(gv, g + i);
+      gv = rw * (gv - mean_g - (xv - mean) * r * mean_gx);
+      store_vec(dx + i, gv);
+    }
+    for (; i < n; ++i) dx[i] = rw * (g[i] - mean_g - (x[i] - mean) * r * mean_gx);
+  } else {
+    for (; i + W <= n; i += W) {
+      V gv;
+      load_vec(gv, g + i);
+      gv = gv * wc * r;
+      store_vec(dx + i, gv);
+    }
+    for (; i < n; ++i) dx[i] = g[i] * wc * r;
+  }
+}
+
+struct BatchNormRuns {
+  float (*sum)(const float* x, int64_t n);
+  float (*squares)(const float* x, int64_t n, float mean);
+  void (*apply)(const float* x, float* y, int64_t n, float mean, float scale, float shift);
+  void (*grad_sums)(const float* x, const float* g, int64_t n, float mean, float* sum_g,
+                    float* sum_gx);
+  void (*dx)(const float* x, const float* g, float* dx, int64_t n, float mean, float r, float wc,
+             float mean_g, float mean_gx, bool training);
+};
+
+// The five functions compiled for one instruction set (ATTRIBUTES) on vector type V.
+#define HG_BATCH_NORM_RUNS(NAME, ATTRIBUTES, V)                                                  \
+  ATTRIBUTES float NAME##_sum(const float* x, int64_t n) { return bn_sum_body<V>(x, n); }        \
+  ATTRIBUTES float NAME##_squares(const float* x, int64_t n, float mean) {                       \
+    return bn_squares_body<V>(x, n, mean);                                                       \
+  }                                                                                              \
+  ATTRIBUTES void NAME##_apply(const float* x, float* y, int64_t n, float mean, float scale,     \
+                               float shift) {                                                    \
+    bn_apply_body<V>(x, y, n, mean, scale, shift);                                               \
+  }                                                                                              \
+  ATTRIBUTES void NAME##_grad_sums(const float* x, const float* g, int64_t n, float mean,        \
+                                   float* sum_g, float* sum_gx) {                                \
+    bn_grad_sums_body<V>(x, g, n, mean, sum_g, sum_gx);                                          \
+  }                                                                                              \
+  ATTRIBUTES void NAME##_dx(const float* x, const float* g, float* dx, int64_t n, float mean,    \
+                            float r, float wc, float mean_g, float mean_gx, bool training) {     \
+    bn_dx_body<V>(x, g, dx, n, mean, r, wc, mean_g, mean_gx, training);                          \
+  }                                                                                              \
+  constexpr BatchNormRuns NAME = {NAME##_sum, NAME##_squares, NAME##_apply, NAME##_grad_sums,    \
+                                  NAME##_dx};
+
+HG_BATCH_NORM_RUNS(batch_norm_runs_avx512, __attribute__((target("avx512f,avx2,fma"))), FloatVec16)
+HG_BATCH_NORM_RUNS(batch_norm_runs_avx2, __attribute__((target("avx2,fma"))), FloatVec8)
+HG_BATCH_NORM_RUNS(batch_norm_runs_base, , FloatVec4)
+#undef HG_BATCH_NORM_RUNS
+
+const BatchNormRuns& batch_norm_runs() {
+  static const BatchNormRuns* const kRuns[] = {&batch_norm_runs_base, &batch_norm_runs_avx2,
+                                               &batch_norm_runs_avx512};
+  return *kRuns[row_vectors::row_vector_level()];
+}
+
+// Channel c of a [N, C, S] tensor as float32 runs: run n at first + n * stride. float32 is read
+// in place; float16/bfloat16 is widened into `buffer` (N S values; null for float32).
+struct ChannelRuns {
+  const float* first;
+  int64_t stride;
+  const float* run(int64_t n) const { return first + n * stride; }
+};
+
+template <class T>
+ChannelRuns channel_runs(const T* x, int64_t N, int64_t C, int64_t S, int64_t c, float* buffer) {
+  if constexpr (std::is_same_v<T, float>) {
+    return {x + c * S, C * S};
+  } else {
+    for (int64_t n = 0; n < N; ++n) convert::to_float(x + (n * C + c) * S, buffer + n * S, S);
+    return {buffer, S};
+  }
+}
+
+// The per-thread buffer batch_norm's runs need: `wide` channels of count values and one run of
+// S for the 16-bit dtypes, nothing for float32.
+template <class T>
+float* channel_buffer(int64_t wide, int64_t count, int64_t S) {
+  if constexpr (std::is_same_v<T, float>) {
+    return nullptr;
+  } else {
+    return row_buffer(wide * count + S);
+  }
+}
+
 // ---- batch_norm ---------------------------------------------------------------------------
 //
 // x: [N, C, S]; channel c is N runs of S values, C S apart. Channels run on threads.
@@ -725,6 +890,41 @@ NormForward batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor
     T* out = result.out.data_ptr<T>();
     A* mean = result.mean.data_ptr<A>();
     A* rstd = result.rstd.data_ptr<A>();
+    if constexpr (std::is_same_v<A, float>) {
+      const BatchNormRuns& runs = batch_norm_runs();
+      parallel_for(bn.C, count, [&](int64_t c) {
+        float* const buffer = channel_buffer<T>(1, count, bn.S);
+        const ChannelRuns xf = channel_runs(xp, bn.N, bn.C, bn.S, c, buffer);
+        float m, rs;
+        if (training) {
+          float total = 0;
+          for (int64_t n = 0; n < bn.N; ++n) total += runs.sum(xf.run(n), bn.S);
+          m = total / float(count);
+          float squares = 0;
+          for (int64_t n = 0; n < bn.N; ++n) squares += runs.squares(xf.run(n), bn.S, m);
+          const float var = squares / float(count);
+          rs = inverse_std(var, eps);
+          batch_var[size_t(c)] = double(var);
+        } else {
+          m = eval_mean[size_t(c)];
+          rs = inverse_std(eval_var[size_t(c)], eps);
+        }
+        mean[c] = m;
+        rstd[c] = rs;
+        const float scale = rs * w[size_t(c)], shift = b[size_t(c)];
+        for (int64_t n = 0; n < bn.N; ++n) {
+          T* out_run = out + (n * bn.C + c) * bn.S;
+          if constexpr (std::is_same_v<T, float>) {
+            runs.apply(xf.run(n), out_run, bn.S, m, scale, shift);
+          } else {
+            float* const y = buffer + count;  // one run, narrowed once
+            runs.apply(xf.run(n), y, bn.S, m, scale, shift);
+            convert::from_float(y, out_run, bn.S);
+          }
+        }
+      });
+      return;
+    }
     parallel_for(bn.C, count, [&](int64_t c) {
       const T* xch = xp + c * bn.S;
       A m, rs;
@@ -790,6 +990,35 @@ NormBackward batch_norm_backward(const Tensor& dy, const Tensor& x, const Tensor
     T* dx = result.dx.data_ptr<T>();
     A* dw = dweight.data_ptr<A>();
     A* db = dbias.data_ptr<A>();
+    if constexpr (std::is_same_v<A, float>) {
+      const BatchNormRuns& runs = batch_norm_runs();
+      parallel_for(bn.C, 2 * count, [&](int64_t c) {
+        float* const buffer = channel_buffer<T>(2, count, bn.S);
+        const ChannelRuns xf = channel_runs(xp, bn.N, bn.C, bn.S, c, buffer);
+        const ChannelRuns gf =
+            channel_runs(g, bn.N, bn.C, bn.S, c, buffer == nullptr ? nullptr : buffer + count);
+        const float m = mu[size_t(c)], r = rs[size_t(c)], wc = w[size_t(c)];
+        float sum_g = 0, sum_gx = 0;
+        for (int64_t n = 0; n < bn.N; ++n) {
+          runs.grad_sums(xf.run(n), gf.run(n), bn.S, m, &sum_g, &sum_gx);
+        }
+        sum_gx *= r;
+        dw[c] = sum_gx;
+        db[c] = sum_g;
+        const float mean_g = sum_g / float(count), mean_gx = sum_gx / float(count);
+        for (int64_t n = 0; n < bn.N; ++n) {
+          T* dx_run = dx + (n * bn.C + c) * bn.S;
+          if constexpr (std::is_same_v<T, float>) {
+            runs.dx(xf.run(n), gf.run(n), dx_run, bn.S, m, r, wc, mean_g, mean_gx, training);
+          } else {
+            float* const d = buffer + 2 * count;  // one run, narrowed once
+            runs.dx(xf.run(n), gf.run(n), d, bn.S, m, r, wc, mean_g, mean_gx, training);
+            convert::from_float(d, dx_run, bn.S);
+          }
+        }
+      });
+      return;
+    }
     parallel_for(bn.C, 2 * count, [&](int64_t c) {
       const A m = mu[size_t(c)], r = rs[size_t(c)], wc = w[size_t(c)];
       // sum(dy) and sum(dy * xhat), one partial sum per run of S values.

@@ -1,9 +1,14 @@
 // CPU kernels of the pool family (kernel/pool.h): max_pool2d, avg_pool2d and their backward
 // passes. Planes (the flattened leading dims) run on OpenMP threads.
 #include <algorithm>
+#include <bit>
 #include <cmath>
+#include <cstdint>
 #include <limits>
+#include <type_traits>
+#include <vector>
 
+#include "halfgrad/core/convert.h"
 #include "halfgrad/core/factory.h"
 #include "halfgrad/core/format.h"
 #include "halfgrad/cpu/kernels.h"
@@ -57,6 +62,63 @@ int64_t first_tap(int64_t start, int64_t step) {
   return start >= 0 ? start : start + (-start + step - 1) / step * step;
 }
 
+// NOTE [Tiling max pool] When the windows tile the input (stride equal to the kernel, no
+// padding, no dilation: a CNN's MaxPool2d(2)), an output row reads kH whole input rows, each
+// tap once. Those rows are taken as float32 (16-bit rows widened by the vector conversions,
+// once), and each window is reduced in the generic loop's order with selects instead of a
+// branch per tap: a tap replaces the best when it is greater or NaN, so the first maximum wins
+// and NaN propagates, with the generic loop's values and indices. The output row is narrowed
+// back in one call (exact: every value came from the input).
+bool windows_tile(const PoolGeometry& g) {
+  return g.sH == g.kH && g.sW == g.kW && g.pH == 0 && g.pW == 0 && g.dH == 1 && g.dW == 1;
+}
+
+template <class T>
+void max_pool_tiled_plane(const T* in, const PoolGeometry& g, T* out, int64_t* indices) {
+  const int64_t used = g.Wout * g.kW;  // the columns the windows cover
+  thread_local std::vector<float> buffer;
+  if constexpr (!std::is_same_v<T, float>) buffer.resize(size_t(g.kH * used + g.Wout));
+  for (int64_t oh = 0; oh < g.Hout; ++oh) {
+    const int64_t h0 = oh * g.kH;
+    const float* rows[8];  // kH <= 8 here (max_pool2d picks this path only then)
+    for (int64_t i = 0; i < g.kH; ++i) {
+      if constexpr (std::is_same_v<T, float>) {
+        rows[i] = in + (h0 + i) * g.W;
+      } else {
+        convert::to_float(in + (h0 + i) * g.W, buffer.data() + i * used, used);
+        rows[i] = buffer.data() + i * used;
+      }
+    }
+    float* best_row = nullptr;
+    if constexpr (std::is_same_v<T, float>) {
+      best_row = out + oh * g.Wout;
+    } else {
+      best_row = buffer.data() + g.kH * used;
+    }
+    int64_t* index_row = indices + oh * g.Wout;
+    for (int64_t ow = 0; ow < g.Wout; ++ow) {
+      const int64_t w0 = ow * g.kW;
+      float best = rows[0][w0];
+      int64_t best_index = h0 * g.W + w0;
+      for (int64_t i = 0; i < g.kH; ++i) {
+        for (int64_t j = i == 0 ? 1 : 0; j < g.kW; ++j) {
+          // Masks, not a branch: on a CNN's activations the branch goes either way.
+          const float v = rows[i][w0 + j];
+          const uint32_t take = uint32_t(v > best) | uint32_t(v != v);
+          const uint32_t keep_bits = take - 1u;  // all ones where the best stays
+          best = std::bit_cast<float>((std::bit_cast<uint32_t>(v) & ~keep_bits) |
+                                      (std::bit_cast<uint32_t>(best) & keep_bits));
+          const int64_t keep_index = int64_t(take) - 1;
+          best_index = (((h0 + i) * g.W + w0 + j) & ~keep_index) | (best_index & keep_index);
+        }
+      }
+      best_row[ow] = best;
+      index_row[ow] = best_index;
+    }
+    if constexpr (!std::is_same_v<T, float>) convert::from_float(best_row, out + oh * g.Wout, g.Wout);
+  }
+}
+
 MaxPoolForward max_pool2d(const Tensor& x, const Pool2dParams& p) {
   const char* op = "max_pool2d";
   check_input(op, "input", x);
@@ -69,6 +131,15 @@ MaxPoolForward max_pool2d(const Tensor& x, const Pool2dParams& p) {
     const T* xp = xc.data_ptr<T>();
     T* out = result.out.data_ptr<T>();
     int64_t* indices = result.indices.data_ptr<int64_t>();
+    if constexpr (std::is_same_v<A, float>) {
+      if (windows_tile(g) && g.kH <= 8) {
+        parallel_for(g.planes, g.Hout * g.Wout * g.kH * g.kW, [&](int64_t plane) {
+          const int64_t out_base = plane * g.Hout * g.Wout;
+          max_pool_tiled_plane(xp + plane * g.H * g.W, g, out + out_base, indices + out_base);
+        });
+        return;
+      }
+    }
     parallel_for(g.planes, g.Hout * g.Wout * g.kH * g.kW, [&](int64_t plane) {
       const T* in = xp + plane * g.H * g.W;
       const int64_t out_base = plane * g.Hout * g.Wout;

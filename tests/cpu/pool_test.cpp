@@ -181,6 +181,68 @@ TEST_CASE("max_pool2d lets a NaN win its window", "[nn_kernels][pool]") {
   CHECK(m.indices.item<int64_t>() == 1);
 }
 
+TEST_CASE("max_pool2d over windows that tile the input keeps the generic values and indices",
+          "[nn_kernels][pool]") {
+  // NOTE [Tiling max pool]: stride equal to the kernel, no padding: rows widened once and
+  // selects per tap. Few distinct values make ties (the first maximum wins), and a NaN, an inf
+  // and a -inf sit in some windows; odd sizes leave input rows and columns no window covers.
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  const double inf = std::numeric_limits<double>::infinity();
+  uint64_t seed = 3100;
+  for (const kernel::Pool2dParams& p :
+       {kernel::Pool2dParams{.kernel = {2, 2}}, kernel::Pool2dParams{.kernel = {3, 2}},
+        kernel::Pool2dParams{.kernel = {1, 4}}}) {
+    for (DType dtype : kAllDTypes) {
+      INFO(dtype << " kernel " << p.kernel[0] << "x" << p.kernel[1]);
+      std::vector<double> v = values(random_tensor({2, 3, 9, 11}, ++seed, kFloat64));
+      for (double& x : v) x = std::round(x * 2.0) / 2.0;  // -1, -0.5, 0, 0.5, 1: many ties
+      v[5] = nan;
+      v[40] = -inf;
+      v[41] = -inf;
+      v[120] = inf;
+      v[243] = nan;
+      v[246] = nan;
+      const Tensor x = tensor(v, {2, 3, 9, 11}, dtype);
+      const kernel::MaxPoolForward m = cpu::pool_kernels.max_pool2d(x, p);
+      // torch's CPU rule, window by window: a tap wins when it is greater than the best so far
+      // or NaN; the first tap's index when none does (a window of -inf only).
+      const std::vector<double> stored = values(x);
+      const int64_t H = 9, W = 11, kH = p.kernel[0], kW = p.kernel[1];
+      const int64_t Hout = H / kH, Wout = W / kW;
+      std::vector<double> want;
+      std::vector<int64_t> want_indices;
+      for (int64_t plane = 0; plane < 6; ++plane) {
+        for (int64_t oh = 0; oh < Hout; ++oh) {
+          for (int64_t ow = 0; ow < Wout; ++ow) {
+            double best = -inf;
+            int64_t index = oh * kH * W + ow * kW;
+            for (int64_t i = 0; i < kH; ++i) {
+              for (int64_t j = 0; j < kW; ++j) {
+                const int64_t at = (oh * kH + i) * W + ow * kW + j;
+                const double value = stored[size_t(plane * H * W + at)];
+                if (value > best || std::isnan(value)) best = value, index = at;
+              }
+            }
+            want.push_back(best);
+            want_indices.push_back(index);
+          }
+        }
+      }
+      expect_result(m.out, dtype, Shape{2, 3, Hout, Wout});
+      const std::vector<double> got = values(m.out);
+      REQUIRE(got.size() == want.size());
+      int64_t nans = 0;
+      for (size_t i = 0; i < got.size(); ++i) {
+        INFO("output " << i);
+        CHECK((got[i] == want[i] || (std::isnan(got[i]) && std::isnan(want[i]))));
+        nans += std::isnan(want[i]) ? 1 : 0;
+      }
+      CHECK(nans >= 2);
+      CHECK(m.indices.to_vector<int64_t>() == want_indices);
+    }
+  }
+}
+
 TEST_CASE("pooling backward matches finite differences", "[nn_kernels][pool]") {
   uint64_t seed = 3100;
   for (const PoolCase& c : kPoolCases) {
