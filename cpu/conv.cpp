@@ -214,22 +214,46 @@ void conv2d_input_grad_kernel(const T* dy, const T* w, A* dx, const ConvGeometry
   }
 }
 
+// NOTE [conv2d weight gradient in image chunks] dweight sums a product over every image. The
+// images are cut into chunks of kImagesPerChunk (fixed, whatever the thread count), each chunk
+// summed in image order into a partial dweight of its own, and the partials added in chunk
+// order: the chunks and groups run on threads, and the bits do not depend on how many there
+// are. (One accumulator over all images left the images of a single group on one thread,
+// whose small products oneDNN then split over the threads at a loss: with two threads the
+// weight gradient took twice its one-thread time.)
+constexpr int64_t kImagesPerChunk = 8;
+
 template <class T, class A>
 void conv2d_weight_grad_kernel(const T* dy, const T* x, A* dw, const ConvGeometry& g) {
   const int64_t K = g.K(), L = g.L();
-  std::fill_n(dw, g.O * K, A(0));
-  // Groups own disjoint rows of dw, so they may run on threads; images are summed in order.
-#pragma omp parallel if (worth_threads(g.groups, g.N * g.Og * K * L))
+  const int64_t chunks = (g.N + kImagesPerChunk - 1) / kImagesPerChunk;
+  const int64_t group_size = g.Og * K;  // one group's rows of dw
+  if (chunks == 0) {
+    std::fill_n(dw, g.O * K, A(0));
+    return;
+  }
+  std::vector<A> partials(size_t(chunks * g.O * K));
+#pragma omp parallel if (worth_threads(g.groups * chunks, kImagesPerChunk * g.Og * K * L))
   {
     T* const cols = kept_buffer<T>(K * L);
 #pragma omp for schedule(static)
-    for (int64_t group = 0; group < g.groups; ++group) {
-      for (int64_t n = 0; n < g.N; ++n) {
+    for (int64_t unit = 0; unit < g.groups * chunks; ++unit) {
+      const int64_t group = unit / chunks, chunk = unit % chunks;
+      A* partial = partials.data() + (chunk * g.groups + group) * group_size;
+      const int64_t first = chunk * kImagesPerChunk;
+      const int64_t last = std::min(g.N, first + kImagesPerChunk);
+      for (int64_t n = first; n < last; ++n) {
         im2col(x + (n * g.C + group * g.Cg) * g.H * g.W, g, cols);
         conv_matmul(false, true, g.Og, K, L, dy + (n * g.O + group * g.Og) * L, L, cols, L,
-                    dw + group * g.Og * K, K, true);
+                    partial, K, n != first);
       }
     }
+  }
+  // The partials in chunk order (each chunk's are laid out like dw).
+  std::copy_n(partials.data(), g.O * K, dw);
+  for (int64_t chunk = 1; chunk < chunks; ++chunk) {
+    const A* partial = partials.data() + chunk * g.O * K;
+    for (int64_t i = 0; i < g.O * K; ++i) dw[i] += partial[i];
   }
 }
 
