@@ -35,6 +35,17 @@ auto dispatch_conv(DType dtype, F&& f) {
   });
 }
 
+// The dtype conv2d's products read: a 16-bit dtype itself where the CPU GEMM runs it on a kernel
+// of its own (oneDNN's bfloat16 on AVX512-BF16 or AMX), else float32. Without such a kernel
+// every GEMM path widens its 16-bit operands to float32 anyway, and widening x, w and dy once,
+// before im2col, costs one pass where widening each image's columns for each product cost one
+// per product (float16 on x86: its step took 1.07x the float32 one that way, on a Xeon with
+// AMX).
+DType compute_dtype(DType dtype) {
+  const bool sixteen = dtype == kBFloat16 || dtype == kFloat16;
+  return sixteen && !gemm_runs_natively(dtype) ? kFloat32 : dtype;
+}
+
 // t as a contiguous tensor of dtype (no copy when it already is one).
 Tensor contiguous_as(const Tensor& t, DType dtype) { return t.to(dtype).contiguous(); }
 
@@ -59,13 +70,14 @@ ConvGeometry cpu_conv_geometry(const char* op, const Tensor& x, const Tensor& we
 }
 
 // NOTE [conv2d's matrix product] Every matrix product of conv2d and its backward goes
-// through conv_matmul: cpu::linalg_kernels.gemm for float32 and float64, and for float16 and
-// bfloat16 cpu::gemm_into_float32, whose 16-bit operands (the weight, im2col's columns, dy)
-// are read as they are and whose products are summed into float32 (on AMX or AVX512-BF16 by
-// oneDNN's bfloat16 kernel, else through float32 tiles: the path measured per shape class,
-// see NOTE [GEMM path by measurement]). So a 16-bit convolution widens no tensor first, and
-// its output, dx and dweight are rounded once, from float32 (dweight summed over the images
-// there).
+// through conv_matmul: cpu::linalg_kernels.gemm for float32 and float64, and for a 16-bit dtype
+// the CPU GEMM runs natively (bfloat16 on AVX512-BF16 or AMX) cpu::gemm_into_float32, whose
+// 16-bit operands (the weight, im2col's columns, dy) are read as they are and whose products
+// are summed into float32 (oneDNN's bfloat16 kernel, or float32 tiles where the measurement
+// finds them faster, see NOTE [GEMM path by measurement]). Such a convolution widens no tensor
+// first. A 16-bit dtype without a native kernel (float16 on x86) is widened to float32 once,
+// before im2col (compute_dtype). Either way y, dx and dweight are kept in float32 (dweight
+// summed over the images there) and rounded once at the end.
 //
 // c[M, N] = op(a)[M, K] * op(b)[K, N], plus c's old values when accumulate. Row-major with
 // row strides lda/ldb/ldc. op(a) = a stored [M, K], or a^T when trans_a (a stored [K, M]);
@@ -264,11 +276,11 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const C
     check_input(op, "bias ([O])", bias);
     kernel::check_conv_bias(op, bias, g, x.dtype());
   }
-  const DType acc = acc_dtype(x.dtype());
-  const Tensor xc = x.contiguous(), wc = contiguous_as(weight, x.dtype());
+  const DType acc = acc_dtype(x.dtype()), compute = compute_dtype(x.dtype());
+  const Tensor xc = contiguous_as(x, compute), wc = contiguous_as(weight, compute);
   const Tensor ba = bias.defined() ? contiguous_as(bias, acc) : Tensor();
   Tensor ya = empty({g.N, g.O, g.Hout, g.Wout}, acc);
-  dispatch_conv(x.dtype(), [&]<class T, class A>(TypeTag<T>, TypeTag<A>) {
+  dispatch_conv(compute, [&]<class T, class A>(TypeTag<T>, TypeTag<A>) {
     conv2d_forward_kernel<T, A>(xc.data_ptr<T>(), wc.data_ptr<T>(),
                                 ba.defined() ? ba.data_ptr<A>() : nullptr, ya.data_ptr<A>(), g);
   });
@@ -281,18 +293,18 @@ Conv2dBackward conv2d_backward(const Tensor& dy, const Tensor& x, const Tensor& 
   const ConvGeometry g = cpu_conv_geometry(op, x, weight, p);
   check_input(op, "grad_output", dy);
   kernel::check_conv_grad_output(op, dy, g, x.dtype());
-  const DType acc = acc_dtype(x.dtype());
-  const Tensor dyc = contiguous_as(dy, x.dtype());
+  const DType acc = acc_dtype(x.dtype()), compute = compute_dtype(x.dtype());
+  const Tensor dyc = contiguous_as(dy, compute);
   Conv2dBackward result;
-  dispatch_conv(x.dtype(), [&]<class T, class A>(TypeTag<T>, TypeTag<A>) {
+  dispatch_conv(compute, [&]<class T, class A>(TypeTag<T>, TypeTag<A>) {
     if (needed[0]) {
-      const Tensor wc = contiguous_as(weight, x.dtype());
+      const Tensor wc = contiguous_as(weight, compute);
       Tensor dxa = empty(x.sizes(), acc);
       conv2d_input_grad_kernel<T, A>(dyc.data_ptr<T>(), wc.data_ptr<T>(), dxa.data_ptr<A>(), g);
       result.dx = dxa.to(x.dtype());
     }
     if (needed[1]) {
-      const Tensor xc = x.contiguous();
+      const Tensor xc = contiguous_as(x, compute);
       Tensor dwa = empty(weight.sizes(), acc);
       conv2d_weight_grad_kernel<T, A>(dyc.data_ptr<T>(), xc.data_ptr<T>(), dwa.data_ptr<A>(), g);
       result.dweight = dwa.to(x.dtype());
