@@ -20,6 +20,10 @@
 //           blocks of Conv2d 3x3 (padding 1), BatchNorm2d, ReLU, MaxPool2d 2 (1 -> 32 -> 64
 //           channels), Linear(3136, 10); loss, optimizer, modes and timing as the MLP's
 //           (--small: 4 and 8 channels, batch 8).
+//           With --threads 2 or more, the mlp and cnn sections (and gpt-cpu's larger size, at
+//           its two threads) also time their fp32 and bf16 steps on one thread against the same
+//           steps on that many, interleaved:
+//             {"bench": "train_cnn_threads", "mode": "bf16", "threads": 2, "ratio": ..., ...}
 //   tiny    MLP 32 -> 32 -> 1 (Linear, ReLU), batch 16, mse_loss, SGD lr 1e-3: the median over
 //           reps of --tiny-steps full steps, in microseconds per step (target 5 us).
 //   watch   the cost of amp::OverflowWatch: the MLP's bf16 and fp16 steps with and without a
@@ -263,6 +267,31 @@ void print_ratio(const std::string& bench, const std::string& mode, const std::s
   fmt::print("{}}}\n", line);
 }
 
+// A step on one thread against the same step on `threads` (the target: at most 0.6 of
+// the one-thread time), the two interleaved:
+//   {"bench": "<bench>_threads", "mode": "bf16", "threads": 2, "one_thread_ms": ..., "ms": ...,
+//    "ratio": ..., "target": 0.6, "met": ...}
+void print_thread_scaling(const TrainOptions& options, const std::string& bench, const char* mode,
+                          int threads, const std::function<void()>& step) {
+  std::vector<Candidate> candidates = {{"halfgrad", "1",
+                                        [&step] {
+                                          omp_set_num_threads(1);
+                                          step();
+                                        }},
+                                       {"halfgrad", "n", [&step, threads] {
+                                          omp_set_num_threads(threads);
+                                          step();
+                                        }}};
+  hg::bench::time_interleaved(options, candidates);
+  omp_set_num_threads(options.threads);
+  const double one = candidates[0].us * 1e-3, many = candidates[1].us * 1e-3;
+  fmt::print(
+      "{{\"bench\": \"{}_threads\", \"mode\": \"{}\", \"threads\": {}, \"one_thread_ms\": "
+      "{:.3f}, \"ms\": {:.3f}, \"ratio\": {:.3f}, \"target\": 0.6, \"met\": {}}}\n",
+      bench, mode, threads, one, many, many / one, json_bool(many / one <= 0.6));
+  std::fflush(stdout);
+}
+
 // ---- the models -----------------------------------------------------------------------------
 
 std::shared_ptr<hg::nn::Sequential> mlp(const std::vector<int64_t>& sizes) {
@@ -316,6 +345,8 @@ class ClassifierRun {
         opt_(model_->parameters(),
              {.lr = 1e-3, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .weight_decay = 0.01}),
         scaler_({.enabled = mode == Mode::Fp16}) {}
+
+  Mode mode() const { return mode_; }
 
   // watched: the whole step under an amp::OverflowWatch (the watch section).
   void step(bool watched = false) {
@@ -446,6 +477,14 @@ void run_classifier(const TrainOptions& options, Peers& peers, const std::string
       const std::optional<double> target =
           std::string(mode) == "bf16" ? std::optional<double>(target_torch) : std::nullopt;
       print_ratio(bench, mode, "pytorch", halfgrad_ms[mode], torch_ms[mode], target);
+    }
+  }
+  if (options.threads >= 2) {  // the same runs on one thread and on options.threads
+    for (size_t i = 0; i < runs.size(); ++i) {
+      ClassifierRun* run = runs[i].get();
+      const std::string mode = mode_name(run->mode());
+      if (mode == "fp16") continue;
+      print_thread_scaling(options, bench, mode.c_str(), options.threads, [run] { run->step(); });
     }
   }
   for (const char* mode : {"bf16", "fp16"}) {
@@ -1019,6 +1058,14 @@ void run_gpt_cpu(const TrainOptions& options, Peers& peers) {
       print_gpt_ops(fmt::format("{}_ops", bench), *runs[i], hg::kCPU, runs[i]->mode(), 10, 30);
     }
     omp_set_num_threads(options.threads);
+    if (gpt.threads >= 2) {  // the size's thread count against one thread, fp32 and bf16
+      for (size_t i = 0; i < runs.size(); ++i) {
+        GptRun* run = runs[i].get();
+        if (run->mode() != Mode::Fp32 && run->mode() != Mode::Bf16) continue;
+        print_thread_scaling(options, bench, mode_name(run->mode()), gpt.threads,
+                             [run] { run->step(); });
+      }
+    }
     if (!against_torch.empty()) {
       ms = time_gpt_cpu(options, gpt, against_torch, true);
       omp_set_num_threads(options.threads);
