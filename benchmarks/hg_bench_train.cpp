@@ -13,7 +13,7 @@
 //   mlp     MLP 1024 -> 4096 -> 4096 -> 10 (Linear, ReLU), batch 512, cross_entropy, AdamW
 //           (lr 1e-3, betas (0.9, 0.999), eps 1e-8, weight_decay 0.01), in three modes: fp32,
 //           bf16 (amp::Autocast(kCPU, kBFloat16)) and fp16 (amp::Autocast(kCPU, kFloat16) with
-//           a GradScaler; PyTorch 1.13 has no float16 CPU autocast, so this line has no twin).
+//           a GradScaler; the twin runs it where its PyTorch has float16 CPU autocast, 2.3 on).
 //           One step = zero_grad, forward, loss, backward, optimizer step; the modes are timed
 //           interleaved, the median of --reps steps after --warmup steps each.
 //   cnn     a CNN on synthetic 28 x 28 single-channel images (MNIST's shape), batch 128: two
@@ -57,9 +57,12 @@
 // Ratios against PyTorch: --twin-cmd CMD starts the twin as a child process
 // (`train_twin.py --serve`) and times its steps interleaved with halfgrad's, step by step, so
 // that a machine whose load changes slows both alike (the twin times its own steps, leaving
-// out the pipe). --twin-json FILE instead reads the twin's lines from an earlier run (the
-// median per measurement); the memory section uses it, since each side must measure its peak
-// in a process of its own. benchmarks/run-train does both. --small shrinks the models (for the
+// out the pipe). --twin-modes says which modes the twin runs (default fp32 and bf16, Debian's
+// PyTorch 1.13; PyTorch 2.x runs fp16 too) and --twin-compile times each twin step under
+// torch.compile as well ("impl": "pytorch-compile"; ratios "vs": "pytorch_compile", target
+// 1.0). --twin-json FILE instead reads the twin's lines from an earlier run (the median per
+// measurement); the memory section uses it, since each side must measure its peak in a process
+// of its own. benchmarks/run-train does both. --small shrinks the models (for the
 // smoke tests); its shapes have no twin, so no ratio against PyTorch.
 //
 // --device cuda runs the GPU section instead (its PyTorch twin is benchmarks/twin/gpt_twin.py:
@@ -137,7 +140,17 @@ struct TrainOptions : hg::bench::Options {
   std::vector<std::string> modes = {"fp32", "bf16", "fp16", "fp8"};
   std::vector<std::string> twin_json;
   std::string twin_cmd;
+  // The modes the live twin runs (Debian's PyTorch 1.13: fp32 and bf16; 2.3 and later fp16
+  // too), and whether it also runs each under torch.compile ("pytorch-compile").
+  std::vector<std::string> twin_modes = {"fp32", "bf16"};
+  bool twin_compile = false;
+
+  bool twin_runs(const std::string& mode) const {
+    return std::find(twin_modes.begin(), twin_modes.end(), mode) != twin_modes.end();
+  }
 };
+
+
 
 // The twin's measurements read from --twin-json, keyed by bench, mode and shape.
 using TwinLines = std::map<std::string, std::vector<double>>;
@@ -252,6 +265,22 @@ struct Peers {
 
 const char* json_bool(bool value) { return value ? "true" : "false"; }
 
+// The live twin's steps for `command` ("cnn bf16", "gpt-cpu larger fp16", ...) as candidates:
+// PyTorch eager ("pytorch") and, with --twin-compile, torch.compile ("pytorch-compile").
+std::vector<Candidate> twin_candidates(const TrainOptions& options, Peers& peers,
+                                       const std::string& command, const std::string& mode) {
+  std::vector<Candidate> found;
+  TwinProcess* twin = peers.live.get();
+  found.push_back({"pytorch", mode, nullptr, 0,
+                   [twin, command] { return 1e3 * twin->request(command, "ms"); }});
+  if (options.twin_compile) {
+    const std::string compiled = command + " compile";
+    found.push_back({"pytorch-compile", mode, nullptr, 0,
+                     [twin, compiled] { return 1e3 * twin->request(compiled, "ms"); }});
+  }
+  return found;
+}
+
 // {"bench": "<bench>_ratio", ...}: halfgrad's value over the peer's, against `target` when
 // it has one (the target is met when ratio <= target).
 void print_ratio(const std::string& bench, const std::string& mode, const std::string& vs,
@@ -265,6 +294,19 @@ void print_ratio(const std::string& bench, const std::string& mode, const std::s
     line += fmt::format(", \"target\": {}, \"met\": {}", *target, json_bool(ratio <= *target));
   }
   fmt::print("{}}}\n", line);
+}
+
+// halfgrad's step over each PyTorch side measured for `mode`: eager against target_eager,
+// compiled against 1.0 (the targets).
+void print_torch_ratios(const std::string& bench, const std::string& mode, double halfgrad_ms,
+                        const std::map<std::string, double>& torch_ms,
+                        std::optional<double> target_eager) {
+  if (auto eager = torch_ms.find("pytorch|" + mode); eager != torch_ms.end()) {
+    print_ratio(bench, mode, "pytorch", halfgrad_ms, eager->second, target_eager);
+  }
+  if (auto compiled = torch_ms.find("pytorch-compile|" + mode); compiled != torch_ms.end()) {
+    print_ratio(bench, mode, "pytorch_compile", halfgrad_ms, compiled->second, 1.0);
+  }
 }
 
 // A step on one thread against the same step on `threads` (the target: at most 0.6 of
@@ -439,7 +481,10 @@ void run_classifier(const TrainOptions& options, Peers& peers, const std::string
                     double target_torch, double target_fp32) {
   const bool twin_live = peers.live && !options.small;
   std::vector<std::unique_ptr<ClassifierRun>> runs;
-  std::vector<Candidate> candidates;
+  // Two passes, as gpt-cpu's: halfgrad's modes interleaved among themselves (its lines and the
+  // ratios over its fp32: a step right after the twin's starts with colder caches, which would
+  // skew them), then, with a live twin, each mode interleaved with the twin's steps.
+  std::vector<Candidate> own, against_torch;
   for (Mode mode : {Mode::Fp32, Mode::Bf16, Mode::Fp16}) {
     if (std::find(options.modes.begin(), options.modes.end(), mode_name(mode)) ==
         options.modes.end()) {
@@ -447,53 +492,66 @@ void run_classifier(const TrainOptions& options, Peers& peers, const std::string
     }
     runs.push_back(make_run(mode));
     ClassifierRun* run = runs.back().get();
-    candidates.push_back({"halfgrad", mode_name(mode), [run] { run->step(); }});
-    if (twin_live && mode != Mode::Fp16) {  // PyTorch 1.13 has no float16 CPU autocast
-      const std::string command = fmt::format("{} {}", twin, mode_name(mode));
-      TwinProcess* process = peers.live.get();
-      candidates.push_back({"pytorch", mode_name(mode), nullptr, 0,
-                            [process, command] { return 1e3 * process->request(command, "ms"); }});
+    const Candidate step{"halfgrad", mode_name(mode), [run] { run->step(); }};
+    own.push_back(step);
+    if (twin_live && options.twin_runs(mode_name(mode))) {
+      against_torch.push_back(step);
+      for (Candidate& c :
+           twin_candidates(options, peers, fmt::format("{} {}", twin, mode_name(mode)),
+                           mode_name(mode))) {
+        against_torch.push_back(std::move(c));
+      }
     }
   }
-  hg::bench::time_interleaved(options, candidates);
-  std::map<std::string, double> halfgrad_ms, torch_ms;
-  for (const Candidate& c : candidates) {
-    const double ms = c.us * 1e-3;
-    fmt::print(
-        "{{\"bench\": \"{}\", \"impl\": \"{}\", \"mode\": \"{}\", \"shape\": \"{}\", "
-        "\"batch\": {}, \"ms\": {:.3f}{}}}\n",
-        bench, c.impl, c.kernel, shape, batch, ms,
-        c.kernel == "fp16" ? ", \"note\": \"GradScaler on; PyTorch 1.13 has no fp16 CPU autocast\""
-        : c.impl == "pytorch" ? ", \"interleaved\": true"
-                              : "");
-    (c.impl == "halfgrad" ? halfgrad_ms : torch_ms)[c.kernel] = ms;
-  }
-  for (const char* mode : {"fp32", "bf16"}) {
-    if (halfgrad_ms.count(mode) == 0) continue;
-    if (!twin_live) {
-      if (auto ms = twin_line(peers.lines, bench, mode, shape)) torch_ms[mode] = *ms;
+  const auto print_steps = [&](const std::vector<Candidate>& candidates, bool interleaved) {
+    std::map<std::string, double> ms;  // by "impl|mode"
+    for (const Candidate& c : candidates) {
+      std::string note = interleaved ? ", \"interleaved\": true" : "";
+      if (c.kernel == "fp16") note += ", \"note\": \"GradScaler on\"";
+      fmt::print(
+          "{{\"bench\": \"{}\", \"impl\": \"{}\", \"mode\": \"{}\", \"shape\": \"{}\", "
+          "\"batch\": {}, \"ms\": {:.3f}{}}}\n",
+          bench, c.impl, c.kernel, shape, batch, c.us * 1e-3, note);
+      ms[c.impl + "|" + c.kernel] = c.us * 1e-3;
     }
-    if (torch_ms.count(mode)) {
-      const std::optional<double> target =
-          std::string(mode) == "bf16" ? std::optional<double>(target_torch) : std::nullopt;
-      print_ratio(bench, mode, "pytorch", halfgrad_ms[mode], torch_ms[mode], target);
+    return ms;
+  };
+  hg::bench::time_interleaved(options, own);
+  std::map<std::string, double> halfgrad_ms = print_steps(own, false);
+  const auto has = [&](const std::string& mode) { return halfgrad_ms.count("halfgrad|" + mode); };
+  for (const char* mode : {"bf16", "fp16"}) {
+    if (has(mode) && has("fp32")) {
+      // No 16-bit mode slower than fp32 anywhere; bf16 at target_fp32 where the CPU has fast
+      // 16-bit dot products.
+      print_ratio(bench, mode, "halfgrad_fp32", halfgrad_ms[std::string("halfgrad|") + mode],
+                  halfgrad_ms["halfgrad|fp32"], std::string(mode) == "bf16" ? target_fp32 : 1.0);
     }
   }
   if (options.threads >= 2) {  // the same runs on one thread and on options.threads
-    for (size_t i = 0; i < runs.size(); ++i) {
-      ClassifierRun* run = runs[i].get();
+    for (const auto& run : runs) {
       const std::string mode = mode_name(run->mode());
       if (mode == "fp16") continue;
-      print_thread_scaling(options, bench, mode.c_str(), options.threads, [run] { run->step(); });
+      ClassifierRun* r = run.get();
+      print_thread_scaling(options, bench, mode.c_str(), options.threads, [r] { r->step(); });
     }
   }
-  for (const char* mode : {"bf16", "fp16"}) {
-    if (halfgrad_ms.count(mode) && halfgrad_ms.count("fp32")) {
-      // No 16-bit mode slower than fp32 anywhere; bf16 at target_fp32 where the CPU has fast
-      // 16-bit dot products.
-      print_ratio(bench, mode, "halfgrad_fp32", halfgrad_ms[mode], halfgrad_ms["fp32"],
-                  std::string(mode) == "bf16" ? target_fp32 : 1.0);
+  std::map<std::string, double> torch_ms;
+  if (!against_torch.empty()) {
+    hg::bench::time_interleaved(options, against_torch);
+    torch_ms = print_steps(against_torch, true);
+  }
+  for (const char* mode : {"fp32", "bf16", "fp16"}) {
+    if (!has(mode)) continue;
+    double halfgrad = halfgrad_ms[std::string("halfgrad|") + mode];
+    if (twin_live) {
+      if (!torch_ms.count(std::string("halfgrad|") + mode)) continue;
+      halfgrad = torch_ms[std::string("halfgrad|") + mode];  // the interleaved pass's own step
+    } else if (auto ms = twin_line(peers.lines, bench, mode, shape)) {
+      torch_ms[std::string("pytorch|") + mode] = *ms;
     }
+    const std::optional<double> target =
+        std::string(mode) != "fp32" ? std::optional<double>(target_torch) : std::nullopt;
+    print_torch_ratios(bench, mode, halfgrad, torch_ms, target);
   }
   std::fflush(stdout);
 }
@@ -1003,7 +1061,8 @@ std::map<std::pair<std::string, std::string>, double> time_gpt_cpu(
 // Two passes per size: halfgrad's modes interleaved among themselves, steps back to back as a
 // training loop runs them (the ratios over halfgrad's fp32, and the op profiles); then, with a
 // live twin, halfgrad's fp32 and bf16 interleaved with PyTorch's (NOTE [Settling between the
-// sides]; 1.13 has no float16 CPU autocast), for the ratios over PyTorch. Each step of the
+// sides]; the modes of --twin-modes, each also under torch.compile with --twin-compile), for the
+// ratios over PyTorch. Each step of the
 // second pass starts after the other side's and a pause, with colder caches than in a loop.
 void run_gpt_cpu(const TrainOptions& options, Peers& peers) {
   std::vector<CpuGpt> sizes(std::begin(kCpuGpts), std::end(kCpuGpts));
@@ -1025,12 +1084,13 @@ void run_gpt_cpu(const TrainOptions& options, Peers& peers) {
                              run->step();
                            }};
       own.push_back(step);
-      if (twin_live && (mode == Mode::Fp32 || mode == Mode::Bf16)) {
-        const std::string command = fmt::format("gpt-cpu {} {}", gpt.size, mode_name(mode));
-        TwinProcess* twin = peers.live.get();
+      if (twin_live && options.twin_runs(mode_name(mode))) {
         against_torch.push_back(step);
-        against_torch.push_back({"pytorch", mode_name(mode), nullptr, 0,
-                                 [twin, command] { return 1e3 * twin->request(command, "ms"); }});
+        for (Candidate& c : twin_candidates(
+                 options, peers, fmt::format("gpt-cpu {} {}", gpt.size, mode_name(mode)),
+                 mode_name(mode))) {
+          against_torch.push_back(std::move(c));
+        }
       }
     }
     auto ms = time_gpt_cpu(options, gpt, own, false);
@@ -1069,12 +1129,18 @@ void run_gpt_cpu(const TrainOptions& options, Peers& peers) {
     if (!against_torch.empty()) {
       ms = time_gpt_cpu(options, gpt, against_torch, true);
       omp_set_num_threads(options.threads);
-      for (const char* mode : {"fp32", "bf16"}) {
-        const auto h = ms.find({"halfgrad", mode}), t = ms.find({"pytorch", mode});
-        if (h == ms.end() || t == ms.end()) continue;
+      for (const char* mode : {"fp32", "bf16", "fp16"}) {
+        const auto h = ms.find({"halfgrad", mode});
+        if (h == ms.end()) continue;
+        std::map<std::string, double> torch_ms;
+        for (const char* impl : {"pytorch", "pytorch-compile"}) {
+          if (auto t = ms.find({impl, mode}); t != ms.end()) {
+            torch_ms[std::string(impl) + "|" + mode] = t->second;
+          }
+        }
         const std::optional<double> target =
-            std::string(mode) == "bf16" ? std::optional<double>(gpt.torch_target) : std::nullopt;
-        print_ratio(bench, mode, "pytorch", h->second, t->second, target);
+            std::string(mode) != "fp32" ? std::optional<double>(gpt.torch_target) : std::nullopt;
+        print_torch_ratios(bench, mode, h->second, torch_ms, target);
       }
     }
     omp_set_num_threads(options.threads);
@@ -1199,6 +1265,10 @@ int main(int argc, char** argv) {
   app.add_option("--twin-cmd", options.twin_cmd,
                  "the PyTorch twin to run interleaved (train_twin.py --serve)")
       ->excludes(twin_json);
+  app.add_option("--twin-modes", options.twin_modes, "the modes the live twin runs")
+      ->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
+  app.add_flag("--twin-compile", options.twin_compile,
+               "also time the live twin under torch.compile (PyTorch 2.x)");
   CLI11_PARSE(app, argc, argv);
 
   omp_set_num_threads(options.threads);

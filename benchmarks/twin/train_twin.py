@@ -29,13 +29,15 @@ Sections (hg_bench_train.cpp describes each; keep the two files in step):
           model is built, with the high-water mark reset there (/proc/self/clear_refs 5).
           Run it in its own process (--only memory), so that no other section raises the mark.
   --serve reads commands on stdin, one a line, and answers each with one JSON line:
-          "mlp fp32" / "mlp bf16" (and "cnn fp32" / "cnn bf16") runs one step of that run
-          ({"ms": ...}), "tiny N" runs
+          "mlp MODE" / "cnn MODE" runs one step of that run ({"ms": ...}) in MODE fp32, bf16 or
+          fp16 (fp16 autocast with torch.amp.GradScaler("cpu"), PyTorch 2.3 and later); a
+          trailing "compile" runs the model under torch.compile (2.0 and later); "tiny N" runs
           N tiny steps ({"us": ...} per step), "gpt-cpu SIZE MODE" one GPT step at that
-          size's thread count ({"ms": ...}), "quit" ends. hg-bench-train --twin-cmd
+          size's thread count ({"ms": ...}; MODE and "compile" as above), "quit" ends. hg-bench-train --twin-cmd
           drives it, alternating its own steps with the twin's so that both see the same load.
 
-Needs Debian's python3-torch (benchmarks/run-train installs it); the tests do not use it.
+benchmarks/run-train installs PyTorch 2.x from PyPI into build/venv-torch for it; the tests do
+not use it. (Debian's python3-torch 1.13 runs it too, fp32 and bf16 without compile.)
 """
 import argparse
 import json
@@ -77,36 +79,59 @@ def cnn(width=CNN_WIDTH):
         nn.MaxPool2d(2), nn.Flatten(), nn.Linear(2 * width * 7 * 7, 10))
 
 
-def make_cnn_run(mode):
+def make_cnn_run(mode, compiled=False):
     """The CNN's model, synthetic images and optimizer; returns one training step."""
     torch.manual_seed(0)
     model = cnn()
     x = torch.randn(CNN_BATCH, 1, 28, 28)
     y = torch.randint(0, 10, (CNN_BATCH,))
-    return classifier_step(model, x, y, mode)
+    return classifier_step(model, x, y, mode, compiled)
 
 
-def make_mlp_run(mode, sizes=MLP_SIZES, batch=MLP_BATCH):
+def make_mlp_run(mode, sizes=MLP_SIZES, batch=MLP_BATCH, compiled=False):
     """The model, data and optimizer of the big MLP; returns one training step."""
     torch.manual_seed(0)
     model = mlp(sizes)
     x = torch.randn(batch, sizes[0])
     y = torch.randint(0, sizes[-1], (batch,))
-    return classifier_step(model, x, y, mode)
+    return classifier_step(model, x, y, mode, compiled)
 
 
-def classifier_step(model, x, y, mode):
-    """AdamW, cross_entropy, autocast in bf16: one training step of a classifier."""
+def supports(mode, compiled):
+    """Whether this PyTorch runs the mode (fp16 CPU autocast with a CPU GradScaler: 2.3 and
+    later) and torch.compile (2.0 and later)."""
+    if mode == "fp16" and not hasattr(torch, "amp") or (
+            mode == "fp16" and not hasattr(torch.amp, "GradScaler")):
+        return False
+    return not compiled or hasattr(torch, "compile")
+
+
+def autocast_and_scaler(mode):
+    """torch.autocast's dtype for the mode (None: fp32) and the GradScaler (fp16 only)."""
+    dtype = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}[mode]
+    scaler = torch.amp.GradScaler("cpu") if mode == "fp16" else None
+    return dtype, scaler
+
+
+def classifier_step(model, x, y, mode, compiled=False):
+    """AdamW, cross_entropy, autocast in bf16 or fp16 (with a GradScaler): one training step of a
+    classifier; the model under torch.compile when compiled."""
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3, betas=(0.9, 0.999), eps=1e-8,
                             weight_decay=0.01)
-    use_autocast = mode == "bf16"
+    dtype, scaler = autocast_and_scaler(mode)
+    forward = torch.compile(model) if compiled else model
 
     def step():
         opt.zero_grad(set_to_none=True)
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=use_autocast):
-            loss = F.cross_entropy(model(x), y)
-        loss.backward()
-        opt.step()
+        with torch.autocast("cpu", dtype=dtype or torch.bfloat16, enabled=dtype is not None):
+            loss = F.cross_entropy(forward(x), y)
+        if scaler is None:
+            loss.backward()
+            opt.step()
+        else:
+            scaler.scale(loss).backward()
+            scaler.step(opt)
+            scaler.update()
         return loss
 
     return step
@@ -170,9 +195,9 @@ GPT_CPU = {"demo": (GptConfig(13, 9, 2, 4, 48, 64), 1),
            "larger": (GptConfig(256, 64, 4, 8, 256, 16), 2)}
 
 
-def make_gpt_cpu_run(size, mode):
+def make_gpt_cpu_run(size, mode, compiled=False):
     """The GPT, data and optimizer of one gpt-cpu size and mode; returns one training step
-    (run at the size's thread count)."""
+    (run at the size's thread count), the model under torch.compile when compiled."""
     config, threads = GPT_CPU[size]
     torch.manual_seed(0)
     model = GPT(config)
@@ -180,15 +205,24 @@ def make_gpt_cpu_run(size, mode):
     B, T, V = config.batch, config.block, config.vocab
     idx = torch.randint(0, V, (B, T))
     targets = torch.randint(0, V, (B * T,))
+    dtype, scaler = autocast_and_scaler(mode)
+    forward = torch.compile(model) if compiled else model
 
     def step():
         torch.set_num_threads(threads)
         opt.zero_grad(set_to_none=True)
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=mode == "bf16"):
-            loss = F.cross_entropy(model(idx).view(-1, V), targets)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
+        with torch.autocast("cpu", dtype=dtype or torch.bfloat16, enabled=dtype is not None):
+            loss = F.cross_entropy(forward(idx).view(-1, V), targets)
+        if scaler is None:
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            opt.step()
+        else:
+            scaler.scale(loss).backward()
+            scaler.unscale_(opt)
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            scaler.step(opt)
+            scaler.update()
         return loss
 
     return step
@@ -232,37 +266,43 @@ def run_memory(args):
 
 
 def serve(args):
+    """Commands: "mlp MODE", "cnn MODE", "tiny STEPS", "gpt-cpu SIZE MODE", each step-running
+    command optionally followed by "compile" (torch.compile); MODE fp32, bf16 or fp16 (fp16 and
+    compile where this PyTorch has them); "quit"."""
     runs = {}  # made on first use
     for line in sys.stdin:
         command = line.split()
         if not command or command[0] == "quit":
             break
-        if command[0] in ("mlp", "cnn") and len(command) == 2 and command[1] in ("fp32", "bf16"):
-            make = make_mlp_run if command[0] == "mlp" else make_cnn_run
-            step = runs.get(tuple(command)) or make(command[1])
-            runs[tuple(command)] = step
-            start = time.perf_counter()
-            step()
-            emit({"ms": (time.perf_counter() - start) * 1e3})
-        elif command[0] == "tiny" and len(command) == 2 and command[1].isdigit():
-            count = int(command[1])
+        compiled = command[-1] == "compile"
+        words = command[:-1] if compiled else command
+        if words[0] == "tiny" and len(words) == 2 and words[1].isdigit() and not compiled:
+            count = int(words[1])
             steps = runs.get(tuple(command)) or make_tiny_run(count)
             runs[tuple(command)] = steps
             start = time.perf_counter()
             steps()
             emit({"us": (time.perf_counter() - start) * 1e6 / count})
-        elif (command[0] == "gpt-cpu" and len(command) == 3 and command[1] in GPT_CPU
-              and command[2] in ("fp32", "bf16")):
-            step = runs.get(tuple(command)) or make_gpt_cpu_run(command[1], command[2])
-            runs[tuple(command)] = step
-            start = time.perf_counter()
-            step()
-            emit({"ms": (time.perf_counter() - start) * 1e3})
-            torch.set_num_threads(args.threads)
-        else:
-            emit({"error": f"train_twin --serve: unknown command {line.strip()!r} (expected "
-                           "'mlp fp32', 'mlp bf16', 'cnn fp32', 'cnn bf16', 'tiny STEPS', 'gpt-cpu demo|larger "
-                           "fp32|bf16' or 'quit')"})
+            continue
+        make = None
+        mode = words[-1] if len(words) >= 2 else None
+        if words[0] in ("mlp", "cnn") and len(words) == 2:
+            build = make_mlp_run if words[0] == "mlp" else make_cnn_run
+            make = lambda: build(mode, compiled=compiled)
+        elif words[0] == "gpt-cpu" and len(words) == 3 and words[1] in GPT_CPU:
+            make = lambda: make_gpt_cpu_run(words[1], mode, compiled)
+        if make is None or mode not in ("fp32", "bf16", "fp16") or not supports(mode, compiled):
+            emit({"error": f"train_twin --serve: unknown or unsupported command "
+                           f"{line.strip()!r} (torch {torch.__version__}; expected 'mlp MODE', "
+                           "'cnn MODE', 'gpt-cpu demo|larger MODE' with MODE fp32, bf16 or fp16, "
+                           "each optionally followed by 'compile', 'tiny STEPS' or 'quit')"})
+            continue
+        step = runs.get(tuple(command)) or make()
+        runs[tuple(command)] = step
+        start = time.perf_counter()
+        step()
+        emit({"ms": (time.perf_counter() - start) * 1e3})
+        torch.set_num_threads(args.threads)
 
 
 def main():
