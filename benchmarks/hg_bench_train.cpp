@@ -1031,7 +1031,7 @@ struct CpuGpt {
   double torch_target;
 };
 
-const CpuGpt kCpuGpts[] = {{"demo", {13, 9, 2, 4, 48, 64}, 1, 0.75, 1.0, 0.35},
+const CpuGpt kCpuGpts[] = {{"demo", {13, 9, 2, 4, 48, 64}, 1, 0.75, 1.0, 0.5},
                            {"larger", {256, 64, 4, 8, 256, 16}, 2, 0.6, std::nullopt, 0.5}};
 
 // --small: a 1-layer, 32-wide GPT on T = 8 (smoke tests; no twin).
