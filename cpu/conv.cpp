@@ -10,10 +10,12 @@
 #include <type_traits>
 #include <vector>
 
+#include "halfgrad/core/convert.h"
 #include "halfgrad/core/factory.h"
 #include "halfgrad/cpu/kernels.h"
 #include "halfgrad/cpu/linalg.h"
 #include "halfgrad/cpu/nn_common.h"
+#include "halfgrad/cpu/row_vectors.h"
 #include "halfgrad/kernel/checks.h"
 
 namespace hg::cpu {
@@ -318,9 +320,17 @@ Conv2dBackward conv2d_backward(const Tensor& dy, const Tensor& x, const Tensor& 
         A total = 0;
         for (int64_t n = 0; n < g.N; ++n) {
           const T* run = d + (n * g.O + o) * L;
-          A partial = 0;
-          for (int64_t l = 0; l < L; ++l) partial += static_cast<A>(run[l]);
-          total += partial;
+          if constexpr (std::is_same_v<T, float>) {  // vector lanes (NOTE [Row vectors])
+            total += row_vectors::sum_floats(run, L);
+          } else if constexpr (std::is_same_v<A, float>) {  // 16-bit runs widened first
+            float* const wide = kept_buffer<float>(L);
+            convert::to_float(run, wide, L);
+            total += row_vectors::sum_floats(wide, L);
+          } else {
+            A partial = 0;
+            for (int64_t l = 0; l < L; ++l) partial += static_cast<A>(run[l]);
+            total += partial;
+          }
         }
         db[o] = total;
       });

@@ -836,6 +836,12 @@ const BatchNormRuns& batch_norm_runs() {
   return *kRuns[row_vectors::row_vector_level()];
 }
 
+}  // namespace
+
+float row_vectors::sum_floats(const float* x, int64_t n) { return batch_norm_runs().sum(x, n); }
+
+namespace {
+
 // Channel c of a [N, C, S] tensor as float32 runs: run n at first + n * stride. float32 is read
 // in place; float16/bfloat16 is widened into `buffer` (N S values; null for float32).
 struct ChannelRuns {

@@ -4,8 +4,10 @@
 #include <bit>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "halfgrad/core/convert.h"
@@ -13,6 +15,7 @@
 #include "halfgrad/core/format.h"
 #include "halfgrad/cpu/kernels.h"
 #include "halfgrad/cpu/nn_common.h"
+#include "halfgrad/cpu/row_vectors.h"
 #include "halfgrad/kernel/checks.h"
 
 namespace hg::cpu {
@@ -71,6 +74,130 @@ int64_t first_tap(int64_t start, int64_t step) {
 // back in one call (exact: every value came from the input).
 bool windows_tile(const PoolGeometry& g) {
   return g.sH == g.kH && g.sW == g.kW && g.pH == 0 && g.pW == 0 && g.dH == 1 && g.dW == 1;
+}
+
+// Windows two columns wide (MaxPool2d(2)) in vector lanes: W windows a vector, each row's 2W
+// values split into even and odd columns by two shuffles, each tap a select in every lane at
+// once, in the scalar loop's order (a tap wins when greater or NaN). The lanes record the
+// winning tap (2 i + j for row i, column j); the caller makes the indices from it. Compiled for
+// AVX-512, AVX2 and the baseline as the row vectors are (NOTE [Row vectors] in
+// cpu/row_vectors.h). Returns how many of the Wout windows it did (whole vectors only).
+using row_vectors::FloatVec16;
+using row_vectors::FloatVec4;
+using row_vectors::FloatVec8;
+using IntVec16 = int32_t __attribute__((vector_size(64)));
+using IntVec8 = int32_t __attribute__((vector_size(32)));
+using IntVec4 = int32_t __attribute__((vector_size(16)));
+
+// Row values [2 ow, 2 ow + 2W) split into the even and the odd columns.
+template <class V, size_t... Lane>
+HG_ROW_INLINE void split_pairs(const float* row, V& even, V& odd, std::index_sequence<Lane...>) {
+  constexpr size_t W = sizeof...(Lane);
+  V lo, hi;
+  row_vectors::load_vec(lo, row);
+  row_vectors::load_vec(hi, row + W);
+  even = __builtin_shufflevector(lo, hi, (2 * Lane)...);
+  odd = __builtin_shufflevector(lo, hi, (2 * Lane + 1)...);
+}
+
+// The function for one instruction set. Its compares are written in the function itself, not
+// in an inline helper: GCC lowers a vector compare in the helper for the baseline ISA, lane by
+// lane, before inlining it (arithmetic and shuffles survive). Each tap wins where it is
+// greater than the best or NaN, by bit-mask blends.
+#define HG_MAX_POOL_PAIRS(NAME, ATTRIBUTES, V, I, LANES)                                      \
+  ATTRIBUTES int64_t NAME(const float* const* rows, int64_t kH, int64_t Wout, float* best_out, \
+                          int32_t* tap_out) {                                                 \
+    int64_t ow = 0;                                                                           \
+    for (; ow + (LANES) <= Wout; ow += (LANES)) {                                             \
+      V best{}, column[2];                                                                    \
+      I tap{};                                                                                \
+      for (int64_t i = 0; i < kH; ++i) {                                                      \
+        split_pairs<V>(rows[i] + 2 * ow, column[0], column[1],                                \
+                       std::make_index_sequence<LANES>{});                                    \
+        for (int64_t j = 0; j < 2; ++j) {                                                     \
+          const V v = column[j];                                                              \
+          if (i == 0 && j == 0) {                                                             \
+            best = v;                                                                         \
+            continue;                                                                         \
+          }                                                                                   \
+          const I wins = (v > best) | (v != v);                                               \
+          best = (V)(((I)v & wins) | ((I)best & ~wins));                                      \
+          tap = ((I{} + int32_t(2 * i + j)) & wins) | (tap & ~wins);                          \
+        }                                                                                     \
+      }                                                                                       \
+      row_vectors::store_vec(best_out + ow, best);                                            \
+      std::memcpy(tap_out + ow, &tap, sizeof(I));                                             \
+    }                                                                                         \
+    return ow;                                                                                \
+  }
+
+using MaxPoolPairs = int64_t (*)(const float* const*, int64_t, int64_t, float*, int32_t*);
+
+// AVX512DQ, VL and BW too: they keep the compares' masks in vector registers.
+HG_MAX_POOL_PAIRS(max_pool_pairs_avx512,
+                  __attribute__((target("avx512f,avx512dq,avx512vl,avx512bw,avx2,fma"))),
+                  FloatVec16, IntVec16, 16)
+HG_MAX_POOL_PAIRS(max_pool_pairs_avx2, __attribute__((target("avx2,fma"))), FloatVec8, IntVec8, 8)
+HG_MAX_POOL_PAIRS(max_pool_pairs_base, , FloatVec4, IntVec4, 4)
+#undef HG_MAX_POOL_PAIRS
+
+MaxPoolPairs max_pool_pairs() {
+  static const MaxPoolPairs pairs = [] {
+    const int level = row_vectors::row_vector_level();
+    const bool dq = __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl") &&
+                    __builtin_cpu_supports("avx512bw");
+    if (level == 2 && dq) return max_pool_pairs_avx512;
+    return level >= 1 ? max_pool_pairs_avx2 : max_pool_pairs_base;
+  }();
+  return pairs;
+}
+
+// A plane's windows two columns wide, all in vector lanes: band i holds row i of every window
+// (input rows i, kH + i, 2 kH + i, ... cut to the 2 Wout columns the windows cover, side by
+// side, widened to float32), so the windows of the whole plane follow one another in the bands
+// however narrow its rows are (a 28-wide plane has 14 windows a row, fewer than a vector's 16).
+// The windows past the last whole vector take the same selects one at a time.
+template <class T>
+void max_pool_pairs_plane(const T* in, const PoolGeometry& g, T* out, int64_t* indices) {
+  const int64_t windows = g.Hout * g.Wout, band = 2 * windows;
+  thread_local std::vector<float> buffer;
+  thread_local std::vector<int32_t> taps;
+  buffer.resize(size_t(g.kH * band + windows));
+  taps.resize(size_t(windows));
+  const float* bands[8];  // kH <= 8 here (max_pool2d picks this path only then)
+  for (int64_t i = 0; i < g.kH; ++i) {
+    float* b = buffer.data() + i * band;
+    for (int64_t oh = 0; oh < g.Hout; ++oh) {
+      convert::to_float(in + (oh * g.kH + i) * g.W, b + oh * 2 * g.Wout, 2 * g.Wout);
+    }
+    bands[i] = b;
+  }
+  float* best = nullptr;
+  if constexpr (std::is_same_v<T, float>) {
+    best = out;
+  } else {
+    best = buffer.data() + g.kH * band;
+  }
+  const int64_t done = max_pool_pairs()(bands, g.kH, windows, best, taps.data());
+  for (int64_t o = done; o < windows; ++o) {
+    float top = bands[0][2 * o];
+    int32_t tap = 0;
+    for (int32_t t = 1; t < 2 * int32_t(g.kH); ++t) {
+      const float v = bands[t / 2][2 * o + t % 2];
+      const bool wins = (v > top) | (v != v);
+      top = wins ? v : top;
+      tap = wins ? t : tap;
+    }
+    best[o] = top;
+    taps[size_t(o)] = tap;
+  }
+  for (int64_t oh = 0, o = 0; oh < g.Hout; ++oh) {
+    for (int64_t ow = 0; ow < g.Wout; ++ow, ++o) {
+      const int32_t tap = taps[size_t(o)];
+      indices[o] = (oh * g.kH + (tap >> 1)) * g.W + 2 * ow + (tap & 1);
+    }
+  }
+  if constexpr (!std::is_same_v<T, float>) convert::from_float(best, out, windows);
 }
 
 template <class T>
@@ -135,7 +262,11 @@ MaxPoolForward max_pool2d(const Tensor& x, const Pool2dParams& p) {
       if (windows_tile(g) && g.kH <= 8) {
         parallel_for(g.planes, g.Hout * g.Wout * g.kH * g.kW, [&](int64_t plane) {
           const int64_t out_base = plane * g.Hout * g.Wout;
-          max_pool_tiled_plane(xp + plane * g.H * g.W, g, out + out_base, indices + out_base);
+          if (g.kW == 2) {
+            max_pool_pairs_plane(xp + plane * g.H * g.W, g, out + out_base, indices + out_base);
+          } else {
+            max_pool_tiled_plane(xp + plane * g.H * g.W, g, out + out_base, indices + out_base);
+          }
         });
         return;
       }

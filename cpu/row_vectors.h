@@ -105,4 +105,9 @@ HG_ROW_INLINE A row_dot(const A* x, const A* y, int64_t n) {
   return sum;
 }
 
+// The sum of n floats in vector lanes on the widest instruction set the CPU has, in blocks of
+// 256 values summed on their own first (cpu/norm.cpp: batch_norm's sums; conv2d's bias
+// gradient uses it too). One fixed order per instruction set.
+float sum_floats(const float* x, int64_t n);
+
 }  // namespace hg::cpu::row_vectors
