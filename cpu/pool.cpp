@@ -71,7 +71,8 @@ int64_t first_tap(int64_t start, int64_t step) {
 // once), and each window is reduced in the generic loop's order with selects instead of a
 // branch per tap: a tap replaces the best when it is greater or NaN, so the first maximum wins
 // and NaN propagates, with the generic loop's values and indices. The output row is narrowed
-// back in one call (exact: every value came from the input).
+// back in one call (exact: every value came from the input). Windows two columns wide take the
+// same selects in vector lanes, a whole plane's windows at once (max_pool_pairs_plane).
 bool windows_tile(const PoolGeometry& g) {
   return g.sH == g.kH && g.sW == g.kW && g.pH == 0 && g.pW == 0 && g.dH == 1 && g.dW == 1;
 }

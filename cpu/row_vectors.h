@@ -10,7 +10,11 @@
 // sums, one per lane, over a row and adds them in lane order at its end, then the tail in
 // order: one fixed order for a given ISA, whatever the thread count. Vectors are passed by
 // reference, never by value across a call (a wider vector than the baseline's has no ABI in
-// the baseline build).
+// the baseline build). A vector compare (v > top) must be written in the per-ISA function
+// itself: GCC 12 lowers a compare inside an always-inline helper for the baseline ISA, lane
+// by lane, before the helper is inlined (arithmetic and shuffles survive; objdump shows
+// vcomiss/seta where it happened). cpu/pool.cpp's max_pool_pairs follows this; the attention
+// rows' scale_and_max does not yet.
 #pragma once
 
 #include <algorithm>
