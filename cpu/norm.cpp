@@ -12,6 +12,7 @@
 #include <cmath>
 #include <limits>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "halfgrad/core/convert.h"
@@ -896,27 +897,36 @@ NormForward batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor
     T* out = result.out.data_ptr<T>();
     A* mean = result.mean.data_ptr<A>();
     A* rstd = result.rstd.data_ptr<A>();
+    // Channel c's mean and inverse std, written to the result: the batch's (training; its
+    // biased variance kept for the running update) from batch_moments(), or the running ones.
+    const auto statistics = [&](int64_t c, auto batch_moments) {
+      A m, rs;
+      if (training) {
+        const Moments<A> moment = batch_moments();
+        m = moment.mean;
+        rs = inverse_std(moment.var, eps);
+        batch_var[size_t(c)] = double(moment.var);
+      } else {
+        m = eval_mean[size_t(c)];
+        rs = inverse_std(eval_var[size_t(c)], eps);
+      }
+      mean[c] = m;
+      rstd[c] = rs;
+      return std::pair<A, A>{m, rs};
+    };
     if constexpr (std::is_same_v<A, float>) {
       const BatchNormRuns& runs = batch_norm_runs();
       parallel_for(bn.C, count, [&](int64_t c) {
         float* const buffer = channel_buffer<T>(1, count, bn.S);
         const ChannelRuns xf = channel_runs(xp, bn.N, bn.C, bn.S, c, buffer);
-        float m, rs;
-        if (training) {
+        const auto [m, rs] = statistics(c, [&] {
           float total = 0;
           for (int64_t n = 0; n < bn.N; ++n) total += runs.sum(xf.run(n), bn.S);
-          m = total / float(count);
+          const float batch_mean = total / float(count);
           float squares = 0;
-          for (int64_t n = 0; n < bn.N; ++n) squares += runs.squares(xf.run(n), bn.S, m);
-          const float var = squares / float(count);
-          rs = inverse_std(var, eps);
-          batch_var[size_t(c)] = double(var);
-        } else {
-          m = eval_mean[size_t(c)];
-          rs = inverse_std(eval_var[size_t(c)], eps);
-        }
-        mean[c] = m;
-        rstd[c] = rs;
+          for (int64_t n = 0; n < bn.N; ++n) squares += runs.squares(xf.run(n), bn.S, batch_mean);
+          return Moments<A>{batch_mean, squares / float(count)};
+        });
         const float scale = rs * w[size_t(c)], shift = b[size_t(c)];
         for (int64_t n = 0; n < bn.N; ++n) {
           T* out_run = out + (n * bn.C + c) * bn.S;
@@ -933,18 +943,8 @@ NormForward batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor
     }
     parallel_for(bn.C, count, [&](int64_t c) {
       const T* xch = xp + c * bn.S;
-      A m, rs;
-      if (training) {
-        const Moments<A> moment = moments(xch, bn.N, bn.S, bn.C * bn.S);
-        m = moment.mean;
-        rs = inverse_std(moment.var, eps);
-        batch_var[size_t(c)] = double(moment.var);
-      } else {
-        m = eval_mean[size_t(c)];
-        rs = inverse_std(eval_var[size_t(c)], eps);
-      }
-      mean[c] = m;
-      rstd[c] = rs;
+      const auto [m, rs] =
+          statistics(c, [&] { return moments(xch, bn.N, bn.S, bn.C * bn.S); });
       const A scale = rs * w[size_t(c)], shift = b[size_t(c)];
       for (int64_t n = 0; n < bn.N; ++n) {
         const int64_t base = (n * bn.C + c) * bn.S;
