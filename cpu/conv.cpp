@@ -26,6 +26,7 @@ using kernel::acc_dtype;
 using kernel::Conv2dBackward;
 using kernel::Conv2dParams;
 using nn_common::check_input;
+using nn_common::kept_buffer;
 using nn_common::parallel_for;
 
 // Calls f(TypeTag<T>{}, TypeTag<A>{}) for the storage type T of a floating dtype and its
@@ -166,16 +167,6 @@ void col2im_add(const A* cols, const ConvGeometry& g, A* dx) {
       }
     }
   }
-}
-
-// A per-thread buffer of at least n values of V, kept for the thread's next calls: an image's
-// columns are 0.5 to 1 MB here, and a fresh buffer per call faulted its pages in every time
-// (a fifth of a CNN step's time, in the kernel).
-template <class V>
-V* kept_buffer(int64_t n) {
-  thread_local std::vector<V> buffer;
-  if (int64_t(buffer.size()) < n) buffer.resize(size_t(n));
-  return buffer.data();
 }
 
 // Whether a loop over `count` items of `work` each should run on threads (from its own

@@ -571,8 +571,8 @@ std::string path_backend(DType dtype, GemmPath path) {
 std::string gemm_backend(DType dtype) {
   HG_CHECK(is_floating_point(dtype) && !is_float8(dtype),
            "gemm_backend: expected a floating dtype, got {}", dtype);
-  const GemmPath set = get_gemm_path(dtype == kFloat64 ? kFloat32 : dtype);
-  if (dtype == kFloat64) return "eigen";
+  if (dtype == kFloat64) return "eigen";  // its one path
+  const GemmPath set = get_gemm_path(dtype);
   if (set != GemmPath::Auto) return path_backend(dtype, set);
   std::vector<std::string> names;
   for (GemmPath path : gemm_paths(dtype)) names.push_back(path_backend(dtype, path));

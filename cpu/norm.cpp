@@ -442,13 +442,8 @@ void layer_norm_backward_row_base(const float* x, const float* g, float* dx, con
   layer_norm_backward_row_body<FloatVec4>(x, g, dx, w, M, mu, rs);
 }
 
-// A per-thread float32 buffer of at least n values (kept for the thread's next rows), for the
-// 16-bit rows widened before the float32 row functions.
-float* row_buffer(int64_t n) {
-  thread_local std::vector<float> buffer;
-  if (int64_t(buffer.size()) < n) buffer.resize(size_t(n));
-  return buffer.data();
-}
+// The per-thread float32 buffer of the 16-bit rows widened before the float32 row functions.
+float* row_buffer(int64_t n) { return nn_common::kept_buffer<float>(n); }
 
 LayerNormRow layer_norm_row() {
   constexpr LayerNormRow kRows[] = {layer_norm_row_base, layer_norm_row_avx2,

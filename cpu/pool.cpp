@@ -29,6 +29,7 @@ using kernel::Pool2dParams;
 using kernel::product;
 using nn_common::acc_t;
 using nn_common::check_input;
+using nn_common::kept_buffer;
 using nn_common::load;
 using nn_common::parallel_for;
 using nn_common::store;
@@ -161,13 +162,11 @@ MaxPoolPairs max_pool_pairs() {
 template <class T>
 void max_pool_pairs_plane(const T* in, const PoolGeometry& g, T* out, int64_t* indices) {
   const int64_t windows = g.Hout * g.Wout, band = 2 * windows;
-  thread_local std::vector<float> buffer;
-  thread_local std::vector<int32_t> taps;
-  buffer.resize(size_t(g.kH * band + windows));
-  taps.resize(size_t(windows));
+  float* const buffer = kept_buffer<float>(g.kH * band + windows);
+  int32_t* const taps = kept_buffer<int32_t>(windows);
   const float* bands[8];  // kH <= 8 here (max_pool2d picks this path only then)
   for (int64_t i = 0; i < g.kH; ++i) {
-    float* b = buffer.data() + i * band;
+    float* b = buffer + i * band;
     for (int64_t oh = 0; oh < g.Hout; ++oh) {
       convert::to_float(in + (oh * g.kH + i) * g.W, b + oh * 2 * g.Wout, 2 * g.Wout);
     }
@@ -177,9 +176,9 @@ void max_pool_pairs_plane(const T* in, const PoolGeometry& g, T* out, int64_t* i
   if constexpr (std::is_same_v<T, float>) {
     best = out;
   } else {
-    best = buffer.data() + g.kH * band;
+    best = buffer + g.kH * band;
   }
-  const int64_t done = max_pool_pairs()(bands, g.kH, windows, best, taps.data());
+  const int64_t done = max_pool_pairs()(bands, g.kH, windows, best, taps);
   for (int64_t o = done; o < windows; ++o) {
     float top = bands[0][2 * o];
     int32_t tap = 0;
@@ -190,11 +189,11 @@ void max_pool_pairs_plane(const T* in, const PoolGeometry& g, T* out, int64_t* i
       tap = wins ? t : tap;
     }
     best[o] = top;
-    taps[size_t(o)] = tap;
+    taps[o] = tap;
   }
   for (int64_t oh = 0, o = 0; oh < g.Hout; ++oh) {
     for (int64_t ow = 0; ow < g.Wout; ++ow, ++o) {
-      const int32_t tap = taps[size_t(o)];
+      const int32_t tap = taps[o];
       indices[o] = (oh * g.kH + (tap >> 1)) * g.W + 2 * ow + (tap & 1);
     }
   }
@@ -204,8 +203,8 @@ void max_pool_pairs_plane(const T* in, const PoolGeometry& g, T* out, int64_t* i
 template <class T>
 void max_pool_tiled_plane(const T* in, const PoolGeometry& g, T* out, int64_t* indices) {
   const int64_t used = g.Wout * g.kW;  // the columns the windows cover
-  thread_local std::vector<float> buffer;
-  if constexpr (!std::is_same_v<T, float>) buffer.resize(size_t(g.kH * used + g.Wout));
+  float* const buffer =
+      std::is_same_v<T, float> ? nullptr : kept_buffer<float>(g.kH * used + g.Wout);
   for (int64_t oh = 0; oh < g.Hout; ++oh) {
     const int64_t h0 = oh * g.kH;
     const float* rows[8];  // kH <= 8 here (max_pool2d picks this path only then)
@@ -213,15 +212,15 @@ void max_pool_tiled_plane(const T* in, const PoolGeometry& g, T* out, int64_t* i
       if constexpr (std::is_same_v<T, float>) {
         rows[i] = in + (h0 + i) * g.W;
       } else {
-        convert::to_float(in + (h0 + i) * g.W, buffer.data() + i * used, used);
-        rows[i] = buffer.data() + i * used;
+        convert::to_float(in + (h0 + i) * g.W, buffer + i * used, used);
+        rows[i] = buffer + i * used;
       }
     }
     float* best_row = nullptr;
     if constexpr (std::is_same_v<T, float>) {
       best_row = out + oh * g.Wout;
     } else {
-      best_row = buffer.data() + g.kH * used;
+      best_row = buffer + g.kH * used;
     }
     int64_t* index_row = indices + oh * g.Wout;
     for (int64_t ow = 0; ow < g.Wout; ++ow) {
