@@ -12,6 +12,7 @@
 
 #include "halfgrad/core/convert.h"
 #include "halfgrad/core/factory.h"
+#include "halfgrad/core/format.h"
 #include "halfgrad/cpu/kernels.h"
 #include "halfgrad/cpu/linalg.h"
 #include "halfgrad/cpu/nn_common.h"
@@ -73,14 +74,16 @@ ConvGeometry cpu_conv_geometry(const char* op, const Tensor& x, const Tensor& we
 }
 
 // NOTE [conv2d's matrix product] Every matrix product of conv2d and its backward goes
-// through conv_matmul: cpu::linalg_kernels.gemm for float32 and float64, and for a 16-bit dtype
-// the CPU GEMM runs natively (bfloat16 on AVX512-BF16 or AMX) cpu::gemm_into_float32, whose
-// 16-bit operands (the weight, im2col's columns, dy) are read as they are and whose products
-// are summed into float32 (oneDNN's bfloat16 kernel, or float32 tiles where the measurement
-// finds them faster, see NOTE [GEMM path by measurement]). Such a convolution widens no tensor
-// first. A 16-bit dtype without a native kernel (float16 on x86) is widened to float32 once,
-// before im2col (compute_dtype). Either way y, dx and dweight are kept in float32 (dweight
-// summed over the images there) and rounded once at the end.
+// through conv_matmul: cpu::linalg_kernels.gemm where the output is the operands' dtype (the
+// forward's y: float32 sums rounded once by the GEMM, NOTE [conv2d forward in one product]),
+// and for a 16-bit dtype the CPU GEMM runs natively (bfloat16 on AVX512-BF16 or AMX) with a
+// float32 output cpu::gemm_into_float32 (dx's columns and dweight), whose 16-bit operands (the
+// weight, im2col's columns, dy) are read as they are and whose products are summed into
+// float32 (oneDNN's bfloat16 kernel, or float32 tiles where the measurement finds them faster,
+// see NOTE [GEMM path by measurement]). Such a convolution widens no tensor first. A 16-bit
+// dtype without a native kernel (float16 on x86) is widened to float32 once, before im2col
+// (compute_dtype). dx is summed per image in float32 and rounded once per image, dweight
+// summed over the images in float32 and rounded once at the end.
 //
 // c[M, N] = op(a)[M, K] * op(b)[K, N], plus c's old values when accumulate. Row-major with
 // row strides lda/ldb/ldc. op(a) = a stored [M, K], or a^T when trans_a (a stored [K, M]);
@@ -176,45 +179,74 @@ bool worth_threads(int64_t count, int64_t work) {
          !omp_in_parallel();
 }
 
-template <class T, class A>
-void conv2d_forward_kernel(const T* x, const T* w, const A* bias, A* y, const ConvGeometry& g) {
-  const int64_t K = g.K(), L = g.L();
+// Writes n float32 (or float64) values as `out`'s dtype at element `offset`: a copy when they
+// are that dtype, else one rounding each (the 16-bit outputs of a float32 product).
+template <class A>
+void store_as(const A* src, const Tensor& out, int64_t offset, int64_t n) {
+  visit_floating_dtype("conv2d", out.dtype(), [&]<class O>(TypeTag<O>) {
+    O* dst = out.data_ptr<O>() + offset;
+    if constexpr (std::is_same_v<O, A>) {
+      std::copy_n(src, n, dst);
+    } else if constexpr (std::is_same_v<A, float> && !std::is_same_v<O, double>) {
+      convert::from_float(src, dst, n);
+    } else {
+      HG_CHECK(false, "conv2d: internal error: {} values stored as {}", dtype_of<A>, out.dtype());
+    }
+  });
+}
+
+// NOTE [conv2d forward in one product] The forward writes y in its dtype straight from the
+// product: each image's columns get one more row, of ones, and each weight row one more
+// column, its output channel's bias, so the product adds the bias inside its float32
+// accumulation (exactly: a bias times one) and a 16-bit y is rounded once, by the GEMM. (A
+// float32 y, a loop adding the bias and a pass rounding it took 4-5 % of a bf16 CNN step.)
+// Where the products run in float32 for a 16-bit dtype (compute_dtype), each image's float32 y
+// is rounded into y from a per-thread buffer.
+//
+// w: [O, Kb] with Kb = K + 1 when the bias is folded in (bias true), else K.
+template <class T>
+void conv2d_forward_kernel(const T* x, const T* w, bool bias, const Tensor& y,
+                           const ConvGeometry& g) {
+  const int64_t K = g.K(), L = g.L(), Kb = bias ? K + 1 : K;
+  const bool direct = y.dtype() == dtype_of<T>;  // else T is float32, y 16-bit
+  T* const y_direct = direct ? y.data_ptr<T>() : nullptr;
   // Images on threads when there are several; otherwise conv_matmul splits the rows.
 #pragma omp parallel if (worth_threads(g.N, g.C * K * L))
   {
-    T* const cols = kept_buffer<T>(K * L);
+    T* const cols = kept_buffer<T>(Kb * L + (direct ? 0 : g.O * L));
+    T* const y_image = direct ? nullptr : cols + Kb * L;
+    if (bias) std::fill_n(cols + K * L, L, T(1.0f));
 #pragma omp for schedule(static)
     for (int64_t n = 0; n < g.N; ++n) {
+      T* const y_n = direct ? y_direct + n * g.O * L : y_image;
       for (int64_t group = 0; group < g.groups; ++group) {
         im2col(x + (n * g.C + group * g.Cg) * g.H * g.W, g, cols);
-        A* y_group = y + (n * g.O + group * g.Og) * L;
-        conv_matmul(false, false, g.Og, L, K, w + group * g.Og * K, K, cols, L, y_group, L,
-                    false);
-        if (bias == nullptr) continue;
-        for (int64_t o = 0; o < g.Og; ++o) {
-          const A b = bias[group * g.Og + o];
-          for (int64_t l = 0; l < L; ++l) y_group[o * L + l] += b;
-        }
+        conv_matmul(false, false, g.Og, L, Kb, w + group * g.Og * Kb, Kb, cols, L,
+                    y_n + group * g.Og * L, L, false);
       }
+      if (!direct) store_as(y_image, y, n * g.O * L, g.O * L);
     }
   }
 }
 
+// Each image's dx is summed in float32 (col2im adds up to kH kW columns into a position) in a
+// per-thread buffer and stored into dx in its dtype, rounded once.
 template <class T, class A>
-void conv2d_input_grad_kernel(const T* dy, const T* w, A* dx, const ConvGeometry& g) {
-  const int64_t K = g.K(), L = g.L();
+void conv2d_input_grad_kernel(const T* dy, const T* w, const Tensor& dx, const ConvGeometry& g) {
+  const int64_t K = g.K(), L = g.L(), image = g.C * g.H * g.W;
 #pragma omp parallel if (worth_threads(g.N, g.C * K * L))
   {
-    A* const dcols = kept_buffer<A>(K * L);
+    A* const dcols = kept_buffer<A>(K * L + image);
+    A* const dx_image = dcols + K * L;
 #pragma omp for schedule(static)
     for (int64_t n = 0; n < g.N; ++n) {
-      A* dx_image = dx + n * g.C * g.H * g.W;
-      std::fill_n(dx_image, g.C * g.H * g.W, A(0));
+      std::fill_n(dx_image, image, A(0));
       for (int64_t group = 0; group < g.groups; ++group) {
         conv_matmul(true, false, K, L, g.Og, w + group * g.Og * K, K,
                     dy + (n * g.O + group * g.Og) * L, L, dcols, L, false);
         col2im_add(dcols, g, dx_image + group * g.Cg * g.H * g.W);
       }
+      store_as(dx_image, dx, n * image, image);
     }
   }
 }
@@ -269,15 +301,27 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const C
     check_input(op, "bias ([O])", bias);
     kernel::check_conv_bias(op, bias, g, x.dtype());
   }
-  const DType acc = acc_dtype(x.dtype()), compute = compute_dtype(x.dtype());
-  const Tensor xc = contiguous_as(x, compute), wc = contiguous_as(weight, compute);
-  const Tensor ba = bias.defined() ? contiguous_as(bias, acc) : Tensor();
-  Tensor ya = empty({g.N, g.O, g.Hout, g.Wout}, acc);
+  const DType compute = compute_dtype(x.dtype());
+  const Tensor xc = contiguous_as(x, compute);
+  const Tensor wc = contiguous_as(weight, compute);
+  Tensor y = empty({g.N, g.O, g.Hout, g.Wout}, x.dtype());
   dispatch_conv(compute, [&]<class T, class A>(TypeTag<T>, TypeTag<A>) {
-    conv2d_forward_kernel<T, A>(xc.data_ptr<T>(), wc.data_ptr<T>(),
-                                ba.defined() ? ba.data_ptr<A>() : nullptr, ya.data_ptr<A>(), g);
+    if (!bias.defined()) {
+      conv2d_forward_kernel<T>(xc.data_ptr<T>(), wc.data_ptr<T>(), false, y, g);
+      return;
+    }
+    // The weight with the bias as its last column, [O, K + 1] (NOTE [conv2d forward in one
+    // product]).
+    const int64_t K = g.K();
+    const Tensor bc = contiguous_as(bias, compute);
+    Tensor wb = empty({g.O, K + 1}, compute);
+    for (int64_t o = 0; o < g.O; ++o) {
+      std::copy_n(wc.data_ptr<T>() + o * K, K, wb.data_ptr<T>() + o * (K + 1));
+      wb.data_ptr<T>()[o * (K + 1) + K] = bc.data_ptr<T>()[o];
+    }
+    conv2d_forward_kernel<T>(xc.data_ptr<T>(), wb.data_ptr<T>(), true, y, g);
   });
-  return ya.to(x.dtype());
+  return y;
 }
 
 Conv2dBackward conv2d_backward(const Tensor& dy, const Tensor& x, const Tensor& weight,
@@ -292,9 +336,8 @@ Conv2dBackward conv2d_backward(const Tensor& dy, const Tensor& x, const Tensor& 
   dispatch_conv(compute, [&]<class T, class A>(TypeTag<T>, TypeTag<A>) {
     if (needed[0]) {
       const Tensor wc = contiguous_as(weight, compute);
-      Tensor dxa = empty(x.sizes(), acc);
-      conv2d_input_grad_kernel<T, A>(dyc.data_ptr<T>(), wc.data_ptr<T>(), dxa.data_ptr<A>(), g);
-      result.dx = dxa.to(x.dtype());
+      result.dx = empty(x.sizes(), x.dtype());
+      conv2d_input_grad_kernel<T, A>(dyc.data_ptr<T>(), wc.data_ptr<T>(), result.dx, g);
     }
     if (needed[1]) {
       const Tensor xc = contiguous_as(x, compute);

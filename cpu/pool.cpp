@@ -1,6 +1,7 @@
 // CPU kernels of the pool family (kernel/pool.h): max_pool2d, avg_pool2d and their backward
 // passes. Planes (the flattened leading dims) run on OpenMP threads.
 #include <algorithm>
+#include <atomic>
 #include <bit>
 #include <cmath>
 #include <cstdint>
@@ -301,6 +302,11 @@ MaxPoolForward max_pool2d(const Tensor& x, const Pool2dParams& p) {
   return result;
 }
 
+// NOTE [max_pool2d backward by planes] Each plane's gradient is summed in float32 (windows
+// that overlap send several taps to one position, and the sum is rounded once) in a per-thread
+// plane that stays in cache, then written once into dx in its dtype. (A float32 dx zeroed
+// whole, scattered into and rounded in a pass of its own took 13 % of a bf16 CNN step.) The
+// indices are checked in the same loop; a bad one is reported after it, dx discarded.
 Tensor max_pool2d_backward(const Tensor& dy, const Tensor& indices, const Shape& input_shape) {
   const char* op = "max_pool2d_backward";
   check_input(op, "grad_output", dy);
@@ -311,27 +317,36 @@ Tensor max_pool2d_backward(const Tensor& dy, const Tensor& indices, const Shape&
   const int64_t per_plane = dy.size(-2) * dy.size(-1);
   const Tensor ic = indices.contiguous(), dyc = dy.contiguous();
   const int64_t* idx = ic.data_ptr<int64_t>();
-  for (int64_t i = 0; i < ic.numel(); ++i) {
-    HG_CHECK(idx[i] >= 0 && idx[i] < H * W,
-             "{}: expected indices in [0, {}) (flat positions in a {}x{} plane), got {} at "
-             "element {}",
-             op, H * W, H, W, idx[i], i);
-  }
-  const DType acc = acc_dtype(dy.dtype());
-  Tensor dxa = zeros(input_shape, acc);
+  Tensor dx = empty(input_shape, dy.dtype());
+  std::atomic<int64_t> first_bad{ic.numel()};  // the first element whose index is outside
   visit_floating_dtype(op, dy.dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     using A = acc_t<T>;
     const T* g = dyc.data_ptr<T>();
-    A* dx = dxa.data_ptr<A>();
+    T* out = dx.data_ptr<T>();
     parallel_for(planes, per_plane, [&](int64_t plane) {
-      A* dx_plane = dx + plane * H * W;
+      T* const out_plane = out + plane * H * W;
+      A* const sums = std::is_same_v<T, A> ? reinterpret_cast<A*>(out_plane)
+                                           : kept_buffer<A>(H * W);
+      std::fill_n(sums, H * W, A(0));
       for (int64_t i = plane * per_plane; i < (plane + 1) * per_plane; ++i) {
-        dx_plane[idx[i]] += load(g[i]);
+        if (uint64_t(idx[i]) >= uint64_t(H * W)) {
+          int64_t seen = first_bad.load();
+          while (i < seen && !first_bad.compare_exchange_weak(seen, i)) {
+          }
+          continue;
+        }
+        sums[idx[i]] += load(g[i]);
       }
+      if constexpr (!std::is_same_v<T, A>) convert::from_float(sums, out_plane, H * W);
     });
   });
-  return dxa.to(dy.dtype());
+  const int64_t bad = first_bad.load();
+  HG_CHECK(bad == ic.numel(),
+           "{}: expected indices in [0, {}) (flat positions in a {}x{} plane), got {} at "
+           "element {}",
+           op, H * W, H, W, bad < ic.numel() ? idx[bad] : 0, bad);
+  return dx;
 }
 
 Tensor avg_pool2d(const Tensor& x, const Pool2dParams& p) {

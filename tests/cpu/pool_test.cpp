@@ -12,6 +12,7 @@
 #include <vector>
 
 #include <catch2/catch.hpp>
+#include <omp.h>
 
 #include "cpu/nn_test_util.h"
 #include "halfgrad/cpu/kernels.h"
@@ -284,6 +285,40 @@ TEST_CASE("pooling backward in low precision matches float64", "[nn_kernels][poo
   }
 }
 
+// Overlapping 3x3 windows at stride 1 send up to nine taps to one position: a 16-bit sum must be
+// rounded once (equal to the float64 sum rounded to the dtype: the few 16-bit taps sum exactly
+// in float32), and the bits must not depend on the threads the planes run on.
+TEST_CASE("max_pool2d backward rounds each position's sum once on any thread count",
+          "[nn_kernels][pool]") {
+  const kernel::Pool2dParams params{.kernel = {3, 3}, .stride = {1, 1}, .padding = {1, 1}};
+  uint64_t seed = 3300;
+  for (DType dtype : kLowDTypes) {
+    INFO(dtype);
+    const Tensor x = random_tensor({4, 24, 12, 12}, ++seed, dtype);
+    const kernel::MaxPoolForward m = cpu::pool_kernels.max_pool2d(x, params);
+    const Tensor dy = random_tensor(m.out.sizes(), ++seed, dtype);
+    const Tensor want =
+        cpu::pool_kernels.max_pool2d_backward(f64(dy), m.indices, x.sizes()).to(dtype);
+    std::vector<double> first;
+    for (int threads : {1, 2, 3}) {
+      INFO(threads << " threads");
+      const int before = omp_get_max_threads();
+      omp_set_num_threads(threads);
+      const Tensor dx = cpu::pool_kernels.max_pool2d_backward(dy, m.indices, x.sizes());
+      omp_set_num_threads(before);
+      expect_result(dx, dtype, x.sizes());
+      const std::vector<double> got = dx.to(kFloat64).to_vector<double>();
+      if (first.empty()) first = got;
+      CHECK(got == first);
+      if (dtype == kFloat32) {  // float32 taps do not sum exactly in float32
+        expect_close(dx, want, backward_tolerance(dtype), "dx");
+      } else {
+        CHECK(got == want.to(kFloat64).to_vector<double>());
+      }
+    }
+  }
+}
+
 // ---- errors -------------------------------------------------------------------------------
 
 TEST_CASE("pooling embedding and dropout reject bad arguments with messages",
@@ -306,6 +341,11 @@ TEST_CASE("pooling embedding and dropout reject bad arguments with messages",
       cpu::pool_kernels.max_pool2d_backward(m.out, full({1, 2, 1, 1}, int64_t(9)), x.sizes()),
       Contains("max_pool2d_backward: expected indices in [0, 9) (flat positions in "
                "a 3x3 plane), got 9 at element 0"));
+  // The first bad index is named, wherever it lies; a later plane's bad one too.
+  Tensor bad_indices = m.indices.clone();
+  bad_indices.data_ptr<int64_t>()[1] = -1;
+  CHECK_THROWS_WITH(cpu::pool_kernels.max_pool2d_backward(m.out, bad_indices, x.sizes()),
+                    Contains("got -1 at element 1"));
   CHECK_THROWS_WITH(cpu::pool_kernels.max_pool2d_backward(m.out, m.indices.to(kFloat32), x.sizes()),
                     Contains("expected int64 indices (from max_pool2d), got float32"));
   CHECK_THROWS_WITH(
