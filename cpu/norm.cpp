@@ -699,15 +699,19 @@ NormBackward group_norm_backward(const Tensor& dy, const Tensor& x, const Tensor
 // ---- batch_norm's runs on vectors (NOTE [Row vectors] in cpu/row_vectors.h) --------------
 //
 // A channel of batch_norm is N runs of S contiguous values. Where the accumulation type is
-// float, its runs go through these functions: float32 runs in place, float16/bfloat16 runs
+// float, its runs go through these functions: float32 and bfloat16 runs in place (bfloat16 read
+// into float lanes and rounded out of them, NOTE [bfloat16 in float lanes]), float16 runs
 // widened once per channel into a per-thread buffer by core/convert's vector conversions (and
 // rounded once on the way back). The formulas are the generic loops' below; the sums run in
 // vector lanes, per run in blocks of kSumBlock values summed on their own first, the runs'
-// partial sums added in order.
+// partial sums added in order. E is the runs' element type (float or BFloat16).
+
+using row_vectors::narrow_to;
+using row_vectors::widen;
 
 // sum of x over n values, blockwise.
-template <class V>
-HG_ROW_INLINE float bn_sum_body(const float* x, int64_t n) {
+template <class V, class E>
+HG_ROW_INLINE float bn_sum_body(const E* x, int64_t n) {
   float total = 0;
   for (int64_t begin = 0; begin < n; begin += kSumBlock) {
     total += row_vectors::row_sum<V>(x + begin, std::min(kSumBlock, n - begin));
@@ -716,8 +720,8 @@ HG_ROW_INLINE float bn_sum_body(const float* x, int64_t n) {
 }
 
 // sum of (x - mean)^2 over n values, blockwise.
-template <class V>
-HG_ROW_INLINE float bn_squares_body(const float* x, int64_t n, float mean) {
+template <class V, class E>
+HG_ROW_INLINE float bn_squares_body(const E* x, int64_t n, float mean) {
   float total = 0;
   for (int64_t begin = 0; begin < n; begin += kSumBlock) {
     total += row_vectors::row_squared_deviation<V>(x + begin, std::min(kSumBlock, n - begin), mean);
@@ -726,8 +730,8 @@ HG_ROW_INLINE float bn_squares_body(const float* x, int64_t n, float mean) {
 }
 
 // y = (x - mean) * scale + shift over n values.
-template <class V>
-HG_ROW_INLINE void bn_apply_body(const float* x, float* y, int64_t n, float mean, float scale,
+template <class V, class E>
+HG_ROW_INLINE void bn_apply_body(const E* x, E* y, int64_t n, float mean, float scale,
                                  float shift) {
   constexpr int W = kLanes<V>;
   int64_t i = 0;
@@ -737,12 +741,12 @@ HG_ROW_INLINE void bn_apply_body(const float* x, float* y, int64_t n, float mean
     v = (v - mean) * scale + shift;
     store_vec(y + i, v);
   }
-  for (; i < n; ++i) y[i] = (x[i] - mean) * scale + shift;
+  for (; i < n; ++i) y[i] = narrow_to<E>((widen(x[i]) - mean) * scale + shift);
 }
 
 // Adds sum(g) and sum(g (x - mean)) over n values to *sum_g and *sum_gx.
-template <class V>
-HG_ROW_INLINE void bn_grad_sums_body(const float* x, const float* g, int64_t n, float mean,
+template <class V, class E>
+HG_ROW_INLINE void bn_grad_sums_body(const E* x, const E* g, int64_t n, float mean,
                                      float* sum_g, float* sum_gx) {
   constexpr int W = kLanes<V>;
   V acc_g = V{}, acc_gx = V{};
@@ -756,17 +760,17 @@ HG_ROW_INLINE void bn_grad_sums_body(const float* x, const float* g, int64_t n, 
   }
   float run_g = lane_sum(acc_g), run_gx = lane_sum(acc_gx);
   for (; i < n; ++i) {
-    run_g += g[i];
-    run_gx += g[i] * (x[i] - mean);
+    run_g += widen(g[i]);
+    run_gx += widen(g[i]) * (widen(x[i]) - mean);
   }
   *sum_g += run_g;
   *sum_gx += run_gx;
 }
 
 // dx over n values: training r w (g - mean_g - xhat mean_gx), eval g w r.
-template <class V>
-HG_ROW_INLINE void bn_dx_body(const float* x, const float* g, float* dx, int64_t n, float mean,
-                              float r, float wc, float mean_g, float mean_gx, bool training) {
+template <class V, class E>
+HG_ROW_INLINE void bn_dx_body(const E* x, const E* g, E* dx, int64_t n, float mean, float r,
+                              float wc, float mean_g, float mean_gx, bool training) {
   constexpr int W = kLanes<V>;
   const float rw = r * wc;
   int64_t i = 0;
@@ -778,7 +782,9 @@ HG_ROW_INLINE void bn_dx_body(const float* x, const float* g, float* dx, int64_t
       gv = rw * (gv - mean_g - (xv - mean) * r * mean_gx);
       store_vec(dx + i, gv);
     }
-    for (; i < n; ++i) dx[i] = rw * (g[i] - mean_g - (x[i] - mean) * r * mean_gx);
+    for (; i < n; ++i) {
+      dx[i] = narrow_to<E>(rw * (widen(g[i]) - mean_g - (widen(x[i]) - mean) * r * mean_gx));
+    }
   } else {
     for (; i + W <= n; i += W) {
       V gv;
@@ -786,69 +792,91 @@ HG_ROW_INLINE void bn_dx_body(const float* x, const float* g, float* dx, int64_t
       gv = gv * wc * r;
       store_vec(dx + i, gv);
     }
-    for (; i < n; ++i) dx[i] = g[i] * wc * r;
+    for (; i < n; ++i) dx[i] = narrow_to<E>(widen(g[i]) * wc * r);
   }
 }
 
+template <class E>
 struct BatchNormRuns {
-  float (*sum)(const float* x, int64_t n);
-  float (*squares)(const float* x, int64_t n, float mean);
-  void (*apply)(const float* x, float* y, int64_t n, float mean, float scale, float shift);
-  void (*grad_sums)(const float* x, const float* g, int64_t n, float mean, float* sum_g,
-                    float* sum_gx);
-  void (*dx)(const float* x, const float* g, float* dx, int64_t n, float mean, float r, float wc,
+  float (*sum)(const E* x, int64_t n);
+  float (*squares)(const E* x, int64_t n, float mean);
+  void (*apply)(const E* x, E* y, int64_t n, float mean, float scale, float shift);
+  void (*grad_sums)(const E* x, const E* g, int64_t n, float mean, float* sum_g, float* sum_gx);
+  void (*dx)(const E* x, const E* g, E* dx, int64_t n, float mean, float r, float wc,
              float mean_g, float mean_gx, bool training);
 };
 
-// The five functions compiled for one instruction set (ATTRIBUTES) on vector type V.
-#define HG_BATCH_NORM_RUNS(NAME, ATTRIBUTES, V)                                                  \
-  ATTRIBUTES float NAME##_sum(const float* x, int64_t n) { return bn_sum_body<V>(x, n); }        \
-  ATTRIBUTES float NAME##_squares(const float* x, int64_t n, float mean) {                       \
+// The five functions on runs of E compiled for one instruction set (ATTRIBUTES) on vector type V.
+#define HG_BATCH_NORM_RUNS(NAME, ATTRIBUTES, V, E)                                               \
+  ATTRIBUTES float NAME##_sum(const E* x, int64_t n) { return bn_sum_body<V>(x, n); }            \
+  ATTRIBUTES float NAME##_squares(const E* x, int64_t n, float mean) {                           \
     return bn_squares_body<V>(x, n, mean);                                                       \
   }                                                                                              \
-  ATTRIBUTES void NAME##_apply(const float* x, float* y, int64_t n, float mean, float scale,     \
+  ATTRIBUTES void NAME##_apply(const E* x, E* y, int64_t n, float mean, float scale,             \
                                float shift) {                                                    \
     bn_apply_body<V>(x, y, n, mean, scale, shift);                                               \
   }                                                                                              \
-  ATTRIBUTES void NAME##_grad_sums(const float* x, const float* g, int64_t n, float mean,        \
-                                   float* sum_g, float* sum_gx) {                                \
+  ATTRIBUTES void NAME##_grad_sums(const E* x, const E* g, int64_t n, float mean, float* sum_g,  \
+                                   float* sum_gx) {                                              \
     bn_grad_sums_body<V>(x, g, n, mean, sum_g, sum_gx);                                          \
   }                                                                                              \
-  ATTRIBUTES void NAME##_dx(const float* x, const float* g, float* dx, int64_t n, float mean,    \
-                            float r, float wc, float mean_g, float mean_gx, bool training) {     \
+  ATTRIBUTES void NAME##_dx(const E* x, const E* g, E* dx, int64_t n, float mean, float r,       \
+                            float wc, float mean_g, float mean_gx, bool training) {              \
     bn_dx_body<V>(x, g, dx, n, mean, r, wc, mean_g, mean_gx, training);                          \
   }                                                                                              \
-  constexpr BatchNormRuns NAME = {NAME##_sum, NAME##_squares, NAME##_apply, NAME##_grad_sums,    \
-                                  NAME##_dx};
+  constexpr BatchNormRuns<E> NAME = {NAME##_sum, NAME##_squares, NAME##_apply,                   \
+                                     NAME##_grad_sums, NAME##_dx};
 
-HG_BATCH_NORM_RUNS(batch_norm_runs_avx512, __attribute__((target("avx512f,avx2,fma"))), FloatVec16)
-HG_BATCH_NORM_RUNS(batch_norm_runs_avx2, __attribute__((target("avx2,fma"))), FloatVec8)
-HG_BATCH_NORM_RUNS(batch_norm_runs_base, , FloatVec4)
+#define HG_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma")))
+HG_BATCH_NORM_RUNS(batch_norm_runs_avx512, HG_AVX512, FloatVec16, float)
+HG_BATCH_NORM_RUNS(batch_norm_runs_avx2, __attribute__((target("avx2,fma"))), FloatVec8, float)
+HG_BATCH_NORM_RUNS(batch_norm_runs_base, , FloatVec4, float)
+HG_BATCH_NORM_RUNS(batch_norm_bf16_runs_avx512, HG_AVX512, FloatVec16, BFloat16)
+HG_BATCH_NORM_RUNS(batch_norm_bf16_runs_avx2, __attribute__((target("avx2,fma"))), FloatVec8,
+                   BFloat16)
+HG_BATCH_NORM_RUNS(batch_norm_bf16_runs_base, , FloatVec4, BFloat16)
+#undef HG_AVX512
 #undef HG_BATCH_NORM_RUNS
 
-const BatchNormRuns& batch_norm_runs() {
-  static const BatchNormRuns* const kRuns[] = {&batch_norm_runs_base, &batch_norm_runs_avx2,
-                                               &batch_norm_runs_avx512};
-  return *kRuns[row_vectors::row_vector_level()];
+template <class E>
+const BatchNormRuns<E>& batch_norm_runs() {
+  if constexpr (std::is_same_v<E, float>) {
+    static const BatchNormRuns<float>* const kRuns[] = {
+        &batch_norm_runs_base, &batch_norm_runs_avx2, &batch_norm_runs_avx512};
+    return *kRuns[row_vectors::row_vector_level()];
+  } else {
+    static const BatchNormRuns<BFloat16>* const kRuns[] = {
+        &batch_norm_bf16_runs_base, &batch_norm_bf16_runs_avx2, &batch_norm_bf16_runs_avx512};
+    return *kRuns[row_vectors::row_vector_level()];
+  }
 }
 
 }  // namespace
 
-float row_vectors::sum_floats(const float* x, int64_t n) { return batch_norm_runs().sum(x, n); }
+float row_vectors::sum_floats(const float* x, int64_t n) {
+  return batch_norm_runs<float>().sum(x, n);
+}
 
 namespace {
 
-// Channel c of a [N, C, S] tensor as float32 runs: run n at first + n * stride. float32 is read
-// in place; float16/bfloat16 is widened into `buffer` (N S values; null for float32).
+// The element type batch_norm's runs of a T tensor are read as: T itself for float32 and
+// bfloat16 (in place), float for float16 (widened into a buffer).
+template <class T>
+using run_t = std::conditional_t<std::is_same_v<T, Half>, float, T>;
+
+// Channel c of a [N, C, S] tensor as runs of E: run n at first + n * stride. Read in place when
+// E is T; float16 is widened into `buffer` (N S values; null otherwise).
+template <class E>
 struct ChannelRuns {
-  const float* first;
+  const E* first;
   int64_t stride;
-  const float* run(int64_t n) const { return first + n * stride; }
+  const E* run(int64_t n) const { return first + n * stride; }
 };
 
 template <class T>
-ChannelRuns channel_runs(const T* x, int64_t N, int64_t C, int64_t S, int64_t c, float* buffer) {
-  if constexpr (std::is_same_v<T, float>) {
+ChannelRuns<run_t<T>> channel_runs(const T* x, int64_t N, int64_t C, int64_t S, int64_t c,
+                                   float* buffer) {
+  if constexpr (std::is_same_v<run_t<T>, T>) {
     return {x + c * S, C * S};
   } else {
     for (int64_t n = 0; n < N; ++n) convert::to_float(x + (n * C + c) * S, buffer + n * S, S);
@@ -857,10 +885,10 @@ ChannelRuns channel_runs(const T* x, int64_t N, int64_t C, int64_t S, int64_t c,
 }
 
 // The per-thread buffer batch_norm's runs need: `wide` channels of count values and one run of
-// S for the 16-bit dtypes, nothing for float32.
+// S for float16, nothing for the types read in place.
 template <class T>
 float* channel_buffer(int64_t wide, int64_t count, int64_t S) {
-  if constexpr (std::is_same_v<T, float>) {
+  if constexpr (std::is_same_v<run_t<T>, T>) {
     return nullptr;
   } else {
     return row_buffer(wide * count + S);
@@ -910,7 +938,7 @@ NormForward batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor
       return std::pair<A, A>{m, rs};
     };
     if constexpr (std::is_same_v<A, float>) {
-      const BatchNormRuns& runs = batch_norm_runs();
+      const BatchNormRuns<run_t<T>>& runs = batch_norm_runs<run_t<T>>();
       parallel_for(bn.C, count, [&](int64_t c) {
         float* const buffer = channel_buffer<T>(1, count, bn.S);
         const ChannelRuns xf = channel_runs(xp, bn.N, bn.C, bn.S, c, buffer);
@@ -925,7 +953,7 @@ NormForward batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor
         const float scale = rs * w[size_t(c)], shift = b[size_t(c)];
         for (int64_t n = 0; n < bn.N; ++n) {
           T* out_run = out + (n * bn.C + c) * bn.S;
-          if constexpr (std::is_same_v<T, float>) {
+          if constexpr (std::is_same_v<run_t<T>, T>) {
             runs.apply(xf.run(n), out_run, bn.S, m, scale, shift);
           } else {
             float* const y = buffer + count;  // one run, narrowed once
@@ -992,7 +1020,7 @@ NormBackward batch_norm_backward(const Tensor& dy, const Tensor& x, const Tensor
     A* dw = dweight.data_ptr<A>();
     A* db = dbias.data_ptr<A>();
     if constexpr (std::is_same_v<A, float>) {
-      const BatchNormRuns& runs = batch_norm_runs();
+      const BatchNormRuns<run_t<T>>& runs = batch_norm_runs<run_t<T>>();
       parallel_for(bn.C, 2 * count, [&](int64_t c) {
         float* const buffer = channel_buffer<T>(2, count, bn.S);
         const ChannelRuns xf = channel_runs(xp, bn.N, bn.C, bn.S, c, buffer);
@@ -1009,7 +1037,7 @@ NormBackward batch_norm_backward(const Tensor& dy, const Tensor& x, const Tensor
         const float mean_g = sum_g / float(count), mean_gx = sum_gx / float(count);
         for (int64_t n = 0; n < bn.N; ++n) {
           T* dx_run = dx + (n * bn.C + c) * bn.S;
-          if constexpr (std::is_same_v<T, float>) {
+          if constexpr (std::is_same_v<run_t<T>, T>) {
             runs.dx(xf.run(n), gf.run(n), dx_run, bn.S, m, r, wc, mean_g, mean_gx, training);
           } else {
             float* const d = buffer + 2 * count;  // one run, narrowed once

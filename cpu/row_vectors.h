@@ -23,6 +23,8 @@
 #include <limits>
 #include <type_traits>
 
+#include "halfgrad/core/half.h"
+
 namespace hg::cpu::row_vectors {
 
 #define HG_ROW_INLINE inline __attribute__((always_inline))
@@ -54,6 +56,72 @@ HG_ROW_INLINE void store_vec(lane_t<V>* p, const V& v) {
   std::memcpy(p, &v, sizeof(V));
 }
 
+// ---- bfloat16 rows in float lanes ----------------------------------------------------------
+//
+// NOTE [bfloat16 in float lanes] A bfloat16 row is read straight into float lanes (its 16 bits
+// become the float's high half: exact) and float lanes are rounded straight into bfloat16
+// (round to nearest even; a NaN stays a NaN, quieted, its high half kept), so that a kernel
+// reads and writes 16-bit rows without widening them into a buffer first. The rounding gives
+// core/convert's bits for every input. Written in integer lanes without a compare (the NaN
+// mask is the sign of 0x7F800000 - |bits|), so that it survives inlining into the per-ISA
+// functions (above).
+template <int W>
+struct IntLanes;
+template <>
+struct IntLanes<4> {
+  using U32 = uint32_t __attribute__((vector_size(16)));
+  using I32 = int32_t __attribute__((vector_size(16)));
+  using U16 = uint16_t __attribute__((vector_size(8)));
+};
+template <>
+struct IntLanes<8> {
+  using U32 = uint32_t __attribute__((vector_size(32)));
+  using I32 = int32_t __attribute__((vector_size(32)));
+  using U16 = uint16_t __attribute__((vector_size(16)));
+};
+template <>
+struct IntLanes<16> {
+  using U32 = uint32_t __attribute__((vector_size(64)));
+  using I32 = int32_t __attribute__((vector_size(64)));
+  using U16 = uint16_t __attribute__((vector_size(32)));
+};
+template <class V>
+using U32Lanes = typename IntLanes<kLanes<V>>::U32;
+template <class V>
+using I32Lanes = typename IntLanes<kLanes<V>>::I32;
+template <class V>
+using U16Lanes = typename IntLanes<kLanes<V>>::U16;
+
+template <class V>
+HG_ROW_INLINE void load_vec(V& v, const BFloat16* p) {
+  U16Lanes<V> narrow;
+  std::memcpy(&narrow, static_cast<const void*>(p), sizeof(narrow));
+  const U32Lanes<V> bits = __builtin_convertvector(narrow, U32Lanes<V>) << 16;
+  std::memcpy(&v, &bits, sizeof(V));
+}
+
+template <class V>
+HG_ROW_INLINE void store_vec(BFloat16* p, const V& v) {
+  U32Lanes<V> bits;
+  std::memcpy(&bits, &v, sizeof(V));
+  const U32Lanes<V> high = bits >> 16;
+  const U32Lanes<V> rounded = (bits + 0x7FFFu + (high & 1u)) >> 16;
+  const U32Lanes<V> nan =
+      U32Lanes<V>(I32Lanes<V>(0x7F800000u - (bits & 0x7FFFFFFFu)) >> 31);  // all ones for NaN
+  const U32Lanes<V> result = (rounded & ~nan) | ((high | 0x40u) & nan);
+  const U16Lanes<V> narrow = __builtin_convertvector(result, U16Lanes<V>);
+  std::memcpy(static_cast<void*>(p), &narrow, sizeof(narrow));
+}
+
+// One value of a row as float, and a float stored as a row's type (the scalar tails).
+HG_ROW_INLINE float widen(float x) { return x; }
+HG_ROW_INLINE double widen(double x) { return x; }
+HG_ROW_INLINE float widen(BFloat16 x) { return float(x); }
+template <class E>
+HG_ROW_INLINE E narrow_to(float x) {
+  return E(x);
+}
+
 template <class V, class A = lane_t<V>>
 HG_ROW_INLINE A lane_sum(const V& v) {
   A sum = 0;
@@ -61,8 +129,9 @@ HG_ROW_INLINE A lane_sum(const V& v) {
   return sum;
 }
 
-template <class V, class A = lane_t<V>>
-HG_ROW_INLINE A row_sum(const A* x, int64_t n) {
+// The sum of x[j] over j < n; x of the lanes' type, or bfloat16 read into float lanes.
+template <class V, class E, class A = lane_t<V>>
+HG_ROW_INLINE A row_sum(const E* x, int64_t n) {
   constexpr int W = kLanes<V>;
   V acc = V{};
   int64_t j = 0;
@@ -72,13 +141,13 @@ HG_ROW_INLINE A row_sum(const A* x, int64_t n) {
     acc += v;
   }
   A sum = lane_sum(acc);
-  for (; j < n; ++j) sum += x[j];
+  for (; j < n; ++j) sum += A(widen(x[j]));
   return sum;
 }
 
 // sum of (x[j] - c)^2 over j < n.
-template <class V, class A = lane_t<V>>
-HG_ROW_INLINE A row_squared_deviation(const A* x, int64_t n, A c) {
+template <class V, class E, class A = lane_t<V>>
+HG_ROW_INLINE A row_squared_deviation(const E* x, int64_t n, A c) {
   constexpr int W = kLanes<V>;
   V acc = V{};
   int64_t j = 0;
@@ -89,7 +158,10 @@ HG_ROW_INLINE A row_squared_deviation(const A* x, int64_t n, A c) {
     acc += v * v;
   }
   A sum = lane_sum(acc);
-  for (; j < n; ++j) sum += (x[j] - c) * (x[j] - c);
+  for (; j < n; ++j) {
+    const A d = A(widen(x[j])) - c;
+    sum += d * d;
+  }
   return sum;
 }
 
