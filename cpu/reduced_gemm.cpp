@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <array>
+#include <bit>
 #include <atomic>
 #include <cstdint>
 
@@ -76,50 +77,58 @@ MatrixOperand widen_block(DType dtype, const MatrixOperand& src, int64_t batch0,
 }
 
 // NOTE [float16 as bfloat16 pairs] A float16 value has 11 significant bits, a bfloat16 8 and a
-// far wider exponent range, so every float16 x is exactly hi + lo with hi = bfloat16(x) (rounded
-// to nearest) and lo = bfloat16(x - hi): x - hi is exact in float32 and has at most 3
-// significant bits left, so lo rounds nothing. A product of float16 values is then the sum of
-// four products of bfloat16 values, each exact in float32:
+// far wider exponent range, so every finite float16 x is exactly hi + lo with hi = bfloat16(x)
+// (rounded to nearest) and lo = x - hi: exact in float32, with at most 3 significant bits left,
+// so lo is a bfloat16 too (its float32 bits' low half is zero). A product of float16 values is
+// then the sum of four products of bfloat16 values, each exact in float32:
 //   a b = a_hi b_hi + a_lo b_hi + a_hi b_lo + a_lo b_lo.
-// So a float16 GEMM runs as one bfloat16 GEMM over 4K: every k of a becomes the four columns
-// (hi, lo, hi, lo) and every k of b the four rows (hi, hi, lo, lo), and oneDNN's bfloat16
-// kernel (AMX, or AVX512-BF16) sums the exact products in float32 into a float32 tile, which is
-// rounded once to float16: float32 accumulation over the whole K, as the float32 tiles give,
-// with the sums in another order. It pays where the bfloat16 kernel is more than four times
-// the float32 one (AMX: about eight times on one core); the measurement (NOTE [GEMM path by
-// measurement]) finds where. The blocks follow the float32 tiles' scheme below, with blocks of
-// 4K bfloat16 values along K.
+// So a float16 GEMM runs as four bfloat16 GEMMs over K, summed into one float32 tile by
+// oneDNN's bfloat16 kernel (AMX, or AVX512-BF16; the second to fourth add into the tile), which
+// is rounded once to float16: float32 accumulation over the whole K, as the float32 tiles give,
+// with the sums in another order. Each operand block is split once into its two parts, side
+// by side along K (a's columns [hi | lo], b's rows [hi ; lo]), in one pass over float32 chunks;
+// the four products read the parts they need from there. (One GEMM over 4K with the parts
+// interleaved per k was slower: the splitting pass wrote every value four times, and
+// oneDNN's kernel runs K = 4096 at about 0.7 of its K = 1024 rate.) It pays where the bfloat16
+// kernel is well over four times the float32 one (AMX: about five times on two cores at 1024^3);
+// the measurement (NOTE [GEMM path by measurement]) finds where. The blocks follow the float32
+// tiles' scheme below, with blocks of 2K bfloat16 values along K.
 
-// Pattern of the parts each k becomes: a's (hi, lo, hi, lo), b's (hi, hi, lo, lo).
+// The parts each of the four products reads: a's (hi, lo, hi, lo), b's (hi, hi, lo, lo).
 constexpr std::array<int, 4> kPartsOfA = {0, 1, 0, 1};
 constexpr std::array<int, 4> kPartsOfB = {0, 0, 1, 1};
 
-// The hi and lo parts of n contiguous float16 values, through float32 chunks on the vector
-// conversions (core/convert.h).
+// The hi and lo parts of n contiguous finite float16 values: widened in float32 chunks by the
+// vector conversions (core/convert.h), then hi rounded to nearest even and lo = x - hi, whose
+// bits are exact as a bfloat16, in one loop.
 template <class F>
 void split_run(const char* src, int64_t n, F&& take) {
   constexpr int64_t kChunk = 256;
-  float wide[kChunk], rest[kChunk];
+  float wide[kChunk];
   std::array<BFloat16, kChunk> hi, lo;
   const auto* half = reinterpret_cast<const Half*>(src);
   for (int64_t start = 0; start < n; start += kChunk) {
     const int64_t count = std::min(kChunk, n - start);
     convert::half_to_float(half + start, wide, count);
-    convert::float_to_bfloat16(wide, hi.data(), count);
-    convert::bfloat16_to_float(hi.data(), rest, count);
-    for (int64_t i = 0; i < count; ++i) rest[i] = wide[i] - rest[i];
-    convert::float_to_bfloat16(rest, lo.data(), count);
+    for (int64_t i = 0; i < count; ++i) {
+      const uint32_t bits = std::bit_cast<uint32_t>(wide[i]);
+      const uint32_t high = (bits + 0x7FFFu + ((bits >> 16) & 1u)) >> 16;
+      const float rest = wide[i] - std::bit_cast<float>(high << 16);
+      hi[size_t(i)].bits = uint16_t(high);
+      lo[size_t(i)].bits = uint16_t(std::bit_cast<uint32_t>(rest) >> 16);
+    }
     take(start, count, hi.data(), lo.data());
   }
 }
 
-// widen_block's counterpart for bfloat16 pairs: the block of a float16 operand expanded along
-// K (a's columns, b's rows) by `parts`, as dense bfloat16 blocks of the source's orientation.
-// Lines along K (a row-major a's rows, a column-major b's columns) turn each element into four;
-// lines across K (the others) turn into four lines each.
-MatrixOperand split_block(const MatrixOperand& src, bool k_is_cols, const std::array<int, 4>& parts,
-                          int64_t batch0, int64_t batches, int64_t row0, int64_t rows, int64_t col0,
-                          int64_t cols, BFloat16* dst) {
+// widen_block's counterpart for bfloat16 pairs: the block of a float16 operand as its hi and
+// lo parts side by side along K (a's columns, b's rows), dense bfloat16 in the source's
+// orientation. Lines along K (a row-major a's rows, a column-major b's columns) become
+// [hi | lo] lines twice as long; lines across K (the others) become a line in each of two
+// blocks of lines, hi's then lo's.
+MatrixOperand split_block(const MatrixOperand& src, bool k_is_cols, int64_t batch0,
+                          int64_t batches, int64_t row0, int64_t rows, int64_t col0, int64_t cols,
+                          BFloat16* dst) {
   const bool row_major = src.row_major();
   const int64_t matrices = src.broadcast() ? 1 : batches;
   const int64_t lines = row_major ? rows : cols, length = row_major ? cols : rows;
@@ -128,25 +137,16 @@ MatrixOperand split_block(const MatrixOperand& src, bool k_is_cols, const std::a
   for_each_line(matrices * lines, length, [&](int64_t line) {
     const int64_t matrix = line / lines, within = line % lines;
     const char* first = element(src, 2, batch0 + matrix, row0, col0) + within * line_bytes;
-    if (along_k) {
-      BFloat16* out = dst + line * 4 * length;
-      split_run(first, length, [&](int64_t start, int64_t count, const BFloat16* hi,
-                                   const BFloat16* lo) {
-        for (int64_t i = 0; i < count; ++i) {
-          for (int j = 0; j < 4; ++j) out[(start + i) * 4 + j] = parts[size_t(j)] == 0 ? hi[i] : lo[i];
-        }
-      });
-    } else {
-      BFloat16* out = dst + (matrix * lines * 4 + within * 4) * length;
-      split_run(first, length, [&](int64_t start, int64_t count, const BFloat16* hi,
-                                   const BFloat16* lo) {
-        for (int j = 0; j < 4; ++j) {
-          std::copy_n(parts[size_t(j)] == 0 ? hi : lo, count, out + j * length + start);
-        }
-      });
-    }
+    BFloat16* out = along_k ? dst + line * 2 * length
+                            : dst + (matrix * 2 * lines + within) * length;
+    const int64_t lo_offset = along_k ? length : lines * length;
+    split_run(first, length, [&](int64_t start, int64_t count, const BFloat16* hi,
+                                 const BFloat16* lo) {
+      std::copy_n(hi, count, out + start);
+      std::copy_n(lo, count, out + lo_offset + start);
+    });
   });
-  const int64_t out_rows = k_is_cols ? rows : 4 * rows, out_cols = k_is_cols ? 4 * cols : cols;
+  const int64_t out_rows = k_is_cols ? rows : 2 * rows, out_cols = k_is_cols ? 2 * cols : cols;
   return *matrix_operand(dst, src.broadcast() ? 0 : out_rows * out_cols, out_rows, out_cols,
                          row_major ? out_cols : 1, row_major ? 1 : out_rows);
 }
@@ -211,7 +211,7 @@ void read_out_block(const Problem& p, int64_t batch0, int64_t batches, int64_t r
 // bfloat16 kernel with float32 out runs them).
 void run_in_tiles(const Problem& p, TileKind kind, GemmImpl float32_impl) {
   const bool pairs = kind == TileKind::BFloat16Pairs;
-  const int64_t tile_k = pairs ? 4 * p.k : p.k;  // the tiles' K
+  const int64_t tile_k = pairs ? 2 * p.k : p.k;  // the tiles' K (hi and lo side by side)
   const size_t tile_element = pairs ? sizeof(BFloat16) : sizeof(float);
   const int64_t budget = std::max<int64_t>(reduced_tile_budget.load(), 1);
   const int64_t n_block = std::min(p.n, std::max<int64_t>(16, budget / tile_k));
@@ -236,7 +236,7 @@ void run_in_tiles(const Problem& p, TileKind kind, GemmImpl float32_impl) {
   }
   const auto a_tile = [&](int64_t batch0, int64_t batches, int64_t row0, int64_t rows) {
     if (pairs) {
-      return split_block(p.a, true, kPartsOfA, batch0, batches, row0, rows, 0, p.k,
+      return split_block(p.a, true, batch0, batches, row0, rows, 0, p.k,
                          static_cast<BFloat16*>(a_buffer));
     }
     return widen_block(p.dtype, p.a, batch0, batches, row0, rows, 0, p.k,
@@ -244,7 +244,7 @@ void run_in_tiles(const Problem& p, TileKind kind, GemmImpl float32_impl) {
   };
   const auto b_tile = [&](int64_t batch0, int64_t batches, int64_t col0, int64_t cols) {
     if (pairs) {
-      return split_block(p.b, false, kPartsOfB, batch0, batches, 0, p.k, col0, cols,
+      return split_block(p.b, false, batch0, batches, 0, p.k, col0, cols,
                          static_cast<BFloat16*>(b_buffer));
     }
     return widen_block(p.dtype, p.b, batch0, batches, 0, p.k, col0, cols,
@@ -283,9 +283,23 @@ void run_in_tiles(const Problem& p, TileKind kind, GemmImpl float32_impl) {
                      p.beta};
         tile.bias = bias != nullptr ? reinterpret_cast<const char*>(bias + n0) : nullptr;
         if (pairs) {
+          // One product per block of K (NOTE [float16 as bfloat16 pairs]), summed into the
+          // float32 tile.
           tile.float32_out = true;
-          HG_CHECK(onednn_gemm(tile), "gemm: oneDNN refused the bfloat16 pairs of a {} x {} x {} "
-                                      "float16 product", p.m, p.k, p.n);
+          tile.k = p.k;
+          for (int64_t part = 0; part < 4; ++part) {
+            Problem product = tile;
+            const int64_t a_part = kPartsOfA[size_t(part)], b_part = kPartsOfB[size_t(part)];
+            product.a.data = a_block.data + a_part * p.k * a_block.col_stride * 2;
+            product.b.data = b_block.data + b_part * p.k * b_block.row_stride * 2;
+            if (part > 0) {
+              product.beta = 1.0;
+              product.bias = nullptr;
+            }
+            HG_CHECK(onednn_gemm(product),
+                     "gemm: oneDNN refused the bfloat16 pairs of a {} x {} x {} float16 product",
+                     p.m, p.k, p.n);
+          }
         } else if (bias != nullptr) {
           float32_gemm_bias(tile, float32_impl);
         } else {
