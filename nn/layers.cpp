@@ -57,8 +57,8 @@ Tensor Hardswish::forward(const Tensor& input) { return hardswish(input); }
 
 // ---- pooling --------------------------------------------------------------------------------
 
-MaxPool2d::MaxPool2d(std::array<int64_t, 2> kernel_size_, Pool2dOptions options_)
-    : kernel_size(kernel_size_), options(options_) {}
+MaxPool2d::MaxPool2d(ExpandingArray<2> kernel_size_, Pool2dOptions options_)
+    : kernel_size(*kernel_size_), options(options_) {}
 
 std::string MaxPool2d::extra_repr() const {
   return fmt::format("kernel_size={}, stride={}, padding={}, dilation={}, ceil_mode={}",
@@ -72,8 +72,8 @@ Tensor MaxPool2d::forward(const Tensor& input) {
                     options.dilation, options.ceil_mode);
 }
 
-AvgPool2d::AvgPool2d(std::array<int64_t, 2> kernel_size_, Pool2dOptions options_)
-    : kernel_size(kernel_size_), options(options_) {}
+AvgPool2d::AvgPool2d(ExpandingArray<2> kernel_size_, Pool2dOptions options_)
+    : kernel_size(*kernel_size_), options(options_) {}
 
 std::string AvgPool2d::extra_repr() const {
   return fmt::format("kernel_size={}, stride={}, padding={}", pool_size(kernel_size),
@@ -133,11 +133,11 @@ Tensor Conv1d::forward(const Tensor& input) {
 }
 
 ConvTranspose2d::ConvTranspose2d(int64_t in_channels_, int64_t out_channels_,
-                                 std::array<int64_t, 2> kernel_size_,
+                                 ExpandingArray<2> kernel_size_,
                                  ConvTranspose2dOptions options_)
     : in_channels(in_channels_),
       out_channels(out_channels_),
-      kernel_size(kernel_size_),
+      kernel_size(*kernel_size_),
       options(options_) {
   check_groups("ConvTranspose2d", in_channels, out_channels, options.groups);
   weight = register_parameter("weight", empty({in_channels, out_channels / options.groups,
@@ -149,13 +149,13 @@ ConvTranspose2d::ConvTranspose2d(int64_t in_channels_, int64_t out_channels_,
 std::string ConvTranspose2d::extra_repr() const {
   std::string out = fmt::format("{}, {}, kernel_size={}, stride={}", in_channels, out_channels,
                                 pair(kernel_size), pair(options.stride));
-  if (options.padding != std::array<int64_t, 2>{0, 0}) {
+  if (options.padding != 0) {
     out += ", padding=" + pair(options.padding);
   }
-  if (options.output_padding != std::array<int64_t, 2>{0, 0}) {
+  if (options.output_padding != 0) {
     out += ", output_padding=" + pair(options.output_padding);
   }
-  if (options.dilation != std::array<int64_t, 2>{1, 1}) {
+  if (options.dilation != 1) {
     out += ", dilation=" + pair(options.dilation);
   }
   if (options.groups != 1) out += fmt::format(", groups={}", options.groups);

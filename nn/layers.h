@@ -9,6 +9,7 @@
 #include <optional>
 #include <string>
 
+#include "halfgrad/core/expanding_array.h"
 #include "halfgrad/nn/module.h"
 #include "halfgrad/nn/modules.h"
 
@@ -96,10 +97,11 @@ class Hardswish : public Module {
   Tensor forward(const Tensor& input) override;
 };
 
+// One number stands for both dims: {.stride = 1} is stride (1, 1) (NOTE [Expanding sizes]).
 struct Pool2dOptions {
-  std::optional<std::array<int64_t, 2>> stride = std::nullopt;  // none: the kernel size, as torch's
-  std::array<int64_t, 2> padding = {0, 0};
-  std::array<int64_t, 2> dilation = {1, 1};  // MaxPool2d only
+  std::optional<ExpandingArray<2>> stride = std::nullopt;  // none: the kernel size, as torch's
+  ExpandingArray<2> padding = 0;
+  ExpandingArray<2> dilation = 1;  // MaxPool2d only
   bool ceil_mode = false;
   bool count_include_pad = true;                           // AvgPool2d only
   std::optional<int64_t> divisor_override = std::nullopt;  // AvgPool2d only
@@ -107,9 +109,7 @@ struct Pool2dOptions {
 
 class MaxPool2d : public Module {
  public:
-  MaxPool2d(std::array<int64_t, 2> kernel_size, Pool2dOptions options = {});
-  explicit MaxPool2d(int64_t kernel_size, Pool2dOptions options = {})
-      : MaxPool2d({kernel_size, kernel_size}, options) {}
+  explicit MaxPool2d(ExpandingArray<2> kernel_size, Pool2dOptions options = {});
   std::string name() const override { return "MaxPool2d"; }
   std::string extra_repr() const override;
   Tensor forward(const Tensor& input) override;
@@ -119,9 +119,7 @@ class MaxPool2d : public Module {
 
 class AvgPool2d : public Module {
  public:
-  AvgPool2d(std::array<int64_t, 2> kernel_size, Pool2dOptions options = {});
-  explicit AvgPool2d(int64_t kernel_size, Pool2dOptions options = {})
-      : AvgPool2d({kernel_size, kernel_size}, options) {}
+  explicit AvgPool2d(ExpandingArray<2> kernel_size, Pool2dOptions options = {});
   std::string name() const override { return "AvgPool2d"; }
   std::string extra_repr() const override;
   Tensor forward(const Tensor& input) override;
@@ -131,8 +129,7 @@ class AvgPool2d : public Module {
 
 class AdaptiveAvgPool2d : public Module {
  public:
-  explicit AdaptiveAvgPool2d(std::array<int64_t, 2> output_size) : output_size(output_size) {}
-  explicit AdaptiveAvgPool2d(int64_t output_size) : output_size({output_size, output_size}) {}
+  explicit AdaptiveAvgPool2d(ExpandingArray<2> output_size) : output_size(*output_size) {}
   std::string name() const override { return "AdaptiveAvgPool2d"; }
   std::string extra_repr() const override;
   Tensor forward(const Tensor& input) override;
@@ -158,24 +155,22 @@ class Conv1d : public Module {
   Tensor weight, bias;
 };
 
+// One number stands for both dims (NOTE [Expanding sizes]).
 struct ConvTranspose2dOptions {
-  std::array<int64_t, 2> stride = {1, 1};
-  std::array<int64_t, 2> padding = {0, 0};
-  std::array<int64_t, 2> output_padding = {0, 0};
+  ExpandingArray<2> stride = 1;
+  ExpandingArray<2> padding = 0;
+  ExpandingArray<2> output_padding = 0;
   int64_t groups = 1;
   bool bias = true;
-  std::array<int64_t, 2> dilation = {1, 1};
+  ExpandingArray<2> dilation = 1;
 };
 
 // weight [in_channels, out_channels / groups, kH, kW] (torch's transposed layout), initialised
 // as Conv2d's from that weight's fans.
 class ConvTranspose2d : public Module {
  public:
-  ConvTranspose2d(int64_t in_channels, int64_t out_channels, std::array<int64_t, 2> kernel_size,
+  ConvTranspose2d(int64_t in_channels, int64_t out_channels, ExpandingArray<2> kernel_size,
                   ConvTranspose2dOptions options = {});
-  ConvTranspose2d(int64_t in_channels, int64_t out_channels, int64_t kernel_size,
-                  ConvTranspose2dOptions options = {})
-      : ConvTranspose2d(in_channels, out_channels, {kernel_size, kernel_size}, options) {}
   std::string name() const override { return "ConvTranspose2d"; }
   std::string extra_repr() const override;
   Tensor forward(const Tensor& input) override;

@@ -145,11 +145,11 @@ Value Sequential::forward_args(const Args& args) {
 
 // ---- Conv2d ---------------------------------------------------------------------------------
 
-Conv2d::Conv2d(int64_t in_channels_, int64_t out_channels_, std::array<int64_t, 2> kernel_size_,
+Conv2d::Conv2d(int64_t in_channels_, int64_t out_channels_, ExpandingArray<2> kernel_size_,
                Conv2dOptions options_)
     : in_channels(in_channels_),
       out_channels(out_channels_),
-      kernel_size(kernel_size_),
+      kernel_size(*kernel_size_),
       options(options_) {
   HG_CHECK(
       options.groups > 0 && in_channels % options.groups == 0 && out_channels % options.groups == 0,
@@ -177,10 +177,10 @@ std::string Conv2d::extra_repr() const {
   std::string out =
       fmt::format("{}, {}, kernel_size=({}, {}), stride=({}, {})", in_channels, out_channels,
                   kernel_size[0], kernel_size[1], options.stride[0], options.stride[1]);
-  if (options.padding != std::array<int64_t, 2>{0, 0}) {
+  if (options.padding != 0) {
     out += fmt::format(", padding=({}, {})", options.padding[0], options.padding[1]);
   }
-  if (options.dilation != std::array<int64_t, 2>{1, 1}) {
+  if (options.dilation != 1) {
     out += fmt::format(", dilation=({}, {})", options.dilation[0], options.dilation[1]);
   }
   if (options.groups != 1) out += fmt::format(", groups={}", options.groups);

@@ -11,6 +11,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "halfgrad/core/expanding_array.h"
 #include "halfgrad/nn/containers.h"
 #include "halfgrad/nn/module.h"
 
@@ -143,10 +144,11 @@ namespace detail {
 void reset_conv_parameters(Tensor& weight, Tensor& bias);
 }  // namespace detail
 
+// One number stands for both dims: {.padding = 1} is padding (1, 1) (NOTE [Expanding sizes]).
 struct Conv2dOptions {
-  std::array<int64_t, 2> stride = {1, 1};
-  std::array<int64_t, 2> padding = {0, 0};
-  std::array<int64_t, 2> dilation = {1, 1};
+  ExpandingArray<2> stride = 1;
+  ExpandingArray<2> padding = 0;
+  ExpandingArray<2> dilation = 1;
   int64_t groups = 1;
   bool bias = true;
 };
@@ -156,10 +158,8 @@ struct Conv2dOptions {
 // Padding is zeros.
 class Conv2d : public Module {
  public:
-  Conv2d(int64_t in_channels, int64_t out_channels, std::array<int64_t, 2> kernel_size,
+  Conv2d(int64_t in_channels, int64_t out_channels, ExpandingArray<2> kernel_size,
          Conv2dOptions options = {});
-  Conv2d(int64_t in_channels, int64_t out_channels, int64_t kernel_size, Conv2dOptions options = {})
-      : Conv2d(in_channels, out_channels, {kernel_size, kernel_size}, options) {}
   std::string name() const override { return "Conv2d"; }
   std::string extra_repr() const override;
   Tensor forward(const Tensor& input) override;

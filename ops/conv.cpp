@@ -187,8 +187,8 @@ struct ConvTranspose2d {
 // ---- the public functions -------------------------------------------------------------------
 
 Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias,
-              std::array<int64_t, 2> stride, std::array<int64_t, 2> padding,
-              std::array<int64_t, 2> dilation, int64_t groups) {
+              ExpandingArray<2> stride, ExpandingArray<2> padding, ExpandingArray<2> dilation,
+              int64_t groups) {
   HG_CHECK(x.defined() && (x.dim() == 3 || x.dim() == 4),
            "conv2d: expected a 3-D [C, H, W] or 4-D [N, C, H, W] input, got {}",
            x.defined() ? fmt::format("{}-D (shape {})", x.dim(), x.sizes())
@@ -206,9 +206,9 @@ Tensor conv1d(const Tensor& x, const Tensor& weight, const Tensor& bias, int64_t
 }
 
 Tensor conv_transpose2d(const Tensor& x, const Tensor& weight, const Tensor& bias,
-                        std::array<int64_t, 2> stride, std::array<int64_t, 2> padding,
-                        std::array<int64_t, 2> output_padding, int64_t groups,
-                        std::array<int64_t, 2> dilation) {
+                        ExpandingArray<2> stride, ExpandingArray<2> padding,
+                        ExpandingArray<2> output_padding, int64_t groups,
+                        ExpandingArray<2> dilation) {
   return dispatch(ConvTranspose2d{.params = {stride, padding, dilation, groups},
                                   .output_padding = output_padding},
                   x, weight, bias);

@@ -217,9 +217,8 @@ struct Interpolate {
 
 // ---- the public functions -------------------------------------------------------------------
 
-Tensor max_pool2d(const Tensor& x, std::array<int64_t, 2> kernel_size,
-                  std::array<int64_t, 2> stride, std::array<int64_t, 2> padding,
-                  std::array<int64_t, 2> dilation, bool ceil_mode) {
+Tensor max_pool2d(const Tensor& x, ExpandingArray<2> kernel_size, ExpandingArray<2> stride,
+                  ExpandingArray<2> padding, ExpandingArray<2> dilation, bool ceil_mode) {
   return dispatch(MaxPool2d{.params = {.kernel = kernel_size,
                                        .stride = stride,
                                        .padding = padding,
@@ -227,8 +226,8 @@ Tensor max_pool2d(const Tensor& x, std::array<int64_t, 2> kernel_size,
                                        .ceil_mode = ceil_mode}},
                   x);
 }
-Tensor avg_pool2d(const Tensor& x, std::array<int64_t, 2> kernel_size,
-                  std::array<int64_t, 2> stride, std::array<int64_t, 2> padding, bool ceil_mode,
+Tensor avg_pool2d(const Tensor& x, ExpandingArray<2> kernel_size, ExpandingArray<2> stride,
+                  ExpandingArray<2> padding, bool ceil_mode,
                   bool count_include_pad, std::optional<int64_t> divisor_override) {
   HG_CHECK(!divisor_override || *divisor_override > 0,
            "avg_pool2d: expected a divisor_override > 0, got {}", divisor_override.value_or(0));
@@ -258,7 +257,7 @@ Tensor avg_pool1d(const Tensor& x, int64_t kernel_size, int64_t stride, int64_t 
                                            .count_include_pad = count_include_pad},
                   x);
 }
-Tensor adaptive_avg_pool2d(const Tensor& x, std::array<int64_t, 2> output_size) {
+Tensor adaptive_avg_pool2d(const Tensor& x, ExpandingArray<2> output_size) {
   return dispatch(AdaptiveAvgPool2d{.output_size = output_size}, x);
 }
 

@@ -8,19 +8,21 @@
 #include <string_view>
 #include <vector>
 
+#include "halfgrad/core/expanding_array.h"
 #include "halfgrad/core/tensor.h"
 
 namespace hg {
 
 // x: [N, C, H, W] or [C, H, W]. stride {0, 0} (the default) means stride = kernel_size;
-// dilation spaces the window's taps; ceil_mode rounds the output size up (kernel/pool.h).
-Tensor max_pool2d(const Tensor& x, std::array<int64_t, 2> kernel_size,
-                  std::array<int64_t, 2> stride = {}, std::array<int64_t, 2> padding = {0, 0},
-                  std::array<int64_t, 2> dilation = {1, 1}, bool ceil_mode = false);
+// dilation spaces the window's taps; ceil_mode rounds the output size up (kernel/pool.h). One
+// number stands for both dims (NOTE [Expanding sizes]): max_pool2d(x, 2).
+Tensor max_pool2d(const Tensor& x, ExpandingArray<2> kernel_size,
+                  ExpandingArray<2> stride = {}, ExpandingArray<2> padding = {0, 0},
+                  ExpandingArray<2> dilation = {1, 1}, bool ceil_mode = false);
 // As max_pool2d, in torch's argument order; count_include_pad: padded positions count in each
 // window's divisor; divisor_override: divide every window by it instead.
-Tensor avg_pool2d(const Tensor& x, std::array<int64_t, 2> kernel_size,
-                  std::array<int64_t, 2> stride = {}, std::array<int64_t, 2> padding = {0, 0},
+Tensor avg_pool2d(const Tensor& x, ExpandingArray<2> kernel_size,
+                  ExpandingArray<2> stride = {}, ExpandingArray<2> padding = {0, 0},
                   bool ceil_mode = false, bool count_include_pad = true,
                   std::optional<int64_t> divisor_override = std::nullopt);
 // x: [N, C, L] or [C, L]; stride 0 (the default) means stride = kernel_size.
@@ -30,7 +32,7 @@ Tensor avg_pool1d(const Tensor& x, int64_t kernel_size, int64_t stride = 0, int6
                   bool ceil_mode = false, bool count_include_pad = true);
 // x: [N, C, H, W] or [C, H, W] -> [..., output_size[0], output_size[1]], each output the mean of
 // its window [floor(i H / out), ceil((i + 1) H / out)) (likewise along W).
-Tensor adaptive_avg_pool2d(const Tensor& x, std::array<int64_t, 2> output_size);
+Tensor adaptive_avg_pool2d(const Tensor& x, ExpandingArray<2> output_size);
 // Resamples x [N, C, L] or [N, C, H, W] to `size` (or its sizes times scale_factor, rounded
 // down), as torch.nn.functional.interpolate: mode "nearest" (source floor(j * in / out)),
 // "linear" (3-d) or "bilinear" (4-d), with align_corners (default false) for the linear modes.

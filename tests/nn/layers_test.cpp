@@ -160,6 +160,46 @@ TEST_CASE("Conv2d is conv2d with weight [O, C/groups, kH, kW]", "[nn][layers]") 
   CHECK_THROWS_AS(nn::Conv2d(3, 8, 3, {.groups = 2}), Error);
 }
 
+// NOTE [Expanding sizes]: one number is every spatial dim, as in torch (nn.Conv2d(1, 32, 3,
+// padding=1) pads both dims); a braced pair sets each dim. The output sizes are torch's
+// documented ones: floor((H + 2 p - d (k - 1) - 1) / s) + 1 for conv and pooling, (H - 1) s -
+// 2 p + d (k - 1) + output_padding + 1 for the transposed conv.
+TEST_CASE("one number in a spatial option stands for both dims in every module", "[nn][layers]") {
+  manual_seed(8);
+  const Tensor x = randn({2, 3, 9, 8});
+  // Conv2d: padding 1 keeps 9 x 8 with a 3 x 3 kernel; {1, 0} pads the height only.
+  nn::Conv2d conv(3, 4, 3, {.stride = 1, .padding = 1, .dilation = 1});
+  CHECK(conv.options.padding == nn::Conv2dOptions{.padding = {1, 1}}.padding);
+  CHECK(conv(x).sizes() == Shape{2, 4, 9, 8});
+  nn::Conv2d pair(3, 4, {3, 3}, {.stride = {1, 1}, .padding = {1, 0}});
+  CHECK(pair(x).sizes() == Shape{2, 4, 9, 6});
+  nn::Conv2d strided(3, 4, 3, {.stride = 2, .padding = 1, .dilation = 2});
+  // floor((9 + 2 - 2 (3 - 1) - 1) / 2) + 1 = 4 and floor((8 + 2 - 4 - 1) / 2) + 1 = 3.
+  CHECK(strided(x).sizes() == Shape{2, 4, 4, 3});
+  check_same(strided(x), conv2d(x, strided.weight, strided.bias, 2, 1, 2));
+  check_same(strided(x), conv2d(x, strided.weight, strided.bias, {2, 2}, {1, 1}, {2, 2}));
+  // ConvTranspose2d: (9 - 1) 2 - 2 + (2 - 1) + 1 + 1 = 17 and (8 - 1) 2 - 2 + 1 + 1 + 1 = 15.
+  nn::ConvTranspose2d up(3, 2, 2, {.stride = 2, .padding = 1, .output_padding = 1});
+  CHECK(up.weight.sizes() == Shape{3, 2, 2, 2});
+  CHECK(up(x).sizes() == Shape{2, 2, 17, 15});
+  check_same(up(x), conv_transpose2d(x, up.weight, up.bias, {2, 2}, {1, 1}, {1, 1}));
+  // Pooling: kernel 3, stride 2, padding 1: floor((9 + 2 - 3) / 2) + 1 = 5, likewise 4 + 1.
+  nn::MaxPool2d max(3, {.stride = 2, .padding = 1});
+  CHECK(max(x).sizes() == Shape{2, 3, 5, 4});
+  check_same(max(x), max_pool2d(x, {3, 3}, {2, 2}, {1, 1}));
+  check_same(max(x), max_pool2d(x, 3, 2, 1));
+  nn::AvgPool2d avg(3, {.stride = 2, .padding = 1});
+  check_same(avg(x), avg_pool2d(x, {3, 3}, {2, 2}, {1, 1}));
+  CHECK(avg(x).sizes() == Shape{2, 3, 5, 4});
+  CHECK(nn::AdaptiveAvgPool2d(2)(x).sizes() == Shape{2, 3, 2, 2});
+  check_same(adaptive_avg_pool2d(x, 2), adaptive_avg_pool2d(x, {2, 2}));
+  // A list of another length is an error naming both counts, not a half-filled array.
+  CHECK_THROWS_WITH(nn::Conv2d(3, 4, 3, {.padding = {1, 1, 1}}),
+                    Catch::Contains("expected 2 values (one per spatial dim) or a single number "
+                                    "for all of them, got a list of 3"));
+  CHECK_THROWS_WITH(max_pool2d(x, {2}), Catch::Contains("got a list of 1"));
+}
+
 TEST_CASE("GroupNorm normalises channel groups per sample", "[nn][layers]") {
   manual_seed(8);
   nn::GroupNorm gn(2, 4);
