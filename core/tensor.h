@@ -10,6 +10,7 @@
 #include <initializer_list>
 #include <memory>
 #include <optional>
+#include <tuple>
 #include <vector>
 
 #include "halfgrad/core/device.h"
@@ -73,6 +74,21 @@ class TensorImpl {
   int64_t numel_;
   bool is_contiguous_;
   std::shared_ptr<TensorImpl> view_base_;
+};
+
+// The dims a reduction method takes, as libtorch's IntArrayRef: one dim (x.sum(1)), a list
+// (x.sum({0, 2})), or none (x.sum({}) and the default: every dim). One type for all three, so
+// that {} cannot pick an overload taking one int64_t dim (dim 0).
+class DimList {
+ public:
+  DimList() = default;
+  DimList(int64_t dim) : dims_{dim} {}  // NOLINT(google-explicit-constructor): as IntArrayRef
+  DimList(std::initializer_list<int64_t> dims) : dims_(dims) {}
+  DimList(const Shape& dims) : dims_(dims) {}  // NOLINT(google-explicit-constructor)
+  const Shape& shape() const { return dims_; }
+
+ private:
+  Shape dims_;
 };
 
 class Tensor {
@@ -221,6 +237,118 @@ class Tensor {
   // Runs hook on this leaf (it sees the leaf) each time a backward pass has added a gradient
   // into its grad() (torch's register_post_accumulate_grad_hook). Leaves only.
   void register_post_accumulate_grad_hook(std::function<void(const Tensor&)> hook) const;
+
+  // ---- ops as methods, as libtorch's Tensor has them (ops/tensor_methods.cpp) --------------
+  // Each calls the free function of the same name (ops/ops.h and its headers) on *this, with
+  // the same arguments and defaults: x.sum(1) is hg::sum(x, {1}), x.argmax(1) is
+  // hg::argmax(x, 1). Dims are a DimList: one dim, a list ({0, 2}), or {} for every dim.
+  // The comparison operators (==, !=, <, <=, >, >=) are free functions in ops/ops.h.
+  Tensor sum(DimList dims = {}, bool keepdim = false,
+             std::optional<DType> dtype = std::nullopt) const;
+  Tensor sum(DType dtype) const { return sum({}, false, dtype); }  // every element, in dtype
+  Tensor mean(DimList dims = {}, bool keepdim = false,
+              std::optional<DType> dtype = std::nullopt) const;
+  Tensor mean(DType dtype) const { return mean({}, false, dtype); }
+  Tensor prod(DimList dims = {}, bool keepdim = false) const;
+  // The largest / smallest element (0-d), or {values, indices} along dim.
+  Tensor max() const;
+  Tensor min() const;
+  std::tuple<Tensor, Tensor> max(int64_t dim, bool keepdim = false) const;
+  std::tuple<Tensor, Tensor> min(int64_t dim, bool keepdim = false) const;
+  Tensor amax(DimList dims = {}, bool keepdim = false) const;
+  Tensor amin(DimList dims = {}, bool keepdim = false) const;
+  Tensor argmax(std::optional<int64_t> dim = std::nullopt, bool keepdim = false) const;
+  Tensor argmin(std::optional<int64_t> dim = std::nullopt, bool keepdim = false) const;
+  // correction 1: the unbiased estimate, torch's default.
+  Tensor var(DimList dims = {}, int64_t correction = 1, bool keepdim = false) const;
+  Tensor std(DimList dims = {}, int64_t correction = 1, bool keepdim = false) const;
+  Tensor all(DimList dims = {}, bool keepdim = false) const;
+  Tensor any(DimList dims = {}, bool keepdim = false) const;
+  Tensor norm(double p = 2.0, DimList dims = {}, bool keepdim = false) const;
+  Tensor logsumexp(DimList dims, bool keepdim = false) const;
+  Tensor cumsum(int64_t dim, std::optional<DType> dtype = std::nullopt) const;
+  Tensor softmax(int64_t dim, std::optional<DType> dtype = std::nullopt) const;
+  Tensor log_softmax(int64_t dim, std::optional<DType> dtype = std::nullopt) const;
+
+  // Elementwise arithmetic and comparisons (bool results).
+  Tensor add(const Tensor& other, Scalar alpha = 1) const;
+  Tensor add(Scalar other, Scalar alpha = 1) const;
+  Tensor sub(const Tensor& other, Scalar alpha = 1) const;
+  Tensor sub(Scalar other, Scalar alpha = 1) const;
+  Tensor mul(const Tensor& other) const;
+  Tensor mul(Scalar other) const;
+  Tensor div(const Tensor& other) const;
+  Tensor div(Scalar other) const;
+  Tensor pow(const Tensor& exponent) const;
+  Tensor pow(Scalar exponent) const;
+  Tensor maximum(const Tensor& other) const;
+  Tensor minimum(const Tensor& other) const;
+  Tensor clamp(std::optional<Scalar> min, std::optional<Scalar> max) const;
+  Tensor clamp_min(Scalar min) const;
+  Tensor clamp_max(Scalar max) const;
+  Tensor eq(const Tensor& other) const;
+  Tensor eq(Scalar other) const;
+  Tensor ne(const Tensor& other) const;
+  Tensor ne(Scalar other) const;
+  Tensor lt(const Tensor& other) const;
+  Tensor lt(Scalar other) const;
+  Tensor le(const Tensor& other) const;
+  Tensor le(Scalar other) const;
+  Tensor gt(const Tensor& other) const;
+  Tensor gt(Scalar other) const;
+  Tensor ge(const Tensor& other) const;
+  Tensor ge(Scalar other) const;
+  // One method per elementwise function of ops/op_list.def (tests/ops/tensor_methods_test.cpp
+  // checks that none is missing).
+  Tensor neg() const;
+  Tensor exp() const;
+  Tensor expm1() const;
+  Tensor log() const;
+  Tensor log1p() const;
+  Tensor log2() const;
+  Tensor log10() const;
+  Tensor sqrt() const;
+  Tensor rsqrt() const;
+  Tensor reciprocal() const;
+  Tensor abs() const;
+  Tensor square() const;
+  Tensor floor() const;
+  Tensor ceil() const;
+  Tensor trunc() const;
+  Tensor round() const;
+  Tensor sin() const;
+  Tensor cos() const;
+  Tensor tanh() const;
+  Tensor sigmoid() const;
+  Tensor relu() const;
+  Tensor silu() const;
+  Tensor softplus() const;
+  Tensor hardswish() const;
+  Tensor mish() const;
+  Tensor erfinv() const;
+  Tensor erf() const;
+  Tensor sign() const;
+  Tensor isnan() const;
+  Tensor isinf() const;
+  Tensor isfinite() const;
+
+  // Products, selection and rearranging.
+  Tensor matmul(const Tensor& other) const;
+  Tensor mm(const Tensor& other) const;
+  Tensor bmm(const Tensor& other) const;
+  Tensor masked_fill(const Tensor& mask, Scalar value) const;
+  Tensor gather(int64_t dim, const Tensor& index) const;
+  Tensor index_select(int64_t dim, const Tensor& index) const;
+  std::vector<Tensor> split(int64_t split_size, int64_t dim = 0) const;
+  std::vector<Tensor> chunk(int64_t chunks, int64_t dim = 0) const;
+  Tensor repeat(const Shape& repeats) const;
+  Tensor flip(const Shape& dims) const;
+  Tensor tril(int64_t diagonal = 0) const;
+  Tensor triu(int64_t diagonal = 0) const;
+  std::tuple<Tensor, Tensor> sort(int64_t dim = -1, bool descending = false) const;
+  std::tuple<Tensor, Tensor> topk(int64_t k, int64_t dim = -1, bool largest = true,
+                                  bool sorted = true) const;
+  Tensor type_as(const Tensor& other) const { return to(other.dtype()); }
 
   // ---- in-place writes (bump the version) -------------------------------------------------
   // Arithmetic in place (ops/inplace.cpp): the other operand broadcasts to this tensor's

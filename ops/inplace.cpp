@@ -78,35 +78,35 @@ Tensor& inplace_number(Tensor& self, const char* op, kernel::Binary kernel, doub
 Tensor& Tensor::add_(const Tensor& other, Scalar alpha) {
   return inplace(
       *this, other, "add_", kernel::Binary::Add, alpha.to_double(),
-      [&](const Tensor& old, const Tensor& operand) { return add(old, operand, alpha); });
+      [&](const Tensor& old, const Tensor& operand) { return hg::add(old, operand, alpha); });
 }
 Tensor& Tensor::add_(Scalar other, Scalar alpha) {
   if (number_in_compute_type(*this, other)) {
     return inplace_number(*this, "add_", kernel::Binary::Add, other.to_double() * alpha.to_double(),
-                          [&](const Tensor& old) { return add(old, other, alpha); });
+                          [&](const Tensor& old) { return hg::add(old, other, alpha); });
   }
   return add_(operand(other, *this), alpha);
 }
 Tensor& Tensor::sub_(const Tensor& other, Scalar alpha) {
   return inplace(
       *this, other, "sub_", kernel::Binary::Sub, alpha.to_double(),
-      [&](const Tensor& old, const Tensor& operand) { return sub(old, operand, alpha); });
+      [&](const Tensor& old, const Tensor& operand) { return hg::sub(old, operand, alpha); });
 }
 Tensor& Tensor::sub_(Scalar other, Scalar alpha) {
   if (number_in_compute_type(*this, other)) {
     return inplace_number(*this, "sub_", kernel::Binary::Sub, other.to_double() * alpha.to_double(),
-                          [&](const Tensor& old) { return sub(old, other, alpha); });
+                          [&](const Tensor& old) { return hg::sub(old, other, alpha); });
   }
   return sub_(operand(other, *this), alpha);
 }
 Tensor& Tensor::mul_(const Tensor& other) {
   return inplace(*this, other, "mul_", kernel::Binary::Mul, 1.0,
-                 [&](const Tensor& old, const Tensor& operand) { return mul(old, operand); });
+                 [&](const Tensor& old, const Tensor& operand) { return hg::mul(old, operand); });
 }
 Tensor& Tensor::mul_(Scalar other) {
   if (number_in_compute_type(*this, other)) {
     return inplace_number(*this, "mul_", kernel::Binary::Mul, other.to_double(),
-                          [&](const Tensor& old) { return mul(old, other); });
+                          [&](const Tensor& old) { return hg::mul(old, other); });
   }
   return mul_(operand(other, *this));
 }
@@ -114,12 +114,12 @@ Tensor& Tensor::div_(const Tensor& other) {
   HG_CHECK(is_floating_point(), "div_: true division needs a floating tensor to write into, got {}",
            dtype());
   return inplace(*this, other, "div_", kernel::Binary::Div, 1.0,
-                 [&](const Tensor& old, const Tensor& operand) { return div(old, operand); });
+                 [&](const Tensor& old, const Tensor& operand) { return hg::div(old, operand); });
 }
 Tensor& Tensor::div_(Scalar other) {
   if (number_in_compute_type(*this, other)) {
     return inplace_number(*this, "div_", kernel::Binary::Div, other.to_double(),
-                          [&](const Tensor& old) { return div(old, other); });
+                          [&](const Tensor& old) { return hg::div(old, other); });
   }
   return div_(operand(other, *this));
 }

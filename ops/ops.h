@@ -1,6 +1,6 @@
 // halfgrad's ops: free functions named as in PyTorch, each a thin call into the dispatcher
-// (ops/dispatch.h). Tensor's methods and operators (t.sum(), a + b, t.transpose(0, 1)) call
-// the same ops.
+// (ops/dispatch.h). Tensor's methods and operators (t.sum(), a + b, a == b, t.argmax(1);
+// ops/tensor_methods.cpp) call the same ops.
 //
 // Type promotion follows PyTorch (ops/type_promotion.h): float16 + bfloat16 -> float32, a C++
 // number does not promote a tensor (half_tensor * 2.0 stays half), and float ops on integer
@@ -102,6 +102,25 @@ Tensor operator/(const Tensor& a, const Tensor& b);
 Tensor operator/(const Tensor& a, Scalar b);
 Tensor operator/(Scalar a, const Tensor& b);
 Tensor operator-(const Tensor& x);
+// Comparisons as operators, as libtorch's (bool tensors): x == y, logits > 0, 0 < x.
+Tensor operator==(const Tensor& a, const Tensor& b);
+Tensor operator==(const Tensor& a, Scalar b);
+Tensor operator==(Scalar a, const Tensor& b);
+Tensor operator!=(const Tensor& a, const Tensor& b);
+Tensor operator!=(const Tensor& a, Scalar b);
+Tensor operator!=(Scalar a, const Tensor& b);
+Tensor operator<(const Tensor& a, const Tensor& b);
+Tensor operator<(const Tensor& a, Scalar b);
+Tensor operator<(Scalar a, const Tensor& b);
+Tensor operator<=(const Tensor& a, const Tensor& b);
+Tensor operator<=(const Tensor& a, Scalar b);
+Tensor operator<=(Scalar a, const Tensor& b);
+Tensor operator>(const Tensor& a, const Tensor& b);
+Tensor operator>(const Tensor& a, Scalar b);
+Tensor operator>(Scalar a, const Tensor& b);
+Tensor operator>=(const Tensor& a, const Tensor& b);
+Tensor operator>=(const Tensor& a, Scalar b);
+Tensor operator>=(Scalar a, const Tensor& b);
 
 // ---- reductions (ops/reduce.cpp) ----------------------------------------------------------------
 // dims empty = all dims. dtype: compute and return in this dtype (not autocast).
