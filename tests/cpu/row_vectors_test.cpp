@@ -22,19 +22,10 @@ float float_of(uint32_t bits) {
   return f;
 }
 
-// Rounds n floats (n a multiple of the lanes) through store_vec on vector type V.
-template <class V>
-HG_ROW_INLINE void round_rows_body(const float* src, BFloat16* dst, int64_t n) {
-  for (int64_t i = 0; i < n; i += kLanes<V>) {
-    V v;
-    load_vec(v, src + i);
-    store_vec(dst + i, v);
-  }
-}
-
-// Widens n bfloat16 values (n a multiple of the lanes) through load_vec on vector type V.
-template <class V>
-HG_ROW_INLINE void widen_rows_body(const BFloat16* src, float* dst, int64_t n) {
+// n values (a multiple of the lanes) through float lanes of vector type V: read with load_vec
+// and written with store_vec, so bfloat16 on either side is widened or rounded there.
+template <class V, class Src, class Dst>
+HG_ROW_INLINE void copy_rows_body(const Src* src, Dst* dst, int64_t n) {
   for (int64_t i = 0; i < n; i += kLanes<V>) {
     V v;
     load_vec(v, src + i);
@@ -44,18 +35,18 @@ HG_ROW_INLINE void widen_rows_body(const BFloat16* src, float* dst, int64_t n) {
 
 // The copies the kernels compile: the baseline's 4 lanes and AVX-512's 16, each in its own ISA.
 void round_rows_base(const float* src, BFloat16* dst, int64_t n) {
-  round_rows_body<FloatVec4>(src, dst, n);
+  copy_rows_body<FloatVec4>(src, dst, n);
 }
 __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma"))) void round_rows_avx512(
     const float* src, BFloat16* dst, int64_t n) {
-  round_rows_body<FloatVec16>(src, dst, n);
+  copy_rows_body<FloatVec16>(src, dst, n);
 }
 void widen_rows_base(const BFloat16* src, float* dst, int64_t n) {
-  widen_rows_body<FloatVec4>(src, dst, n);
+  copy_rows_body<FloatVec4>(src, dst, n);
 }
 __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma"))) void widen_rows_avx512(
     const BFloat16* src, float* dst, int64_t n) {
-  widen_rows_body<FloatVec16>(src, dst, n);
+  copy_rows_body<FloatVec16>(src, dst, n);
 }
 
 using RoundRows = void (*)(const float*, BFloat16*, int64_t);
