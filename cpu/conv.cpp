@@ -179,8 +179,17 @@ bool worth_threads(int64_t count, int64_t work) {
          !omp_in_parallel();
 }
 
+// Whether values of type A can be stored as dtype by store_as: their own dtype, or a 16-bit
+// one from float32. Checked before the kernels' parallel regions (nothing throws inside them).
+template <class A>
+bool storable_as(DType dtype) {
+  return dtype == dtype_of<A> ||
+         (std::is_same_v<A, float> && (dtype == kFloat16 || dtype == kBFloat16));
+}
+
 // Writes n float32 (or float64) values as `out`'s dtype at element `offset`: a copy when they
-// are that dtype, else one rounding each (the 16-bit outputs of a float32 product).
+// are that dtype, else one rounding each (the 16-bit outputs of a float32 product). out's
+// dtype is one storable_as<A> accepts.
 template <class A>
 void store_as(const A* src, const Tensor& out, int64_t offset, int64_t n) {
   visit_floating_dtype("conv2d", out.dtype(), [&]<class O>(TypeTag<O>) {
@@ -189,8 +198,6 @@ void store_as(const A* src, const Tensor& out, int64_t offset, int64_t n) {
       std::copy_n(src, n, dst);
     } else if constexpr (std::is_same_v<A, float> && !std::is_same_v<O, double>) {
       convert::from_float(src, dst, n);
-    } else {
-      HG_CHECK(false, "conv2d: internal error: {} values stored as {}", dtype_of<A>, out.dtype());
     }
   });
 }
@@ -208,6 +215,8 @@ template <class T>
 void conv2d_forward_kernel(const T* x, const T* w, bool bias, const Tensor& y,
                            const ConvGeometry& g) {
   const int64_t K = g.K(), L = g.L(), Kb = bias ? K + 1 : K;
+  HG_CHECK(storable_as<T>(y.dtype()), "conv2d: internal error: {} products for a {} output",
+           dtype_of<T>, y.dtype());
   const bool direct = y.dtype() == dtype_of<T>;  // else T is float32, y 16-bit
   T* const y_direct = direct ? y.data_ptr<T>() : nullptr;
   // Images on threads when there are several; otherwise conv_matmul splits the rows.
@@ -234,6 +243,8 @@ void conv2d_forward_kernel(const T* x, const T* w, bool bias, const Tensor& y,
 template <class T, class A>
 void conv2d_input_grad_kernel(const T* dy, const T* w, const Tensor& dx, const ConvGeometry& g) {
   const int64_t K = g.K(), L = g.L(), image = g.C * g.H * g.W;
+  HG_CHECK(storable_as<A>(dx.dtype()), "conv2d_backward: internal error: {} sums for a {} dx",
+           dtype_of<A>, dx.dtype());
 #pragma omp parallel if (worth_threads(g.N, g.C * K * L))
   {
     A* const dcols = kept_buffer<A>(K * L + image);
