@@ -326,8 +326,12 @@ Tensor max_pool2d_backward(const Tensor& dy, const Tensor& indices, const Shape&
     T* out = dx.data_ptr<T>();
     parallel_for(planes, per_plane, [&](int64_t plane) {
       T* const out_plane = out + plane * H * W;
-      A* const sums = std::is_same_v<T, A> ? reinterpret_cast<A*>(out_plane)
-                                           : kept_buffer<A>(H * W);
+      A* sums;
+      if constexpr (std::is_same_v<T, A>) {
+        sums = out_plane;  // summed in place
+      } else {
+        sums = kept_buffer<A>(H * W);
+      }
       std::fill_n(sums, H * W, A(0));
       for (int64_t i = plane * per_plane; i < (plane + 1) * per_plane; ++i) {
         if (uint64_t(idx[i]) >= uint64_t(H * W)) {

@@ -89,7 +89,8 @@ MatrixOperand widen_block(DType dtype, const MatrixOperand& src, int64_t batch0,
 // by side along K (a's columns [hi | lo], b's rows [hi ; lo]), in one pass over float32 chunks;
 // the four products read the parts they need from there. (One GEMM over 4K with the parts
 // interleaved per k was slower: the splitting pass wrote every value four times, and
-// oneDNN's kernel runs K = 4096 at about 0.7 of its K = 1024 rate.) It pays where the bfloat16
+// oneDNN's kernel ran K = 4096 at about 0.7 of its K = 1024 rate in a one-off probe of
+// 1024 x K x 1024, not a benchmark in the tree; hg-info's split and tiles times are.) It pays where the bfloat16
 // kernel is well over four times the float32 one (AMX: about five times on two cores at 1024^3);
 // the measurement (NOTE [GEMM path by measurement]) finds where. The blocks follow the float32
 // tiles' scheme below, with blocks of 2K bfloat16 values along K.
