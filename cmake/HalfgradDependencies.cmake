@@ -4,6 +4,9 @@
 find_package(fmt 9 REQUIRED)
 find_package(Threads REQUIRED)
 find_package(OpenMP REQUIRED COMPONENTS CXX)
+# zlib (zlib1g-dev) inflates and deflates the entries of ZIP archives (io/zip.h: numpy's .npz)
+# and reads gzipped IDX files (io/idx.h, the MNIST files of data/mnist.h).
+find_package(ZLIB REQUIRED)
 
 # xxHash (libxxhash-dev) computes the checksums of the safetensors files halfgrad writes
 # (NOTE [Safetensors checksums]); Debian ships no CMake package for it, so the header and the

@@ -61,6 +61,11 @@ target_link_libraries(halfgrad PRIVATE $<BUILD_INTERFACE:nlohmann_json::nlohmann
 target_link_libraries(halfgrad PRIVATE $<BUILD_INTERFACE:halfgrad_xxhash>)
 target_link_libraries(halfgrad INTERFACE $<INSTALL_INTERFACE:${HALFGRAD_XXHASH_LIBRARY}>)
 
+# zlib inflates and deflates ZIP entries (io/zip.cpp) and reads gzipped IDX files (io/idx.cpp);
+# no public header includes it. ZLIB::ZLIB is a link-only dependency of the static library, so
+# halfgradConfig.cmake finds ZLIB for an installed consumer.
+target_link_libraries(halfgrad PRIVATE ZLIB::ZLIB)
+
 if(HALFGRAD_HAS_SLEEF)
   # -ffp-contract=off: the formulas round each operation as unary.def's scalar ones do (a
   # fused multiply-add would change their arguments by an ulp, and exp amplifies that).
