@@ -23,6 +23,7 @@
 #include "halfgrad/core/format.h"
 #include "halfgrad/core/half.h"
 #include "halfgrad/core/whole_number.h"
+#include "halfgrad/ops/observer.h"  // RecordFunction: NOTE [Recorded ranges]
 #include "halfgrad/ops/ops.h"
 #include "halfgrad/optim/fused.h"
 #include "halfgrad/optim/optimizer.h"
@@ -236,11 +237,13 @@ Tensor GradScaler::scale_one(const Tensor& output) {
 
 Tensor GradScaler::scale(const Tensor& outputs) {
   if (!options_.enabled) return outputs;
+  const ops::RecordFunction range("GradScaler.scale", ops::RangeKind::kLossScaling);
   return scale_one(outputs);
 }
 
 std::vector<Tensor> GradScaler::scale(const std::vector<Tensor>& outputs) {
   if (!options_.enabled) return outputs;
+  const ops::RecordFunction range("GradScaler.scale", ops::RangeKind::kLossScaling);
   std::vector<Tensor> scaled;
   scaled.reserve(outputs.size());
   for (const Tensor& output : outputs) scaled.push_back(scale_one(output));
@@ -249,6 +252,7 @@ std::vector<Tensor> GradScaler::scale(const std::vector<Tensor>& outputs) {
 
 void GradScaler::unscale_(optim::Optimizer& optimizer) {
   if (!options_.enabled) return;
+  const ops::RecordFunction range("GradScaler.unscale_", ops::RangeKind::kLossScaling);
   check_scale_initialized("unscale_()");
   OptimizerState& state = per_optimizer_states_[&optimizer];
   HG_CHECK(state.stage != Stage::kUnscaled,
@@ -329,6 +333,7 @@ void GradScaler::unscale_(optim::Optimizer& optimizer) {
 }
 
 StepResult GradScaler::step(optim::Optimizer& optimizer) {
+  const ops::RecordFunction range("GradScaler.step", ops::RangeKind::kLossScaling);
   if (!options_.enabled) {
     optimizer.step();
     last_step_ = StepResult(true);
@@ -414,6 +419,7 @@ void GradScaler::apply_update_rule(bool found_inf) {
 
 void GradScaler::update(std::optional<double> new_scale) {
   if (!options_.enabled) return;
+  const ops::RecordFunction range("GradScaler.update", ops::RangeKind::kLossScaling);
   check_scale_initialized("update()");
   if (scale_on_cuda()) return update_on_device(new_scale);
   bool any_inf_check = false;

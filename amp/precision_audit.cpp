@@ -95,11 +95,12 @@ std::string format_rows(const std::vector<std::vector<std::string>>& rows) {
 }
 
 std::string describe(const OpPrecision& entry) {
-  return fmt::format("{} ({}) in {} (call #{}), {}: rel_error {:.3g} = {:.2f} u, max {:.1f} ulps",
-                     op_name(entry.op), entry.backward ? "backward" : "forward",
-                     display_module(entry.module, entry.module_type), entry.index,
-                     dtype_name(entry.dtype), entry.rel_error,
-                     entry.rel_error / entry.unit_roundoff, entry.max_ulps);
+  const std::string what = entry.whole_node ? entry.node : std::string(op_name(entry.op));
+  return fmt::format(
+      "{} ({}) in {} (call #{}), {}: rel_error {:.3g} = {:.2f} u, max {:.1f} ulps", what,
+      entry.whole_node ? "backward node" : (entry.backward ? "backward" : "forward"),
+      display_module(entry.module, entry.module_type), entry.index, dtype_name(entry.dtype),
+      entry.rel_error, entry.rel_error / entry.unit_roundoff, entry.max_ulps);
 }
 
 }  // namespace
@@ -140,9 +141,20 @@ void PrecisionAudit::on_op_begin(const ops::OpBegin& call) {
   given_versions_.clear();
   for (const Tensor& t : given_inputs_) given_versions_.push_back(t.defined() ? t.version() : 0);
   given_valid_ = true;
+  given_snapshot_.clear();
+  if (call.op == OpId::batch_norm) {
+    // Its running statistics are written in place (in training): keep them as they are now.
+    ops::detail::HiddenObservers hidden;
+    ops::BelowAutocastGuard below;
+    NoGradGuard no_grad;
+    for (const Tensor& t : given_inputs_) given_snapshot_.push_back(widened(t));
+  }
 }
 
-void PrecisionAudit::on_op_failed(OpId /*op*/) noexcept { given_valid_ = false; }
+void PrecisionAudit::on_op_failed(OpId /*op*/) noexcept {
+  given_valid_ = false;
+  given_snapshot_.clear();
+}
 
 void PrecisionAudit::on_node_begin(const autograd::Node& node) {
   if (!stopped_) running_nodes_.push_back(&node);
@@ -158,11 +170,13 @@ void PrecisionAudit::on_op(const ops::OpCall& call) {
   struct Forget {
     bool& valid;
     std::vector<Tensor>& inputs;
+    std::vector<Tensor>& snapshot;
     ~Forget() {
       valid = false;
       inputs.clear();
+      snapshot.clear();
     }
-  } forget{given_valid_, given_inputs_};
+  } forget{given_valid_, given_inputs_, given_snapshot_};
 
   const bool backward = autograd::is_backward_running();
   ModuleName module;
@@ -216,6 +230,59 @@ void PrecisionAudit::on_op(const ops::OpCall& call) {
   ops_.push_back(std::move(entry));
 }
 
+void PrecisionAudit::on_node(const ops::NodeCall& call) {
+  if (stopped_) return;
+  std::vector<const Tensor*> outputs;
+  for (const Tensor& grad : call.grad_inputs) outputs.push_back(&grad);
+  if (std::none_of(outputs.begin(), outputs.end(), [](const Tensor* t) { return compared(*t); })) {
+    return;
+  }
+  OpPrecision entry{.index = int64_t(ops_.size()),
+                    .op = call.op,
+                    .backward = true,
+                    .whole_node = true,
+                    .node = call.node->name()};
+  const auto found = node_origins_.find(call.node);
+  if (found != node_origins_.end() && !found->second.node.expired()) {
+    entry.module = found->second.module.path;
+    entry.module_type = found->second.module.type;
+  }
+  for (const Tensor& grad : call.grad_outputs) {
+    if (grad.defined() && grad.is_floating_point()) entry.input_dtypes.push_back(grad.dtype());
+  }
+  for (const Tensor* out : outputs) {
+    if (compared(*out)) {
+      entry.dtype = out->dtype();
+      break;
+    }
+  }
+  entry.unit_roundoff = finfo(entry.dtype).eps / 2;
+  if (call.rerun == nullptr) {
+    entry.skipped = "its node cannot be rerun";
+  } else {
+    // The audit's own work: hidden, below autocast, recorded by no graph (as in measure).
+    ops::detail::HiddenObservers hidden;
+    ops::BelowAutocastGuard below;
+    NoGradGuard no_grad;
+    std::vector<Tensor> reference;
+    try {
+      std::vector<Tensor> grads;
+      for (const Tensor& grad : call.grad_outputs) grads.push_back(widened(grad));
+      reference = (*call.rerun)(grads);
+    } catch (const Error& error) {
+      entry.skipped = "float64 rerun failed: " + first_line(error.what());
+    }
+    if (entry.skipped.empty() && reference.size() != outputs.size()) {
+      entry.skipped = fmt::format("the float64 rerun gave {} gradients, the node {}",
+                                  reference.size(), outputs.size());
+    }
+    if (entry.skipped.empty()) compare(outputs, reference, /*every_output=*/false, entry);
+  }
+  entry.grew =
+      entry.measured() && entry.rel_error > options_.growth_threshold * entry.unit_roundoff;
+  ops_.push_back(std::move(entry));
+}
+
 void PrecisionAudit::measure(const ops::OpCall& call, OpPrecision& entry) const {
   // Nothing the audit runs is an op call of the step: hidden from every observer, below
   // autocast, and recorded by no graph.
@@ -230,7 +297,7 @@ void PrecisionAudit::measure(const ops::OpCall& call, OpPrecision& entry) const 
   for (size_t i = 0; i < given_inputs_.size(); ++i) {
     const Tensor& given = given_inputs_[i];
     if (!given.defined()) continue;
-    if (given.version() != given_versions_[i]) {
+    if (given.version() != given_versions_[i] && given_snapshot_.empty()) {
       entry.skipped = "writes an input in place";
       return;
     }
@@ -251,7 +318,11 @@ void PrecisionAudit::measure(const ops::OpCall& call, OpPrecision& entry) const 
   inputs.reserve(given_inputs_.size());
   std::vector<Tensor> reference;
   try {
-    for (const Tensor& t : given_inputs_) inputs.push_back(widened(t));
+    if (!given_snapshot_.empty()) {
+      inputs = given_snapshot_;  // the rerun updates these copies, not the module's buffers
+    } else {
+      for (const Tensor& t : given_inputs_) inputs.push_back(widened(t));
+    }
     reference = (*call.rerun)(inputs);
   } catch (const Error& error) {
     entry.skipped = "float64 rerun failed: " + first_line(error.what());
@@ -263,23 +334,36 @@ void PrecisionAudit::measure(const ops::OpCall& call, OpPrecision& entry) const 
     return;
   }
 
+  compare(call.outputs, reference, /*every_output=*/true, entry);
+}
+
+bool PrecisionAudit::compare(std::span<const Tensor* const> outputs,
+                             std::span<const Tensor> reference, bool every_output,
+                             OpPrecision& entry) {
   double diff_squares = 0, reference_squares = 0, max_diff = 0, max_reference = 0;
   double max_ulps = 0, sum_ulps = 0;
   int64_t count = 0;
-  for (size_t o = 0; o < call.outputs.size(); ++o) {
-    const Tensor& out = *call.outputs[o];
+  bool any_compared = false;
+  for (size_t o = 0; o < outputs.size(); ++o) {
+    const Tensor& out = *outputs[o];
     if (!compared(out)) continue;
     const Tensor& ref = reference[o];
     if (!ref.defined() || ref.dtype() != kFloat64) {
+      if (!every_output) continue;
       entry.skipped = fmt::format("the op fixes its output dtype ({} in float64 too)",
                                   ref.defined() ? dtype_name(ref.dtype()) : "undefined");
-      return;
+      return false;
     }
     if (ref.sizes() != out.sizes()) {
       entry.skipped =
           fmt::format("the float64 rerun's output is {}, the call's {}", ref.sizes(), out.sizes());
-      return;
+      return false;
     }
+    if (!any_compared) {
+      entry.dtype = out.dtype();
+      entry.unit_roundoff = finfo(entry.dtype).eps / 2;
+    }
+    any_compared = true;
     const FInfo info = finfo(out.dtype());
     const Tensor y = out.to(kCPU).to(kFloat64).contiguous();
     const Tensor r = ref.to(kCPU).contiguous();
@@ -316,6 +400,11 @@ void PrecisionAudit::measure(const ops::OpCall& call, OpPrecision& entry) const 
   entry.max_rel_error = relative(max_diff, max_reference);
   entry.max_ulps = max_ulps;
   entry.mean_ulps = count > 0 ? sum_ulps / double(count) : 0.0;
+  if (!any_compared) {
+    entry.skipped = "the backward fixes its gradients' dtypes (none comes back in float64)";
+    return false;
+  }
+  return true;
 }
 
 const OpPrecision* PrecisionAudit::worst() const {
@@ -383,7 +472,8 @@ std::string PrecisionAudit::table(size_t limit, bool worst_first) const {
                                                  "mean_ulps", "grew"}};
   for (const OpPrecision* e : measured) {
     rows.push_back({std::to_string(e->index), std::string(op_name(e->op)),
-                    display_module(e->module, e->module_type), e->backward ? "bwd" : "fwd",
+                    display_module(e->module, e->module_type),
+                    e->whole_node ? "node" : (e->backward ? "bwd" : "fwd"),
                     std::string(dtype_name(e->dtype)), policy_text(e->policy, e->fp8),
                     fmt::format("{:.2e}", e->rel_error),
                     fmt::format("{:.2f}", e->rel_error / e->unit_roundoff),
@@ -440,10 +530,11 @@ void PrecisionAudit::write_csv(const std::string& path) const {
   for (const OpPrecision& e : ops_) {
     file << fmt::format("{},{},{},{},{},{},{},{},{},{},{:.9g},{:.9g},{:.9g},{:.9g},{:.9g},{},{}\n",
                         e.index, op_name(e.op), csv_field(e.module), csv_field(e.module_type),
-                        e.backward ? "backward" : "forward", csv_field(e.node),
-                        policy_text(e.policy, e.fp8), join_dtypes(e.input_dtypes, " "),
-                        dtype_name(e.dtype), e.numel, e.rel_error, e.max_rel_error, e.max_ulps,
-                        e.mean_ulps, e.unit_roundoff, e.grew ? 1 : 0, csv_field(e.skipped));
+                        e.whole_node ? "node" : (e.backward ? "backward" : "forward"),
+                        csv_field(e.node), policy_text(e.policy, e.fp8),
+                        join_dtypes(e.input_dtypes, " "), dtype_name(e.dtype), e.numel, e.rel_error,
+                        e.max_rel_error, e.max_ulps, e.mean_ulps, e.unit_roundoff, e.grew ? 1 : 0,
+                        csv_field(e.skipped));
   }
   HG_CHECK(file.good(), "PrecisionAudit::write_csv: writing \"{}\" failed", path);
 }

@@ -33,6 +33,7 @@
 // rounded op on exact inputs stays below u; the default threshold 2 flags the ops that lose
 // more than the roundings of their inputs and output. first_growth() is the first such call in
 // execution order.
+// Backward nodes are measured as wholes too (NOTE [Precision audit of backward nodes]).
 // Not measured, reported with the reason: views and in-place ops (an output shares an input's
 // memory, or an input was written: their inputs are gone by the time the op returns), ops whose
 // float64 rerun throws (a kernel without float64), ops that fix their output dtype (a cast to
@@ -41,12 +42,30 @@
 // comparisons) is hidden from every observer and leaves the step's tensors and random stream
 // as they would be without it. Cost: each audited op runs again in float64 and both outputs
 // are read on the host, so an audited step is several times slower: audit one step.
+//
+// NOTE [Precision audit of backward nodes] A first-order backward often dispatches no op (the
+// fused kernels of the norms, conv, pool and embedding, NOTE [Differentiable nn backwards]), so
+// auditing the ops a backward dispatches misses it. Each backward node dispatch() recorded is
+// therefore also measured as a whole (OpPrecision::whole_node): after it ran, its backward is
+// run again from a copy of its op on float64 copies of the node's saved tensors and of the
+// gradients it was given (ops/observer.h, NOTE [Node reruns]), and the gradients it returned are
+// compared with those, output by output, with the measures above. As in forward, the error is
+// the node's own: the saved tensors and incoming gradients are the values the real backward
+// read (intermediate results a forward saved, such as batch_norm's float32 mean and 1/std, as
+// saved: their rounding is the forward's). A gradient whose float64 recomputation does not come back in float64 (a backward that
+// casts to a fixed dtype: a cast's backward, a gradient cast to its parameter's dtype) is not
+// compared; a node with none left is reported as skipped.
+// Training-mode batch_norm writes its running statistics in place, so its inputs are gone by
+// the time it returns: for the ops that update buffers (batch_norm), the audit takes float64
+// copies of the inputs as the call begins and reruns from those. The rerun updates those copies,
+// never the module's buffers, which hold what the real call left in them.
 #pragma once
 
 #include <cstdint>
 #include <map>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -80,6 +99,9 @@ struct OpPrecision {
   std::string module = {};
   std::string module_type = {};
   bool backward = false;
+  // A backward node as a whole: its gradients for the inputs of `op`, the op whose node it is
+  // (NOTE [Precision audit of backward nodes]).
+  bool whole_node = false;
   // backward: the node applied ("LinearBackward"); "" between nodes (the engine's gradient sums)
   std::string node = {};
   std::optional<CastPolicy> policy = std::nullopt;
@@ -144,6 +166,7 @@ class PrecisionAudit final : public ops::DispatchObserver, public autograd::Node
   void on_op_begin(const ops::OpBegin& call) override;
   void on_op(const ops::OpCall& call) override;
   void on_op_failed(OpId op) noexcept override;
+  void on_node(const ops::NodeCall& call) override;
   void on_node_begin(const autograd::Node& node) override;
   void on_node_end(const autograd::Node& node) noexcept override;
 
@@ -158,6 +181,11 @@ class PrecisionAudit final : public ops::DispatchObserver, public autograd::Node
   };
   ModuleName current_module() const;
   void measure(const ops::OpCall& call, OpPrecision& entry) const;
+  // Compares the compared outputs with their float64 references into entry's measures; false
+  // (with entry.skipped set) when a reference is not comparable and `every_output` asks that all
+  // be, or when none was compared.
+  static bool compare(std::span<const Tensor* const> outputs, std::span<const Tensor> reference,
+                      bool every_output, OpPrecision& entry);
 
   PrecisionAuditOptions options_;
   bool stopped_ = false;
@@ -167,6 +195,8 @@ class PrecisionAudit final : public ops::DispatchObserver, public autograd::Node
   // The inputs of the outermost call under way, as given, and their storage versions.
   std::vector<Tensor> given_inputs_;
   std::vector<uint64_t> given_versions_;
+  // Float64 copies of them taken as the call began, for an op that updates buffers in place.
+  std::vector<Tensor> given_snapshot_;
   bool given_valid_ = false;
   std::vector<OpPrecision> ops_;
 };

@@ -1,5 +1,6 @@
 // The dispatcher's out-of-line steps (ops/dispatch.h): device checks, cast policies, edges,
-// backward node names, error naming, and the list of dispatch observers (ops/observer.h).
+// backward node names, error naming, the list of dispatch observers and the recorded ranges
+// (ops/observer.h).
 #include "halfgrad/ops/dispatch.h"
 
 #include <array>
@@ -16,6 +17,20 @@ void OpContext::bind_outputs() {
     saved_[index] = autograd::SavedTensor(output, /*is_output=*/true);
   }
   saved_outputs_.clear();
+}
+
+OpContext OpContext::widened() const {
+  OpContext wide;
+  wide.recording_ = true;
+  wide.needs_input_grad_ = needs_input_grad_;
+  wide.node_name_ = node_name_;
+  wide.saved_.reserve(saved_.size());
+  for (const autograd::SavedTensor& saved : saved_) {
+    Tensor t = saved.unpack_data(node_name_);
+    if (t.defined() && t.is_floating_point() && t.dtype() != kFloat64) t = t.to(kFloat64);
+    wide.saved_.emplace_back(t, /*is_output=*/false);
+  }
+  return wide;
 }
 
 std::string_view backward_node_name(OpId op) {
@@ -179,6 +194,38 @@ void notify_op_begin(const OpBegin& call) {
   for (DispatchObserver* observer = detail::first_observer; observer != nullptr;
        observer = observer->next_) {
     observer->on_op_begin(call);
+  }
+}
+
+void notify_node(const NodeCall& call) {
+  for (DispatchObserver* observer = detail::first_observer; observer != nullptr;
+       observer = observer->next_) {
+    observer->on_node(call);
+  }
+}
+
+// ---- recorded ranges (NOTE [Recorded ranges]) -------------------------------------------------
+
+namespace detail {
+thread_local constinit RecordFunction* innermost_range = nullptr;
+}  // namespace detail
+
+RecordFunction::RecordFunction(std::string_view name, RangeKind kind)
+    : enclosing_(detail::innermost_range), kind_(kind), observed_(has_observers()) {
+  detail::innermost_range = this;
+  if (!observed_) return;
+  for (DispatchObserver* observer = detail::first_observer; observer != nullptr;
+       observer = observer->next_) {
+    observer->on_range_begin(this, name, kind);
+  }
+}
+
+RecordFunction::~RecordFunction() {
+  detail::innermost_range = enclosing_;
+  if (!observed_) return;
+  for (DispatchObserver* observer = detail::first_observer; observer != nullptr;
+       observer = observer->next_) {
+    observer->on_range_end(this);
   }
 }
 

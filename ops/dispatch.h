@@ -111,6 +111,9 @@ class OpContext {
   void release() {
     for (autograd::SavedTensor& s : saved_) s.release();
   }
+  // A context for a node rerun (NOTE [Node reruns]): the same flags, and each saved floating
+  // tensor narrower than float64 as a float64 copy (the others as they are).
+  OpContext widened() const;
 
  private:
   bool recording_ = false;
@@ -131,12 +134,42 @@ class OpNode final : public autograd::Node {
   OpNode(Op op, OpContext ctx) : op_(std::move(op)), ctx_(std::move(ctx)) {}
   std::string name() const override { return std::string(backward_node_name(Op::id)); }
   autograd::GradList apply(autograd::GradList&& grad_outputs) override {
-    return op_.backward(ctx_, grad_outputs);
+    if (!has_observers()) return op_.backward(ctx_, grad_outputs);
+    // Observed (NOTE [Node reruns]): a rerun starts from the op as it was before its backward.
+    RerunFn rerun;
+    if (reruns_requested()) rerun = make_rerun();
+    autograd::GradList grad_inputs = op_.backward(ctx_, grad_outputs);
+    notify_node({.op = Op::id,
+                 .node = this,
+                 .grad_outputs = std::span<const Tensor>(grad_outputs.data(), grad_outputs.size()),
+                 .grad_inputs = std::span<const Tensor>(grad_inputs.data(), grad_inputs.size()),
+                 .rerun = rerun ? &rerun : nullptr});
+    return grad_inputs;
   }
   void release_saved() override { ctx_.release(); }
   OpContext& context() { return ctx_; }
 
  private:
+  // The backward once more in float64, valid while this node holds its saved tensors.
+  RerunFn make_rerun() const {
+    constexpr bool fp8 = requires { Op::kFp8; };
+    if constexpr (!std::is_copy_constructible_v<Op> || fp8) {
+      return {};
+    } else {
+      ++detail::reruns_built;
+      return [op = op_, ctx = &ctx_](std::span<const Tensor> given) {
+        Op copy = op;
+        detail::HiddenObservers hidden;
+        BelowAutocastGuard below;
+        NoGradGuard no_grad;
+        OpContext wide = ctx->widened();
+        const autograd::GradList grads(given.begin(), given.end());
+        autograd::GradList result = copy.backward(wide, grads);
+        return std::vector<Tensor>(result.begin(), result.end());
+      };
+    }
+  }
+
   Op op_;
   OpContext ctx_;
 };

@@ -17,12 +17,35 @@
 // again (its generator is set back to the state the real call started from, then returned to
 // the state the real call left). The dispatcher builds the callable only while such an observer
 // lives on the thread: other calls, observed or not, cost nothing new.
+//
+// NOTE [Node reruns] Backward nodes are seen too: after the backward of a node that dispatch()
+// recorded has run, on_node hands an observer the gradients the node was given and the ones it
+// returned (nodes made elsewhere, such as a leaf's AccumulateGrad or an autograd::Function, are
+// not seen). An observer that requested reruns also gets NodeCall::rerun: the same backward run
+// once more, from a copy of the op struct made before the backward ran, on float64 copies of the
+// node's saved tensors and of the gradients it chooses to give. Like an op rerun it is hidden
+// from every observer, below autocast, with grad mode off (the first-order path), and it writes
+// nothing the node holds. Float8 ops get no node rerun (their backward advances the recipe's
+// scaling history, which a second run would advance again).
+//
+// NOTE [Recorded ranges] RecordFunction marks a stretch of host code as one named range, as
+// torch.profiler.record_function does: the optimizer's step ("Optimizer.step#AdamW.step") and
+// GradScaler's scale/unscale_/step/update open one. Observers hear where each range begins and
+// ends (the profiler records it as an event, with the ops inside as its children), and the
+// ranges of a thread form a stack whose innermost kind any code can read: kLossScaling marks the
+// ops a loss scaler runs on the step's values for its own bookkeeping (scaling the loss,
+// unscaling and checking the gradients, updating the scale), which overflow on purpose and which
+// amp::OverflowWatch therefore ignores. A range opened inside a loss-scaling one (the optimizer's
+// step inside GradScaler.step) is the user's again. The ranges live here, below optim/ and amp/,
+// so that the code that opens them includes no profiler. With no observer alive a range costs two
+// thread-local writes.
 #pragma once
 
 #include <cstdint>
 #include <functional>
 #include <optional>
 #include <span>
+#include <string_view>
 #include <vector>
 
 #include "halfgrad/core/device.h"
@@ -31,6 +54,9 @@
 
 namespace hg {
 class Tensor;
+}
+namespace hg::autograd {
+class Node;
 }
 
 namespace hg::ops {
@@ -71,6 +97,27 @@ struct OpBegin {
   std::span<const Tensor> inputs;
 };
 
+// One backward node dispatch() recorded, as an observer sees it once the node's backward ran
+// (NOTE [Node reruns]).
+struct NodeCall {
+  OpId op;  // the op whose node it is
+  const autograd::Node* node;
+  // The gradients the node was given (of the op's outputs), and the ones it returned (of the
+  // op's inputs, undefined where an input needs none).
+  std::span<const Tensor> grad_outputs;
+  std::span<const Tensor> grad_inputs;
+  // Set only while an observer that requested reruns lives: the backward again on float64
+  // copies of the saved tensors and on the given gradients (as many as grad_outputs); returns
+  // its gradients in grad_inputs' order. Valid during on_node.
+  const RerunFn* rerun = nullptr;
+};
+
+// What a range marks (NOTE [Recorded ranges]).
+enum class RangeKind : uint8_t {
+  kUser,         // the user's work: an optimizer's step, a record_function of their own
+  kLossScaling,  // a loss scaler's bookkeeping, which overflows on purpose
+};
+
 class DispatchObserver {
  public:
   DispatchObserver(const DispatchObserver&) = delete;
@@ -83,6 +130,14 @@ class DispatchObserver {
   // Called instead of on_op when the op threw; when an observer's on_op threw, every observer
   // hears it, also those whose on_op had already run. Must not throw.
   virtual void on_op_failed(OpId /*op*/) noexcept {}
+  // Called after the backward of a node recorded by dispatch() ran on this thread (NOTE [Node
+  // reruns]).
+  virtual void on_node(const NodeCall& /*call*/) {}
+  // Called where a RecordFunction of this thread begins and ends; `range` identifies it (the
+  // same address at both ends).
+  virtual void on_range_begin(const void* /*range*/, std::string_view /*name*/,
+                              RangeKind /*kind*/) {}
+  virtual void on_range_end(const void* /*range*/) noexcept {}
 
  protected:
   DispatchObserver();  // joins this thread's list, first
@@ -95,6 +150,8 @@ class DispatchObserver {
   friend void notify_observers(const OpCall& call);
   friend void notify_op_begin(const OpBegin& call);
   friend void notify_op_failed(OpId op) noexcept;
+  friend void notify_node(const NodeCall& call);
+  friend class RecordFunction;
   DispatchObserver* next_ = nullptr;
   bool wants_reruns_ = false;
 };
@@ -109,8 +166,38 @@ inline bool has_observers() { return detail::first_observer != nullptr; }
 void notify_observers(const OpCall& call);
 void notify_op_begin(const OpBegin& call);
 void notify_op_failed(OpId op) noexcept;
+void notify_node(const NodeCall& call);
 // True while an observer of this thread wants OpCall::rerun (asked only for observed calls).
 bool reruns_requested();
+
+// A named range of this thread's host code, from construction to destruction (NOTE [Recorded
+// ranges]), as torch.profiler.record_function:
+//   { ops::RecordFunction range("Optimizer.step#AdamW.step"); ... }
+// Ranges nest as scopes do and are neither copied nor moved.
+class RecordFunction {
+ public:
+  explicit RecordFunction(std::string_view name, RangeKind kind = RangeKind::kUser);
+  ~RecordFunction();
+  RecordFunction(const RecordFunction&) = delete;
+  RecordFunction& operator=(const RecordFunction&) = delete;
+
+ private:
+  RecordFunction* enclosing_;
+  RangeKind kind_;
+  bool observed_;
+  friend bool in_loss_scaling();
+};
+
+namespace detail {
+extern thread_local constinit RecordFunction* innermost_range;
+}  // namespace detail
+
+// True while this thread's innermost range is a loss scaler's bookkeeping
+// (RangeKind::kLossScaling).
+inline bool in_loss_scaling() {
+  return detail::innermost_range != nullptr &&
+         detail::innermost_range->kind_ == RangeKind::kLossScaling;
+}
 
 namespace detail {
 // How many rerun callables this thread's dispatcher has built: tests check that none is built

@@ -9,6 +9,7 @@
 #include "halfgrad/core/factory.h"
 #include "halfgrad/core/format.h"
 #include "halfgrad/core/parallel.h"
+#include "halfgrad/ops/observer.h"
 #include "halfgrad/optim/fused.h"
 #if HALFGRAD_HAS_CUDA
 #include "halfgrad/cuda/multi_tensor.h"
@@ -137,6 +138,8 @@ DType RMSprop::state_dtype(const Tensor& param) const {
 }
 
 void RMSprop::step_scaled(const Tensor& grad_scale, const Tensor& found_inf) {
+  // A range of its own in a profile, as torch names it (NOTE [Recorded ranges]).
+  const ops::RecordFunction range("Optimizer.step#RMSprop.step");
 #if HALFGRAD_HAS_CUDA
   if (has_cuda_params()) return step_scaled_cuda(grad_scale, found_inf);
 #endif

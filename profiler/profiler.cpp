@@ -102,6 +102,22 @@ class Recorder final : public ops::DispatchObserver, public autograd::NodeObserv
     close_noexcept({.op = std::nullopt, .node = &node}, /*failed=*/false);
   }
 
+  // A range of host code (NOTE [Recorded ranges]): on the host, in the modules running.
+  void on_range_begin(const void* range, std::string_view name, ops::RangeKind) override {
+    Event event;
+    event.range = true;
+    event.name = std::string(name);
+    for (const nn::Module* module : nn::forward_stack()) {
+      event.module_stack.push_back(module_name(*module));
+    }
+    if (!event.module_stack.empty()) event.module = event.module_stack.back();
+    open(std::move(event), {.op = std::nullopt, .range = range});
+  }
+
+  void on_range_end(const void* range) noexcept override {
+    close_noexcept({.op = std::nullopt, .range = range}, /*failed=*/false);
+  }
+
   // Closes the calls still open (stop() from inside an op, as from a hook) and reads the
   // CUDA times.
   void finish() {
@@ -112,6 +128,14 @@ class Recorder final : public ops::DispatchObserver, public autograd::NodeObserv
 #if HALFGRAD_HAS_CUDA
     read_cuda_times();
 #endif
+    // A range has no device interval of its own: its CUDA time is its children's (so its self
+    // CUDA time is 0). Children come after their parent, so the innermost ranges sum first.
+    std::vector<int64_t> child_cuda_ns(events_.size(), 0);
+    for (size_t i = events_.size(); i-- > 0;) {
+      Event& event = events_[i];
+      if (event.range) event.cuda_ns = child_cuda_ns[i];
+      if (event.parent >= 0) child_cuda_ns[size_t(event.parent)] += event.cuda_ns;
+    }
   }
 
  private:
@@ -119,6 +143,7 @@ class Recorder final : public ops::DispatchObserver, public autograd::NodeObserv
   struct CallKey {
     std::optional<OpId> op;
     const autograd::Node* node = nullptr;
+    const void* range = nullptr;
     bool operator==(const CallKey&) const = default;
   };
   struct OpenCall {
@@ -536,6 +561,12 @@ std::string json_us(int64_t ns) {
   return fmt::format("{}{}.{:03}", sign, magnitude / 1000, magnitude % 1000);
 }
 
+// The trace's category, as torch's: an op, a backward node, or a range (record_function).
+const char* category(const Event& event) {
+  if (event.range) return "user_annotation";
+  return event.op ? "cpu_op" : "backward";
+}
+
 std::string event_args(const Event& event) {
   std::string shapes = "[";
   for (size_t i = 0; i < event.input_shapes.size(); ++i) {
@@ -581,8 +612,8 @@ std::string Profile::chrome_trace() const {
     add(fmt::format(
         "{{\"name\": {}, \"ph\": \"X\", \"cat\": \"{}\", \"ts\": {}, \"dur\": {}, \"pid\": {}, "
         "\"tid\": {}, \"args\": {}}}",
-        json_string(event.name), event.op ? "cpu_op" : "backward", json_us(event.start_ns),
-        json_us(event.cpu_ns), pid, thread_id_, args));
+        json_string(event.name), category(event), json_us(event.start_ns), json_us(event.cpu_ns),
+        pid, thread_id_, args));
     if (event.cuda_start_ns >= 0) {
       add(fmt::format(
           "{{\"name\": {}, \"ph\": \"X\", \"cat\": \"cuda_op\", \"ts\": {}, \"dur\": {}, "

@@ -46,12 +46,16 @@ struct ProfileOptions {
   const nn::Module* model = nullptr;
 };
 
-// One recorded op call, or one node the autograd engine applied (its backward function, named
-// as the node: "LinearBackward", with the ops it dispatched as children). Times are nanoseconds
-// since the profile was made.
+// One recorded op call, one node the autograd engine applied (its backward function, named
+// as the node: "LinearBackward", with the ops it dispatched as children), or one range of host
+// code (an ops::RecordFunction, NOTE [Recorded ranges]: the optimizer's step,
+// "Optimizer.step#AdamW.step", and GradScaler's "GradScaler.scale", "GradScaler.unscale_",
+// "GradScaler.step", "GradScaler.update", with the ops they ran as children). Times are
+// nanoseconds since the profile was made.
 struct Event {
-  std::optional<OpId> op;  // nullopt for a backward node
-  std::string name;        // op_name(op), or the node's name
+  std::optional<OpId> op;  // nullopt for a backward node or a range
+  bool range = false;      // a range: on the CPU, its CUDA time that of the ops inside it
+  std::string name;        // op_name(op), the node's name, or the range's
   Device device;
   std::optional<CastPolicy> policy;  // nullopt: autocast applied none
   // The defined tensor inputs as the caller gave them (before autocast's casts).
@@ -123,8 +127,8 @@ class Profile {
   std::string table(std::string_view sort_by = "", int64_t row_limit = 100,
                     GroupBy group_by = {}) const;
   // The Chrome trace event format (chrome://tracing, ui.perfetto.dev): one complete event per
-  // op on its thread's track and, for CUDA ops, one on the device's track; times in
-  // microseconds.
+  // op, node and range on its thread's track (category cpu_op, backward or user_annotation)
+  // and, for CUDA ops, one on the device's track; times in microseconds.
   void export_chrome_trace(const std::string& path) const;
   std::string chrome_trace() const;
   // The CPU GEMMs' shape classes that ran while recording, each with the path it ran on (NOTE

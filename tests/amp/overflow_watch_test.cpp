@@ -1,5 +1,6 @@
 // OverflowWatch on a model built to overflow float16 in one known layer: the watch names that
 // layer's op and module, and the ranges of its inputs.
+#include <limits>
 #include <memory>
 
 #include <catch2/catch.hpp>
@@ -97,4 +98,154 @@ TEST_CASE("OverflowWatch leaves nothing behind", "[amp][overflow_watch]") {
   // The hooks are gone: the model runs as before, and nothing is checked.
   amp::Autocast autocast(kCPU, kFloat16);
   CHECK_FALSE(std::isfinite(sum(model->forward(ones({8, 4}))).item<double>()));
+}
+
+namespace {
+
+// Linear(8, 16) in float32, run under float16 autocast on ones(16, 8) * 10 with weights of 0.01:
+// forward gives 8 * 10 * 0.01 = 0.8, finite. With a gradient of `upstream` for each output, the
+// weight's gradient is a product over the batch of 16: 16 * upstream * 10, beyond float16's
+// 65504 once upstream >= 410, while the input's gradient (16 * upstream * 0.01) and the bias's
+// (16 * upstream) stay finite.
+std::shared_ptr<nn::Sequential> classifier() {
+  auto model = std::make_shared<nn::Sequential>(nn::Linear(8, 16));
+  NoGradGuard no_grad;
+  std::vector<Tensor> params = model->parameters();
+  params[0].fill_(0.01);  // 0.weight
+  params[1].fill_(0.0);   // 0.bias
+  return model;
+}
+
+Tensor classifier_loss(nn::Sequential& model) {
+  Tensor y;
+  {
+    amp::Autocast autocast(kCPU, kFloat16);
+    y = model.forward(full({16, 8}, 10.0));
+  }
+  return sum(y.to(kFloat32));  // float32: the loss is finite
+}
+
+}  // namespace
+
+TEST_CASE("OverflowWatch names the backward node whose product overflowed float16",
+          "[amp][overflow_watch]") {
+  auto model = classifier();
+  amp::OverflowWatch watch(model.get());
+  Tensor loss = classifier_loss(*model);
+  CHECK_FALSE(watch.found());  // forward is finite
+  // d loss / d y = 1000 everywhere: the weight's gradient is 16 * 1000 * 10 = 160000.
+  mul(loss, 1000.0).backward();
+  const Tensor& weight_grad = model->parameters()[0].grad();
+  REQUIRE(weight_grad.defined());
+  CHECK(std::isinf(weight_grad.to_vector<double>()[0]));
+  REQUIRE(watch.found());
+  const amp::OverflowFinding& finding = *watch.first_non_finite();
+  CHECK(finding.backward);
+  CHECK(finding.node == "LinearBackward");
+  CHECK(finding.op == OpId::linear);
+  CHECK(finding.module == "0");
+  CHECK(finding.module_type == "Linear");
+  CHECK(finding.output.dtype == kFloat16);
+  CHECK(finding.output.non_finite == 16 * 8);  // every element of the weight's gradient
+  for (const amp::TensorRange& input : finding.inputs) CHECK(input.all_finite);
+  CHECK_THAT(watch.report(), Contains("LinearBackward (the backward of linear") &&
+                                 Contains("in module \"0\" (Linear)") && Contains("128 inf/NaN"));
+}
+
+TEST_CASE("OverflowWatch ignores GradScaler's own ops and names the model's backward node",
+          "[amp][overflow_watch]") {
+  auto model = classifier();
+  optim::SGD opt(model->parameters(), {.lr = 0.1});
+  // A scale of 1024: the scaled gradient reaching the linear is 1024 (finite in float16), the
+  // weight's gradient 16 * 1024 * 10 = 163840 (not).
+  amp::GradScaler scaler({.init_scale = 1024.0});
+  amp::OverflowWatch watch(model.get());
+  scaler.scale(classifier_loss(*model)).backward();
+  CHECK_FALSE(scaler.step(opt));  // the step is skipped: the gradients overflowed
+  scaler.update();
+  REQUIRE(watch.found());
+  const amp::OverflowFinding& finding = *watch.first_non_finite();
+  CHECK(finding.node == "LinearBackward");
+  CHECK(finding.op == OpId::linear);
+  CHECK(finding.module == "0");
+  CHECK(scaler.get_scale() == 512.0);
+}
+
+TEST_CASE("OverflowWatch skips loss-scaling ranges and nothing else", "[amp][overflow_watch]") {
+  amp::OverflowWatch watch;
+  const Tensor big = full({4}, 40000.0, kFloat16);
+  {
+    ops::RecordFunction scaling("GradScaler.scale", ops::RangeKind::kLossScaling);
+    CHECK(ops::in_loss_scaling());
+    Tensor scaled = mul(big, 2.0);  // inf, on purpose
+    CHECK(std::isinf(scaled.to_vector<double>()[0]));
+    CHECK_FALSE(watch.found());
+    {
+      // The optimizer's step inside GradScaler.step is the user's work again.
+      ops::RecordFunction step("Optimizer.step#SGD.step");
+      CHECK_FALSE(ops::in_loss_scaling());
+      add(big, big);
+    }
+  }
+  CHECK_FALSE(ops::in_loss_scaling());
+  REQUIRE(watch.found());
+  CHECK(watch.first_non_finite()->op == OpId::add);
+  CHECK_FALSE(watch.first_non_finite()->backward);
+}
+
+TEST_CASE("OverflowWatch names a NaN made from finite values", "[amp][overflow_watch]") {
+  SECTION("forward: 0 / 0") {
+    amp::OverflowWatch watch;
+    const Tensor zero = zeros({3});
+    Tensor ratio = div(zero, zero);
+    REQUIRE(watch.found());
+    CHECK(watch.first_non_finite()->op == OpId::div);
+    CHECK(watch.first_non_finite()->output.non_finite == 3);
+    CHECK(watch.first_non_finite()->inputs.at(0).all_finite);
+  }
+  SECTION("backward: the derivative of sqrt at 0, times a gradient of 0") {
+    Tensor x = zeros({3});
+    x.requires_grad_(true);
+    amp::OverflowWatch watch;
+    Tensor y = sqrt(x);  // 0: finite
+    CHECK_FALSE(watch.found());
+    sum(mul(y, 0.0)).backward();  // 0 / (2 sqrt(0)) = 0 / 0
+    CHECK(std::isnan(x.grad().to_vector<double>()[0]));
+    REQUIRE(watch.found());
+    CHECK(watch.first_non_finite()->backward);
+    CHECK(watch.first_non_finite()->node == "SqrtBackward");
+    CHECK(watch.first_non_finite()->op == OpId::sqrt);
+  }
+}
+
+TEST_CASE("OverflowWatch does not name ops whose inputs were already inf",
+          "[amp][overflow_watch]") {
+  const Tensor inf = full({4}, std::numeric_limits<double>::infinity(), kFloat16);
+  amp::OverflowWatch watch;
+  Tensor passed_on = mul(add(inf, 1.0), 2.0);
+  CHECK(std::isinf(passed_on.to_vector<double>()[0]));
+  CHECK_FALSE(watch.found());
+  // exp(12) = 162755 > 65504: made here, from finite inputs.
+  Tensor made = exp(full({4}, 12.0, kFloat16));
+  REQUIRE(watch.found());
+  CHECK(watch.first_non_finite()->op == OpId::exp);
+  CHECK(watch.first_non_finite()->inputs.at(0).all_finite);
+}
+
+TEST_CASE("OverflowWatch still names a forward overflow as the forward op",
+          "[amp][overflow_watch]") {
+  auto model = overflowing_model();
+  amp::OverflowWatch watch(model.get());
+  Tensor loss;
+  {
+    amp::Autocast autocast(kCPU, kFloat16);
+    loss = sum(model->forward(ones({8, 4})).to(kFloat32));
+  }
+  REQUIRE(watch.found());
+  CHECK_FALSE(watch.first_non_finite()->backward);
+  CHECK(watch.first_non_finite()->op == OpId::linear);
+  CHECK(watch.first_non_finite()->module == "2");
+  loss.backward();  // the backward only passes the inf on
+  CHECK_FALSE(watch.first_non_finite()->backward);
+  CHECK(watch.first_non_finite()->module == "2");
 }

@@ -197,7 +197,7 @@ TEST_CASE("PrecisionAudit audits backward ops and names their modules", "[amp][p
   int first_linear_products = 0;
   bool gelu_backward = false;
   for (const amp::OpPrecision& entry : audit.ops()) {
-    if (!entry.backward || !entry.measured()) continue;
+    if (!entry.backward || entry.whole_node || !entry.measured()) continue;
     CHECK(entry.dtype == kFloat16);
     CHECK(entry.rel_error < 4 * std::ldexp(1.0, -11));
     if (entry.module == "0" && entry.node == "LinearBackward" && entry.op == OpId::mm) {
@@ -208,6 +208,18 @@ TEST_CASE("PrecisionAudit audits backward ops and names their modules", "[amp][p
   }
   CHECK(first_linear_products == 1);
   CHECK(gelu_backward);
+  // Each Linear's node is measured as a whole too: its float16 gradients within a few u.
+  int linear_nodes = 0;
+  for (const amp::OpPrecision& entry : audit.ops()) {
+    if (!entry.whole_node || entry.node != "LinearBackward") continue;
+    ++linear_nodes;
+    CHECK(entry.op == OpId::linear);
+    CHECK(entry.module_type == "Linear");
+    REQUIRE(entry.measured());
+    CHECK(entry.dtype == kFloat16);
+    CHECK(entry.rel_error < 4 * std::ldexp(1.0, -11));
+  }
+  CHECK(linear_nodes == 2);
   const amp::OpPrecision* gelu_op = find_op(audit, OpId::gelu, false);
   REQUIRE(gelu_op != nullptr);
   CHECK(gelu_op->module == "1");
@@ -354,4 +366,161 @@ TEST_CASE("The dispatcher builds reruns only for an observer that asks", "[amp][
     CHECK(ops::detail::reruns_built == stopped);  // a stopped audit asks no more
     REQUIRE(audit.ops().size() == 1);
   }
+}
+
+namespace {
+
+// Training-mode batch norm without affine parameters, in float64 from x's values (x: [N, C, H,
+// W]): per channel c over its M = N H W values, mean, biased variance, xhat = (x - mean) /
+// sqrt(var + eps); and, for an incoming gradient dy, dx = rstd (dy - mean(dy) - xhat mean(dy
+// xhat)). Also the unbiased variance, for the running statistics.
+struct BatchNormReference {
+  std::vector<double> y, dx, mean, unbiased_var;
+};
+
+BatchNormReference batch_norm_reference(const Tensor& x, const Tensor& dy, double eps) {
+  const std::vector<double> xv = x.to(kFloat64).contiguous().to_vector<double>();
+  const std::vector<double> gv = dy.to(kFloat64).contiguous().to_vector<double>();
+  const int64_t N = x.size(0), C = x.size(1), S = x.size(2) * x.size(3);
+  const double M = double(N * S);
+  BatchNormReference r{std::vector<double>(xv.size()), std::vector<double>(xv.size()), {}, {}};
+  auto at = [&](int64_t n, int64_t c, int64_t s) { return size_t((n * C + c) * S + s); };
+  for (int64_t c = 0; c < C; ++c) {
+    double mean = 0, var = 0, g_mean = 0, gx_mean = 0;
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t s = 0; s < S; ++s) mean += xv[at(n, c, s)] / M;
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t s = 0; s < S; ++s) var += (xv[at(n, c, s)] - mean) * (xv[at(n, c, s)] - mean);
+    const double rstd = 1 / std::sqrt(var / M + eps);
+    for (int64_t n = 0; n < N; ++n) {
+      for (int64_t s = 0; s < S; ++s) {
+        const size_t i = at(n, c, s);
+        r.y[i] = (xv[i] - mean) * rstd;
+        g_mean += gv[i] / M;
+        gx_mean += gv[i] * r.y[i] / M;
+      }
+    }
+    for (int64_t n = 0; n < N; ++n) {
+      for (int64_t s = 0; s < S; ++s) {
+        const size_t i = at(n, c, s);
+        r.dx[i] = rstd * (gv[i] - g_mean - r.y[i] * gx_mean);
+      }
+    }
+    r.mean.push_back(mean);
+    r.unbiased_var.push_back(var / (M - 1));
+  }
+  return r;
+}
+
+struct BatchNormRun {
+  Tensor y, x_grad, running_mean, running_var, num_batches_tracked;
+};
+
+// One training step of BatchNorm2d(3, affine=false) on float16 x, loss sum(y * upstream); with
+// `audit`, under a PrecisionAudit made there.
+BatchNormRun run_batch_norm(const Tensor& x_values, const Tensor& upstream,
+                            std::unique_ptr<amp::PrecisionAudit>* audit = nullptr) {
+  auto bn = std::make_shared<nn::BatchNorm2d>(3, 1e-5, 0.1, /*affine=*/false);
+  Tensor x = x_values.clone();
+  x.requires_grad_(true);
+  if (audit != nullptr) *audit = std::make_unique<amp::PrecisionAudit>(bn.get());
+  Tensor y = (*bn)(x);
+  sum(mul(y.to(kFloat32), upstream)).backward();
+  if (audit != nullptr) (*audit)->stop();
+  return {y, x.grad(), bn->running_mean.clone(), bn->running_var.clone(),
+          bn->num_batches_tracked.clone()};
+}
+
+bool same_bits(const Tensor& a, const Tensor& b) {
+  return a.dtype() == b.dtype() && a.sizes() == b.sizes() &&
+         a.to(kFloat64).to_vector<double>() == b.to(kFloat64).to_vector<double>();
+}
+
+}  // namespace
+
+TEST_CASE("PrecisionAudit measures training-mode batch_norm and its backward node against float64",
+          "[amp][precision_audit]") {
+  manual_seed(23);
+  const Tensor x = add(mul(randn({4, 3, 2, 2}), 3.0), 1.5).to(kFloat16);
+  const Tensor upstream = randn({4, 3, 2, 2});
+  std::unique_ptr<amp::PrecisionAudit> audit;
+  const BatchNormRun plain = run_batch_norm(x, upstream);
+  const BatchNormRun audited = run_batch_norm(x, upstream, &audit);
+  REQUIRE(audit);
+
+  // The audit changed nothing: the output, the gradient and the buffers are the unaudited run's,
+  // and the running statistics moved once (momentum 0.1 from zeros and ones).
+  CHECK(same_bits(audited.y, plain.y));
+  CHECK(same_bits(audited.x_grad, plain.x_grad));
+  CHECK(same_bits(audited.running_mean, plain.running_mean));
+  CHECK(same_bits(audited.running_var, plain.running_var));
+  CHECK(audited.num_batches_tracked.item<int64_t>() == 1);
+  // The gradient the node was given: upstream cast to y's float16 by the cast's backward.
+  const BatchNormReference reference = batch_norm_reference(x, upstream.to(kFloat16), 1e-5);
+  const std::vector<double> running_mean = audited.running_mean.to_vector<double>();
+  const std::vector<double> running_var = audited.running_var.to_vector<double>();
+  for (size_t c = 0; c < 3; ++c) {
+    CHECK(running_mean[c] == Approx(0.1 * reference.mean[c]).epsilon(1e-6));
+    CHECK(running_var[c] == Approx(0.9 + 0.1 * reference.unbiased_var[c]).epsilon(1e-6));
+  }
+
+  const amp::OpPrecision* forward = find_op(*audit, OpId::batch_norm, false);
+  REQUIRE(forward != nullptr);
+  INFO(forward->skipped);
+  REQUIRE(forward->measured());
+  CHECK(forward->dtype == kFloat16);
+  CHECK(forward->module_type == "BatchNorm2d");
+  const Errors forward_errors = errors_of(audited.y, reference.y, 10);
+  CHECK(forward->rel_error == Approx(forward_errors.rel).epsilon(1e-6));
+  CHECK(forward->rel_error > 0);
+  CHECK(forward->rel_error < 2 * std::ldexp(1.0, -11));
+
+  const amp::OpPrecision* node = nullptr;
+  for (const amp::OpPrecision& entry : audit->ops()) {
+    if (entry.whole_node && entry.node == "BatchNormBackward") node = &entry;
+  }
+  REQUIRE(node != nullptr);
+  INFO(node->skipped);
+  REQUIRE(node->measured());
+  CHECK(node->op == OpId::batch_norm);
+  CHECK(node->backward);
+  CHECK(node->module_type == "BatchNorm2d");
+  CHECK(node->dtype == kFloat16);
+  CHECK(node->numel == 4 * 3 * 2 * 2);
+  // The node's float64 rerun reads what its forward saved, batch statistics included, which
+  // the kernel computed in float32: its reference is this one up to the float32 roundings of
+  // mean and 1/std (2^-24 relative), a part in 1e4 of a float16 error of 2e-4.
+  const Errors backward_errors = errors_of(audited.x_grad, reference.dx, 10);
+  CHECK(node->rel_error == Approx(backward_errors.rel).epsilon(2e-4));
+  CHECK(node->rel_error > 0);
+  CHECK_THAT(audit->table(), Contains(" node "));
+}
+
+TEST_CASE("PrecisionAudit reports a cast's backward node as not comparable",
+          "[amp][precision_audit]") {
+  Tensor x = full({4}, 1.5);
+  x.requires_grad_(true);
+  amp::PrecisionAudit audit;
+  sum(mul(x.to(kFloat16), 3.0).to(kFloat32)).backward();
+  audit.stop();
+  bool cast_node = false;
+  for (const amp::OpPrecision& entry : audit.ops()) {
+    if (!entry.whole_node || entry.node != "ToDtypeBackward") continue;
+    // The float16 -> float32 cast's backward casts the gradient back to float16 in float64 too
+    // (float16 gradient) or to float32 (float32 gradient): no float64 answer to compare with.
+    if (entry.dtype == kFloat32) {
+      cast_node = true;
+      CHECK_FALSE(entry.measured());
+      CHECK_THAT(entry.skipped, Contains("fixes its gradients' dtypes"));
+    }
+  }
+  CHECK(cast_node);
+  // The multiply's node (float16 in, float16 out) is measured: 3 g is exact.
+  const amp::OpPrecision* mul_node = nullptr;
+  for (const amp::OpPrecision& entry : audit.ops()) {
+    if (entry.whole_node && entry.node == "MulBackward") mul_node = &entry;
+  }
+  REQUIRE(mul_node != nullptr);
+  REQUIRE(mul_node->measured());
+  CHECK(mul_node->rel_error == 0);
 }

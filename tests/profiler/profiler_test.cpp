@@ -12,6 +12,7 @@
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <sstream>
 #include <thread>
 
@@ -492,4 +493,131 @@ TEST_CASE("a profile on each thread records that thread's ops", "[profiler]") {
   t1.join();
   CHECK(seen[0] == std::vector<OpId>(3, OpId::neg));
   CHECK(seen[1] == std::vector<OpId>(5, OpId::exp));
+}
+
+namespace {
+
+// The index of the only event named `name` (a failed check when there is not exactly one).
+size_t only_event(const std::vector<profiler::Event>& events, const std::string& name) {
+  size_t found = events.size(), count = 0;
+  for (size_t i = 0; i < events.size(); ++i) {
+    if (events[i].name == name) {
+      found = i;
+      ++count;
+    }
+  }
+  INFO(name);
+  REQUIRE(count == 1);
+  return found;
+}
+
+// True when `child` lies below `ancestor` in the recorded nesting.
+bool inside(const std::vector<profiler::Event>& events, size_t child, size_t ancestor) {
+  for (int64_t parent = events[child].parent; parent >= 0; parent = events[size_t(parent)].parent) {
+    if (size_t(parent) == ancestor) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+TEST_CASE("the optimizer's step and GradScaler's work are ranges of the profile", "[profiler]") {
+  auto model = make_mlp();
+  optim::AdamW opt(model->parameters());
+  amp::GradScaler scaler({.init_scale = 1024.0});
+  const Tensor x = randn({5, 8});
+  const Tensor target = randn({5, 4});
+  profiler::Profile prof({.model = model.get()});
+  const Tensor loss = mse_loss((*model)(x), target);
+  scaler.scale(loss).backward();
+  CHECK(scaler.step(opt));
+  scaler.update();
+  {
+    ops::RecordFunction user_range("my block");
+    opt.zero_grad();
+  }
+  prof.stop();
+
+  const std::vector<profiler::Event>& events = prof.events();
+  const size_t scale = only_event(events, "GradScaler.scale");
+  const size_t unscale = only_event(events, "GradScaler.unscale_");
+  const size_t scaler_step = only_event(events, "GradScaler.step");
+  const size_t optimizer_step = only_event(events, "Optimizer.step#AdamW.step");
+  const size_t update = only_event(events, "GradScaler.update");
+  const size_t user = only_event(events, "my block");
+  for (size_t i : {scale, unscale, scaler_step, optimizer_step, update, user}) {
+    CHECK(events[i].range);
+    CHECK_FALSE(events[i].op);
+    CHECK(events[i].cpu_ns > 0);
+    CHECK(events[i].device == Device(kCPU));
+  }
+  // The ranges the user's calls opened are outermost; step's work nests inside it.
+  CHECK(events[scale].parent == -1);
+  CHECK(events[scaler_step].parent == -1);
+  CHECK(events[update].parent == -1);
+  CHECK(int64_t(scaler_step) == events[unscale].parent);
+  CHECK(int64_t(scaler_step) == events[optimizer_step].parent);
+  CHECK(events[optimizer_step].depth == 1);
+  CHECK(events[unscale].start_ns + events[unscale].cpu_ns <= events[optimizer_step].start_ns);
+  // The scaling multiply is the scale range's child; the backward ran outside every range.
+  bool scaling_mul = false;
+  for (size_t i = 0; i < events.size(); ++i) {
+    if (events[i].op == OpId::mul && inside(events, i, scale)) scaling_mul = true;
+    if (!events[i].op && !events[i].range) {  // a backward node
+      const bool in_range = events[i].parent >= 0 && events[size_t(events[i].parent)].range;
+      CHECK_FALSE(in_range);
+    }
+  }
+  CHECK(scaling_mul);
+
+  // key_averages, the table and the trace show them under their names.
+  std::map<std::string, profiler::KeyAverage> by_key;
+  for (const profiler::KeyAverage& a : prof.key_averages()) by_key[a.key] = a;
+  REQUIRE(by_key.count("Optimizer.step#AdamW.step") == 1);
+  const profiler::KeyAverage& step_average = by_key["Optimizer.step#AdamW.step"];
+  CHECK(step_average.count == 1);
+  CHECK(step_average.cpu_time_total >= step_average.self_cpu_time_total);
+  CHECK(step_average.self_cpu_time_total >= 0);
+  CHECK(by_key["GradScaler.step"].cpu_time_total >= step_average.cpu_time_total);
+  const std::string table = prof.table("cpu_time_total", -1);
+  for (const char* name : {"Optimizer.step#AdamW.step", "GradScaler.scale", "GradScaler.unscale_",
+                           "GradScaler.step", "GradScaler.update", "my block"}) {
+    CHECK_THAT(table, Contains(name));
+  }
+  const json trace = json::parse(prof.chrome_trace());
+  std::map<std::string, std::string> category;
+  for (const json& e : trace["traceEvents"]) {
+    if (e["ph"] == "X") category[e["name"].get<std::string>()] = e["cat"].get<std::string>();
+  }
+  CHECK(category["Optimizer.step#AdamW.step"] == "user_annotation");
+  CHECK(category["GradScaler.unscale_"] == "user_annotation");
+  CHECK(category["my block"] == "user_annotation");
+  CHECK(category["mul"] == "cpu_op");
+  CHECK(category["LinearBackward"] == "backward");
+}
+
+TEST_CASE("ranges nest as scopes do and a profile records those it saw begin", "[profiler]") {
+  CHECK_FALSE(ops::in_loss_scaling());
+  {
+    ops::RecordFunction scaling("GradScaler.update", ops::RangeKind::kLossScaling);
+    CHECK(ops::in_loss_scaling());
+    {
+      ops::RecordFunction user("Optimizer.step#SGD.step");
+      CHECK_FALSE(ops::in_loss_scaling());
+    }
+    CHECK(ops::in_loss_scaling());
+  }
+  CHECK_FALSE(ops::in_loss_scaling());
+  // A range begun before the profile is not recorded, and its end closes nothing.
+  std::optional<ops::RecordFunction> early;
+  early.emplace("early");
+  profiler::Profile prof;
+  Tensor y = add(ones({2}), 1.0);
+  early.reset();  // heard by the recorder, which never opened it
+  Tensor z = mul(y, 2.0);
+  prof.stop();
+  REQUIRE(prof.events().size() == 2);
+  CHECK(prof.events()[1].name == "mul");
+  CHECK(prof.events()[1].parent == -1);
+  for (const profiler::Event& event : prof.events()) CHECK(event.name != "early");
 }
