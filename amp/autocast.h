@@ -14,7 +14,10 @@
 #pragma once
 
 #include <optional>
+#include <string>
+#include <vector>
 
+#include "halfgrad/autograd/function.h"
 #include "halfgrad/core/autocast_mode.h"
 #include "halfgrad/core/device.h"
 #include "halfgrad/core/dtype.h"
@@ -56,6 +59,32 @@ class AutocastOff {
   AutocastModeGuard guard_;
 };
 
+// ---- the imperative form (libtorch's at::autocast functions) -----------------------------------
+// What amp::Autocast does, as separate calls, for code ported from libtorch:
+//
+//   amp::set_autocast_enabled(kCPU, true);       // the guard's constructor ...
+//   amp::set_autocast_dtype(kCPU, kBFloat16);
+//   amp::increment_nesting();
+//   loss = cross_entropy(model(x), y);
+//   if (amp::decrement_nesting() == 0) amp::clear_cache();   // ... and its destructor
+//   amp::set_autocast_enabled(kCPU, false);
+//
+// They change the calling thread's mode only. Unlike the guard they restore nothing: a program
+// that sets a flag sets it back. The weight-cast cache keeps casts only while the nesting count
+// is above zero (NOTE [Weight-cast cache]), so autocast enabled without increment_nesting runs
+// correctly, uncached, instead of keeping every weight's cast for the rest of the thread.
+void set_autocast_enabled(DeviceType device_type, bool enabled);
+// float16 or bfloat16 (hg::Error naming the dtype given, nothing changed, for any other).
+void set_autocast_dtype(DeviceType device_type, DType dtype);
+void set_autocast_cache_enabled(bool enabled);
+// Whether autocast can run on the device type (both of halfgrad's can).
+bool is_autocast_available(DeviceType device_type);
+// The thread's nesting count: one more, one less (an hg::Error at 0); each returns the new count.
+int increment_nesting();
+int decrement_nesting();
+// Drops the thread's cached weight casts.
+void clear_cache();
+
 // ---- cast policies (ops/autocast.h) ------------------------------------------------------------
 // cast_policy(op, device_type): the policy autocast applies, op_list.def's unless overridden;
 // set_cast_policy(op, device_type, policy) overrides it for every thread; reset_cast_policies()
@@ -66,5 +95,53 @@ using ops::set_cast_policy;
 
 // Casts in the weight-cast cache of this thread (NOTE [Weight-cast cache] in ops/autocast.h).
 using ops::weight_cast_cache_size;
+
+// ---- registering a policy (torch.library.register_autocast) -----------------------------------
+// A policy for a built-in op on a device type, for every thread: set_cast_policy by another name.
+void register_autocast(OpId op, DeviceType device_type, CastPolicy policy);
+
+// A policy for a custom autograd::Function on a device type, for every thread (NOTE [Autocast
+// for custom functions] in autograd/function.h). Under autocast on that device type, F::apply
+// casts its floating inputs as the policy says and runs forward with autocast off for it:
+//
+//   struct FusedGelu : autograd::Function<FusedGelu> {
+//     static constexpr const char* kName = "FusedGelu";
+//     ...
+//   };
+//   amp::register_autocast<FusedGelu>(kCUDA, CastPolicy::LowerPrecision);
+//
+// The registration takes precedence over F's kCastInputs; Unlisted runs F as called (its ops
+// autocast one by one), Banned makes calling it under autocast an error. F needs a kName of its
+// own: it names F in errors and in policy_table(). Registering again replaces the policy.
+template <class F>
+void register_autocast(DeviceType device_type, CastPolicy policy);
+
+// One registration of a custom Function.
+struct RegisteredAutocast {
+  std::string name;
+  DeviceType device_type;
+  CastPolicy policy;
+};
+// The registrations, by name then device type.
+std::vector<RegisteredAutocast> registered_autocasts();
+// Drops every custom Function's registration (built-in ops: reset_cast_policies).
+void reset_autocast_registrations();
+
+// hg-ops's table: one line per op, tab-separated "name cuda_policy cpu_policy differentiable fp8",
+// the policies in force (set_cast_policy's included), then one line per registered custom
+// Function ("unlisted" on a device type it has no registration for). A program prints it to see
+// the policies its own registrations made; hg-ops prints the library's.
+std::string policy_table(bool header = false);
+
+namespace detail {
+void register_function_autocast(const void* function, const char* name, DeviceType device_type,
+                                CastPolicy policy);
+}  // namespace detail
+
+template <class F>
+void register_autocast(DeviceType device_type, CastPolicy policy) {
+  detail::register_function_autocast(autograd::detail::function_id<F>(), F::kName, device_type,
+                                     policy);
+}
 
 }  // namespace hg::amp

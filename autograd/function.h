@@ -25,6 +25,7 @@
 #pragma once
 
 #include <any>
+#include <atomic>
 #include <iterator>
 #include <optional>
 #include <string>
@@ -97,6 +98,30 @@ class FunctionNode final : public Node {
   AutocastMode autocast;  // the autocast mode forward ran under (replayed by custom_bwd)
 };
 
+// NOTE [Autocast for custom functions] A Function declares its autocast behaviour at compile
+// time (kCastInputs, torch's custom_fwd), or a program registers one at run time for a device
+// type with amp::register_autocast<F>(device_type, policy) (torch.library.register_autocast),
+// which takes precedence. The registry is amp's (amp/autocast.cpp), above this layer: it installs
+// the lookup below with its first registration, so apply() reaches it through one pointer and,
+// in a program that registers nothing, pays one atomic load under autocast and nothing outside.
+// A registered policy other than Unlisted casts the floating inputs of the device type
+// (LowerPrecision: to the autocast dtype, Fp32: to float32, Promote: to the widest floating
+// input) and runs forward with autocast off for it, as kCastInputs does; Banned is an error.
+struct FunctionCast {
+  bool registered = false;           // false: do what the Function declares
+  std::optional<DType> cast_to;      // registered: the inputs' dtype, or none (Unlisted)
+};
+using FunctionCastLookup = FunctionCast (*)(const void* function, DeviceType device_type,
+                                            const std::vector<Tensor>& inputs);
+extern std::atomic<FunctionCastLookup> function_cast_lookup;
+
+// One address per Function type, the registry's key.
+template <class Derived>
+const void* function_id() {
+  static constexpr char id = 0;
+  return &id;
+}
+
 inline void collect(std::vector<Tensor>& out, const Tensor& t) { out.push_back(t); }
 template <class T>
 void collect(std::vector<Tensor>&, const T&) {}
@@ -124,10 +149,19 @@ struct Function {
     }
     bool cast = false;
     DType cast_to = kFloat32;
-    if constexpr (requires { Derived::kCastInputs; }) {
-      if (Derived::kCastInputs && device_type && is_autocast_enabled(*device_type)) {
-        cast = true;
-        cast_to = *Derived::kCastInputs;
+    if (device_type && is_autocast_enabled(*device_type)) {
+      detail::FunctionCast registered;
+      if (const auto lookup = detail::function_cast_lookup.load(std::memory_order_acquire)) {
+        registered = lookup(detail::function_id<Derived>(), *device_type, given);
+      }
+      if (registered.registered) {
+        cast = registered.cast_to.has_value();
+        if (cast) cast_to = *registered.cast_to;
+      } else if constexpr (requires { Derived::kCastInputs; }) {
+        if (Derived::kCastInputs) {
+          cast = true;
+          cast_to = *Derived::kCastInputs;
+        }
       }
     }
     const auto prepare = [&](auto&& arg) {

@@ -8,7 +8,9 @@
 #include <unordered_map>
 
 #include "halfgrad/autograd/grad_mode.h"
+#include "halfgrad/core/error.h"
 #include "halfgrad/core/tensor.h"
+#include "halfgrad/ops/autocast_nesting.h"
 
 namespace hg::ops {
 
@@ -102,10 +104,27 @@ Tensor autocast_input(const Tensor& input, DType target, DeviceType device_type)
 
 size_t weight_cast_cache_size() { return weight_casts.casts.size(); }
 
-void enter_autocast_region() { ++weight_casts.regions; }
+int autocast_nesting() { return weight_casts.regions; }
 
+int increment_autocast_nesting() { return ++weight_casts.regions; }
+
+int decrement_autocast_nesting() {
+  HG_CHECK(weight_casts.regions > 0,
+           "decrement_nesting: expected an open autocast region on this thread (a nesting count "
+           "above 0), got a count of 0: every decrement_nesting needs an increment_nesting or an "
+           "amp::Autocast guard before it");
+  return --weight_casts.regions;
+}
+
+void clear_autocast_cache() { weight_casts.casts.clear(); }
+
+void enter_autocast_region() { increment_autocast_nesting(); }
+
+// Called by amp::Autocast's destructor, so it never throws: a count already at 0 (the user
+// decremented it by hand inside the guard) stays 0.
 void leave_autocast_region() {
-  if (--weight_casts.regions == 0) weight_casts.casts.clear();
+  if (weight_casts.regions == 0) return;
+  if (--weight_casts.regions == 0) clear_autocast_cache();
 }
 
 }  // namespace hg::ops
