@@ -332,6 +332,17 @@ void GradScaler::unscale_(optim::Optimizer& optimizer) {
   state.stage = Stage::kUnscaled;
 }
 
+void GradScaler::check_ready_for_closure(const optim::Optimizer& optimizer) const {
+  if (!options_.enabled) return;
+  const auto it = per_optimizer_states_.find(&optimizer);
+  if (it == per_optimizer_states_.end() || it->second.stage == Stage::kReady) return;
+  HG_ERROR(
+      "GradScaler.step(optimizer, closure): expected the optimizer at the start of an iteration "
+      "(the closure recomputes its gradients), got {} already called for it since the last "
+      "update(); call unscale_ inside the closure, after backward",
+      it->second.stage == Stage::kUnscaled ? "unscale_" : "step");
+}
+
 StepResult GradScaler::step(optim::Optimizer& optimizer) {
   const ops::RecordFunction range("GradScaler.step", ops::RangeKind::kLossScaling);
   if (!options_.enabled) {

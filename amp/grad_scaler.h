@@ -36,6 +36,8 @@
 // throws, after doing its own update).
 #pragma once
 
+#include <array>
+#include <concepts>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -43,7 +45,10 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <tuple>
+#include <type_traits>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "halfgrad/amp/overflow_report.h"
@@ -55,6 +60,58 @@ class Optimizer;
 }
 
 namespace hg::amp {
+
+namespace detail {
+
+// NOTE [Scaling nested outputs] torch's scale(outputs) takes a tensor or any iterable of them,
+// nested, and returns the same structure. Here the structure is a type: a Tensor, or a
+// std::vector, std::array, std::pair, std::tuple or std::optional of such, or a std::map or
+// std::unordered_map whose values are such (the keys are kept). TensorTree says whether a type
+// is one, so that anything else fails to compile instead of passing through unscaled.
+template <class T>
+struct TensorTree : std::false_type {};
+template <>
+struct TensorTree<Tensor> : std::true_type {};
+template <class T, class A>
+struct TensorTree<std::vector<T, A>> : TensorTree<T> {};
+template <class T, size_t N>
+struct TensorTree<std::array<T, N>> : TensorTree<T> {};
+template <class T>
+struct TensorTree<std::optional<T>> : TensorTree<T> {};
+template <class A, class B>
+struct TensorTree<std::pair<A, B>> : std::bool_constant<TensorTree<A>::value && TensorTree<B>::value> {};
+template <class... T>
+struct TensorTree<std::tuple<T...>> : std::bool_constant<(TensorTree<T>::value && ...)> {};
+template <class K, class V, class C, class A>
+struct TensorTree<std::map<K, V, C, A>> : TensorTree<V> {};
+template <class K, class V, class H, class E, class A>
+struct TensorTree<std::unordered_map<K, V, H, E, A>> : TensorTree<V> {};
+
+template <class T>
+concept TensorStructure = TensorTree<std::remove_cvref_t<T>>::value;
+
+// The same structure with f applied to every tensor, in order.
+template <class T, class F>
+T map_tensors(const T& tree, F& f) {
+  if constexpr (std::is_same_v<T, Tensor>) {
+    return f(tree);
+  } else if constexpr (requires { std::tuple_size<T>::value; }) {  // array, pair, tuple
+    return std::apply([&](const auto&... e) { return T{map_tensors(e, f)...}; }, tree);
+  } else if constexpr (requires { typename T::mapped_type; }) {  // map, unordered_map
+    T out;
+    for (const auto& [key, value] : tree) out.emplace(key, map_tensors(value, f));
+    return out;
+  } else if constexpr (requires { tree.has_value(); }) {  // optional
+    return tree ? T(map_tensors(*tree, f)) : T();
+  } else {  // vector
+    T out;
+    out.reserve(tree.size());
+    for (const auto& e : tree) out.push_back(map_tensors(e, f));
+    return out;
+  }
+}
+
+}  // namespace detail
 
 struct GradScalerOptions {
   // PyTorch's parameters and defaults.
@@ -133,6 +190,15 @@ class GradScaler {
   // one-element float32 tensor makes it). Disabled: the input itself.
   Tensor scale(const Tensor& outputs);
   std::vector<Tensor> scale(const std::vector<Tensor>& outputs);
+  // torch's scale over nested containers (NOTE [Scaling nested outputs]): the same structure,
+  // every tensor scaled, e.g. scale(std::pair{loss_a, std::map<std::string, Tensor>{...}}).
+  template <class Outputs>
+    requires detail::TensorStructure<Outputs>
+  Outputs scale(const Outputs& outputs) {
+    if (!options_.enabled) return outputs;
+    auto scale_each = [this](const Tensor& t) { return scale_one(t); };
+    return detail::map_tensors(outputs, scale_each);
+  }
 
   // Multiplies every gradient of the optimizer's parameters by 1/scale (the reciprocal in
   // float64, applied in float32) and records, per device, whether any gradient held an inf
@@ -146,6 +212,28 @@ class GradScaler {
   // optimizer stepped (see StepResult). An optimizer with a scaled step (SGD, Adam, AdamW) is
   // handed the found_inf flag and skips on its own, on the device for CUDA parameters.
   StepResult step(optim::Optimizer& optimizer);
+  // torch's step(optimizer, closure): the closure recomputes the loss and the gradients
+  // (zero_grad, forward, scale(loss).backward(), and unscale_ if it clips) and returns what it
+  // wants returned, usually the loss. It is called once, first, as SGD's and Adam's
+  // step(closure) call it; then the step goes as step(optimizer). Returns the closure's value
+  // when the optimizer stepped and nullopt when the step was skipped (torch returns None
+  // then), or, for a closure returning nothing, the StepResult. Reading whether it stepped waits
+  // for the device on CUDA. The optimizer must be where an iteration starts (no unscale_ or
+  // step since the last update()): the closure's gradients replace whatever was unscaled.
+  template <class Closure>
+    requires std::invocable<Closure&>
+  auto step(optim::Optimizer& optimizer, Closure&& closure) {
+    using Value = std::invoke_result_t<Closure&>;
+    check_ready_for_closure(optimizer);
+    if constexpr (std::is_void_v<Value>) {
+      closure();
+      return step(optimizer);
+    } else {
+      std::optional<std::remove_cvref_t<Value>> value(closure());
+      if (!step(optimizer)) value.reset();
+      return value;
+    }
+  }
 
   // Updates the scale from this iteration's found_inf flags, or sets it to new_scale (finite
   // and > 0, or hg::Error).
@@ -208,6 +296,7 @@ class GradScaler {
 
   // The state machine and the host's update (grad_scaler.cpp).
   void check_scale_initialized(const char* method) const;
+  void check_ready_for_closure(const optim::Optimizer& optimizer) const;
   Tensor scale_one(const Tensor& output);
   // Sum of every found_inf flag recorded since the last update (a host read).
   double found_inf_sum() const;
