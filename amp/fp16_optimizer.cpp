@@ -10,6 +10,7 @@
 #include "halfgrad/core/factory.h"
 #include "halfgrad/core/format.h"
 #include "halfgrad/nn/utils.h"
+#include "halfgrad/ops/observer.h"
 #include "halfgrad/ops/ops.h"
 #if HALFGRAD_HAS_CUDA
 #include <map>
@@ -49,21 +50,27 @@ FP16Optimizer::FP16Optimizer(const std::vector<Tensor>& model_params,
   HG_CHECK(optimizer != nullptr,
            "FP16Optimizer: expected the factory to return an optimizer, "
            "got a null pointer");
-  init(std::move(optimizer), options, known);
+  owned_optimizer_ = std::move(optimizer);
+  init(*owned_optimizer_, options, known);
 }
 
 FP16Optimizer::FP16Optimizer(std::unique_ptr<optim::Optimizer> init_optimizer,
                              FP16OptimizerOptions options) {
   HG_CHECK(init_optimizer != nullptr, "FP16Optimizer: expected an optimizer, got a null pointer");
-  init(std::move(init_optimizer), options, {});
+  owned_optimizer_ = std::move(init_optimizer);
+  init(*owned_optimizer_, options, {});
 }
 
-void FP16Optimizer::init(std::unique_ptr<optim::Optimizer> optimizer, FP16OptimizerOptions options,
+FP16Optimizer::FP16Optimizer(optim::Optimizer& init_optimizer, FP16OptimizerOptions options) {
+  init(init_optimizer, options, {});
+}
+
+void FP16Optimizer::init(optim::Optimizer& optimizer, FP16OptimizerOptions options,
                          const std::vector<Pair>& known) {
-  std::vector<optim::ParamGroup>& groups = optimizer->param_groups();
+  std::vector<optim::ParamGroup>& groups = optimizer.param_groups();
   for (size_t g = 0; g < groups.size(); ++g) {
     for (size_t i = 0; i < groups[g].params.size(); ++i) {
-      HG_CHECK(optimizer->state(g, i).empty(),
+      HG_CHECK(optimizer.state(g, i).empty(),
                "FP16Optimizer: expected an optimizer that has not stepped yet, param {} of group "
                "{} has state",
                i, g);
@@ -102,7 +109,7 @@ void FP16Optimizer::init(std::unique_ptr<optim::Optimizer> optimizer, FP16Optimi
     fp16_groups_.push_back(std::move(fp16));
     fp32_groups_.push_back(std::move(fp32));
   }
-  optimizer_ = std::move(optimizer);
+  optimizer_ = &optimizer;
 }
 
 std::vector<Tensor> FP16Optimizer::all_model_params() const {
@@ -129,6 +136,9 @@ void FP16Optimizer::backward(const Tensor& loss, bool update_master_grads, bool 
 }
 
 void FP16Optimizer::update_master_grads() {
+  // The scaler's bookkeeping (NOTE [Recorded ranges]): copies and unscaling of scaled values.
+  const ops::RecordFunction range("FP16Optimizer.update_master_grads",
+                                  ops::RangeKind::kLossScaling);
   if (loss_scaler_->is_dynamic()) {
     overflow_ = loss_scaler_->has_overflow(all_model_params());
     if (overflow_) return;

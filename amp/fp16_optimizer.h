@@ -64,6 +64,9 @@ class FP16Optimizer {
   // init_optimizer was built over the model's parameters; it must not have stepped yet.
   explicit FP16Optimizer(std::unique_ptr<optim::Optimizer> init_optimizer,
                          FP16OptimizerOptions options = {});
+  // The same over an optimizer it does not own (amp::initialize's O2, which changes the user's
+  // optimizer in place as Apex does): it must outlive this FP16Optimizer.
+  explicit FP16Optimizer(optim::Optimizer& init_optimizer, FP16OptimizerOptions options = {});
   FP16Optimizer(const FP16Optimizer&) = delete;
   FP16Optimizer& operator=(const FP16Optimizer&) = delete;
 
@@ -102,12 +105,13 @@ class FP16Optimizer {
     Tensor model;
     Tensor master;
   };
-  void init(std::unique_ptr<optim::Optimizer> optimizer, FP16OptimizerOptions options,
+  void init(optim::Optimizer& optimizer, FP16OptimizerOptions options,
             const std::vector<Pair>& known);
   std::vector<Tensor> all_model_params() const;
   std::vector<Tensor> all_master_params() const;
 
-  std::unique_ptr<optim::Optimizer> optimizer_;
+  std::unique_ptr<optim::Optimizer> owned_optimizer_;  // null when the caller owns it
+  optim::Optimizer* optimizer_ = nullptr;
   std::unique_ptr<LossScaler> loss_scaler_;
   // Per param group: the (model, master) pairs of float16/bfloat16 params, and the float32
   // params that are their own masters.

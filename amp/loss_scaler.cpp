@@ -10,6 +10,7 @@
 #include "halfgrad/config.h"
 #include "halfgrad/core/error.h"
 #include "halfgrad/core/whole_number.h"
+#include "halfgrad/ops/observer.h"
 #include "halfgrad/ops/ops.h"
 #if HALFGRAD_HAS_CUDA
 #include <map>
@@ -63,6 +64,8 @@ void LossScaler::set_loss_scale(double scale) {
 
 Tensor LossScaler::scale_loss(const Tensor& loss) const {
   HG_CHECK(loss.defined(), "scale_loss: expected a defined loss tensor, got an undefined one");
+  // The scaler's own op (NOTE [Recorded ranges]): an overflow here is the scale's, on purpose.
+  const ops::RecordFunction range("LossScaler.scale_loss", ops::RangeKind::kLossScaling);
   return loss.to(kFloat32) * Scalar(cur_scale_);
 }
 

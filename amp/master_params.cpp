@@ -76,7 +76,8 @@ nn::Module& convert_network(nn::Module& model, DType dtype) {
            "convert_network: expected float16 or bfloat16, got {}", dtype);
   model.to(dtype);
   model.apply([](nn::Module& m) {
-    if (dynamic_cast<nn::BatchNorm2d*>(&m) != nullptr ||
+    // Every batch norm (1d and 2d share BatchNormBase), as apex's _BatchNorm test.
+    if (dynamic_cast<nn::BatchNormBase*>(&m) != nullptr ||
         dynamic_cast<nn::LayerNorm*>(&m) != nullptr ||
         dynamic_cast<nn::GroupNorm*>(&m) != nullptr) {
       m.to(kFloat32);

@@ -43,8 +43,8 @@ void master_params_to_model_params(const std::vector<Tensor>& model_params,
                                    bool flat_master = false);
 
 // Converts the model to float16 or bfloat16 in place, then returns its normalization layers
-// (BatchNorm2d, LayerNorm, GroupNorm) to float32, as apex's convert_network (BN_convert_float).
-// Parameter identity is kept (nn::set_data). Returns the model.
+// (BatchNorm1d, BatchNorm2d, LayerNorm, GroupNorm) to float32, as apex's convert_network
+// (BN_convert_float). Parameter identity is kept (nn::set_data). Returns the model.
 nn::Module& convert_network(nn::Module& model, DType dtype);
 
 // apex's tofp16: casts a floating input to dtype (other inputs pass as they are).

@@ -249,3 +249,28 @@ TEST_CASE("OverflowWatch still names a forward overflow as the forward op",
   CHECK_FALSE(watch.first_non_finite()->backward);
   CHECK(watch.first_non_finite()->module == "2");
 }
+
+TEST_CASE("OverflowWatch ignores the Apex scalers' own ops and names the model's backward node",
+          "[amp][overflow_watch]") {
+  // The same classifier in float16 through FP16Optimizer with a static scale of 1024: the
+  // scaled float32 loss (1024 * 204.8) is beyond float16's range, on purpose and harmless; the
+  // gradient reaching the float16 output (1024) fits, and the weight's gradient (16 * 1024 * 10)
+  // overflows.
+  auto model = classifier();
+  model->to(kFloat16);
+  amp::FP16Optimizer opt(
+      model->parameters(),
+      [](std::vector<Tensor> masters) {
+        return std::make_unique<optim::SGD>(std::move(masters), optim::SGDOptions{.lr = 0.1});
+      },
+      {.static_loss_scale = 1024.0});
+  amp::OverflowWatch watch(model.get());
+  const Tensor loss = sum(model->forward(full({16, 8}, 10.0, kFloat16)).to(kFloat32));
+  CHECK_FALSE(watch.first_beyond_float16().has_value());
+  opt.backward(loss);
+  REQUIRE(watch.found());
+  CHECK(watch.first_non_finite()->node == "LinearBackward");
+  // The scaled loss is not reported as a value beyond float16 (nothing else is: the first
+  // beyond-float16 finding is of float32 outputs, and the model's are float16).
+  CHECK_FALSE(watch.first_beyond_float16().has_value());
+}

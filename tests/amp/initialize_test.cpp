@@ -1,0 +1,277 @@
+// amp::initialize: Apex's opt levels (their properties as Apex documents them), each level's
+// training step against the same step written by hand with halfgrad's parts, the dynamic
+// scale's skip and backoff, and the errors. Scales are powers of two, so the steps written by
+// hand and through the handle agree bit for bit.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <limits>
+#include <memory>
+#include <vector>
+
+#include "halfgrad/amp/initialize.h"
+#include "halfgrad/halfgrad.h"
+
+using namespace hg;
+using Catch::Contains;
+
+namespace {
+
+std::shared_ptr<nn::Sequential> small_model(uint64_t seed) {
+  manual_seed(seed);
+  auto model = std::make_shared<nn::Sequential>();
+  model->push_back(std::make_shared<nn::Linear>(4, 8));
+  model->push_back(std::make_shared<nn::LayerNorm>(8));
+  model->push_back(std::make_shared<nn::Linear>(8, 3));
+  return model;
+}
+
+std::vector<float> floats(const Tensor& t) { return t.detach().to(kFloat32).to_vector<float>(); }
+
+std::vector<std::vector<float>> all_floats(const std::vector<Tensor>& tensors) {
+  std::vector<std::vector<float>> out;
+  for (const Tensor& t : tensors) out.push_back(floats(t));
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("the opt levels resolve to Apex's properties", "[amp][initialize]") {
+  const amp::AmpProperties o0 = amp::resolve_opt_level(amp::OptLevel::O0);
+  CHECK(o0.cast_model_type == kFloat32);
+  CHECK_FALSE(o0.patch_torch_functions);
+  CHECK_FALSE(o0.keep_batchnorm_fp32.has_value());
+  CHECK_FALSE(o0.master_weights);
+  CHECK_FALSE(o0.loss_scale.is_dynamic());
+  CHECK(o0.loss_scale.value() == 1.0);
+
+  const amp::AmpProperties o1 = amp::resolve_opt_level(amp::OptLevel::O1);
+  CHECK_FALSE(o1.cast_model_type.has_value());
+  CHECK(o1.patch_torch_functions);
+  CHECK_FALSE(o1.master_weights);
+  CHECK(o1.loss_scale.is_dynamic());
+
+  const amp::AmpProperties o2 = amp::resolve_opt_level(amp::OptLevel::O2);
+  CHECK(o2.cast_model_type == kFloat16);
+  CHECK_FALSE(o2.patch_torch_functions);
+  CHECK(o2.keep_batchnorm_fp32 == true);
+  CHECK(o2.master_weights);
+  CHECK(o2.loss_scale.is_dynamic());
+  CHECK(o2.cast_model_outputs == kFloat32);
+
+  const amp::AmpProperties o3 = amp::resolve_opt_level(amp::OptLevel::O3);
+  CHECK(o3.cast_model_type == kFloat16);
+  CHECK(o3.keep_batchnorm_fp32 == false);
+  CHECK_FALSE(o3.master_weights);
+  CHECK(o3.loss_scale.value() == 1.0);
+
+  // Apex's keyword overrides, and halfgrad's bfloat16.
+  const amp::AmpProperties o2_static =
+      amp::resolve_opt_level(amp::OptLevel::O2, {.loss_scale = 128.0, .half_dtype = kBFloat16});
+  CHECK(o2_static.cast_model_type == kBFloat16);
+  CHECK_FALSE(o2_static.loss_scale.is_dynamic());
+  CHECK(o2_static.loss_scale.value() == 128.0);
+  const amp::AmpProperties o3_dynamic =
+      amp::resolve_opt_level(amp::OptLevel::O3, {.keep_batchnorm_fp32 = true, .loss_scale = "dynamic"});
+  CHECK(o3_dynamic.keep_batchnorm_fp32 == true);
+  CHECK(o3_dynamic.loss_scale.is_dynamic());
+  CHECK(amp::opt_level_from_string("O2") == amp::OptLevel::O2);
+  CHECK(amp::opt_level_name(amp::OptLevel::O3) == "O3");
+}
+
+TEST_CASE("amp::initialize refuses options Apex refuses, naming them", "[amp][initialize][errors]") {
+  CHECK_THROWS_WITH(amp::opt_level_from_string("02"),
+                    Contains("got \"02\"") && Contains("letter O, not the digit zero"));
+  CHECK_THROWS_WITH(amp::opt_level_from_string("O4"), Contains("expected an opt level"));
+  CHECK_THROWS_WITH(amp::resolve_opt_level(amp::OptLevel::O1, {.master_weights = true}),
+                    Contains("expected master_weights only with a 16-bit cast_model_type"));
+  CHECK_THROWS_WITH(amp::resolve_opt_level(amp::OptLevel::O2, {.patch_torch_functions = true}),
+                    Contains("expected either patch_torch_functions"));
+  CHECK_THROWS_WITH(amp::resolve_opt_level(amp::OptLevel::O2, {.cast_model_type = kFloat64}),
+                    Contains("expected cast_model_type float32, float16 or bfloat16, got float64"));
+  CHECK_THROWS_WITH(amp::resolve_opt_level(amp::OptLevel::O0, {.half_dtype = kFloat32}),
+                    Contains("expected half_dtype float16 or bfloat16, got float32"));
+  CHECK_THROWS_WITH(amp::LossScale("static"), Contains("expected loss_scale \"dynamic\""));
+  CHECK_THROWS_WITH(amp::LossScale(0.0), Contains("expected loss_scale finite and > 0"));
+
+  // An optimizer that has stepped (its momentum buffers exist): nothing converted.
+  auto model = small_model(1);
+  optim::SGD opt(model->parameters(), {.lr = 0.1, .momentum = 0.9});
+  (*model)(randn({2, 4})).sum().backward();
+  opt.step();
+  CHECK_THROWS_WITH(amp::initialize(*model, opt, "O2"),
+                    Contains("expected an optimizer that has not stepped yet"));
+  for (const Tensor& p : model->parameters()) CHECK(p.dtype() == kFloat32);
+}
+
+TEST_CASE("O0 trains as plain float32 does", "[amp][initialize]") {
+  auto model = small_model(7);
+  auto twin = small_model(7);
+  optim::SGD opt(model->parameters(), {.lr = 0.1});
+  optim::SGD twin_opt(twin->parameters(), {.lr = 0.1});
+  auto handle = amp::initialize(*model, opt, "O0");
+  CHECK(handle.loss_scale() == 1.0);
+  manual_seed(3);
+  const Tensor x = randn({5, 4});
+  const Tensor y = randn({5, 3});
+  for (int step = 0; step < 3; ++step) {
+    handle.zero_grad();
+    handle.backward(mse_loss((*model)(x), y));
+    CHECK(handle.step());
+    twin_opt.zero_grad();
+    mse_loss((*twin)(x), y).backward();
+    twin_opt.step();
+  }
+  CHECK(all_floats(model->parameters()) == all_floats(twin->parameters()));
+}
+
+TEST_CASE("O1 autocasts while the handle lives and scales the loss dynamically",
+          "[amp][initialize]") {
+  auto model = small_model(11);
+  auto twin = small_model(11);
+  optim::SGD opt(model->parameters(), {.lr = 0.05});
+  optim::SGD twin_opt(twin->parameters(), {.lr = 0.05});
+  manual_seed(5);
+  const Tensor x = randn({6, 4});
+  const Tensor y = randn({6, 3});
+  {
+    auto handle = amp::initialize(*model, opt, "O1");
+    CHECK(amp::is_autocast_enabled(kCPU));
+    CHECK(amp::get_autocast_dtype(kCPU) == kFloat16);
+    CHECK(handle.loss_scale() == 65536.0);
+    for (int step = 0; step < 3; ++step) {
+      handle.zero_grad();
+      const Tensor out = (*model)(x);
+      CHECK(out.dtype() == kFloat16);  // the last linear ran in float16
+      handle.backward(mse_loss(out, y));
+      CHECK(amp::weight_cast_cache_size() == 0);  // dropped before the weights change
+      CHECK(handle.step());
+
+      // The same step by hand: autocast in float16, the loss scaled by 2^16, grads unscaled.
+      twin_opt.zero_grad();
+      Tensor twin_loss;
+      {
+        amp::Autocast autocast(kCPU, kFloat16);
+        twin_loss = mse_loss((*twin)(x), y);
+      }
+      (twin_loss.to(kFloat32) * 65536.0).backward();
+      {
+        NoGradGuard no_grad;
+        for (const Tensor& p : twin->parameters()) {
+          Tensor grad = p.grad();
+          grad.mul_(1.0 / 65536.0);
+        }
+      }
+      twin_opt.step();
+    }
+    // The parameters stayed float32 (O1 casts per op, not the model).
+    for (const Tensor& p : model->parameters()) CHECK(p.dtype() == kFloat32);
+  }
+  CHECK_FALSE(amp::is_autocast_enabled(kCPU));
+  CHECK(amp::get_autocast_dtype(kCPU) == kBFloat16);
+  CHECK(all_floats(model->parameters()) == all_floats(twin->parameters()));
+}
+
+TEST_CASE("O2 keeps float32 masters and a 16-bit model with float32 norm layers",
+          "[amp][initialize]") {
+  auto model = small_model(13);
+  const std::vector<Tensor> params = model->parameters();  // linear, norm, linear
+  optim::SGD opt(params, {.lr = 0.1});
+  manual_seed(9);
+  const Tensor x = randn({4, 4});
+  const Tensor y = randn({4, 3});
+  {
+    auto handle = amp::initialize(*model, opt, amp::OptLevel::O2);
+    const auto named = model->named_parameters();
+    for (const auto& [name, p] : named) {
+      INFO(name);
+      CHECK(p.dtype() == (name.rfind("1.", 0) == 0 ? kFloat32 : kFloat16));
+    }
+    // The optimizer now steps float32 masters.
+    for (const Tensor& p : handle.optimizer().param_groups()[0].params) CHECK(p.dtype() == kFloat32);
+    // A float32 input is cast in, the output cast out to float32.
+    const Tensor out = (*model)(x);
+    CHECK(out.dtype() == kFloat32);
+    handle.zero_grad();
+    handle.backward(mse_loss(out, y));
+    CHECK(handle.step());
+    // The model holds the masters rounded to its dtypes.
+    const auto& masters = handle.optimizer().param_groups()[0].params;
+    for (size_t i = 0; i < params.size(); ++i) {
+      CHECK(floats(params[i]) == floats(masters[i].to(params[i].dtype())));
+    }
+    // A gradient that is not finite: the step is skipped and the scale backs off.
+    const std::vector<std::vector<float>> before = all_floats(masters);
+    handle.zero_grad();
+    handle.backward(mse_loss((*model)(x), y) * std::numeric_limits<float>::infinity());
+    CHECK_FALSE(handle.step());
+    CHECK(handle.loss_scale() == 32768.0);
+    CHECK(all_floats(masters) == before);
+  }
+  // Without the handle the hooks are gone: a 16-bit input gives a 16-bit output.
+  CHECK((*model)(x.to(kFloat16)).dtype() == kFloat16);
+}
+
+TEST_CASE("O3 steps the 16-bit weights with loss scale 1", "[amp][initialize]") {
+  auto model = small_model(17);
+  optim::SGD opt(model->parameters(), {.lr = 0.1});
+  auto handle = amp::initialize(*model, opt, "O3");
+  for (const Tensor& p : model->parameters()) CHECK(p.dtype() == kFloat16);
+  for (const Tensor& p : handle.optimizer().param_groups()[0].params) CHECK(p.dtype() == kFloat16);
+  CHECK(handle.loss_scale() == 1.0);
+  manual_seed(2);
+  const Tensor x = randn({3, 4});
+  const Tensor y = randn({3, 3});
+  const std::vector<std::vector<float>> before = all_floats(model->parameters());
+  handle.zero_grad();
+  handle.backward(mse_loss((*model)(x), y));
+  const std::vector<Tensor> grads = [&] {
+    std::vector<Tensor> g;
+    for (const Tensor& p : model->parameters()) g.push_back(p.grad().detach().clone());
+    return g;
+  }();
+  CHECK(handle.step());
+  // p - 0.1 g in float64, within float16's rounding of the result.
+  const std::vector<Tensor> params = model->parameters();
+  for (size_t i = 0; i < params.size(); ++i) {
+    const std::vector<float> got = floats(params[i]);
+    const std::vector<float> g = floats(grads[i]);
+    for (size_t k = 0; k < got.size(); ++k) {
+      const double expected = double(before[i][k]) - 0.1 * double(g[k]);
+      CHECK(std::abs(got[k] - expected) <= std::abs(expected) * 0x1p-10 + 0x1p-24);
+    }
+  }
+  CHECK(handle.state_dict().at("cur_scale") == 1.0);
+}
+
+TEST_CASE("the README's O2 loop trains with BatchNorm1d kept in float32",
+          "[amp][initialize][readme]") {
+  manual_seed(21);
+  auto model = std::make_shared<nn::Sequential>();
+  model->push_back(std::make_shared<nn::Linear>(16, 32));
+  model->push_back(std::make_shared<nn::BatchNorm1d>(32));
+  model->push_back(std::make_shared<nn::ReLU>());
+  model->push_back(std::make_shared<nn::Linear>(32, 4));
+  optim::SGD opt(model->parameters(), {.lr = 0.05, .momentum = 0.9});
+  auto handle = amp::initialize(*model, opt, "O2");
+  for (const auto& [name, p] : model->named_parameters()) {
+    INFO(name);
+    CHECK(p.dtype() == (name.rfind("1.", 0) == 0 ? kFloat32 : kFloat16));
+  }
+  // Four classes, each a direction in the input space.
+  const Tensor x = randn({64, 16});
+  const Tensor y = argmax(matmul(x, randn({16, 4})), 1);
+  double first = 0.0;
+  double last = 0.0;
+  for (int step = 0; step < 30; ++step) {
+    handle.zero_grad();
+    const Tensor logits = (*model)(x);
+    REQUIRE(logits.dtype() == kFloat32);
+    const Tensor loss = cross_entropy(logits, y);
+    (step == 0 ? first : last) = loss.item<double>();
+    handle.backward(loss);
+    handle.step();
+  }
+  CHECK(std::isfinite(last));
+  CHECK(last < 0.5 * first);
+}
