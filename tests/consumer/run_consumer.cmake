@@ -26,6 +26,26 @@ message(STATUS "consumer printed:\n${LAST_OUTPUT}")
 if(NOT LAST_OUTPUT MATCHES "consumer ok")
   message(FATAL_ERROR "the consumer did not report success:\n${LAST_OUTPUT}")
 endif()
+# A consumer asking for no component needs no MPI: configured with MPI hidden from CMake, it
+# builds and runs all the same.
+run(${CMAKE_COMMAND} -S "${CONSUMER_SOURCE}" -B "${WORK_DIR}/build-no-components" -G "${GENERATOR}"
+    -DCMAKE_BUILD_TYPE=Release "-DCMAKE_PREFIX_PATH=${WORK_DIR}/prefix" -DHG_CONSUMER_NO_COMPONENTS=ON
+    -DCMAKE_DISABLE_FIND_PACKAGE_MPI=ON ${extra})
+run(${CMAKE_COMMAND} --build "${WORK_DIR}/build-no-components")
+run("${WORK_DIR}/build-no-components/consumer")
+if(NOT LAST_OUTPUT MATCHES "consumer ok")
+  message(FATAL_ERROR "the consumer without components did not report success:\n${LAST_OUTPUT}")
+endif()
+if(EXISTS "${WORK_DIR}/build-no-components/consumer_distributed")
+  message(FATAL_ERROR "the consumer without components built consumer_distributed")
+endif()
+# Asking for a component the package does not have fails with the package's message.
+execute_process(COMMAND ${CMAKE_COMMAND} -S "${CONSUMER_SOURCE}" -B "${WORK_DIR}/build-bad"
+    -G "${GENERATOR}" "-DCMAKE_PREFIX_PATH=${WORK_DIR}/prefix" -DHG_CONSUMER_COMPONENT=tpu ${extra}
+  RESULT_VARIABLE bad_rc OUTPUT_VARIABLE bad_out ERROR_VARIABLE bad_err)
+if(bad_rc EQUAL 0 OR NOT "${bad_out}${bad_err}" MATCHES "expected components cuda or distributed, got tpu")
+  message(FATAL_ERROR "an unknown component did not fail as expected:\n${bad_out}\n${bad_err}")
+endif()
 if(DISTRIBUTED)  # the build has halfgrad::distributed: the consumer must link it
   run("${WORK_DIR}/build/consumer_distributed")
   message(STATUS "consumer_distributed printed:\n${LAST_OUTPUT}")
