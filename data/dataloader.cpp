@@ -5,6 +5,7 @@
 #include <numeric>
 
 #include "halfgrad/autograd/grad_mode.h"
+#include "halfgrad/core/factory.h"
 #include "halfgrad/core/format.h"
 #include "halfgrad/cuda/cuda.h"
 #include "halfgrad/ops/index.h"
@@ -56,8 +57,12 @@ DataLoader::DataLoader(std::shared_ptr<const Dataset> dataset, DataLoaderOptions
 
 DataLoader::~DataLoader() { stop_workers(); }
 
+int64_t DataLoader::pass_length() const {
+  return options_.sampler ? options_.sampler->size() : dataset_->size();
+}
+
 int64_t DataLoader::size() const {
-  const int64_t n = options_.sampler ? options_.sampler->size() : dataset_->size();
+  const int64_t n = pass_length();
   const int64_t b = options_.batch_size;
   return options_.drop_last ? n / b : (n + b - 1) / b;
 }
@@ -89,11 +94,11 @@ void DataLoader::stop_workers() {
   stopping_ = false;
 }
 
-void DataLoader::worker_loop(int worker) {
+void DataLoader::worker_loop(int worker, int64_t first) {
   NoGradGuard no_grad;
   const int64_t batches = size(), workers = options_.num_workers;
   const int64_t ahead = int64_t(options_.prefetch_factor) * workers;
-  for (int64_t k = worker; k < batches; k += workers) {
+  for (int64_t k = first + worker; k < batches; k += workers) {
     {
       std::unique_lock lock(mutex_);
       changed_.wait(lock, [&] { return stopping_ || k < consumed_ + ahead; });
@@ -121,7 +126,11 @@ void DataLoader::worker_loop(int worker) {
 DataLoader::Iterator DataLoader::begin() {
   stop_workers();
   const int64_t n = dataset_->size();
-  if (options_.sampler) {
+  int64_t first = 0;  // the first batch this pass hands out
+  if (resume_) {      // NOTE [DataLoader resume]: the saved pass, after its last batch handed out
+    resume_ = false;
+    first = handed_out_;
+  } else if (options_.sampler) {
     order_ = options_.sampler->indices();
     // The batch count came from sampler->size(), and the workers index the dataset with the
     // order: a sampler that disagrees with itself or the dataset is an error here, not a
@@ -141,11 +150,12 @@ DataLoader::Iterator DataLoader::begin() {
     order_.resize(size_t(n));
     std::iota(order_.begin(), order_.end(), int64_t(0));
   }
-  consumed_ = 0;
-  for (int w = 0; w < options_.num_workers && w < size(); ++w) {
-    workers_.emplace_back([this, w] { worker_loop(w); });
+  handed_out_ = first;
+  consumed_ = first;
+  for (int w = 0; w < options_.num_workers && w < size() - first; ++w) {
+    workers_.emplace_back([this, w, first] { worker_loop(w, first); });
   }
-  return Iterator(this, 0);
+  return Iterator(this, first);
 }
 
 DataLoader::Iterator DataLoader::end() { return Iterator(nullptr, size()); }
@@ -178,6 +188,7 @@ DataLoader::Iterator::Iterator(DataLoader* loader, int64_t index) : loader_(load
 void DataLoader::Iterator::load() {
   if (index_ < loader_->size()) {
     batch_ = loader_->next_batch(index_);
+    loader_->handed_out_ = index_ + 1;
   } else {
     batch_.clear();
   }
@@ -187,6 +198,127 @@ DataLoader::Iterator& DataLoader::Iterator::operator++() {
   ++index_;
   load();
   return *this;
+}
+
+// ---- NOTE [DataLoader resume] --------------------------------------------------------------
+
+namespace {
+
+// The sampler's kind for the state: its state_kind() when it is Stateful, "Sampler" for one
+// whose state is not saved, "none" without a sampler.
+std::string sampler_kind(const std::shared_ptr<Sampler>& sampler) {
+  if (!sampler) return "none";
+  const auto* stateful = dynamic_cast<const io::Stateful*>(sampler.get());
+  return stateful != nullptr ? stateful->state_kind() : "Sampler";
+}
+
+}  // namespace
+
+io::ObjectState DataLoader::state_dict() const {
+  io::ObjectState out;
+  const bool in_pass = handed_out_ > 0 && handed_out_ < size();
+  out.values = {{"dataset_size", dataset_->size()},
+                {"batch_size", options_.batch_size},
+                {"drop_last", int64_t(options_.drop_last)},
+                {"shuffle", int64_t(options_.shuffle)},
+                {"sampler", sampler_kind(options_.sampler)},
+                {"batches_handed_out", in_pass ? handed_out_ : 0}};
+  if (in_pass) out.tensors["order"] = tensor(order_, kInt64);
+  if (options_.generator != nullptr) {
+    const Generator::State state = options_.generator->get_state();
+    out.values["generator.seed"] = state.seed;
+    out.values["generator.offset"] = state.offset;
+  }
+  if (const auto* sampler = dynamic_cast<const io::Stateful*>(options_.sampler.get())) {
+    out.add_part("sampler.", sampler->state_dict());
+  }
+  return out;
+}
+
+void DataLoader::check_state_dict(const io::ObjectState& state) const {
+  const std::pair<const char*, int64_t> settings[] = {{"dataset_size", dataset_->size()},
+                                                      {"batch_size", options_.batch_size},
+                                                      {"drop_last", int64_t(options_.drop_last)},
+                                                      {"shuffle", int64_t(options_.shuffle)}};
+  for (const auto& [key, own] : settings) {
+    const int64_t saved = state.get_int(key);
+    HG_CHECK(saved == own, "DataLoader: expected the {} of this loader, {}, got {}", key, own,
+             saved);
+  }
+  const std::string& sampler = state.get_string("sampler");
+  HG_CHECK(sampler == sampler_kind(options_.sampler),
+           "DataLoader: expected a state saved with this loader's sampler ({}), got one saved with "
+           "{}",
+           sampler_kind(options_.sampler), sampler);
+  const bool own_generator = options_.generator != nullptr;
+  HG_CHECK(state.has("generator.seed") == own_generator,
+           "DataLoader: expected a state {} a generator of the loader's own (options.generator), "
+           "got one {}",
+           own_generator ? "with" : "without", own_generator ? "without" : "with");
+  if (own_generator) {
+    state.get_uint("generator.seed");
+    state.get_uint("generator.offset");
+  }
+  const int64_t handed_out = state.get_int("batches_handed_out");
+  HG_CHECK(handed_out >= 0 && handed_out < size(),
+           "DataLoader: expected batches_handed_out in [0, {}) (the loader's batches per pass), "
+           "got {}",
+           size(), handed_out);
+  HG_CHECK(state.tensors.count("order") == size_t(handed_out > 0),
+           "DataLoader: expected the order of the pass in progress exactly when batches were "
+           "handed out of it ({})",
+           handed_out);
+  if (handed_out > 0) {
+    const Tensor& order = state.get_tensor("order");
+    HG_CHECK(order.dtype() == kInt64 && order.dim() == 1 && order.size(0) == pass_length(),
+             "DataLoader: expected the pass's order as int64 of shape [{}], got {} of shape {}",
+             pass_length(), order.dtype(), order.sizes());
+    const std::vector<int64_t> indices = order.contiguous().to_vector<int64_t>();
+    const int64_t n = dataset_->size();
+    for (size_t i = 0; i < indices.size(); ++i) {
+      HG_CHECK(indices[i] >= 0 && indices[i] < n,
+               "DataLoader: expected indices in [0, {}) in the saved order, got {} at position {}",
+               n, indices[i], i);
+    }
+  }
+  // Nothing else, but the sampler's own entries.
+  for (const auto& [key, value] : state.values) {
+    const bool known = key == "dataset_size" || key == "batch_size" || key == "drop_last" ||
+                       key == "shuffle" || key == "sampler" || key == "batches_handed_out" ||
+                       key == "generator.seed" || key == "generator.offset" ||
+                       key.rfind("sampler.", 0) == 0;
+    HG_CHECK(known, "DataLoader: unexpected value \"{}\" in the state", key);
+  }
+  for (const auto& [key, tensor] : state.tensors) {
+    HG_CHECK(key == "order" || key.rfind("sampler.", 0) == 0,
+             "DataLoader: unexpected tensor \"{}\" in the state", key);
+  }
+  if (const auto* stateful = dynamic_cast<const io::Stateful*>(options_.sampler.get())) {
+    stateful->check_state_dict(state.part("sampler."));
+  }
+}
+
+void DataLoader::load_state_dict(const io::ObjectState& state) {
+  check_state_dict(state);
+  stop_workers();  // they read order_
+  const int64_t handed_out = state.get_int("batches_handed_out");
+  if (handed_out > 0) {
+    order_ = state.get_tensor("order").contiguous().to_vector<int64_t>();
+    handed_out_ = handed_out;
+    resume_ = true;
+  } else {
+    // Between passes: the next begin() starts one. The order stays for an iterator of the
+    // previous pass, which must not be used any more but must not read out of range.
+    handed_out_ = size();
+    resume_ = false;
+  }
+  if (options_.generator != nullptr) {
+    options_.generator->set_state(
+        {state.get_uint("generator.seed"), state.get_uint("generator.offset")});
+  }
+  if (auto* sampler = dynamic_cast<io::Stateful*>(options_.sampler.get())) {
+    sampler->load_state_dict(state.part("sampler."));
+  }
 }
 
 }  // namespace hg::data

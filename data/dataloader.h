@@ -38,6 +38,18 @@
 // usable CUDA device (a build without the CUDA backend, or no GPU) the loader works unpinned,
 // with the same batches: torch warns once there, halfgrad has no warning channel, so check
 // hg::cuda::is_available() (or batch[i].is_pinned()) to know.
+//
+// NOTE [DataLoader resume] A DataLoader is io::Stateful (io/stateful.h), so a checkpoint saves
+// where it is: state_dict() holds the order of the pass in progress and how many of its batches
+// the loop has been handed (inside the loop's body for batch k: k + 1), the state of the
+// loader's own generator (options.generator; the default generator travels with the checkpoint
+// itself), and its sampler's state when the sampler is Stateful (DistributedSampler: its epoch).
+// After load_state_dict the next begin() continues that pass: the batches after the last one
+// handed out, in the saved order, drawing nothing; the passes after it draw their orders from
+// the restored generator as an uninterrupted run does. The dataset's size, batch_size,
+// drop_last, shuffle and whether there is a sampler (and of which kind) must be the saved
+// ones: a state that does not fit is an hg::Error that changes nothing. A state saved between
+// passes (none begun, or the last one finished) makes the next begin() start a new pass.
 #pragma once
 
 #include <condition_variable>
@@ -53,6 +65,7 @@
 #include "halfgrad/core/random.h"
 #include "halfgrad/data/dataset.h"
 #include "halfgrad/data/sampler.h"
+#include "halfgrad/io/stateful.h"
 
 namespace hg::data {
 
@@ -81,10 +94,10 @@ struct DataLoaderOptions {
   std::shared_ptr<Sampler> sampler = nullptr;
 };
 
-class DataLoader {
+class DataLoader : public io::Stateful {
  public:
   DataLoader(std::shared_ptr<const Dataset> dataset, DataLoaderOptions options = {});
-  ~DataLoader();
+  ~DataLoader() override;
   DataLoader(const DataLoader&) = delete;
   DataLoader& operator=(const DataLoader&) = delete;
 
@@ -110,15 +123,23 @@ class DataLoader {
     Batch batch_;
   };
 
-  // Starts a pass (an epoch), stopping the workers of a pass still running.
+  // Starts a pass (an epoch), stopping the workers of a pass still running; after
+  // load_state_dict, continues the saved pass instead (NOTE [DataLoader resume]).
   Iterator begin();
   Iterator end();
+
+  // Where the loader is, for a checkpoint (NOTE [DataLoader resume]).
+  std::string state_kind() const override { return "DataLoader"; }
+  io::ObjectState state_dict() const override;
+  void check_state_dict(const io::ObjectState& state) const override;
+  void load_state_dict(const io::ObjectState& state) override;
 
  private:
   Batch make_batch(const std::vector<int64_t>& order, int64_t index) const;
   Batch next_batch(int64_t index);  // from the workers, or made here without them
   void stop_workers();
-  void worker_loop(int worker);
+  void worker_loop(int worker, int64_t first);
+  int64_t pass_length() const;  // indices of one pass
 
   std::shared_ptr<const Dataset> dataset_;
   DataLoaderOptions options_;
@@ -126,6 +147,8 @@ class DataLoader {
 
   // The pass being iterated.
   std::vector<int64_t> order_;
+  int64_t handed_out_ = 0;  // batches of this pass given to the loop
+  bool resume_ = false;     // the next begin() continues this pass (NOTE [DataLoader resume])
   // Workers' shared state (NOTE [DataLoader workers]).
   std::mutex mutex_;
   std::condition_variable changed_;

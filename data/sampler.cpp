@@ -52,4 +52,43 @@ std::vector<int64_t> DistributedSampler::indices() {
   return share;
 }
 
+io::ObjectState DistributedSampler::state_dict() const {
+  io::ObjectState out;
+  out.values = {{"epoch", epoch_},
+                {"dataset_size", dataset_size_},
+                {"num_replicas", num_replicas_},
+                {"rank", rank_},
+                {"seed", options_.seed},
+                {"shuffle", int64_t(options_.shuffle)},
+                {"drop_last", int64_t(options_.drop_last)}};
+  return out;
+}
+
+void DistributedSampler::check_state_dict(const io::ObjectState& state) const {
+  HG_CHECK(state.values.size() == 7 && state.tensors.empty(),
+           "DistributedSampler: expected the values epoch, dataset_size, num_replicas, rank, seed, "
+           "shuffle and drop_last, got {} values and {} tensors",
+           state.values.size(), state.tensors.size());
+  state.get_int("epoch");
+  const std::pair<const char*, int64_t> settings[] = {{"dataset_size", dataset_size_},
+                                                      {"num_replicas", num_replicas_},
+                                                      {"rank", rank_},
+                                                      {"shuffle", int64_t(options_.shuffle)},
+                                                      {"drop_last", int64_t(options_.drop_last)}};
+  for (const auto& [key, own] : settings) {
+    const int64_t saved = state.get_int(key);
+    HG_CHECK(saved == own, "DistributedSampler: expected the {} of this sampler, {}, got {}", key,
+             own, saved);
+  }
+  const uint64_t seed = state.get_uint("seed");
+  HG_CHECK(seed == options_.seed,
+           "DistributedSampler: expected the seed of this sampler, {}, got {}", options_.seed,
+           seed);
+}
+
+void DistributedSampler::load_state_dict(const io::ObjectState& state) {
+  check_state_dict(state);
+  epoch_ = state.get_int("epoch");
+}
+
 }  // namespace hg::data

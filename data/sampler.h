@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "halfgrad/data/dataset.h"
+#include "halfgrad/io/stateful.h"
 
 namespace hg::data {
 
@@ -48,7 +49,11 @@ struct DistributedSamplerOptions {
 // pass, so every rank with the same seed and epoch draws the same permutation, and the default
 // generator is never touched. It is halfgrad's randperm, not torch's: the shuffled order differs
 // from torch's for the same seed, while the padding, cut and striding are torch's exactly.
-class DistributedSampler : public Sampler {
+//
+// It is io::Stateful: its state is its epoch, with its dataset size, num_replicas, rank, seed,
+// shuffle and drop_last, which must match on load (a job resumed with another world size has
+// other shares). A DataLoader saves its sampler's state with its own (NOTE [DataLoader resume]).
+class DistributedSampler : public Sampler, public io::Stateful {
  public:
   DistributedSampler(int64_t dataset_size, int64_t num_replicas, int64_t rank,
                      DistributedSamplerOptions options = {});
@@ -67,6 +72,11 @@ class DistributedSampler : public Sampler {
   int64_t rank() const { return rank_; }
   // Indices of one pass over all ranks, padding included.
   int64_t total_size() const { return num_samples_ * num_replicas_; }
+
+  std::string state_kind() const override { return "DistributedSampler"; }
+  io::ObjectState state_dict() const override;
+  void check_state_dict(const io::ObjectState& state) const override;
+  void load_state_dict(const io::ObjectState& state) override;
 
  private:
   int64_t dataset_size_ = 0;

@@ -18,6 +18,17 @@ LRScheduler::LRScheduler(Optimizer& optimizer) : optimizer_(optimizer) {
   }
 }
 
+LRScheduler::LRScheduler(Optimizer& optimizer, std::vector<double> base_lrs)
+    : optimizer_(optimizer), base_lrs_(std::move(base_lrs)) {
+  std::vector<ParamGroup>& groups = optimizer_.param_groups();
+  HG_CHECK(groups.size() == base_lrs_.size(),
+           "lr scheduler: expected one base lr per param group ({}), got {}", groups.size(),
+           base_lrs_.size());
+  for (size_t g = 0; g < groups.size(); ++g) {
+    if (!groups[g].initial_lr) groups[g].initial_lr = base_lrs_[g];
+  }
+}
+
 void LRScheduler::initialize() { apply(0); }
 
 void LRScheduler::step(bool optimizer_stepped) {
@@ -25,17 +36,37 @@ void LRScheduler::step(bool optimizer_stepped) {
   apply(last_epoch_ + 1);
 }
 
-void LRScheduler::load_state_dict(const LRSchedulerStateDict& state_dict) {
+LRSchedulerStateDict LRScheduler::state_dict() const {
+  return {last_epoch_, base_lrs_, last_lr_, extra_state()};
+}
+
+void LRScheduler::check_extra_state(const std::map<std::string, double>& extra) const {
+  HG_CHECK(extra.empty(), "{} load_state_dict: expected no state beyond the step count, got \"{}\"",
+           name(), extra.empty() ? std::string() : extra.begin()->first);
+}
+
+void LRScheduler::check_state_dict(const LRSchedulerStateDict& state_dict) const {
   HG_CHECK(state_dict.base_lrs.size() == base_lrs_.size() && state_dict.last_epoch >= 0,
-           "lr scheduler load_state_dict: expected {} base lrs and last_epoch >= 0, got {} and "
-           "{}",
+           "{} load_state_dict: expected {} base lrs and last_epoch >= 0, got {} and {}", name(),
            base_lrs_.size(), state_dict.base_lrs.size(), state_dict.last_epoch);
+  check_extra_state(state_dict.extra);
+  // The schedule must reach the step (OneCycleLR refuses one past total_steps).
+  for (size_t g = 0; g < base_lrs_.size(); ++g) {
+    (void)lr_at(g, state_dict.base_lrs[g], state_dict.last_epoch);
+  }
+}
+
+void LRScheduler::load_state_dict(const LRSchedulerStateDict& state_dict) {
+  check_state_dict(state_dict);
   const std::vector<double> previous = base_lrs_;
+  const std::map<std::string, double> previous_extra = extra_state();
   base_lrs_ = state_dict.base_lrs;
   try {
+    load_extra_state(state_dict.extra, state_dict.last_epoch);
     apply(state_dict.last_epoch);
   } catch (...) {
     base_lrs_ = previous;
+    load_extra_state(previous_extra, last_epoch_);
     throw;
   }
 }
@@ -139,6 +170,149 @@ double CosineAnnealingLR::lr_at(size_t, double base_lr, int64_t step) const {
                         (1.0 + std::cos(std::numbers::pi * double(step) / double(t_max_))) / 2.0;
 }
 
+namespace {
+
+// The arguments checked before the base constructor records the groups' initial lrs, so that a
+// refused construction changes nothing.
+Optimizer& checked_polynomial(Optimizer& optimizer, int64_t total_iters, double power) {
+  HG_CHECK(total_iters >= 1, "PolynomialLR: expected total_iters >= 1, got {}", total_iters);
+  HG_CHECK(power >= 0, "PolynomialLR: expected power >= 0, got {}", power);
+  return optimizer;
+}
+
+Optimizer& checked_warm_restarts(Optimizer& optimizer, int64_t T_0, int64_t T_mult) {
+  HG_CHECK(T_0 >= 1, "CosineAnnealingWarmRestarts: expected a positive integer T_0, got {}", T_0);
+  HG_CHECK(T_mult >= 1, "CosineAnnealingWarmRestarts: expected an integer T_mult >= 1, got {}",
+           T_mult);
+  return optimizer;
+}
+
+}  // namespace
+
+PolynomialLR::PolynomialLR(Optimizer& optimizer, int64_t total_iters, double power)
+    : LRScheduler(checked_polynomial(optimizer, total_iters, power)),
+      total_iters_(total_iters),
+      power_(power) {
+  initialize();
+}
+
+double PolynomialLR::lr_at(size_t, double base_lr, int64_t step) const {
+  return base_lr *
+         std::pow(1.0 - double(std::min(total_iters_, step)) / double(total_iters_), power_);
+}
+
+// ---- CosineAnnealingWarmRestarts -----------------------------------------------------------
+
+namespace {
+
+// a * b, or the largest int64 where that overflows (a cycle longer than any run).
+int64_t saturating_product(int64_t a, int64_t b) {
+  int64_t product = 0;
+  return __builtin_mul_overflow(a, b, &product) ? std::numeric_limits<int64_t>::max() : product;
+}
+
+}  // namespace
+
+CosineAnnealingWarmRestarts::CosineAnnealingWarmRestarts(Optimizer& optimizer, int64_t T_0,
+                                                         int64_t T_mult, double eta_min)
+    : LRScheduler(checked_warm_restarts(optimizer, T_0, T_mult)),
+      t_0_(T_0),
+      t_mult_(T_mult),
+      eta_min_(eta_min),
+      anchor_{0.0, T_0} {
+  initialize();
+}
+
+CosineAnnealingWarmRestarts::Position CosineAnnealingWarmRestarts::position(int64_t step) const {
+  Position at = step >= anchor_step_ ? anchor_ : Position{0.0, t_0_};
+  const int64_t steps = step >= anchor_step_ ? step - anchor_step_ : step;
+  if (steps == 0) return at;
+  // torch's step(): T_cur + 1, and at T_i a restart (T_cur - T_i, T_i * T_mult); `steps` of
+  // them at once. With T_mult 1 that is T_cur + steps modulo T_i; otherwise every restart at
+  // least doubles T_i, so the loop runs a few dozen times at most.
+  double t_cur = at.t_cur + double(steps);
+  int64_t t_i = at.t_i;
+  if (t_mult_ == 1) {
+    if (t_cur >= double(t_i)) t_cur = std::fmod(t_cur, double(t_i));
+  } else {
+    while (t_cur >= double(t_i) && t_i < std::numeric_limits<int64_t>::max()) {
+      t_cur -= double(t_i);
+      t_i = saturating_product(t_i, t_mult_);
+    }
+  }
+  return {t_cur, t_i};
+}
+
+double CosineAnnealingWarmRestarts::lr_at(size_t, double base_lr, int64_t step) const {
+  const Position at = position(step);
+  return eta_min_ + (base_lr - eta_min_) *
+                        (1.0 + std::cos(std::numbers::pi * at.t_cur / double(at.t_i))) / 2.0;
+}
+
+void CosineAnnealingWarmRestarts::step(double epoch) {
+  HG_CHECK(std::isfinite(epoch) && epoch >= 0 && epoch < 0x1p62,
+           "CosineAnnealingWarmRestarts: expected a non-negative epoch, got {}", epoch);
+  // torch's closed form for an epoch: the cycle it falls in (from the sum of the geometric
+  // cycle lengths, through a logarithm as torch computes it) and how far into it.
+  Position at{epoch, t_0_};
+  if (epoch >= double(t_0_)) {
+    if (t_mult_ == 1) {
+      at.t_cur = std::fmod(epoch, double(t_0_));
+    } else {
+      const double mult = double(t_mult_);
+      const int64_t n =
+          int64_t(std::log(epoch / double(t_0_) * (mult - 1.0) + 1.0) / std::log(mult));
+      const double mult_n = std::pow(mult, double(n));
+      at.t_cur = epoch - double(t_0_) * (mult_n - 1.0) / (mult - 1.0);
+      at.t_i = mult_n * double(t_0_) >= 0x1p62 ? std::numeric_limits<int64_t>::max()
+                                               : int64_t(mult_n) * t_0_;
+    }
+  }
+  const int64_t previous_step = anchor_step_;
+  const Position previous = anchor_;
+  anchor_step_ = int64_t(std::floor(epoch));
+  anchor_ = at;
+  try {
+    apply(anchor_step_);
+  } catch (...) {
+    anchor_step_ = previous_step;
+    anchor_ = previous;
+    throw;
+  }
+}
+
+std::map<std::string, double> CosineAnnealingWarmRestarts::extra_state() const {
+  const Position at = position(last_epoch());
+  return {{"T_cur", at.t_cur}, {"T_i", double(at.t_i)}};
+}
+
+void CosineAnnealingWarmRestarts::check_extra_state(
+    const std::map<std::string, double>& extra) const {
+  if (extra.empty()) return;  // a state without the counters: the closed form of the step count
+  const auto t_cur = extra.find("T_cur"), t_i = extra.find("T_i");
+  HG_CHECK(extra.size() == 2 && t_cur != extra.end() && t_i != extra.end(),
+           "CosineAnnealingWarmRestarts load_state_dict: expected the counters T_cur and T_i, got "
+           "{} entries",
+           extra.size());
+  HG_CHECK(t_i->second >= 1 && t_i->second < 0x1p63 && t_i->second == std::floor(t_i->second),
+           "CosineAnnealingWarmRestarts load_state_dict: expected an integer T_i >= 1, got {}",
+           t_i->second);
+  HG_CHECK(t_cur->second >= 0 && t_cur->second < t_i->second,
+           "CosineAnnealingWarmRestarts load_state_dict: expected T_cur in [0, T_i = {}), got {}",
+           t_i->second, t_cur->second);
+}
+
+void CosineAnnealingWarmRestarts::load_extra_state(const std::map<std::string, double>& extra,
+                                                   int64_t step) {
+  if (extra.empty()) {
+    anchor_step_ = 0;
+    anchor_ = {0.0, t_0_};
+    return;
+  }
+  anchor_step_ = step;
+  anchor_ = {extra.at("T_cur"), int64_t(extra.at("T_i"))};
+}
+
 // ---- OneCycleLR -----------------------------------------------------------------------------
 
 namespace {
@@ -228,6 +402,88 @@ void OneCycleLR::set_other_options(ParamGroup& group, size_t, int64_t step) cons
   if (momentum_option_.empty()) return;
   const auto [phase, pct] = locate(step);
   group.options[momentum_option_] = anneal(phase->start_momentum, phase->end_momentum, pct);
+}
+
+// ---- CyclicLR -------------------------------------------------------------------------------
+
+namespace {
+
+// CyclicLR's options checked, before the scheduler changes anything: its per-group base lrs.
+std::vector<double> cyclic_base_lrs(const Optimizer& optimizer, const CyclicLROptions& o) {
+  const size_t groups = optimizer.param_groups().size();
+  HG_CHECK(o.step_size_up >= 1 && o.step_size_down.value_or(o.step_size_up) >= 0,
+           "CyclicLR: expected step_size_up >= 1 and step_size_down >= 0, got {} and {}",
+           o.step_size_up, o.step_size_down.value_or(o.step_size_up));
+  HG_CHECK(bool(o.scale_fn) || o.mode == "triangular" || o.mode == "triangular2" ||
+               o.mode == "exp_range",
+           "CyclicLR: expected mode \"triangular\", \"triangular2\" or \"exp_range\" (or a "
+           "scale_fn), got \"{}\"",
+           o.mode);
+  HG_CHECK(o.scale_mode == "cycle" || o.scale_mode == "iterations",
+           "CyclicLR: expected scale_mode \"cycle\" or \"iterations\", got \"{}\"", o.scale_mode);
+  per_group(o.max_lr, groups, "CyclicLR", "max_lr");
+  if (o.cycle_momentum) {
+    const auto& options0 = optimizer.param_groups().front().options;
+    HG_CHECK(options0.count("momentum") || options0.count("beta1"),
+             "CyclicLR: cycle_momentum needs an optimizer with a momentum (SGD's momentum, "
+             "Adam's beta1); pass cycle_momentum = false for this one");
+    per_group(o.base_momentum, groups, "CyclicLR", "base_momentum");
+    per_group(o.max_momentum, groups, "CyclicLR", "max_momentum");
+  }
+  return per_group(o.base_lr, groups, "CyclicLR", "base_lr");
+}
+
+}  // namespace
+
+CyclicLR::CyclicLR(Optimizer& optimizer, CyclicLROptions options)
+    : LRScheduler(optimizer, cyclic_base_lrs(optimizer, options)), options_(std::move(options)) {
+  const CyclicLROptions& o = options_;
+  const size_t groups = optimizer.param_groups().size();
+  max_lrs_ = per_group(o.max_lr, groups, "CyclicLR", "max_lr");
+  const double up = double(o.step_size_up),
+               down = double(o.step_size_down.value_or(o.step_size_up));
+  total_size_ = up + down;
+  step_ratio_ = up / total_size_;
+  // triangular and triangular2 scale by the cycle, exp_range by the step; a custom scale_fn
+  // by its scale_mode.
+  scale_by_cycle_ = o.scale_fn ? o.scale_mode == "cycle" : o.mode != "exp_range";
+  if (o.cycle_momentum) {
+    const auto& options0 = optimizer.param_groups().front().options;
+    momentum_option_ = options0.count("momentum") ? "momentum" : "beta1";
+    base_momentums_ = per_group(o.base_momentum, groups, "CyclicLR", "base_momentum");
+    max_momentums_ = per_group(o.max_momentum, groups, "CyclicLR", "max_momentum");
+  }
+  initialize();
+}
+
+std::pair<double, double> CyclicLR::height(int64_t step) const {
+  // As torch computes it: the cycle (from 1), the position x in it (0..1), and the fraction of
+  // the way from base to max, rising over step_ratio of the cycle and falling over the rest.
+  const double cycle = std::floor(1.0 + double(step) / total_size_);
+  const double x = 1.0 + double(step) / total_size_ - cycle;
+  const double scale_factor = x <= step_ratio_ ? x / step_ratio_ : (x - 1.0) / (step_ratio_ - 1.0);
+  const double argument = scale_by_cycle_ ? cycle : double(step);
+  double amplitude_scale = 1.0;
+  if (options_.scale_fn) {
+    amplitude_scale = options_.scale_fn(argument);
+  } else if (options_.mode == "triangular2") {
+    amplitude_scale = 1.0 / std::pow(2.0, argument - 1.0);
+  } else if (options_.mode == "exp_range") {
+    amplitude_scale = std::pow(options_.gamma, argument);
+  }
+  return {scale_factor, amplitude_scale};
+}
+
+double CyclicLR::lr_at(size_t group, double base_lr, int64_t step) const {
+  const auto [scale_factor, amplitude_scale] = height(step);
+  return base_lr + (max_lrs_[group] - base_lr) * scale_factor * amplitude_scale;
+}
+
+void CyclicLR::set_other_options(ParamGroup& group, size_t index, int64_t step) const {
+  if (momentum_option_.empty()) return;
+  const auto [scale_factor, amplitude_scale] = height(step);
+  const double base = base_momentums_[index], max = max_momentums_[index];
+  group.options[momentum_option_] = max - (max - base) * scale_factor * amplitude_scale;
 }
 
 // ---- SequentialLR ---------------------------------------------------------------------------

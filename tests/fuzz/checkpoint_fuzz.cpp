@@ -1,9 +1,10 @@
 // io::load_checkpoint under libFuzzer, structure-aware: each input is a list of edits to a valid
 // checkpoint (a metadata field set to a fuzzed number, string or JSON token, or removed; a
 // tensor's bytes flipped, replaced or renamed), so the inputs get past the safetensors parser
-// to the checks of the optimizer's options and state and the scaler's values. A load either
-// succeeds or raises hg::Error leaving the model, the optimizer and the scaler as they were;
-// anything else (another exception, a crash, a sanitizer report) is a failure.
+// to the checks of the optimizer's options and state and the scaler's values (the checkpoint's
+// state "scaler", NOTE [Checkpoint state protocol]). A load either succeeds or raises hg::Error
+// leaving the model, the optimizer and the scaler as they were; anything else (another
+// exception, a crash, a sanitizer report) is a failure.
 //
 // Built with clang's -fsanitize=fuzzer when HALFGRAD_FUZZ is on (hg-fuzz-checkpoint, run by
 // ctest for a bounded time over tests/fuzz/corpus/checkpoint); otherwise linked with
@@ -109,8 +110,8 @@ constexpr const char* kOptionKeys[] = {"lr",           "beta1",    "beta2",    "
 constexpr const char* kScalerKeys[] = {"scale",           "growth_factor",   "backoff_factor",
                                        "growth_interval", "_growth_tracker", "_overflow_tracker",
                                        "unknown"};
-constexpr const char* kTopKeys[] = {"format", "version", "optimizer.param_groups",
-                                    "scaler", "rng.cpu", "extra.step"};
+constexpr const char* kTopKeys[] = {"format",       "version", "optimizer.param_groups",
+                                    "state.scaler", "rng.cpu", "extra.step"};
 
 // The value an edit puts in place of a JSON field: a raw token (not necessarily valid JSON).
 std::string fuzzed_token(ByteReader& in) {
@@ -274,9 +275,19 @@ void apply_edit(io::SafetensorsContents& c, ByteReader& in) {
                                         kOptionKeys[in.byte() % std::size(kOptionKeys)], in);
       return;
     }
-    case 1:  // a scaler field
-      edit_object(metadata, "scaler", kScalerKeys[in.byte() % std::size(kScalerKeys)], in);
+    case 1: {  // a scaler field (the values of the state "scaler"), or the state's kind
+      const auto found = metadata.find("state.scaler");
+      if (found == metadata.end()) return;
+      json state = json::parse(found->second, nullptr, /*allow_exceptions=*/false);
+      if (!state.is_object() || !state.contains("values") || !state["values"].is_object()) return;
+      if (in.byte() % 8 == 0) {
+        found->second = with_edited_field(state, state, "kind", in);
+      } else {
+        found->second = with_edited_field(state, state["values"],
+                                          kScalerKeys[in.byte() % std::size(kScalerKeys)], in);
+      }
       return;
+    }
     case 2:  // the generator's seed or offset
       edit_object(metadata, "rng.cpu", in.byte() % 2 ? "seed" : "offset", in);
       return;

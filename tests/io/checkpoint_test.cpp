@@ -158,8 +158,10 @@ TEST_CASE("the checkpoint is a safetensors file with torch's names", "[io][check
   CHECK(contents.tensors.count("optimizer.state.3.exp_avg_sq") == 1);
   CHECK(contents.tensors.at("optimizer.state.0.step").item<double>() == 1.0);
   CHECK(contents.metadata.at("format") == "halfgrad-checkpoint");
-  CHECK_THAT(contents.metadata.at("scaler"),
-             Contains("\"scale\":256.0") && Contains("\"_growth_tracker\":1.0"));
+  CHECK_THAT(contents.metadata.at("state.scaler"), Contains("\"kind\":\"GradScaler\"") &&
+                                                       Contains("\"scale\":256.0") &&
+                                                       Contains("\"_growth_tracker\":1.0"));
+  CHECK(contents.metadata.at("version") == "2");
   CHECK_THAT(contents.metadata.at("optimizer.param_groups"),
              Contains("\"lr\":0.01") && Contains("\"params\":[0,1,2,3]"));
 }
@@ -218,7 +220,7 @@ TEST_CASE("a bad checkpoint leaves model optimizer and scaler unchanged",
       io::SafetensorsContents contents = io::load_safetensors(path);
       std::erase_if(contents.metadata, [](const auto& entry) {
         return entry.first != "format" && entry.first != "version" &&
-               entry.first != "optimizer.param_groups" && entry.first != "scaler" &&
+               entry.first != "optimizer.param_groups" && entry.first != "state.scaler" &&
                entry.first != "rng.cpu";
       });
       edit(contents);
@@ -239,7 +241,8 @@ TEST_CASE("a bad checkpoint leaves model optimizer and scaler unchanged",
     }
     SECTION("a scaler value") {
       rewrite([&](io::SafetensorsContents& c) {
-        replace_in(c.metadata.at("scaler"), "\"backoff_factor\":0.5", "\"backoff_factor\":8.5");
+        replace_in(c.metadata.at("state.scaler"), "\"backoff_factor\":0.5",
+                   "\"backoff_factor\":8.5");
       });
       CHECK_THROWS_WITH(
           io::load_checkpoint(path, *target.model, *target.opt, *target.scaler),

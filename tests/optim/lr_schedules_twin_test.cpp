@@ -1,6 +1,7 @@
 // The LR schedules against PyTorch step by step: twin/lr_schedules.py made the same schedules
-// with torch 1.13 (Debian's python3-torch) and printed every group's lr (and momentum where it
-// cycles) after construction and after each step into twin/lr_schedules.txt, read here.
+// with torch (1.13, Debian's python3-torch; 2.15 for PolynomialLR, CosineAnnealingWarmRestarts
+// and CyclicLR) and printed every group's lr (and momentum where it cycles) after construction
+// and after each step into twin/lr_schedules.txt, read here.
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -154,6 +155,92 @@ TEST_CASE("SequentialLR follows torch", "[optim][lr_scheduler]") {
   auto second = std::make_shared<optim::CosineAnnealingLR>(*b, 4);
   optim::SequentialLR then(*b, {first, second}, {2});
   follow_scheduler("sequential_cosine", *b, then);
+}
+
+TEST_CASE("PolynomialLR follows torch", "[optim][lr_scheduler]") {
+  auto a = sgd();
+  optim::PolynomialLR squared(*a, /*total_iters=*/6, /*power=*/2.0);  // 9 steps: 0 past the end
+  follow_scheduler("polynomial", *a, squared);
+  auto b = sgd();
+  optim::PolynomialLR linear(*b);  // total_iters 5, power 1
+  follow_scheduler("polynomial_default", *b, linear);
+}
+
+TEST_CASE("CosineAnnealingWarmRestarts follows torch with step() and step(epoch)",
+          "[optim][lr_scheduler]") {
+  // The twin's steps: 0 is step() with no argument, anything else step(epoch).
+  const std::vector<double> epochs = {0, 0, 0,    0, 0, 0,  0, 0,    12.5, 0,
+                                      0, 0, 2.25, 0, 0, 40, 0, 0.75, 0};
+  auto advance = [&](optim::CosineAnnealingWarmRestarts& warm) {
+    return [&warm, &epochs](size_t k) {
+      const double epoch = epochs[k - 1];
+      if (epoch == 0) {
+        warm.step();
+      } else if (epoch == std::floor(epoch)) {
+        warm.step(int64_t(epoch));  // an integer epoch is an epoch, not a bool
+      } else {
+        warm.step(epoch);
+      }
+    };
+  };
+  auto a = sgd();
+  optim::CosineAnnealingWarmRestarts doubling(*a, /*T_0=*/3, /*T_mult=*/2, /*eta_min=*/0.001);
+  follow("warm_restarts_mult2", *a, advance(doubling));
+  // After step(0.75) and one step(): T_cur 1.75 in the first cycle, last_epoch floor(0.75) + 1.
+  CHECK(doubling.T_cur() == 1.75);
+  CHECK(doubling.T_i() == 3);
+  CHECK(doubling.last_epoch() == 1);
+  auto b = sgd();
+  optim::CosineAnnealingWarmRestarts constant(*b, /*T_0=*/4);
+  follow("warm_restarts", *b, advance(constant));
+}
+
+TEST_CASE("CyclicLR follows torch, momentum included", "[optim][lr_scheduler]") {
+  auto a = sgd();
+  optim::CyclicLR triangular(
+      *a,
+      {.base_lr = {0.01, 0.002}, .max_lr = {0.1, 0.05}, .step_size_up = 4, .step_size_down = 2});
+  follow_scheduler("cyclic_triangular", *a, triangular, "momentum");
+
+  optim::Adam adam(two_groups());
+  optim::CyclicLR halving(adam, {.base_lr = {0.001},
+                                 .max_lr = {0.01},
+                                 .step_size_up = 3,
+                                 .mode = "triangular2",
+                                 .base_momentum = {0.85},
+                                 .max_momentum = {0.95}});
+  follow_scheduler("cyclic_triangular2", adam, halving, "beta1");
+
+  auto b = sgd();
+  optim::CyclicLR exp_range(*b, {.base_lr = {0.01},
+                                 .max_lr = {0.1, 0.05},
+                                 .step_size_up = 2,
+                                 .step_size_down = 3,
+                                 .mode = "exp_range",
+                                 .gamma = 0.9,
+                                 .cycle_momentum = false});
+  follow_scheduler("cyclic_exp_range", *b, exp_range);
+  CHECK(b->param_groups()[0].options.at("momentum") == 0.9);  // not cycled
+
+  auto c = sgd();
+  optim::CyclicLR by_step(*c, {.base_lr = {0.01},
+                               .max_lr = {0.1},
+                               .step_size_up = 3,
+                               .step_size_down = 1,
+                               .scale_fn = [](double x) { return 1.0 / (1.0 + 0.1 * x); },
+                               .scale_mode = "iterations",
+                               .base_momentum = {0.7, 0.8},
+                               .max_momentum = {0.95, 0.9}});
+  follow_scheduler("cyclic_scale_fn_iterations", *c, by_step, "momentum");
+
+  auto d = sgd();
+  optim::CyclicLR by_cycle(*d, {.base_lr = {0.01},
+                                .max_lr = {0.1},
+                                .step_size_up = 2,
+                                .mode = "exp_range",  // ignored: scale_fn replaces the mode
+                                .scale_fn = [](double cycle) { return 1.0 / cycle; },
+                                .cycle_momentum = false});
+  follow_scheduler("cyclic_scale_fn_cycle", *d, by_cycle);
 }
 
 TEST_CASE("ReduceLROnPlateau follows torch", "[optim][lr_scheduler]") {

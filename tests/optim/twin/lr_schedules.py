@@ -3,7 +3,10 @@ every param group (and the momentum where a schedule cycles it) after constructi
 each step, as `name step value value ...` with 17 significant digits. The C++ test reads the
 committed output, lr_schedules.txt, and makes the same schedules with halfgrad.
 
-Regenerate with Debian's PyTorch:  /usr/bin/python3 lr_schedules.py > lr_schedules.txt
+Regenerate with PyTorch (Debian's python3-torch 1.13 wrote the first schedules; the venv's 2.15
+writes the same lines for them, and wrote the ones from "polynomial" on):
+  /usr/bin/python3 lr_schedules.py > lr_schedules.txt
+  ../../../build/venv-torch/bin/python lr_schedules.py > lr_schedules.txt
 """
 import math
 
@@ -77,3 +80,43 @@ opt = groups(SGD, momentum=0.9)
 plateau = S.ReduceLROnPlateau(opt, mode="max", factor=0.1, patience=1, threshold=0.02,
                               threshold_mode="abs", eps=1e-3)
 emit("plateau_max_abs", opt, len(METRICS), lambda k: plateau.step(-METRICS[k - 1]))
+
+opt = groups(SGD, momentum=0.9)
+run("polynomial", opt, S.PolynomialLR(opt, total_iters=6, power=2.0), 9)
+opt = groups(SGD, momentum=0.9)
+run("polynomial_default", opt, S.PolynomialLR(opt), 7)
+
+# step() and step(epoch) interleaved: None is step() with no argument.
+WARM_RESTART_EPOCHS = [None] * 8 + [12.5, None, None, None, 2.25, None, None, 40, None, 0.75, None]
+opt = groups(SGD, momentum=0.9)
+warm = S.CosineAnnealingWarmRestarts(opt, T_0=3, T_mult=2, eta_min=0.001)
+emit("warm_restarts_mult2", opt, len(WARM_RESTART_EPOCHS),
+     lambda k: warm.step() if WARM_RESTART_EPOCHS[k - 1] is None
+     else warm.step(WARM_RESTART_EPOCHS[k - 1]))
+opt = groups(SGD, momentum=0.9)
+warm = S.CosineAnnealingWarmRestarts(opt, T_0=4)
+emit("warm_restarts", opt, len(WARM_RESTART_EPOCHS),
+     lambda k: warm.step() if WARM_RESTART_EPOCHS[k - 1] is None
+     else warm.step(WARM_RESTART_EPOCHS[k - 1]))
+
+opt = groups(SGD, momentum=0.9)
+run("cyclic_triangular", opt,
+    S.CyclicLR(opt, base_lr=[0.01, 0.002], max_lr=[0.1, 0.05], step_size_up=4,
+               step_size_down=2), 14, momentum=True)
+opt = groups(Adam)
+run("cyclic_triangular2", opt,
+    S.CyclicLR(opt, base_lr=0.001, max_lr=0.01, step_size_up=3, mode="triangular2",
+               base_momentum=0.85, max_momentum=0.95), 20, momentum=True)
+opt = groups(SGD, momentum=0.9)
+run("cyclic_exp_range", opt,
+    S.CyclicLR(opt, base_lr=0.01, max_lr=[0.1, 0.05], step_size_up=2, step_size_down=3,
+               mode="exp_range", gamma=0.9, cycle_momentum=False), 14)
+opt = groups(SGD, momentum=0.9)
+run("cyclic_scale_fn_iterations", opt,
+    S.CyclicLR(opt, base_lr=0.01, max_lr=0.1, step_size_up=3, step_size_down=1,
+               scale_fn=lambda x: 1.0 / (1.0 + 0.1 * x), scale_mode="iterations",
+               base_momentum=[0.7, 0.8], max_momentum=[0.95, 0.9]), 12, momentum=True)
+opt = groups(SGD, momentum=0.9)
+run("cyclic_scale_fn_cycle", opt,
+    S.CyclicLR(opt, base_lr=0.01, max_lr=0.1, step_size_up=2, mode="exp_range",
+               scale_fn=lambda c: 1.0 / c, cycle_momentum=False), 12)
