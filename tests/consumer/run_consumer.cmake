@@ -27,10 +27,15 @@ if(NOT LAST_OUTPUT MATCHES "consumer ok")
   message(FATAL_ERROR "the consumer did not report success:\n${LAST_OUTPUT}")
 endif()
 # A consumer asking for no component needs no MPI: configured with MPI hidden from CMake, it
-# builds and runs all the same.
+# builds and runs all the same. Against a build without the CUDA backend the CUDA toolkit is
+# hidden too.
+set(hidden -DCMAKE_DISABLE_FIND_PACKAGE_MPI=ON)
+if(NOT CUDA_COMPILER)
+  list(APPEND hidden -DCMAKE_DISABLE_FIND_PACKAGE_CUDAToolkit=ON)
+endif()
 run(${CMAKE_COMMAND} -S "${CONSUMER_SOURCE}" -B "${WORK_DIR}/build-no-components" -G "${GENERATOR}"
     -DCMAKE_BUILD_TYPE=Release "-DCMAKE_PREFIX_PATH=${WORK_DIR}/prefix" -DHG_CONSUMER_NO_COMPONENTS=ON
-    -DCMAKE_DISABLE_FIND_PACKAGE_MPI=ON ${extra})
+    ${hidden} ${extra})
 run(${CMAKE_COMMAND} --build "${WORK_DIR}/build-no-components")
 run("${WORK_DIR}/build-no-components/consumer")
 if(NOT LAST_OUTPUT MATCHES "consumer ok")
