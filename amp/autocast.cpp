@@ -104,15 +104,18 @@ Registry& registry() {
 
 autograd::detail::FunctionCast lookup_function_cast(const void* function, DeviceType device_type,
                                                     const std::vector<Tensor>& inputs) {
+  // Every apply of a registered Function under autocast comes here: the name is copied only to
+  // build a Banned policy's error, under the lock (a registration may replace the entry after it).
   std::optional<CastPolicy> policy;
-  std::string name;
+  std::string banned_name;
   {
     Registry& r = registry();
     std::shared_lock lock(r.mutex);
     const auto it = r.functions.find(function);
     if (it == r.functions.end()) return {};
-    policy = it->second.policy[size_t(device_type)];
-    name = it->second.name;
+    const Registration& entry = it->second;
+    policy = entry.policy[size_t(device_type)];
+    if (policy == CastPolicy::Banned) banned_name = entry.name;
   }
   if (!policy) return {};
   autograd::detail::FunctionCast cast{.registered = true, .cast_to = std::nullopt};
@@ -136,7 +139,7 @@ autograd::detail::FunctionCast lookup_function_cast(const void* function, Device
       HG_ERROR(
           "{} is registered as banned under autocast on {} (amp::register_autocast): call it "
           "outside the autocast region, or in one opened with enabled = false",
-          name, device_type_name(device_type));
+          banned_name, device_type_name(device_type));
     case CastPolicy::Unlisted:
       break;
   }

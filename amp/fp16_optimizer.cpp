@@ -24,6 +24,18 @@ namespace {
 bool is_low_precision(const Tensor& t) { return t.dtype() == kFloat16 || t.dtype() == kBFloat16; }
 }  // namespace
 
+void check_optimizer_not_stepped(const optim::Optimizer& optimizer, std::string_view caller) {
+  const std::vector<optim::ParamGroup>& groups = optimizer.param_groups();
+  for (size_t g = 0; g < groups.size(); ++g) {
+    for (size_t i = 0; i < groups[g].params.size(); ++i) {
+      HG_CHECK(optimizer.state(g, i).empty(),
+               "{}: expected an optimizer that has not stepped yet, param {} of group {} has "
+               "state",
+               caller, i, g);
+    }
+  }
+}
+
 FP16Optimizer::FP16Optimizer(const std::vector<Tensor>& model_params,
                              const OptimizerFactory& make_optimizer, FP16OptimizerOptions options) {
   HG_CHECK(static_cast<bool>(make_optimizer),
@@ -67,19 +79,12 @@ FP16Optimizer::FP16Optimizer(optim::Optimizer& init_optimizer, FP16OptimizerOpti
 
 void FP16Optimizer::init(optim::Optimizer& optimizer, FP16OptimizerOptions options,
                          const std::vector<Pair>& known) {
+  check_optimizer_not_stepped(optimizer, "FP16Optimizer");
   std::vector<optim::ParamGroup>& groups = optimizer.param_groups();
-  for (size_t g = 0; g < groups.size(); ++g) {
-    for (size_t i = 0; i < groups[g].params.size(); ++i) {
-      HG_CHECK(optimizer.state(g, i).empty(),
-               "FP16Optimizer: expected an optimizer that has not stepped yet, param {} of group "
-               "{} has state",
-               i, g);
-    }
-  }
   if (options.dynamic_loss_scale) {
-    loss_scaler_ = std::make_unique<DynamicLossScaler>(options.dynamic_loss_args.init_scale,
-                                                       options.dynamic_loss_args.scale_factor,
-                                                       options.dynamic_loss_args.scale_window);
+    loss_scaler_ = std::make_unique<DynamicLossScaler>(
+        options.dynamic_loss_args.init_scale, options.dynamic_loss_args.scale_factor,
+        options.dynamic_loss_args.scale_window, options.dynamic_loss_args.max_scale);
   } else {
     loss_scaler_ = std::make_unique<LossScaler>(options.static_loss_scale);
   }
@@ -239,38 +244,74 @@ FP16OptimizerStateDict FP16Optimizer::state_dict() const {
   return out;
 }
 
-void FP16Optimizer::load_state_dict(const FP16OptimizerStateDict& state) {
-  HG_CHECK(state.fp32_from_fp16.size() == fp16_groups_.size(),
+void FP16Optimizer::check_masters(const std::vector<std::vector<Tensor>>& fp32_from_fp16) const {
+  HG_CHECK(fp32_from_fp16.size() == fp16_groups_.size(),
            "FP16Optimizer.load_state_dict: expected masters for {} param groups, got {}",
-           fp16_groups_.size(), state.fp32_from_fp16.size());
+           fp16_groups_.size(), fp32_from_fp16.size());
   for (size_t g = 0; g < fp16_groups_.size(); ++g) {
-    HG_CHECK(state.fp32_from_fp16[g].size() == fp16_groups_[g].size(),
+    HG_CHECK(fp32_from_fp16[g].size() == fp16_groups_[g].size(),
              "FP16Optimizer.load_state_dict: expected {} masters in group {}, got {}",
-             fp16_groups_[g].size(), g, state.fp32_from_fp16[g].size());
+             fp16_groups_[g].size(), g, fp32_from_fp16[g].size());
     for (size_t i = 0; i < fp16_groups_[g].size(); ++i) {
-      const Tensor& saved = state.fp32_from_fp16[g][i];
+      const Tensor& saved = fp32_from_fp16[g][i];
       HG_CHECK(saved.defined() && saved.sizes() == fp16_groups_[g][i].master.sizes(),
                "FP16Optimizer.load_state_dict: expected master {} of group {} of shape {}, got {}",
                i, g, fp16_groups_[g][i].master.sizes(),
                saved.defined() ? fmt::format("shape {}", saved.sizes()) : "an undefined tensor");
     }
   }
+}
+
+std::unique_ptr<LossScaler> FP16Optimizer::loaded_scaler(
+    bool dynamic_loss_scale, const std::map<std::string, double>& state) const {
   std::unique_ptr<LossScaler> scaler;
-  if (state.dynamic_loss_scale) {
-    scaler = std::make_unique<DynamicLossScaler>();
+  if (dynamic_loss_scale) {
+    // The ceiling is configuration, not state: the current scaler's stays.
+    const auto* current = dynamic_cast<const DynamicLossScaler*>(loss_scaler_.get());
+    const DynamicLossArgs defaults;
+    scaler = std::make_unique<DynamicLossScaler>(
+        defaults.init_scale, defaults.scale_factor, defaults.scale_window,
+        current != nullptr ? current->max_scale() : std::nullopt);
   } else {
     scaler = std::make_unique<LossScaler>();
   }
-  scaler->load_state_dict(state.loss_scaler);               // checks before changing anything
-  optimizer_->load_state_dict(state.optimizer_state_dict);  // idem
+  scaler->load_state_dict(state);  // checks before changing anything
+  return scaler;
+}
+
+void FP16Optimizer::set_scaler_and_masters(std::unique_ptr<LossScaler> scaler,
+                                           const std::vector<std::vector<Tensor>>& fp32_from_fp16,
+                                           bool overflow) {
   loss_scaler_ = std::move(scaler);
-  overflow_ = state.overflow;
+  overflow_ = overflow;
   NoGradGuard no_grad;
   for (size_t g = 0; g < fp16_groups_.size(); ++g) {
     for (size_t i = 0; i < fp16_groups_[g].size(); ++i) {
-      fp16_groups_[g][i].master.detach().copy_(state.fp32_from_fp16[g][i]);
+      fp16_groups_[g][i].master.detach().copy_(fp32_from_fp16[g][i]);
     }
   }
+}
+
+void FP16Optimizer::load_state_dict(const FP16OptimizerStateDict& state) {
+  check_masters(state.fp32_from_fp16);
+  std::unique_ptr<LossScaler> scaler = loaded_scaler(state.dynamic_loss_scale, state.loss_scaler);
+  optimizer_->load_state_dict(state.optimizer_state_dict);  // checks before changing anything
+  set_scaler_and_masters(std::move(scaler), state.fp32_from_fp16, state.overflow);
+}
+
+void FP16Optimizer::check_scaler_and_masters(
+    bool dynamic_loss_scale, const std::map<std::string, double>& loss_scaler,
+    const std::vector<std::vector<Tensor>>& fp32_from_fp16) const {
+  check_masters(fp32_from_fp16);
+  loaded_scaler(dynamic_loss_scale, loss_scaler);
+}
+
+void FP16Optimizer::load_scaler_and_masters(bool dynamic_loss_scale,
+                                            const std::map<std::string, double>& loss_scaler,
+                                            const std::vector<std::vector<Tensor>>& fp32_from_fp16,
+                                            bool overflow) {
+  check_masters(fp32_from_fp16);
+  set_scaler_and_masters(loaded_scaler(dynamic_loss_scale, loss_scaler), fp32_from_fp16, overflow);
 }
 
 }  // namespace hg::amp

@@ -23,6 +23,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "halfgrad/amp/loss_scaler.h"
@@ -35,6 +36,9 @@ struct DynamicLossArgs {
   double init_scale = 4294967296.0;
   double scale_factor = 2.0;
   int64_t scale_window = 1000;
+  // Beyond apex.fp16_utils (whose scale has no ceiling): growth stops here. amp::initialize
+  // sets Apex amp's max_loss_scale.
+  std::optional<double> max_scale = std::nullopt;
 };
 
 struct FP16OptimizerOptions {
@@ -52,6 +56,11 @@ struct FP16OptimizerStateDict {
   // The float32 masters of the float16/bfloat16 parameters, per param group (copies).
   std::vector<std::vector<Tensor>> fp32_from_fp16;
 };
+
+// An hg::Error, prefixed by `caller`, when any parameter of `optimizer` has optimizer state
+// (it has stepped): FP16Optimizer and amp::initialize replace the parameters by their masters,
+// which state kept for the old parameters would not follow.
+void check_optimizer_not_stepped(const optim::Optimizer& optimizer, std::string_view caller);
 
 class FP16Optimizer {
  public:
@@ -99,6 +108,16 @@ class FP16Optimizer {
   // Checks the scaler keys, the masters' count and shapes and the inner optimizer's state
   // (its own checks) before changing anything. As in apex, load the model's state first.
   void load_state_dict(const FP16OptimizerStateDict& state);
+  // The loss scaler's state and the masters alone, without the inner optimizer's state
+  // (amp::AmpHandle's checkpoint state: the checkpoint loads the optimizer itself). The check is
+  // load_state_dict's for these parts and changes nothing.
+  void check_scaler_and_masters(bool dynamic_loss_scale,
+                                const std::map<std::string, double>& loss_scaler,
+                                const std::vector<std::vector<Tensor>>& fp32_from_fp16) const;
+  void load_scaler_and_masters(bool dynamic_loss_scale,
+                               const std::map<std::string, double>& loss_scaler,
+                               const std::vector<std::vector<Tensor>>& fp32_from_fp16,
+                               bool overflow);
 
  private:
   struct Pair {
@@ -109,6 +128,14 @@ class FP16Optimizer {
             const std::vector<Pair>& known);
   std::vector<Tensor> all_model_params() const;
   std::vector<Tensor> all_master_params() const;
+  void check_masters(const std::vector<std::vector<Tensor>>& fp32_from_fp16) const;
+  // A new scaler of the kind given holding `state` (its load_state_dict checks it), with the
+  // current scaler's ceiling.
+  std::unique_ptr<LossScaler> loaded_scaler(bool dynamic_loss_scale,
+                                            const std::map<std::string, double>& state) const;
+  void set_scaler_and_masters(std::unique_ptr<LossScaler> scaler,
+                              const std::vector<std::vector<Tensor>>& fp32_from_fp16,
+                              bool overflow);
 
   std::unique_ptr<optim::Optimizer> owned_optimizer_;  // null when the caller owns it
   optim::Optimizer* optimizer_ = nullptr;

@@ -237,12 +237,15 @@ Tensor GradScaler::scale_one(const Tensor& output) {
 
 Tensor GradScaler::scale(const Tensor& outputs) {
   if (!options_.enabled) return outputs;
-  const ops::RecordFunction range("GradScaler.scale", ops::RangeKind::kLossScaling);
-  return scale_one(outputs);
+  return scale_all({outputs}).front();
 }
 
 std::vector<Tensor> GradScaler::scale(const std::vector<Tensor>& outputs) {
   if (!options_.enabled) return outputs;
+  return scale_all(outputs);
+}
+
+std::vector<Tensor> GradScaler::scale_all(const std::vector<Tensor>& outputs) {
   const ops::RecordFunction range("GradScaler.scale", ops::RangeKind::kLossScaling);
   std::vector<Tensor> scaled;
   scaled.reserve(outputs.size());

@@ -111,6 +111,22 @@ T map_tensors(const T& tree, F& f) {
   }
 }
 
+// f applied to every tensor of the structure, in map_tensors' order.
+template <class T, class F>
+void for_each_tensor(const T& tree, F& f) {
+  if constexpr (std::is_same_v<T, Tensor>) {
+    f(tree);
+  } else if constexpr (requires { std::tuple_size<T>::value; }) {  // array, pair, tuple
+    std::apply([&](const auto&... e) { (for_each_tensor(e, f), ...); }, tree);
+  } else if constexpr (requires { typename T::mapped_type; }) {  // map, unordered_map
+    for (const auto& [key, value] : tree) for_each_tensor(value, f);
+  } else if constexpr (requires { tree.has_value(); }) {  // optional
+    if (tree) for_each_tensor(*tree, f);
+  } else {  // vector
+    for (const auto& e : tree) for_each_tensor(e, f);
+  }
+}
+
 }  // namespace detail
 
 struct GradScalerOptions {
@@ -192,12 +208,19 @@ class GradScaler {
   std::vector<Tensor> scale(const std::vector<Tensor>& outputs);
   // torch's scale over nested containers (NOTE [Scaling nested outputs]): the same structure,
   // every tensor scaled, e.g. scale(std::pair{loss_a, std::map<std::string, Tensor>{...}}).
+  // The tensors go through the same scale_all as the other forms, in one "GradScaler.scale"
+  // range (NOTE [Recorded ranges]), then back into the structure.
   template <class Outputs>
     requires detail::TensorStructure<Outputs>
   Outputs scale(const Outputs& outputs) {
     if (!options_.enabled) return outputs;
-    auto scale_each = [this](const Tensor& t) { return scale_one(t); };
-    return detail::map_tensors(outputs, scale_each);
+    std::vector<Tensor> flat;
+    auto collect = [&flat](const Tensor& t) { flat.push_back(t); };
+    detail::for_each_tensor(outputs, collect);
+    const std::vector<Tensor> scaled = scale_all(flat);
+    size_t next = 0;
+    auto take_scaled = [&scaled, &next](const Tensor&) { return scaled[next++]; };
+    return detail::map_tensors(outputs, take_scaled);
   }
 
   // Multiplies every gradient of the optimizer's parameters by 1/scale (the reciprocal in
@@ -297,6 +320,9 @@ class GradScaler {
   // The state machine and the host's update (grad_scaler.cpp).
   void check_scale_initialized(const char* method) const;
   void check_ready_for_closure(const optim::Optimizer& optimizer) const;
+  // Every form of scale() comes here: one "GradScaler.scale" range of kind kLossScaling around
+  // the multiplies (the scaler's own ops, which OverflowWatch skips and the profiler shows).
+  std::vector<Tensor> scale_all(const std::vector<Tensor>& outputs);
   Tensor scale_one(const Tensor& output);
   // Sum of every found_inf flag recorded since the last update (a host read).
   double found_inf_sum() const;

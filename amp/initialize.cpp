@@ -2,6 +2,7 @@
 // levels]), the model converted and hooked, and the handle that scales, unscales and steps.
 #include "halfgrad/amp/initialize.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -10,7 +11,6 @@
 #include "halfgrad/autograd/grad_mode.h"
 #include "halfgrad/core/error.h"
 #include "halfgrad/core/format.h"
-#include "halfgrad/ops/autocast_nesting.h"
 #include "halfgrad/ops/observer.h"
 #include "halfgrad/ops/ops.h"
 
@@ -122,6 +122,7 @@ AmpProperties resolve_opt_level(OptLevel level, const InitializeOptions& options
   if (options.master_weights) p.master_weights = *options.master_weights;
   if (options.loss_scale) p.loss_scale = *options.loss_scale;
   if (options.cast_model_outputs) p.cast_model_outputs = options.cast_model_outputs;
+  p.max_loss_scale = options.max_loss_scale;
 
   const bool cast_to_half = p.cast_model_type && *p.cast_model_type != kFloat32;
   if (cast_to_half && !p.cast_model_outputs) p.cast_model_outputs = kFloat32;
@@ -141,21 +142,15 @@ AmpProperties resolve_opt_level(OptLevel level, const InitializeOptions& options
            "amp::initialize({}): expected keep_batchnorm_fp32 only with a 16-bit cast_model_type, "
            "got it with cast_model_type {}",
            opt_level_name(level), optional_dtype_name(p.cast_model_type));
+  HG_CHECK(p.max_loss_scale > 0, "amp::initialize({}): expected max_loss_scale > 0, got {}",
+           opt_level_name(level), p.max_loss_scale);
   return p;
 }
 
 AmpHandle::AmpHandle(nn::Module& model, optim::Optimizer& optimizer, AmpProperties properties)
     : properties_(std::move(properties)), optimizer_(&optimizer) {
   // Every check before anything changes: the optimizer has not stepped, the model is floating.
-  const std::vector<optim::ParamGroup>& groups = optimizer.param_groups();
-  for (size_t g = 0; g < groups.size(); ++g) {
-    for (size_t i = 0; i < groups[g].params.size(); ++i) {
-      HG_CHECK(optimizer.state(g, i).empty(),
-               "amp::initialize: expected an optimizer that has not stepped yet, param {} of "
-               "group {} has state",
-               i, g);
-    }
-  }
+  check_optimizer_not_stepped(optimizer, "amp::initialize");
   const std::vector<Tensor> params = model.parameters();
   std::optional<DeviceType> device_type;
   if (!params.empty()) device_type = params.front().device().type;
@@ -188,41 +183,35 @@ AmpHandle::AmpHandle(nn::Module& model, optim::Optimizer& optimizer, AmpProperti
         }));
   }
 
+  // Apex's amp starts a dynamic scale at min(2^16, max_loss_scale).
+  const double init_scale = std::min(kDynamicInitScale, p.max_loss_scale);
   if (p.master_weights) {
     FP16OptimizerOptions scaling;
     if (p.loss_scale.is_dynamic()) {
       scaling.dynamic_loss_scale = true;
-      scaling.dynamic_loss_args = {.init_scale = kDynamicInitScale,
+      scaling.dynamic_loss_args = {.init_scale = init_scale,
                                    .scale_factor = kDynamicScaleFactor,
-                                   .scale_window = kDynamicScaleWindow};
+                                   .scale_window = kDynamicScaleWindow,
+                                   .max_scale = p.max_loss_scale};
     } else {
       scaling.static_loss_scale = p.loss_scale.value();
     }
     masters_ = std::make_unique<FP16Optimizer>(optimizer, scaling);
   } else if (p.loss_scale.is_dynamic()) {
-    loss_scaler_ = std::make_unique<DynamicLossScaler>(kDynamicInitScale, kDynamicScaleFactor,
-                                                       kDynamicScaleWindow);
+    loss_scaler_ = std::make_unique<DynamicLossScaler>(init_scale, kDynamicScaleFactor,
+                                                       kDynamicScaleWindow, p.max_loss_scale);
   } else {
     loss_scaler_ = std::make_unique<LossScaler>(p.loss_scale.value());
   }
 
-  if (p.patch_torch_functions && device_type) {
-    autocast_device_ = device_type;
-    previous_enabled_ = is_autocast_enabled(*device_type);
-    previous_dtype_ = get_autocast_dtype(*device_type);
-    set_autocast_enabled(*device_type, true);
-    set_autocast_dtype(*device_type, p.half_dtype);
-    increment_nesting();
-  }
+  // O1's autocast is an amp::Autocast region that lasts as long as the handle: the guard saves
+  // the thread's state and puts it back, as it does for any region.
+  if (p.patch_torch_functions && device_type) autocast_.emplace(*device_type, p.half_dtype);
 }
 
 AmpHandle::~AmpHandle() {
   for (nn::RemovableHandle& hook : hooks_) hook.remove();
-  if (autocast_device_) {
-    set_autocast_enabled(*autocast_device_, previous_enabled_);
-    hg::detail::autocast_mode.dtype[size_t(*autocast_device_)] = previous_dtype_;
-    if (ops::autocast_nesting() > 0 && decrement_nesting() == 0) clear_cache();
-  }
+  autocast_.reset();
 }
 
 void AmpHandle::backward(const Tensor& loss) {
@@ -233,11 +222,11 @@ void AmpHandle::backward(const Tensor& loss) {
   }
   // O1 keeps one autocast region open for the handle's life: the weights' cached casts belong to
   // this iteration's forward and go before the step changes the weights.
-  if (autocast_device_) clear_cache();
+  if (autocast_) clear_cache();
 }
 
 bool AmpHandle::step() {
-  if (autocast_device_) clear_cache();
+  if (autocast_) clear_cache();
   if (masters_) return masters_->step();
   const std::vector<Tensor> params = params_with_grads(*optimizer_);
   const bool overflow = loss_scaler_->has_overflow(params);
@@ -279,6 +268,54 @@ void AmpHandle::load_state_dict(const std::map<std::string, double>& state) {
     masters_->load_state_dict(whole);
   } else {
     loss_scaler_->load_state_dict(state);
+  }
+}
+
+AmpHandleState AmpHandle::checkpoint_state() const {
+  AmpHandleState out;
+  out.opt_level = properties_.opt_level;
+  out.loss_scaler = state_dict();
+  if (masters_) {
+    FP16OptimizerStateDict whole = masters_->state_dict();
+    out.master_weights = std::move(whole.fp32_from_fp16);
+    out.overflow = whole.overflow;
+  }
+  return out;
+}
+
+void AmpHandle::check_checkpoint_state(const AmpHandleState& state) const {
+  HG_CHECK(state.opt_level == properties_.opt_level,
+           "AmpHandle: expected the state of an {} handle, got one saved at {}",
+           opt_level_name(properties_.opt_level), opt_level_name(state.opt_level));
+  const bool dynamic = masters_ ? masters_->dynamic_loss_scale() : loss_scaler_->is_dynamic();
+  // A dynamic scaler's state has the keys a static one's lacks: a static state given to a
+  // dynamic handle fails its scaler's check below; the other way round is caught here.
+  HG_CHECK(dynamic || state.loss_scaler.count("scale_window") == 0,
+           "AmpHandle: expected a static loss scaler's state, got a dynamic one's");
+  if (masters_) {
+    masters_->check_scaler_and_masters(dynamic, state.loss_scaler, state.master_weights);
+  } else {
+    HG_CHECK(state.master_weights.empty() && !state.overflow,
+             "AmpHandle: expected no master weights (the handle has none), got {} param groups "
+             "of them",
+             state.master_weights.size());
+    std::unique_ptr<LossScaler> scratch;
+    if (dynamic) {
+      scratch = std::make_unique<DynamicLossScaler>();
+    } else {
+      scratch = std::make_unique<LossScaler>();
+    }
+    scratch->load_state_dict(state.loss_scaler);  // its checks; the handle's scaler is untouched
+  }
+}
+
+void AmpHandle::load_checkpoint_state(const AmpHandleState& state) {
+  check_checkpoint_state(state);
+  if (masters_) {
+    masters_->load_scaler_and_masters(masters_->dynamic_loss_scale(), state.loss_scaler,
+                                      state.master_weights, state.overflow);
+  } else {
+    loss_scaler_->load_state_dict(state.loss_scaler);
   }
 }
 

@@ -19,10 +19,11 @@
 //       master weights in the optimizer (FP16Optimizer's masters), inputs cast to half_dtype and
 //       outputs to float32 by hooks on the model; dynamic loss scaling.
 //   O3  The whole model in half_dtype, the optimizer steps the 16-bit weights; loss scale 1.
-// Apex's keyword overrides are InitializeOptions' fields. Dynamic scaling starts at 2^16 and
-// grows by 2 after 2000 clean steps, as Apex's amp does (halfgrad's DynamicLossScaler has no
-// upper bound; Apex caps the scale at 2^24). The handle is the scaler and the step: backward
-// scales the loss, step checks for an overflow, unscales and steps (or skips and backs off).
+// Apex's keyword overrides are InitializeOptions' fields. Dynamic scaling starts at
+// min(2^16, max_loss_scale) and grows by 2 after 2000 clean steps up to max_loss_scale (2^24 by
+// default), as Apex's amp does (apex.fp16_utils' scaler and GradScaler have none by default).
+// The handle is the scaler and the step: backward scales the loss, step checks for an overflow,
+// unscales and steps (or skips and backs off).
 // For new code torch.amp's form (amp::Autocast, amp::GradScaler) is the one to write; the
 // README's migration section puts the two side by side.
 #pragma once
@@ -34,6 +35,7 @@
 #include <string_view>
 #include <vector>
 
+#include "halfgrad/amp/autocast.h"
 #include "halfgrad/amp/fp16_optimizer.h"
 #include "halfgrad/amp/loss_scaler.h"
 #include "halfgrad/core/device.h"
@@ -73,6 +75,8 @@ struct InitializeOptions {
   std::optional<bool> master_weights = std::nullopt;          // O2: true
   std::optional<LossScale> loss_scale = std::nullopt;         // O1, O2: "dynamic"; O0, O3: 1.0
   std::optional<DType> cast_model_outputs = std::nullopt;     // with a cast model: float32
+  // Dynamic scaling's ceiling (Apex's max_loss_scale, 2^24); ignored with a static scale.
+  double max_loss_scale = 16777216.0;
   // Beyond Apex: the 16-bit type of O1, O2 and O3 (bfloat16 trains without loss scaling, but
   // the levels keep theirs unless loss_scale says otherwise).
   DType half_dtype = kFloat16;
@@ -87,14 +91,29 @@ struct AmpProperties {
   bool master_weights = false;
   LossScale loss_scale = 1.0;
   std::optional<DType> cast_model_outputs;
+  double max_loss_scale = 16777216.0;
   DType half_dtype = kFloat16;
 };
 
 // The opt level's properties with the overrides applied, checked: a cast_model_type other than
 // float32/float16/bfloat16, master_weights without a 16-bit model, keep_batchnorm_fp32 without a
-// cast model, patch_torch_functions together with a cast model, or a static loss_scale that is
-// not finite and > 0 are errors naming the option.
+// cast model, patch_torch_functions together with a cast model, a static loss_scale that is
+// not finite and > 0, or a max_loss_scale that is not > 0 are errors naming the option.
 AmpProperties resolve_opt_level(OptLevel level, const InitializeOptions& options = {});
+
+// What a checkpoint keeps of an AmpHandle (io::NamedState adapts it to the state protocol,
+// NOTE [Checkpoint state protocol] in io/stateful.h): what a resumed run needs beyond the
+// model's and the optimizer's states to continue bit for bit.
+struct AmpHandleState {
+  OptLevel opt_level = OptLevel::O0;
+  // The loss scaler's state (AmpHandle::state_dict).
+  std::map<std::string, double> loss_scaler;
+  // With master weights: the float32 masters of the 16-bit parameters, per param group (copies;
+  // the model holds them rounded to 16 bits and the optimizer's state does not hold them), and
+  // whether the last backward overflowed. Empty and false without.
+  std::vector<std::vector<Tensor>> master_weights;
+  bool overflow = false;
+};
 
 class AmpHandle {
  public:
@@ -127,16 +146,23 @@ class AmpHandle {
   std::map<std::string, double> state_dict() const;
   void load_state_dict(const std::map<std::string, double>& state);
 
+  // The checkpoint's state (AmpHandleState; io::save_checkpoint with {"amp", &handle}). The check
+  // is an hg::Error naming what does not fit (another opt level, a static scaler's state for a
+  // dynamic one, masters of other counts or shapes) and changes nothing; load takes a state that
+  // passed it.
+  AmpHandleState checkpoint_state() const;
+  void check_checkpoint_state(const AmpHandleState& state) const;
+  void load_checkpoint_state(const AmpHandleState& state);
+
  private:
   AmpProperties properties_;
   optim::Optimizer* optimizer_;
   std::unique_ptr<FP16Optimizer> masters_;   // master weights
   std::unique_ptr<LossScaler> loss_scaler_;  // without master weights
   std::vector<nn::RemovableHandle> hooks_;
-  // O1: the autocast state the handle replaced on its thread.
-  std::optional<DeviceType> autocast_device_;
-  bool previous_enabled_ = false;
-  DType previous_dtype_ = kFloat16;
+  // O1: the autocast region open on the handle's thread while it lives (the guard restores the
+  // state it replaced).
+  std::optional<Autocast> autocast_;
 };
 
 // Apex's amp.initialize: converts the model in place (O2, O3), hooks its calls (casts of

@@ -93,10 +93,16 @@ void LossScaler::load_state_dict(const std::map<std::string, double>& state) {
   cur_iter_ = checked_iter;
 }
 
-DynamicLossScaler::DynamicLossScaler(double init_scale, double scale_factor, int64_t scale_window)
-    : LossScaler(init_scale), scale_factor_(scale_factor), scale_window_(scale_window) {
+DynamicLossScaler::DynamicLossScaler(double init_scale, double scale_factor, int64_t scale_window,
+                                     std::optional<double> max_scale)
+    : LossScaler(init_scale),
+      scale_factor_(scale_factor),
+      scale_window_(scale_window),
+      max_scale_(max_scale) {
   HG_CHECK(scale_factor > 1, "DynamicLossScaler: expected scale_factor > 1, got {}", scale_factor);
   HG_CHECK(scale_window > 0, "DynamicLossScaler: expected scale_window > 0, got {}", scale_window);
+  HG_CHECK(!max_scale || *max_scale > 0,
+           "DynamicLossScaler: expected max_scale > 0 (or none), got {}", max_scale.value_or(0));
 }
 
 bool DynamicLossScaler::has_overflow(const std::vector<Tensor>& params) const {
@@ -109,6 +115,7 @@ void DynamicLossScaler::update_scale(bool overflow) {
     last_overflow_iter_ = cur_iter_;
   } else if ((cur_iter_ - last_overflow_iter_) % scale_window_ == 0) {
     cur_scale_ *= scale_factor_;
+    if (max_scale_) cur_scale_ = std::min(cur_scale_, *max_scale_);
   }
   ++cur_iter_;
 }

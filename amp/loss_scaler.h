@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -54,10 +55,14 @@ class LossScaler {
 // apex's dynamic rule: on overflow scale = max(scale / scale_factor, 1) and the iteration is
 // remembered; when (iter - last_overflow_iter) is a multiple of scale_window on a clean
 // iteration, scale *= scale_factor (so the scale grows after scale_window clean iterations).
+// With max_scale (Apex amp's max_loss_scale; apex.fp16_utils has none) growth stops there:
+// scale = min(scale * scale_factor, max_scale). The ceiling is configuration: state_dict does
+// not hold it and load_state_dict keeps it.
 class DynamicLossScaler : public LossScaler {
  public:
   explicit DynamicLossScaler(double init_scale = 4294967296.0, double scale_factor = 2.0,
-                             int64_t scale_window = 1000);
+                             int64_t scale_window = 1000,
+                             std::optional<double> max_scale = std::nullopt);
 
   bool has_overflow(const std::vector<Tensor>& params) const override;
   void update_scale(bool overflow) override;
@@ -66,6 +71,7 @@ class DynamicLossScaler : public LossScaler {
   double scale_factor() const { return scale_factor_; }
   int64_t scale_window() const { return scale_window_; }
   int64_t last_overflow_iter() const { return last_overflow_iter_; }
+  std::optional<double> max_scale() const { return max_scale_; }
 
   std::map<std::string, double> state_dict() const override;
   void load_state_dict(const std::map<std::string, double>& state) override;
@@ -74,6 +80,7 @@ class DynamicLossScaler : public LossScaler {
   double scale_factor_;
   int64_t scale_window_;
   int64_t last_overflow_iter_ = -1;
+  std::optional<double> max_scale_;
 };
 
 }  // namespace hg::amp

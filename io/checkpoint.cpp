@@ -18,6 +18,7 @@
 #include <nlohmann/json.hpp>
 
 #include "halfgrad/amp/grad_scaler.h"
+#include "halfgrad/amp/initialize.h"
 #include "halfgrad/core/error.h"
 #include "halfgrad/core/format.h"
 #include "halfgrad/core/random.h"
@@ -294,6 +295,78 @@ class ScalerState : public Stateful {
   amp::GradScaler& scaler_;
 };
 
+// amp::initialize's handle: values "opt_level", "overflow" and its loss scaler's keys under
+// "loss_scaler.", tensors "master_weights.<group>.<index>" (the float32 masters, with master
+// weights). The handle checks the values; the tensors expected are the handle's own masters.
+class AmpHandleAdapter : public Stateful {
+ public:
+  explicit AmpHandleAdapter(amp::AmpHandle& handle) : handle_(handle) {}
+  std::string state_kind() const override { return "AmpHandle"; }
+  ObjectState state_dict() const override {
+    const amp::AmpHandleState state = handle_.checkpoint_state();
+    ObjectState out;
+    out.values["opt_level"] = std::string(amp::opt_level_name(state.opt_level));
+    out.values["overflow"] = int64_t(state.overflow);
+    for (const auto& [key, value] : state.loss_scaler) {
+      out.values.emplace(std::string(kScalerPrefix) + key, value);
+    }
+    for (size_t g = 0; g < state.master_weights.size(); ++g) {
+      for (size_t i = 0; i < state.master_weights[g].size(); ++i) {
+        out.tensors[master_key(g, i)] = state.master_weights[g][i];
+      }
+    }
+    return out;
+  }
+  void check_state_dict(const ObjectState& state) const override {
+    const Read read_state = read(state);
+    handle_.check_checkpoint_state(read_state.state);  // the opt level first, then the rest
+    HG_CHECK(read_state.tensors_used == state.tensors.size(),
+             "expected only the handle's {} master weights as tensors, got {} tensors",
+             read_state.tensors_used, state.tensors.size());
+  }
+  void load_state_dict(const ObjectState& state) override {
+    handle_.load_checkpoint_state(read(state).state);
+  }
+
+ private:
+  static constexpr std::string_view kScalerPrefix = "loss_scaler.";
+  static std::string master_key(size_t group, size_t index) {
+    return fmt::format("master_weights.{}.{}", group, index);
+  }
+  struct Read {
+    amp::AmpHandleState state;
+    size_t tensors_used = 0;
+  };
+  // The values, and the masters found under the keys of the handle's own masters (a group stops
+  // at its first missing key, for the handle's check to name the count it expected).
+  Read read(const ObjectState& state) const {
+    Read out;
+    out.state.opt_level = amp::opt_level_from_string(state.get_string("opt_level"));
+    const int64_t overflow = state.get_int("overflow");
+    HG_CHECK(overflow == 0 || overflow == 1, "\"overflow\": expected 0 or 1, got {}", overflow);
+    out.state.overflow = overflow == 1;
+    for (const auto& [key, value] : state.values) {
+      if (key == "opt_level" || key == "overflow") continue;
+      HG_CHECK(starts_with(key, kScalerPrefix),
+               "expected opt_level, overflow and loss_scaler.* values, got \"{}\"", key);
+      out.state.loss_scaler[key.substr(kScalerPrefix.size())] = state.get_double(key);
+    }
+    const std::vector<std::vector<Tensor>> own = handle_.checkpoint_state().master_weights;
+    for (size_t g = 0; g < own.size(); ++g) {
+      std::vector<Tensor> masters;
+      for (size_t i = 0; i < own[g].size(); ++i) {
+        const auto found = state.tensors.find(master_key(g, i));
+        if (found == state.tensors.end()) break;
+        masters.push_back(found->second);
+      }
+      out.tensors_used += masters.size();
+      out.state.master_weights.push_back(std::move(masters));
+    }
+    return out;
+  }
+  amp::AmpHandle& handle_;
+};
+
 // NOTE [Fp8 state in checkpoints] A DelayedScaling recipe knows its layers by their weights'
 // TensorImpls, which a new process does not share: the checkpoint names each layer by its
 // weight's name in the model ("0.weight"), and saves its amax history, scale and scale_inv as
@@ -437,6 +510,8 @@ std::vector<Target> targets(const std::vector<NamedState>& states, const nn::Mod
             } else if constexpr (std::is_same_v<T, amp::GradScaler>) {
               target.adapter = std::make_unique<ScalerState>(*object);
               target.scaler = object;
+            } else if constexpr (std::is_same_v<T, amp::AmpHandle>) {
+              target.adapter = std::make_unique<AmpHandleAdapter>(*object);
             } else {
               target.adapter = std::make_unique<Fp8State>(*object, model);
             }

@@ -1,6 +1,7 @@
 // Checkpoints: a model, its optimizer, and everything else a resume needs (LR schedulers, a
-// DataLoader's place in its epoch, a GradScaler, an fp8 recipe's amax histories, the default
-// generator) in one safetensors file, so that a stopped run resumes exactly where it was.
+// DataLoader's place in its epoch, a GradScaler or amp::initialize's AmpHandle, an fp8 recipe's
+// amax histories, the default generator) in one safetensors file, so that a stopped run resumes
+// exactly where it was.
 //
 //   io::save_checkpoint("run/last.safetensors", *model, opt,
 //                       {{"scaler", &scaler}, {"scheduler", &schedule}, {"loader", &loader},
@@ -66,7 +67,8 @@ class ReduceLROnPlateau;
 }  // namespace hg::optim
 namespace hg::amp {
 class GradScaler;
-}
+class AmpHandle;
+}  // namespace hg::amp
 namespace hg::ops {
 class DelayedScaling;
 }
@@ -86,6 +88,9 @@ class NamedState {
   NamedState(std::string name, optim::ReduceLROnPlateau* scheduler)
       : name_(std::move(name)), object_(scheduler) {}
   NamedState(std::string name, amp::GradScaler* scaler) : name_(std::move(name)), object_(scaler) {}
+  // amp::initialize's handle: its loss scaler's state and, with master weights, the float32
+  // masters (amp::AmpHandleState), kind "AmpHandle".
+  NamedState(std::string name, amp::AmpHandle* handle) : name_(std::move(name)), object_(handle) {}
   // The amax histories and scales of every layer that ran under the recipe, each known by the
   // name of its weight in the checkpoint's model.
   NamedState(std::string name, ops::DelayedScaling* recipe)
@@ -93,7 +98,7 @@ class NamedState {
 
   const std::string& name() const { return name_; }
   using Object = std::variant<Stateful*, optim::LRScheduler*, optim::ReduceLROnPlateau*,
-                              amp::GradScaler*, ops::DelayedScaling*>;
+                              amp::GradScaler*, amp::AmpHandle*, ops::DelayedScaling*>;
   const Object& object() const { return object_; }
 
  private:

@@ -23,8 +23,8 @@
 // on one. The split lets load_checkpoint check every object before it changes any (NOTE
 // [All-or-nothing resume]). state_kind() names the kind of object ("DataLoader"): a checkpoint
 // refuses to load a state into an object of another kind. The DataLoader and DistributedSampler
-// are Stateful; halfgrad's types below io (LR schedulers, ReduceLROnPlateau, GradScaler, the fp8
-// recipe) are adapted to the protocol inside io/checkpoint.cpp, which their layers cannot see.
+// are Stateful; halfgrad's types below io (LR schedulers, ReduceLROnPlateau, GradScaler,
+// amp::initialize's AmpHandle, the fp8 recipe) are adapted to the protocol inside io/checkpoint.cpp, which their layers cannot see.
 #pragma once
 
 #include <cstdint>

@@ -69,6 +69,33 @@ TEST_CASE("scale keeps the structure of nested containers and scales every tenso
   CHECK_THROWS_WITH(scaler.scale(with_hole), Contains("expected a defined tensor"));
 }
 
+TEST_CASE("the profiler records one GradScaler.scale range around a nested structure's multiplies",
+          "[grad_scaler][scale]") {
+  amp::GradScaler scaler({.init_scale = 8.0});
+  const Tensor a = tensor(std::vector<float>{1.0f, -2.0f});
+  const Tensor b = tensor(std::vector<float>{0.5f});
+  profiler::Profile prof;
+  const auto scaled =
+      scaler.scale(std::pair<Tensor, std::vector<Tensor>>{a, std::vector<Tensor>{b, a}});
+  prof.stop();
+  CHECK(values(scaled.second[0]) == times(values(b), 8.0f));
+  const std::vector<profiler::Event>& events = prof.events();
+  std::vector<size_t> ranges;
+  for (size_t i = 0; i < events.size(); ++i) {
+    if (events[i].name == "GradScaler.scale") ranges.push_back(i);
+  }
+  REQUIRE(ranges.size() == 1);
+  const profiler::Event& range = events[ranges[0]];
+  CHECK(range.range);
+  CHECK(range.parent == -1);
+  // The three multiplies (one per tensor) run inside it.
+  int64_t multiplies_inside = 0;
+  for (const profiler::Event& e : events) {
+    if (e.op == OpId::mul && e.parent == int64_t(ranges[0])) ++multiplies_inside;
+  }
+  CHECK(multiplies_inside == 3);
+}
+
 TEST_CASE("a disabled scaler returns nested outputs as they are", "[grad_scaler][scale]") {
   amp::GradScaler scaler({.enabled = false});
   const Tensor a = tensor(std::vector<float>{1.0f, 2.0f});

@@ -6,7 +6,9 @@
 
 #include <cmath>
 #include <limits>
+#include <map>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "halfgrad/amp/initialize.h"
@@ -274,4 +276,108 @@ TEST_CASE("the README's O2 loop trains with BatchNorm1d kept in float32",
   }
   CHECK(std::isfinite(last));
   CHECK(last < 0.5 * first);
+}
+
+namespace {
+
+// One step whose scaled gradients stay finite at any scale up to 2^24 (the loss is 2^-20 of
+// mse_loss, so a scaled gradient is at most ~2^4 times the mse's): every step is clean.
+void clean_step(amp::AmpHandle& handle, nn::Module& model) {
+  const Tensor x = randn({4, 4});
+  const Tensor y = randn({4, 3});
+  handle.zero_grad();
+  handle.backward(mse_loss(model(x), y) * 0x1p-20);
+  CHECK(handle.step());
+}
+
+// The dynamic scaler's state one clean step before its next growth (Apex's window of 2000).
+std::map<std::string, double> before_growth(double scale, double iteration) {
+  return {{"cur_scale", scale},
+          {"cur_iter", iteration},
+          {"last_overflow_iter", -1.0},
+          {"scale_factor", 2.0},
+          {"scale_window", 2000.0}};
+}
+
+}  // namespace
+
+TEST_CASE("dynamic scaling grows up to Apex's max_loss_scale of 2^24 and no further",
+          "[amp][initialize][max_loss_scale]") {
+  for (const char* level : {"O1", "O2"}) {
+    INFO("opt level " << level);
+    auto model = small_model(23);
+    optim::SGD opt(model->parameters(), {.lr = 0.01});
+    auto handle = amp::initialize(*model, opt, level);
+    CHECK(handle.properties().max_loss_scale == 0x1p24);
+    CHECK(handle.loss_scale() == 0x1p16);
+    // 2^23 grows to 2^24 after the 2000th clean step ...
+    handle.load_state_dict(before_growth(0x1p23, 1999));
+    clean_step(handle, *model);
+    CHECK(handle.loss_scale() == 0x1p24);
+    // ... and 2^24 stays 2^24 where Apex's fp16_utils scaler (and GradScaler) would double it.
+    handle.load_state_dict(before_growth(0x1p24, 3999));
+    clean_step(handle, *model);
+    CHECK(handle.loss_scale() == 0x1p24);
+    CHECK(handle.state_dict().at("cur_iter") == 4000.0);
+  }
+}
+
+TEST_CASE("a custom max_loss_scale is the ceiling and caps the initial scale",
+          "[amp][initialize][max_loss_scale]") {
+  for (const char* level : {"O1", "O2", "O3"}) {
+    INFO("opt level " << level);
+    auto model = small_model(29);
+    optim::SGD opt(model->parameters(), {.lr = 0.01});
+    auto handle = amp::initialize(
+        *model, opt, level, {.loss_scale = amp::LossScale::dynamic(), .max_loss_scale = 0x1p17});
+    CHECK(handle.loss_scale() == 0x1p16);
+    handle.load_state_dict(before_growth(0x1p16, 1999));
+    clean_step(handle, *model);
+    CHECK(handle.loss_scale() == 0x1p17);
+    handle.load_state_dict(before_growth(0x1p17, 3999));
+    clean_step(handle, *model);
+    CHECK(handle.loss_scale() == 0x1p17);
+  }
+  // Below 2^16 the scale starts at the ceiling, as Apex's min(2^16, max_loss_scale).
+  auto model = small_model(31);
+  optim::SGD opt(model->parameters(), {.lr = 0.01});
+  auto handle = amp::initialize(*model, opt, "O1", {.max_loss_scale = 1024.0});
+  CHECK(handle.loss_scale() == 1024.0);
+  handle.load_state_dict(before_growth(1024.0, 1999));
+  clean_step(handle, *model);
+  CHECK(handle.loss_scale() == 1024.0);
+}
+
+TEST_CASE("max_loss_scale must be positive", "[amp][initialize][max_loss_scale][errors]") {
+  CHECK_THROWS_WITH(amp::resolve_opt_level(amp::OptLevel::O1, {.max_loss_scale = 0.0}),
+                    Contains("expected max_loss_scale > 0, got 0"));
+  CHECK_THROWS_WITH(
+      amp::resolve_opt_level(amp::OptLevel::O2,
+                             {.max_loss_scale = std::numeric_limits<double>::quiet_NaN()}),
+      Contains("expected max_loss_scale > 0, got nan"));
+}
+
+TEST_CASE("O1's handle is an autocast region: it restores the state it replaced as the guard does",
+          "[amp][initialize][autocast]") {
+  auto model = small_model(37);
+  optim::SGD opt(model->parameters(), {.lr = 0.01});
+  {
+    amp::Autocast outer(kCPU, kBFloat16);
+    {
+      auto handle = amp::initialize(*model, opt, "O1");
+      CHECK(amp::is_autocast_enabled(kCPU));
+      CHECK(amp::get_autocast_dtype(kCPU) == kFloat16);
+      // Changed inside the region, put back when it ends (amp::Autocast's rule).
+      amp::set_autocast_cache_enabled(false);
+      amp::set_autocast_dtype(kCPU, kBFloat16);
+    }
+    CHECK(amp::is_autocast_enabled(kCPU));
+    CHECK(amp::get_autocast_dtype(kCPU) == kBFloat16);
+    CHECK(amp::is_autocast_cache_enabled());
+    // The outer region is still open: its casts of the weights are cached.
+    (void)(*model)(randn({2, 4}));
+    CHECK(amp::weight_cast_cache_size() > 0);
+  }
+  CHECK_FALSE(amp::is_autocast_enabled(kCPU));
+  CHECK(amp::weight_cast_cache_size() == 0);
 }

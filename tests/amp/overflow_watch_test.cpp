@@ -2,6 +2,9 @@
 // layer's op and module, and the ranges of its inputs.
 #include <limits>
 #include <memory>
+#include <tuple>
+#include <utility>
+#include <vector>
 
 #include <catch2/catch.hpp>
 
@@ -169,6 +172,29 @@ TEST_CASE("OverflowWatch ignores GradScaler's own ops and names the model's back
   CHECK(finding.op == OpId::linear);
   CHECK(finding.module == "0");
   CHECK(scaler.get_scale() == 512.0);
+}
+
+TEST_CASE("OverflowWatch ignores GradScaler's own ops for a pair or a tuple of losses",
+          "[amp][overflow_watch]") {
+  // Finite losses whose products with the default scale of 2^16 are inf in float32 (1e36) and
+  // beyond float16's range (1): the scaler's multiplies overflow on purpose and are not findings,
+  // whatever structure the losses come in (NOTE [Scaling nested outputs]).
+  amp::GradScaler scaler;
+  amp::OverflowWatch watch;
+  const Tensor huge = full({1}, 1e36, kFloat32);
+  const Tensor one = full({1}, 1.0, kFloat32);
+  const auto [scaled_huge, scaled_one] = scaler.scale(std::pair<Tensor, Tensor>{huge, one});
+  CHECK(std::isinf(scaled_huge.item<double>()));
+  CHECK(scaled_one.item<double>() == 65536.0);
+  const auto scaled = scaler.scale(std::tuple<Tensor, std::vector<Tensor>>{one, {huge}});
+  CHECK(std::isinf(std::get<1>(scaled)[0].item<double>()));
+  CHECK_FALSE(watch.found());
+  CHECK_FALSE(watch.first_beyond_float16().has_value());
+  // The same multiply outside the scaler is a finding.
+  const Tensor product = huge * 65536.0;
+  CHECK(std::isinf(product.item<double>()));
+  REQUIRE(watch.found());
+  CHECK(watch.first_non_finite()->op == OpId::mul);
 }
 
 TEST_CASE("OverflowWatch skips loss-scaling ranges and nothing else", "[amp][overflow_watch]") {
