@@ -17,7 +17,11 @@ namespace hg::nn {
 // or "sum" ("batchmean" too for KLDivLoss), checked by the functional loss.
 class Loss : public CustomForward<Loss> {
  public:
+#pragma GCC diagnostic push
+// NOTE [CustomForward hides Module's forward]: clang's -Woverloaded-virtual is off here.
+#pragma GCC diagnostic ignored "-Woverloaded-virtual"
   virtual Tensor forward(const Tensor& input, const Tensor& target) = 0;
+#pragma GCC diagnostic pop
   std::string reduction;  // torch prints it nowhere: "MSELoss()"
 
  protected:

@@ -84,6 +84,17 @@ class RNNBase : public Module {
   std::string mode_;
 };
 
+// NOTE [CustomForward hides Module's forward] The forward a CustomForward module declares
+// (LSTM's forward(input, hx) -> (output, (h_n, c_n))) hides Module's virtual forward(const
+// Tensor&), which CustomForward overrides for calls through a Module& or nn::Sequential (NOTE
+// [Module forward signature]). The hiding is the design: `lstm.forward(x)` must call LSTM's own
+// forward and return what torch's returns. A `using` of the base's forward would make that call
+// ambiguous (both take one tensor; the other parameters have defaults), and an override in LSTM
+// cannot return a tuple. So each such declaration turns clang's -Woverloaded-virtual (part of
+// its -Wall) off around itself, keeping a user's -Werror build clean; clang honours the GCC
+// spelling of the pragma. A user's own CustomForward module gets the same warning from clang
+// and can silence it the same way.
+
 // torch.nn.LSTM. forward(input, (h0, c0)) -> (output, (h_n, c_n)):
 //   input [T, B, I] ([B, T, I] with batch_first) or unbatched [T, I];
 //   h0, c0 [L * D, B, H] ([L * D, H] unbatched), zeros when absent;
@@ -93,8 +104,12 @@ class LSTM : public CustomForward<LSTM, RNNBase> {
  public:
   LSTM(int64_t input_size, int64_t hidden_size, RNNOptions options = {});
   std::string name() const override { return "LSTM"; }
+#pragma GCC diagnostic push
+// NOTE [CustomForward hides Module's forward]: clang's -Woverloaded-virtual is off here.
+#pragma GCC diagnostic ignored "-Woverloaded-virtual"
   std::tuple<Tensor, std::tuple<Tensor, Tensor>> forward(
       const Tensor& input, const std::optional<std::tuple<Tensor, Tensor>>& hx = std::nullopt);
+#pragma GCC diagnostic pop
 };
 
 // torch.nn.GRU, with n = tanh(W_in x + b_in + r (W_hn h + b_hn)). forward(input, h0) ->
@@ -102,9 +117,13 @@ class LSTM : public CustomForward<LSTM, RNNBase> {
 class GRU : public CustomForward<GRU, RNNBase> {
  public:
   GRU(int64_t input_size, int64_t hidden_size, RNNOptions options = {});
+#pragma GCC diagnostic push
+// NOTE [CustomForward hides Module's forward]: clang's -Woverloaded-virtual is off here.
+#pragma GCC diagnostic ignored "-Woverloaded-virtual"
   std::string name() const override { return "GRU"; }
   std::tuple<Tensor, Tensor> forward(const Tensor& input,
                                      const std::optional<Tensor>& hx = std::nullopt);
+#pragma GCC diagnostic pop
 };
 
 // torch.nn.RNN (Elman): h' = act(W_ih x + b_ih + W_hh h + b_hh), act options.nonlinearity.
@@ -112,9 +131,13 @@ class GRU : public CustomForward<GRU, RNNBase> {
 class RNN : public CustomForward<RNN, RNNBase> {
  public:
   RNN(int64_t input_size, int64_t hidden_size, RNNOptions options = {});
+#pragma GCC diagnostic push
+// NOTE [CustomForward hides Module's forward]: clang's -Woverloaded-virtual is off here.
+#pragma GCC diagnostic ignored "-Woverloaded-virtual"
   std::string name() const override { return "RNN"; }
   std::tuple<Tensor, Tensor> forward(const Tensor& input,
                                      const std::optional<Tensor>& hx = std::nullopt);
+#pragma GCC diagnostic pop
 };
 
 // What the cells share (torch's RNNCellBase): weight_ih [G H, I], weight_hh [G H, H], bias_ih
@@ -146,16 +169,24 @@ class LSTMCell : public CustomForward<LSTMCell, RNNCellBase> {
  public:
   LSTMCell(int64_t input_size, int64_t hidden_size, bool bias = true);
   std::string name() const override { return "LSTMCell"; }
+#pragma GCC diagnostic push
+// NOTE [CustomForward hides Module's forward]: clang's -Woverloaded-virtual is off here.
+#pragma GCC diagnostic ignored "-Woverloaded-virtual"
   std::tuple<Tensor, Tensor> forward(
       const Tensor& input, const std::optional<std::tuple<Tensor, Tensor>>& hx = std::nullopt);
+#pragma GCC diagnostic pop
 };
 
 // torch.nn.GRUCell: forward(input, h) -> h'.
 class GRUCell : public CustomForward<GRUCell, RNNCellBase> {
  public:
   GRUCell(int64_t input_size, int64_t hidden_size, bool bias = true);
+#pragma GCC diagnostic push
+// NOTE [CustomForward hides Module's forward]: clang's -Woverloaded-virtual is off here.
+#pragma GCC diagnostic ignored "-Woverloaded-virtual"
   std::string name() const override { return "GRUCell"; }
   Tensor forward(const Tensor& input, const std::optional<Tensor>& hx = std::nullopt);
+#pragma GCC diagnostic pop
 };
 
 // torch.nn.RNNCell: forward(input, h) -> act(W_ih x + b_ih + W_hh h + b_hh); nonlinearity
@@ -165,8 +196,12 @@ class RNNCell : public CustomForward<RNNCell, RNNCellBase> {
   RNNCell(int64_t input_size, int64_t hidden_size, bool bias = true,
           std::string nonlinearity = "tanh");
   std::string name() const override { return "RNNCell"; }
+#pragma GCC diagnostic push
+// NOTE [CustomForward hides Module's forward]: clang's -Woverloaded-virtual is off here.
+#pragma GCC diagnostic ignored "-Woverloaded-virtual"
   std::string extra_repr() const override;
   Tensor forward(const Tensor& input, const std::optional<Tensor>& hx = std::nullopt);
+#pragma GCC diagnostic pop
 
   std::string nonlinearity;
 };

@@ -26,8 +26,12 @@ class MultiheadAttention : public CustomForward<MultiheadAttention> {
   std::string extra_repr() const override;
   // query [B, L, C], key and value [B, S, C] (both given, or neither for self-attention)
   // -> [B, L, C]
+#pragma GCC diagnostic push
+// NOTE [CustomForward hides Module's forward]: clang's -Woverloaded-virtual is off here.
+#pragma GCC diagnostic ignored "-Woverloaded-virtual"
   Tensor forward(const Tensor& query, const std::optional<Tensor>& key = std::nullopt,
                  const std::optional<Tensor>& value = std::nullopt);
+#pragma GCC diagnostic pop
 
   int64_t embed_dim, num_heads;
   bool causal;

@@ -49,6 +49,7 @@ class Adagrad : public Optimizer {
 
   void step() override { step_scaled(Tensor(), Tensor()); }
   bool supports_scaled_step() const override { return true; }
+  const char* name() const override { return "Adagrad"; }
   void step_scaled(const Tensor& grad_scale, const Tensor& found_inf) override;
 
  protected:

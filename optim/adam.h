@@ -65,6 +65,7 @@ class AdamBase : public Optimizer {
  public:
   void step() override { step_scaled(Tensor(), Tensor()); }
   bool supports_scaled_step() const override { return true; }
+  const char* name() const override { return name_; }  // "Adam" or "AdamW"
   void step_scaled(const Tensor& grad_scale, const Tensor& found_inf) override;
 
  protected:

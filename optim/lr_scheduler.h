@@ -68,7 +68,7 @@ class LRScheduler {
   virtual double lr_at(size_t group, double base_lr, int64_t step) const = 0;
   // Sets the options other than the lr that the schedule drives at `step` (OneCycleLR's
   // momentum); nothing for most schedules.
-  virtual void set_other_options(ParamGroup& group, size_t index, int64_t step) const {}
+  virtual void set_other_options(ParamGroup& /*group*/, size_t /*index*/, int64_t /*step*/) const {}
 
   // Saves / restores the step count and base lrs; loading sets each group's lr to the lr of
   // the loaded step. The number of groups must match, and the schedule must reach the step

@@ -10,6 +10,7 @@
 #include "halfgrad/core/format.h"
 #include "halfgrad/core/whole_number.h"
 #include "halfgrad/cuda/cuda.h"
+#include "halfgrad/ops/observer.h"
 
 #include <fmt/ranges.h>
 
@@ -61,6 +62,11 @@ const ParamGroup& Optimizer::append_param_group(ParamGroup group) {
 }
 
 void Optimizer::zero_grad(bool set_to_none) {
+  // A range of its own in a profile, as torch names it (NOTE [Recorded ranges]); the name is
+  // made only when an observer will hear it.
+  const std::string range_name =
+      ops::has_observers() ? fmt::format("Optimizer.zero_grad#{}.zero_grad", name()) : "";
+  const ops::RecordFunction range(range_name);
   NoGradGuard no_grad;
   for (ParamGroup& group : groups_) {
     for (Tensor& p : group.params) {

@@ -91,8 +91,14 @@ class Optimizer {
   virtual bool supports_scaled_step() const { return false; }
   virtual void step_scaled(const Tensor& grad_scale, const Tensor& found_inf);
 
-  // Clears the gradients: undefined (set_to_none, PyTorch's default) or zero-filled.
+  // Clears the gradients: undefined (set_to_none, PyTorch's default) or zero-filled. A range of
+  // its own in a profile, "Optimizer.zero_grad#<name()>.zero_grad" as torch names it (NOTE
+  // [Recorded ranges]).
   void zero_grad(bool set_to_none = true);
+
+  // The optimizer's class name, as torch's __class__.__name__ ("SGD", "AdamW"); the base's is
+  // "Optimizer".
+  virtual const char* name() const { return "Optimizer"; }
 
   // NOTE [The lr on the device] The fused CUDA step reads each group's lr from a float64
   // tensor on the device, which every eager step writes from the group's "lr" option. A step
@@ -133,13 +139,15 @@ class Optimizer {
   // message naming the option, the value and the allowed range. Booleans, kept as doubles, must
   // be exactly 0 or 1. The base accepts anything; it is never called while the base is
   // constructed (the derived constructor checks its groups itself).
-  virtual void check_options(const std::map<std::string, double>& options) const {}
+  virtual void check_options(const std::map<std::string, double>& /*options*/) const {}
 
   // The state of a parameter, created empty on first use.
   ParamState& mutable_state(size_t group, size_t index);
   // The buffer names a parameter of `group` may hold, and whether "step" is kept.
   // Defaults for an optimizer without per-parameter state (no buffers, no step count).
-  virtual std::vector<std::string> state_buffer_names(const ParamGroup& group) const { return {}; }
+  virtual std::vector<std::string> state_buffer_names(const ParamGroup& /*group*/) const {
+    return {};
+  }
   virtual bool keeps_step() const { return false; }
   // Whether the constructor gives every parameter its state (Adagrad's "sum": NOTE [Adagrad
   // state from construction] in adagrad.h), so that buffers with a step count of 0 are state.

@@ -48,8 +48,8 @@ struct ProfileOptions {
 
 // One recorded op call, one node the autograd engine applied (its backward function, named
 // as the node: "LinearBackward", with the ops it dispatched as children), or one range of host
-// code (an ops::RecordFunction, NOTE [Recorded ranges]: the optimizer's step,
-// "Optimizer.step#AdamW.step", and GradScaler's "GradScaler.scale", "GradScaler.unscale_",
+// code (an ops::RecordFunction, NOTE [Recorded ranges]: the optimizer's step and zero_grad,
+// "Optimizer.step#AdamW.step" and "Optimizer.zero_grad#AdamW.zero_grad", and GradScaler's "GradScaler.scale", "GradScaler.unscale_",
 // "GradScaler.step", "GradScaler.update", with the ops they ran as children). Times are
 // nanoseconds since the profile was made.
 struct Event {

@@ -596,6 +596,63 @@ TEST_CASE("the optimizer's step and GradScaler's work are ranges of the profile"
   CHECK(category["LinearBackward"] == "backward");
 }
 
+TEST_CASE("the optimizer's zero_grad is a range of the profile named as torch names it",
+          "[profiler]") {
+  auto model = make_mlp();
+  step(*model, randn({5, 8}), randn({5, 4}));
+  const std::vector<Tensor> params = model->parameters();
+  optim::SGD sgd(params);
+  optim::Adam adam(params);
+  optim::AdamW adamw(params);
+  optim::RMSprop rmsprop(params);
+  optim::Adagrad adagrad(params);
+  profiler::Profile prof;
+  sgd.zero_grad(false);  // zero-filled
+  for (const Tensor& p : params) {
+    REQUIRE(p.grad().defined());
+    for (float g : p.grad().to_vector<float>()) CHECK(g == 0.0f);
+  }
+  adam.zero_grad(false);
+  rmsprop.zero_grad(false);
+  adagrad.zero_grad(false);
+  {
+    ops::RecordFunction user_range("my block");
+    adamw.zero_grad();  // set to none
+  }
+  prof.stop();
+  for (const Tensor& p : params) CHECK_FALSE(p.grad().defined());
+
+  // torch's names: "Optimizer.zero_grad#" + the class name + ".zero_grad".
+  const std::vector<profiler::Event>& events = prof.events();
+  const size_t user = only_event(events, "my block");
+  for (const char* name : {"SGD", "Adam", "RMSprop", "Adagrad", "AdamW"}) {
+    const size_t range = only_event(events, fmt::format("Optimizer.zero_grad#{}.zero_grad", name));
+    INFO(name);
+    CHECK(events[range].range);
+    CHECK_FALSE(events[range].op);
+    CHECK(events[range].device == Device(kCPU));
+    if (std::string_view(name) == "AdamW") {
+      CHECK(events[range].parent == int64_t(user));
+      CHECK(events[range].depth == 1);
+    } else {
+      CHECK(events[range].parent == -1);
+    }
+  }
+  // In order: SGD's range ends before Adam's begins.
+  const size_t sgd_range = only_event(events, "Optimizer.zero_grad#SGD.zero_grad");
+  const size_t adam_range = only_event(events, "Optimizer.zero_grad#Adam.zero_grad");
+  CHECK(events[sgd_range].start_ns + events[sgd_range].cpu_ns <= events[adam_range].start_ns);
+  const json trace = json::parse(prof.chrome_trace());
+  bool in_trace = false;
+  for (const json& e : trace["traceEvents"]) {
+    if (e["ph"] == "X" && e["name"] == "Optimizer.zero_grad#SGD.zero_grad") {
+      CHECK(e["cat"] == "user_annotation");
+      in_trace = true;
+    }
+  }
+  CHECK(in_trace);
+}
+
 TEST_CASE("ranges nest as scopes do and a profile records those it saw begin", "[profiler]") {
   CHECK_FALSE(ops::in_loss_scaling());
   {
