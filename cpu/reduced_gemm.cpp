@@ -2,6 +2,18 @@
 // tiles]), of float16 through bfloat16 pairs (NOTE [float16 as bfloat16 pairs]), and the test
 // hook that shrinks the tiles.
 #include <omp.h>
+#if defined(__x86_64__)
+// GCC 12's AVX512 intrinsics start from _mm*_undefined_*() values, which its own
+// -Wmaybe-uninitialized then reports inside the header (as in core/convert.cpp).
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+#include <immintrin.h>
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
+#endif
 
 #include <algorithm>
 #include <array>
@@ -10,6 +22,7 @@
 #include <cstdint>
 
 #include "halfgrad/core/convert.h"
+#include "halfgrad/core/cpu_features.h"
 #include "halfgrad/core/error.h"
 #include "halfgrad/core/format.h"
 #include "halfgrad/core/half.h"
@@ -36,6 +49,19 @@ void for_each_line(int64_t lines, int64_t length, F&& f) {
   } else {
     for (int64_t line = 0; line < lines; ++line) f(line);
   }
+}
+
+// f(start, count) over [0, total) in chunks, on OpenMP threads when there is enough work: the
+// conversion of a run that whole lines make, one call per chunk rather than one per line (a
+// call per line of a 48-wide matrix cost a fifth of a small float16 product's widening).
+template <class F>
+void convert_run_in_chunks(int64_t total, F&& f) {
+  constexpr int64_t kChunk = int64_t(1) << 14;
+  const int64_t chunks = (total + kChunk - 1) / kChunk;
+  for_each_line(chunks, std::min(kChunk, total), [&](int64_t chunk) {
+    const int64_t start = chunk * kChunk;
+    f(start, std::min(kChunk, total - start));
+  });
 }
 
 // n contiguous float16/bfloat16 values to float, on the CPU's best vector path
@@ -66,12 +92,19 @@ MatrixOperand widen_block(DType dtype, const MatrixOperand& src, int64_t batch0,
   const bool row_major = src.row_major();
   const int64_t matrices = src.broadcast() ? 1 : batches;
   const int64_t lines = row_major ? rows : cols, length = row_major ? cols : rows;
-  const int64_t line_bytes = (row_major ? src.row_stride : src.col_stride) * 2;
-  for_each_line(matrices * lines, length, [&](int64_t line) {
-    const int64_t matrix = line / lines, within = line % lines;
-    const char* first = element(src, 2, batch0 + matrix, row0, col0);
-    widen_run(dtype, first + within * line_bytes, dst + line * length, length);
-  });
+  const int64_t line_stride = row_major ? src.row_stride : src.col_stride;
+  if (line_stride == length && (matrices == 1 || src.batch_stride == lines * length)) {
+    // The lines follow one another in memory as in dst: one run, in chunks.
+    convert_run_in_chunks(matrices * lines * length, [&](int64_t start, int64_t count) {
+      widen_run(dtype, element(src, 2, batch0, row0, col0) + start * 2, dst + start, count);
+    });
+  } else {
+    for_each_line(matrices * lines, length, [&](int64_t line) {
+      const int64_t matrix = line / lines, within = line % lines;
+      const char* first = element(src, 2, batch0 + matrix, row0, col0);
+      widen_run(dtype, first + within * line_stride * 2, dst + line * length, length);
+    });
+  }
   return *matrix_operand(dst, src.broadcast() ? 0 : rows * cols, rows, cols, row_major ? cols : 1,
                          row_major ? 1 : rows);
 }
@@ -85,71 +118,103 @@ MatrixOperand widen_block(DType dtype, const MatrixOperand& src, int64_t batch0,
 // So a float16 GEMM runs as four bfloat16 GEMMs over K, summed into one float32 tile by
 // oneDNN's bfloat16 kernel (AMX, or AVX512-BF16; the second to fourth add into the tile), which
 // is rounded once to float16: float32 accumulation over the whole K, as the float32 tiles give,
-// with the sums in another order. Each operand block is split once into its two parts, side
-// by side along K (a's columns [hi | lo], b's rows [hi ; lo]), in one pass over float32 chunks;
-// the four products read the parts they need from there. (One GEMM over 4K with the parts
-// interleaved per k was slower: the splitting pass wrote every value four times, and
-// oneDNN's kernel ran K = 4096 at about 0.7 of its K = 1024 rate in a one-off probe of
-// 1024 x K x 1024, not a benchmark in the tree; hg-info's split and tiles times are.) It pays where the bfloat16
-// kernel is well over four times the float32 one (AMX: about five times on two cores at 1024^3);
-// the measurement (NOTE [GEMM path by measurement]) finds where. The blocks follow the float32
-// tiles' scheme below, with blocks of 2K bfloat16 values along K.
+// with the sums in another order. Each operand block is split once into its two parts, two
+// dense blocks of the operand's orientation (hi's, then lo's), in one pass of vector lanes;
+// the four products read the parts they need from there. Three things decide whether it
+// pays, all measured on a Xeon with AMX (one thread, 4096 x 256 x 256, float32 3.3 ms):
+//   - oneDNN 2.6 runs a bfloat16 product with float32 out on its AMX kernel only when both
+//     operands are dense: with the parts side by side along K (a's rows 2K apart) it took its
+//     older gemm:jit kernel, 1.0 ms a product against 0.6 (ONEDNN_VERBOSE names the kernel);
+//   - the float32 out tile is read and written by each product: a 4096 x 256 tile (4 MiB) made
+//     the four products memory-bound, so a pairs tile holds at most kPairsOutTile values, which
+//     a core's L2 keeps (split 3.5 -> 2.6 ms);
+//   - the split itself: a scalar loop was 3.5 of the 17 ms of a 1024^3 product; in lanes it is
+//     a few per cent.
+// With the three, the pairs take 0.8-0.9 of float32's time on 4096 x 256 x 256, 4096 x 256 x
+// 1024 and 4096 x 1024 x 256, and lose where K is long against M (256 x 4096 x 256: 1.1) and
+// on small products, whose four oneDNN calls cost more than the products (576 x 48 x 48: 28
+// against float32's 17 us). The measurement (NOTE [GEMM path by measurement]) picks per class.
+// (One GEMM over 4K with the parts four wide along K was tried again: one AMX call, but 3.6 ms
+// on 4096 x 256 x 256, its split writing every value twice and its K four times as long.)
 
 // The parts each of the four products reads: a's (hi, lo, hi, lo), b's (hi, hi, lo, lo).
 constexpr std::array<int, 4> kPartsOfA = {0, 1, 0, 1};
 constexpr std::array<int, 4> kPartsOfB = {0, 0, 1, 1};
 
-// The hi and lo parts of n contiguous finite float16 values: widened in float32 chunks by the
-// vector conversions (core/convert.h), then hi rounded to nearest even and lo = x - hi, whose
-// bits are exact as a bfloat16, in one loop.
-template <class F>
-void split_run(const char* src, int64_t n, F&& take) {
+// The hi and lo parts of n contiguous finite float16 values into hi[0, n) and lo[0, n): hi is
+// the value rounded to nearest even as a bfloat16 and lo = x - hi, whose float32 bits are
+// exact as a bfloat16. The AVX-512 copy takes 16 values a step (widened by vcvtph2ps, hi's
+// rounding in integer lanes, as core/convert's); the rest, and CPUs without AVX-512, one at a
+// time from float32 chunks.
+
+#if defined(__x86_64__)
+__attribute__((target("avx512f"))) int64_t split_values_avx512(const Half* src, int64_t n,
+                                                                BFloat16* hi, BFloat16* lo) {
+  const __m512i one = _mm512_set1_epi32(1), half_ulp = _mm512_set1_epi32(0x7FFF);
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m512 x = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i)));
+    const __m512i bits = _mm512_castps_si512(x);
+    const __m512i odd = _mm512_and_si512(_mm512_srli_epi32(bits, 16), one);
+    const __m512i high = _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(bits, half_ulp), odd), 16);
+    const __m512 rest = _mm512_sub_ps(x, _mm512_castsi512_ps(_mm512_slli_epi32(high, 16)));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(hi + i), _mm512_cvtepi32_epi16(high));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(lo + i),
+                        _mm512_cvtepi32_epi16(_mm512_srli_epi32(_mm512_castps_si512(rest), 16)));
+  }
+  return i;
+}
+#endif
+
+void split_values(const Half* src, int64_t n, BFloat16* hi, BFloat16* lo, int64_t first) {
   constexpr int64_t kChunk = 256;
   float wide[kChunk];
-  std::array<BFloat16, kChunk> hi, lo;
-  const auto* half = reinterpret_cast<const Half*>(src);
-  for (int64_t start = 0; start < n; start += kChunk) {
+  for (int64_t start = first; start < n; start += kChunk) {
     const int64_t count = std::min(kChunk, n - start);
-    convert::half_to_float(half + start, wide, count);
+    convert::half_to_float(src + start, wide, count);
     for (int64_t i = 0; i < count; ++i) {
       const uint32_t bits = std::bit_cast<uint32_t>(wide[i]);
       const uint32_t high = (bits + 0x7FFFu + ((bits >> 16) & 1u)) >> 16;
       const float rest = wide[i] - std::bit_cast<float>(high << 16);
-      hi[size_t(i)].bits = uint16_t(high);
-      lo[size_t(i)].bits = uint16_t(std::bit_cast<uint32_t>(rest) >> 16);
+      hi[start + i].bits = uint16_t(high);
+      lo[start + i].bits = uint16_t(std::bit_cast<uint32_t>(rest) >> 16);
     }
-    take(start, count, hi.data(), lo.data());
   }
 }
 
-// widen_block's counterpart for bfloat16 pairs: the block of a float16 operand as its hi and
-// lo parts side by side along K (a's columns, b's rows), dense bfloat16 in the source's
-// orientation. Lines along K (a row-major a's rows, a column-major b's columns) become
-// [hi | lo] lines twice as long; lines across K (the others) become a line in each of two
-// blocks of lines, hi's then lo's.
-MatrixOperand split_block(const MatrixOperand& src, bool k_is_cols, int64_t batch0,
-                          int64_t batches, int64_t row0, int64_t rows, int64_t col0, int64_t cols,
-                          BFloat16* dst) {
+void split_run(const char* src, int64_t n, BFloat16* hi, BFloat16* lo) {
+  const auto* half = reinterpret_cast<const Half*>(src);
+  int64_t done = 0;
+#if defined(__x86_64__)
+  if (cpu_has_avx512f()) done = split_values_avx512(half, n, hi, lo);
+#endif
+  split_values(half, n, hi, lo, done);
+}
+
+// widen_block's counterpart for bfloat16 pairs: the block of a float16 operand as two dense
+// bfloat16 blocks of its orientation, hi's at dst and lo's right after it (`part` elements
+// on), each a dense operand of its own (NOTE [float16 as bfloat16 pairs] says why).
+MatrixOperand split_block(const MatrixOperand& src, int64_t batch0, int64_t batches, int64_t row0,
+                          int64_t rows, int64_t col0, int64_t cols, BFloat16* dst) {
   const bool row_major = src.row_major();
   const int64_t matrices = src.broadcast() ? 1 : batches;
   const int64_t lines = row_major ? rows : cols, length = row_major ? cols : rows;
-  const int64_t line_bytes = (row_major ? src.row_stride : src.col_stride) * 2;
-  const bool along_k = row_major == k_is_cols;  // a line runs along K
-  for_each_line(matrices * lines, length, [&](int64_t line) {
-    const int64_t matrix = line / lines, within = line % lines;
-    const char* first = element(src, 2, batch0 + matrix, row0, col0) + within * line_bytes;
-    BFloat16* out = along_k ? dst + line * 2 * length
-                            : dst + (matrix * 2 * lines + within) * length;
-    const int64_t lo_offset = along_k ? length : lines * length;
-    split_run(first, length, [&](int64_t start, int64_t count, const BFloat16* hi,
-                                 const BFloat16* lo) {
-      std::copy_n(hi, count, out + start);
-      std::copy_n(lo, count, out + lo_offset + start);
+  const int64_t line_stride = row_major ? src.row_stride : src.col_stride;
+  const int64_t part = matrices * lines * length;
+  if (line_stride == length && (matrices == 1 || src.batch_stride == lines * length)) {
+    convert_run_in_chunks(part, [&](int64_t start, int64_t count) {
+      split_run(element(src, 2, batch0, row0, col0) + start * 2, count, dst + start,
+                dst + part + start);
     });
-  });
-  const int64_t out_rows = k_is_cols ? rows : 2 * rows, out_cols = k_is_cols ? 2 * cols : cols;
-  return *matrix_operand(dst, src.broadcast() ? 0 : out_rows * out_cols, out_rows, out_cols,
-                         row_major ? out_cols : 1, row_major ? 1 : out_rows);
+  } else {
+    for_each_line(matrices * lines, length, [&](int64_t line) {
+      const int64_t matrix = line / lines, within = line % lines;
+      const char* first = element(src, 2, batch0 + matrix, row0, col0) + within * line_stride * 2;
+      split_run(first, length, dst + line * length, dst + part + line * length);
+    });
+  }
+  return *matrix_operand(dst, src.broadcast() ? 0 : rows * cols, rows, cols, row_major ? cols : 1,
+                         row_major ? 1 : rows);
 }
 
 // Whether a float16 operand holds an infinity or a NaN (exponent bits all ones). An infinite
@@ -164,15 +229,24 @@ bool has_nonfinite_half(const MatrixOperand& op, int64_t batch, int64_t rows, in
   for (int64_t matrix = 0; matrix < matrices; ++matrix) {
     for (int64_t line = 0; line < lines; ++line) {
       const uint16_t* run = bits + matrix * op.batch_stride + line * line_stride;
-      uint16_t found = 0;
-      for (int64_t i = 0; i < length; ++i) found |= uint16_t((run[i] & 0x7C00u) == 0x7C00u);
-      if (found != 0) return true;
+      // The largest magnitude's bits, as int16 (they fit): a max the compiler runs in lanes.
+      int16_t largest = 0;
+      for (int64_t i = 0; i < length; ++i) {
+        largest = std::max(largest, int16_t(run[i] & 0x7FFFu));
+      }
+      if (largest >= 0x7C00) return true;
     }
   }
   return false;
 }
 
 enum class TileKind { Float32, BFloat16Pairs };
+
+// The most float32 values of a pairs tile's out: 512 KiB, which a core's L2 holds while the
+// four products read and write it (NOTE [float16 as bfloat16 pairs]; on a Xeon with AMX, one
+// thread, 4096 x 256 x 256 in tiles of 64K, 128K, 256K and 4M values took 2.7, 2.6, 3.2 and
+// 3.5 ms).
+constexpr int64_t kPairsOutTile = int64_t(1) << 17;
 
 // out's block [batch0, +batches) x [row0, +rows) x [col0, +cols) as dense float32 [batches, rows,
 // cols] in dst: widened from a 16-bit out, copied from a float32 one (p.float32_out).
@@ -212,11 +286,14 @@ void read_out_block(const Problem& p, int64_t batch0, int64_t batches, int64_t r
 // bfloat16 kernel with float32 out runs them).
 void run_in_tiles(const Problem& p, TileKind kind, GemmImpl float32_impl) {
   const bool pairs = kind == TileKind::BFloat16Pairs;
-  const int64_t tile_k = pairs ? 2 * p.k : p.k;  // the tiles' K (hi and lo side by side)
+  const int64_t tile_k = pairs ? 2 * p.k : p.k;  // the tiles' K per block (hi's and lo's)
   const size_t tile_element = pairs ? sizeof(BFloat16) : sizeof(float);
   const int64_t budget = std::max<int64_t>(reduced_tile_budget.load(), 1);
   const int64_t n_block = std::min(p.n, std::max<int64_t>(16, budget / tile_k));
-  const int64_t m_block = std::min(p.m, std::max<int64_t>(16, budget / std::max(tile_k, n_block)));
+  int64_t m_block = std::min(p.m, std::max<int64_t>(16, budget / std::max(tile_k, n_block)));
+  // The pairs' float32 out tile is read and written by each of the four products: kept to
+  // a size the core's L2 holds (NOTE [float16 as bfloat16 pairs]).
+  if (pairs) m_block = std::min(m_block, std::max<int64_t>(16, kPairsOutTile / n_block));
   const bool whole_matrices = n_block == p.n && m_block == p.m;
   const int64_t batch_block =
       whole_matrices
@@ -237,7 +314,7 @@ void run_in_tiles(const Problem& p, TileKind kind, GemmImpl float32_impl) {
   }
   const auto a_tile = [&](int64_t batch0, int64_t batches, int64_t row0, int64_t rows) {
     if (pairs) {
-      return split_block(p.a, true, batch0, batches, row0, rows, 0, p.k,
+      return split_block(p.a, batch0, batches, row0, rows, 0, p.k,
                          static_cast<BFloat16*>(a_buffer));
     }
     return widen_block(p.dtype, p.a, batch0, batches, row0, rows, 0, p.k,
@@ -245,7 +322,7 @@ void run_in_tiles(const Problem& p, TileKind kind, GemmImpl float32_impl) {
   };
   const auto b_tile = [&](int64_t batch0, int64_t batches, int64_t col0, int64_t cols) {
     if (pairs) {
-      return split_block(p.b, false, batch0, batches, 0, p.k, col0, cols,
+      return split_block(p.b, batch0, batches, 0, p.k, col0, cols,
                          static_cast<BFloat16*>(b_buffer));
     }
     return widen_block(p.dtype, p.b, batch0, batches, 0, p.k, col0, cols,
@@ -291,8 +368,8 @@ void run_in_tiles(const Problem& p, TileKind kind, GemmImpl float32_impl) {
           for (int64_t part = 0; part < 4; ++part) {
             Problem product = tile;
             const int64_t a_part = kPartsOfA[size_t(part)], b_part = kPartsOfB[size_t(part)];
-            product.a.data = a_block.data + a_part * p.k * a_block.col_stride * 2;
-            product.b.data = b_block.data + b_part * p.k * b_block.row_stride * 2;
+            product.a.data = a_block.data + a_part * (p.a.broadcast() ? 1 : bt) * mt * p.k * 2;
+            product.b.data = b_block.data + b_part * (p.b.broadcast() ? 1 : bt) * p.k * nt * 2;
             if (part > 0) {
               product.beta = 1.0;
               product.bias = nullptr;
@@ -307,15 +384,21 @@ void run_in_tiles(const Problem& p, TileKind kind, GemmImpl float32_impl) {
           float32_gemm(tile, float32_impl);
         }
         // With several matrices in the block, mt == M and nt == N: their rows follow one
-        // another in out as in out_buffer.
-        for_each_line(bt * mt, nt, [&](int64_t r) {
-          const int64_t first = (i0 * p.m + m0 + r) * p.n + n0;
+        // another in out as in out_buffer, as they do whenever the tile is out's whole width.
+        const auto write_out = [&](int64_t start, int64_t count) {
+          const int64_t row = start / nt;
+          const int64_t first = (i0 * p.m + m0 + row) * p.n + n0 + (start - row * nt);
           if (p.float32_out) {
-            std::copy_n(out_buffer + r * nt, nt, reinterpret_cast<float*>(p.out) + first);
+            std::copy_n(out_buffer + start, count, reinterpret_cast<float*>(p.out) + first);
           } else {
-            narrow_run(p.dtype, out_buffer + r * nt, p.out + first * 2, nt);
+            narrow_run(p.dtype, out_buffer + start, p.out + first * 2, count);
           }
-        });
+        };
+        if (nt == p.n) {
+          convert_run_in_chunks(bt * mt * nt, write_out);
+        } else {
+          for_each_line(bt * mt, nt, [&](int64_t r) { write_out(r * nt, nt); });
+        }
       }
     }
   }

@@ -739,6 +739,39 @@ TEST_CASE("float16 as bfloat16 pairs keeps infinite products infinite", "[gemm]"
   CHECK(got[3] == -4.5);
 }
 
+TEST_CASE("float16 as bfloat16 pairs covers out tiles of several row blocks", "[gemm]") {
+  // NOTE [float16 as bfloat16 pairs]: a pairs tile holds at most 2^17 float32 values of out, so
+  // a 600 x 300 out is two blocks of rows (436 and 164), each split and multiplied on its own;
+  // with beta the old out is read per block, with a broadcast b its parts are split once.
+  const std::vector<GemmPath> paths = cpu::gemm_paths(kFloat16);
+  if (std::find(paths.begin(), paths.end(), GemmPath::Split) == paths.end()) {
+    WARN("oneDNN runs no bfloat16 kernel on this CPU: no split path to check");
+    return;
+  }
+  manual_seed(61);
+  const Tensor a = randn({2, 600, 40}, kFloat16), b = randn({2, 40, 300}, kFloat16);
+  const Tensor old = randn({2, 600, 300}, kFloat16);
+  check_gemm(GemmPath::Split, a, b, old);
+  check_gemm(GemmPath::Split, a, b, old, -0.5, 2.0);
+  check_gemm(GemmPath::Split, randn({2, 40, 600}, kFloat16).transpose(1, 2),
+             randn({1, 300, 40}, kFloat16).transpose(1, 2).expand({2, 40, 300}), old, 1.0, 1.0);
+  // An infinity late in a long row (past the first vector of lanes) sends the product to the
+  // float32 tiles: its row of out is infinite, the others finite.
+  const Tensor x = randn({1, 600, 40}, kFloat16).abs() + 0.5;
+  const Tensor y = randn({1, 40, 300}, kFloat16).abs() + 0.5;
+  x.select(1, 500).select(1, 37).fill_(INFINITY);
+  const Tensor out = empty({1, 600, 300}, kFloat16);
+  cpu::gemm_on(GemmPath::Split, x, y, out);
+  const std::vector<double> got = out.to_vector<double>();
+  for (int64_t i = 0; i < 600; ++i) {
+    for (int64_t j = 0; j < 300; j += 37) {
+      INFO("out[" << i << ", " << j << "]");
+      const double value = got[size_t(i * 300 + j)];
+      CHECK((i == 500 ? value == INFINITY : std::isfinite(value)));
+    }
+  }
+}
+
 TEST_CASE("gemm_into_float32 sums 16-bit products into float32 on every path", "[gemm]") {
   // The output is not rounded to 16 bits: the float32 tolerance (1e-5 of the magnitude) is far
   // below a bfloat16 or float16 rounding (2^-9, 2^-12).
