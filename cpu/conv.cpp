@@ -16,6 +16,7 @@
 #include "halfgrad/cpu/kernels.h"
 #include "halfgrad/cpu/linalg.h"
 #include "halfgrad/cpu/nn_common.h"
+#include "halfgrad/cpu/onednn_conv.h"
 #include "halfgrad/cpu/row_vectors.h"
 #include "halfgrad/kernel/checks.h"
 
@@ -52,6 +53,18 @@ DType compute_dtype(DType dtype) {
 
 // t as a contiguous tensor of dtype (no copy when it already is one).
 Tensor contiguous_as(const Tensor& t, DType dtype) { return t.to(dtype).contiguous(); }
+
+// `out` from a primitive that writes a tensor of `dtype`: straight into out when it has that
+// dtype, else into a float32 buffer rounded once into out. run(target) returns whether the
+// primitive ran (false: out untouched).
+template <class Run>
+bool run_into(const Tensor& out, DType dtype, Run&& run) {
+  if (out.dtype() == dtype) return run(out);
+  const Tensor wide = empty(out.sizes(), dtype);
+  if (!run(wide)) return false;
+  Tensor(out).copy_(wide);
+  return true;
+}
 
 // ---- conv2d -------------------------------------------------------------------------------
 //
@@ -313,25 +326,41 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const C
     kernel::check_conv_bias(op, bias, g, x.dtype());
   }
   const DType compute = compute_dtype(x.dtype());
-  const Tensor xc = contiguous_as(x, compute);
-  const Tensor wc = contiguous_as(weight, compute);
   Tensor y = empty({g.N, g.O, g.Hout, g.Wout}, x.dtype());
-  dispatch_conv(compute, [&]<class T, class A>(TypeTag<T>, TypeTag<A>) {
-    if (!bias.defined()) {
-      conv2d_forward_kernel<T>(xc.data_ptr<T>(), wc.data_ptr<T>(), false, y, g);
-      return;
-    }
-    // The weight with the bias as its last column, [O, K + 1] (NOTE [conv2d forward in one
-    // product]).
-    const int64_t K = g.K();
-    const Tensor bc = contiguous_as(bias, compute);
-    Tensor wb = empty({g.O, K + 1}, compute);
-    for (int64_t o = 0; o < g.O; ++o) {
-      std::copy_n(wc.data_ptr<T>() + o * K, K, wb.data_ptr<T>() + o * (K + 1));
-      wb.data_ptr<T>()[o * (K + 1) + K] = bc.data_ptr<T>()[o];
-    }
-    conv2d_forward_kernel<T>(xc.data_ptr<T>(), wb.data_ptr<T>(), true, y, g);
-  });
+  const auto on_im2col = [&] {
+    const Tensor xc = contiguous_as(x, compute);
+    const Tensor wc = contiguous_as(weight, compute);
+    dispatch_conv(compute, [&]<class T, class A>(TypeTag<T>, TypeTag<A>) {
+      if (!bias.defined()) {
+        conv2d_forward_kernel<T>(xc.data_ptr<T>(), wc.data_ptr<T>(), false, y, g);
+        return;
+      }
+      // The weight with the bias as its last column, [O, K + 1] (NOTE [conv2d forward in one
+      // product]).
+      const int64_t K = g.K();
+      const Tensor bc = contiguous_as(bias, compute);
+      Tensor wb = empty({g.O, K + 1}, compute);
+      for (int64_t o = 0; o < g.O; ++o) {
+        std::copy_n(wc.data_ptr<T>() + o * K, K, wb.data_ptr<T>() + o * (K + 1));
+        wb.data_ptr<T>()[o * (K + 1) + K] = bc.data_ptr<T>()[o];
+      }
+      conv2d_forward_kernel<T>(xc.data_ptr<T>(), wb.data_ptr<T>(), true, y, g);
+    });
+  };
+  if (!conv_detail::onednn_conv_candidate(x.dtype())) {
+    on_im2col();
+    return y;
+  }
+  const DType wide = conv_detail::onednn_conv_dtype(x.dtype());
+  const auto on_onednn = [&] {
+    const Tensor xd = contiguous_as(x, wide), wd = contiguous_as(weight, wide);
+    const Tensor bd = bias.defined() ? contiguous_as(bias, wide) : Tensor();
+    return run_into(y, wide, [&](const Tensor& out) {
+      return conv_detail::onednn_conv_forward(xd, wd, bd, out, g);
+    });
+  };
+  conv_detail::run_conv(ConvDirection::Forward, x.dtype(), g, bias.defined(), on_onednn,
+                        on_im2col);
   return y;
 }
 
@@ -342,21 +371,68 @@ Conv2dBackward conv2d_backward(const Tensor& dy, const Tensor& x, const Tensor& 
   check_input(op, "grad_output", dy);
   kernel::check_conv_grad_output(op, dy, g, x.dtype());
   const DType acc = acc_dtype(x.dtype()), compute = compute_dtype(x.dtype());
-  const Tensor dyc = contiguous_as(dy, compute);
+  const bool onednn = conv_detail::onednn_conv_candidate(x.dtype());
+  // oneDNN reads dy in onednn_conv_dtype; the im2col path in the products' dtype.
+  const DType wide = conv_detail::onednn_conv_dtype(x.dtype());
+  const Tensor dyd = onednn ? contiguous_as(dy, wide) : Tensor();
+  Tensor dyc_kept;
+  const auto dyc_of = [&]() -> const Tensor& {
+    if (!dyc_kept.defined()) dyc_kept = contiguous_as(dy, compute);
+    return dyc_kept;
+  };
   Conv2dBackward result;
+  // dbias with dweight from one oneDNN primitive when both are wanted (in float32, as below).
+  const bool bias_with_weight = onednn && needed[1] && needed[2] && has_bias;
+  Tensor dba_onednn;
   dispatch_conv(compute, [&]<class T, class A>(TypeTag<T>, TypeTag<A>) {
     if (needed[0]) {
-      const Tensor wc = contiguous_as(weight, compute);
       result.dx = empty(x.sizes(), x.dtype());
-      conv2d_input_grad_kernel<T, A>(dyc.data_ptr<T>(), wc.data_ptr<T>(), result.dx, g);
+      const auto on_im2col = [&] {
+        const Tensor wc = contiguous_as(weight, compute);
+        conv2d_input_grad_kernel<T, A>(dyc_of().data_ptr<T>(), wc.data_ptr<T>(), result.dx, g);
+      };
+      if (onednn) {
+        const Tensor wd = contiguous_as(weight, wide);
+        conv_detail::run_conv(
+            ConvDirection::InputGrad, x.dtype(), g, false,
+            [&] {
+              return run_into(result.dx, wide, [&](const Tensor& out) {
+                return conv_detail::onednn_conv_input_grad(dyd, wd, out, g);
+              });
+            },
+            on_im2col);
+      } else {
+        on_im2col();
+      }
     }
     if (needed[1]) {
-      const Tensor xc = contiguous_as(x, compute);
       Tensor dwa = empty(weight.sizes(), acc);
-      conv2d_weight_grad_kernel<T, A>(dyc.data_ptr<T>(), xc.data_ptr<T>(), dwa.data_ptr<A>(), g);
+      if (bias_with_weight) dba_onednn = empty({g.O}, acc);
+      bool bias_done = false;
+      const auto on_im2col = [&] {
+        const Tensor xc = contiguous_as(x, compute);
+        conv2d_weight_grad_kernel<T, A>(dyc_of().data_ptr<T>(), xc.data_ptr<T>(),
+                                        dwa.data_ptr<A>(), g);
+        bias_done = false;
+      };
+      if (onednn) {
+        const Tensor xd = contiguous_as(x, wide);
+        conv_detail::run_conv(
+            ConvDirection::WeightGrad, x.dtype(), g, bias_with_weight,
+            [&] {
+              const bool ran = conv_detail::onednn_conv_weight_grad(dyd, xd, dwa, dba_onednn, g);
+              bias_done = ran && bias_with_weight;
+              return ran;
+            },
+            on_im2col);
+      } else {
+        on_im2col();
+      }
       result.dweight = dwa.to(x.dtype());
+      if (bias_done) result.dbias = dba_onednn.to(x.dtype());
     }
-    if (needed[2] && has_bias) {
+    if (needed[2] && has_bias && !result.dbias.defined()) {
+      const Tensor& dyc = dyc_of();
       Tensor dba = empty({g.O}, acc);
       const T* d = dyc.data_ptr<T>();
       A* db = dba.data_ptr<A>();

@@ -25,6 +25,8 @@
 #if HALFGRAD_HAS_ONEDNN
 #include <dnnl.h>
 #include <dnnl.hpp>
+
+#include "halfgrad/cpu/onednn_runtime.h"
 #endif
 
 namespace hg::cpu {
@@ -89,27 +91,12 @@ struct CachedMatmul {
 
 using MatmulKey = std::array<int64_t, 16>;
 
-dnnl::engine& cpu_engine() {
-  static dnnl::engine engine(dnnl::engine::kind::cpu, 0);
-  return engine;
-}
+using onednn_runtime::thread_stream;
 
-dnnl::stream& thread_stream() {
-  thread_local dnnl::stream stream(cpu_engine());
-  return stream;
-}
+dnnl::engine& cpu_engine() { return onednn_runtime::engine(); }
 
 dnnl::memory::data_type onednn_type(DType dtype) {
-  switch (dtype) {
-    case kFloat32:
-      return dnnl::memory::data_type::f32;
-    case kBFloat16:
-      return dnnl::memory::data_type::bf16;
-    case kFloat16:
-      return dnnl::memory::data_type::f16;
-    default:
-      HG_ERROR("gemm: oneDNN has no matmul for {}", dtype);
-  }
+  return onednn_runtime::data_type(dtype, "gemm: matmul");
 }
 
 // oneDNN's view of op: [matrices, rows, cols] with op's strides.

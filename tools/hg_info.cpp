@@ -10,13 +10,15 @@
 #include "halfgrad/cpu/kernels.h"
 #include "halfgrad/cpu/linalg.h"
 #include "halfgrad/cpu/onednn.h"
+#include "halfgrad/cpu/onednn_conv.h"
 #include "halfgrad/cpu/vector_math.h"
 #include "halfgrad/cuda/cuda.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"hg-info: halfgrad's build configuration and the devices it sees"};
   bool measure = true;
-  app.add_flag("!--no-measure", measure, "skip timing the GEMM paths (about a second)");
+  app.add_flag("!--no-measure", measure,
+               "skip timing the GEMM and conv2d paths (about two seconds)");
   CLI11_PARSE(app, argc, argv);
 
   fmt::print("halfgrad      {}\n", HALFGRAD_VERSION);
@@ -42,6 +44,19 @@ int main(int argc, char** argv) {
       }
     }
     for (const hg::cpu::GemmChoice& choice : hg::cpu::gemm_choices()) {
+      fmt::print("  {}\n", hg::cpu::describe(choice));
+    }
+    // The conv2d paths (NOTE [oneDNN convolutions]) for a 3x3 convolution of 32 to 64
+    // channels on 28x28 images, batch 32, each direction.
+    fmt::print("conv2d paths chosen (HALFGRAD_CPU_CONV sets them):\n");
+    for (hg::DType dtype : {hg::kFloat32, hg::kBFloat16}) {
+      const hg::kernel::Conv2dParams params{.padding = {1, 1}};
+      const hg::Tensor x = hg::randn({32, 32, 28, 28}, dtype);
+      const hg::Tensor w = hg::randn({64, 32, 3, 3}, dtype), b = hg::randn({64}, dtype);
+      const hg::Tensor y = hg::cpu::conv_kernels.conv2d(x, w, b, params);
+      hg::cpu::conv_kernels.conv2d_backward(y, x, w, true, params, {true, true, true});
+    }
+    for (const hg::cpu::ConvChoice& choice : hg::cpu::conv_choices()) {
       fmt::print("  {}\n", hg::cpu::describe(choice));
     }
   }
