@@ -149,14 +149,15 @@ constexpr std::array<int, 4> kPartsOfB = {0, 0, 1, 1};
 
 #if defined(__x86_64__)
 __attribute__((target("avx512f"))) int64_t split_values_avx512(const Half* src, int64_t n,
-                                                                BFloat16* hi, BFloat16* lo) {
+                                                               BFloat16* hi, BFloat16* lo) {
   const __m512i one = _mm512_set1_epi32(1), half_ulp = _mm512_set1_epi32(0x7FFF);
   int64_t i = 0;
   for (; i + 16 <= n; i += 16) {
     const __m512 x = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i)));
     const __m512i bits = _mm512_castps_si512(x);
     const __m512i odd = _mm512_and_si512(_mm512_srli_epi32(bits, 16), one);
-    const __m512i high = _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(bits, half_ulp), odd), 16);
+    const __m512i high =
+        _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(bits, half_ulp), odd), 16);
     const __m512 rest = _mm512_sub_ps(x, _mm512_castsi512_ps(_mm512_slli_epi32(high, 16)));
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(hi + i), _mm512_cvtepi32_epi16(high));
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(lo + i),
@@ -312,13 +313,13 @@ void run_in_tiles(const Problem& p, TileKind kind, GemmImpl float32_impl) {
     bias = static_cast<float*>(thread_buffer(kBiasSlot, size_t(p.n) * sizeof(float)));
     widen_run(p.dtype, p.bias, bias, p.n);
   }
-  const auto a_tile = [&](int64_t batch0, int64_t batches, int64_t row0, int64_t rows) {
+  const auto a_tile = [&](int64_t batch0, int64_t batches, int64_t row0, int64_t rows,
+                          void* into) {
     if (pairs) {
-      return split_block(p.a, batch0, batches, row0, rows, 0, p.k,
-                         static_cast<BFloat16*>(a_buffer));
+      return split_block(p.a, batch0, batches, row0, rows, 0, p.k, static_cast<BFloat16*>(into));
     }
     return widen_block(p.dtype, p.a, batch0, batches, row0, rows, 0, p.k,
-                       static_cast<float*>(a_buffer));
+                       static_cast<float*>(into));
   };
   const auto b_tile = [&](int64_t batch0, int64_t batches, int64_t col0, int64_t cols) {
     if (pairs) {
@@ -340,23 +341,26 @@ void run_in_tiles(const Problem& p, TileKind kind, GemmImpl float32_impl) {
         b_block = b_tile(b_wanted[0], bt, n0, nt);
         b_held = b_wanted;
       }
-      for (int64_t m0 = 0; m0 < p.m; m0 += m_block) {
+      // The tile at rows [m0, m0 + mt): a's block (split or widened into a_into unless held),
+      // the product into out_into, then out's rows written from it.
+      const auto run_tile = [&](int64_t m0, void* a_into, float* out_into,
+                                std::array<int64_t, 2>& held, MatrixOperand& a_now) {
         const int64_t mt = std::min(m_block, p.m - m0);
         const std::array<int64_t, 2> a_wanted = {p.a.broadcast() ? 0 : i0, m0};
-        if (a_held != a_wanted) {
-          a_block = a_tile(a_wanted[0], bt, m0, mt);
-          a_held = a_wanted;
+        if (held != a_wanted) {
+          a_now = a_tile(a_wanted[0], bt, m0, mt, a_into);
+          held = a_wanted;
         }
-        // out_buffer holds the tile's out as dense [bt, mt, nt], widened first when beta reads it.
-        if (p.beta != 0) read_out_block(p, i0, bt, m0, mt, n0, nt, out_buffer);
+        // out_into holds the tile's out as dense [bt, mt, nt], widened first when beta reads it.
+        if (p.beta != 0) read_out_block(p, i0, bt, m0, mt, n0, nt, out_into);
         Problem tile{pairs ? kBFloat16 : kFloat32,
                      bt,
                      mt,
                      nt,
                      tile_k,
-                     a_block,
+                     a_now,
                      b_block,
-                     reinterpret_cast<char*>(out_buffer),
+                     reinterpret_cast<char*>(out_into),
                      p.alpha,
                      p.beta};
         tile.bias = bias != nullptr ? reinterpret_cast<const char*>(bias + n0) : nullptr;
@@ -368,7 +372,7 @@ void run_in_tiles(const Problem& p, TileKind kind, GemmImpl float32_impl) {
           for (int64_t part = 0; part < 4; ++part) {
             Problem product = tile;
             const int64_t a_part = kPartsOfA[size_t(part)], b_part = kPartsOfB[size_t(part)];
-            product.a.data = a_block.data + a_part * (p.a.broadcast() ? 1 : bt) * mt * p.k * 2;
+            product.a.data = a_now.data + a_part * (p.a.broadcast() ? 1 : bt) * mt * p.k * 2;
             product.b.data = b_block.data + b_part * (p.b.broadcast() ? 1 : bt) * p.k * nt * 2;
             if (part > 0) {
               product.beta = 1.0;
@@ -384,20 +388,41 @@ void run_in_tiles(const Problem& p, TileKind kind, GemmImpl float32_impl) {
           float32_gemm(tile, float32_impl);
         }
         // With several matrices in the block, mt == M and nt == N: their rows follow one
-        // another in out as in out_buffer, as they do whenever the tile is out's whole width.
+        // another in out as in out_into, as they do whenever the tile is out's whole width.
         const auto write_out = [&](int64_t start, int64_t count) {
           const int64_t row = start / nt;
           const int64_t first = (i0 * p.m + m0 + row) * p.n + n0 + (start - row * nt);
           if (p.float32_out) {
-            std::copy_n(out_buffer + start, count, reinterpret_cast<float*>(p.out) + first);
+            std::copy_n(out_into + start, count, reinterpret_cast<float*>(p.out) + first);
           } else {
-            narrow_run(p.dtype, out_buffer + start, p.out + first * 2, count);
+            narrow_run(p.dtype, out_into + start, p.out + first * 2, count);
           }
         };
         if (nt == p.n) {
           convert_run_in_chunks(bt * mt * nt, write_out);
         } else {
           for_each_line(bt * mt, nt, [&](int64_t r) { write_out(r * nt, nt); });
+        }
+      };
+      const int64_t m_blocks = (p.m + m_block - 1) / m_block;
+      if (pairs && m_blocks > 1 && omp_get_max_threads() > 1 && !omp_in_parallel()) {
+        // The pairs' blocks of rows on the threads, each with its own a and out tiles and
+        // oneDNN running single-threaded inside: a block's split, its four products and its
+        // rounding stay on one core, with its out tile in that core's L2 (NOTE [float16 as
+        // bfloat16 pairs]).
+        const size_t a_bytes = size_t(batch_block * m_block * tile_k) * tile_element;
+        const size_t out_bytes = size_t(batch_block * m_block * n_block) * sizeof(float);
+#pragma omp parallel for schedule(dynamic, 1)
+        for (int64_t block = 0; block < m_blocks; ++block) {
+          std::array<int64_t, 2> held = {-1, -1};
+          MatrixOperand a_now{};
+          run_tile(block * m_block, thread_buffer(kATileSlot, a_bytes),
+                   static_cast<float*>(thread_buffer(kOutTileSlot, out_bytes)), held, a_now);
+        }
+        a_held = {-1, -1};  // the calling thread's a buffer may have been reused above
+      } else {
+        for (int64_t m0 = 0; m0 < p.m; m0 += m_block) {
+          run_tile(m0, a_buffer, out_buffer, a_held, a_block);
         }
       }
     }
