@@ -248,6 +248,10 @@ enum class TileKind { Float32, BFloat16Pairs };
 // thread, 4096 x 256 x 256 in tiles of 64K, 128K, 256K and 4M values took 2.7, 2.6, 3.2 and
 // 3.5 ms).
 constexpr int64_t kPairsOutTile = int64_t(1) << 17;
+// The most columns of a pairs tile: with all 4096 of a wide product in one tile, its out tile
+// held 32 rows, and each block of 32 rows read the whole of b's parts again (4096 x 512 x 4096
+// took 122 ms against float32's 54; NOTE [float16 as bfloat16 pairs]).
+constexpr int64_t kPairsMaxColumns = int64_t(1) << 9;
 
 // out's block [batch0, +batches) x [row0, +rows) x [col0, +cols) as dense float32 [batches, rows,
 // cols] in dst: widened from a 16-bit out, copied from a float32 one (p.float32_out).
@@ -290,7 +294,12 @@ void run_in_tiles(const Problem& p, TileKind kind, GemmImpl float32_impl) {
   const int64_t tile_k = pairs ? 2 * p.k : p.k;  // the tiles' K per block (hi's and lo's)
   const size_t tile_element = pairs ? sizeof(BFloat16) : sizeof(float);
   const int64_t budget = std::max<int64_t>(reduced_tile_budget.load(), 1);
-  const int64_t n_block = std::min(p.n, std::max<int64_t>(16, budget / tile_k));
+  int64_t n_block = std::min(p.n, std::max<int64_t>(16, budget / tile_k));
+  if (pairs && n_block > kPairsMaxColumns) {
+    // Columns in equal blocks of at most kPairsMaxColumns (multiples of 16).
+    const int64_t blocks = (n_block + kPairsMaxColumns - 1) / kPairsMaxColumns;
+    n_block = ((n_block + blocks - 1) / blocks + 15) / 16 * 16;
+  }
   int64_t m_block = std::min(p.m, std::max<int64_t>(16, budget / std::max(tile_k, n_block)));
   // The pairs' float32 out tile is read and written by each of the four products: kept to
   // a size the core's L2 holds (NOTE [float16 as bfloat16 pairs]).
