@@ -97,18 +97,9 @@ void store_path(DType dtype, GemmPath path, std::string_view by) {
 
 // The choices and their generation: set_gemm_path and clear_gemm_choices bump it, and each
 // thread's own table of the choices it has looked up is dropped when it sees a new one.
-struct Choice {
-  GemmChoice info;
-  std::atomic<int64_t> calls{0};
-};
-
-using ClassKey = std::array<int64_t, 12>;
-
-struct Table {
-  std::mutex mutex;
-  std::map<ClassKey, std::shared_ptr<Choice>> choices;
-  std::vector<std::shared_ptr<Choice>> in_order;
-};
+using Table = ChoiceTable<GemmChoice, 12>;
+using Choice = Table::Choice;
+using ClassKey = Table::Key;
 
 Table& table() {
   static Table instance;
@@ -116,10 +107,7 @@ Table& table() {
 }
 
 void forget_choices() {
-  Table& shared = table();
-  std::lock_guard<std::mutex> lock(shared.mutex);
-  shared.choices.clear();
-  shared.in_order.clear();
+  table().clear();
   generation.fetch_add(1, std::memory_order_acq_rel);
 }
 

@@ -5,10 +5,16 @@
 // Dims: B batch, M rows of a and out, K the reduced dim, N columns of b and out.
 #pragma once
 
+#include <array>
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "halfgrad/core/dtype.h"
 #include "halfgrad/cpu/linalg.h"
@@ -142,5 +148,27 @@ bool path_available(DType dtype, GemmPath path);
 // for them, and below kTinyGemm it is the path kept unless another is clearly faster.
 constexpr int64_t kTinyGemm = int64_t(1) << 15;
 constexpr int64_t kSmallCandidate = int64_t(1) << 20;
+
+// The process-wide table of choices made by measurement, by class (the GEMM's paths, NOTE
+// [GEMM path by measurement]; conv2d's, NOTE [oneDNN convolutions]): each choice once, in the
+// order first met, with its call count; `mutex` guards the map and the list.
+template <class Info, size_t KeySize>
+struct ChoiceTable {
+  struct Choice {
+    Info info;
+    std::atomic<int64_t> calls{0};
+  };
+  using Key = std::array<int64_t, KeySize>;
+
+  std::mutex mutex;
+  std::map<Key, std::shared_ptr<Choice>> choices;
+  std::vector<std::shared_ptr<Choice>> in_order;
+
+  void clear() {
+    std::lock_guard<std::mutex> lock(mutex);
+    choices.clear();
+    in_order.clear();
+  }
+};
 
 }  // namespace hg::cpu::linalg_detail

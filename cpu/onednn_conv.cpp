@@ -71,6 +71,34 @@ using Clock = std::chrono::steady_clock;
 
 int threads_here() { return omp_in_parallel() ? 1 : omp_get_max_threads(); }
 
+// A convolution's class: direction, dtype, the whole geometry, whether a bias takes part, the
+// thread count; the last slot is free for the caller (the choices' table puts the path set).
+using ConvKey = std::array<int64_t, 21>;
+
+ConvKey key_of(ConvDirection direction, DType dtype, const ConvGeometry& g, bool bias) {
+  return {int64_t(direction),
+          int64_t(dtype),
+          g.N,
+          g.C,
+          g.H,
+          g.W,
+          g.O,
+          g.kH,
+          g.kW,
+          g.sH,
+          g.sW,
+          g.pH,
+          g.pW,
+          g.dH,
+          g.dW,
+          g.groups,
+          bias,
+          threads_here(),
+          g.Hout,
+          g.Wout,
+          0};
+}
+
 // ---- the primitives ---------------------------------------------------------------------
 
 #if HALFGRAD_HAS_ONEDNN
@@ -108,31 +136,6 @@ struct CachedConv {
   bool usable = false;
 };
 
-using ConvKey = std::array<int64_t, 21>;
-
-ConvKey key_of(ConvDirection direction, DType dtype, const ConvGeometry& g, bool bias) {
-  return {int64_t(direction),
-          int64_t(dtype),
-          g.N,
-          g.C,
-          g.H,
-          g.W,
-          g.O,
-          g.kH,
-          g.kW,
-          g.sH,
-          g.sW,
-          g.pH,
-          g.pW,
-          g.dH,
-          g.dW,
-          g.groups,
-          bias,
-          threads_here(),
-          g.Hout,
-          g.Wout,
-          0};
-}
 
 using tag = dnnl::memory::format_tag;
 
@@ -379,30 +382,16 @@ void execute(const CachedConv& conv, const std::unordered_map<int, const Tensor*
 
 std::atomic<ConvPath> set_path{ConvPath::Auto};
 
-struct Choice {
-  ConvChoice info;
-  std::atomic<int64_t> calls{0};
-};
-
-using ClassKey = std::array<int64_t, 21>;
-
-struct Table {
-  std::mutex mutex;
-  std::map<ClassKey, std::shared_ptr<Choice>> choices;
-  std::vector<std::shared_ptr<Choice>> in_order;
-};
+using Table = linalg_detail::ChoiceTable<ConvChoice, 21>;
+using Choice = Table::Choice;
+using ClassKey = Table::Key;
 
 Table& table() {
   static Table instance;
   return instance;
 }
 
-void forget_choices() {
-  Table& shared = table();
-  std::lock_guard<std::mutex> lock(shared.mutex);
-  shared.choices.clear();
-  shared.in_order.clear();
-}
+void forget_choices() { table().clear(); }
 
 ConvPath parse_path(std::string_view name) {
   for (ConvPath path : {ConvPath::Auto, ConvPath::OneDNN, ConvPath::Im2col}) {
@@ -502,27 +491,8 @@ void run_conv(ConvDirection direction, DType dtype, const ConvGeometry& g, bool 
     im2col();
     return;
   }
-  const ClassKey key = {int64_t(direction),
-                        int64_t(dtype),
-                        g.N,
-                        g.C,
-                        g.H,
-                        g.W,
-                        g.O,
-                        g.kH,
-                        g.kW,
-                        g.sH,
-                        g.sW,
-                        g.pH,
-                        g.pW,
-                        g.dH,
-                        g.dW,
-                        g.groups,
-                        bias,
-                        threads_here(),
-                        int64_t(set_path.load()),
-                        0,
-                        0};
+  ClassKey key = key_of(direction, dtype, g, bias);
+  key.back() = int64_t(set_path.load());
   Table& shared = table();
   std::shared_ptr<Choice> choice;
   {
