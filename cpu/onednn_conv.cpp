@@ -136,7 +136,6 @@ struct CachedConv {
   bool usable = false;
 };
 
-
 using tag = dnnl::memory::format_tag;
 
 dnnl::memory::desc image_desc(int64_t n, int64_t c, int64_t h, int64_t w,
@@ -321,6 +320,19 @@ void execute(const CachedConv& conv, const std::unordered_map<int, const Tensor*
   try {
     const dnnl::engine& engine = conv_engine();
     dnnl::stream& stream = conv_stream();
+    // An operand's reorder between its two layouts, with its scratchpad in a thread buffer.
+    const auto reorder = [&](const ConvOperand& op, const dnnl::memory& from,
+                             const dnnl::memory& to) {
+      std::unordered_map<int, dnnl::memory> reorder_args = {{DNNL_ARG_FROM, from},
+                                                            {DNNL_ARG_TO, to}};
+      if (op.reorder_scratchpad.get_size() > 0) {
+        reorder_args.emplace(DNNL_ARG_SCRATCHPAD,
+                             dnnl::memory(op.reorder_scratchpad, engine,
+                                          linalg_detail::thread_buffer(
+                                              kSmallPackSlot, op.reorder_scratchpad.get_size())));
+      }
+      op.reorder.execute(stream, reorder_args);
+    };
     std::unordered_map<int, dnnl::memory> args;
     std::vector<std::pair<dnnl::memory, dnnl::memory>> user_and_inner(conv.operands.size());
     for (size_t i = 0; i < conv.operands.size(); ++i) {
@@ -334,17 +346,7 @@ void execute(const CachedConv& conv, const std::unordered_map<int, const Tensor*
                                linalg_detail::thread_buffer(op.slot, op.inner.get_size()));
       user_and_inner[i] = {user, inner};
       args.emplace(op.arg, inner);
-      if (!op.output) {
-        std::unordered_map<int, dnnl::memory> reorder_args = {{DNNL_ARG_FROM, user},
-                                                              {DNNL_ARG_TO, inner}};
-        if (op.reorder_scratchpad.get_size() > 0) {
-          reorder_args.emplace(DNNL_ARG_SCRATCHPAD,
-                               dnnl::memory(op.reorder_scratchpad, engine,
-                                            linalg_detail::thread_buffer(
-                                                kSmallPackSlot, op.reorder_scratchpad.get_size())));
-        }
-        op.reorder.execute(stream, reorder_args);
-      }
+      if (!op.output) reorder(op, user, inner);
     }
     const size_t scratchpad_bytes = conv.scratchpad.get_size();
     if (scratchpad_bytes > 0) {
@@ -356,15 +358,7 @@ void execute(const CachedConv& conv, const std::unordered_map<int, const Tensor*
     for (size_t i = 0; i < conv.operands.size(); ++i) {
       const ConvOperand& op = conv.operands[i];
       if (!op.reordered || !op.output) continue;
-      std::unordered_map<int, dnnl::memory> reorder_args = {
-          {DNNL_ARG_FROM, user_and_inner[i].second}, {DNNL_ARG_TO, user_and_inner[i].first}};
-      if (op.reorder_scratchpad.get_size() > 0) {
-        reorder_args.emplace(DNNL_ARG_SCRATCHPAD,
-                             dnnl::memory(op.reorder_scratchpad, engine,
-                                          linalg_detail::thread_buffer(
-                                              kSmallPackSlot, op.reorder_scratchpad.get_size())));
-      }
-      op.reorder.execute(stream, reorder_args);
+      reorder(op, user_and_inner[i].second, user_and_inner[i].first);
     }
     stream.wait();
   } catch (const dnnl::error& e) {
