@@ -374,12 +374,13 @@ Conv2dBackward conv2d_backward(const Tensor& dy, const Tensor& x, const Tensor& 
   const bool onednn = conv_detail::onednn_conv_candidate(x.dtype());
   // oneDNN reads dy in onednn_conv_dtype; the im2col path in the products' dtype.
   const DType wide = conv_detail::onednn_conv_dtype(x.dtype());
-  const Tensor dyd = onednn ? contiguous_as(dy, wide) : Tensor();
   Tensor dyc_kept;
   const auto dyc_of = [&]() -> const Tensor& {
     if (!dyc_kept.defined()) dyc_kept = contiguous_as(dy, compute);
     return dyc_kept;
   };
+  // (float16 widens dy once for both paths.)
+  const Tensor dyd = !onednn ? Tensor() : wide == compute ? dyc_of() : contiguous_as(dy, wide);
   Conv2dBackward result;
   // dbias with dweight from one oneDNN primitive when both are wanted (in float32, as below).
   const bool bias_with_weight = onednn && needed[1] && needed[2] && has_bias;

@@ -20,6 +20,7 @@
 #include <bit>
 #include <atomic>
 #include <cstdint>
+#include <exception>
 
 #include "halfgrad/core/convert.h"
 #include "halfgrad/core/cpu_features.h"
@@ -421,13 +422,22 @@ void run_in_tiles(const Problem& p, TileKind kind, GemmImpl float32_impl) {
         // bfloat16 pairs]).
         const size_t a_bytes = size_t(batch_block * m_block * tile_k) * tile_element;
         const size_t out_bytes = size_t(batch_block * m_block * n_block) * sizeof(float);
+        // An error (oneDNN refusing a product) must not leave the parallel region as an
+        // exception: the first one is kept and rethrown after it.
+        std::exception_ptr failure;
 #pragma omp parallel for schedule(dynamic, 1)
         for (int64_t block = 0; block < m_blocks; ++block) {
-          std::array<int64_t, 2> held = {-1, -1};
-          MatrixOperand a_now{};
-          run_tile(block * m_block, thread_buffer(kATileSlot, a_bytes),
-                   static_cast<float*>(thread_buffer(kOutTileSlot, out_bytes)), held, a_now);
+          try {
+            std::array<int64_t, 2> held = {-1, -1};
+            MatrixOperand a_now{};
+            run_tile(block * m_block, thread_buffer(kATileSlot, a_bytes),
+                     static_cast<float*>(thread_buffer(kOutTileSlot, out_bytes)), held, a_now);
+          } catch (...) {
+#pragma omp critical(hg_pairs_failure)
+            if (!failure) failure = std::current_exception();
+          }
         }
+        if (failure) std::rethrow_exception(failure);
         a_held = {-1, -1};  // the calling thread's a buffer may have been reused above
       } else {
         for (int64_t m0 = 0; m0 < p.m; m0 += m_block) {
