@@ -9,17 +9,9 @@
 
 #if defined(__x86_64__) || defined(__i386__)
 #define HG_CONVERT_X86 1
-// GCC 12's AVX512 intrinsics start from _mm*_undefined_*() values, which its own
-// -Wmaybe-uninitialized then reports inside the header: a false positive, silenced here only.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
 #include <cpuid.h>
-#include <immintrin.h>
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic pop
-#endif
+
+#include "halfgrad/core/x86_intrinsics.h"
 #else
 #define HG_CONVERT_X86 0
 #endif

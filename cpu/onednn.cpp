@@ -172,25 +172,13 @@ class MatmulCache {
                            omp_get_max_threads(),
                            p.bias != nullptr,
                            p.float32_out};
-    std::lock_guard<std::mutex> lock(mutex_);
-    auto found = entries_.find(key);
-    if (found != entries_.end()) return found->second;
-    // A program that cycles through endless shapes must not grow the cache without bound.
-    if (entries_.size() >= kMaxEntries) entries_.clear();
-    auto made = create_matmul(p, batch);
-    entries_.emplace(key, made);
-    return made;
+    return cache_.get(key, [&] { return create_matmul(p, batch); });
   }
 
-  int64_t size() {
-    std::lock_guard<std::mutex> lock(mutex_);
-    return int64_t(entries_.size());
-  }
+  int64_t size() { return cache_.size(); }
 
  private:
-  static constexpr size_t kMaxEntries = 4096;
-  std::mutex mutex_;
-  std::map<MatmulKey, std::shared_ptr<const CachedMatmul>> entries_;
+  onednn_runtime::PrimitiveCache<MatmulKey, CachedMatmul, 4096> cache_;
 };
 
 MatmulCache& matmul_cache() {

@@ -290,20 +290,12 @@ class ConvCache {
  public:
   std::shared_ptr<const CachedConv> get(ConvDirection direction, DType dtype, const ConvGeometry& g,
                                         bool bias) {
-    const ConvKey key = key_of(direction, dtype, g, bias);
-    std::lock_guard<std::mutex> lock(mutex_);
-    auto found = entries_.find(key);
-    if (found != entries_.end()) return found->second;
-    if (entries_.size() >= kMaxEntries) entries_.clear();  // endless shapes: bounded
-    auto made = create_conv(direction, dtype, g, bias);
-    entries_.emplace(key, made);
-    return made;
+    return cache_.get(key_of(direction, dtype, g, bias),
+                      [&] { return create_conv(direction, dtype, g, bias); });
   }
 
  private:
-  static constexpr size_t kMaxEntries = 1024;
-  std::mutex mutex_;
-  std::map<ConvKey, std::shared_ptr<const CachedConv>> entries_;
+  onednn_runtime::PrimitiveCache<ConvKey, CachedConv, 1024> cache_;
 };
 
 ConvCache& conv_cache() {

@@ -1,12 +1,19 @@
 // What the CPU backend's two oneDNN users share: cpu/onednn.cpp (the GEMM's matmul primitives)
 // and cpu/onednn_conv.cpp (conv2d's convolution primitives) run on one CPU engine, each thread
-// on a stream of its own, with halfgrad's floating dtypes named as oneDNN's. Only those two
+// on a stream of its own, with halfgrad's floating dtypes named as oneDNN's, and keep their
+// primitives in caches of one kind. Only those two
 // files include it: it brings in dnnl.hpp.
 #pragma once
 
 #include "halfgrad/config.h"
 
 #if HALFGRAD_HAS_ONEDNN
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+
 #include <dnnl.hpp>
 
 #include "halfgrad/core/dtype.h"
@@ -40,6 +47,32 @@ inline dnnl::memory::data_type data_type(DType dtype, const char* what) {
       HG_ERROR("oneDNN has no {} for {}", what, dtype);
   }
 }
+
+// A process-wide cache of primitives by key (NOTE [oneDNN matmul cache]): each made once, under
+// the lock, and shared after; emptied when it holds kMaxEntries, so that a program cycling
+// through endless shapes does not grow it without bound.
+template <class Key, class Entry, size_t kMaxEntries>
+class PrimitiveCache {
+ public:
+  template <class Make>
+  std::shared_ptr<const Entry> get(const Key& key, Make&& make) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (auto found = entries_.find(key); found != entries_.end()) return found->second;
+    if (entries_.size() >= kMaxEntries) entries_.clear();
+    std::shared_ptr<const Entry> made = make();
+    entries_.emplace(key, made);
+    return made;
+  }
+
+  int64_t size() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return int64_t(entries_.size());
+  }
+
+ private:
+  std::mutex mutex_;
+  std::map<Key, std::shared_ptr<const Entry>> entries_;
+};
 
 }  // namespace hg::cpu::onednn_runtime
 

@@ -2,18 +2,6 @@
 // tiles]), of float16 through bfloat16 pairs (NOTE [float16 as bfloat16 pairs]), and the test
 // hook that shrinks the tiles.
 #include <omp.h>
-#if defined(__x86_64__)
-// GCC 12's AVX512 intrinsics start from _mm*_undefined_*() values, which its own
-// -Wmaybe-uninitialized then reports inside the header (as in core/convert.cpp).
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
-#include <immintrin.h>
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic pop
-#endif
-#endif
 
 #include <algorithm>
 #include <array>
@@ -24,6 +12,7 @@
 
 #include "halfgrad/core/convert.h"
 #include "halfgrad/core/cpu_features.h"
+#include "halfgrad/core/x86_intrinsics.h"
 #include "halfgrad/core/error.h"
 #include "halfgrad/core/format.h"
 #include "halfgrad/core/half.h"
@@ -122,7 +111,9 @@ MatrixOperand widen_block(DType dtype, const MatrixOperand& src, int64_t batch0,
 // with the sums in another order. Each operand block is split once into its two parts, two
 // dense blocks of the operand's orientation (hi's, then lo's), in one pass of vector lanes;
 // the four products read the parts they need from there. Three things decide whether it
-// pays, all measured on a Xeon with AMX (one thread, 4096 x 256 x 256, float32 3.3 ms):
+// pays, all measured on a Xeon with AMX by one-off probes of single products, not kept in the
+// tree (one thread, 4096 x 256 x 256, float32 3.3 ms; the training steps' figures are
+// benchmarks/results' hg-bench-train runs, NOTES.md "float16 on the bfloat16 pairs, again"):
 //   - oneDNN 2.6 runs a bfloat16 product with float32 out on its AMX kernel only when both
 //     operands are dense: with the parts side by side along K (a's rows 2K apart) it took its
 //     older gemm:jit kernel, 1.0 ms a product against 0.6 (ONEDNN_VERBOSE names the kernel);
@@ -245,13 +236,13 @@ bool has_nonfinite_half(const MatrixOperand& op, int64_t batch, int64_t rows, in
 enum class TileKind { Float32, BFloat16Pairs };
 
 // The most float32 values of a pairs tile's out: 512 KiB, which a core's L2 holds while the
-// four products read and write it (NOTE [float16 as bfloat16 pairs]; on a Xeon with AMX, one
-// thread, 4096 x 256 x 256 in tiles of 64K, 128K, 256K and 4M values took 2.7, 2.6, 3.2 and
-// 3.5 ms).
+// four products read and write it (NOTE [float16 as bfloat16 pairs]; a one-off probe on a Xeon
+// with AMX, one thread, 4096 x 256 x 256 in tiles of 64K, 128K, 256K and 4M values: 2.7, 2.6,
+// 3.2 and 3.5 ms).
 constexpr int64_t kPairsOutTile = int64_t(1) << 17;
 // The most columns of a pairs tile: with all 4096 of a wide product in one tile, its out tile
-// held 32 rows, and each block of 32 rows read the whole of b's parts again (4096 x 512 x 4096
-// took 122 ms against float32's 54; NOTE [float16 as bfloat16 pairs]).
+// held 32 rows, and each block of 32 rows read the whole of b's parts again (a one-off probe,
+// two threads: 4096 x 512 x 4096 took 122 ms against float32's 54, 41 ms with the blocks).
 constexpr int64_t kPairsMaxColumns = int64_t(1) << 9;
 
 // out's block [batch0, +batches) x [row0, +rows) x [col0, +cols) as dense float32 [batches, rows,

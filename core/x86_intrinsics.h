@@ -1,0 +1,15 @@
+// <immintrin.h> for the files that call AVX-512 intrinsics. GCC 12's AVX-512 intrinsics start
+// from _mm*_undefined_*() values, which its own -Wmaybe-uninitialized then reports inside the
+// header when they are inlined (e.g. _mm512_cvtph_ps): a false positive, silenced here only.
+#pragma once
+
+#if defined(__x86_64__) || defined(__i386__)
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+#include <immintrin.h>
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
+#endif
