@@ -393,10 +393,10 @@ Conv2dBackward conv2d_backward(const Tensor& dy, const Tensor& x, const Tensor& 
         conv2d_input_grad_kernel<T, A>(dyc_of().data_ptr<T>(), wc.data_ptr<T>(), result.dx, g);
       };
       if (onednn) {
-        const Tensor wd = contiguous_as(weight, wide);
         conv_detail::run_conv(
             ConvDirection::InputGrad, x.dtype(), g, false,
             [&] {
+              const Tensor wd = contiguous_as(weight, wide);
               return run_into(result.dx, wide, [&](const Tensor& out) {
                 return conv_detail::onednn_conv_input_grad(dyd, wd, out, g);
               });
@@ -417,10 +417,10 @@ Conv2dBackward conv2d_backward(const Tensor& dy, const Tensor& x, const Tensor& 
         bias_done = false;
       };
       if (onednn) {
-        const Tensor xd = contiguous_as(x, wide);
         conv_detail::run_conv(
             ConvDirection::WeightGrad, x.dtype(), g, bias_with_weight,
             [&] {
+              const Tensor xd = contiguous_as(x, wide);
               const bool ran = conv_detail::onednn_conv_weight_grad(dyd, xd, dwa, dba_onednn, g);
               bias_done = ran && bias_with_weight;
               return ran;
