@@ -344,11 +344,17 @@ class CustomForward : public Base {
   }
 
   // Called through a Module& with one tensor (a base-class pointer, nn::Sequential's fast
-  // path): forward_args with that tensor, whose result must be a tensor.
+  // path): forward_args with that tensor, whose result must be a tensor. Derived's own forward
+  // hides it by design (NOTE [CustomForward hides Module's forward] in nn/rnn.h); GCC 13's
+  // -Wall reports the hiding here, at the hidden function, for every such module (a user's
+  // too), so the warning is off around it. clang reports it at Derived's forward instead.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Woverloaded-virtual"
   Tensor forward(const Tensor& input) override {
     const std::string what = this->name() + " output";
     return forward_args(Args{input}).tensor(what.c_str());
   }
+#pragma GCC diagnostic pop
 
  private:
   Derived& derived() { return static_cast<Derived&>(*this); }
