@@ -24,6 +24,7 @@
 #include "halfgrad/core/format.h"
 #include "halfgrad/core/storage.h"
 #include "halfgrad/cpu/linalg.h"
+#include "halfgrad/cpu/kernel_choices.h"
 #include "halfgrad/cpu/linalg_detail.h"
 
 namespace hg::cpu {
@@ -404,10 +405,56 @@ std::string describe(const GemmChoice& choice) {
     }
     text += fmt::format(" (measured: {})", fmt::join(times, ", "));
   } else {
-    text += choice.set ? " (set)" : " (the one candidate)";
+    text += choice.set        ? " (set)"
+            : choice.restored ? " (restored)"
+                              : " (the one candidate)";
   }
   return text + fmt::format(", {} call{}", choice.calls, choice.calls == 1 ? "" : "s");
 }
+
+namespace kernel_choices_detail {
+
+std::vector<SavedChoice> saved_gemm_choices() {
+  std::vector<SavedChoice> saved;
+  for (const auto& [key, choice] : linalg_detail::table().keyed_in_order()) {
+    if (!choice->info.measured && !choice->info.restored) continue;
+    saved.push_back({std::vector<int64_t>(key.begin(), key.end()),
+                     std::string(gemm_path_name(choice->info.path)), choice->info.shape_class});
+  }
+  return saved;
+}
+
+int64_t restore_gemm_choices(const std::vector<SavedChoice>& saved) {
+  linalg_detail::ensure_environment_read();
+  int64_t taken = 0;
+  for (const SavedChoice& entry : saved) {
+    if (entry.key.size() != std::tuple_size_v<linalg_detail::ClassKey>) continue;
+    const auto dtype = std::find_if(
+        linalg_detail::kChoosing.begin(), linalg_detail::kChoosing.end() - 1,
+        [&](DType d) { return int64_t(d) == entry.key[0]; });  // float64 has one path
+    if (dtype == linalg_detail::kChoosing.end() - 1) continue;
+    if (linalg_detail::set_paths[dtype_slot(*dtype)].load() != GemmPath::Auto) continue;
+    const std::vector<GemmPath> paths = gemm_paths(*dtype);
+    const auto path = std::find_if(paths.begin(), paths.end(),
+                                   [&](GemmPath p) { return gemm_path_name(p) == entry.path; });
+    if (path == paths.end()) continue;
+    auto made = std::make_shared<linalg_detail::Choice>();
+    made->info.dtype = *dtype;
+    made->info.shape_class = entry.shape_class;
+    made->info.threads = int(entry.key[1]);
+    made->info.path = *path;
+    made->info.restored = true;
+    linalg_detail::ClassKey key;
+    std::copy(entry.key.begin(), entry.key.end(), key.begin());
+    linalg_detail::table().replace(key, std::move(made));
+    ++taken;
+  }
+  // Each thread drops the choices it has looked up, so that it finds the restored ones.
+  linalg_detail::generation.fetch_add(1, std::memory_order_acq_rel);
+  return taken;
+}
+
+}  // namespace kernel_choices_detail
 
 namespace detail {
 

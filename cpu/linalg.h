@@ -63,6 +63,7 @@ struct GemmChoice {
   GemmPath path;
   bool measured = false;  // chosen by timing the candidates
   bool set = false;       // by set_gemm_path or HALFGRAD_CPU_GEMM
+  bool restored = false;  // from another process's record (cpu/kernel_choices.h)
   std::vector<std::pair<GemmPath, double>> microseconds;  // each candidate's best time
   int64_t calls = 0;  // products of the class run so far
 };

@@ -5,6 +5,7 @@
 // Dims: B batch, M rows of a and out, K the reduced dim, N columns of b and out.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <cstddef>
@@ -168,6 +169,28 @@ struct ChoiceTable {
     std::lock_guard<std::mutex> lock(mutex);
     choices.clear();
     in_order.clear();
+  }
+
+  // Each choice with its key, in the order first met.
+  std::vector<std::pair<Key, std::shared_ptr<Choice>>> keyed_in_order() {
+    std::lock_guard<std::mutex> lock(mutex);
+    std::map<const Choice*, const Key*> keys;
+    for (const auto& [key, choice] : choices) keys.emplace(choice.get(), &key);
+    std::vector<std::pair<Key, std::shared_ptr<Choice>>> keyed;
+    for (const auto& choice : in_order) keyed.emplace_back(*keys.at(choice.get()), choice);
+    return keyed;
+  }
+
+  // Makes `made` the choice of `key`, in place of one there was (restore_kernel_choices).
+  void replace(const Key& key, std::shared_ptr<Choice> made) {
+    std::lock_guard<std::mutex> lock(mutex);
+    auto [entry, inserted] = choices.emplace(key, made);
+    if (inserted) {
+      in_order.push_back(std::move(made));
+      return;
+    }
+    std::replace(in_order.begin(), in_order.end(), entry->second, made);
+    entry->second = std::move(made);
   }
 };
 

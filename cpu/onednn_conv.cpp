@@ -19,6 +19,7 @@
 #include "halfgrad/config.h"
 #include "halfgrad/core/error.h"
 #include "halfgrad/core/format.h"
+#include "halfgrad/cpu/kernel_choices.h"
 #include "halfgrad/cpu/linalg_detail.h"
 
 #if HALFGRAD_HAS_ONEDNN
@@ -616,10 +617,69 @@ std::string describe(const ConvChoice& choice) {
     text += fmt::format(" (measured: {})", fmt::join(times, ", "));
   } else if (choice.set) {
     text += " (set)";
+  } else if (choice.restored) {
+    text += " (restored)";
   }
   text += fmt::format(" [oneDNN: {}]", choice.onednn_kernel);
   return text + fmt::format(", {} call{}", choice.calls, choice.calls == 1 ? "" : "s");
 }
+
+namespace kernel_choices_detail {
+
+std::vector<SavedChoice> saved_conv_choices() {
+  std::vector<SavedChoice> saved;
+  for (const auto& [key, choice] : conv_detail::table().keyed_in_order()) {
+    if (!choice->info.measured && !choice->info.restored) continue;
+    saved.push_back({std::vector<int64_t>(key.begin(), key.end()),
+                     std::string(conv_path_name(choice->info.path)), choice->info.shape_class});
+  }
+  return saved;
+}
+
+int64_t restore_conv_choices(const std::vector<SavedChoice>& saved) {
+  conv_detail::ensure_environment_read();
+  // Choices are measured under Auto only (the key's last place holds the path set, 0).
+  if (conv_detail::set_path.load() != ConvPath::Auto) return 0;
+  int64_t taken = 0;
+  for (const SavedChoice& entry : saved) {
+    if (entry.key.size() != std::tuple_size_v<conv_detail::ClassKey> ||
+        entry.key.back() != int64_t(ConvPath::Auto)) {
+      continue;
+    }
+    const int64_t direction = entry.key[0];
+    if (direction < int64_t(ConvDirection::Forward) ||
+        direction > int64_t(ConvDirection::WeightGrad)) {
+      continue;
+    }
+    DType dtype = kFloat32;
+    if (entry.key[1] == int64_t(kBFloat16)) dtype = kBFloat16;
+    if (entry.key[1] == int64_t(kFloat16)) dtype = kFloat16;
+    if (int64_t(dtype) != entry.key[1] || !conv_detail::onednn_conv_candidate(dtype)) continue;
+    ConvPath path;
+    if (entry.path == conv_path_name(ConvPath::OneDNN)) {
+      path = ConvPath::OneDNN;
+    } else if (entry.path == conv_path_name(ConvPath::Im2col)) {
+      path = ConvPath::Im2col;
+    } else {
+      continue;
+    }
+    auto made = std::make_shared<conv_detail::Choice>();
+    made->info.dtype = dtype;
+    made->info.direction = ConvDirection(direction);
+    made->info.shape_class = entry.shape_class;
+    made->info.threads = int(entry.key[17]);
+    made->info.path = path;
+    made->info.restored = true;
+    made->info.onednn_kernel = "not asked (restored)";
+    conv_detail::ClassKey key;
+    std::copy(entry.key.begin(), entry.key.end(), key.begin());
+    conv_detail::table().replace(key, std::move(made));
+    ++taken;
+  }
+  return taken;
+}
+
+}  // namespace kernel_choices_detail
 
 namespace detail {
 

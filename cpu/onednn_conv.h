@@ -41,6 +41,7 @@ struct ConvChoice {
   ConvPath path;
   bool measured = false;      // chosen by timing both paths
   bool set = false;           // by set_conv_path or HALFGRAD_CPU_CONV
+  bool restored = false;      // from another process's record (cpu/kernel_choices.h)
   std::string onednn_kernel;  // oneDNN's implementation, or why there is none
   std::vector<std::pair<ConvPath, double>> microseconds;  // each path's best time
   int64_t calls = 0;

@@ -22,6 +22,7 @@
 #include "halfgrad/core/error.h"
 #include "halfgrad/core/format.h"
 #include "halfgrad/core/random.h"
+#include "halfgrad/cpu/kernel_choices.h"
 #include "halfgrad/io/safetensors.h"
 #include "halfgrad/nn/module.h"
 #include "halfgrad/ops/fp8.h"
@@ -582,6 +583,7 @@ void save_checkpoint(const std::string& path, const nn::Module& model,
       {"version", std::string(kVersion)},
       {"optimizer.param_groups", groups.dump()},
       {"rng.cpu", json{{"seed", rng.seed}, {"offset", rng.offset}}.dump()},
+      {"kernel_choices", cpu::save_kernel_choices()},
   };
   for (const Target& target : targets(states, model, "save_checkpoint")) {
     const ObjectState state = target.object->state_dict();
@@ -704,6 +706,16 @@ std::map<std::string, std::string> load_checkpoint(const std::string& path, nn::
                rng["seed"].is_number_unsigned() && rng["offset"].is_number_unsigned(),
            "load_checkpoint: \"{}\": expected \"rng.cpu\" to hold an unsigned seed and offset",
            path);
+  // The GEMM and conv2d paths of the process that saved (NOTE [Kernel choices across
+  // processes]); absent from checkpoints written before halfgrad kept them.
+  const auto kernel_choices = metadata.find("kernel_choices");
+  if (kernel_choices != metadata.end()) {
+    try {
+      cpu::check_kernel_choices(kernel_choices->second);
+    } catch (const Error& e) {
+      HG_ERROR("load_checkpoint: \"{}\": metadata \"kernel_choices\": {}", path, e.what());
+    }
+  }
   // Each state against its object (NOTE [Checkpoint state protocol]).
   for (const Target& target : given) {
     try {
@@ -747,6 +759,9 @@ std::map<std::string, std::string> load_checkpoint(const std::string& path, nn::
   model.load_state_dict(model_state, /*strict=*/true);
   if (options.restore_rng) {
     default_generator().set_state({rng["seed"].get<uint64_t>(), rng["offset"].get<uint64_t>()});
+  }
+  if (options.restore_kernel_choices && kernel_choices != metadata.end()) {
+    cpu::restore_kernel_choices(kernel_choices->second);
   }
 
   std::map<std::string, std::string> extra;

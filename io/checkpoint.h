@@ -27,13 +27,17 @@
 //                                              kind and values of the state called <name> (a
 //                                              GradScaler's values are torch's keys)
 //             "rng.cpu"                        JSON: the default generator's {"seed", "offset"}
+//             "kernel_choices"                 JSON: the GEMM and conv2d paths chosen by
+//                                              measurement and the machine (NOTE [Kernel
+//                                              choices across processes])
 //             "extra.<key>"                    the caller's strings
 // Version 1 files (before the states) hold the scaler as metadata "scaler" (JSON: its
 // state_dict()) and no other state; they still load, the scaler as the state "scaler".
 //
 // The write is atomic (NOTE [Atomic checkpoints]). The default generator's state travels with
 // the checkpoint, so dropout masks and data drawn after a resume are the ones an uninterrupted
-// run draws: a resumed run continues bit-identically.
+// run draws, and so do the GEMM and conv2d paths chosen by timing them, so the resumed run's
+// products sum in the stopped run's order: a resumed run continues bit-identically.
 //
 // NOTE [All-or-nothing resume] load_checkpoint reads and checks the whole file first, its
 // checksums included (NOTE [Safetensors checksums]: a flipped bit in a weight, an optimizer
@@ -109,6 +113,10 @@ class NamedState {
 struct LoadCheckpointOptions {
   // Put the default generator back to its saved state.
   bool restore_rng = true;
+  // Take the GEMM and conv2d paths the saving process chose, when it ran on this machine and
+  // build (NOTE [Kernel choices across processes] in cpu/kernel_choices.cpp), so that the
+  // resumed run multiplies as the stopped one did.
+  bool restore_kernel_choices = true;
   // Refuse a checkpoint without checksums (one written before halfgrad wrote them) instead of
   // loading it unverified.
   bool require_checksum = false;

@@ -134,7 +134,7 @@ int main(int argc, char** argv) {
   std::string root = "data/mnist", dtype_name = "bf16", checkpoint;
   int64_t epochs = 2, batch_size = 64, make_synthetic = 0, stop_after = 0;
   double max_lr = 3e-3, min_accuracy = 0.0;
-  bool resume = false;
+  bool resume = false, keep_checkpoints = false;
   app.add_option("--root", root, "the folder of MNIST's IDX files (gzipped or not)");
   app.add_option("--dtype", dtype_name, "fp32, bf16 or fp16 (autocast; fp16 with a GradScaler)")
       ->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
@@ -145,6 +145,8 @@ int main(int argc, char** argv) {
                  "write this many synthetic training digits (and a fifth as many test digits) "
                  "in MNIST's format under --root first");
   app.add_option("--checkpoint", checkpoint, "save a checkpoint here after every epoch");
+  app.add_flag("--keep-checkpoints", keep_checkpoints,
+               "also keep each epoch's checkpoint, as <checkpoint>.epoch<N>");
   app.add_flag("--resume", resume, "continue from --checkpoint");
   app.add_option("--stop-after", stop_after,
                  "stop after this many epochs, as an interrupted run would (0: never)");
@@ -210,6 +212,10 @@ int main(int argc, char** argv) {
       io::save_checkpoint(checkpoint, *model, optimizer,
                           {{"scaler", &scaler}, {"schedule", &schedule}, {"loader", &train_loader}},
                           {{"epoch", std::to_string(epoch + 1)}});
+      if (keep_checkpoints) {
+        std::filesystem::copy_file(checkpoint, fmt::format("{}.epoch{}", checkpoint, epoch + 1),
+                                   std::filesystem::copy_options::overwrite_existing);
+      }
     }
     if (epoch + 1 == stop_after) {
       fmt::print("mnist_cnn: stopped after epoch {}\n", stop_after);

@@ -1,5 +1,6 @@
 // io::save_checkpoint / io::load_checkpoint: a resumed fp16 + GradScaler run continues
 // bit-identically, and a bad checkpoint (a corrupted one included) changes nothing.
+#include <algorithm>
 #include <cctype>
 #include <cstring>
 #include <filesystem>
@@ -9,6 +10,9 @@
 
 #include <catch2/catch.hpp>
 
+#include "halfgrad/cpu/kernel_choices.h"
+#include "halfgrad/cpu/linalg.h"
+#include "halfgrad/cpu/onednn_conv.h"
 #include "halfgrad/halfgrad.h"
 #include "halfgrad/io/checkpoint.h"
 #include "halfgrad/io/safetensors.h"
@@ -358,4 +362,50 @@ TEST_CASE("a checkpoint without checksums loads unless they are required",
   check_same(before, snapshot(target));
   io::load_checkpoint(path, *target.model, *target.opt, *target.scaler);
   check_same(snapshot(saved), snapshot(target));
+}
+
+TEST_CASE("a checkpoint carries the GEMM paths its process chose to the one that loads it",
+          "[io][checkpoint][kernel_choices]") {
+  cpu::detail::clear_gemm_choices();
+  cpu::detail::clear_conv_choices();
+  manual_seed(8);
+  Run run;
+  run.iteration(0);  // measures the classes of the run's products
+  const std::vector<cpu::GemmChoice> chosen = cpu::gemm_choices();
+  REQUIRE_FALSE(chosen.empty());
+  TempFolder folder;
+  const std::string path = folder.file("c.safetensors");
+  io::save_checkpoint(path, *run.model, *run.opt, *run.scaler);
+  CHECK_THAT(io::load_safetensors(path).metadata.at("kernel_choices"),
+             Contains(cpu::kernel_machine()) && Contains(chosen[0].shape_class));
+
+  // Another process (its choices forgotten) loads it: every measured class comes back, with
+  // its path, and is not measured again.
+  cpu::detail::clear_gemm_choices();
+  Run resumed;
+  io::load_checkpoint(path, *resumed.model, *resumed.opt, *resumed.scaler);
+  std::vector<cpu::GemmChoice> restored = cpu::gemm_choices();
+  int64_t measured = 0;
+  for (const cpu::GemmChoice& choice : chosen) measured += choice.measured ? 1 : 0;
+  REQUIRE(int64_t(restored.size()) == measured);
+  for (const cpu::GemmChoice& choice : restored) {
+    INFO(cpu::describe(choice));
+    CHECK(choice.restored);
+    const auto same = std::find_if(chosen.begin(), chosen.end(), [&](const cpu::GemmChoice& c) {
+      return c.shape_class == choice.shape_class && c.dtype == choice.dtype;
+    });
+    REQUIRE(same != chosen.end());
+    CHECK(same->path == choice.path);
+  }
+  resumed.iteration(1);
+  for (const cpu::GemmChoice& choice : cpu::gemm_choices()) {
+    INFO(cpu::describe(choice));
+    CHECK_FALSE(choice.measured);
+  }
+
+  // Asked not to, load_checkpoint leaves the choices alone.
+  cpu::detail::clear_gemm_choices();
+  io::load_checkpoint(path, *resumed.model, *resumed.opt, *resumed.scaler,
+                      {.restore_kernel_choices = false});
+  CHECK(cpu::gemm_choices().empty());
 }
