@@ -58,8 +58,8 @@ void bfloat16_to_float_scalar(const BFloat16* src, float* dst, int64_t n) {
 
 // ---- AVX2 + F16C: 8 lanes ------------------------------------------------------------------
 //
-// AVX2 has no masked 16-bit loads or stores, so a tail of fewer than 8 elements is copied
-// into a zero-padded block of 8, converted by the same vector code, and copied back.
+// AVX2 has no masked 16-bit loads or stores, so a tail of fewer than 8 elements is converted
+// one value at a time.
 
 #define HG_TARGET_AVX2 __attribute__((target("avx2,f16c")))
 
@@ -99,31 +99,41 @@ HG_TARGET_AVX2 inline void bfloat16_to_float_block8(const BFloat16* src, float* 
   _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst), _mm256_or_si256(bits, quiet));
 }
 
-// Runs block8 over whole blocks, then over the tail through padded copies.
-template <class Src, class Dst, void (*block8)(const Src*, Dst*)>
+// One value by the same conversion as a block of 8 (F16C's scalar forms for float16; for
+// bfloat16 the scalar rounding, whose bits the vector code reproduces).
+HG_TARGET_AVX2 inline void float_to_half_one(const float* src, Half* dst) {
+  *dst = Half::from_bits(
+      uint16_t(_cvtss_sh(*src, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)));
+}
+
+HG_TARGET_AVX2 inline void half_to_float_one(const Half* src, float* dst) {
+  *dst = _cvtsh_ss(src->bits);
+}
+
+inline void float_to_bfloat16_one(const float* src, BFloat16* dst) { *dst = BFloat16(*src); }
+inline void bfloat16_to_float_one(const BFloat16* src, float* dst) { *dst = float(*src); }
+
+// Runs block8 over whole blocks, then one over the tail: a tail through a padded block of 8
+// would cost two copies and a store-forwarding stall, paid on every row of a short-rowed view
+// (an attention head's 12 values).
+template <class Src, class Dst, void (*block8)(const Src*, Dst*), void (*one)(const Src*, Dst*)>
 HG_TARGET_AVX2 void run_blocks8(const Src* src, Dst* dst, int64_t n) {
   int64_t i = 0;
   for (; i + 8 <= n; i += 8) block8(src + i, dst + i);
-  const int64_t tail = n - i;
-  if (tail == 0) return;
-  Src src_block[8] = {};
-  Dst dst_block[8];
-  std::memcpy(src_block, src + i, size_t(tail) * sizeof(Src));
-  block8(src_block, dst_block);
-  std::memcpy(dst + i, dst_block, size_t(tail) * sizeof(Dst));
+  for (; i < n; ++i) one(src + i, dst + i);
 }
 
 void float_to_half_avx2(const float* src, Half* dst, int64_t n) {
-  run_blocks8<float, Half, float_to_half_block8>(src, dst, n);
+  run_blocks8<float, Half, float_to_half_block8, float_to_half_one>(src, dst, n);
 }
 void half_to_float_avx2(const Half* src, float* dst, int64_t n) {
-  run_blocks8<Half, float, half_to_float_block8>(src, dst, n);
+  run_blocks8<Half, float, half_to_float_block8, half_to_float_one>(src, dst, n);
 }
 void float_to_bfloat16_avx2(const float* src, BFloat16* dst, int64_t n) {
-  run_blocks8<float, BFloat16, float_to_bfloat16_block8>(src, dst, n);
+  run_blocks8<float, BFloat16, float_to_bfloat16_block8, float_to_bfloat16_one>(src, dst, n);
 }
 void bfloat16_to_float_avx2(const BFloat16* src, float* dst, int64_t n) {
-  run_blocks8<BFloat16, float, bfloat16_to_float_block8>(src, dst, n);
+  run_blocks8<BFloat16, float, bfloat16_to_float_block8, bfloat16_to_float_one>(src, dst, n);
 }
 
 #undef HG_TARGET_AVX2

@@ -192,6 +192,28 @@ bool has_internal_overlap(const Tensor& t) {
   return false;
 }
 
+// NOTE [Short strided casts] A cast walks its operands row by row (for_each_row), and a
+// float32 <-> 16-bit row converts in vector lanes. A view whose rows are short, such as the
+// [B, H, T, D] heads of an attention's transposed q, k and v (D = 12 in the demo's GPT), pays
+// a row's calls for a dozen values: 2 ns a value against 0.2 in one long run (2-core AMD
+// EPYC, AVX2). Such a source is first copied in its own dtype into a dense tensor (a memcpy
+// per row), which then converts as one run into the dense destination: 55 -> 31 us for the
+// demo's [64, 4, 9, 12] bfloat16 views.
+bool short_strided_rows(const Tensor& dst, const Tensor& src) {
+  constexpr int64_t kShortRow = 64;
+  const bool vector_pair =
+      (dst.dtype() == kFloat32 && (src.dtype() == kFloat16 || src.dtype() == kBFloat16)) ||
+      (src.dtype() == kFloat32 && (dst.dtype() == kFloat16 || dst.dtype() == kBFloat16));
+  if (!vector_pair || dst.numel() < 4 * kShortRow || !dst.is_contiguous() ||
+      src.is_contiguous()) {
+    return false;
+  }
+  const RowLayout<2> layout =
+      simplify_layout<2>(dst.sizes(), {byte_strides(dst), byte_strides(src)});
+  return layout.sizes.back() < kShortRow ||
+         layout.strides[1].back() != int64_t(src.element_size());
+}
+
 // Copies src (already of dst's shape) into dst; no checks, no version bump.
 void copy_elements(const Tensor& dst, const Tensor& src, CastOptions options = {}) {
   if (dst.is_cuda()) {
@@ -203,6 +225,10 @@ void copy_elements(const Tensor& dst, const Tensor& src, CastOptions options = {
     return;
   }
   check_fits_integer(src, dst.dtype());
+  if (short_strided_rows(dst, src)) {
+    copy_elements(dst, core::clone(src), options);
+    return;
+  }
   const CastRow row = cast_row_for(dst.dtype(), src.dtype(), options);
   for_each_row<2>(dst.sizes(),
                   {static_cast<char*>(dst.data_ptr()), static_cast<char*>(src.data_ptr())},

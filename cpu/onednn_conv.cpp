@@ -51,7 +51,9 @@ namespace hg::cpu {
 // the inputs' dtype; dweight and dbias are asked of oneDNN in float32 and rounded once by
 // conv2d_backward, as im2col's are. float16, which oneDNN 2.6 convolves on no x86 CPU, runs the
 // float32 primitives on tensors widened once (as im2col widens them: compute_dtype in
-// cpu/conv.cpp), its y and dx rounded once. float64 never comes here.
+// cpu/conv.cpp), its y and dx rounded once; so does bfloat16 on a CPU where oneDNN has no
+// bfloat16 kernel (no AVX-512: a 2-core AMD EPYC with AVX2 found no bfloat16 primitive, and
+// its bfloat16 CNN step ran on im2col at 1.05 of float32 while float16 took 1.00). float64 never comes here.
 //
 // Which path runs is measured, like the GEMM's (NOTE [GEMM path by measurement]): the first
 // product of a class (direction, dtype, thread count and the full geometry: a network has few
@@ -500,7 +502,10 @@ void run_conv(ConvDirection direction, DType dtype, const ConvGeometry& g, bool 
   im2col();
 }
 
-DType onednn_conv_dtype(DType dtype) { return dtype == kFloat16 ? kFloat32 : dtype; }
+DType onednn_conv_dtype(DType dtype) {
+  const bool widened = dtype == kFloat16 || (dtype == kBFloat16 && !gemm_runs_natively(dtype));
+  return widened ? kFloat32 : dtype;
+}
 
 bool onednn_conv_candidate(DType dtype) {
   return HALFGRAD_HAS_ONEDNN && (dtype == kFloat32 || dtype == kBFloat16 || dtype == kFloat16);

@@ -64,8 +64,10 @@ void run_conv(ConvDirection direction, DType dtype, const ConvGeometry& g, bool 
               const std::function<bool()>& onednn, const std::function<void()>& im2col);
 
 // The dtype the primitives run a dtype's convolution in: its own, except float16, which
-// oneDNN 2.6 convolves on no x86 CPU: its tensors are widened once to float32 (as conv2d's
-// im2col path widens them) and the float32 primitive's y or dx is rounded once to float16.
+// oneDNN 2.6 convolves on no x86 CPU, and bfloat16 where oneDNN has no bfloat16 kernel (a CPU
+// without AVX-512, where its matmul has none either: gemm_runs_natively): their tensors are
+// widened once to float32 (as conv2d's im2col path widens them) and the float32 primitive's y
+// or dx is rounded once to the dtype.
 DType onednn_conv_dtype(DType dtype);
 
 // Whether the oneDNN path is worth asking about for dtype (a build with oneDNN; float32,

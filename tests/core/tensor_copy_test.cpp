@@ -263,6 +263,54 @@ TEST_CASE("large copies run in parallel and match", "[tensor][copy]") {
   for (size_t i = 0; i < a.size(); i += 101) REQUIRE(h[i].bits == Half(a[i]).bits);
 }
 
+TEST_CASE("casts of short-rowed views give each element's own rounding", "[tensor][copy]") {
+  // NOTE [Short strided casts]: attention's head views, transposed, an inner stride other
+  // than one and a broadcast source, in every float32 <-> 16-bit direction, against the
+  // scalar conversion of each element; NaN, infinities, a subnormal and a tie among them.
+  Tensor base = randn({4, 9, 3, 12}) * 1000.0;
+  float* raw = base.data_ptr<float>();
+  raw[1] = std::numeric_limits<float>::quiet_NaN();
+  raw[14] = std::numeric_limits<float>::infinity();
+  raw[27] = -std::numeric_limits<float>::infinity();
+  raw[40] = 1e-41f;           // a float32 subnormal
+  raw[53] = 1.0f + 0x1p-8f;   // halfway between two bfloat16 values: rounds to even
+  raw[66] = 1.0f + 0x1p-11f;  // halfway between two float16 values
+  const std::vector<Tensor> views = {
+      base.transpose(1, 2),                         // rows of 12, [4, 3, 9, 12]
+      base.transpose(2, 3),                         // inner stride 12
+      base.narrow(3, 2, 7),                         // rows of 7 (tails only)
+      base.narrow(3, 0, 1).expand({4, 9, 3, 20}),   // a broadcast source
+  };
+  for (const Tensor& view : views) {
+    INFO("view " << view.sizes() << " strides " << view.strides());
+    REQUIRE_FALSE(view.is_contiguous());
+    const std::vector<float> expected = view.contiguous().to_vector<float>();
+    for (DType dtype : {kFloat16, kBFloat16}) {
+      INFO(dtype);
+      const Tensor narrow = view.to(dtype);
+      CHECK(narrow.is_contiguous());
+      std::vector<uint16_t> got(expected.size());
+      REQUIRE(narrow.numel() == int64_t(got.size()));
+      std::memcpy(got.data(), narrow.data_ptr(), got.size() * sizeof(uint16_t));
+      int64_t wrong = 0;
+      for (size_t i = 0; i < expected.size(); ++i) {
+        const uint16_t want =
+            dtype == kFloat16 ? Half(expected[i]).bits : BFloat16(expected[i]).bits;
+        if (got[i] != want && wrong++ < 5) {
+          FAIL_CHECK("element " << i << ": " << got[i] << " != " << want);
+        }
+      }
+      CHECK(wrong == 0);
+      // And back: a view of the 16-bit tensor widened to float32.
+      const Tensor narrow_view = narrow.reshape(view.contiguous().sizes()).transpose(0, 1);
+      const std::vector<float> widened = narrow_view.to(kFloat32).to_vector<float>();
+      const std::vector<float> reference = narrow_view.contiguous().to(kFloat32).to_vector<float>();
+      REQUIRE(widened.size() == reference.size());
+      CHECK(std::memcmp(widened.data(), reference.data(), widened.size() * sizeof(float)) == 0);
+    }
+  }
+}
+
 TEST_CASE("item and to_vector convert and check the element count", "[tensor][copy]") {
   CHECK(scalar_tensor(2.5).item<float>() == 2.5f);
   CHECK(scalar_tensor(2.5).item<int64_t>() == 2);
