@@ -23,8 +23,8 @@
 #include "halfgrad/core/error.h"
 #include "halfgrad/core/format.h"
 #include "halfgrad/core/storage.h"
-#include "halfgrad/cpu/linalg.h"
 #include "halfgrad/cpu/kernel_choices.h"
+#include "halfgrad/cpu/linalg.h"
 #include "halfgrad/cpu/linalg_detail.h"
 
 namespace hg::cpu {

@@ -53,7 +53,8 @@ namespace hg::cpu {
 // float32 primitives on tensors widened once (as im2col widens them: compute_dtype in
 // cpu/conv.cpp), its y and dx rounded once; so does bfloat16 on a CPU where oneDNN has no
 // bfloat16 kernel (no AVX-512: a 2-core AMD EPYC with AVX2 found no bfloat16 primitive, and
-// its bfloat16 CNN step ran on im2col at 1.05 of float32 while float16 took 1.00). float64 never comes here.
+// its bfloat16 CNN step ran on im2col at 1.05 of float32 while float16 took 1.00). float64
+// never comes here.
 //
 // Which path runs is measured, like the GEMM's (NOTE [GEMM path by measurement]): the first
 // product of a class (direction, dtype, thread count and the full geometry: a network has few
