@@ -244,6 +244,12 @@ FP16OptimizerStateDict FP16Optimizer::state_dict() const {
   return out;
 }
 
+std::vector<size_t> FP16Optimizer::master_counts() const {
+  std::vector<size_t> counts;
+  for (const std::vector<Pair>& group : fp16_groups_) counts.push_back(group.size());
+  return counts;
+}
+
 void FP16Optimizer::check_masters(const std::vector<std::vector<Tensor>>& fp32_from_fp16) const {
   HG_CHECK(fp32_from_fp16.size() == fp16_groups_.size(),
            "FP16Optimizer.load_state_dict: expected masters for {} param groups, got {}",

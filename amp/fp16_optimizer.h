@@ -102,6 +102,8 @@ class FP16Optimizer {
   bool overflow() const { return overflow_; }
   bool dynamic_loss_scale() const { return loss_scaler_->is_dynamic(); }
   const LossScaler& loss_scaler() const { return *loss_scaler_; }
+  // The number of float32 masters (16-bit params) in each param group, without copying them.
+  std::vector<size_t> master_counts() const;
   optim::Optimizer& optimizer() { return *optimizer_; }
 
   FP16OptimizerStateDict state_dict() const;

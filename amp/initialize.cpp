@@ -283,6 +283,10 @@ AmpHandleState AmpHandle::checkpoint_state() const {
   return out;
 }
 
+std::vector<size_t> AmpHandle::master_weight_counts() const {
+  return masters_ ? masters_->master_counts() : std::vector<size_t>{};
+}
+
 void AmpHandle::check_checkpoint_state(const AmpHandleState& state) const {
   HG_CHECK(state.opt_level == properties_.opt_level,
            "AmpHandle: expected the state of an {} handle, got one saved at {}",

@@ -151,6 +151,9 @@ class AmpHandle {
   // dynamic one, masters of other counts or shapes) and changes nothing; load takes a state that
   // passed it.
   AmpHandleState checkpoint_state() const;
+  // The number of float32 masters in each param group (empty without master weights): the
+  // layout checkpoint_state's master_weights has, without its copies.
+  std::vector<size_t> master_weight_counts() const;
   void check_checkpoint_state(const AmpHandleState& state) const;
   void load_checkpoint_state(const AmpHandleState& state);
 

@@ -352,10 +352,10 @@ class AmpHandleAdapter : public Stateful {
                "expected opt_level, overflow and loss_scaler.* values, got \"{}\"", key);
       out.state.loss_scaler[key.substr(kScalerPrefix.size())] = state.get_double(key);
     }
-    const std::vector<std::vector<Tensor>> own = handle_.checkpoint_state().master_weights;
+    const std::vector<size_t> own = handle_.master_weight_counts();
     for (size_t g = 0; g < own.size(); ++g) {
       std::vector<Tensor> masters;
-      for (size_t i = 0; i < own[g].size(); ++i) {
+      for (size_t i = 0; i < own[g]; ++i) {
         const auto found = state.tensors.find(master_key(g, i));
         if (found == state.tensors.end()) break;
         masters.push_back(found->second);

@@ -144,6 +144,7 @@ TEST_CASE("O1 autocasts while the handle lives and scales the loss dynamically",
     CHECK(amp::is_autocast_enabled(kCPU));
     CHECK(amp::get_autocast_dtype(kCPU) == kFloat16);
     CHECK(handle.loss_scale() == 65536.0);
+    CHECK(handle.master_weight_counts().empty());  // O1 keeps no masters
     for (int step = 0; step < 3; ++step) {
       handle.zero_grad();
       const Tensor out = (*model)(x);
@@ -476,6 +477,8 @@ TEST_CASE("O2's float32 masters travel in the AmpHandle's state, not rounded to 
   // The two Linears' weights and biases are float16 in the model (LayerNorm stays float32 and
   // is its own master).
   REQUIRE(state.master_weights[0].size() == 4);
+  // The layout alone, as a checkpoint's load reads it, without the copies.
+  CHECK(run.handle->master_weight_counts() == std::vector<size_t>{4});
   const std::vector<Tensor>& masters = run.opt->param_groups()[0].params;
   bool some_master_finer_than_float16 = false;
   for (const Tensor& saved : state.master_weights[0]) {
