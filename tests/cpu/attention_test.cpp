@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "halfgrad/cpu/kernels.h"
+#include "halfgrad/cpu/linalg.h"
 #include "nn_test_util.h"
 
 using namespace hg;
@@ -187,6 +188,19 @@ TEST_CASE("CPU attention: a NaN key reaches only the rows that see it", "[attent
 }
 
 TEST_CASE("CPU attention gives the same bits on one thread and two", "[attention]") {
+  // The products' paths are fixed: measured, a class at one thread and the same class at two
+  // are two classes, which can keep different paths (NOTE [GEMM path by measurement]), and the
+  // attention's own passes are what must not depend on the threads. The small kernel sums in
+  // one fixed order on any thread count; on a CPU without 16-bit arithmetic the bfloat16
+  // operands are widened to float32 first (NOTE [CPU attention]).
+  struct SmallPaths {
+    SmallPaths() {
+      for (DType dtype : {kFloat32, kBFloat16}) cpu::set_gemm_path(dtype, cpu::GemmPath::Small);
+    }
+    ~SmallPaths() {
+      for (DType dtype : {kFloat32, kBFloat16}) cpu::set_gemm_path(dtype, cpu::GemmPath::Auto);
+    }
+  } small_paths;
   const Tensor q = head_view({4, 4, 33, 8}, 41, kBFloat16),
                k = head_view({4, 4, 33, 8}, 42, kBFloat16),
                v = head_view({4, 4, 33, 8}, 43, kBFloat16);
