@@ -415,13 +415,7 @@ std::string describe(const GemmChoice& choice) {
 namespace kernel_choices_detail {
 
 std::vector<SavedChoice> saved_gemm_choices() {
-  std::vector<SavedChoice> saved;
-  for (const auto& [key, choice] : linalg_detail::table().keyed_in_order()) {
-    if (!choice->info.measured && !choice->info.restored) continue;
-    saved.push_back({std::vector<int64_t>(key.begin(), key.end()),
-                     std::string(gemm_path_name(choice->info.path)), choice->info.shape_class});
-  }
-  return saved;
+  return linalg_detail::table().saved([](GemmPath path) { return gemm_path_name(path); });
 }
 
 int64_t restore_gemm_choices(const std::vector<SavedChoice>& saved) {

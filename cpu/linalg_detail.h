@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "halfgrad/core/dtype.h"
+#include "halfgrad/cpu/kernel_choices.h"
 #include "halfgrad/cpu/linalg.h"
 
 namespace hg::cpu::linalg_detail {
@@ -179,6 +180,20 @@ struct ChoiceTable {
     std::vector<std::pair<Key, std::shared_ptr<Choice>>> keyed;
     for (const auto& choice : in_order) keyed.emplace_back(*keys.at(choice.get()), choice);
     return keyed;
+  }
+
+  // The choices measured or restored, in the order first met, as a checkpoint keeps them
+  // (NOTE [Kernel choices across processes] in cpu/kernel_choices.cpp); path_name names the
+  // path of each.
+  template <class PathName>
+  std::vector<kernel_choices_detail::SavedChoice> saved(PathName path_name) {
+    std::vector<kernel_choices_detail::SavedChoice> kept;
+    for (const auto& [key, choice] : keyed_in_order()) {
+      if (!choice->info.measured && !choice->info.restored) continue;
+      kept.push_back({std::vector<int64_t>(key.begin(), key.end()),
+                      std::string(path_name(choice->info.path)), choice->info.shape_class});
+    }
+    return kept;
   }
 
   // Makes `made` the choice of `key`, in place of one there was (restore_kernel_choices).

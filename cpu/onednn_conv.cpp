@@ -78,29 +78,33 @@ int threads_here() { return omp_in_parallel() ? 1 : omp_get_max_threads(); }
 // A convolution's class: direction, dtype, the whole geometry, whether a bias takes part, the
 // thread count; the last slot is free for the caller (the choices' table puts the path set).
 using ConvKey = std::array<int64_t, 21>;
+// The place of the thread count in a key (a restored choice reads it back).
+constexpr size_t kKeyThreads = 17;
 
 ConvKey key_of(ConvDirection direction, DType dtype, const ConvGeometry& g, bool bias) {
-  return {int64_t(direction),
-          int64_t(dtype),
-          g.N,
-          g.C,
-          g.H,
-          g.W,
-          g.O,
-          g.kH,
-          g.kW,
-          g.sH,
-          g.sW,
-          g.pH,
-          g.pW,
-          g.dH,
-          g.dW,
-          g.groups,
-          bias,
-          threads_here(),
-          g.Hout,
-          g.Wout,
-          0};
+  ConvKey key{int64_t(direction),
+              int64_t(dtype),
+              g.N,
+              g.C,
+              g.H,
+              g.W,
+              g.O,
+              g.kH,
+              g.kW,
+              g.sH,
+              g.sW,
+              g.pH,
+              g.pW,
+              g.dH,
+              g.dW,
+              g.groups,
+              bias,
+              0,
+              g.Hout,
+              g.Wout,
+              0};
+  key[kKeyThreads] = threads_here();
+  return key;
 }
 
 // ---- the primitives ---------------------------------------------------------------------
@@ -633,13 +637,7 @@ std::string describe(const ConvChoice& choice) {
 namespace kernel_choices_detail {
 
 std::vector<SavedChoice> saved_conv_choices() {
-  std::vector<SavedChoice> saved;
-  for (const auto& [key, choice] : conv_detail::table().keyed_in_order()) {
-    if (!choice->info.measured && !choice->info.restored) continue;
-    saved.push_back({std::vector<int64_t>(key.begin(), key.end()),
-                     std::string(conv_path_name(choice->info.path)), choice->info.shape_class});
-  }
-  return saved;
+  return conv_detail::table().saved([](ConvPath path) { return conv_path_name(path); });
 }
 
 int64_t restore_conv_choices(const std::vector<SavedChoice>& saved) {
@@ -673,7 +671,7 @@ int64_t restore_conv_choices(const std::vector<SavedChoice>& saved) {
     made->info.dtype = dtype;
     made->info.direction = ConvDirection(direction);
     made->info.shape_class = entry.shape_class;
-    made->info.threads = int(entry.key[17]);
+    made->info.threads = int(entry.key[conv_detail::kKeyThreads]);
     made->info.path = path;
     made->info.restored = true;
     made->info.onednn_kernel = "not asked (restored)";
