@@ -44,7 +44,7 @@ target_include_directories(halfgrad PUBLIC
 target_compile_features(halfgrad PUBLIC cxx_std_20)
 target_link_libraries(halfgrad
   PUBLIC fmt::fmt Threads::Threads OpenMP::OpenMP_CXX
-  PRIVATE $<BUILD_INTERFACE:halfgrad_build_flags>)
+  PRIVATE $<BUILD_INTERFACE:halfgrad_library_flags>)
 
 # Eigen (header-only) runs the float64 GEMM, and float32 where oneDNN is absent; only the
 # library's own sources see it, so an installed consumer needs no Eigen.
