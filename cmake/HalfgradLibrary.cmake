@@ -7,11 +7,14 @@ include(GNUInstallDirs)
 
 set(HALFGRAD_MODULES core kernel cpu autograd ops nn optim amp io data profiler)
 
-# NOTE [Include root] Every include reads <halfgrad/core/tensor.h>, in this tree as in an
-# installed prefix. The modules sit at the top of the repository, so the build tree gets an
-# include folder of its own, build/include/halfgrad/, whose entries are links to the module
+# NOTE [Include root] Every include names its module, "halfgrad/core/tensor.h", in this tree as
+# in an installed prefix. The modules sit at the top of the repository, so the build tree gets
+# an include folder of its own, build/include/halfgrad/, whose entries are links to the module
 # folders (and to halfgrad.h), beside the generated config.h; the install rules
-# (HalfgradInstall.cmake) copy each module's headers to include/halfgrad/<module>/.
+# (HalfgradInstall.cmake) copy each module's headers to include/halfgrad/<module>/. The
+# repository's own include/halfgrad/ holds the same links, checked in (scripts/check-layers
+# keeps them), for editors and tools that read the tree without a build; the build does not
+# use them, so a copy of the tree that drops links still builds.
 set(HALFGRAD_INCLUDE_ROOT "${PROJECT_BINARY_DIR}/include")
 file(MAKE_DIRECTORY "${HALFGRAD_INCLUDE_ROOT}/halfgrad")
 foreach(_hg_entry IN LISTS HALFGRAD_MODULES ITEMS cuda distributed halfgrad.h)
