@@ -1,6 +1,7 @@
 // io::load_torch_file / load_torch_state_dict against files torch.save wrote
 // (tests/io/fixtures/make_torch_fixtures.py, which also printed the values to compare with into
-// torch_expected.txt), files torch writes that halfgrad refuses, a pickle that would run a
+// torch_expected.txt; make_torch113_fixtures.py, with torch 1.13, into torch113_expected.txt),
+// files torch writes that halfgrad refuses, a pickle that would run a
 // command, and pickles built here opcode by opcode that break each rule of the restricted
 // unpickler (NOTE [Restricted unpickler]).
 #include <cmath>
@@ -41,12 +42,14 @@ struct Expected {
   std::vector<std::string> values;  // as printed: integers, or float64 repr
 };
 
-// file -> key -> tensor.
+// file -> key -> tensor, from both files of printed values.
 std::map<std::string, std::map<std::string, Expected>> read_expected() {
   std::map<std::string, std::map<std::string, Expected>> out;
-  std::istringstream lines(read_file(kFixtures / "torch_expected.txt"));
+  std::istringstream lines(read_file(kFixtures / "torch_expected.txt") +
+                           read_file(kFixtures / "torch113_expected.txt"));
   std::string line;
   while (std::getline(lines, line)) {
+    if (line.starts_with("#")) continue;  // the torch version that printed them
     std::istringstream fields(line);
     std::string file, key;
     Expected expected;
@@ -111,11 +114,11 @@ std::shared_ptr<nn::Sequential> make_mlp() {
   return std::make_shared<nn::Sequential>(nn::Linear(3, 4), nn::LayerNorm(4), nn::Linear(4, 2));
 }
 
-// The output torch printed for the model on this input.
-void check_mlp_output(nn::Sequential& model) {
+// The output torch printed for the model on this input (as `file`'s "mlp(x)").
+void check_mlp_output(nn::Sequential& model, const std::string& file = "output") {
   const Tensor x = tensor({0.5, -1.0, 2.0, 1.5, 0.25, -0.75}, {2, 3});
   const std::vector<double> output = model.forward(x).to_vector<double>();
-  const Expected& expected = expected_tensor("output", "mlp(x)");
+  const Expected& expected = expected_tensor(file, "mlp(x)");
   REQUIRE(output.size() == expected.values.size());
   for (size_t i = 0; i < output.size(); ++i) {
     CHECK(output[i] == Approx(std::stod(expected.values[i])).epsilon(1e-6).margin(1e-6));
@@ -353,6 +356,41 @@ TEST_CASE("a training checkpoint loads with its optimizer state and plain values
                     Contains("\"models\"") && Contains("\"model\""));
   CHECK_THROWS_WITH(io::load_torch_state_dict(path, "epoch"),
                     Contains("entry \"epoch\"") && Contains("got an int"));
+}
+
+TEST_CASE("a checkpoint torch 1.13 saved loads with the values it printed", "[io][torch_file]") {
+  // torch 1.13's archive: no byteorder record, typed storages under _rebuild_tensor_v2.
+  const std::string path = fixture("torch113_checkpoint.pt");
+  const io::ZipReader archive(path);
+  CHECK_FALSE(archive.contains("torch113_checkpoint/byteorder"));
+  REQUIRE(archive.contains("torch113_checkpoint/data.pkl"));
+
+  const io::TorchValue checkpoint = io::load_torch_file(path);
+  CHECK(checkpoint.at("epoch").to_int() == 3);
+  const auto& expected = expected_tensors().at("torch113_checkpoint.pt");
+  CHECK(expected.size() == 31);  // 6 model tensors, 18 of Adam's state, 6 plain, the output
+  const io::TorchValue& state = checkpoint.at("optimizer").at("state");
+  for (const auto& [key, tensor] : expected) {
+    INFO("key " << key);
+    if (key.starts_with("optimizer.state.")) {
+      const std::string rest = key.substr(std::string("optimizer.state.").size());
+      const int64_t index = std::stoll(rest.substr(0, rest.find('.')));
+      check_tensor(state.at(index).at(rest.substr(rest.find('.') + 1)).to_tensor(), tensor);
+    } else if (!key.starts_with("model.") && key != "mlp(x)") {
+      check_tensor(checkpoint.at(key).to_tensor(), tensor);
+    }
+  }
+  // The views share the grid's one storage, as torch saved them.
+  CHECK(checkpoint.at("transposed").to_tensor().shares_storage(checkpoint.at("tail").to_tensor()));
+
+  const nn::StateDict model_state = io::load_torch_state_dict(path, "model");
+  CHECK(model_state.size() == 6);
+  for (const auto& [key, tensor] : expected) {
+    if (key.starts_with("model.")) check_tensor(model_state.at(key.substr(6)), tensor);
+  }
+  auto model = make_mlp();
+  model->load_state_dict(model_state);
+  check_mlp_output(*model, "torch113_checkpoint.pt");
 }
 
 TEST_CASE("parameters and tensors that require grad load as plain tensors", "[io][torch_file]") {
