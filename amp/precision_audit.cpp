@@ -7,11 +7,11 @@
 #include <fstream>
 #include <limits>
 
-#include "halfgrad/amp/svg_chart.h"
 #include "halfgrad/autograd/grad_mode.h"
 #include "halfgrad/autograd/node.h"
 #include "halfgrad/core/error.h"
 #include "halfgrad/core/format.h"
+#include "halfgrad/core/svg_chart.h"
 #include "halfgrad/nn/module.h"
 #include "halfgrad/ops/autocast.h"
 

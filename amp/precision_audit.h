@@ -159,7 +159,7 @@ class PrecisionAudit final : public ops::DispatchObserver, public autograd::Node
   std::string module_table() const;
   // Every call, skipped ones included, one CSV row each with a header row.
   void write_csv(const std::string& path) const;
-  // Error by module as an SVG chart (amp/svg_chart.h): the largest forward and backward
+  // Error by module as an SVG chart (core/svg_chart.h): the largest forward and backward
   // rel_error of each module, on a log axis.
   void write_svg(const std::string& path, const std::string& title = "") const;
 

@@ -74,7 +74,7 @@
 #include "bench_util.h"
 #include "halfgrad/config.h"
 #include "halfgrad/core/settings.h"
-#include "halfgrad/cpu/kernels.h"
+#include "halfgrad/cpu/kernel_tables.h"
 #include "halfgrad/cpu/linalg.h"
 #include "halfgrad/cpu/vector_math.h"
 #include "halfgrad/halfgrad.h"
@@ -85,7 +85,7 @@
 #endif
 #if HALFGRAD_HAS_CUDA
 #include "halfgrad/cuda/attention_launch.h"
-#include "halfgrad/cuda/kernels.h"
+#include "halfgrad/cuda/kernel_tables.h"
 #endif
 
 namespace {

@@ -113,11 +113,21 @@ void for_each_block(DType dtype, Generator::State reserved, int64_t n, Emit emit
 }
 
 Generator::State reserve_for(DType dtype, int64_t n, Generator& gen) {
-  const int per_block = elements_per_block(dtype);
-  return gen.reserve_with_seed(uint64_t((n + per_block - 1) / per_block));
+  return gen.reserve_with_seed(blocks_for(dtype, n));
 }
 
 }  // namespace
+
+UniformRange uniform_range(DType dtype, double low, double high) {
+  return visit_floating_dtype("uniform", dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    T first_ok = round_to<T>(low);
+    if (widen(first_ok) < low) first_ok = next_above(first_ok);
+    T last_ok = round_to<T>(high);
+    if (widen(last_ok) >= high) last_ok = next_below(last_ok);
+    return UniformRange{widen(first_ok), widen(last_ok)};
+  });
+}
 
 void fill_uniform(DType dtype, void* dst, int64_t n, double low, double high, Generator& gen) {
   visit_floating_dtype("uniform", dtype, [&](auto tag) {
@@ -138,11 +148,9 @@ void fill_uniform(DType dtype, void* dst, int64_t n, double low, double high, Ge
 
     // Rounding low + span * u to T can step outside [low, high); clamp to the T values
     // inside (NOTE [Philox stream layout]).
-    T first_ok = round_to<T>(low);
-    if (widen(first_ok) < low) first_ok = next_above(first_ok);
-    T last_ok = round_to<T>(high);
-    if (widen(last_ok) >= high) last_ok = next_below(last_ok);
-    const double first_ok_value = widen(first_ok), last_ok_value = widen(last_ok);
+    const UniformRange range = uniform_range(dtype, low, high);
+    const double first_ok_value = range.first_ok, last_ok_value = range.last_ok;
+    const T first_ok = round_to<T>(first_ok_value), last_ok = round_to<T>(last_ok_value);
     HG_CHECK(first_ok_value <= last_ok_value, "uniform: no {} value lies in [low={}, high={})",
              dtype_name(dtype), low, high);
 

@@ -71,14 +71,7 @@
 #include <numbers>
 
 #include "halfgrad/core/dtype.h"
-
-#ifndef HG_HOST_DEVICE
-#ifdef __CUDACC__
-#define HG_HOST_DEVICE __host__ __device__
-#else
-#define HG_HOST_DEVICE
-#endif
-#endif
+#include "halfgrad/core/host_device.h"
 
 namespace hg {
 
@@ -271,6 +264,21 @@ HG_HOST_DEVICE inline double standard_normal(DType dtype, uint64_t seed, uint64_
 }
 
 // ---- CPU fills ----------------------------------------------------------------------------
+
+// The counter blocks a draw of n elements of dtype reserves: ceil(n / elements_per_block).
+inline uint64_t blocks_for(DType dtype, int64_t n) {
+  const int64_t per_block = elements_per_block(dtype);
+  return uint64_t((n + per_block - 1) / per_block);
+}
+
+// The smallest and the largest value of dtype (floating) inside [low, high), as doubles
+// (exactly: both are dtype values). A uniform draw clamps into them, on every device, since
+// low + (high - low) * u rounded to dtype can step outside [low, high).
+struct UniformRange {
+  double first_ok;
+  double last_ok;
+};
+UniformRange uniform_range(DType dtype, double low, double high);
 
 // Fills dst[0, n) (elements of `dtype`: float32, float16, bfloat16 or float64) with uniform
 // draws on [low, high), reserving ceil(n / elements_per_block(dtype)) blocks of `gen`.

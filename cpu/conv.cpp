@@ -13,7 +13,7 @@
 #include "halfgrad/core/convert.h"
 #include "halfgrad/core/factory.h"
 #include "halfgrad/core/format.h"
-#include "halfgrad/cpu/kernels.h"
+#include "halfgrad/cpu/kernel_tables.h"
 #include "halfgrad/cpu/linalg.h"
 #include "halfgrad/cpu/nn_common.h"
 #include "halfgrad/cpu/onednn_conv.h"

@@ -5,7 +5,7 @@
 
 #include "halfgrad/core/factory.h"
 #include "halfgrad/core/random.h"
-#include "halfgrad/cpu/kernels.h"
+#include "halfgrad/cpu/kernel_tables.h"
 #include "halfgrad/cpu/nn_common.h"
 #include "halfgrad/kernel/checks.h"
 

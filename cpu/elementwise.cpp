@@ -25,7 +25,7 @@
 #include "halfgrad/core/scalar_value.h"
 #include "halfgrad/core/strided_loop.h"
 #include "halfgrad/core/view.h"
-#include "halfgrad/cpu/kernels.h"
+#include "halfgrad/cpu/kernel_tables.h"
 #include "halfgrad/cpu/vector_math.h"
 #include "halfgrad/kernel/elementwise.h"
 #include "halfgrad/kernel/formulas.h"

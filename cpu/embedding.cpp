@@ -7,7 +7,7 @@
 
 #include "halfgrad/core/factory.h"
 #include "halfgrad/core/format.h"
-#include "halfgrad/cpu/kernels.h"
+#include "halfgrad/cpu/kernel_tables.h"
 #include "halfgrad/cpu/nn_common.h"
 #include "halfgrad/kernel/checks.h"
 

@@ -24,7 +24,7 @@
 #include "halfgrad/core/factory.h"
 #include "halfgrad/core/format.h"
 #include "halfgrad/core/strided_loop.h"
-#include "halfgrad/cpu/kernels.h"
+#include "halfgrad/cpu/kernel_tables.h"
 #include "halfgrad/kernel/formulas.h"
 #include "halfgrad/kernel/index.h"
 #include "halfgrad/kernel/index_checks.h"

@@ -52,7 +52,7 @@
 #include "halfgrad/core/storage.h"
 #include "halfgrad/core/view.h"
 #include "halfgrad/cpu/capabilities.h"
-#include "halfgrad/cpu/kernels.h"
+#include "halfgrad/cpu/kernel_tables.h"
 #include "halfgrad/cpu/linalg_detail.h"
 #include "halfgrad/kernel/checks.h"
 #include "halfgrad/kernel/linalg.h"

@@ -11,7 +11,7 @@
 #include "halfgrad/core/format.h"
 #include "halfgrad/core/strided_loop.h"
 #include "halfgrad/core/view.h"
-#include "halfgrad/cpu/kernels.h"
+#include "halfgrad/cpu/kernel_tables.h"
 #include "halfgrad/cpu/reduce.h"
 #include "halfgrad/kernel/checks.h"
 #include "halfgrad/kernel/loss.h"

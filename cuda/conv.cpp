@@ -47,7 +47,7 @@
 #include "halfgrad/core/settings.h"
 #include "halfgrad/cuda/conv_launch.h"
 #include "halfgrad/cuda/host.h"
-#include "halfgrad/cuda/kernels.h"
+#include "halfgrad/cuda/kernel_tables.h"
 #include "halfgrad/cuda/stream.h"
 #include "halfgrad/kernel/checks.h"
 

@@ -113,6 +113,22 @@ decltype(auto) visit_floating_storage(DType dtype, F&& f) {
                                                                                               f);
 }
 
+// ---- vector loads ------------------------------------------------------------------------
+
+// 16 bytes of T: one vector load or store.
+template <class T>
+inline constexpr int kPack = 16 / int(sizeof(T));
+template <class T>
+struct alignas(16) Pack {
+  static constexpr int kSize = kPack<T>;
+  T v[kSize];
+};
+
+// Whether p may be read and written as Packs.
+__host__ __device__ __forceinline__ bool aligned16(const void* p) {
+  return reinterpret_cast<uintptr_t>(p) % 16 == 0;
+}
+
 // ---- launch sizes ------------------------------------------------------------------------
 
 inline constexpr int kThreads = 256;

@@ -4,7 +4,7 @@
 #include "halfgrad/core/format.h"
 #include "halfgrad/cuda/dropout_launch.h"
 #include "halfgrad/cuda/host.h"
-#include "halfgrad/cuda/kernels.h"
+#include "halfgrad/cuda/kernel_tables.h"
 #include "halfgrad/cuda/stream.h"
 #include "halfgrad/kernel/checks.h"
 

@@ -22,7 +22,7 @@
 #include "halfgrad/core/stochastic_rounding.h"
 #include "halfgrad/cuda/elementwise_launch.h"
 #include "halfgrad/cuda/host.h"
-#include "halfgrad/cuda/kernels.h"
+#include "halfgrad/cuda/kernel_tables.h"
 #include "halfgrad/cuda/stochastic_rounding_launch.h"
 #include "halfgrad/cuda/stream.h"
 #include "halfgrad/kernel/elementwise.h"
@@ -189,58 +189,6 @@ Tensor copy_of(const Tensor& t) {
 }
 
 // ---- random fills ------------------------------------------------------------------------
-
-// The neighbours of a finite value in T's own value set (core/random.cpp).
-template <class T>
-T next_below(T value) {
-  if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
-    return std::nextafter(value, -std::numeric_limits<T>::infinity());
-  } else {  // sign-magnitude bits: step the magnitude
-    if ((value.bits & 0x7FFFu) == 0) return T::from_bits(0x8001u);
-    return T::from_bits(uint16_t((value.bits & 0x8000u) ? value.bits + 1 : value.bits - 1));
-  }
-}
-
-template <class T>
-T next_above(T value) {
-  if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
-    return std::nextafter(value, std::numeric_limits<T>::infinity());
-  } else {
-    if ((value.bits & 0x7FFFu) == 0) return T::from_bits(0x0001u);
-    return T::from_bits(uint16_t((value.bits & 0x8000u) ? value.bits - 1 : value.bits + 1));
-  }
-}
-
-// The smallest and the largest value of dtype inside [low, high), as doubles (exact), found
-// as random.cpp's fill_uniform finds them.
-struct UniformRange {
-  double first_ok;
-  double last_ok;
-};
-UniformRange uniform_range(DType dtype, double low, double high) {
-  return visit_floating_dtype("uniform", dtype, [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    const auto round_to = [](double value) {
-      if constexpr (std::is_same_v<T, double>) {
-        return value;
-      } else {
-        return T(value);  // float: RNE; Half, BFloat16: their RNE from double
-      }
-    };
-    const auto widen = [](T value) { return static_cast<double>(value); };
-    T first_ok = round_to(low);
-    if (widen(first_ok) < low) first_ok = next_above(first_ok);
-    T last_ok = round_to(high);
-    if (widen(last_ok) >= high) last_ok = next_below(last_ok);
-    return UniformRange{widen(first_ok), widen(last_ok)};
-  });
-}
-
-// The counter blocks a draw of n elements of dtype reserves (NOTE [Philox stream layout]).
-uint64_t blocks_for(DType dtype, int64_t n) {
-  const int64_t per_block = random::elements_per_block(dtype);
-  return uint64_t((n + per_block - 1) / per_block);
-}
 
 void check_random_destination(const Tensor& dst, const char* op) {
   detail::check_cuda_tensor(dst, op, "the destination");
@@ -509,9 +457,9 @@ void fill(const Tensor& dst, Scalar value) {
 void fill_uniform(const Tensor& dst, double low, double high, Generator& gen) {
   check_random_destination(dst, "uniform");
   random::fill_uniform(dst.dtype(), nullptr, 0, low, high, gen);
-  const UniformRange range = uniform_range(dst.dtype(), low, high);
+  const random::UniformRange range = random::uniform_range(dst.dtype(), low, high);
   const int64_t n = dst.numel();
-  const Generator::State reserved = gen.reserve_with_seed(blocks_for(dst.dtype(), n));
+  const Generator::State reserved = gen.reserve_with_seed(random::blocks_for(dst.dtype(), n));
   if (n == 0) return;
   DeviceGuard guard(dst.device().index);
   HG_CUDA_CHECK(
@@ -524,7 +472,7 @@ void fill_normal(const Tensor& dst, double mean, double stddev, Generator& gen) 
   check_random_destination(dst, "normal");
   random::fill_normal(dst.dtype(), nullptr, 0, mean, stddev, gen);
   const int64_t n = dst.numel();
-  const Generator::State reserved = gen.reserve_with_seed(blocks_for(dst.dtype(), n));
+  const Generator::State reserved = gen.reserve_with_seed(random::blocks_for(dst.dtype(), n));
   if (n == 0) return;
   DeviceGuard guard(dst.device().index);
   HG_CUDA_CHECK(detail::launch_fill_normal(dst.dtype(), dst.data_ptr(), n, reserved.seed,

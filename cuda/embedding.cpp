@@ -9,7 +9,7 @@
 #include "halfgrad/core/format.h"
 #include "halfgrad/cuda/host.h"
 #include "halfgrad/cuda/index_launch.h"
-#include "halfgrad/cuda/kernels.h"
+#include "halfgrad/cuda/kernel_tables.h"
 #include "halfgrad/cuda/stream.h"
 #include "halfgrad/kernel/checks.h"
 

@@ -46,7 +46,7 @@
 // Split-K algorithms may only reduce their partial sums in the compute type
 // (CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE), never in out's dtype nor in place in out, so that
 // promise holds for them too, and the result does not depend on the order of atomic adds.
-#include "halfgrad/cuda/kernels.h"
+#include "halfgrad/cuda/kernel_tables.h"
 
 #include <cublasLt.h>
 #include <cuda_runtime.h>

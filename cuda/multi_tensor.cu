@@ -66,18 +66,6 @@ __device__ __forceinline__ bool is_finite(double x) { return isfinite(x); }
 __device__ __forceinline__ float square_root(float x) { return sqrtf(x); }
 __device__ __forceinline__ double square_root(double x) { return sqrt(x); }
 
-// 16 bytes of T: one vector load or store.
-template <class T>
-struct alignas(16) Pack {
-  static constexpr int kSize = 16 / sizeof(T);
-  T v[kSize];
-};
-
-template <class T>
-__device__ __forceinline__ bool aligned16(const T* p) {
-  return reinterpret_cast<uintptr_t>(p) % 16 == 0;
-}
-
 // Replaces each element v of data[begin, end) by f(v) (f: T -> T), this block's threads
 // sharing the range. When data is 16-byte aligned the range goes in 16-byte packs (begin is a
 // multiple of kChunkSize, so of the pack size), the tail element by element.

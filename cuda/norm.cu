@@ -60,8 +60,6 @@ unsigned row_grid(int64_t rows, int group) {
   return unsigned(max64(1, min64(ceil_div(rows, per_block), kMaxGrid)));
 }
 
-bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
-
 // ---- group reductions -----------------------------------------------------------------------
 
 template <class A>

@@ -49,14 +49,6 @@ __device__ __forceinline__ bool is_inf(V v) {
   }
 }
 
-// 16 bytes of T, for vector loads and stores.
-template <class T>
-inline constexpr int kPack = 16 / int(sizeof(T));
-template <class T>
-struct alignas(16) Pack {
-  T v[kPack<T>];
-};
-
 // ---- launch arithmetic ----------------------------------------------------------------------
 
 __host__ __device__ inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }

@@ -12,7 +12,7 @@
 #include <type_traits>
 
 #include "halfgrad/core/dtype.h"
-#include "halfgrad/core/random.h"  // HG_HOST_DEVICE
+#include "halfgrad/core/host_device.h"
 #include "halfgrad/kernel/constants.h"
 #include "halfgrad/kernel/kinds.h"
 

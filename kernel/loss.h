@@ -1,7 +1,7 @@
 // The loss family's kernel table: the forwards and fused first-order backwards of the losses of
 // ops/loss.h, which every backend implements (cpu/loss.cpp, cuda/loss.cpp).
 //
-//   const LossKernels& K = kernels::loss(logits);   // ops/kernels.h
+//   const LossKernels& K = kernel_for::loss(logits);   // ops/kernel_lookup.h
 //   ClassLossForward r = K.cross_entropy(logits, labels, {}, -100, LossReduction::Mean, 0.0,
 //                                        kFloat32);
 //   LossGrads g = K.cross_entropy_backward(grad, logits, labels, {}, r, -100,

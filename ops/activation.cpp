@@ -7,7 +7,7 @@
 #include "halfgrad/core/format.h"
 #include "halfgrad/core/view.h"
 #include "halfgrad/ops/dispatch.h"
-#include "halfgrad/ops/kernels.h"
+#include "halfgrad/ops/kernel_lookup.h"
 #include "halfgrad/ops/nn_helpers.h"
 #include "halfgrad/ops/ops.h"
 
@@ -54,7 +54,7 @@ struct Prelu {
     }
     ctx.save({x, weight});
     const Tensor w = core::reshape(weight, prelu_weight_shape(x, weight));
-    const kernel::ElementwiseKernels& k = kernels::elementwise(x);
+    const kernel::ElementwiseKernels& k = kernel_for::elementwise(x);
     const Tensor scaled = k.binary(kernel::Binary::Mul, x, w, x.dtype(), 1.0);
     const Tensor positive = k.compare(kernel::Compare::Gt, x, full({}, 0, x.options()), x.dtype());
     return k.where(positive, x, scaled);

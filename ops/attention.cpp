@@ -17,7 +17,7 @@
 #include "halfgrad/kernel/attention.h"
 #include "halfgrad/kernel/checks.h"
 #include "halfgrad/ops/dispatch.h"
-#include "halfgrad/ops/kernels.h"
+#include "halfgrad/ops/kernel_lookup.h"
 #include "halfgrad/ops/ops.h"
 
 namespace hg {
@@ -39,7 +39,7 @@ double default_scale(const Tensor& q) { return 1.0 / std::sqrt(double(q.size(-1)
 
 // The backend's attention kernels take these operands.
 bool flash_fits(const Tensor& q, const Tensor& k, const Tensor& v) {
-  const kernel::AttentionKernels* fused = kernels::attention(q);
+  const kernel::AttentionKernels* fused = kernel_for::attention(q);
   return fused != nullptr && fused->fits(q, k, v);
 }
 
@@ -80,7 +80,7 @@ struct ScaledDotProductFlashAttention {
              "expected floating q, k and v of one dtype, got {}, {} and {}", q.dtype(), k.dtype(),
              v.dtype());
     if (flash_fits(q, k, v)) {
-      kernel::FlashForward r = kernels::attention(q)->forward(q, k, v, is_causal, factor(q));
+      kernel::FlashForward r = kernel_for::attention(q)->forward(q, k, v, is_causal, factor(q));
       fused = true;
       ctx.save({q, k, v, r.lse});
       ctx.save_output(r.out);
@@ -95,7 +95,7 @@ struct ScaledDotProductFlashAttention {
   Grads backward(OpContext& ctx, const Grads& grads) {
     const Tensor q = ctx.saved(0), k = ctx.saved(1), v = ctx.saved(2);
     if (fused && !autograd::is_grad_enabled()) {
-      kernel::FlashBackward r = kernels::attention(q)->backward(
+      kernel::FlashBackward r = kernel_for::attention(q)->backward(
           grads[0], q, k, v, ctx.saved_data(4), ctx.saved_data(3), is_causal, factor(q));
       return {r.dq, r.dk, r.dv};
     }

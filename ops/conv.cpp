@@ -11,7 +11,7 @@
 #include "halfgrad/core/format.h"
 #include "halfgrad/core/view.h"
 #include "halfgrad/ops/dispatch.h"
-#include "halfgrad/ops/kernels.h"
+#include "halfgrad/ops/kernel_lookup.h"
 #include "halfgrad/ops/ops.h"
 
 namespace hg {
@@ -36,7 +36,7 @@ struct Conv2d {
 
   Tensor forward(OpContext& ctx, const Tensor& x, const Tensor& weight, const Tensor& bias) {
     has_bias = bias.defined();
-    Tensor y = kernels::conv(x).conv2d(x, weight, bias, params);
+    Tensor y = kernel_for::conv(x).conv2d(x, weight, bias, params);
     ctx.save({x, weight});
     return y;
   }
@@ -52,7 +52,7 @@ struct Conv2dInputBackward {
 
   Tensor forward(OpContext& ctx, const Tensor& dy, const Tensor& weight) {
     ctx.save({dy, weight});
-    return kernels::conv(dy)
+    return kernel_for::conv(dy)
         .conv2d_backward(dy, shape_only(input_sizes, dy.dtype(), dy.device()), weight, false,
                          params, {true, false, false})
         .dx;
@@ -69,7 +69,7 @@ struct Conv2dWeightBackward {
 
   Tensor forward(OpContext& ctx, const Tensor& dy, const Tensor& x) {
     ctx.save({dy, x});
-    return kernels::conv(dy)
+    return kernel_for::conv(dy)
         .conv2d_backward(dy, x, shape_only(weight_sizes, dy.dtype(), dy.device()), false, params,
                          {false, true, false})
         .dweight;
@@ -102,7 +102,7 @@ Grads Conv2d::backward(OpContext& ctx, const Grads& grads) {
   const Tensor& dy = grads[0];
   const bool bias_grad = has_bias && ctx.needs_input_grad(2);
   if (!autograd::is_grad_enabled()) {
-    kernel::Conv2dBackward r = kernels::conv(dy).conv2d_backward(
+    kernel::Conv2dBackward r = kernel_for::conv(dy).conv2d_backward(
         dy, x, weight, has_bias, params,
         {ctx.needs_input_grad(0), ctx.needs_input_grad(1), bias_grad});
     return {r.dx, r.dweight, r.dbias};

@@ -7,7 +7,7 @@
 //     static constexpr OpId id = OpId::mul;
 //     Tensor forward(OpContext& ctx, const Tensor& a, const Tensor& b) {
 //       ctx.save({a, b});                         // exactly what backward needs
-//       return kernels::elementwise(a).binary(Binary::Mul, a, b, result_dtype, 1.0);
+//       return kernel_for::elementwise(a).binary(Binary::Mul, a, b, result_dtype, 1.0);
 //     }
 //     autograd::GradList backward(OpContext& ctx, const autograd::GradList& grads) {
 //       ...                                       // halfgrad ops: differentiable again
@@ -310,8 +310,9 @@ RerunFn make_rerun(const Op& op) {
   }
 }
 
+// The six steps of a dispatch (above) for one call; run() puts the op's name on its errors.
 template <class Op, class Inputs>
-auto run_unnamed(Op op, Inputs inputs) {
+auto run_six_steps(Op op, Inputs inputs) {
   constexpr OpId id = Op::id;
   const std::span<Tensor> input_span(inputs.data(), inputs.size());
 
@@ -414,7 +415,7 @@ auto run_unnamed(Op op, Inputs inputs) {
 template <class Op, class Inputs>
 auto run(Op op, Inputs inputs) {
   try {
-    return run_unnamed(std::move(op), std::move(inputs));
+    return run_six_steps(std::move(op), std::move(inputs));
   } catch (const Error& error) {
     rethrow_naming(Op::id, error);
   }

@@ -3,7 +3,7 @@
 #include "halfgrad/core/format.h"
 #include "halfgrad/core/random.h"
 #include "halfgrad/ops/dispatch.h"
-#include "halfgrad/ops/kernels.h"
+#include "halfgrad/ops/kernel_lookup.h"
 #include "halfgrad/ops/ops.h"
 
 namespace hg {
@@ -23,7 +23,7 @@ struct Dropout {
 
   Tensor forward(OpContext& ctx, const Tensor& x) {
     kernel::DropoutForward r =
-        kernels::dropout(x).dropout(x, p, generator ? *generator : default_generator());
+        kernel_for::dropout(x).dropout(x, p, generator ? *generator : default_generator());
     ctx.save({r.mask});
     return r.out;
   }

@@ -14,7 +14,7 @@
 #include "halfgrad/ops/backward_helpers.h"
 #include "halfgrad/ops/dispatch.h"
 #include "halfgrad/ops/index.h"
-#include "halfgrad/ops/kernels.h"
+#include "halfgrad/ops/kernel_lookup.h"
 #include "halfgrad/ops/ops.h"
 #include "halfgrad/ops/type_promotion.h"
 
@@ -54,7 +54,7 @@ struct AddSub {
       b_dtype = b.dtype();
     }
     const kernel::Binary kernel = Id == OpId::add ? kernel::Binary::Add : kernel::Binary::Sub;
-    return kernels::elementwise(a).binary(kernel, a, b, result_type({a, b}), alpha);
+    return kernel_for::elementwise(a).binary(kernel, a, b, result_type({a, b}), alpha);
   }
   Grads backward(OpContext& ctx, const Grads& grads) {
     const Tensor& g = grads[0];
@@ -74,7 +74,7 @@ struct Mul {
   static constexpr OpId id = OpId::mul;
   Tensor forward(OpContext& ctx, const Tensor& a, const Tensor& b) {
     ctx.save({a, b});
-    return kernels::elementwise(a).binary(kernel::Binary::Mul, a, b, result_type({a, b}), 1.0);
+    return kernel_for::elementwise(a).binary(kernel::Binary::Mul, a, b, result_type({a, b}), 1.0);
   }
   Grads backward(OpContext& ctx, const Grads& grads) {
     const Tensor a = ctx.saved(0), b = ctx.saved(1);
@@ -91,8 +91,8 @@ struct Div {
   static constexpr OpId id = OpId::div;
   Tensor forward(OpContext& ctx, const Tensor& a, const Tensor& b) {
     ctx.save({a, b});
-    return kernels::elementwise(a).binary(kernel::Binary::Div, a, b,
-                                          floating_result(result_type({a, b})), 1.0);
+    return kernel_for::elementwise(a).binary(kernel::Binary::Div, a, b,
+                                             floating_result(result_type({a, b})), 1.0);
   }
   Grads backward(OpContext& ctx, const Grads& grads) {
     const Tensor a = ctx.saved(0), b = ctx.saved(1);
@@ -109,7 +109,7 @@ struct Pow {
   static constexpr OpId id = OpId::pow;
   Tensor forward(OpContext& ctx, const Tensor& a, const Tensor& b) {
     Tensor out =
-        kernels::elementwise(a).binary(kernel::Binary::Pow, a, b, result_type({a, b}), 1.0);
+        kernel_for::elementwise(a).binary(kernel::Binary::Pow, a, b, result_type({a, b}), 1.0);
     ctx.save({a, b});
     ctx.save_output(out);
     return out;
@@ -159,7 +159,7 @@ struct WithNumber {
   Tensor forward(OpContext& ctx, const Tensor& a) {
     if constexpr (Id == OpId::pow) ctx.save({a});
     const Tensor one = full({}, 1, {.dtype = a.dtype(), .device = a.device()});
-    return kernels::elementwise(a).binary(kind(), a, one, a.dtype(), value);
+    return kernel_for::elementwise(a).binary(kind(), a, one, a.dtype(), value);
   }
   Grads backward(OpContext& ctx, const Grads& grads) {
     const Tensor& g = grads[0];
@@ -184,7 +184,7 @@ struct Extremum {
   static constexpr OpId id = Id;
   Tensor forward(OpContext& ctx, const Tensor& a, const Tensor& b) {
     ctx.save({a, b});
-    return kernels::elementwise(a).binary(
+    return kernel_for::elementwise(a).binary(
         Id == OpId::maximum ? kernel::Binary::Maximum : kernel::Binary::Minimum, a, b,
         result_type({a, b}), 1.0);
   }
@@ -241,7 +241,7 @@ struct BinaryMath {
       HG_CHECK(divisor_checked || !any(eq(b, 0)).item<bool>(),
                "{}: expected a nonzero integer divisor, got a divisor of 0", op_name(Id));
     }
-    Tensor out = kernels::elementwise(a).binary(binary_math_kind<Id>(), a, b, dtype, 1.0);
+    Tensor out = kernel_for::elementwise(a).binary(binary_math_kind<Id>(), a, b, dtype, 1.0);
     ctx.save({a, b});
     if constexpr (Id == OpId::hypot) ctx.save_output(out);
     return out;
@@ -307,7 +307,7 @@ struct UnaryOp {
   static constexpr OpId id = Id;
   Tensor forward(OpContext& ctx, const Tensor& x) {
     const Tensor in = kernel::unary_takes_integers(Kind) ? x : x.to(floating_result(x.dtype()));
-    Tensor y = kernels::elementwise(in).unary(Kind, in);
+    Tensor y = kernel_for::elementwise(in).unary(Kind, in);
     ctx.save({x});
     ctx.save_output(y);
     return y;
@@ -320,7 +320,7 @@ struct UnaryOp {
       // relu is flat gives 0, not NaN). One fused pass, unless the backward pass is recorded
       // (create_graph): then the same select as ops, which give the same bits.
       if (!autograd::is_grad_enabled() && grads[0].dtype() == x.dtype()) {
-        return {kernels::elementwise(x).threshold_backward(grads[0], ctx.saved_data(1), 0.0)};
+        return {kernel_for::elementwise(x).threshold_backward(grads[0], ctx.saved_data(1), 0.0)};
       }
       const Tensor y = ctx.saved(1);
       return {grad_for(where(le(y, 0), 0, grads[0]), x)};
@@ -433,7 +433,7 @@ Tensor unary_derivative<OpId::erfinv>(const Tensor&, const Tensor& y) {
 struct Sign {
   static constexpr OpId id = OpId::sign;
   Tensor forward(OpContext&, const Tensor& x) {
-    return kernels::elementwise(x).unary(kernel::Unary::Sign, x);
+    return kernel_for::elementwise(x).unary(kernel::Unary::Sign, x);
   }
   Grads backward(OpContext&, const Grads&) { return Grads(1); }
 };
@@ -493,7 +493,7 @@ Tensor gelu_derivative(const Tensor& x, bool tanh_approximation) {
   // One fused kernel, unless the backward pass is recorded (create_graph): then the
   // derivative is written with ops so that it can be differentiated again.
   if (!autograd::is_grad_enabled()) {
-    return kernels::elementwise(x).unary(
+    return kernel_for::elementwise(x).unary(
         tanh_approximation ? kernel::Unary::GeluTanhGrad : kernel::Unary::GeluGrad, x);
   }
   if (!tanh_approximation) {  // Phi(x) + x phi(x)
@@ -517,7 +517,7 @@ struct Gelu {
   Tensor forward(OpContext& ctx, const Tensor& x) {
     ctx.save({x});
     const Tensor in = x.to(floating_result(x.dtype()));
-    return kernels::elementwise(in).unary(
+    return kernel_for::elementwise(in).unary(
         tanh_approximation ? kernel::Unary::GeluTanh : kernel::Unary::Gelu, in);
   }
   Grads backward(OpContext& ctx, const Grads& grads) {
@@ -534,7 +534,7 @@ struct Clamp {
   std::optional<double> low{}, high{};
   Tensor forward(OpContext& ctx, const Tensor& x) {
     ctx.save({x});
-    return kernels::elementwise(x).clamp(x, low, high);
+    return kernel_for::elementwise(x).clamp(x, low, high);
   }
   Grads backward(OpContext& ctx, const Grads& grads) {
     const Tensor x = ctx.saved(0);
@@ -555,7 +555,7 @@ struct AddC {
   Tensor forward(OpContext& ctx, const Tensor& self, const Tensor& t1, const Tensor& t2) {
     ctx.save({self, t1, t2});
     const DType dtype = result_type({self, t1, t2});
-    const kernel::ElementwiseKernels& k = kernels::elementwise(self);
+    const kernel::ElementwiseKernels& k = kernel_for::elementwise(self);
     return Id == OpId::addcmul ? k.addcmul(self, t1, t2, value, dtype)
                                : k.addcdiv(self, t1, t2, value, floating_result(dtype));
   }
@@ -583,7 +583,7 @@ template <OpId Id, kernel::Compare Kernel>
 struct Comparison {
   static constexpr OpId id = Id;
   Tensor forward(OpContext&, const Tensor& a, const Tensor& b) {
-    return kernels::elementwise(a).compare(Kernel, a, b, result_type({a, b}));
+    return kernel_for::elementwise(a).compare(Kernel, a, b, result_type({a, b}));
   }
   Grads backward(OpContext&, const Grads&) { return Grads(2); }
 };

@@ -9,7 +9,7 @@
 #include "halfgrad/core/format.h"
 #include "halfgrad/core/view.h"
 #include "halfgrad/ops/dispatch.h"
-#include "halfgrad/ops/kernels.h"
+#include "halfgrad/ops/kernel_lookup.h"
 #include "halfgrad/ops/nn_helpers.h"
 #include "halfgrad/ops/ops.h"
 
@@ -59,7 +59,7 @@ struct Embedding {
     Shape out_sizes = indices.sizes();
     out_sizes.push_back(weight.size(1));
     ctx.save({indices});
-    return reshaped_result(kernels::index(weight).index_select(weight, 0, flat), out_sizes);
+    return reshaped_result(kernel_for::index(weight).index_select(weight, 0, flat), out_sizes);
   }
   Grads backward(OpContext& ctx, const Grads& grads);
 };
@@ -72,7 +72,7 @@ struct EmbeddingBackward {
 
   Tensor forward(OpContext& ctx, const Tensor& dy, const Tensor& indices) {
     ctx.save({indices});
-    return kernels::embedding(dy).embedding_backward(dy, indices, num_embeddings, padding_idx);
+    return kernel_for::embedding(dy).embedding_backward(dy, indices, num_embeddings, padding_idx);
   }
   Grads backward(OpContext& ctx, const Grads& grads) {
     // The adjoint: the rows gathered again, none for tokens of padding_idx.

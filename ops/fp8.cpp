@@ -10,7 +10,7 @@
 #include "halfgrad/core/view.h"
 #include "halfgrad/ops/backward_helpers.h"
 #include "halfgrad/ops/dispatch.h"
-#include "halfgrad/ops/kernels.h"
+#include "halfgrad/ops/kernel_lookup.h"
 #include "halfgrad/ops/nn_helpers.h"
 #include "halfgrad/ops/ops.h"
 
@@ -46,7 +46,7 @@ struct ScaledMm {
     // The kernel reads b as [N, K] rows: free when b is the transpose of a contiguous tensor.
     const Tensor b_rows = gemm_operand(core::transpose(b, 0, 1));
     Tensor out = empty({a.size(0), b.size(1)}, {.dtype = out_dtype, .device = a.device()});
-    kernels::linalg(a).scaled_gemm(gemm_operand(a), b_rows, scale_a, scale_b, bias, out);
+    kernel_for::linalg(a).scaled_gemm(gemm_operand(a), b_rows, scale_a, scale_b, bias, out);
     return out;
   }
   Grads backward(OpContext&, const Grads&) {
@@ -70,8 +70,8 @@ Quantized quantize(const Tensor& x, ops::Fp8LayerState& state, ops::Fp8Slot slot
   const Tensor scale = state.scale.narrow(0, slot, 1);
   const Tensor source = x.is_contiguous() ? x : x.contiguous();
   Tensor values = empty(x.sizes(), {.dtype = dtype, .device = x.device()});
-  kernels::linalg(x).quantize_fp8(source, scale, state.amax_history.select(0, 0).narrow(0, slot, 1),
-                                  values);
+  kernel_for::linalg(x).quantize_fp8(source, scale,
+                                     state.amax_history.select(0, 0).narrow(0, slot, 1), values);
   state.ran = true;
   return {values, state.scale_inv.narrow(0, slot, 1)};
 }
@@ -110,10 +110,10 @@ struct Fp8Linear {
              op_name(Id));
     const int64_t M = leading_rows(x.sizes()), K = weight.size(1), N = weight.size(0);
     Tensor out = empty({M, N}, x.options());
-    kernels::linalg(x).gemm_2d(core::reshape(x, {M, K}), false, weight, true, out,
-                               bias.defined() ? bias.contiguous() : bias);
+    kernel_for::linalg(x).gemm_2d(core::reshape(x, {M, K}), false, weight, true, out,
+                                  bias.defined() ? bias.contiguous() : bias);
     if (gelu) {
-      out = kernels::elementwise(out).unary(
+      out = kernel_for::elementwise(out).unary(
           tanh_approximation ? kernel::Unary::GeluTanh : kernel::Unary::Gelu, out);
     }
     Shape out_sizes = x.sizes();
@@ -158,13 +158,14 @@ struct Fp8Linear {
 
     const Tensor bias_out = !bias.defined() ? bias : core::to_dtype(bias, out_dtype).contiguous();
     Tensor out = empty({M, N}, {.dtype = out_dtype, .device = x.device()});
-    kernels::linalg(x).scaled_gemm(x8.values, w8.values, x8.scale_inv, w8.scale_inv, bias_out, out);
+    kernel_for::linalg(x).scaled_gemm(x8.values, w8.values, x8.scale_inv, w8.scale_inv, bias_out,
+                                      out);
     // What backward reads: the float8 operands with their scales, and linear_gelu's
     // pre-activation (saved, so a second backward without retain_graph is refused).
     ctx.save({x8.values, x8.scale_inv, w8.values, w8.scale_inv});
     if (gelu) {
       const Tensor pre = out;
-      out = kernels::elementwise(pre).unary(
+      out = kernel_for::elementwise(pre).unary(
           tanh_approximation ? kernel::Unary::GeluTanh : kernel::Unary::Gelu, pre);
       ctx.save({pre});
     }
@@ -187,15 +188,15 @@ struct Fp8Linear {
     Grads out(3);
     if (ctx.needs_input_grad(0)) {  // g @ weight = g8 [M, N] @ (weight^T [K, N])^T
       Tensor dx = empty({M, K}, {.dtype = x_dtype, .device = g.device()});
-      kernels::linalg(g).scaled_gemm(g8.values, gemm_operand(core::transpose(w8.values, 0, 1)),
-                                     g8.scale_inv, w8.scale_inv, Tensor(), dx);
+      kernel_for::linalg(g).scaled_gemm(g8.values, gemm_operand(core::transpose(w8.values, 0, 1)),
+                                        g8.scale_inv, w8.scale_inv, Tensor(), dx);
       out[0] = x_sizes.size() == 2 ? dx : dx.reshape(x_sizes);
     }
     if (ctx.needs_input_grad(1)) {  // g^T @ x = (g^T [N, M]) @ (x^T [K, M])^T, weight's layout
       Tensor dw = empty({N, K}, {.dtype = weight_dtype, .device = g.device()});
-      kernels::linalg(g).scaled_gemm(gemm_operand(core::transpose(g8.values, 0, 1)),
-                                     gemm_operand(core::transpose(x8.values, 0, 1)), g8.scale_inv,
-                                     x8.scale_inv, Tensor(), dw);
+      kernel_for::linalg(g).scaled_gemm(gemm_operand(core::transpose(g8.values, 0, 1)),
+                                        gemm_operand(core::transpose(x8.values, 0, 1)),
+                                        g8.scale_inv, x8.scale_inv, Tensor(), dw);
       out[1] = dw;
     }
     if (ctx.needs_input_grad(2)) {  // the bias's gradient from the unquantized g

@@ -24,7 +24,7 @@
 #include "halfgrad/core/format.h"
 #include "halfgrad/core/view.h"
 #include "halfgrad/ops/dispatch.h"
-#include "halfgrad/ops/kernels.h"
+#include "halfgrad/ops/kernel_lookup.h"
 #include "halfgrad/ops/ops.h"
 #include "halfgrad/ops/type_promotion.h"
 
@@ -69,9 +69,8 @@ struct Where {
     HG_CHECK(condition.dtype() == kBool, "where: expected a condition of dtype bool, got {}",
              condition.dtype());
     const DType dtype = result_type({input, other});
-    Tensor out =
-        kernels::elementwise(input).where(condition, core::to_dtype(input, dtype),
-                                          core::to_dtype(other, dtype));
+    Tensor out = kernel_for::elementwise(input).where(condition, core::to_dtype(input, dtype),
+                                                      core::to_dtype(other, dtype));
     input_sizes = input.sizes();
     other_sizes = other.sizes();
     input_dtype = input.dtype();
@@ -102,7 +101,7 @@ struct MaskedFill {
   Shape input_sizes{};
 
   Tensor forward(OpContext& ctx, const Tensor& input, const Tensor& mask) {
-    Tensor out = kernels::elementwise(input).masked_fill(input, mask, value);
+    Tensor out = kernel_for::elementwise(input).masked_fill(input, mask, value);
     input_sizes = input.sizes();
     ctx.save({mask});
     return out;
@@ -158,7 +157,7 @@ struct Cat {
 
   Tensor forward(OpContext&, std::span<const Tensor> tensors) {
     const std::vector<Tensor> inputs = promoted(tensors, "cat");
-    Tensor out = kernels::index(inputs).cat(inputs, dim);
+    Tensor out = kernel_for::index(inputs).cat(inputs, dim);
     dim = wrap_dim(dim, out.dim(), "cat");  // resolved for backward
     for (const Tensor& t : tensors) {
       input_sizes.push_back(t.sizes());
@@ -195,7 +194,7 @@ struct Stack {
 
   Tensor forward(OpContext&, std::span<const Tensor> tensors) {
     const std::vector<Tensor> inputs = promoted(tensors, "stack");
-    Tensor out = kernels::index(inputs).stack(inputs, dim);
+    Tensor out = kernel_for::index(inputs).stack(inputs, dim);
     dim = wrap_dim(dim, out.dim(), "stack");
     for (const Tensor& t : tensors) input_dtypes.push_back(t.dtype());
     return out;
@@ -275,7 +274,7 @@ struct Gather {
   Shape input_sizes{};
 
   Tensor forward(OpContext& ctx, const Tensor& x, const Tensor& index) {
-    Tensor out = kernels::index(x).gather(x, dim, index);
+    Tensor out = kernel_for::index(x).gather(x, dim, index);
     dim = wrap_dim(dim, x.dim(), "gather");
     input_sizes = x.sizes();
     ctx.save({index});
@@ -311,7 +310,7 @@ struct ScatterAdd {
     check_defined(self, "scatter_add", "self");
     check_defined(src, "scatter_add", "src");
     check_same_dtype(src, self, "scatter_add", "src");
-    Tensor out = kernels::index(self).scatter_add(self, dim, index, src);
+    Tensor out = kernel_for::index(self).scatter_add(self, dim, index, src);
     dim = wrap_dim(dim, self.dim(), "scatter_add");
     src_sizes = src.sizes();
     ctx.save({index});
@@ -338,7 +337,7 @@ struct IndexSelect {
   Shape input_sizes{};
 
   Tensor forward(OpContext& ctx, const Tensor& x, const Tensor& index) {
-    Tensor out = kernels::index(x).index_select(x, dim, index);
+    Tensor out = kernel_for::index(x).index_select(x, dim, index);
     dim = wrap_dim(dim, x.dim(), "index_select");
     input_sizes = x.sizes();
     ctx.save({index});
@@ -366,7 +365,7 @@ struct IndexAdd {
                self.dtype(), alpha.to_double());
       scaled = core::to_dtype(mul(source, alpha), self.dtype());
     }
-    Tensor out = kernels::index(self).index_add(self, dim, index, scaled);
+    Tensor out = kernel_for::index(self).index_add(self, dim, index, scaled);
     dim = wrap_dim(dim, self.dim(), "index_add");
     ctx.save({index});
     return out;
@@ -399,7 +398,7 @@ struct IndexPut {
     check_defined(self, "index_put", "self");
     check_defined(values, "index_put", "values");
     check_same_dtype(values, self, "index_put", "values");
-    Tensor out = kernels::index(self).index_put(self, indices, values, accumulate);
+    Tensor out = kernel_for::index(self).index_put(self, indices, values, accumulate);
     index_count = int64_t(indices.size());
     values_sizes = values.sizes();
     values_dtype = values.dtype();
@@ -481,7 +480,9 @@ struct IndexPut {
 struct OneHot {
   static constexpr OpId id = OpId::one_hot;
   int64_t num_classes = -1;
-  Tensor forward(OpContext&, const Tensor& x) { return kernels::index(x).one_hot(x, num_classes); }
+  Tensor forward(OpContext&, const Tensor& x) {
+    return kernel_for::index(x).one_hot(x, num_classes);
+  }
   Grads backward(OpContext&, const Grads&) { return Grads(1); }
 };
 
@@ -497,8 +498,8 @@ struct ExtremeDim {
   std::tuple<Tensor, Tensor> forward(OpContext& ctx, const Tensor& x) {
     const char* name = Id == OpId::max ? "max" : "min";
     check_defined(x, name, "input");
-    auto [values, indices] = Id == OpId::max ? kernels::reduce(x).max_dim(x, dim, keepdim)
-                                             : kernels::reduce(x).min_dim(x, dim, keepdim);
+    auto [values, indices] = Id == OpId::max ? kernel_for::reduce(x).max_dim(x, dim, keepdim)
+                                             : kernel_for::reduce(x).min_dim(x, dim, keepdim);
     dim = wrap_dim(dim, x.dim(), name);
     input_sizes = x.sizes();
     ctx.save_output(indices);

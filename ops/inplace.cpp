@@ -11,7 +11,7 @@
 #include "halfgrad/autograd/node.h"
 #include "halfgrad/core/factory.h"
 #include "halfgrad/core/format.h"
-#include "halfgrad/ops/kernels.h"
+#include "halfgrad/ops/kernel_lookup.h"
 #include "halfgrad/ops/ops.h"
 #include "halfgrad/ops/type_promotion.h"
 
@@ -32,7 +32,7 @@ Tensor& inplace(Tensor& self, const Tensor& other, const char* op, kernel::Binar
   const bool tracked =
       autograd::is_grad_enabled() && (self.requires_grad() || other.requires_grad());
   if (!tracked) {
-    kernels::elementwise(self).binary_(kernel, self, other, alpha);
+    kernel_for::elementwise(self).binary_(kernel, self, other, alpha);
     return self;
   }
   HG_CHECK(!(self.is_leaf() && self.requires_grad()),

@@ -10,7 +10,7 @@
 #include "halfgrad/ops/backward_helpers.h"
 #include "halfgrad/ops/dispatch.h"
 #include "halfgrad/ops/fp8.h"
-#include "halfgrad/ops/kernels.h"
+#include "halfgrad/ops/kernel_lookup.h"
 #include "halfgrad/ops/nn_helpers.h"
 #include "halfgrad/ops/ops.h"
 
@@ -47,8 +47,8 @@ Tensor product(const Tensor& a, const Tensor& b, const Tensor& input, double bet
   if (input.defined() && beta == 1.0 && alpha == 1.0 && input.dim() == 1 &&
       input.size(0) == b.size(2)) {  // a bias row: addmm(bias, x, w) (NOTE [GEMM with bias])
     out = empty(shape, a.options());
-    kernels::linalg(a).gemm_bias(a, b, core::to_dtype(input, a.dtype()).contiguous(),
-                                 as_batched(out));
+    kernel_for::linalg(a).gemm_bias(a, b, core::to_dtype(input, a.dtype()).contiguous(),
+                                    as_batched(out));
     return out;
   }
   if (input.defined() && beta != 0.0) {
@@ -57,7 +57,7 @@ Tensor product(const Tensor& a, const Tensor& b, const Tensor& input, double bet
     out = empty(shape, a.options());
     beta = 0.0;
   }
-  kernels::linalg(a).gemm(a, b, as_batched(out), alpha, beta);
+  kernel_for::linalg(a).gemm(a, b, as_batched(out), alpha, beta);
   return out;
 }
 
@@ -118,7 +118,7 @@ struct AddMm {
 Tensor product_2d(const Tensor& a, bool transpose_a, const Tensor& b, bool transpose_b,
                   const Tensor& bias = {}) {
   Tensor out = empty({a.size(transpose_a ? 1 : 0), b.size(transpose_b ? 0 : 1)}, a.options());
-  kernels::linalg(a).gemm_2d(a, transpose_a, b, transpose_b, out, bias);
+  kernel_for::linalg(a).gemm_2d(a, transpose_a, b, transpose_b, out, bias);
   return out;
 }
 
@@ -281,9 +281,9 @@ struct LinearShapes {
       out[1] = record ? mm(g.t(), x2) : product_2d(g, true, x2, false);
     }
     if (ctx.needs_input_grad(2)) {  // the sum of g's rows
-      const Tensor db =
-          record ? sum(g, {0})
-                 : kernels::reduce(g).reduce(kernel::Reduction::Sum, g, {0}, false, g.dtype(), 2.0);
+      const Tensor db = record ? sum(g, {0})
+                               : kernel_for::reduce(g).reduce(kernel::Reduction::Sum, g, {0}, false,
+                                                              g.dtype(), 2.0);
       out[2] = db.dtype() == bias_dtype ? db
                : record                 ? db.to(bias_dtype)
                                         : core::to_dtype(db, bias_dtype);
@@ -316,8 +316,8 @@ struct Linear {
     out_sizes.back() = weight.size(0);
     const int64_t M = leading_rows(x.sizes());
     Tensor out = empty(out_sizes, x.options());
-    kernels::linalg(x).gemm_2d(core::reshape(x, {M, weight.size(1)}), false, weight, true,
-                               core::view(out, {M, weight.size(0)}), bias_as_x);
+    kernel_for::linalg(x).gemm_2d(core::reshape(x, {M, weight.size(1)}), false, weight, true,
+                                  core::view(out, {M, weight.size(0)}), bias_as_x);
     return out;
   }
   Grads backward(OpContext& ctx, const Grads& grads) {
@@ -351,10 +351,10 @@ struct LinearGelu {
     const Tensor pre = empty({M, N}, x.options());
     Tensor out;
     if (tanh_approximation) {
-      out = kernels::linalg(x2).gemm_2d_gelu(x2, false, weight, true, bias_as_x, pre);
+      out = kernel_for::linalg(x2).gemm_2d_gelu(x2, false, weight, true, bias_as_x, pre);
     } else {
-      kernels::linalg(x2).gemm_2d(x2, false, weight, true, pre, bias_as_x);
-      out = kernels::elementwise(pre).unary(kernel::Unary::Gelu, pre);
+      kernel_for::linalg(x2).gemm_2d(x2, false, weight, true, pre, bias_as_x);
+      out = kernel_for::elementwise(pre).unary(kernel::Unary::Gelu, pre);
     }
     ctx.save({x, weight, bias, pre});
     Shape out_sizes = x.sizes();

@@ -1,7 +1,7 @@
 // Losses: forward and backward of each, in op_list.def's order.
 //
 // The forwards, and the fused first-order backwards where a backend has them, are the kernels of
-// kernel/loss.h (NOTE [Loss kernels] there), which the input's device picks (kernels::loss);
+// kernel/loss.h (NOTE [Loss kernels] there), which the input's device picks (kernel_for::loss);
 // this file checks the arguments and writes the backward formulas as ops.
 //
 // Dims: N batch, C classes, S positions per sample. nll_loss and cross_entropy take input
@@ -26,7 +26,7 @@
 #include "halfgrad/core/format.h"
 #include "halfgrad/kernel/loss.h"
 #include "halfgrad/ops/dispatch.h"
-#include "halfgrad/ops/kernels.h"
+#include "halfgrad/ops/kernel_lookup.h"
 #include "halfgrad/ops/ops.h"
 #include "halfgrad/ops/type_promotion.h"
 
@@ -125,7 +125,7 @@ Grads fused_pointwise_backward(const OpContext& ctx, PointwiseLoss kind, const T
   for (size_t i = 2; i < input_count; ++i) {
     if (ctx.needs_input_grad(i)) return {};
   }
-  std::optional<kernel::LossGrads> g = kernels::loss(input).pointwise_loss_backward(
+  std::optional<kernel::LossGrads> g = kernel_for::loss(input).pointwise_loss_backward(
       kind, grad, input, target, weight, pos_weight, loss_reduction(reduction), divisor,
       ctx.needs_input_grad(0), ctx.needs_input_grad(1), beta);
   if (!g) return {};
@@ -139,8 +139,8 @@ Grads fused_pointwise_backward(const OpContext& ctx, PointwiseLoss kind, const T
 Tensor pointwise_forward(PointwiseLoss kind, const Tensor& input, const Tensor& target,
                          const Tensor& weight, const Tensor& pos_weight, Reduction reduction,
                          double divisor, DType dtype, double beta = 1.0) {
-  return kernels::loss(input).pointwise_loss(kind, input, target, weight, pos_weight,
-                                             loss_reduction(reduction), divisor, dtype, beta);
+  return kernel_for::loss(input).pointwise_loss(kind, input, target, weight, pos_weight,
+                                                loss_reduction(reduction), divisor, dtype, beta);
 }
 
 // ---- mse_loss --------------------------------------------------------------------------------
@@ -302,8 +302,8 @@ struct NllLoss {
     input_sizes = input.sizes();
     input_dtype = input.dtype();
     ctx.save({target, weight});
-    return keep_for_backward(kernels::loss(input).nll_loss(input, target, weight, ignore_index,
-                                                           loss_reduction(reduction)),
+    return keep_for_backward(kernel_for::loss(input).nll_loss(input, target, weight, ignore_index,
+                                                              loss_reduction(reduction)),
                              kept);
   }
   Grads backward(OpContext& ctx, const Grads& grads) {
@@ -313,7 +313,7 @@ struct NllLoss {
     const Tensor target = ctx.saved(0), weight = ctx.saved(1);
     Grads out(3);
     if (!ctx.needs_input_grad(0)) return out;
-    const kernel::LossKernels& loss_kernels = kernels::loss(target);
+    const kernel::LossKernels& loss_kernels = kernel_for::loss(target);
     if (!autograd::is_grad_enabled()) {
       if (std::optional<Tensor> d_input =
               loss_kernels.nll_loss_backward(grads[0], target, weight, input_sizes, input_dtype,
@@ -360,8 +360,8 @@ struct CrossEntropy {
     ctx.save({input, target, weight});
     const DType dtype = probabilities ? result_type({input, target}) : input.dtype();
     return keep_for_backward(
-        kernels::loss(input).cross_entropy(input, target, weight, ignore_index,
-                                           loss_reduction(reduction), label_smoothing, dtype),
+        kernel_for::loss(input).cross_entropy(input, target, weight, ignore_index,
+                                              loss_reduction(reduction), label_smoothing, dtype),
         kept);
   }
 
@@ -370,7 +370,7 @@ struct CrossEntropy {
              "cross_entropy: expected a weight that does not require grad (its gradient is not "
              "implemented, as in torch), got one that does; pass weight.detach()");
     const Tensor input = ctx.saved(0), target = ctx.saved(1), weight = ctx.saved(2);
-    const kernel::LossKernels& loss_kernels = kernels::loss(input);
+    const kernel::LossKernels& loss_kernels = kernel_for::loss(input);
     if (!autograd::is_grad_enabled()) {
       kernel::LossGrads g = loss_kernels.cross_entropy_backward(
           grads[0], input, target, weight, kept, ignore_index, loss_reduction(reduction),

@@ -24,7 +24,7 @@
 #include "halfgrad/autograd/grad_mode.h"
 #include "halfgrad/core/format.h"
 #include "halfgrad/ops/dispatch.h"
-#include "halfgrad/ops/kernels.h"
+#include "halfgrad/ops/kernel_lookup.h"
 #include "halfgrad/ops/nn_helpers.h"
 #include "halfgrad/ops/ops.h"
 
@@ -133,7 +133,8 @@ struct Softmax {
     dim = wrap_dim(dim, x.dim(), name);
     input_dtype = x.dtype();
     const Tensor in = dtype ? x.to(*dtype) : x;
-    Tensor y = kLog ? kernels::norm(in).log_softmax(in, dim) : kernels::norm(in).softmax(in, dim);
+    Tensor y =
+        kLog ? kernel_for::norm(in).log_softmax(in, dim) : kernel_for::norm(in).softmax(in, dim);
     ctx.save_output(y);
     return y;
   }
@@ -141,8 +142,8 @@ struct Softmax {
     const Tensor y = ctx.saved(0);
     const Tensor& dy = grads[0];
     if (!autograd::is_grad_enabled()) {
-      const Tensor dx = kLog ? kernels::norm(dy).log_softmax_backward(dy, y, dim)
-                             : kernels::norm(dy).softmax_backward(dy, y, dim);
+      const Tensor dx = kLog ? kernel_for::norm(dy).log_softmax_backward(dy, y, dim)
+                             : kernel_for::norm(dy).softmax_backward(dy, y, dim);
       return {as_dtype(dx, input_dtype)};
     }
     // softmax: y (dy - sum(dy y)); log_softmax: dy - exp(y) sum(dy); sums along dim.
@@ -163,7 +164,7 @@ struct LayerNorm {
   ParamDtypes params{};
 
   Tensor forward(OpContext& ctx, const Tensor& x, const Tensor& weight, const Tensor& bias) {
-    kernel::NormForward r = kernels::norm(x).layer_norm(x, normalized_shape, weight, bias, eps);
+    kernel::NormForward r = kernel_for::norm(x).layer_norm(x, normalized_shape, weight, bias, eps);
     params.remember(weight, bias);
     ctx.save({x, weight, r.mean, r.rstd});
     return r.out;
@@ -172,7 +173,7 @@ struct LayerNorm {
     const Tensor x = ctx.saved(0), weight = ctx.saved(1);
     const bool bias_grad = params.has_bias && ctx.needs_input_grad(2);
     if (!autograd::is_grad_enabled()) {
-      kernel::NormBackward r = kernels::norm(grads[0]).layer_norm_backward(
+      kernel::NormBackward r = kernel_for::norm(grads[0]).layer_norm_backward(
           grads[0], x, ctx.saved(2), ctx.saved(3), normalized_shape, weight, bias_grad);
       return norm_grads(ctx, 3, 1, {r.dx, r.dweight, as_dtype(r.dbias, params.bias)});
     }
@@ -199,7 +200,7 @@ struct GroupNorm {
   ParamDtypes params{};
 
   Tensor forward(OpContext& ctx, const Tensor& x, const Tensor& weight, const Tensor& bias) {
-    kernel::NormForward r = kernels::norm(x).group_norm(x, num_groups, weight, bias, eps);
+    kernel::NormForward r = kernel_for::norm(x).group_norm(x, num_groups, weight, bias, eps);
     params.remember(weight, bias);
     ctx.save({x, weight, r.mean, r.rstd});
     return r.out;
@@ -208,7 +209,7 @@ struct GroupNorm {
     const Tensor x = ctx.saved(0), weight = ctx.saved(1);
     const bool bias_grad = params.has_bias && ctx.needs_input_grad(2);
     if (!autograd::is_grad_enabled()) {
-      kernel::NormBackward r = kernels::norm(grads[0]).group_norm_backward(
+      kernel::NormBackward r = kernel_for::norm(grads[0]).group_norm_backward(
           grads[0], x, ctx.saved(2), ctx.saved(3), num_groups, weight, bias_grad);
       return norm_grads(ctx, 3, 1, {r.dx, r.dweight, as_dtype(r.dbias, params.bias)});
     }
@@ -245,8 +246,8 @@ struct BatchNorm {
 
   Tensor forward(OpContext& ctx, const Tensor& x, const Tensor& running_mean,
                  const Tensor& running_var, const Tensor& weight, const Tensor& bias) {
-    kernel::NormForward r = kernels::norm(x).batch_norm(x, running_mean, running_var, weight, bias,
-                                                        training, momentum, eps);
+    kernel::NormForward r = kernel_for::norm(x).batch_norm(x, running_mean, running_var, weight,
+                                                           bias, training, momentum, eps);
     params.remember(weight, bias);
     ctx.save({x, weight, r.mean, r.rstd});
     return r.out;
@@ -256,7 +257,7 @@ struct BatchNorm {
     const Tensor mean_used = ctx.saved(2), rstd_used = ctx.saved(3);
     const bool bias_grad = params.has_bias && ctx.needs_input_grad(4);
     if (!autograd::is_grad_enabled()) {
-      kernel::NormBackward r = kernels::norm(grads[0]).batch_norm_backward(
+      kernel::NormBackward r = kernel_for::norm(grads[0]).batch_norm_backward(
           grads[0], x, mean_used, rstd_used, weight, bias_grad, training);
       return norm_grads(ctx, 5, 3, {r.dx, r.dweight, as_dtype(r.dbias, params.bias)});
     }

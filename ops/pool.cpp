@@ -14,7 +14,7 @@
 #include "halfgrad/core/factory.h"
 #include "halfgrad/core/format.h"
 #include "halfgrad/ops/dispatch.h"
-#include "halfgrad/ops/kernels.h"
+#include "halfgrad/ops/kernel_lookup.h"
 #include "halfgrad/ops/nn_helpers.h"
 #include "halfgrad/ops/ops.h"
 
@@ -34,7 +34,7 @@ struct MaxPool2d {
   Shape input_sizes{};
 
   Tensor forward(OpContext& ctx, const Tensor& x) {
-    kernel::MaxPoolForward r = kernels::pool(x).max_pool2d(x, params);
+    kernel::MaxPoolForward r = kernel_for::pool(x).max_pool2d(x, params);
     input_sizes = x.sizes();
     ctx.save({r.indices});
     return r.out;
@@ -43,7 +43,7 @@ struct MaxPool2d {
     const Tensor indices = ctx.saved(0);
     const Tensor& dy = grads[0];
     if (!autograd::is_grad_enabled()) {
-      return {kernels::pool(dy).max_pool2d_backward(dy, indices, input_sizes)};
+      return {kernel_for::pool(dy).max_pool2d_backward(dy, indices, input_sizes)};
     }
     // Row plane * H * W + index of the flattened input takes each dy value.
     const size_t dims = input_sizes.size();
@@ -67,7 +67,7 @@ struct AvgPool2d {
 
   Tensor forward(OpContext&, const Tensor& x) {
     input_sizes = x.sizes();
-    return kernels::pool(x).avg_pool2d(x, params);
+    return kernel_for::pool(x).avg_pool2d(x, params);
   }
   Grads backward(OpContext& ctx, const Grads& grads);
 };
@@ -80,7 +80,7 @@ struct AvgPool2dBackward {
   Shape input_sizes{};
 
   Tensor forward(OpContext&, const Tensor& dy) {
-    return kernels::pool(dy).avg_pool2d_backward(dy, input_sizes, params);
+    return kernel_for::pool(dy).avg_pool2d_backward(dy, input_sizes, params);
   }
   Grads backward(OpContext&, const Grads& grads) {
     return {dispatch(AvgPool2d{.params = params}, grads[0])};

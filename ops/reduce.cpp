@@ -6,7 +6,7 @@
 #include "halfgrad/core/factory.h"
 #include "halfgrad/core/format.h"
 #include "halfgrad/ops/dispatch.h"
-#include "halfgrad/ops/kernels.h"
+#include "halfgrad/ops/kernel_lookup.h"
 #include "halfgrad/ops/ops.h"
 #include "halfgrad/ops/type_promotion.h"
 
@@ -77,8 +77,8 @@ struct SumMean {
     input_dtype = x.dtype();
     if (Id == OpId::mean && !dtype) require_floating(x, name);
     const DType out_dtype = dtype.value_or(is_floating_point(x.dtype()) ? x.dtype() : kInt64);
-    return kernels::reduce(x).reduce(Id == OpId::sum ? Reduction::Sum : Reduction::Mean, x, dims,
-                                     keepdim, out_dtype, /*p=*/2.0);
+    return kernel_for::reduce(x).reduce(Id == OpId::sum ? Reduction::Sum : Reduction::Mean, x, dims,
+                                        keepdim, out_dtype, /*p=*/2.0);
   }
   Grads backward(OpContext&, const Grads& grads) {
     Tensor g = expand_back(grads[0], dims, keepdim, input_sizes);
@@ -95,9 +95,9 @@ struct Prod {
   bool keepdim = false;
   Tensor forward(OpContext& ctx, const Tensor& x) {
     dims = resolve_dims(dims, x.dim(), "prod");
-    Tensor out = kernels::reduce(x).reduce(Reduction::Prod, x, dims, keepdim,
-                                           is_floating_point(x.dtype()) ? x.dtype() : kInt64,
-                                           /*p=*/2.0);
+    Tensor out = kernel_for::reduce(x).reduce(Reduction::Prod, x, dims, keepdim,
+                                              is_floating_point(x.dtype()) ? x.dtype() : kInt64,
+                                              /*p=*/2.0);
     ctx.save({x});
     ctx.save_output(out);
     return out;
@@ -132,8 +132,8 @@ struct Extreme {
   bool keepdim = false;
   Tensor forward(OpContext& ctx, const Tensor& x) {
     dims = resolve_dims(dims, x.dim(), op_name(Id).data());
-    Tensor out = kernels::reduce(x).reduce(kMin ? Reduction::Amin : Reduction::Amax, x, dims,
-                                           keepdim, x.dtype(), /*p=*/2.0);
+    Tensor out = kernel_for::reduce(x).reduce(kMin ? Reduction::Amin : Reduction::Amax, x, dims,
+                                              keepdim, x.dtype(), /*p=*/2.0);
     ctx.save({x});
     ctx.save_output(out);
     return out;
@@ -153,7 +153,9 @@ struct Argmax {
   static constexpr OpId id = OpId::argmax;
   std::optional<int64_t> dim{};
   bool keepdim = false;
-  Tensor forward(OpContext&, const Tensor& x) { return kernels::reduce(x).argmax(x, dim, keepdim); }
+  Tensor forward(OpContext&, const Tensor& x) {
+    return kernel_for::reduce(x).argmax(x, dim, keepdim);
+  }
   Grads backward(OpContext&, const Grads&) { return Grads(1); }
 };
 
@@ -168,7 +170,7 @@ struct Var {
     require_floating(x, "var");
     dims = resolve_dims(dims, x.dim(), "var");
     ctx.save({x});
-    return kernels::reduce(x).var(x, dims, correction, keepdim, x.dtype());
+    return kernel_for::reduce(x).var(x, dims, correction, keepdim, x.dtype());
   }
   Grads backward(OpContext& ctx, const Grads& grads) {
     const Tensor x = ctx.saved(0);
@@ -190,7 +192,7 @@ struct Norm {
     require_floating(x, "norm");
     HG_CHECK(p >= 0, "norm: expected p >= 0, got {}", p);
     dims = resolve_dims(dims, x.dim(), "norm");
-    Tensor out = kernels::reduce(x).reduce(Reduction::Norm, x, dims, keepdim, x.dtype(), p);
+    Tensor out = kernel_for::reduce(x).reduce(Reduction::Norm, x, dims, keepdim, x.dtype(), p);
     ctx.save({x});
     ctx.save_output(out);
     return out;
@@ -223,7 +225,7 @@ struct LogSumExp {
     require_floating(x, "logsumexp");
     dims = resolve_dims(dims, x.dim(), "logsumexp");
     Tensor out =
-        kernels::reduce(x).reduce(Reduction::LogSumExp, x, dims, keepdim, x.dtype(), /*p=*/2.0);
+        kernel_for::reduce(x).reduce(Reduction::LogSumExp, x, dims, keepdim, x.dtype(), /*p=*/2.0);
     ctx.save({x});
     ctx.save_output(out);
     return out;
@@ -246,7 +248,7 @@ struct Cumsum {
   Tensor forward(OpContext&, const Tensor& x) {
     dim = wrap_dim(dim, x.dim(), "cumsum");
     input_dtype = x.dtype();
-    return kernels::reduce(x).scan(
+    return kernel_for::reduce(x).scan(
         Scan::Sum, x, dim, dtype.value_or(is_floating_point(x.dtype()) ? x.dtype() : kInt64));
   }
   Grads backward(OpContext&, const Grads& grads) {
@@ -277,7 +279,7 @@ struct Cumprod {
   Tensor forward(OpContext& ctx, const Tensor& x) {
     dim = wrap_dim(dim, x.dim(), "cumprod");
     input_dtype = x.dtype();
-    Tensor out = kernels::reduce(x).scan(
+    Tensor out = kernel_for::reduce(x).scan(
         Scan::Prod, x, dim, dtype.value_or(is_floating_point(x.dtype()) ? x.dtype() : kInt64));
     ctx.save({x});
     ctx.save_output(out);
@@ -308,7 +310,7 @@ struct Logcumsumexp {
   Tensor forward(OpContext& ctx, const Tensor& x) {
     require_floating(x, "logcumsumexp");
     dim = wrap_dim(dim, x.dim(), "logcumsumexp");
-    Tensor out = kernels::reduce(x).scan(Scan::LogSumExp, x, dim, x.dtype());
+    Tensor out = kernel_for::reduce(x).scan(Scan::LogSumExp, x, dim, x.dtype());
     ctx.save({x});
     ctx.save_output(out);
     return out;
@@ -336,11 +338,11 @@ struct Argmin {
   std::optional<int64_t> dim{};
   bool keepdim = false;
   Tensor forward(OpContext&, const Tensor& x) {
-    if (dim) return kernels::reduce(x).min_dim(x, *dim, keepdim).indices;
+    if (dim) return kernel_for::reduce(x).min_dim(x, *dim, keepdim).indices;
     // The index into x flattened in row-major order; keepdim gives x.dim() dims of size 1.
     HG_CHECK(x.numel() > 0, "argmin: expected a non-empty tensor when no dim is given, got {}",
              x.sizes());
-    const Tensor index = kernels::reduce(x).min_dim(x.reshape({-1}), 0, false).indices;
+    const Tensor index = kernel_for::reduce(x).min_dim(x.reshape({-1}), 0, false).indices;
     return keepdim ? index.reshape(Shape(size_t(x.dim()), 1)) : index;
   }
   Grads backward(OpContext&, const Grads&) { return Grads(1); }

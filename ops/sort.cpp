@@ -8,7 +8,7 @@
 #include "halfgrad/core/format.h"
 #include "halfgrad/ops/dispatch.h"
 #include "halfgrad/ops/index.h"
-#include "halfgrad/ops/kernels.h"
+#include "halfgrad/ops/kernel_lookup.h"
 #include "halfgrad/ops/ops.h"
 
 namespace hg {
@@ -29,7 +29,7 @@ struct Argsort {
   bool descending = false;
   Tensor forward(OpContext&, const Tensor& x) {
     check_defined(x, id);
-    return kernels::index(x).argsort(x, dim, descending);
+    return kernel_for::index(x).argsort(x, dim, descending);
   }
   Grads backward(OpContext&, const Grads&) { return Grads(1); }
 };

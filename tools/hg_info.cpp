@@ -5,9 +5,9 @@
 #include <CLI/CLI.hpp>
 
 #include "halfgrad/config.h"
-#include "halfgrad/core/factory.h"
 #include "halfgrad/core/convert.h"
-#include "halfgrad/cpu/kernels.h"
+#include "halfgrad/core/factory.h"
+#include "halfgrad/cpu/kernel_tables.h"
 #include "halfgrad/cpu/linalg.h"
 #include "halfgrad/cpu/onednn.h"
 #include "halfgrad/cpu/onednn_conv.h"

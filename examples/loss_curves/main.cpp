@@ -111,13 +111,13 @@ int main(int argc, char** argv) {
       file << "\n";
     }
   }
-  amp::SvgChart chart({.title = fmt::format("Demo GPT on 2-digit addition: training loss "
-                                            "(running mean over {} steps)",
-                                            smooth),
-                       .x_label = "step",
-                       .y_label = "cross-entropy loss",
-                       .log_y = true,
-                       .markers = false});
+  SvgChart chart({.title = fmt::format("Demo GPT on 2-digit addition: training loss "
+                                       "(running mean over {} steps)",
+                                       smooth),
+                  .x_label = "step",
+                  .y_label = "cross-entropy loss",
+                  .log_y = true,
+                  .markers = false});
   for (const Run& run : runs) chart.add_series(run.name, running_mean(run.losses, smooth));
   const std::filesystem::path svg = out / "loss_curves.svg";
   chart.write(svg.string());

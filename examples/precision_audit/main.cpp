@@ -173,14 +173,14 @@ int main(int argc, char** argv) {
 
   // Every mode in one chart: the modules are the same in each.
   const std::vector<amp::ModulePrecision> layout = audits.front()->by_module();
-  amp::SvgChartOptions chart_options{.title = "Largest rel_error of each module's forward ops",
-                                     .x_label = "module",
-                                     .y_label = "rel_error against float64",
-                                     .log_y = true};
+  SvgChartOptions chart_options{.title = "Largest rel_error of each module's forward ops",
+                                .x_label = "module",
+                                .y_label = "rel_error against float64",
+                                .log_y = true};
   for (const amp::ModulePrecision& m : layout) {
     chart_options.x_labels.push_back(module_label(m.module, m.module_type));
   }
-  amp::SvgChart chart(chart_options);
+  SvgChart chart(chart_options);
   for (size_t m = 0; m < modes.size(); ++m) {
     std::vector<std::pair<double, double>> points;
     const std::vector<amp::ModulePrecision> modules = audits[m]->by_module();

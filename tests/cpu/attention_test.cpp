@@ -7,7 +7,7 @@
 #include <limits>
 #include <vector>
 
-#include "halfgrad/cpu/kernels.h"
+#include "halfgrad/cpu/kernel_tables.h"
 #include "halfgrad/cpu/linalg.h"
 #include "nn_test_util.h"
 

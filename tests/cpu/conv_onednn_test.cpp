@@ -11,7 +11,7 @@
 #include <catch2/catch.hpp>
 
 #include "cpu/nn_test_util.h"
-#include "halfgrad/cpu/kernels.h"
+#include "halfgrad/cpu/kernel_tables.h"
 #include "halfgrad/cpu/onednn.h"
 #include "halfgrad/cpu/onednn_conv.h"
 #include "halfgrad/halfgrad.h"

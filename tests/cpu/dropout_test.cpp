@@ -10,7 +10,7 @@
 #include <catch2/catch.hpp>
 
 #include "cpu/nn_test_util.h"
-#include "halfgrad/cpu/kernels.h"
+#include "halfgrad/cpu/kernel_tables.h"
 #include "halfgrad/halfgrad.h"
 
 using namespace hg;

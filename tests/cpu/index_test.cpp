@@ -20,7 +20,7 @@
 #include <string>
 #include <vector>
 
-#include "halfgrad/cpu/kernels.h"
+#include "halfgrad/cpu/kernel_tables.h"
 #include "halfgrad/halfgrad.h"
 #include "test_util.h"
 

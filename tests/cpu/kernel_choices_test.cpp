@@ -10,7 +10,7 @@
 #include <catch2/catch.hpp>
 
 #include "halfgrad/cpu/kernel_choices.h"
-#include "halfgrad/cpu/kernels.h"
+#include "halfgrad/cpu/kernel_tables.h"
 #include "halfgrad/cpu/linalg.h"
 #include "halfgrad/cpu/onednn.h"
 #include "halfgrad/cpu/onednn_conv.h"

@@ -15,7 +15,7 @@
 #include <type_traits>
 #include <vector>
 
-#include "halfgrad/cpu/kernels.h"
+#include "halfgrad/cpu/kernel_tables.h"
 #include "halfgrad/cpu/linalg.h"
 #include "halfgrad/halfgrad.h"
 

@@ -5,7 +5,7 @@
 
 #include <optional>
 
-#include "halfgrad/cpu/kernels.h"
+#include "halfgrad/cpu/kernel_tables.h"
 #include "halfgrad/halfgrad.h"
 
 using namespace hg;

@@ -15,7 +15,7 @@
 #include <omp.h>
 
 #include "cpu/nn_test_util.h"
-#include "halfgrad/cpu/kernels.h"
+#include "halfgrad/cpu/kernel_tables.h"
 #include "halfgrad/halfgrad.h"
 
 using namespace hg;

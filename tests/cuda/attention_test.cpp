@@ -5,7 +5,7 @@
 
 #include "cuda/cuda_test_util.h"
 #include "halfgrad/cuda/attention_launch.h"
-#include "halfgrad/cuda/kernels.h"
+#include "halfgrad/cuda/kernel_tables.h"
 #include "halfgrad/halfgrad.h"
 
 using namespace hg;

@@ -13,8 +13,8 @@
 #include <vector>
 
 #include "cuda/cuda_test_util.h"
-#include "halfgrad/cpu/kernels.h"
-#include "halfgrad/cuda/kernels.h"
+#include "halfgrad/cpu/kernel_tables.h"
+#include "halfgrad/cuda/kernel_tables.h"
 #include "halfgrad/halfgrad.h"
 #include "test_util.h"
 

@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "cuda/cuda_test_util.h"
-#include "halfgrad/cuda/kernels.h"
+#include "halfgrad/cuda/kernel_tables.h"
 #include "halfgrad/halfgrad.h"
 
 using namespace hg;

@@ -10,7 +10,7 @@
 #include <numbers>
 
 #include "halfgrad/halfgrad.h"
-#include "halfgrad/ops/kernels.h"
+#include "halfgrad/ops/kernel_lookup.h"
 
 using namespace hg;
 using Catch::Contains;
@@ -150,7 +150,7 @@ TEST_CASE("relu's backward passes the gradient where the input is > 0 or NaN", "
     const Tensor x = tensor(input, dtype), g = tensor(grad, dtype);
     const std::vector<double> xs = x.to_vector<double>(), gs = g.to_vector<double>();
     const std::vector<double> got =
-        kernels::elementwise(x).threshold_backward(g, x, 0.0).to_vector<double>();
+        kernel_for::elementwise(x).threshold_backward(g, x, 0.0).to_vector<double>();
     for (size_t i = 0; i < xs.size(); ++i) {
       CAPTURE(i, xs[i]);
       if (xs[i] <= 0) {

@@ -8,8 +8,8 @@
 
 #include "cuda/cuda_test_util.h"
 #include "halfgrad/config.h"
-#include "halfgrad/cpu/kernels.h"
-#include "halfgrad/cuda/kernels.h"
+#include "halfgrad/cpu/kernel_tables.h"
+#include "halfgrad/cuda/kernel_tables.h"
 #include "halfgrad/halfgrad.h"
 
 using namespace hg;

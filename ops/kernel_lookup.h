@@ -1,10 +1,10 @@
 // The kernel lookup of docs/design.md §2 step 3: each op's forward and backward get their
 // family's kernel table from here, and the tensor they pass picks the backend: the CPU table
-// (cpu/kernels.h) or, for a tensor on a CUDA device, the CUDA table (cuda/kernels.h), which has
-// the same functions and semantics (kernel/<family>.h declares both).
+// (cpu/kernel_tables.h) or, for a tensor on a CUDA device, the CUDA table (cuda/kernel_tables.h),
+// which has the same functions and semantics (kernel/<family>.h declares both).
 //
 //   Tensor forward(OpContext& ctx, const Tensor& x) {
-//     return kernels::elementwise(x).unary(Unary::Exp, x);   // the CPU or the CUDA table
+//     return kernel_for::elementwise(x).unary(Unary::Exp, x);   // the CPU or the CUDA table
 //   }
 //
 // The op layer has already checked that every tensor input is on one device (dispatch step 1),
@@ -15,10 +15,10 @@
 #include <span>
 
 #include "halfgrad/config.h"
-#include "halfgrad/cpu/kernels.h"
+#include "halfgrad/cpu/kernel_tables.h"
 #include "halfgrad/kernel/attention.h"
 #if HALFGRAD_HAS_CUDA
-#include "halfgrad/cuda/kernels.h"
+#include "halfgrad/cuda/kernel_tables.h"
 #endif
 
 // HG_KERNEL_TABLE(on_cuda, family): the CUDA backend's table of that family when on_cuda,
@@ -30,7 +30,7 @@
 #define HG_KERNEL_TABLE(on_cuda, family) (::hg::cpu::family##_kernels)
 #endif
 
-namespace hg::kernels {
+namespace hg::kernel_for {
 
 using kernel::Binary;
 using kernel::Compare;
@@ -91,6 +91,6 @@ inline const kernel::AttentionKernels* attention(const Tensor& t) {
   return &HG_KERNEL_TABLE(t.is_cuda(), attention);
 }
 
-}  // namespace hg::kernels
+}  // namespace hg::kernel_for
 
 #undef HG_KERNEL_TABLE

@@ -1,7 +1,7 @@
 // SvgChart: a small line and point chart written as a standalone SVG file, for plots an example
 // or a report wants without a plotting library (error by layer, loss curves).
 //
-//   amp::SvgChart chart({.title = "loss", .x_label = "step", .y_label = "loss", .log_y = true});
+//   SvgChart chart({.title = "loss", .x_label = "step", .y_label = "loss", .log_y = true});
 //   chart.add_series("float16", {{0, 2.3}, {1, 1.9}, {2, 1.7}});
 //   chart.add_series("bfloat16", {{0, 2.3}, {1, 2.0}, {2, 1.8}});
 //   chart.write("loss.svg");
@@ -15,7 +15,7 @@
 #include <utility>
 #include <vector>
 
-namespace hg::amp {
+namespace hg {
 
 struct SvgChartOptions {
   std::string title = {};
@@ -50,4 +50,4 @@ class SvgChart {
   std::vector<SvgSeries> series_;
 };
 
-}  // namespace hg::amp
+}  // namespace hg

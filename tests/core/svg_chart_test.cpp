@@ -6,8 +6,8 @@
 
 #include <catch2/catch.hpp>
 
-#include "halfgrad/amp/svg_chart.h"
 #include "halfgrad/core/error.h"
+#include "halfgrad/core/svg_chart.h"
 
 using namespace hg;
 using Catch::Contains;
@@ -42,11 +42,11 @@ std::vector<std::vector<std::pair<double, double>>> polylines(const std::string&
 
 TEST_CASE("SvgChart places points linearly in x and by decade on a log y axis",
           "[amp][svg_chart]") {
-  amp::SvgChart chart({.title = "loss & error",
-                       .x_label = "step",
-                       .y_label = "error",
-                       .log_y = true,
-                       .markers = false});
+  SvgChart chart({.title = "loss & error",
+                  .x_label = "step",
+                  .y_label = "error",
+                  .log_y = true,
+                  .markers = false});
   chart.add_series("a", {{0, 1e-3}, {1, 1e-2}, {2, 1e-1}});
   const std::string svg = chart.svg();
   CHECK_THAT(svg, Contains("loss &amp; error") && Contains(">1e-3<") && Contains(">1e-1<"));
@@ -61,7 +61,7 @@ TEST_CASE("SvgChart places points linearly in x and by decade on a log y axis",
 }
 
 TEST_CASE("SvgChart breaks a log-axis line at values it cannot show", "[amp][svg_chart]") {
-  amp::SvgChart chart({.log_y = true});
+  SvgChart chart({.log_y = true});
   chart.add_series("with a zero",
                    {{0, 1.0}, {1, 2.0}, {2, 0.0}, {3, 4.0}, {4, 8.0}, {5, std::nan("")}});
   chart.add_series("second", {{0, 3.0}, {4, 5.0}});
@@ -74,11 +74,11 @@ TEST_CASE("SvgChart breaks a log-axis line at values it cannot show", "[amp][svg
 }
 
 TEST_CASE("SvgChart labels a category axis and refuses a size too small", "[amp][svg_chart]") {
-  amp::SvgChart chart({.x_labels = {"blocks.0.attn", "blocks.0.mlp", "lm_head"}});
+  SvgChart chart({.x_labels = {"blocks.0.attn", "blocks.0.mlp", "lm_head"}});
   chart.add_series("error", {{0, 0.5}, {1, 1.5}, {2, 1.0}});
   const std::string svg = chart.svg();
   CHECK_THAT(svg, Contains(">blocks.0.attn<") && Contains(">lm_head<") && Contains("rotate(-60"));
-  CHECK_THROWS_WITH(amp::SvgChart({.width = 10}),
+  CHECK_THROWS_WITH(SvgChart({.width = 10}),
                     Contains("at least 200 x 150") && Contains("got 10 x 480"));
   CHECK_THROWS_WITH(chart.write("/nonexistent-dir/chart.svg"), Contains("/nonexistent-dir"));
 }

@@ -1,5 +1,5 @@
-// amp::SvgChart (amp/svg_chart.h): axes, ticks, polylines and a legend as plain SVG text.
-#include "halfgrad/amp/svg_chart.h"
+// SvgChart (core/svg_chart.h): axes, ticks, polylines and a legend as plain SVG text.
+#include "halfgrad/core/svg_chart.h"
 
 #include <algorithm>
 #include <cmath>
@@ -9,7 +9,7 @@
 #include "halfgrad/core/error.h"
 #include "halfgrad/core/format.h"
 
-namespace hg::amp {
+namespace hg {
 
 namespace {
 
@@ -226,4 +226,4 @@ void SvgChart::write(const std::string& path) const {
   HG_CHECK(file.good(), "SvgChart::write: writing \"{}\" failed", path);
 }
 
-}  // namespace hg::amp
+}  // namespace hg

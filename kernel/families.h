@@ -1,5 +1,5 @@
 // Every kernel family's table type (kernel/<family>.h), and the list of the families both
-// backends implement, from which cpu/kernels.h and cuda/kernels.h declare their tables.
+// backends implement, from which cpu/kernel_tables.h and cuda/kernel_tables.h declare their tables.
 #pragma once
 
 #include "halfgrad/kernel/attention.h"

@@ -1,10 +1,10 @@
-// The CUDA backend's kernel tables: one per family of HG_KERNEL_FAMILIES (kernel/kernels.h),
+// The CUDA backend's kernel tables: one per family of HG_KERNEL_FAMILIES (kernel/families.h),
 // with the CPU backend's semantics and errors on tensors of one CUDA device. cuda/<family>.cpp
-// defines each; ops/kernels.h
-// picks these or the CPU backend's tables (cpu/kernels.h) by the device of a tensor argument.
+// defines each; ops/kernel_lookup.h
+// picks these or the CPU backend's tables (cpu/kernel_tables.h) by the device of a tensor argument.
 #pragma once
 
-#include "halfgrad/kernel/kernels.h"
+#include "halfgrad/kernel/families.h"
 
 namespace hg::cuda {
 

@@ -1,10 +1,10 @@
-// The CPU backend's kernel tables, one per family of HG_KERNEL_FAMILIES (kernel/kernels.h):
+// The CPU backend's kernel tables, one per family of HG_KERNEL_FAMILIES (kernel/families.h):
 // kernel/<family>.h declares each table's functions with their contracts, cpu/<family>.cpp
-// defines them. ops/kernels.h picks these or the CUDA backend's tables (cuda/kernels.h) by the
-// device of a tensor argument.
+// defines them. ops/kernel_lookup.h picks these or the CUDA backend's tables (cuda/kernel_tables.h)
+// by the device of a tensor argument.
 #pragma once
 
-#include "halfgrad/kernel/kernels.h"
+#include "halfgrad/kernel/families.h"
 
 namespace hg::cpu {
 
