@@ -273,7 +273,8 @@ inline uint64_t blocks_for(DType dtype, int64_t n) {
 
 // The smallest and the largest value of dtype (floating) inside [low, high), as doubles
 // (exactly: both are dtype values). A uniform draw clamps into them, on every device, since
-// low + (high - low) * u rounded to dtype can step outside [low, high).
+// low + (high - low) * u rounded to dtype can step outside [low, high). For bounds that
+// fill_uniform accepts (it checks them first); last_ok < first_ok when no value lies between.
 struct UniformRange {
   double first_ok;
   double last_ok;
