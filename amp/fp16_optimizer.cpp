@@ -2,21 +2,17 @@
 // parameters, the scaled backward, master-gradient clipping, the step and its state dict.
 #include "halfgrad/amp/fp16_optimizer.h"
 
+#include <map>
 #include <utility>
 
 #include "halfgrad/autograd/grad_mode.h"
-#include "halfgrad/config.h"
 #include "halfgrad/core/error.h"
 #include "halfgrad/core/factory.h"
 #include "halfgrad/core/format.h"
 #include "halfgrad/nn/utils.h"
+#include "halfgrad/ops/kernel_lookup.h"
 #include "halfgrad/ops/observer.h"
 #include "halfgrad/ops/ops.h"
-#if HALFGRAD_HAS_CUDA
-#include <map>
-
-#include "halfgrad/cuda/multi_tensor.h"
-#endif
 
 namespace hg::amp {
 
@@ -165,22 +161,15 @@ void FP16Optimizer::update_master_grads() {
   }
   double scale = loss_scaler_->loss_scale();
   if (scale != 1.0) {
-#if HALFGRAD_HAS_CUDA
-    std::map<int, std::vector<Tensor>> cuda_grads;  // one multi-tensor launch per device
-#endif
+    // One multi-tensor call per device.
+    std::map<std::pair<DeviceType, int>, std::vector<Tensor>> grads_by_device;
     for (const Tensor& m : all_master_params()) {
-      if (!m.grad().defined()) continue;
-#if HALFGRAD_HAS_CUDA
-      if (m.grad().is_cuda()) {
-        cuda_grads[m.grad().device().index].push_back(m.grad());
-        continue;
-      }
-#endif
-      m.mutable_grad().mul_(Scalar(1.0 / scale));
+      const Tensor& g = m.grad();
+      if (g.defined()) grads_by_device[{g.device().type, g.device().index}].push_back(g);
     }
-#if HALFGRAD_HAS_CUDA
-    for (const auto& [index, grads] : cuda_grads) cuda::scale_(grads, 1.0 / scale);
-#endif
+    for (const auto& [device, grads] : grads_by_device) {
+      kernel_for::multi_tensor(grads.front()).scale_(grads, 1.0 / scale);
+    }
   }
 }
 

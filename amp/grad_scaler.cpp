@@ -2,12 +2,7 @@
 // of unscale_() and step(), update() with the host's update rule, and the state dict.
 #include "halfgrad/amp/grad_scaler.h"
 
-#if defined(__x86_64__)
-#include <immintrin.h>
-#endif
-
 #include <algorithm>
-#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <string_view>
@@ -16,119 +11,25 @@
 #include "halfgrad/amp/grad_scaler_detail.h"
 #include "halfgrad/autograd/grad_mode.h"
 #include "halfgrad/config.h"
-#include "halfgrad/core/cpu_features.h"
 #include "halfgrad/core/dtype.h"
 #include "halfgrad/core/error.h"
 #include "halfgrad/core/factory.h"
 #include "halfgrad/core/format.h"
 #include "halfgrad/core/half.h"
 #include "halfgrad/core/whole_number.h"
+#include "halfgrad/ops/kernel_lookup.h"
 #include "halfgrad/ops/observer.h"  // RecordFunction: NOTE [Recorded ranges]
 #include "halfgrad/ops/ops.h"
-#include "halfgrad/optim/fused.h"
 #include "halfgrad/optim/optimizer.h"
-#if HALFGRAD_HAS_CUDA
-#include "halfgrad/cuda/multi_tensor.h"
-#endif
 
 namespace hg::amp {
-
-namespace {
-
-// NOTE [Unscale in one pass] For each (device, dtype) group of gradients, each gradient is
-// read once and written once: the loop multiplies by inv_scale and records whether the
-// value it read was finite (PyTorch checks the scaled value, before the multiply). The
-// multiply runs in float32 for float16/bfloat16/float32 gradients and in float64 for
-// float64 ones, with inv_scale the float32 rounding of 1/scale computed in float64.
-// float32 gradients, the bulk of a model's, go through an AVX-512 pass where the CPU has it,
-// split over the OpenMP threads as the optimizers' passes are (optim::detail::for_blocks_of_16):
-// the same multiply per element, so the same bits; x - x, 0 for a finite x and NaN for an
-// infinite or NaN one, flags the values read.
-#if defined(__x86_64__)
-__attribute__((target("avx512f"))) bool unscale_floats_avx512(float* data, int64_t n,
-                                                              int64_t first_block,
-                                                              int64_t last_block, float inv_scale) {
-  const __m512 factor = _mm512_set1_ps(inv_scale), zero = _mm512_setzero_ps();
-  __mmask16 non_finite = 0;
-  for (int64_t b = first_block; b < last_block; ++b) {
-    const int64_t i = b * 16;
-    const __mmask16 lanes = n - i >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (n - i)) - 1);
-    const __m512 v = _mm512_maskz_loadu_ps(lanes, data + i);
-    non_finite |= __mmask16(lanes & ~_mm512_cmp_ps_mask(_mm512_sub_ps(v, v), zero, _CMP_EQ_OQ));
-    _mm512_mask_storeu_ps(data + i, lanes, _mm512_mul_ps(v, factor));
-  }
-  return non_finite != 0;
-}
-
-bool unscale_floats_vector(float* data, int64_t n, float inv_scale) {
-  std::atomic<bool> non_finite{false};
-  optim::detail::for_blocks_of_16(n, [&](int64_t first, int64_t last) {
-    if (unscale_floats_avx512(data, n, first, last, inv_scale)) {
-      non_finite.store(true, std::memory_order_relaxed);
-    }
-  });
-  return non_finite.load();
-}
-#endif
-
-template <class T>
-bool unscale_contiguous(T* data, int64_t n, float inv_scale) {
-  bool non_finite = false;
-#if defined(__x86_64__)
-  if constexpr (std::is_same_v<T, float>) {
-    if (cpu_has_avx512f()) return unscale_floats_vector(data, n, inv_scale);
-  }
-#endif
-  if constexpr (std::is_same_v<T, double>) {
-    const double factor = inv_scale;
-    for (int64_t i = 0; i < n; ++i) {
-      non_finite |= !std::isfinite(data[i]);
-      data[i] *= factor;
-    }
-  } else if constexpr (std::is_same_v<T, float>) {
-    for (int64_t i = 0; i < n; ++i) {
-      non_finite |= !std::isfinite(data[i]);
-      data[i] *= inv_scale;
-    }
-  } else {
-    for (int64_t i = 0; i < n; ++i) {
-      const float value = static_cast<float>(data[i]);
-      non_finite |= !std::isfinite(value);
-      data[i] = T(value * inv_scale);
-    }
-  }
-  return non_finite;
-}
-
-// Unscales every gradient of one (device, dtype) group; returns whether any was not finite.
-bool unscale_group(const std::vector<Tensor*>& grads, DType dtype, float inv_scale) {
-  return visit_floating_dtype("unscale_", dtype, [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    bool non_finite = false;
-    for (Tensor* grad : grads) {
-      if (grad->is_contiguous()) {
-        non_finite |= unscale_contiguous(grad->data_ptr<T>(), grad->numel(), inv_scale);
-        grad->bump_version();
-      } else {
-        // A strided gradient (rare: the engine makes contiguous ones) goes through a
-        // contiguous copy, still one multiply per element.
-        Tensor dense = grad->contiguous();
-        non_finite |= unscale_contiguous(dense.data_ptr<T>(), dense.numel(), inv_scale);
-        grad->copy_(dense);
-      }
-    }
-    return non_finite;
-  });
-}
-
-}  // namespace
 
 // NOTE [Scaler checks] Each setting and state value of the scaler has one check, called by
 // the constructor, the setters and load_state_dict alike (and update(new_scale) for the
 // scale), so that a value rejected when constructed is rejected when loaded; `caller` starts
 // the message, which names the value, what was given and the allowed range. Counters loaded as
 // doubles are checked as whole numbers before they are converted (NOTE [Loaded integers]);
-// the trackers are int32 on the device (cuda/multi_tensor.h), hence their range.
+// the trackers are int32 on the device (cuda/scaler_state.h), hence their range.
 namespace {
 
 void check_growth_factor(double growth_factor, std::string_view caller) {
@@ -265,12 +166,18 @@ void GradScaler::unscale_(optim::Optimizer& optimizer) {
            "GradScaler: unscale_() is being called after step() (expected unscale_() before "
            "step() in an iteration, got it after)");
 
-  // Collect the grads by (device, dtype), checking them all before any is modified.
-  std::map<std::pair<std::pair<int, int>, int>, std::vector<Tensor*>> groups;
+  // NOTE [Unscale in one pass] The gradients are collected by device, all checked before any
+  // is modified; each device's are unscaled by the multi_tensor family's unscale_and_check_
+  // (kernel/multi_tensor.h), which reads and writes each gradient once and sets that device's
+  // found_inf flag when a value it read was not finite (torch checks the scaled value, before
+  // the multiply). The multiply runs in float32 for float16/bfloat16/float32 gradients and in
+  // float64 for float64 ones, by inv_scale, the float32 rounding of 1 / scale computed in float64
+  // where the scale lives. On CUDA the flag and the reciprocal stay on the device.
+  std::map<std::pair<int, int>, std::vector<Tensor>> by_device;
   std::map<std::pair<int, int>, Device> devices;
   for (optim::ParamGroup& group : optimizer.param_groups()) {
     for (Tensor& param : group.params) {
-      Tensor& grad = param.mutable_grad();
+      const Tensor& grad = param.grad();
       if (!grad.defined()) continue;
       HG_CHECK(grad.dtype() != kFloat16,
                "GradScaler.unscale_: attempting to unscale float16 gradients (expected "
@@ -279,59 +186,20 @@ void GradScaler::unscale_(optim::Optimizer& optimizer) {
                param.sizes());
       HG_CHECK(grad.is_floating_point(), "GradScaler.unscale_: expected floating gradients, got {}",
                dtype_name(grad.dtype()));
-#if HALFGRAD_HAS_CUDA
-      const bool supported = grad.device().is_cpu() || grad.device().is_cuda();
-#else
-      const bool supported = grad.device().is_cpu();
-#endif
-      HG_CHECK(supported,
-               "GradScaler.unscale_: gradients on {} are not supported by this build's "
-               "unscale kernel (expected cpu gradients, got {})",
-               grad.device(), grad.device());
       const std::pair<int, int> device_key{int(grad.device().type), int(grad.device().index)};
       devices.emplace(device_key, grad.device());
-      groups[{device_key, int(grad.dtype())}].push_back(&grad);
+      by_device[device_key].push_back(grad);
     }
   }
-
-  // The reciprocal in float64, then rounded to float32 (PyTorch's
-  // scale.double().reciprocal().float()); read on the host for CPU gradients only.
-  std::optional<float> inv_scale;
   NoGradGuard no_grad;
-  std::map<std::pair<int, int>, bool> found_inf_by_device;
-#if HALFGRAD_HAS_CUDA
-  // CUDA gradients: a flag and the reciprocal of the scale on each device, written and read by
-  // the kernels (no host read).
-  std::map<std::pair<int, int>, std::pair<Tensor, Tensor>> device_flags;  // flag, inv_scale
-#endif
-  for (const auto& [key, grads] : groups) {
-#if HALFGRAD_HAS_CUDA
-    const Device device = devices.at(key.first);
-    if (device.is_cuda()) {
-      auto [entry, created] = device_flags.try_emplace(key.first);
-      if (created) entry->second = {cuda::new_flag(device), inv_scale_on(device)};
-      std::vector<Tensor> list;
-      list.reserve(grads.size());
-      for (Tensor* grad : grads) list.push_back(*grad);
-      cuda::unscale_and_check_(list, entry->second.second, entry->second.first);
-      continue;
-    }
-#endif
-    if (!inv_scale) inv_scale = static_cast<float>(1.0 / double(scale_.item<float>()));
-    const bool found = unscale_group(grads, DType(key.second), *inv_scale);
-    found_inf_by_device[key.first] = found_inf_by_device[key.first] || found;
-  }
   state.found_inf_per_device.clear();
-  for (const auto& [device_key, found] : found_inf_by_device) {
-    const Device device = devices.at(device_key);
-    state.found_inf_per_device.emplace_back(
-        device, full({1}, found ? 1.0 : 0.0, {.dtype = kFloat32, .device = device}));
+  for (const auto& [key, grads] : by_device) {
+    const Device device = devices.at(key);
+    const kernel::MultiTensorKernels& kernels = kernel_for::multi_tensor(device);
+    Tensor found_inf = kernels.new_flag(device);
+    kernels.unscale_and_check_(grads, inv_scale_on(device), found_inf);
+    state.found_inf_per_device.emplace_back(device, std::move(found_inf));
   }
-#if HALFGRAD_HAS_CUDA
-  for (const auto& [device_key, entry] : device_flags) {
-    state.found_inf_per_device.emplace_back(devices.at(device_key), entry.first);
-  }
-#endif
   state.stage = Stage::kUnscaled;
 }
 
@@ -362,11 +230,9 @@ StepResult GradScaler::step(optim::Optimizer& optimizer) {
   HG_CHECK(!state.found_inf_per_device.empty(),
            "GradScaler.step: no inf checks were recorded for this optimizer (expected at "
            "least one parameter with a gradient, got none)");
-#if HALFGRAD_HAS_CUDA
   for (const auto& [device, flag] : state.found_inf_per_device) {
     if (device.is_cuda()) return step_with_device_flags(optimizer, state);
   }
-#endif
 
   // An optimizer with a scaled step (SGD, Adam, AdamW) is handed the flag and skips by itself,
   // so its decision reads no host value; the grads are already unscaled (grad_scale undefined).

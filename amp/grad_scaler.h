@@ -22,7 +22,7 @@
 // step() calls optimizer.step(), the rest do nothing.
 //
 // NOTE [GradScaler on CUDA] With the scale on a CUDA device, scale, unscale_, step and update
-// enqueue work and never wait for it (NOTE [No host sync in the step] in cuda/multi_tensor.h):
+// enqueue work and never wait for it (NOTE [No host sync in the step] in cuda/multi_tensor.cpp):
 // unscale_ runs one multi-tensor kernel per (device, dtype) group that writes found_inf on the
 // device; step hands found_inf to the optimizer's scaled step, which skips on the device; update
 // is one kernel, hysteresis and the min/max bounds included. Reading a device value on the host

@@ -11,7 +11,7 @@
 #include "halfgrad/config.h"
 #include "halfgrad/core/tensor.h"
 #if HALFGRAD_HAS_CUDA
-#include "halfgrad/cuda/multi_tensor.h"
+#include "halfgrad/cuda/scaler_state.h"
 #endif
 
 namespace hg::amp {

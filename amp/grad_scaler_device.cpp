@@ -10,9 +10,10 @@
 #include "halfgrad/config.h"
 #include "halfgrad/core/error.h"
 #include "halfgrad/core/factory.h"
+#include "halfgrad/ops/kernel_lookup.h"
 #include "halfgrad/optim/optimizer.h"
 #if HALFGRAD_HAS_CUDA
-#include "halfgrad/cuda/multi_tensor.h"
+#include "halfgrad/cuda/scaler_state.h"
 #endif
 
 namespace hg::amp {
@@ -48,20 +49,14 @@ void GradScaler::lazy_init_scale(Device device) {
 bool GradScaler::scale_on_cuda() const { return device_ != nullptr; }
 
 Tensor GradScaler::inv_scale_on(Device device) const {
-#if HALFGRAD_HAS_CUDA
-  if (scale_.is_cuda()) {
-    return cuda::reciprocal_scale(scale_.device() == device ? scale_ : scale_.to(device));
-  }
-#endif
-  // A CPU scale with CUDA gradients: the reciprocal is computed here (no device read).
-  return full({1}, double(static_cast<float>(1.0 / double(scale_.item<float>()))),
-              {.dtype = kFloat32, .device = device});
+  // Computed where the scale lives (a CUDA scale is not read on the host), then moved.
+  const Tensor inv_scale = kernel_for::multi_tensor(scale_).reciprocal_scale(scale_);
+  return inv_scale.device() == device ? inv_scale : inv_scale.to(device);
 }
 
 // A flag on a CUDA device: the optimizer's scaled step reads it there. Several flags (several
 // devices) are summed on the first CUDA one.
 StepResult GradScaler::step_with_device_flags(optim::Optimizer& optimizer, OptimizerState& state) {
-#if HALFGRAD_HAS_CUDA
   NoGradGuard no_grad;
   Tensor found_inf;
   if (state.found_inf_per_device.size() == 1) {
@@ -78,7 +73,7 @@ StepResult GradScaler::step_with_device_flags(optim::Optimizer& optimizer, Optim
     for (const auto& [device, flag] : state.found_inf_per_device) {
       flags.push_back(device == target ? flag : flag.to(target));
     }
-    found_inf = cuda::sum_flags(flags);
+    found_inf = kernel_for::multi_tensor(target).sum_flags(flags);
   }
   if (optimizer.supports_scaled_step()) {
     optimizer.step_scaled(Tensor(), found_inf);
@@ -93,11 +88,6 @@ StepResult GradScaler::step_with_device_flags(optim::Optimizer& optimizer, Optim
   state.stage = Stage::kStepped;
   last_step_ = StepResult(stepped);
   return last_step_;
-#else
-  (void)optimizer;
-  (void)state;
-  HG_ERROR("GradScaler.step: a flag on a CUDA device in a build without CUDA");
-#endif
 }
 
 // The update on the device (NOTE [Scale update on the device]): one kernel, and no wait
@@ -119,7 +109,7 @@ void GradScaler::update_on_device(std::optional<double> new_scale) {
   const double scale_used = options_.record_history ? get_scale() : 0.0;
   const Tensor found_inf = flags.empty()       ? Tensor()
                            : flags.size() == 1 ? flags.front()
-                                               : cuda::sum_flags(flags);
+                                               : kernel_for::multi_tensor(device).sum_flags(flags);
   cuda::detail::ScaleUpdateArgs args;
   args.growth_factor = options_.growth_factor;
   args.backoff_factor = options_.backoff_factor;

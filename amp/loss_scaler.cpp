@@ -5,45 +5,33 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <map>
+#include <utility>
 
 #include "halfgrad/autograd/grad_mode.h"
-#include "halfgrad/config.h"
 #include "halfgrad/core/error.h"
 #include "halfgrad/core/whole_number.h"
+#include "halfgrad/ops/kernel_lookup.h"
 #include "halfgrad/ops/observer.h"
 #include "halfgrad/ops/ops.h"
-#if HALFGRAD_HAS_CUDA
-#include <map>
-
-#include "halfgrad/cuda/multi_tensor.h"
-#endif
 
 namespace hg::amp {
 
 bool grads_have_inf_or_nan(const std::vector<Tensor>& params) {
   NoGradGuard no_grad;
-#if HALFGRAD_HAS_CUDA
-  std::map<int, std::vector<Tensor>> cuda_grads;  // by device index
-#endif
+  std::map<std::pair<DeviceType, int>, std::vector<Tensor>> grads_by_device;
   for (const Tensor& p : params) {
-    if (!p.defined() || !p.grad().defined()) continue;
-#if HALFGRAD_HAS_CUDA
-    if (p.grad().is_cuda()) {
-      cuda_grads[p.grad().device().index].push_back(p.grad());
-      continue;
-    }
-#endif
-    for (double v : p.grad().detach().to_vector<double>()) {
-      if (!std::isfinite(v)) return true;
+    if (p.defined() && p.grad().defined()) {
+      grads_by_device[{p.grad().device().type, p.grad().device().index}].push_back(p.grad());
     }
   }
-#if HALFGRAD_HAS_CUDA
-  // One check per device on the device; the host reads one flag each (apex's recipe decides
-  // on the host, so this waits for the device).
-  for (const auto& [index, grads] : cuda_grads) {
-    if (cuda::non_finite_flag(grads).item<float>() != 0.0f) return true;
+  // One check per device where the gradients live; the host reads one flag each (apex's recipe
+  // decides on the host, so on CUDA this waits for the device).
+  for (const auto& [device, grads] : grads_by_device) {
+    if (kernel_for::multi_tensor(grads.front()).non_finite_flag(grads).item<float>() != 0.0f) {
+      return true;
+    }
   }
-#endif
   return false;
 }
 

@@ -3,18 +3,14 @@
 
 #include <algorithm>
 #include <bit>
-#include <cmath>
 
 #include "halfgrad/autograd/engine.h"
 #include "halfgrad/autograd/grad_mode.h"
 #include "halfgrad/autograd/node.h"
-#include "halfgrad/config.h"
 #include "halfgrad/core/format.h"
 #include "halfgrad/core/half.h"
 #include "halfgrad/nn/module.h"
-#if HALFGRAD_HAS_CUDA
-#include "halfgrad/cuda/multi_tensor.h"
-#endif
+#include "halfgrad/ops/kernel_lookup.h"
 
 namespace hg::amp {
 
@@ -29,40 +25,15 @@ namespace {
 // float16's largest finite value.
 constexpr double kFloat16Max = 65504.0;
 
-template <class T>
-void scan(const T* data, int64_t n, TensorRange& range) {
-  for (int64_t i = 0; i < n; ++i) {
-    const double value = double(data[i]);
-    if (std::isfinite(value)) {
-      range.max_abs = std::max(range.max_abs, std::abs(value));
-    } else {
-      ++range.non_finite;
-    }
-  }
-  range.all_finite = range.non_finite == 0;
-}
-
 TensorRange range_of(const Tensor& t) {
+  // Reduced where t lives: for a CUDA tensor the host reads two numbers, not the tensor. Float64
+  // values as they are, the other dtypes through float32.
+  const std::vector<int64_t> values =
+      kernel_for::multi_tensor(t).value_range(t).to_vector<int64_t>();
   TensorRange range{.dtype = t.dtype(), .shape = t.sizes()};
-#if HALFGRAD_HAS_CUDA
-  if (t.is_cuda()) {
-    // Reduced on the device: the host reads two numbers, not the tensor (the same values:
-    // float64 in double, the other dtypes through float32).
-    const std::vector<int64_t> values = cuda::value_range(t).to_vector<int64_t>();
-    range.max_abs = std::bit_cast<double>(values[0]);
-    range.non_finite = values[1];
-    range.all_finite = range.non_finite == 0;
-    return range;
-  }
-#endif
-  const Tensor host = t.to(kCPU);
-  if (t.dtype() == kFloat64) {
-    const Tensor dense = host.contiguous();
-    scan(dense.data_ptr<double>(), dense.numel(), range);
-  } else {
-    const Tensor dense = host.to(kFloat32).contiguous();
-    scan(dense.data_ptr<float>(), dense.numel(), range);
-  }
+  range.max_abs = std::bit_cast<double>(values[0]);
+  range.non_finite = values[1];
+  range.all_finite = range.non_finite == 0;
   return range;
 }
 

@@ -2,16 +2,28 @@
 // non-finite values, and the descriptions of the op calls they name.
 #include "halfgrad/autograd/anomaly.h"
 
-#include <cmath>
-
 #include "halfgrad/autograd/node.h"
 #include "halfgrad/config.h"
 #include "halfgrad/core/format.h"
+#include "halfgrad/cpu/kernel_tables.h"
 #if HALFGRAD_HAS_CUDA
-#include "halfgrad/cuda/multi_tensor.h"
+#include "halfgrad/cuda/kernel_tables.h"
 #endif
 
 namespace hg::autograd {
+
+namespace {
+
+// kernel_for::multi_tensor(t) (ops/kernel_lookup.h), which autograd, a layer below ops, cannot
+// include: the multi_tensor table of t's backend.
+const kernel::MultiTensorKernels& multi_tensor_kernels_of(const Tensor& t) {
+#if HALFGRAD_HAS_CUDA
+  if (t.is_cuda()) return cuda::multi_tensor_kernels;
+#endif
+  return cpu::multi_tensor_kernels;
+}
+
+}  // namespace
 
 namespace detail {
 thread_local constinit bool anomaly_enabled = false;
@@ -37,20 +49,12 @@ std::string describe_call(std::string_view op, std::span<const Tensor> inputs) {
 }
 
 bool all_finite(const Tensor& t) {
-  if (!t.defined() || !t.is_floating_point()) return true;
-#if HALFGRAD_HAS_CUDA
-  if (t.is_cuda()) {
-    // Checked on the device: the host reads one flag, not the tensor (anomaly mode waits for
-    // every output either way). The ops the check calls are not checked in turn.
-    if (t.numel() == 0) return true;
-    SuspendForwardChecks suspend;
-    return cuda::non_finite_flag(std::span<const Tensor>(&t, 1)).item<float>() == 0.0f;
-  }
-#endif
-  for (double value : t.to_vector<double>()) {
-    if (!std::isfinite(value)) return false;
-  }
-  return true;
+  if (!t.defined() || !t.is_floating_point() || t.numel() == 0) return true;
+  // Checked where t lives: on CUDA the host reads one flag, not the tensor (anomaly mode waits
+  // for every output either way). The ops the check calls are not checked in turn.
+  SuspendForwardChecks suspend;
+  return multi_tensor_kernels_of(t).non_finite_flag(std::span<const Tensor>(&t, 1)).item<float>() ==
+         0.0f;
 }
 
 void check_forward_outputs(std::string_view op, std::span<const Tensor> inputs,

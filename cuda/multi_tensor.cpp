@@ -1,7 +1,17 @@
-// Host side of the multi-tensor kernels (multi_tensor.h): checks, grouping by dtype, the
-// pointer lists the launchers pack into kernel arguments, and the launches on the current
-// stream. Nothing here waits for the device.
-#include "halfgrad/cuda/multi_tensor.h"
+// The CUDA backend's multi_tensor table (kernel/multi_tensor.h) and GradScaler's update on the
+// device (scaler_state.h): checks, grouping by dtype, the pointer lists the launchers
+// (multi_tensor_launch.h, NOTE [Multi-tensor apply]) pack into kernel arguments, and the
+// launches on the current stream. Nothing here waits for the device.
+//
+// NOTE [No host sync in the step] A training step on CUDA (forward, backward, unscale_, clip,
+// step, update) enqueues work and never waits for it: the loss scale, its reciprocal, the
+// found_inf flags, the total norm, the clip coefficient and the optimizers' step counts live in
+// device memory, and the kernels that need them read them there. A skipped step is a kernel
+// that returns at once because found_inf is set. What the host wants to know (whether a step
+// was skipped, the scale, a step count) is an explicit read by the caller, documented where it
+// happens (GradScaler::get_scale, last_step_skipped, ...). tests/cuda/graph_capture_test.cpp
+// proves it: a step captured into a CUDA graph would fail to capture on any host wait.
+#include "halfgrad/cuda/scaler_state.h"
 
 #include <atomic>
 #include <cmath>
@@ -14,6 +24,8 @@
 #include "halfgrad/core/format.h"
 #include "halfgrad/core/view.h"
 #include "halfgrad/cuda/host.h"
+#include "halfgrad/cuda/kernel_tables.h"
+#include "halfgrad/cuda/multi_tensor_launch.h"
 #include "halfgrad/cuda/stream.h"
 
 namespace hg::cuda {
@@ -162,8 +174,6 @@ void check_buffer(const Tensor& buffer, const Tensor& param, DType dtype, const 
            op, name, i, dtype, param.sizes(), param.device(), describe(buffer));
 }
 
-}  // namespace
-
 // ---- GradScaler ------------------------------------------------------------------------------
 
 Tensor new_flag(Device device) {
@@ -220,73 +230,10 @@ Tensor sum_flags(std::span<const Tensor> flags) {
   return out;
 }
 
-void update_scale_(const Tensor& scale, const Tensor& growth_tracker, const Tensor& counters,
-                   const Tensor& found_inf, const detail::ScaleUpdateArgs& args,
-                   detail::ScalerMonitor* monitor) {
-  constexpr const char* kOp = "update_scale_";
-  HG_CHECK(scale.defined() && scale.is_cuda(), "{}: expected a CUDA scale, got {}", kOp,
-           describe(scale));
-  const Device device = scale.device();
-  check_scalar(scale, device, kFloat32, kOp, "the scale");
-  check_scalar(growth_tracker, device, kInt32, kOp, "the growth tracker");
-  HG_CHECK(counters.defined() && counters.device() == device && counters.dtype() == kInt32 &&
-               counters.numel() == detail::kScalerCounters && counters.is_contiguous(),
-           "{}: expected the counters to be {} contiguous int32 elements on {}, got {}", kOp,
-           int(detail::kScalerCounters), device, describe(counters));
-  const float* found = optional_scalar(found_inf, device, kOp, "found_inf");
-  HG_CHECK(found != nullptr || args.set_scale,
-           "{}: expected a found_inf flag (only a set scale goes without one), got none", kOp);
-  DeviceGuard guard(device.index);
-  HG_CUDA_CHECK(detail::launch_update_scale(data_of<float>(scale), data_of<int32_t>(growth_tracker),
-                                            data_of<int32_t>(counters), found, args, monitor,
-                                            current_stream(device.index)),
-                kOp);
-  scale.bump_version();
-  growth_tracker.bump_version();
-  counters.bump_version();
-}
-
-ScalerMonitorSlot::ScalerMonitorSlot(int device) : device_index_(device) {
-  DeviceGuard guard(device);
-  void* host = nullptr;
-  HG_CUDA_CHECK(cudaHostAlloc(&host, sizeof(detail::ScalerMonitor), cudaHostAllocMapped),
-                "GradScaler monitor");
-  host_ = static_cast<detail::ScalerMonitor*>(host);
-  *host_ = {};
-  void* on_device = nullptr;
-  const cudaError_t status = cudaHostGetDevicePointer(&on_device, host, 0);
-  if (status != cudaSuccess) {
-    cudaFreeHost(host);
-    HG_CUDA_CHECK(status, "GradScaler monitor");
-  }
-  device_ = static_cast<detail::ScalerMonitor*>(on_device);
-}
-
-ScalerMonitorSlot::~ScalerMonitorSlot() {
-  // A destructor must not throw: errors are dropped (the memory is freed regardless).
-  int previous = 0;
-  cudaGetDevice(&previous);
-  cudaSetDevice(device_index_);
-  cudaDeviceSynchronize();
-  cudaFreeHost(host_);
-  cudaSetDevice(previous);
-}
-
-detail::ScalerMonitor ScalerMonitorSlot::read() const {
-  const volatile detail::ScalerMonitor* slot = host_;
-  detail::ScalerMonitor out;
-  out.alarms = slot->alarms;
-  std::atomic_thread_fence(std::memory_order_acquire);  // the fields were written before it
-  out.kind = slot->kind;
-  out.consecutive_skips = slot->consecutive_skips;
-  out.scale = slot->scale;
-  return out;
-}
-
 // ---- fused optimizers ------------------------------------------------------------------------
 
-void fused_adam_(const AdamTensors& t, const detail::AdamArgs& args, const Tensor& grad_scale,
-                 const Tensor& found_inf) {
+void fused_adam_(const kernel::AdamTensors& t, const detail::AdamArgs& args,
+                 const Tensor& grad_scale, const Tensor& found_inf) {
   constexpr const char* kOp = "fused_adam_";
   const size_t n = t.params.size();
   HG_CHECK(t.grads.size() == n && t.exp_avgs.size() == n && t.exp_avg_sqs.size() == n &&
@@ -352,7 +299,7 @@ void fused_adam_(const AdamTensors& t, const detail::AdamArgs& args, const Tenso
   }
 }
 
-void fused_sgd_(const SGDTensors& t, const detail::SGDArgs& args, const Tensor& grad_scale,
+void fused_sgd_(const kernel::SGDTensors& t, const detail::SGDArgs& args, const Tensor& grad_scale,
                 const Tensor& found_inf) {
   constexpr const char* kOp = "fused_sgd_";
   const size_t n = t.params.size();
@@ -410,7 +357,7 @@ void fused_sgd_(const SGDTensors& t, const detail::SGDArgs& args, const Tensor& 
   }
 }
 
-void fused_rmsprop_(const RMSpropTensors& t, const detail::RMSpropArgs& args,
+void fused_rmsprop_(const kernel::RMSpropTensors& t, const detail::RMSpropArgs& args,
                     const Tensor& grad_scale, const Tensor& found_inf) {
   constexpr const char* kOp = "fused_rmsprop_";
   const size_t n = t.params.size();
@@ -476,7 +423,7 @@ void fused_rmsprop_(const RMSpropTensors& t, const detail::RMSpropArgs& args,
   }
 }
 
-void fused_adagrad_(const AdagradTensors& t, const detail::AdagradArgs& args,
+void fused_adagrad_(const kernel::AdagradTensors& t, const detail::AdagradArgs& args,
                     const Tensor& grad_scale, const Tensor& found_inf) {
   constexpr const char* kOp = "fused_adagrad_";
   const size_t n = t.params.size();
@@ -622,6 +569,75 @@ Tensor value_range(const Tensor& t) {
                       args, dtype, static_cast<unsigned long long*>(out.data_ptr()), stream),
                   kOp);
   });
+  return out;
+}
+
+}  // namespace
+
+const kernel::MultiTensorKernels multi_tensor_kernels = HG_MULTI_TENSOR_KERNELS;
+
+// ---- GradScaler's state on the device (scaler_state.h) --------------------------------------
+
+void update_scale_(const Tensor& scale, const Tensor& growth_tracker, const Tensor& counters,
+                   const Tensor& found_inf, const detail::ScaleUpdateArgs& args,
+                   detail::ScalerMonitor* monitor) {
+  constexpr const char* kOp = "update_scale_";
+  HG_CHECK(scale.defined() && scale.is_cuda(), "{}: expected a CUDA scale, got {}", kOp,
+           describe(scale));
+  const Device device = scale.device();
+  check_scalar(scale, device, kFloat32, kOp, "the scale");
+  check_scalar(growth_tracker, device, kInt32, kOp, "the growth tracker");
+  HG_CHECK(counters.defined() && counters.device() == device && counters.dtype() == kInt32 &&
+               counters.numel() == detail::kScalerCounters && counters.is_contiguous(),
+           "{}: expected the counters to be {} contiguous int32 elements on {}, got {}", kOp,
+           int(detail::kScalerCounters), device, describe(counters));
+  const float* found = optional_scalar(found_inf, device, kOp, "found_inf");
+  HG_CHECK(found != nullptr || args.set_scale,
+           "{}: expected a found_inf flag (only a set scale goes without one), got none", kOp);
+  DeviceGuard guard(device.index);
+  HG_CUDA_CHECK(detail::launch_update_scale(data_of<float>(scale), data_of<int32_t>(growth_tracker),
+                                            data_of<int32_t>(counters), found, args, monitor,
+                                            current_stream(device.index)),
+                kOp);
+  scale.bump_version();
+  growth_tracker.bump_version();
+  counters.bump_version();
+}
+
+ScalerMonitorSlot::ScalerMonitorSlot(int device) : device_index_(device) {
+  DeviceGuard guard(device);
+  void* host = nullptr;
+  HG_CUDA_CHECK(cudaHostAlloc(&host, sizeof(detail::ScalerMonitor), cudaHostAllocMapped),
+                "GradScaler monitor");
+  host_ = static_cast<detail::ScalerMonitor*>(host);
+  *host_ = {};
+  void* on_device = nullptr;
+  const cudaError_t status = cudaHostGetDevicePointer(&on_device, host, 0);
+  if (status != cudaSuccess) {
+    cudaFreeHost(host);
+    HG_CUDA_CHECK(status, "GradScaler monitor");
+  }
+  device_ = static_cast<detail::ScalerMonitor*>(on_device);
+}
+
+ScalerMonitorSlot::~ScalerMonitorSlot() {
+  // A destructor must not throw: errors are dropped (the memory is freed regardless).
+  int previous = 0;
+  cudaGetDevice(&previous);
+  cudaSetDevice(device_index_);
+  cudaDeviceSynchronize();
+  cudaFreeHost(host_);
+  cudaSetDevice(previous);
+}
+
+detail::ScalerMonitor ScalerMonitorSlot::read() const {
+  const volatile detail::ScalerMonitor* slot = host_;
+  detail::ScalerMonitor out;
+  out.alarms = slot->alarms;
+  std::atomic_thread_fence(std::memory_order_acquire);  // the fields were written before it
+  out.kind = slot->kind;
+  out.consecutive_skips = slot->consecutive_skips;
+  out.scale = slot->scale;
   return out;
 }
 

@@ -16,6 +16,7 @@
 #include <cstdint>
 
 #include "halfgrad/core/dtype.h"
+#include "halfgrad/kernel/multi_tensor_args.h"
 
 namespace hg::cuda::detail {
 
@@ -98,17 +99,12 @@ cudaError_t launch_update_scale(float* scale, int32_t* growth_tracker, int32_t* 
 
 // ---- fused optimizers ------------------------------------------------------------------------
 
-// lr_device, when not null, is the lr read on the device in place of lr (NOTE [The lr on the
-// device] in optim/optimizer.h).
-struct AdamArgs {
-  double lr, beta1, beta2, eps, weight_decay;
-  bool decoupled_weight_decay, amsgrad, maximize;
-  const double* lr_device = nullptr;
-  // bfloat16 parameters with float32 state, stored with stochastic rounding from the words of
-  // `seed` at each tensor's first block (MultiTensorArgs::first_blocks); NOTE [bf16_params].
-  bool bf16_params = false;
-  uint64_t seed = 0;
-};
+// The options: kernel/multi_tensor_args.h (first_blocks are MultiTensorArgs::first_blocks).
+using kernel::AdagradArgs;
+using kernel::AdamArgs;
+using kernel::RMSpropArgs;
+using kernel::SGDArgs;
+
 // Lists: param, grad (both param_dtype), exp_avg, exp_avg_sq (state_dtype), and
 // max_exp_avg_sq when amsgrad; `steps` set. grad_scale (null: none) divides the gradients;
 // found_inf (null: none) nonzero makes the kernel return before touching anything. Each
@@ -117,26 +113,12 @@ cudaError_t launch_fused_adam(const MultiTensorArgs& tensors, DType param_dtype,
                               const AdamArgs& args, const float* grad_scale, const float* found_inf,
                               cudaStream_t stream);
 
-struct SGDArgs {
-  double lr, momentum, dampening, weight_decay;
-  bool nesterov, maximize;
-  const double* lr_device = nullptr;  // as AdamArgs'
-  bool bf16_params = false;           // as AdamArgs': dtype bfloat16, the buffer float32
-  uint64_t seed = 0;
-};
 // Lists: param, grad, and momentum_buffer when momentum != 0 (then `steps` set: a step count
 // of 0 means the buffer is not initialized yet, torch's first step). All of `dtype`, but for
 // bf16_params' float32 buffer.
 cudaError_t launch_fused_sgd(const MultiTensorArgs& tensors, DType dtype, const SGDArgs& args,
                              const float* grad_scale, const float* found_inf, cudaStream_t stream);
 
-struct RMSpropArgs {
-  double lr, alpha, eps, weight_decay, momentum;
-  bool centered, maximize;
-  const double* lr_device = nullptr;  // as AdamArgs'
-  bool bf16_params = false;           // as AdamArgs': dtype bfloat16, the buffers float32
-  uint64_t seed = 0;
-};
 // Lists: param, grad, square_avg, then grad_avg when centered, then momentum_buffer when
 // momentum > 0; all of `dtype`, but for bf16_params' float32 buffers. `steps` may be null (the
 // update does not read them).
@@ -144,13 +126,6 @@ cudaError_t launch_fused_rmsprop(const MultiTensorArgs& tensors, DType dtype,
                                  const RMSpropArgs& args, const float* grad_scale,
                                  const float* found_inf, cudaStream_t stream);
 
-struct AdagradArgs {
-  double lr, lr_decay, weight_decay, eps;
-  bool maximize;
-  const double* lr_device = nullptr;  // as AdamArgs'
-  bool bf16_params = false;           // as AdamArgs': dtype bfloat16, the sum float32
-  uint64_t seed = 0;
-};
 // Lists: param, grad, sum, all of `dtype` (but for bf16_params' float32 sum); `steps` set.
 // Each tensor's step count is read (the update is step + 1, which sets the decayed lr);
 // launch_advance_steps adds the 1.

@@ -10,6 +10,7 @@
 #include "halfgrad/kernel/index.h"
 #include "halfgrad/kernel/linalg.h"
 #include "halfgrad/kernel/loss.h"
+#include "halfgrad/kernel/multi_tensor.h"
 #include "halfgrad/kernel/norm.h"
 #include "halfgrad/kernel/pool.h"
 #include "halfgrad/kernel/reduce.h"
@@ -28,5 +29,6 @@
   X(embedding, Embedding)     \
   X(dropout, Dropout)         \
   X(loss, Loss)               \
-  X(attention, Attention)
+  X(attention, Attention)     \
+  X(multi_tensor, MultiTensor)
 // clang-format on

@@ -91,6 +91,16 @@ inline const kernel::AttentionKernels* attention(const Tensor& t) {
   return &HG_KERNEL_TABLE(t.is_cuda(), attention);
 }
 
+// ---- the training step's multi-tensor kernels ----------------------------------------------
+// Called by amp, optim, nn and autograd (not by ops), with one device's tensors: the device
+// picks (kernel/multi_tensor.h).
+inline const kernel::MultiTensorKernels& multi_tensor(Device device) {
+  return HG_KERNEL_TABLE(device.is_cuda(), multi_tensor);
+}
+inline const kernel::MultiTensorKernels& multi_tensor(const Tensor& t) {
+  return HG_KERNEL_TABLE(t.is_cuda(), multi_tensor);
+}
+
 }  // namespace hg::kernel_for
 
 #undef HG_KERNEL_TABLE

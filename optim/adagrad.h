@@ -63,9 +63,6 @@ class Adagrad : public Optimizer {
   // Parameter `index` of group `group`'s state, "sum" made from the group's
   // initial_accumulator_value when it has none (NOTE [Adagrad state from construction]).
   ParamState& state_with_sum(size_t group, size_t index);
-  // Every parameter with a gradient on CUDA: one fused launch per group and device
-  // (cuda/multi_tensor.h), grad_scale and found_inf read on the device.
-  void step_scaled_cuda(const Tensor& grad_scale, const Tensor& found_inf);
 
   bool bf16_params_ = false;
   Generator* generator_ = nullptr;

@@ -78,10 +78,6 @@ class AdamBase : public Optimizer {
   DType state_dtype(const Tensor& param) const override;
 
  private:
-  // Every parameter with a gradient on CUDA: one fused launch per group and device
-  // (cuda/multi_tensor.h), grad_scale and found_inf read on the device.
-  void step_scaled_cuda(const Tensor& grad_scale, const Tensor& found_inf);
-
   bool decoupled_weight_decay_;
   bool float32_state_;
   bool bf16_params_;
@@ -102,12 +98,5 @@ class AdamW : public AdamBase {
   AdamW(std::vector<Tensor> params, AdamWOptions options = {});
   AdamW(std::vector<ParamGroup> groups, AdamWOptions options = {});
 };
-
-namespace detail {
-// Switches the vectorized float32 pass (NOTE [Vectorized Adam pass] in adam.cpp) on or off,
-// process-wide; returns the previous setting. For tests, which compare it with the scalar
-// pass. Without AVX-512 the scalar pass runs either way.
-bool set_adam_vector_pass(bool enabled);
-}  // namespace detail
 
 }  // namespace hg::optim

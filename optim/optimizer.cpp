@@ -133,6 +133,31 @@ void Optimizer::check_scaled_step_args(const Tensor& grad_scale, const Tensor& f
            found_inf.numel(), found_inf.dtype());
 }
 
+bool Optimizer::skipped_on_host(const char* optimizer, const Tensor& grad_scale,
+                                const Tensor& found_inf) const {
+  if (has_cuda_params()) {
+    check_scaled_step_args(grad_scale, found_inf);
+    return false;
+  }
+  const double scale = read_grad_scale(grad_scale);
+  if (read_found_inf(found_inf)) return true;
+  HG_CHECK(scale != 0, "{}: expected a nonzero grad_scale, got 0", optimizer);
+  return false;
+}
+
+Tensor Optimizer::fused_step_count(ParamState& state, const Tensor& param) {
+  if (param.is_cuda()) {
+    if (!state.device_step.defined()) {
+      state.device_step =
+          full({1}, double(state.step), {.dtype = kFloat32, .device = param.device()});
+    }
+    return state.device_step;
+  }
+  Tensor count = empty({1}, kInt64);
+  count.data_ptr<int64_t>()[0] = state.step;
+  return count;
+}
+
 Tensor Optimizer::checked_grad(const char* optimizer, const Tensor& param) {
   const Tensor& grad = param.grad();
   HG_CHECK(param.is_contiguous(), "{}: expected a contiguous parameter, got a non-contiguous one",

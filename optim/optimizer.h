@@ -161,11 +161,24 @@ class Optimizer {
   static bool read_found_inf(const Tensor& found_inf);
   // The same checks of grad_scale and found_inf without reading them (the CUDA step).
   static void check_scaled_step_args(const Tensor& grad_scale, const Tensor& found_inf);
+  // NOTE [One fused step] Each optimizer's step_scaled makes the state its parameters lack,
+  // then hands each device's parameters to the multi_tensor family's fused kernel
+  // (kernel/multi_tensor.h), one call per group and device. For CPU parameters the host reads
+  // grad_scale and found_inf first (here), so a skipped step makes no state and draws no
+  // rounding words, and a zero grad_scale is an error naming `optimizer`; for CUDA parameters
+  // only their kinds are checked and the kernels read them on the device (NOTE [No host sync in
+  // the step] in cuda/multi_tensor.cpp). True when the step is skipped.
+  bool skipped_on_host(const char* optimizer, const Tensor& grad_scale,
+                       const Tensor& found_inf) const;
+  // The step count a fused kernel reads and advances for `param`: on a CUDA device the state's
+  // device_step (made from `step` the first time); on the CPU a new one-element int64 tensor
+  // holding `step`, which the optimizer advances itself once the kernel has run.
+  static Tensor fused_step_count(ParamState& state, const Tensor& param);
   // Checks a parameter and its gradient for a fused update: contiguous parameter, gradient of
   // the same dtype, shape and device. Returns the gradient, made contiguous.
   static Tensor checked_grad(const char* optimizer, const Tensor& param);
-  // True when a parameter is on a CUDA device: the step then takes the fused CUDA path
-  // (cuda/multi_tensor.h), which needs every parameter with a gradient on a CUDA device.
+  // True when a parameter is on a CUDA device: the step then runs the CUDA multi_tensor
+  // kernels, which need every parameter with a gradient on a CUDA device.
   bool has_cuda_params() const;
   // For the CUDA path: t (grad_scale or found_inf; undefined stays undefined) as a float32
   // tensor on `device`, copied there when it is elsewhere.

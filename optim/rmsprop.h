@@ -60,10 +60,6 @@ class RMSprop : public Optimizer {
   DType state_dtype(const Tensor& param) const override;
 
  private:
-  // Every parameter with a gradient on CUDA: one fused launch per group and device
-  // (cuda/multi_tensor.h), grad_scale and found_inf read on the device.
-  void step_scaled_cuda(const Tensor& grad_scale, const Tensor& found_inf);
-
   bool bf16_params_ = false;
   Generator* generator_ = nullptr;
 };

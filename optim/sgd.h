@@ -51,19 +51,8 @@ class SGD : public Optimizer {
   DType state_dtype(const Tensor& param) const override;
 
  private:
-  // Every parameter with a gradient on CUDA: one fused launch per group and device
-  // (cuda/multi_tensor.h), grad_scale and found_inf read on the device.
-  void step_scaled_cuda(const Tensor& grad_scale, const Tensor& found_inf);
-
   bool bf16_params_ = false;
   Generator* generator_ = nullptr;
 };
-
-namespace detail {
-// Switches the vectorized float32 pass (NOTE [Vectorized SGD pass] in sgd.cpp) on or off,
-// process-wide; returns the previous setting. For tests, which compare it with the scalar
-// pass. Without AVX-512 the scalar pass runs either way.
-bool set_sgd_vector_pass(bool enabled);
-}  // namespace detail
 
 }  // namespace hg::optim

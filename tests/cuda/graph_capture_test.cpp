@@ -1,5 +1,5 @@
 // A whole mixed-precision training step without a host sync (NOTE [No host sync in the step]
-// in cuda/multi_tensor.h): forward under autocast float16, GradScaler scale / backward /
+// in cuda/multi_tensor.cpp): forward under autocast float16, GradScaler scale / backward /
 // unscale_ / clip_grad_norm_ / step / update, AdamW, captured into a CUDA graph and replayed.
 // Capturing fails on any host wait (a copy to the CPU, item(), a synchronize), so a capture
 // that succeeds is the proof; the replays must then train exactly as the same steps run

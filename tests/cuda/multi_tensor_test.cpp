@@ -1,4 +1,4 @@
-// The multi-tensor CUDA kernels (cuda/multi_tensor.h) and what uses them: unscale + inf check
+// The multi-tensor CUDA kernels (kernel/multi_tensor.h) and what uses them: unscale + inf check
 // against float64 references, the fused Adam/AdamW/SGD steps against the CPU optimizers over
 // several steps, skipped steps leaving everything bit-identical, clip_grad_norm_ and
 // clip_grad_value_ against the CPU. Lists are long (more tensors than one kernel-argument table
@@ -12,7 +12,8 @@
 #include <vector>
 
 #include "cuda/cuda_test_util.h"
-#include "halfgrad/cuda/multi_tensor.h"
+#include "halfgrad/cuda/kernel_tables.h"
+#include "halfgrad/cuda/multi_tensor_launch.h"
 #include "halfgrad/halfgrad.h"
 
 using namespace hg;
@@ -64,9 +65,9 @@ TEST_CASE("unscale_and_check_ multiplies every tensor by inv_scale and flags not
     const std::vector<Tensor> cpu = random_tensors(odd_sizes(130), dtype, 1);
     const std::vector<Tensor> gpu = to_gpu(cpu);
     const Tensor scale = full({1}, 3.0, {.dtype = kFloat32, .device = kGpu});
-    const Tensor inv_scale = cuda::reciprocal_scale(scale);
-    const Tensor found_inf = cuda::new_flag(kGpu);
-    cuda::unscale_and_check_(gpu, inv_scale, found_inf);
+    const Tensor inv_scale = cuda::multi_tensor_kernels.reciprocal_scale(scale);
+    const Tensor found_inf = cuda::multi_tensor_kernels.new_flag(kGpu);
+    cuda::multi_tensor_kernels.unscale_and_check_(gpu, inv_scale, found_inf);
     CHECK(inv_scale.item<float>() == float(1.0 / 3.0));
     CHECK(found_inf.item<float>() == 0.0f);
     const double inv = double(float(1.0 / 3.0));
@@ -99,9 +100,9 @@ TEST_CASE("unscale_and_check_ flags an inf or NaN wherever it is", "[cuda]") {
       std::vector<Tensor> cpu = random_tensors(sizes, dtype, 2);
       cpu[size_t(place.tensor)] = with_value(cpu[size_t(place.tensor)], place.element, place.value);
       const std::vector<Tensor> gpu = to_gpu(cpu);
-      const Tensor found_inf = cuda::new_flag(kGpu);
-      cuda::unscale_and_check_(gpu, full({1}, 0.25, {.dtype = kFloat32, .device = kGpu}),
-                               found_inf);
+      const Tensor found_inf = cuda::multi_tensor_kernels.new_flag(kGpu);
+      cuda::multi_tensor_kernels.unscale_and_check_(
+          gpu, full({1}, 0.25, {.dtype = kFloat32, .device = kGpu}), found_inf);
       CHECK(found_inf.item<float>() == 1.0f);
       // The finite values are unscaled all the same.
       CHECK(mismatch(gpu[1], cpu[1].to(kFloat64) * 0.25, tolerance_for(dtype)).empty());
@@ -114,9 +115,9 @@ TEST_CASE("unscale_and_check_ flags a finite value that overflows when unscaled"
   PoisonCudaAllocations poison;
   // NOTE [Unscale checks input and result]: 60000 * 2 is beyond float16's range.
   const Tensor g = tensor({60000.0, 1.0}, kFloat16).to(kGpu);
-  const Tensor found_inf = cuda::new_flag(kGpu);
-  cuda::unscale_and_check_(std::vector<Tensor>{g},
-                           full({1}, 2.0, {.dtype = kFloat32, .device = kGpu}), found_inf);
+  const Tensor found_inf = cuda::multi_tensor_kernels.new_flag(kGpu);
+  cuda::multi_tensor_kernels.unscale_and_check_(
+      std::vector<Tensor>{g}, full({1}, 2.0, {.dtype = kFloat32, .device = kGpu}), found_inf);
   CHECK(found_inf.item<float>() == 1.0f);
 }
 
@@ -130,8 +131,9 @@ TEST_CASE("unscale_and_check_ takes strided tensors and float64 and mixed dtypes
   const Tensor c = randn({33}).to(kBFloat16);
   const Tensor a_gpu = a.to(kGpu).t();  // strided: written back through a dense copy
   const std::vector<Tensor> list = {a_gpu, b.to(kGpu), c.to(kGpu)};
-  const Tensor found_inf = cuda::new_flag(kGpu);
-  cuda::unscale_and_check_(list, full({1}, 0.5, {.dtype = kFloat32, .device = kGpu}), found_inf);
+  const Tensor found_inf = cuda::multi_tensor_kernels.new_flag(kGpu);
+  cuda::multi_tensor_kernels.unscale_and_check_(
+      list, full({1}, 0.5, {.dtype = kFloat32, .device = kGpu}), found_inf);
   CHECK(found_inf.item<float>() == 0.0f);
   CHECK(mismatch(list[0], a.t().to(kFloat64) * 0.5, tolerance_for(kFloat32)).empty());
   CHECK(mismatch(list[1], b * 0.5, tolerance_for(kFloat64)).empty());
@@ -142,19 +144,21 @@ TEST_CASE("unscale_and_check_ and sum_flags reject bad input", "[cuda]") {
   HG_REQUIRE_CUDA();
   PoisonCudaAllocations poison;
   const Tensor inv_scale = full({1}, 1.0, {.dtype = kFloat32, .device = kGpu});
-  const Tensor found_inf = cuda::new_flag(kGpu);
+  const Tensor found_inf = cuda::multi_tensor_kernels.new_flag(kGpu);
   const std::vector<Tensor> on_cpu = {zeros({3}).to(kGpu), zeros({3})};
-  CHECK_THROWS_WITH(cuda::unscale_and_check_(on_cpu, inv_scale, found_inf),
+  CHECK_THROWS_WITH(cuda::multi_tensor_kernels.unscale_and_check_(on_cpu, inv_scale, found_inf),
                     Contains("on a CUDA device") && Contains("cpu"));
   const std::vector<Tensor> ints = {zeros({3}, kInt64).to(kGpu)};
-  CHECK_THROWS_WITH(cuda::unscale_and_check_(ints, inv_scale, found_inf), Contains("floating"));
+  CHECK_THROWS_WITH(cuda::multi_tensor_kernels.unscale_and_check_(ints, inv_scale, found_inf),
+                    Contains("floating"));
   const std::vector<Tensor> good = {zeros({3}).to(kGpu)};
-  CHECK_THROWS_WITH(cuda::unscale_and_check_(
+  CHECK_THROWS_WITH(cuda::multi_tensor_kernels.unscale_and_check_(
                         good, full({1}, 1.0, {.dtype = kFloat64, .device = kGpu}), found_inf),
                     Contains("inv_scale") && Contains("float32"));
-  CHECK_THROWS_WITH(cuda::unscale_and_check_(good, inv_scale, zeros({2}).to(kGpu)),
-                    Contains("found_inf"));
-  CHECK_THROWS_WITH(cuda::sum_flags({}), Contains("at least one flag"));
+  CHECK_THROWS_WITH(
+      cuda::multi_tensor_kernels.unscale_and_check_(good, inv_scale, zeros({2}).to(kGpu)),
+      Contains("found_inf"));
+  CHECK_THROWS_WITH(cuda::multi_tensor_kernels.sum_flags({}), Contains("at least one flag"));
 }
 
 TEST_CASE("sum_flags adds flags in order across several launches", "[cuda]") {
@@ -164,7 +168,7 @@ TEST_CASE("sum_flags adds flags in order across several launches", "[cuda]") {
   for (int i = 0; i < 70; ++i) {
     flags.push_back(full({1}, i % 9 == 0 ? 1.0 : 0.0, {.dtype = kFloat32, .device = kGpu}));
   }
-  CHECK(cuda::sum_flags(flags).item<float>() == 8.0f);
+  CHECK(cuda::multi_tensor_kernels.sum_flags(flags).item<float>() == 8.0f);
 }
 
 // ---- fused optimizers ------------------------------------------------------------------------
@@ -332,7 +336,7 @@ TEST_CASE("a step skipped on the device leaves params and state and step counts 
   Twins twins = make_twins(sizes, kFloat32, 30);
   auto cpu = make_adam(twins.cpu, {.decoupled = true, .weight_decay = 0.01, .amsgrad = true});
   auto gpu = make_adam(twins.gpu, {.decoupled = true, .weight_decay = 0.01, .amsgrad = true});
-  const Tensor clean = cuda::new_flag(kGpu);
+  const Tensor clean = cuda::multi_tensor_kernels.new_flag(kGpu);
   const Tensor skip = full({1}, 1.0, {.dtype = kFloat32, .device = kGpu});
   for (int step = 0; step < 5; ++step) {
     INFO("step " << step);
@@ -485,8 +489,8 @@ TEST_CASE("the total norm on CUDA is deterministic and matches a float64 referen
   for (const Tensor& t : cpu) {
     for (double v : t.to_vector<double>()) sum_of_squares += v * v;
   }
-  const Tensor first = cuda::total_norm(gpu, 2.0);
-  const Tensor second = cuda::total_norm(gpu, 2.0);
+  const Tensor first = cuda::multi_tensor_kernels.total_norm(gpu, 2.0);
+  const Tensor second = cuda::multi_tensor_kernels.total_norm(gpu, 2.0);
   CHECK(bytes_of(first) == bytes_of(second));
   CHECK(mismatch(first.reshape({1}), tensor({std::sqrt(sum_of_squares)}, kFloat64),
                  tolerance_for(kFloat32))
@@ -533,14 +537,16 @@ TEST_CASE("non_finite_flag and value_range look at a tensor on the device", "[cu
   Tensor t = randn({3 * cuda::detail::kChunkSize + 3});
   t.narrow(0, 10, 1).fill_(-12345.0);
   const Tensor finite = t.to(kGpu);
-  CHECK(cuda::non_finite_flag(std::vector<Tensor>{finite}).item<float>() == 0.0f);
-  std::vector<int64_t> range = cuda::value_range(finite).to_vector<int64_t>();
+  CHECK(cuda::multi_tensor_kernels.non_finite_flag(std::vector<Tensor>{finite}).item<float>() ==
+        0.0f);
+  std::vector<int64_t> range = cuda::multi_tensor_kernels.value_range(finite).to_vector<int64_t>();
   CHECK(std::bit_cast<double>(range[0]) == 12345.0);
   CHECK(range[1] == 0);
   Tensor bad = with_value(with_value(t, 7, kInf), 2 * cuda::detail::kChunkSize, std::nan(""));
   const Tensor bad_gpu = bad.to(kFloat16).to(kGpu);
-  CHECK(cuda::non_finite_flag(std::vector<Tensor>{bad_gpu}).item<float>() == 1.0f);
-  range = cuda::value_range(bad_gpu).to_vector<int64_t>();
+  CHECK(cuda::multi_tensor_kernels.non_finite_flag(std::vector<Tensor>{bad_gpu}).item<float>() ==
+        1.0f);
+  range = cuda::multi_tensor_kernels.value_range(bad_gpu).to_vector<int64_t>();
   CHECK(std::bit_cast<double>(range[0]) == 12344.0);  // -12345 rounded to float16
   CHECK(range[1] == 2);
   // What anomaly mode and the overflow watch use.

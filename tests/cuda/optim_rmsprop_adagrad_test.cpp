@@ -1,15 +1,16 @@
-// The fused CUDA steps of RMSprop and Adagrad (cuda::fused_rmsprop_, fused_adagrad_) against
-// the CPU optimizers over several steps, for every option set and 16-bit dtype; skipped steps
-// leaving everything bit-identical; grad_scale read on the device; the lr written to the device
-// when changed. Lists are long (more tensors than one kernel-argument table holds) and one
-// tensor spans more than two chunks.
+// The fused CUDA steps of RMSprop and Adagrad (cuda::multi_tensor_kernels' fused_rmsprop_ and
+// fused_adagrad_) against the CPU optimizers over several steps, for every option set and 16-bit
+// dtype; skipped steps leaving everything bit-identical; grad_scale read on the device; the lr
+// written to the device when changed. Lists are long (more tensors than one kernel-argument
+// table holds) and one tensor spans more than two chunks.
 #include <catch2/catch.hpp>
 
 #include <memory>
 #include <vector>
 
 #include "cuda/cuda_test_util.h"
-#include "halfgrad/cuda/multi_tensor.h"
+#include "halfgrad/cuda/kernel_tables.h"
+#include "halfgrad/cuda/multi_tensor_launch.h"
 #include "halfgrad/halfgrad.h"
 
 using namespace hg;
@@ -157,7 +158,7 @@ TEST_CASE("fused RMSprop and Adagrad skip on the device leaving everything bit-i
     const optim::AdagradOptions adagrad_options{.lr = 0.1, .lr_decay = 0.5};
     auto cpu = make(rmsprop, twins.cpu, rmsprop_options, adagrad_options);
     auto gpu = make(rmsprop, twins.gpu, rmsprop_options, adagrad_options);
-    const Tensor clean = cuda::new_flag(kGpu);
+    const Tensor clean = cuda::multi_tensor_kernels.new_flag(kGpu);
     const Tensor skip = full({1}, 1.0, {.dtype = kFloat32, .device = kGpu});
     // The first step skipped: no state made on the CPU, and none listed on the GPU.
     set_grads(twins, 299, 1.0, /*without=*/sizes.size());

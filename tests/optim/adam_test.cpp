@@ -7,6 +7,7 @@
 #include <limits>
 #include <tuple>
 
+#include "halfgrad/cpu/multi_tensor.h"
 #include "reference.h"
 
 using namespace hg;
@@ -168,7 +169,7 @@ TEST_CASE("Adam and AdamW: the vectorized float32 pass is bit-identical to the s
       const Values initial = random_values(11, n, kFloat32);
       std::vector<std::vector<unsigned char>> params, exp_avg_sqs;
       for (bool vector_pass : {true, false}) {
-        const bool previous = optim::detail::set_adam_vector_pass(vector_pass);
+        const bool previous = cpu::detail::set_vector_passes(vector_pass);
         Tensor p = make_param(initial, kFloat32);
         auto opt = make_adam(p, c);
         for (uint32_t s = 0; s < 3; ++s) {
@@ -180,7 +181,7 @@ TEST_CASE("Adam and AdamW: the vectorized float32 pass is bit-identical to the s
             opt->step();
           }
         }
-        optim::detail::set_adam_vector_pass(previous);
+        cpu::detail::set_vector_passes(previous);
         params.push_back(bytes_of(p));
         exp_avg_sqs.push_back(
             bytes_of(opt->state(0, 0).buffers.at(c.amsgrad ? "max_exp_avg_sq" : "exp_avg_sq")));

@@ -5,6 +5,7 @@
 
 #include <limits>
 
+#include "halfgrad/cpu/multi_tensor.h"
 #include "reference.h"
 
 using namespace hg;
@@ -106,7 +107,7 @@ TEST_CASE("SGD: the vectorized float32 pass is bit-identical to the scalar pass"
       initial[0] = -0.0, initial[1] = 0.0, initial[2] = -0.0;
       std::vector<std::vector<unsigned char>> params, buffers;
       for (bool vector_pass : {true, false}) {
-        const bool previous = optim::detail::set_sgd_vector_pass(vector_pass);
+        const bool previous = cpu::detail::set_vector_passes(vector_pass);
         Tensor p = make_param(initial, kFloat32);
         optim::SGD opt = make_sgd(p, c);
         for (uint32_t s = 0; s < 3; ++s) {
@@ -119,7 +120,7 @@ TEST_CASE("SGD: the vectorized float32 pass is bit-identical to the scalar pass"
             opt.step();
           }
         }
-        optim::detail::set_sgd_vector_pass(previous);
+        cpu::detail::set_vector_passes(previous);
         params.push_back(bytes_of(p));
         if (c.momentum != 0)
           buffers.push_back(bytes_of(opt.state(0, 0).buffers.at("momentum_buffer")));
