@@ -69,6 +69,14 @@ target_link_libraries(halfgrad INTERFACE $<INSTALL_INTERFACE:${HALFGRAD_XXHASH_L
 # halfgradConfig.cmake finds ZLIB for an installed consumer.
 target_link_libraries(halfgrad PRIVATE ZLIB::ZLIB)
 
+# The multi_tensor kernels' AVX-512 passes (NOTE [Vectorized optimizer passes]): compiled for
+# AVX-512 and called only where the CPU has it (the file is empty off x86-64). -ffp-contract=off:
+# the passes give the scalar loops' bits, which fuse no multiply into an add.
+if(CMAKE_SYSTEM_PROCESSOR MATCHES "^(x86_64|AMD64)$")
+  set_source_files_properties("${PROJECT_SOURCE_DIR}/cpu/multi_tensor_avx512.cpp" PROPERTIES
+    COMPILE_OPTIONS "-mavx512f;-ffp-contract=off")
+endif()
+
 if(HALFGRAD_HAS_SLEEF)
   # -ffp-contract=off: the formulas round each operation as unary.def's scalar ones do (a
   # fused multiply-add would change their arguments by an ulp, and exp amplifies that).

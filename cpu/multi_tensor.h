@@ -4,10 +4,10 @@
 
 namespace hg::cpu::detail {
 
-// Switches the AVX-512 passes of the multi_tensor table (Adam's and SGD's float32 passes: NOTE
-// [Vectorized Adam pass] in multi_tensor.cpp; the float32 unscale) on or off, process-wide;
-// returns the previous setting. For tests, which compare them with the scalar loops. Without
-// AVX-512 the scalar loops run either way.
+// Switches the AVX-512 passes of the multi_tensor table (Adam's and SGD's float32 passes and the
+// float32 unscale: NOTE [Vectorized optimizer passes] in multi_tensor_avx512.cpp) on or off,
+// process-wide; returns the previous setting. For tests, which compare them with the scalar
+// loops. Without AVX-512 the scalar loops run either way.
 bool set_vector_passes(bool enabled);
 
 }  // namespace hg::cpu::detail

@@ -73,9 +73,10 @@ __device__ __forceinline__ compute_t<T> load(const T* p) {
 // cancelling against the same product computed elsewhere, the fusion breaks it: layer_norm's
 // dx = rstd (g w - mean(g w) - ...) over one element must be exactly 0, but fma(g, w, -mean)
 // leaves the rounding error of g w, times rstd (316 for eps 1e-5). And where the CPU pass
-// rounds each operation (SGD's momentum buffer, NOTE [Vectorized SGD pass]), the fused form
-// differs from it by up to an ulp of the larger term, which is most of the result when the
-// terms cancel. mul_rn(a, b) is a * b rounded on its own, never fused with what follows.
+// rounds each operation (the optimizers' update rules, NOTE [Update rules written once], whose
+// mul is __fmul_rn on the device), the fused form differs from it by up to an ulp of the larger
+// term, which is most of the result when the terms cancel. mul_rn(a, b) is a * b rounded on its
+// own, never fused with what follows.
 template <class A>
 __device__ __forceinline__ A mul_rn(A a, A b) {
   if constexpr (std::is_same_v<A, double>) {

@@ -27,6 +27,7 @@
 #include "halfgrad/cuda/kernel_tables.h"
 #include "halfgrad/cuda/multi_tensor_launch.h"
 #include "halfgrad/cuda/stream.h"
+#include "halfgrad/kernel/multi_tensor_checks.h"
 
 namespace hg::cuda {
 
@@ -37,37 +38,12 @@ using detail::MultiTensorArgs;
 // The floating dtypes in the order their groups launch (so the order of the norm partials).
 constexpr DType kFloatingDTypes[] = {kFloat32, kFloat16, kBFloat16, kFloat64};
 
-std::string describe(const Tensor& t) {
-  if (!t.defined()) return "an undefined tensor";
-  return fmt::format("{} element(s) of {} on {}", t.numel(), t.dtype(), t.device());
-}
+using kernel::check_scalar;
+using kernel::describe_tensor;
 
-// Throws unless every tensor is a defined floating CUDA tensor and all are on one device;
-// returns that device. `what` names the list's elements in messages.
+// Every tensor a defined floating tensor, all on one CUDA device; returns that device.
 Device common_device(std::span<const Tensor> tensors, const char* op, const char* what) {
-  Device device(kCUDA, 0);
-  for (size_t i = 0; i < tensors.size(); ++i) {
-    const Tensor& t = tensors[i];
-    HG_CHECK(t.defined(), "{}: expected defined {}, got an undefined one (index {})", op, what, i);
-    HG_CHECK(t.is_cuda(), "{}: expected {} on a CUDA device, got one on {} (index {})", op, what,
-             t.device(), i);
-    HG_CHECK(t.is_floating_point(), "{}: expected floating {}, got one of {} (index {})", op, what,
-             t.dtype(), i);
-    if (i == 0) {
-      device = t.device();
-    } else {
-      HG_CHECK(t.device() == device, "{}: expected all {} on {}, got one on {} (index {})", op,
-               what, device, t.device(), i);
-    }
-  }
-  return device;
-}
-
-// Throws unless t is a one-element tensor of `dtype` on `device`.
-void check_scalar(const Tensor& t, Device device, DType dtype, const char* op, const char* what) {
-  HG_CHECK(t.defined() && t.device() == device && t.numel() == 1 && t.dtype() == dtype,
-           "{}: expected {} to be a one-element {} tensor on {}, got {}", op, what, dtype, device,
-           describe(t));
+  return kernel::common_device(tensors, kCUDA, op, what);
 }
 
 template <class T>
@@ -77,7 +53,7 @@ T* data_of(const Tensor& t) {
 // The pointer of an optional one-element float32 tensor (null when undefined).
 const float* optional_scalar(const Tensor& t, Device device, const char* op, const char* what) {
   if (!t.defined()) return nullptr;
-  check_scalar(t, device, kFloat32, op, what);
+  check_scalar(t, device, op, what);
   return data_of<float>(t);
 }
 
@@ -149,31 +125,6 @@ detail::NormKind norm_kind(double norm_type) {
   return detail::NormKind::P;
 }
 
-// Checks a parameter and its gradient for a fused step: contiguous, same dtype and shape, on
-// `device` (the optimizers check the same first, with their own name).
-void check_param(const Tensor& param, const Tensor& grad, Device device, const char* op, size_t i) {
-  HG_CHECK(param.is_contiguous(),
-           "{}: expected contiguous parameters, got a non-contiguous one "
-           "(parameter {}, shape {})",
-           op, i, param.sizes());
-  HG_CHECK(grad.defined() && grad.dtype() == param.dtype() && grad.sizes() == param.sizes(),
-           "{}: expected a gradient of the parameter's dtype {} and shape {}, got {}", op,
-           param.dtype(), param.sizes(),
-           grad.defined() ? fmt::format("{} {}", grad.dtype(), grad.sizes()) : "none");
-  HG_CHECK(grad.device() == device && grad.is_contiguous(),
-           "{}: expected a contiguous gradient on {}, got a{} one on {} (parameter {})", op, device,
-           grad.is_contiguous() ? "" : " non-contiguous", grad.device(), i);
-}
-
-void check_buffer(const Tensor& buffer, const Tensor& param, DType dtype, const char* op,
-                  const char* name, size_t i) {
-  HG_CHECK(buffer.defined() && buffer.device() == param.device() && buffer.dtype() == dtype &&
-               buffer.sizes() == param.sizes() && buffer.is_contiguous(),
-           "{}: expected {} of parameter {} to be a contiguous {} tensor of shape {} on {}, got "
-           "{}",
-           op, name, i, dtype, param.sizes(), param.device(), describe(buffer));
-}
-
 // ---- GradScaler ------------------------------------------------------------------------------
 
 Tensor new_flag(Device device) {
@@ -184,8 +135,8 @@ Tensor new_flag(Device device) {
 
 Tensor reciprocal_scale(const Tensor& scale) {
   HG_CHECK(scale.defined() && scale.is_cuda(), "reciprocal_scale: expected a CUDA scale, got {}",
-           describe(scale));
-  check_scalar(scale, scale.device(), kFloat32, "reciprocal_scale", "the scale");
+           describe_tensor(scale));
+  check_scalar(scale, scale.device(), "reciprocal_scale", "the scale");
   DeviceGuard guard(scale.device().index);
   Tensor inv_scale = empty({1}, {.dtype = kFloat32, .device = scale.device()});
   HG_CUDA_CHECK(detail::launch_reciprocal_scale(data_of<float>(scale), data_of<float>(inv_scale),
@@ -199,8 +150,8 @@ void unscale_and_check_(std::span<const Tensor> tensors, const Tensor& inv_scale
   constexpr const char* kOp = "unscale_and_check_";
   if (tensors.empty()) return;
   const Device device = common_device(tensors, kOp, "tensors");
-  check_scalar(inv_scale, device, kFloat32, kOp, "inv_scale");
-  check_scalar(found_inf, device, kFloat32, kOp, "found_inf");
+  check_scalar(inv_scale, device, kOp, "inv_scale");
+  check_scalar(found_inf, device, kOp, "found_inf");
   DeviceGuard guard(device.index);
   const cudaStream_t stream = current_stream(device.index);
   const std::vector<Tensor> dense = dense_of(tensors);
@@ -219,7 +170,7 @@ Tensor sum_flags(std::span<const Tensor> flags) {
   std::vector<const float*> pointers;
   pointers.reserve(flags.size());
   for (const Tensor& flag : flags) {
-    check_scalar(flag, device, kFloat32, kOp, "every flag");
+    check_scalar(flag, device, kOp, "every flag");
     pointers.push_back(data_of<float>(flag));
   }
   DeviceGuard guard(device.index);
@@ -236,38 +187,15 @@ void fused_adam_(const kernel::AdamTensors& t, const detail::AdamArgs& args,
                  const Tensor& grad_scale, const Tensor& found_inf) {
   constexpr const char* kOp = "fused_adam_";
   const size_t n = t.params.size();
-  HG_CHECK(t.grads.size() == n && t.exp_avgs.size() == n && t.exp_avg_sqs.size() == n &&
-               t.steps.size() == n && t.max_exp_avg_sqs.size() == (args.amsgrad ? n : 0),
-           "{}: expected one gradient, exp_avg, exp_avg_sq{} and step per parameter ({}), got "
-           "{}, {}, {}, {} and {}",
-           kOp, args.amsgrad ? ", max_exp_avg_sq" : "", n, t.grads.size(), t.exp_avgs.size(),
-           t.exp_avg_sqs.size(), t.max_exp_avg_sqs.size(), t.steps.size());
-  HG_CHECK(!args.bf16_params || t.first_blocks.size() == n,
-           "{}: bf16_params expects a first Philox block per parameter ({}), got {}", kOp, n,
-           t.first_blocks.size());
+  const Device device =
+      kernel::check_adam_tensors(t, args, grad_scale, found_inf, kCUDA, /*int64_steps=*/false);
   if (n == 0) return;
-  const Device device = common_device(t.params, kOp, "parameters");
   // Grouped by (parameter dtype, state dtype): one kernel instantiation per group.
   std::map<std::pair<int, int>, PointerLists> groups;
   std::vector<float*> steps(n);
   for (size_t i = 0; i < n; ++i) {
     const Tensor& param = t.params[i];
-    check_param(param, t.grads[i], device, kOp, i);
     const DType state_dtype = t.exp_avgs[i].defined() ? t.exp_avgs[i].dtype() : param.dtype();
-    HG_CHECK(!args.bf16_params || (param.dtype() == kBFloat16 && state_dtype == kFloat32),
-             "{}: bf16_params expects bfloat16 parameters with float32 state, got {} with {} "
-             "(parameter {})",
-             kOp, param.dtype(), state_dtype, i);
-    HG_CHECK(state_dtype == param.dtype() ||
-                 (state_dtype == kFloat32 && is_reduced_precision(param.dtype())),
-             "{}: expected the state of a {} parameter in {}{}, got {} (parameter {})", kOp,
-             param.dtype(), param.dtype(), is_reduced_precision(param.dtype()) ? " or float32" : "",
-             state_dtype, i);
-    check_buffer(t.exp_avgs[i], param, state_dtype, kOp, "exp_avg", i);
-    check_buffer(t.exp_avg_sqs[i], param, state_dtype, kOp, "exp_avg_sq", i);
-    if (args.amsgrad)
-      check_buffer(t.max_exp_avg_sqs[i], param, state_dtype, kOp, "max_exp_avg_sq", i);
-    check_scalar(t.steps[i], device, kFloat32, kOp, "every step count");
     steps[i] = data_of<float>(t.steps[i]);
     PointerLists& lists = groups[{int(param.dtype()), int(state_dtype)}];
     lists.data[0].push_back(param.data_ptr());
@@ -305,32 +233,19 @@ void fused_sgd_(const kernel::SGDTensors& t, const detail::SGDArgs& args, const 
   const size_t n = t.params.size();
   const bool with_buffer = args.momentum != 0;
   const size_t buffers = with_buffer ? n : 0;
-  HG_CHECK(t.grads.size() == n && t.momentum_buffers.size() == buffers && t.steps.size() == buffers,
-           "{}: expected one gradient per parameter ({}) and {} momentum buffers and step counts, "
-           "got {}, {} and {}",
-           kOp, n, buffers, t.grads.size(), t.momentum_buffers.size(), t.steps.size());
-  HG_CHECK(!args.bf16_params || t.first_blocks.size() == n,
-           "{}: bf16_params expects a first Philox block per parameter ({}), got {}", kOp, n,
-           t.first_blocks.size());
+  const Device device =
+      kernel::check_sgd_tensors(t, args, grad_scale, found_inf, kCUDA, /*int64_steps=*/false);
   if (n == 0) return;
-  const Device device = common_device(t.params, kOp, "parameters");
   std::map<int, PointerLists> groups;
   std::vector<float*> steps(buffers);
   for (size_t i = 0; i < n; ++i) {
     const Tensor& param = t.params[i];
-    check_param(param, t.grads[i], device, kOp, i);
     PointerLists& lists = groups[int(param.dtype())];
     lists.data[0].push_back(param.data_ptr());
     lists.data[1].push_back(t.grads[i].data_ptr());
     lists.numel.push_back(param.numel());
-    HG_CHECK(!args.bf16_params || param.dtype() == kBFloat16,
-             "{}: bf16_params expects bfloat16 parameters, got {} (parameter {})", kOp,
-             param.dtype(), i);
     if (args.bf16_params) lists.first_blocks.push_back(t.first_blocks[i]);
     if (with_buffer) {
-      check_buffer(t.momentum_buffers[i], param, args.bf16_params ? kFloat32 : param.dtype(), kOp,
-                   "momentum_buffer", i);
-      check_scalar(t.steps[i], device, kFloat32, kOp, "every step count");
       steps[i] = data_of<float>(t.steps[i]);
       lists.data[2].push_back(t.momentum_buffers[i].data_ptr());
       lists.steps.push_back(steps[i]);
@@ -362,44 +277,21 @@ void fused_rmsprop_(const kernel::RMSpropTensors& t, const detail::RMSpropArgs& 
   constexpr const char* kOp = "fused_rmsprop_";
   const size_t n = t.params.size();
   const bool momentum = args.momentum > 0;
-  HG_CHECK(t.grads.size() == n && t.square_avgs.size() == n && t.steps.size() == n &&
-               t.grad_avgs.size() == (args.centered ? n : 0) &&
-               t.momentum_buffers.size() == (momentum ? n : 0),
-           "{}: expected one gradient, square_avg{}{} and step per parameter ({}), got {}, {}, "
-           "{}, {} and {}",
-           kOp, args.centered ? ", grad_avg" : "", momentum ? ", momentum_buffer" : "", n,
-           t.grads.size(), t.square_avgs.size(), t.grad_avgs.size(), t.momentum_buffers.size(),
-           t.steps.size());
-  HG_CHECK(!args.bf16_params || t.first_blocks.size() == n,
-           "{}: bf16_params expects a first Philox block per parameter ({}), got {}", kOp, n,
-           t.first_blocks.size());
+  const Device device =
+      kernel::check_rmsprop_tensors(t, args, grad_scale, found_inf, kCUDA, /*int64_steps=*/false);
   if (n == 0) return;
-  const Device device = common_device(t.params, kOp, "parameters");
   std::map<int, PointerLists> groups;
   std::vector<float*> steps(n);
   for (size_t i = 0; i < n; ++i) {
     const Tensor& param = t.params[i];
-    check_param(param, t.grads[i], device, kOp, i);
-    HG_CHECK(!args.bf16_params || param.dtype() == kBFloat16,
-             "{}: bf16_params expects bfloat16 parameters, got {} (parameter {})", kOp,
-             param.dtype(), i);
-    const DType state_dtype = args.bf16_params ? kFloat32 : param.dtype();
-    check_buffer(t.square_avgs[i], param, state_dtype, kOp, "square_avg", i);
-    check_scalar(t.steps[i], device, kFloat32, kOp, "every step count");
     steps[i] = data_of<float>(t.steps[i]);
     PointerLists& lists = groups[int(param.dtype())];
     int list = 0;
     lists.data[list++].push_back(param.data_ptr());
     lists.data[list++].push_back(t.grads[i].data_ptr());
     lists.data[list++].push_back(t.square_avgs[i].data_ptr());
-    if (args.centered) {
-      check_buffer(t.grad_avgs[i], param, state_dtype, kOp, "grad_avg", i);
-      lists.data[list++].push_back(t.grad_avgs[i].data_ptr());
-    }
-    if (momentum) {
-      check_buffer(t.momentum_buffers[i], param, state_dtype, kOp, "momentum_buffer", i);
-      lists.data[list++].push_back(t.momentum_buffers[i].data_ptr());
-    }
+    if (args.centered) lists.data[list++].push_back(t.grad_avgs[i].data_ptr());
+    if (momentum) lists.data[list++].push_back(t.momentum_buffers[i].data_ptr());
     lists.numel.push_back(param.numel());
     if (args.bf16_params) lists.first_blocks.push_back(t.first_blocks[i]);
   }
@@ -427,24 +319,13 @@ void fused_adagrad_(const kernel::AdagradTensors& t, const detail::AdagradArgs& 
                     const Tensor& grad_scale, const Tensor& found_inf) {
   constexpr const char* kOp = "fused_adagrad_";
   const size_t n = t.params.size();
-  HG_CHECK(t.grads.size() == n && t.sums.size() == n && t.steps.size() == n,
-           "{}: expected one gradient, sum and step per parameter ({}), got {}, {} and {}", kOp, n,
-           t.grads.size(), t.sums.size(), t.steps.size());
-  HG_CHECK(!args.bf16_params || t.first_blocks.size() == n,
-           "{}: bf16_params expects a first Philox block per parameter ({}), got {}", kOp, n,
-           t.first_blocks.size());
+  const Device device =
+      kernel::check_adagrad_tensors(t, args, grad_scale, found_inf, kCUDA, /*int64_steps=*/false);
   if (n == 0) return;
-  const Device device = common_device(t.params, kOp, "parameters");
   std::map<int, PointerLists> groups;
   std::vector<float*> steps(n);
   for (size_t i = 0; i < n; ++i) {
     const Tensor& param = t.params[i];
-    check_param(param, t.grads[i], device, kOp, i);
-    HG_CHECK(!args.bf16_params || param.dtype() == kBFloat16,
-             "{}: bf16_params expects bfloat16 parameters, got {} (parameter {})", kOp,
-             param.dtype(), i);
-    check_buffer(t.sums[i], param, args.bf16_params ? kFloat32 : param.dtype(), kOp, "sum", i);
-    check_scalar(t.steps[i], device, kFloat32, kOp, "every step count");
     steps[i] = data_of<float>(t.steps[i]);
     PointerLists& lists = groups[int(param.dtype())];
     lists.data[0].push_back(param.data_ptr());
@@ -506,7 +387,7 @@ void clip_by_total_norm_(std::span<const Tensor> tensors, const Tensor& total_no
   constexpr const char* kOp = "clip_by_total_norm_";
   if (tensors.empty()) return;
   const Device device = common_device(tensors, kOp, "tensors");
-  check_scalar(total_norm, device, kFloat32, kOp, "the total norm");
+  check_scalar(total_norm, device, kOp, "the total norm");
   DeviceGuard guard(device.index);
   const cudaStream_t stream = current_stream(device.index);
   const std::vector<Tensor> dense = dense_of(tensors);
@@ -583,14 +464,14 @@ void update_scale_(const Tensor& scale, const Tensor& growth_tracker, const Tens
                    detail::ScalerMonitor* monitor) {
   constexpr const char* kOp = "update_scale_";
   HG_CHECK(scale.defined() && scale.is_cuda(), "{}: expected a CUDA scale, got {}", kOp,
-           describe(scale));
+           describe_tensor(scale));
   const Device device = scale.device();
-  check_scalar(scale, device, kFloat32, kOp, "the scale");
-  check_scalar(growth_tracker, device, kInt32, kOp, "the growth tracker");
+  check_scalar(scale, device, kOp, "the scale");
+  check_scalar(growth_tracker, device, kOp, "the growth tracker", kInt32);
   HG_CHECK(counters.defined() && counters.device() == device && counters.dtype() == kInt32 &&
                counters.numel() == detail::kScalerCounters && counters.is_contiguous(),
            "{}: expected the counters to be {} contiguous int32 elements on {}, got {}", kOp,
-           int(detail::kScalerCounters), device, describe(counters));
+           int(detail::kScalerCounters), device, describe_tensor(counters));
   const float* found = optional_scalar(found_inf, device, kOp, "found_inf");
   HG_CHECK(found != nullptr || args.set_scale,
            "{}: expected a found_inf flag (only a set scale goes without one), got none", kOp);

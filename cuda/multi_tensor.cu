@@ -4,7 +4,7 @@
 //
 // Every kernel that reads a scale or a flag reads it from device memory, so a training step
 // built from them never needs the host to look at a value (NOTE [No host sync in the step]
-// in multi_tensor.h).
+// in multi_tensor.cpp).
 #include "halfgrad/cuda/multi_tensor_launch.h"
 
 #include <algorithm>
@@ -14,6 +14,7 @@
 #include "halfgrad/core/random.h"
 #include "halfgrad/core/stochastic_rounding.h"
 #include "halfgrad/cuda/device_utils.cuh"
+#include "halfgrad/kernel/update_rules.h"
 
 namespace hg::cuda::detail {
 
@@ -63,8 +64,6 @@ __device__ __forceinline__ int64_t chunks_in(const ChunkTable<Lists>& table) {
 
 __device__ __forceinline__ bool is_finite(float x) { return isfinite(x); }
 __device__ __forceinline__ bool is_finite(double x) { return isfinite(x); }
-__device__ __forceinline__ float square_root(float x) { return sqrtf(x); }
-__device__ __forceinline__ double square_root(double x) { return sqrt(x); }
 
 // Replaces each element v of data[begin, end) by f(v) (f: T -> T), this block's threads
 // sharing the range. When data is 16-byte aligned the range goes in 16-byte packs (begin is a
@@ -123,7 +122,7 @@ __global__ void __launch_bounds__(kBlock)
     const Chunk k = chunk_at(table, c);
     map_range(static_cast<T*>(table.data[0][k.tensor]), k.begin, k.end, [&](T v) {
       const C x = convert<C>(v);
-      const T out = convert<T>(x * factor);
+      const T out = convert<T>(kernel::rules::unscale(x, factor));
       non_finite |= !(is_finite(x) && is_finite(convert<C>(out)));
       return out;
     });
@@ -238,12 +237,35 @@ __device__ __forceinline__ void store_param(T* param, int64_t i, C value, bool s
   param[i] = convert<T>(value);
 }
 
-// NOTE [Fused optimizer kernels] The arithmetic of the CPU passes (optim/adam.cpp, sgd.cpp,
-// rmsprop.cpp, adagrad.cpp), operation for operation: compute type float (double for float64),
-// scalar constants from double, each state value rounded to its storage dtype when stored and
-// read back rounded. (nvcc may contract a multiply and an add into one fused multiply-add, so
-// float32 results can differ from the CPU's in the last bit.) A set found_inf returns before
-// anything is read or written, so parameters, state and step counts stay bit-identical.
+// NOTE [Fused optimizer kernels] Each kernel instantiates the update rule the CPU passes
+// instantiate (kernel/update_rules.h, NOTE [Update rules written once]) in the compute type
+// (float; double for float64), with the constants computed per chunk from the step count kept on
+// the device, each state value rounded to its storage dtype when stored and read back rounded.
+// Every product is rounded on its own (the rules' mul is __fmul_rn here), so the results are the
+// CPU's bits but for pow in the bias corrections, which CUDA's libdevice does not round
+// correctly. A set found_inf returns before anything is read or written, so parameters, state
+// and step counts stay bit-identical.
+
+// round_state on the device: through the storage type S and back.
+template <class S>
+struct RoundThrough {
+  template <class C>
+  __device__ C operator()(C x) const {
+    return convert<C>(convert<S>(x));
+  }
+};
+
+// 1 / grad_scale in double (1: none), as the CPU passes compute it.
+__device__ __forceinline__ double inverse_of(const float* grad_scale) {
+  return grad_scale != nullptr ? 1.0 / static_cast<double>(*grad_scale) : 1.0;
+}
+// The group's lr: read on the device when the optimizer keeps it there (NOTE [The lr on the
+// device] in optim/optimizer.h).
+template <class Args>
+__device__ __forceinline__ double lr_of(const Args& a) {
+  return a.lr_device != nullptr ? *a.lr_device : a.lr;
+}
+
 template <class T, class S, int Lists>
 __global__ void __launch_bounds__(kBlock)
     adam_kernel(const __grid_constant__ ChunkTable<Lists> table, AdamArgs a,
@@ -252,19 +274,13 @@ __global__ void __launch_bounds__(kBlock)
   if (found_inf != nullptr && *found_inf != 0.0f) return;
   using C = compute_t<T>;
   const bool scaled = grad_scale != nullptr;
-  const C inv_scale = scaled ? C(1.0 / static_cast<double>(*grad_scale)) : C(1);
-  const C one_minus_beta1 = C(1 - a.beta1), beta2 = C(a.beta2), one_minus_beta2 = C(1 - a.beta2);
-  const double lr = a.lr_device != nullptr ? *a.lr_device : a.lr;
-  const C eps = C(a.eps), weight_decay = C(a.weight_decay);
-  const C decay_factor = C(1 - lr * a.weight_decay);
-  const bool decay = weight_decay != C(0);
+  const double inv_scale = inverse_of(grad_scale), lr = lr_of(a);
   const int64_t chunks = chunks_in(table);
   for (int64_t c = blockIdx.x; c < chunks; c += gridDim.x) {
     const Chunk k = chunk_at(table, c);
     // The step this update takes (1 on the first), from the count kept on the device.
     const double step = static_cast<double>(*table.steps[k.tensor]) + 1.0;
-    const C step_size = C(lr / (1.0 - pow(a.beta1, step)));
-    const C bias_correction2_sqrt = C(sqrt(1.0 - pow(a.beta2, step)));
+    const auto constants = kernel::rules::adam_constants<C>(a, lr, scaled, inv_scale, step);
     T* param = static_cast<T*>(table.data[0][k.tensor]);
     const T* grad = static_cast<const T*>(table.data[1][k.tensor]);
     S* exp_avg = static_cast<S*>(table.data[2][k.tensor]);
@@ -272,34 +288,15 @@ __global__ void __launch_bounds__(kBlock)
     S* max_exp_avg_sq = nullptr;
     if constexpr (Lists == 5) max_exp_avg_sq = static_cast<S*>(table.data[4][k.tensor]);
     for (int64_t i = k.begin + threadIdx.x; i < k.end; i += blockDim.x) {
-      C p = convert<C>(param[i]);
-      C g = convert<C>(grad[i]);
-      if (scaled) g *= inv_scale;
-      if (a.maximize) g = -g;
-      if (decay) {
-        if (a.decoupled_weight_decay) {
-          p *= decay_factor;
-        } else {
-          g += weight_decay * p;
-        }
-      }
-      C m = convert<C>(exp_avg[i]);
-      m += one_minus_beta1 * (g - m);
-      C v = beta2 * convert<C>(exp_avg_sq[i]) + one_minus_beta2 * g * g;
-      const S m_stored = convert<S>(m), v_stored = convert<S>(v);
-      exp_avg[i] = m_stored;
-      exp_avg_sq[i] = v_stored;
-      m = convert<C>(m_stored);  // the stored (rounded) state, as the CPU pass uses
-      v = convert<C>(v_stored);
-      if constexpr (Lists == 5) {
-        const C previous = convert<C>(max_exp_avg_sq[i]);
-        const S v_max = convert<S>(previous < v ? v : previous);  // std::max(previous, v)
-        max_exp_avg_sq[i] = v_max;
-        v = convert<C>(v_max);
-      }
-      const C denom = square_root(v) / bias_correction2_sqrt + eps;
-      store_param(param, i, p - step_size * (m / denom), a.bf16_params, a.seed,
-                  table.first_block[k.tensor]);
+      C m = convert<C>(exp_avg[i]), v = convert<C>(exp_avg_sq[i]);
+      C vmax = Lists == 5 ? convert<C>(max_exp_avg_sq[i]) : C(0);
+      const C p =
+          kernel::rules::adam_rule(convert<C>(param[i]), convert<C>(grad[i]), m, v,
+                                   Lists == 5 ? &vmax : nullptr, constants, RoundThrough<S>{});
+      exp_avg[i] = convert<S>(m);
+      exp_avg_sq[i] = convert<S>(v);
+      if constexpr (Lists == 5) max_exp_avg_sq[i] = convert<S>(vmax);
+      store_param(param, i, p, a.bf16_params, a.seed, table.first_block[k.tensor]);
     }
   }
 }
@@ -312,11 +309,7 @@ __global__ void __launch_bounds__(kBlock)
   if (found_inf != nullptr && *found_inf != 0.0f) return;
   using C = compute_t<T>;
   const bool scaled = grad_scale != nullptr;
-  const C inv_scale = scaled ? C(1.0 / static_cast<double>(*grad_scale)) : C(1);
-  const C lr = C(a.lr_device != nullptr ? *a.lr_device : a.lr);
-  const C momentum = C(a.momentum), damp = C(1 - a.dampening);
-  const C weight_decay = C(a.weight_decay);
-  const bool decay = weight_decay != C(0);
+  const double inv_scale = inverse_of(grad_scale), lr = lr_of(a);
   const int64_t chunks = chunks_in(table);
   for (int64_t c = blockIdx.x; c < chunks; c += gridDim.x) {
     const Chunk k = chunk_at(table, c);
@@ -328,30 +321,19 @@ __global__ void __launch_bounds__(kBlock)
       buffer = static_cast<B*>(table.data[2][k.tensor]);
       first = *table.steps[k.tensor] == 0.0f;  // no step taken yet: the buffer starts as g
     }
+    const auto constants = kernel::rules::sgd_constants<C>(a, lr, scaled, inv_scale, first);
     for (int64_t i = k.begin + threadIdx.x; i < k.end; i += blockDim.x) {
-      const C p = convert<C>(param[i]);
-      C g = convert<C>(grad[i]);
-      if (scaled) g *= inv_scale;
-      if (a.maximize) g = -g;
-      // Each product rounded on its own, as the CPU pass computes them (NOTE [Rounded products
-      // where terms cancel] in device_utils.cuh): the results are the CPU's bits.
-      if (decay) g += mul_rn(weight_decay, p);
-      if constexpr (Lists == 3) {
-        const B b_stored =
-            convert<B>(first ? g : mul_rn(momentum, convert<C>(buffer[i])) + mul_rn(damp, g));
-        buffer[i] = b_stored;
-        const C b = convert<C>(b_stored);  // the stored (rounded) buffer, as the CPU pass uses
-        g = a.nesterov ? g + mul_rn(momentum, b) : b;
-      }
-      store_param(param, i, p - mul_rn(lr, g), a.bf16_params, a.seed,
-                  table.first_block[k.tensor]);
+      C b = Lists == 3 && !first ? convert<C>(buffer[i]) : C(0);
+      const C p = kernel::rules::sgd_rule(convert<C>(param[i]), convert<C>(grad[i]),
+                                          Lists == 3 ? &b : nullptr, constants, RoundThrough<B>{});
+      if constexpr (Lists == 3) buffer[i] = convert<B>(b);
+      store_param(param, i, p, a.bf16_params, a.seed, table.first_block[k.tensor]);
     }
   }
 }
 
-// RMSprop in optim/rmsprop.cpp's order of operations; the lists are param, grad, square_avg,
-// then grad_avg (Centered), then momentum_buffer (Momentum), the buffers of type S. Products
-// rounded on their own (mul_rn), as the CPU pass rounds them.
+// RMSprop; the lists are param, grad, square_avg, then grad_avg (Centered), then momentum_buffer
+// (Momentum), the buffers of type S.
 template <class T, class S, bool Centered, bool Momentum,
           int Lists = 3 + int(Centered) + int(Momentum)>
 __global__ void __launch_bounds__(kBlock)
@@ -359,12 +341,8 @@ __global__ void __launch_bounds__(kBlock)
                    const float* grad_scale, const float* found_inf) {
   if (found_inf != nullptr && *found_inf != 0.0f) return;
   using C = compute_t<T>;
-  const bool scaled = grad_scale != nullptr;
-  const C inv_scale = scaled ? C(1.0 / static_cast<double>(*grad_scale)) : C(1);
-  const C lr = C(a.lr_device != nullptr ? *a.lr_device : a.lr);
-  const C alpha = C(a.alpha), one_minus_alpha = C(1 - a.alpha), eps = C(a.eps);
-  const C weight_decay = C(a.weight_decay), momentum = C(a.momentum);
-  const bool decay = a.weight_decay != 0;
+  const auto constants = kernel::rules::rmsprop_constants<C>(a, lr_of(a), grad_scale != nullptr,
+                                                             inverse_of(grad_scale));
   const int64_t chunks = chunks_in(table);
   for (int64_t c = blockIdx.x; c < chunks; c += gridDim.x) {
     const Chunk k = chunk_at(table, c);
@@ -375,40 +353,22 @@ __global__ void __launch_bounds__(kBlock)
     S* buffer = nullptr;
     if constexpr (Centered) grad_avg = static_cast<S*>(table.data[3][k.tensor]);
     if constexpr (Momentum) buffer = static_cast<S*>(table.data[Lists - 1][k.tensor]);
-    const uint64_t first_block = table.first_block[k.tensor];
     for (int64_t i = k.begin + threadIdx.x; i < k.end; i += blockDim.x) {
-      const C p = convert<C>(param[i]);
-      C g = convert<C>(grad[i]);
-      if (scaled) g *= inv_scale;
-      if (a.maximize) g = -g;
-      if (decay) g += mul_rn(weight_decay, p);
-      const S v_stored = convert<S>(mul_rn(convert<C>(square_avg[i]), alpha) +
-                                    mul_rn(mul_rn(one_minus_alpha, g), g));
-      square_avg[i] = v_stored;
-      const C v = convert<C>(v_stored);  // the stored (rounded) state, as the CPU pass uses
-      C avg;
-      if constexpr (Centered) {
-        const S ga_stored =
-            convert<S>(mul_rn(convert<C>(grad_avg[i]), alpha) + mul_rn(one_minus_alpha, g));
-        grad_avg[i] = ga_stored;
-        const C ga = convert<C>(ga_stored);
-        avg = square_root(v - mul_rn(ga, ga)) + eps;
-      } else {
-        avg = square_root(v) + eps;
-      }
-      if constexpr (Momentum) {
-        const S b_stored = convert<S>(mul_rn(convert<C>(buffer[i]), momentum) + g / avg);
-        buffer[i] = b_stored;
-        store_param(param, i, p - mul_rn(lr, convert<C>(b_stored)), a.bf16_params, a.seed,
-                    first_block);
-      } else {
-        store_param(param, i, p - mul_rn(lr, g) / avg, a.bf16_params, a.seed, first_block);
-      }
+      C v = convert<C>(square_avg[i]);
+      C ga = Centered ? convert<C>(grad_avg[i]) : C(0);
+      C b = Momentum ? convert<C>(buffer[i]) : C(0);
+      const C p = kernel::rules::rmsprop_rule(convert<C>(param[i]), convert<C>(grad[i]), v,
+                                              Centered ? &ga : nullptr, Momentum ? &b : nullptr,
+                                              constants, RoundThrough<S>{});
+      square_avg[i] = convert<S>(v);
+      if constexpr (Centered) grad_avg[i] = convert<S>(ga);
+      if constexpr (Momentum) buffer[i] = convert<S>(b);
+      store_param(param, i, p, a.bf16_params, a.seed, table.first_block[k.tensor]);
     }
   }
 }
 
-// Adagrad in optim/adagrad.cpp's order of operations; lists param, grad, sum (of type S).
+// Adagrad; lists param, grad, sum (of type S).
 template <class T, class S>
 __global__ void __launch_bounds__(kBlock)
     adagrad_kernel(const __grid_constant__ ChunkTable<3> table, AdagradArgs a,
@@ -416,30 +376,22 @@ __global__ void __launch_bounds__(kBlock)
   if (found_inf != nullptr && *found_inf != 0.0f) return;
   using C = compute_t<T>;
   const bool scaled = grad_scale != nullptr;
-  const C inv_scale = scaled ? C(1.0 / static_cast<double>(*grad_scale)) : C(1);
-  const double lr = a.lr_device != nullptr ? *a.lr_device : a.lr;
-  const C weight_decay = C(a.weight_decay), eps = C(a.eps);
-  const bool decay = a.weight_decay != 0;
+  const double inv_scale = inverse_of(grad_scale), lr = lr_of(a);
   const int64_t chunks = chunks_in(table);
   for (int64_t c = blockIdx.x; c < chunks; c += gridDim.x) {
     const Chunk k = chunk_at(table, c);
     // The step this update takes (1 on the first), from the count kept on the device.
     const double step = static_cast<double>(*table.steps[k.tensor]) + 1.0;
-    const C clr = C(lr / (1.0 + mul_rn(step - 1.0, a.lr_decay)));
+    const auto constants = kernel::rules::adagrad_constants<C>(a, lr, scaled, inv_scale, step);
     T* param = static_cast<T*>(table.data[0][k.tensor]);
     const T* grad = static_cast<const T*>(table.data[1][k.tensor]);
     S* sum = static_cast<S*>(table.data[2][k.tensor]);
     for (int64_t i = k.begin + threadIdx.x; i < k.end; i += blockDim.x) {
-      const C p = convert<C>(param[i]);
-      C g = convert<C>(grad[i]);
-      if (scaled) g *= inv_scale;
-      if (a.maximize) g = -g;
-      if (decay) g += mul_rn(weight_decay, p);
-      const S sum_stored = convert<S>(convert<C>(sum[i]) + mul_rn(g, g));
-      sum[i] = sum_stored;
-      const C std_dev = square_root(convert<C>(sum_stored)) + eps;
-      store_param(param, i, p - mul_rn(clr, g) / std_dev, a.bf16_params, a.seed,
-                  table.first_block[k.tensor]);
+      C s_value = convert<C>(sum[i]);
+      const C p = kernel::rules::adagrad_rule(convert<C>(param[i]), convert<C>(grad[i]), s_value,
+                                              constants, RoundThrough<S>{});
+      sum[i] = convert<S>(s_value);
+      store_param(param, i, p, a.bf16_params, a.seed, table.first_block[k.tensor]);
     }
   }
 }

@@ -1,0 +1,26 @@
+// The CPU multi_tensor kernels' AVX-512 passes (multi_tensor_avx512.cpp, the one file compiled
+// with -mavx512f): float32 parameters and state, blocks [first_block, last_block) of 16
+// elements of n, masked at the tail. Called only where the CPU has AVX-512 (cpu/multi_tensor.cpp
+// checks), each pass instantiates the update rule the scalar loops instantiate
+// (kernel/update_rules.h) on 16 float lanes, so its results are the scalar loop's bits.
+#pragma once
+
+#include <cstdint>
+
+#include "halfgrad/kernel/update_rules.h"
+
+namespace hg::cpu::detail {
+
+// max_exp_avg_sq: null unless k.amsgrad.
+void adam_blocks_avx512(float* param, const float* grad, float* exp_avg, float* exp_avg_sq,
+                        float* max_exp_avg_sq, int64_t n, int64_t first_block, int64_t last_block,
+                        const kernel::rules::AdamConstants<float>& k);
+// buffer: null without momentum.
+void sgd_blocks_avx512(float* param, const float* grad, float* buffer, int64_t n,
+                       int64_t first_block, int64_t last_block,
+                       const kernel::rules::SGDConstants<float>& k);
+// data *= inv_scale in place; true when a value read was not finite.
+bool unscale_blocks_avx512(float* data, int64_t n, int64_t first_block, int64_t last_block,
+                           float inv_scale);
+
+}  // namespace hg::cpu::detail

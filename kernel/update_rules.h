@@ -1,0 +1,251 @@
+// The optimizers' update rules, written once: the arithmetic of one element of SGD, Adam/AdamW,
+// RMSprop and Adagrad (and the unscale), which the CPU loops (cpu/multi_tensor.cpp), the CPU's
+// AVX-512 passes (cpu/multi_tensor_avx512.cpp) and the CUDA kernels (cuda/multi_tensor.cu) all
+// instantiate.
+//
+// NOTE [Update rules written once] A rule is a template over the value type V it computes in:
+// the compute type C (float; double for float64 parameters) in the scalar loops and the CUDA
+// kernels, 16 float lanes in the AVX-512 passes. It reads the operations it needs unqualified:
+// + - / and unary minus, mul (a product rounded on its own: nvcc would otherwise fuse it with an
+// add into a multiply-add, which the CPU loops never do, so every product goes through it),
+// square_root and max_of; this header defines them for float and double, a vector type brings
+// its own beside it (found by argument-dependent lookup). The per-step constants are computed
+// once, in double as torch computes them on the host, by the *_constants functions here on both
+// backends. The rule takes the state already loaded and leaves the new state in its reference
+// arguments after `round_state` (the rounding to the state's storage dtype and back: the CPU
+// and CUDA passes use the stored, rounded state, as torch does); the caller stores it and the
+// returned parameter value (rounded to nearest, or stochastically with bf16_params: core's
+// stochastic_round_bfloat16 on both backends). The operation order is torch's; float32 and
+// float64 follow its formulas term by term (NOTE [Fused optimizer pass] in
+// cpu/multi_tensor.cpp).
+#pragma once
+
+#include <cmath>
+
+#include "halfgrad/core/host_device.h"
+#include "halfgrad/kernel/multi_tensor_args.h"
+
+namespace hg::kernel::rules {
+
+// ---- the operations, for scalars -------------------------------------------------------------
+
+HG_HOST_DEVICE inline float mul(float a, float b) {
+#if defined(__CUDA_ARCH__)
+  return __fmul_rn(a, b);
+#else
+  return a * b;
+#endif
+}
+HG_HOST_DEVICE inline double mul(double a, double b) {
+#if defined(__CUDA_ARCH__)
+  return __dmul_rn(a, b);
+#else
+  return a * b;
+#endif
+}
+HG_HOST_DEVICE inline float square_root(float x) {
+#if defined(__CUDA_ARCH__)
+  return ::sqrtf(x);
+#else
+  return std::sqrt(x);
+#endif
+}
+HG_HOST_DEVICE inline double square_root(double x) { return ::sqrt(x); }
+// std::max(previous, v): previous unless previous < v (so previous when either is NaN).
+template <class C>
+HG_HOST_DEVICE inline C max_of(C previous, C v) {
+  return previous < v ? v : previous;
+}
+
+// round_state for state kept in the compute type: nothing to round.
+struct KeepState {
+  template <class V>
+  HG_HOST_DEVICE V operator()(V x) const {
+    return x;
+  }
+};
+
+// ---- the unscale -----------------------------------------------------------------------------
+
+// GradScaler's unscale of one value: x * inv_scale, in the compute type.
+template <class V>
+HG_HOST_DEVICE inline V unscale(V x, V inv_scale) {
+  return mul(x, inv_scale);
+}
+
+// ---- SGD -------------------------------------------------------------------------------------
+
+template <class C>
+struct SGDConstants {
+  C lr, momentum, damp, weight_decay, inv_scale;
+  bool scaled, decay, maximize, nesterov;
+  bool first;  // the momentum buffer holds no value yet: this step sets it to the gradient
+};
+// scaled: grad_scale given (inv_scale = 1 / grad_scale, in double); lr: the group's lr (on
+// CUDA possibly read from the device); first: as above.
+template <class C>
+HG_HOST_DEVICE SGDConstants<C> sgd_constants(const SGDArgs& a, double lr, bool scaled,
+                                             double inv_scale, bool first) {
+  SGDConstants<C> k;
+  k.lr = C(lr);
+  k.momentum = C(a.momentum);
+  k.damp = C(1 - a.dampening);
+  k.weight_decay = C(a.weight_decay);
+  k.inv_scale = C(inv_scale);
+  k.scaled = scaled;
+  k.decay = k.weight_decay != C(0);
+  k.maximize = a.maximize;
+  k.nesterov = a.nesterov;
+  k.first = first;
+  return k;
+}
+
+// torch.optim.SGD: the new parameter value; buffer (null without momentum) holds the momentum
+// buffer's value and receives its new one.
+template <class V, class C, class RoundState>
+HG_HOST_DEVICE inline V sgd_rule(V p, V g, V* buffer, const SGDConstants<C>& k,
+                                 RoundState round_state) {
+  if (k.scaled) g = unscale(g, V(k.inv_scale));
+  if (k.maximize) g = -g;
+  if (k.decay) g = g + mul(V(k.weight_decay), p);
+  if (buffer != nullptr) {
+    *buffer = round_state(k.first ? g : mul(V(k.momentum), *buffer) + mul(V(k.damp), g));
+    g = k.nesterov ? g + mul(V(k.momentum), *buffer) : *buffer;
+  }
+  return p - mul(V(k.lr), g);
+}
+
+// ---- Adam and AdamW --------------------------------------------------------------------------
+
+template <class C>
+struct AdamConstants {
+  C step_size, bias_correction2_sqrt, one_minus_beta1, beta2, one_minus_beta2, eps, weight_decay,
+      decay_factor, inv_scale;
+  bool scaled, decay, decoupled, amsgrad, maximize;
+};
+// step: the step this update takes (1 on the first).
+template <class C>
+HG_HOST_DEVICE AdamConstants<C> adam_constants(const AdamArgs& a, double lr, bool scaled,
+                                               double inv_scale, double step) {
+  AdamConstants<C> k;
+  k.step_size = C(lr / (1 - ::pow(a.beta1, step)));
+  k.bias_correction2_sqrt = C(::sqrt(1 - ::pow(a.beta2, step)));
+  k.one_minus_beta1 = C(1 - a.beta1);
+  k.beta2 = C(a.beta2);
+  k.one_minus_beta2 = C(1 - a.beta2);
+  k.eps = C(a.eps);
+  k.weight_decay = C(a.weight_decay);
+  k.decay_factor = C(1 - mul(lr, a.weight_decay));
+  k.inv_scale = C(inv_scale);
+  k.scaled = scaled;
+  k.decay = k.weight_decay != C(0);
+  k.decoupled = a.decoupled_weight_decay;
+  k.amsgrad = a.amsgrad;
+  k.maximize = a.maximize;
+  return k;
+}
+
+// torch.optim.Adam (AdamW with decoupled weight decay): the new parameter value; m, v and (with
+// amsgrad) *vmax hold exp_avg, exp_avg_sq and max_exp_avg_sq and receive their new values.
+template <class V, class C, class RoundState>
+HG_HOST_DEVICE inline V adam_rule(V p, V g, V& m, V& v, V* vmax, const AdamConstants<C>& k,
+                                  RoundState round_state) {
+  if (k.scaled) g = unscale(g, V(k.inv_scale));
+  if (k.maximize) g = -g;
+  if (k.decay) {
+    if (k.decoupled) {
+      p = mul(p, V(k.decay_factor));
+    } else {
+      g = g + mul(V(k.weight_decay), p);
+    }
+  }
+  m = round_state(m + mul(V(k.one_minus_beta1), g - m));  // torch's lerp
+  v = round_state(mul(V(k.beta2), v) + mul(mul(V(k.one_minus_beta2), g), g));
+  if (k.amsgrad) *vmax = round_state(max_of(*vmax, v));  // the denominator's v with amsgrad
+  const V denom = square_root(k.amsgrad ? *vmax : v) / V(k.bias_correction2_sqrt) + V(k.eps);
+  return p - mul(V(k.step_size), m / denom);
+}
+
+// ---- RMSprop ---------------------------------------------------------------------------------
+
+template <class C>
+struct RMSpropConstants {
+  C lr, alpha, one_minus_alpha, eps, weight_decay, momentum, inv_scale;
+  bool scaled, decay, maximize;
+};
+template <class C>
+HG_HOST_DEVICE RMSpropConstants<C> rmsprop_constants(const RMSpropArgs& a, double lr, bool scaled,
+                                                     double inv_scale) {
+  RMSpropConstants<C> k;
+  k.lr = C(lr);
+  k.alpha = C(a.alpha);
+  k.one_minus_alpha = C(1 - a.alpha);
+  k.eps = C(a.eps);
+  k.weight_decay = C(a.weight_decay);
+  k.momentum = C(a.momentum);
+  k.inv_scale = C(inv_scale);
+  k.scaled = scaled;
+  k.decay = a.weight_decay != 0;
+  k.maximize = a.maximize;
+  return k;
+}
+
+// torch.optim.RMSprop (addcmul's value * a * b, addcdiv's value * a / b): the new parameter
+// value; square_avg, and *grad_avg (centered only) and *buffer (momentum > 0 only) when not
+// null, hold the state and receive its new values.
+template <class V, class C, class RoundState>
+HG_HOST_DEVICE inline V rmsprop_rule(V p, V g, V& square_avg, V* grad_avg, V* buffer,
+                                     const RMSpropConstants<C>& k, RoundState round_state) {
+  if (k.scaled) g = unscale(g, V(k.inv_scale));
+  if (k.maximize) g = -g;
+  if (k.decay) g = g + mul(V(k.weight_decay), p);
+  square_avg = round_state(mul(square_avg, V(k.alpha)) + mul(mul(V(k.one_minus_alpha), g), g));
+  V avg;
+  if (grad_avg != nullptr) {
+    *grad_avg = round_state(mul(*grad_avg, V(k.alpha)) + mul(V(k.one_minus_alpha), g));
+    avg = square_root(square_avg - mul(*grad_avg, *grad_avg)) + V(k.eps);
+  } else {
+    avg = square_root(square_avg) + V(k.eps);
+  }
+  if (buffer != nullptr) {
+    *buffer = round_state(mul(*buffer, V(k.momentum)) + g / avg);
+    return p - mul(V(k.lr), *buffer);
+  }
+  return p - mul(V(k.lr), g) / avg;
+}
+
+// ---- Adagrad ---------------------------------------------------------------------------------
+
+template <class C>
+struct AdagradConstants {
+  C clr, weight_decay, eps, inv_scale;  // clr: the lr decayed for this step
+  bool scaled, decay, maximize;
+};
+// step: the step this update takes (1 on the first).
+template <class C>
+HG_HOST_DEVICE AdagradConstants<C> adagrad_constants(const AdagradArgs& a, double lr, bool scaled,
+                                                     double inv_scale, double step) {
+  AdagradConstants<C> k;
+  k.clr = C(lr / (1 + mul(step - 1, a.lr_decay)));
+  k.weight_decay = C(a.weight_decay);
+  k.eps = C(a.eps);
+  k.inv_scale = C(inv_scale);
+  k.scaled = scaled;
+  k.decay = a.weight_decay != 0;
+  k.maximize = a.maximize;
+  return k;
+}
+
+// torch.optim.Adagrad: the new parameter value; sum holds the state and receives its new value.
+template <class V, class C, class RoundState>
+HG_HOST_DEVICE inline V adagrad_rule(V p, V g, V& sum, const AdagradConstants<C>& k,
+                                     RoundState round_state) {
+  if (k.scaled) g = unscale(g, V(k.inv_scale));
+  if (k.maximize) g = -g;
+  if (k.decay) g = g + mul(V(k.weight_decay), p);
+  sum = round_state(sum + mul(g, g));
+  const V std_dev = square_root(sum) + V(k.eps);
+  return p - mul(V(k.clr), g) / std_dev;
+}
+
+}  // namespace hg::kernel::rules
