@@ -20,7 +20,7 @@
 // fails there).
 #pragma once
 
-#include "halfgrad/optim/optimizer.h"
+#include "halfgrad/optim/fused_optimizer.h"
 
 namespace hg::optim {
 
@@ -39,7 +39,7 @@ struct AdagradOptions {
   Generator* generator = nullptr;  // bf16_params' random words; nullptr: default_generator()
 };
 
-class Adagrad : public Optimizer {
+class Adagrad : public FusedOptimizer<kernel::AdagradTensors, kernel::AdagradArgs> {
  public:
   // lr, lr_decay, weight_decay, initial_accumulator_value and eps must be >= 0 (torch's
   // checks), or hg::Error (for the defaults and every group's options; add_param_group and
@@ -47,25 +47,24 @@ class Adagrad : public Optimizer {
   Adagrad(std::vector<Tensor> params, AdagradOptions options = {});
   Adagrad(std::vector<ParamGroup> groups, AdagradOptions options = {});
 
-  void step() override { step_scaled(Tensor(), Tensor()); }
-  bool supports_scaled_step() const override { return true; }
-  const char* name() const override { return "Adagrad"; }
-  void step_scaled(const Tensor& grad_scale, const Tensor& found_inf) override;
-
  protected:
   void check_options(const std::map<std::string, double>& options) const override;
   std::vector<std::string> state_buffer_names(const ParamGroup& group) const override;
   bool keeps_step() const override { return true; }
   bool makes_state_when_constructed() const override { return true; }
   DType state_dtype(const Tensor& param) const override;
-
- private:
+  kernel::AdagradArgs step_args(const ParamGroup& group) const override;
   // Parameter `index` of group `group`'s state, "sum" made from the group's
   // initial_accumulator_value when it has none (NOTE [Adagrad state from construction]).
-  ParamState& state_with_sum(size_t group, size_t index);
+  ParamState& state_at(size_t group, size_t index) override { return state_with_sum(group, index); }
+  void add_state(kernel::AdagradTensors& tensors, const kernel::AdagradArgs& args,
+                 const Tensor& param, ParamState& state) override;
+  void launch(const kernel::MultiTensorKernels& kernels, const kernel::AdagradTensors& tensors,
+              const kernel::AdagradArgs& args, const Tensor& grad_scale,
+              const Tensor& found_inf) const override;
 
-  bool bf16_params_ = false;
-  Generator* generator_ = nullptr;
+ private:
+  ParamState& state_with_sum(size_t group, size_t index);
 };
 
 }  // namespace hg::optim

@@ -22,7 +22,7 @@
 // paths do); the parameter itself stays 16-bit. Float32/float64 parameters are unaffected.
 #pragma once
 
-#include "halfgrad/optim/optimizer.h"
+#include "halfgrad/optim/fused_optimizer.h"
 
 namespace hg::optim {
 
@@ -61,13 +61,7 @@ struct AdamWOptions {
 };
 
 // The shared implementation; `decoupled_weight_decay` picks AdamW's weight decay.
-class AdamBase : public Optimizer {
- public:
-  void step() override { step_scaled(Tensor(), Tensor()); }
-  bool supports_scaled_step() const override { return true; }
-  const char* name() const override { return name_; }  // "Adam" or "AdamW"
-  void step_scaled(const Tensor& grad_scale, const Tensor& found_inf) override;
-
+class AdamBase : public FusedOptimizer<kernel::AdamTensors, kernel::AdamArgs> {
  protected:
   AdamBase(std::vector<ParamGroup> groups, std::map<std::string, double> defaults,
            bool decoupled_weight_decay, bool float32_state, bool bf16_params,
@@ -76,13 +70,16 @@ class AdamBase : public Optimizer {
   std::vector<std::string> state_buffer_names(const ParamGroup& group) const override;
   bool keeps_step() const override { return true; }
   DType state_dtype(const Tensor& param) const override;
+  kernel::AdamArgs step_args(const ParamGroup& group) const override;
+  void add_state(kernel::AdamTensors& tensors, const kernel::AdamArgs& args, const Tensor& param,
+                 ParamState& state) override;
+  void launch(const kernel::MultiTensorKernels& kernels, const kernel::AdamTensors& tensors,
+              const kernel::AdamArgs& args, const Tensor& grad_scale,
+              const Tensor& found_inf) const override;
 
  private:
   bool decoupled_weight_decay_;
   bool float32_state_;
-  bool bf16_params_;
-  Generator* generator_;
-  const char* name_;
 };
 
 class Adam : public AdamBase {

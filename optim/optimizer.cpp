@@ -3,6 +3,7 @@
 #include "halfgrad/optim/optimizer.h"
 
 #include <algorithm>
+#include <cmath>
 #include <set>
 
 #include "halfgrad/autograd/grad_mode.h"
@@ -15,6 +16,30 @@
 #include <fmt/ranges.h>
 
 namespace hg::optim {
+
+void check_option_ranges(const char* optimizer, const std::map<std::string, double>& options,
+                         std::initializer_list<OptionRange> ranges) {
+  for (const OptionRange& range : ranges) {
+    const double value = options.at(range.name);
+    switch (range.kind) {
+      case OptionRange::kNonNegative:
+        HG_CHECK(value >= 0, "{}: expected {} >= 0, got {}", optimizer, range.name, value);
+        break;
+      case OptionRange::kUnitInterval:
+        HG_CHECK(value >= 0 && value < 1, "{}: expected {} in [0, 1), got {}", optimizer,
+                 range.name, value);
+        break;
+      case OptionRange::kFinite:
+        HG_CHECK(std::isfinite(value), "{}: expected a finite {}, got {}", optimizer, range.name,
+                 value);
+        break;
+      case OptionRange::kBool:
+        HG_CHECK(value == 0 || value == 1, "{}: expected {} to be 0 or 1 (a bool), got {}",
+                 optimizer, range.name, value);
+        break;
+    }
+  }
+}
 
 Optimizer::Optimizer(std::vector<ParamGroup> groups, std::map<std::string, double> defaults)
     : defaults_(std::move(defaults)) {

@@ -20,7 +20,7 @@
 // (float32 with bf16_params).
 #pragma once
 
-#include "halfgrad/optim/optimizer.h"
+#include "halfgrad/optim/fused_optimizer.h"
 
 namespace hg::optim {
 
@@ -40,17 +40,12 @@ struct RMSpropOptions {
   Generator* generator = nullptr;  // bf16_params' random words; nullptr: default_generator()
 };
 
-class RMSprop : public Optimizer {
+class RMSprop : public FusedOptimizer<kernel::RMSpropTensors, kernel::RMSpropArgs> {
  public:
   // lr, alpha, eps, weight_decay and momentum must be >= 0 (torch's checks), or hg::Error (for
   // the defaults and every group's options; add_param_group and load_state_dict check the same).
   RMSprop(std::vector<Tensor> params, RMSpropOptions options = {});
   RMSprop(std::vector<ParamGroup> groups, RMSpropOptions options = {});
-
-  void step() override { step_scaled(Tensor(), Tensor()); }
-  bool supports_scaled_step() const override { return true; }
-  const char* name() const override { return "RMSprop"; }
-  void step_scaled(const Tensor& grad_scale, const Tensor& found_inf) override;
 
  protected:
   void check_options(const std::map<std::string, double>& options) const override;
@@ -58,10 +53,12 @@ class RMSprop : public Optimizer {
   std::vector<std::string> state_buffer_names(const ParamGroup& group) const override;
   bool keeps_step() const override { return true; }
   DType state_dtype(const Tensor& param) const override;
-
- private:
-  bool bf16_params_ = false;
-  Generator* generator_ = nullptr;
+  kernel::RMSpropArgs step_args(const ParamGroup& group) const override;
+  void add_state(kernel::RMSpropTensors& tensors, const kernel::RMSpropArgs& args,
+                 const Tensor& param, ParamState& state) override;
+  void launch(const kernel::MultiTensorKernels& kernels, const kernel::RMSpropTensors& tensors,
+              const kernel::RMSpropArgs& args, const Tensor& grad_scale,
+              const Tensor& found_inf) const override;
 };
 
 }  // namespace hg::optim

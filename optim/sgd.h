@@ -12,7 +12,7 @@
 // step_scaled's grad_scale and found_inf read on the device.
 #pragma once
 
-#include "halfgrad/optim/optimizer.h"
+#include "halfgrad/optim/fused_optimizer.h"
 
 namespace hg::optim {
 
@@ -31,7 +31,7 @@ struct SGDOptions {
   Generator* generator = nullptr;  // bf16_params' random words; nullptr: default_generator()
 };
 
-class SGD : public Optimizer {
+class SGD : public FusedOptimizer<kernel::SGDTensors, kernel::SGDArgs> {
  public:
   // Nesterov needs momentum > 0 and dampening 0; lr, momentum, weight_decay must be >= 0, the
   // dampening finite (hg::Error otherwise, for the defaults and for every group's options;
@@ -39,20 +39,17 @@ class SGD : public Optimizer {
   SGD(std::vector<Tensor> params, SGDOptions options = {});
   SGD(std::vector<ParamGroup> groups, SGDOptions options = {});
 
-  void step() override { step_scaled(Tensor(), Tensor()); }
-  bool supports_scaled_step() const override { return true; }
-  const char* name() const override { return "SGD"; }
-  void step_scaled(const Tensor& grad_scale, const Tensor& found_inf) override;
-
  protected:
   void check_options(const std::map<std::string, double>& options) const override;
   std::vector<std::string> state_buffer_names(const ParamGroup& group) const override;
   bool keeps_step() const override { return false; }
   DType state_dtype(const Tensor& param) const override;
-
- private:
-  bool bf16_params_ = false;
-  Generator* generator_ = nullptr;
+  kernel::SGDArgs step_args(const ParamGroup& group) const override;
+  void add_state(kernel::SGDTensors& tensors, const kernel::SGDArgs& args, const Tensor& param,
+                 ParamState& state) override;
+  void launch(const kernel::MultiTensorKernels& kernels, const kernel::SGDTensors& tensors,
+              const kernel::SGDArgs& args, const Tensor& grad_scale,
+              const Tensor& found_inf) const override;
 };
 
 }  // namespace hg::optim
