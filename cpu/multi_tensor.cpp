@@ -200,6 +200,21 @@ void adagrad_pass(T* param, const T* grad, S* sum, int64_t n,
   });
 }
 
+// Adamax, Adadelta and RAdam: two state buffers each, `rule(p, g, a, b)` their rule with the
+// constants and round_state bound.
+template <class T, class S, class Rule>
+void two_buffer_pass(T* param, const T* grad, S* first, S* second, int64_t n,
+                     const Generator::State* draw, Rule rule) {
+  using C = compute_t<T>;
+  store_updates(param, n, draw, [&](int64_t i) {
+    C a = load<C>(first, i), b = load<C>(second, i);
+    const C p = rule(load<C>(param, i), load<C>(grad, i), a, b);
+    store(first, i, a);
+    store(second, i, b);
+    return p;
+  });
+}
+
 // The AVX-512 passes (NOTE [Vectorized optimizer passes] in multi_tensor_avx512.cpp) where the
 // CPU has them and no test has switched them off.
 bool use_vector_passes() {
@@ -510,6 +525,83 @@ void fused_adagrad_(const kernel::AdagradTensors& t, const kernel::AdagradArgs& 
     param.bump_version();
     sum.bump_version();
   }
+}
+
+// The Adamax, Adadelta and RAdam steps: two buffers per parameter, `constants(T tag, step)` the
+// rule's constants for a parameter of storage type T taking step `step`, `rule` the rule.
+template <class Tensors, class Args, class Constants, class Rule>
+void two_buffer_step(const Tensors& t, const std::vector<Tensor>& first,
+                     const std::vector<Tensor>& second, const Args& args, const StepScalars& s,
+                     const char* op, Constants&& constants, Rule&& rule) {
+  for (size_t i = 0; i < t.params.size(); ++i) {
+    const Tensor& param = t.params[i];
+    const Tensor& grad = t.grads[i];
+    const double step = double(read_step(t.steps[i]) + 1);
+    dispatch_param(op, param, first[i].dtype(), args.bf16_params, args.seed, t.first_blocks, i,
+                   [&](auto param_tag, auto state_tag, const Generator::State* draw) {
+                     using T = typename decltype(param_tag)::type;
+                     using S = typename decltype(state_tag)::type;
+                     using C = compute_t<T>;
+                     const auto k = constants(param_tag, step);
+                     two_buffer_pass<T, S>(param.data_ptr<T>(), grad.data_ptr<T>(),
+                                           first[i].data_ptr<S>(), second[i].data_ptr<S>(),
+                                           param.numel(), draw, [k, &rule](C p, C g, C& a, C& b) {
+                                             return rule(p, g, a, b, k, RoundThrough<S>{});
+                                           });
+                   });
+    advance_step(t.steps[i]);
+    param.bump_version();
+    first[i].bump_version();
+    second[i].bump_version();
+  }
+}
+
+void fused_adamax_(const kernel::AdamaxTensors& t, const kernel::AdamaxArgs& args,
+                   const Tensor& grad_scale, const Tensor& found_inf) {
+  kernel::check_adamax_tensors(t, args, grad_scale, found_inf, kCPU, /*int64_steps=*/true);
+  const StepScalars s = read_step_scalars(grad_scale, found_inf);
+  if (s.skipped) return;
+  two_buffer_step(
+      t, t.exp_avgs, t.exp_infs, args, s, "fused_adamax_",
+      [&](auto tag, double step) {
+        using C = compute_t<typename decltype(tag)::type>;
+        return rules::adamax_constants<C>(args, args.lr, s.scaled, s.inv_scale, step);
+      },
+      [](auto p, auto g, auto& m, auto& u, const auto& k, auto round_state) {
+        return rules::adamax_rule(p, g, m, u, k, round_state);
+      });
+}
+
+void fused_adadelta_(const kernel::AdadeltaTensors& t, const kernel::AdadeltaArgs& args,
+                     const Tensor& grad_scale, const Tensor& found_inf) {
+  kernel::check_adadelta_tensors(t, args, grad_scale, found_inf, kCPU, /*int64_steps=*/true);
+  const StepScalars s = read_step_scalars(grad_scale, found_inf);
+  if (s.skipped) return;
+  two_buffer_step(
+      t, t.square_avgs, t.acc_deltas, args, s, "fused_adadelta_",
+      [&](auto tag, double /*step*/) {
+        using C = compute_t<typename decltype(tag)::type>;
+        return rules::adadelta_constants<C>(args, args.lr, s.scaled, s.inv_scale);
+      },
+      [](auto p, auto g, auto& square_avg, auto& acc_delta, const auto& k, auto round_state) {
+        return rules::adadelta_rule(p, g, square_avg, acc_delta, k, round_state);
+      });
+}
+
+void fused_radam_(const kernel::RAdamTensors& t, const kernel::RAdamArgs& args,
+                  const Tensor& grad_scale, const Tensor& found_inf) {
+  kernel::check_radam_tensors(t, args, grad_scale, found_inf, kCPU, /*int64_steps=*/true);
+  const StepScalars s = read_step_scalars(grad_scale, found_inf);
+  if (s.skipped) return;
+  two_buffer_step(
+      t, t.exp_avgs, t.exp_avg_sqs, args, s, "fused_radam_",
+      [&](auto tag, double step) {
+        using C = compute_t<typename decltype(tag)::type>;
+        return rules::radam_constants<C>(args, args.lr, s.scaled, s.inv_scale, step);
+      },
+      [](auto p, auto g, auto& m, auto& v, const auto& k, auto round_state) {
+        return rules::radam_rule(p, g, m, v, k, round_state);
+      });
 }
 
 }  // namespace

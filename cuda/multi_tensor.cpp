@@ -353,6 +353,68 @@ void fused_adagrad_(const kernel::AdagradTensors& t, const detail::AdagradArgs& 
   }
 }
 
+// Adamax, Adadelta and RAdam on one device (checked): lists param, grad, first, second, grouped
+// by dtype, `launch(args, dtype, grad_scale, found_inf, stream)` the rule's launcher; then the
+// step counts advance unless found_inf is set.
+template <class Tensors, class Args, class Launch>
+void two_buffer_step(const Tensors& t, const std::vector<Tensor>& first,
+                     const std::vector<Tensor>& second, const Args& args, const Tensor& grad_scale,
+                     const Tensor& found_inf, Device device, const char* op, Launch&& launch) {
+  const size_t n = t.params.size();
+  if (n == 0) return;
+  std::map<int, PointerLists> groups;
+  std::vector<float*> steps(n);
+  for (size_t i = 0; i < n; ++i) {
+    steps[i] = data_of<float>(t.steps[i]);
+    PointerLists& lists = groups[int(t.params[i].dtype())];
+    lists.data[0].push_back(t.params[i].data_ptr());
+    lists.data[1].push_back(t.grads[i].data_ptr());
+    lists.data[2].push_back(first[i].data_ptr());
+    lists.data[3].push_back(second[i].data_ptr());
+    lists.numel.push_back(t.params[i].numel());
+    lists.steps.push_back(steps[i]);
+    if (args.bf16_params) lists.first_blocks.push_back(t.first_blocks[i]);
+  }
+  const float* scale = optional_scalar(grad_scale, device, op, "grad_scale");
+  const float* found = optional_scalar(found_inf, device, op, "found_inf");
+  DeviceGuard guard(device.index);
+  const cudaStream_t stream = current_stream(device.index);
+  for (const auto& [dtype, lists] : groups) {
+    HG_CUDA_CHECK(launch(lists.args(4), DType(dtype), args, scale, found, stream), op);
+  }
+  HG_CUDA_CHECK(detail::launch_advance_steps(steps.data(), int64_t(n), found, stream), op);
+  for (size_t i = 0; i < n; ++i) {
+    t.params[i].bump_version();
+    first[i].bump_version();
+    second[i].bump_version();
+    t.steps[i].bump_version();
+  }
+}
+
+void fused_adamax_(const kernel::AdamaxTensors& t, const kernel::AdamaxArgs& args,
+                   const Tensor& grad_scale, const Tensor& found_inf) {
+  const Device device =
+      kernel::check_adamax_tensors(t, args, grad_scale, found_inf, kCUDA, /*int64_steps=*/false);
+  two_buffer_step(t, t.exp_avgs, t.exp_infs, args, grad_scale, found_inf, device, "fused_adamax_",
+                  detail::launch_fused_adamax);
+}
+
+void fused_adadelta_(const kernel::AdadeltaTensors& t, const kernel::AdadeltaArgs& args,
+                     const Tensor& grad_scale, const Tensor& found_inf) {
+  const Device device =
+      kernel::check_adadelta_tensors(t, args, grad_scale, found_inf, kCUDA, /*int64_steps=*/false);
+  two_buffer_step(t, t.square_avgs, t.acc_deltas, args, grad_scale, found_inf, device,
+                  "fused_adadelta_", detail::launch_fused_adadelta);
+}
+
+void fused_radam_(const kernel::RAdamTensors& t, const kernel::RAdamArgs& args,
+                  const Tensor& grad_scale, const Tensor& found_inf) {
+  const Device device =
+      kernel::check_radam_tensors(t, args, grad_scale, found_inf, kCUDA, /*int64_steps=*/false);
+  two_buffer_step(t, t.exp_avgs, t.exp_avg_sqs, args, grad_scale, found_inf, device, "fused_radam_",
+                  detail::launch_fused_radam);
+}
+
 // ---- norms, clipping, checks -----------------------------------------------------------------
 
 Tensor total_norm(std::span<const Tensor> tensors, double norm_type) {

@@ -396,6 +396,71 @@ __global__ void __launch_bounds__(kBlock)
   }
 }
 
+// Adamax, Adadelta and RAdam: lists param, grad and two buffers of type S; Rule::constants makes
+// the rule's constants for a chunk's step, Rule::update is the rule (kernel/update_rules.h).
+template <class T, class S, class Rule, class Args>
+__global__ void __launch_bounds__(kBlock)
+    two_buffer_kernel(const __grid_constant__ ChunkTable<4> table, Args a, const float* grad_scale,
+                      const float* found_inf) {
+  if (found_inf != nullptr && *found_inf != 0.0f) return;
+  using C = compute_t<T>;
+  const bool scaled = grad_scale != nullptr;
+  const double inv_scale = inverse_of(grad_scale), lr = lr_of(a);
+  const int64_t chunks = chunks_in(table);
+  for (int64_t c = blockIdx.x; c < chunks; c += gridDim.x) {
+    const Chunk k = chunk_at(table, c);
+    // The step this update takes (1 on the first), from the count kept on the device.
+    const double step = static_cast<double>(*table.steps[k.tensor]) + 1.0;
+    const auto constants = Rule::template constants<C>(a, lr, scaled, inv_scale, step);
+    T* param = static_cast<T*>(table.data[0][k.tensor]);
+    const T* grad = static_cast<const T*>(table.data[1][k.tensor]);
+    S* first = static_cast<S*>(table.data[2][k.tensor]);
+    S* second = static_cast<S*>(table.data[3][k.tensor]);
+    for (int64_t i = k.begin + threadIdx.x; i < k.end; i += blockDim.x) {
+      C x = convert<C>(first[i]), y = convert<C>(second[i]);
+      const C p = Rule::update(convert<C>(param[i]), convert<C>(grad[i]), x, y, constants,
+                               RoundThrough<S>{});
+      first[i] = convert<S>(x);
+      second[i] = convert<S>(y);
+      store_param(param, i, p, a.bf16_params, a.seed, table.first_block[k.tensor]);
+    }
+  }
+}
+
+struct AdamaxRule {
+  template <class C>
+  __device__ static auto constants(const AdamaxArgs& a, double lr, bool scaled, double inv_scale,
+                                   double step) {
+    return kernel::rules::adamax_constants<C>(a, lr, scaled, inv_scale, step);
+  }
+  template <class C, class K, class R>
+  __device__ static C update(C p, C g, C& m, C& u, const K& k, R round_state) {
+    return kernel::rules::adamax_rule(p, g, m, u, k, round_state);
+  }
+};
+struct AdadeltaRule {
+  template <class C>
+  __device__ static auto constants(const AdadeltaArgs& a, double lr, bool scaled, double inv_scale,
+                                   double /*step*/) {
+    return kernel::rules::adadelta_constants<C>(a, lr, scaled, inv_scale);
+  }
+  template <class C, class K, class R>
+  __device__ static C update(C p, C g, C& square_avg, C& acc_delta, const K& k, R round_state) {
+    return kernel::rules::adadelta_rule(p, g, square_avg, acc_delta, k, round_state);
+  }
+};
+struct RAdamRule {
+  template <class C>
+  __device__ static auto constants(const RAdamArgs& a, double lr, bool scaled, double inv_scale,
+                                   double step) {
+    return kernel::rules::radam_constants<C>(a, lr, scaled, inv_scale, step);
+  }
+  template <class C, class K, class R>
+  __device__ static C update(C p, C g, C& m, C& v, const K& k, R round_state) {
+    return kernel::rules::radam_rule(p, g, m, v, k, round_state);
+  }
+};
+
 constexpr int kMaxSteps = 256;
 struct StepList {
   float* steps[kMaxSteps];
@@ -839,6 +904,52 @@ cudaError_t launch_fused_adagrad(const MultiTensorArgs& tensors, DType dtype,
     }
     return run(std::type_identity<T>{});
   });
+}
+
+// The launch of two_buffer_kernel for Rule (Adamax, Adadelta, RAdam).
+template <class Rule, class Args>
+cudaError_t launch_two_buffers(const MultiTensorArgs& tensors, DType dtype, const Args& args,
+                               const float* grad_scale, const float* found_inf,
+                               cudaStream_t stream) {
+  if (!is_floating(dtype) || tensors.lists != 4 || tensors.steps == nullptr) {
+    return cudaErrorInvalidValue;
+  }
+  if (args.bf16_params && (dtype != DType::BFloat16 || tensors.first_blocks == nullptr)) {
+    return cudaErrorInvalidValue;
+  }
+  return visit_floating_storage(dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    auto run = [&](auto state_tag) {
+      using S = typename decltype(state_tag)::type;
+      return for_each_table<4>(tensors, [&](const ChunkTable<4>& table, int64_t chunks, int64_t) {
+        two_buffer_kernel<T, S, Rule, Args>
+            <<<blocks_for(chunks), kBlock, 0, stream>>>(table, args, grad_scale, found_inf);
+        return cudaGetLastError();
+      });
+    };
+    if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+      if (args.bf16_params) return run(std::type_identity<float>{});
+    }
+    return run(std::type_identity<T>{});
+  });
+}
+
+cudaError_t launch_fused_adamax(const MultiTensorArgs& tensors, DType dtype, const AdamaxArgs& args,
+                                const float* grad_scale, const float* found_inf,
+                                cudaStream_t stream) {
+  return launch_two_buffers<AdamaxRule>(tensors, dtype, args, grad_scale, found_inf, stream);
+}
+
+cudaError_t launch_fused_adadelta(const MultiTensorArgs& tensors, DType dtype,
+                                  const AdadeltaArgs& args, const float* grad_scale,
+                                  const float* found_inf, cudaStream_t stream) {
+  return launch_two_buffers<AdadeltaRule>(tensors, dtype, args, grad_scale, found_inf, stream);
+}
+
+cudaError_t launch_fused_radam(const MultiTensorArgs& tensors, DType dtype, const RAdamArgs& args,
+                               const float* grad_scale, const float* found_inf,
+                               cudaStream_t stream) {
+  return launch_two_buffers<RAdamRule>(tensors, dtype, args, grad_scale, found_inf, stream);
 }
 
 cudaError_t launch_advance_steps(float* const* steps, int64_t count, const float* found_inf,

@@ -100,8 +100,11 @@ cudaError_t launch_update_scale(float* scale, int32_t* growth_tracker, int32_t* 
 // ---- fused optimizers ------------------------------------------------------------------------
 
 // The options: kernel/multi_tensor_args.h (first_blocks are MultiTensorArgs::first_blocks).
+using kernel::AdadeltaArgs;
 using kernel::AdagradArgs;
 using kernel::AdamArgs;
+using kernel::AdamaxArgs;
+using kernel::RAdamArgs;
 using kernel::RMSpropArgs;
 using kernel::SGDArgs;
 
@@ -132,6 +135,20 @@ cudaError_t launch_fused_rmsprop(const MultiTensorArgs& tensors, DType dtype,
 cudaError_t launch_fused_adagrad(const MultiTensorArgs& tensors, DType dtype,
                                  const AdagradArgs& args, const float* grad_scale,
                                  const float* found_inf, cudaStream_t stream);
+
+// Adamax, Adadelta and RAdam: lists param, grad and the rule's two buffers (exp_avg and exp_inf;
+// square_avg and acc_delta; exp_avg and exp_avg_sq), all of `dtype` but for bf16_params' float32
+// buffers; `steps` set (Adadelta's kernel does not read them). Each step count is read as
+// Adagrad's; launch_advance_steps adds the 1.
+cudaError_t launch_fused_adamax(const MultiTensorArgs& tensors, DType dtype, const AdamaxArgs& args,
+                                const float* grad_scale, const float* found_inf,
+                                cudaStream_t stream);
+cudaError_t launch_fused_adadelta(const MultiTensorArgs& tensors, DType dtype,
+                                  const AdadeltaArgs& args, const float* grad_scale,
+                                  const float* found_inf, cudaStream_t stream);
+cudaError_t launch_fused_radam(const MultiTensorArgs& tensors, DType dtype, const RAdamArgs& args,
+                               const float* grad_scale, const float* found_inf,
+                               cudaStream_t stream);
 
 // *steps[i] += 1 for the `count` step counts (a host array of device pointers), unless
 // found_inf (may be null) is nonzero.

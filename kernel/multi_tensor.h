@@ -66,6 +66,21 @@ struct AdagradTensors {
   std::vector<uint64_t> first_blocks;  // as AdamTensors' (the sums float32)
 };
 
+struct AdamaxTensors {
+  std::vector<Tensor> params, grads, exp_avgs, exp_infs, steps;
+  std::vector<uint64_t> first_blocks;  // as AdamTensors' (the state float32)
+};
+
+struct AdadeltaTensors {
+  std::vector<Tensor> params, grads, square_avgs, acc_deltas, steps;
+  std::vector<uint64_t> first_blocks;  // as AdamTensors' (the state float32)
+};
+
+struct RAdamTensors {
+  std::vector<Tensor> params, grads, exp_avgs, exp_avg_sqs, steps;
+  std::vector<uint64_t> first_blocks;  // as AdamTensors' (the state float32)
+};
+
 struct MultiTensorKernels {
   // ---- GradScaler ----------------------------------------------------------------------------
 
@@ -103,6 +118,16 @@ struct MultiTensorKernels {
   // (float32 with bf16_params); grad_scale and found_inf as above.
   void (*fused_adagrad_)(const AdagradTensors& tensors, const AdagradArgs& args,
                          const Tensor& grad_scale, const Tensor& found_inf);
+  // torch.optim.Adamax: the bias correction from each step count; state of the parameter's
+  // dtype (float32 with bf16_params); grad_scale and found_inf as above (so for the next two).
+  void (*fused_adamax_)(const AdamaxTensors& tensors, const AdamaxArgs& args,
+                        const Tensor& grad_scale, const Tensor& found_inf);
+  // torch.optim.Adadelta; the step counts are advanced only (the rule does not read them).
+  void (*fused_adadelta_)(const AdadeltaTensors& tensors, const AdadeltaArgs& args,
+                          const Tensor& grad_scale, const Tensor& found_inf);
+  // torch.optim.RAdam: the rectification from each step count.
+  void (*fused_radam_)(const RAdamTensors& tensors, const RAdamArgs& args, const Tensor& grad_scale,
+                       const Tensor& found_inf);
 
   // ---- norms, clipping, checks ---------------------------------------------------------------
 
@@ -138,8 +163,10 @@ struct MultiTensorKernels {
     .new_flag = new_flag, .reciprocal_scale = reciprocal_scale,                                   \
     .unscale_and_check_ = unscale_and_check_, .sum_flags = sum_flags, .fused_adam_ = fused_adam_, \
     .fused_sgd_ = fused_sgd_, .fused_rmsprop_ = fused_rmsprop_, .fused_adagrad_ = fused_adagrad_, \
-    .total_norm = total_norm, .clip_by_total_norm_ = clip_by_total_norm_, .scale_ = scale_,       \
-    .clamp_ = clamp_, .non_finite_flag = non_finite_flag, .value_range = value_range              \
+    .fused_adamax_ = fused_adamax_, .fused_adadelta_ = fused_adadelta_,                           \
+    .fused_radam_ = fused_radam_, .total_norm = total_norm,                                       \
+    .clip_by_total_norm_ = clip_by_total_norm_, .scale_ = scale_, .clamp_ = clamp_,               \
+    .non_finite_flag = non_finite_flag, .value_range = value_range                                \
   }
 
 }  // namespace hg::kernel

@@ -45,4 +45,27 @@ struct AdagradArgs {
   uint64_t seed = 0;
 };
 
+struct AdamaxArgs {
+  double lr, beta1, beta2, eps, weight_decay;
+  bool maximize;
+  const double* lr_device = nullptr;  // as AdamArgs'
+  bool bf16_params = false;           // as AdamArgs': dtype bfloat16, the state float32
+  uint64_t seed = 0;
+};
+
+struct AdadeltaArgs {
+  double lr, rho, eps, weight_decay;
+  bool maximize;
+  const double* lr_device = nullptr;  // as AdamArgs'
+  bool bf16_params = false;           // as AdamArgs': dtype bfloat16, the state float32
+  uint64_t seed = 0;
+};
+
+struct RAdamArgs {
+  double lr, beta1, beta2, eps, weight_decay;
+  const double* lr_device = nullptr;  // as AdamArgs'
+  bool bf16_params = false;           // as AdamArgs': dtype bfloat16, the state float32
+  uint64_t seed = 0;
+};
+
 }  // namespace hg::kernel

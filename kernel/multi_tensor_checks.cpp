@@ -68,6 +68,37 @@ void check_bf16_param(bool bf16_params, const Tensor& param, const char* op, siz
            i);
 }
 
+// The fused steps whose state is two buffers (named first and second) and a step count per
+// parameter, of the parameter's dtype (float32 with bf16_params).
+struct TwoBuffers {
+  const std::vector<Tensor>& params;
+  const std::vector<Tensor>& grads;
+  const std::vector<Tensor>& first;
+  const std::vector<Tensor>& second;
+  const std::vector<Tensor>& steps;
+  size_t first_blocks;
+};
+Device check_two_buffers(const TwoBuffers& t, const char* first_name, const char* second_name,
+                         bool bf16_params, const Tensor& grad_scale, const Tensor& found_inf,
+                         DeviceType backend, bool int64_steps, const char* op) {
+  const size_t n = t.params.size();
+  HG_CHECK(
+      t.grads.size() == n && t.first.size() == n && t.second.size() == n && t.steps.size() == n,
+      "{}: expected one gradient, {}, {} and step per parameter ({}), got {}, {}, {} and {}", op,
+      first_name, second_name, n, t.grads.size(), t.first.size(), t.second.size(), t.steps.size());
+  const Device device = check_lists(t.params, t.grads, bf16_params, t.first_blocks, grad_scale,
+                                    found_inf, backend, op);
+  for (size_t i = 0; i < n; ++i) {
+    const Tensor& param = t.params[i];
+    check_bf16_param(bf16_params, param, op, i);
+    const DType state_dtype = bf16_params ? kFloat32 : param.dtype();
+    check_buffer(t.first[i], param, state_dtype, op, first_name, i);
+    check_buffer(t.second[i], param, state_dtype, op, second_name, i);
+    check_step(t.steps[i], device, int64_steps, op, i);
+  }
+  return device;
+}
+
 }  // namespace
 
 std::string describe_tensor(const Tensor& t) {
@@ -204,6 +235,30 @@ Device check_adagrad_tensors(const AdagradTensors& t, const AdagradArgs& args,
     check_step(t.steps[i], device, int64_steps, kOp, i);
   }
   return device;
+}
+
+Device check_adamax_tensors(const AdamaxTensors& t, const AdamaxArgs& args,
+                            const Tensor& grad_scale, const Tensor& found_inf, DeviceType backend,
+                            bool int64_steps) {
+  return check_two_buffers(
+      {t.params, t.grads, t.exp_avgs, t.exp_infs, t.steps, t.first_blocks.size()}, "exp_avg",
+      "exp_inf", args.bf16_params, grad_scale, found_inf, backend, int64_steps, "fused_adamax_");
+}
+
+Device check_adadelta_tensors(const AdadeltaTensors& t, const AdadeltaArgs& args,
+                              const Tensor& grad_scale, const Tensor& found_inf, DeviceType backend,
+                              bool int64_steps) {
+  return check_two_buffers(
+      {t.params, t.grads, t.square_avgs, t.acc_deltas, t.steps, t.first_blocks.size()},
+      "square_avg", "acc_delta", args.bf16_params, grad_scale, found_inf, backend, int64_steps,
+      "fused_adadelta_");
+}
+
+Device check_radam_tensors(const RAdamTensors& t, const RAdamArgs& args, const Tensor& grad_scale,
+                           const Tensor& found_inf, DeviceType backend, bool int64_steps) {
+  return check_two_buffers(
+      {t.params, t.grads, t.exp_avgs, t.exp_avg_sqs, t.steps, t.first_blocks.size()}, "exp_avg",
+      "exp_avg_sq", args.bf16_params, grad_scale, found_inf, backend, int64_steps, "fused_radam_");
 }
 
 }  // namespace hg::kernel

@@ -40,4 +40,13 @@ Device check_adagrad_tensors(const AdagradTensors& t, const AdagradArgs& args,
                              const Tensor& grad_scale, const Tensor& found_inf, DeviceType backend,
                              bool int64_steps);
 
+Device check_adamax_tensors(const AdamaxTensors& t, const AdamaxArgs& args,
+                            const Tensor& grad_scale, const Tensor& found_inf, DeviceType backend,
+                            bool int64_steps);
+Device check_adadelta_tensors(const AdadeltaTensors& t, const AdadeltaArgs& args,
+                              const Tensor& grad_scale, const Tensor& found_inf, DeviceType backend,
+                              bool int64_steps);
+Device check_radam_tensors(const RAdamTensors& t, const RAdamArgs& args, const Tensor& grad_scale,
+                           const Tensor& found_inf, DeviceType backend, bool int64_steps);
+
 }  // namespace hg::kernel

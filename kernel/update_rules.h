@@ -51,6 +51,13 @@ HG_HOST_DEVICE inline float square_root(float x) {
 #endif
 }
 HG_HOST_DEVICE inline double square_root(double x) { return ::sqrt(x); }
+HG_HOST_DEVICE inline float absolute(float x) { return x < 0 ? -x : (x == 0 ? 0.0f : x); }
+HG_HOST_DEVICE inline double absolute(double x) { return x < 0 ? -x : (x == 0 ? 0.0 : x); }
+// torch.amax of two values: NaN when either is.
+template <class C>
+HG_HOST_DEVICE inline C max_propagating_nan(C a, C b) {
+  return (a != a || a > b) ? a : b;
+}
 // std::max(previous, v): previous unless previous < v (so previous when either is NaN).
 template <class C>
 HG_HOST_DEVICE inline C max_of(C previous, C v) {
@@ -246,6 +253,135 @@ HG_HOST_DEVICE inline V adagrad_rule(V p, V g, V& sum, const AdagradConstants<C>
   sum = round_state(sum + mul(g, g));
   const V std_dev = square_root(sum) + V(k.eps);
   return p - mul(V(k.clr), g) / std_dev;
+}
+
+// ---- Adamax ----------------------------------------------------------------------------------
+
+template <class C>
+struct AdamaxConstants {
+  C clr, beta1, one_minus_beta1, beta2, eps, weight_decay, inv_scale;  // clr: lr / (1 - beta1^t)
+  bool scaled, decay, maximize;
+};
+// step: the step this update takes (1 on the first).
+template <class C>
+HG_HOST_DEVICE AdamaxConstants<C> adamax_constants(const AdamaxArgs& a, double lr, bool scaled,
+                                                   double inv_scale, double step) {
+  AdamaxConstants<C> k;
+  k.clr = C(lr / (1 - ::pow(a.beta1, step)));
+  k.beta1 = C(a.beta1);
+  k.one_minus_beta1 = C(1 - a.beta1);
+  k.beta2 = C(a.beta2);
+  k.eps = C(a.eps);
+  k.weight_decay = C(a.weight_decay);
+  k.inv_scale = C(inv_scale);
+  k.scaled = scaled;
+  k.decay = a.weight_decay != 0;
+  k.maximize = a.maximize;
+  return k;
+}
+
+// torch.optim.Adamax (add_'s self + alpha * other, amax of the decayed norm and |g| + eps,
+// addcdiv's value * a / b): the new parameter value; m and u hold exp_avg and exp_inf and
+// receive their new values.
+template <class V, class C, class RoundState>
+HG_HOST_DEVICE inline V adamax_rule(V p, V g, V& m, V& u, const AdamaxConstants<C>& k,
+                                    RoundState round_state) {
+  if (k.maximize) g = -g;
+  if (k.scaled) g = unscale(g, V(k.inv_scale));
+  if (k.decay) g = g + mul(V(k.weight_decay), p);
+  m = round_state(mul(m, V(k.beta1)) + mul(V(k.one_minus_beta1), g));
+  u = round_state(max_propagating_nan(mul(u, V(k.beta2)), absolute(g) + V(k.eps)));
+  return p - mul(V(k.clr), m) / u;
+}
+
+// ---- Adadelta --------------------------------------------------------------------------------
+
+template <class C>
+struct AdadeltaConstants {
+  C lr, rho, one_minus_rho, eps, weight_decay, inv_scale;
+  bool scaled, decay, maximize;
+};
+template <class C>
+HG_HOST_DEVICE AdadeltaConstants<C> adadelta_constants(const AdadeltaArgs& a, double lr,
+                                                       bool scaled, double inv_scale) {
+  AdadeltaConstants<C> k;
+  k.lr = C(lr);
+  k.rho = C(a.rho);
+  k.one_minus_rho = C(1 - a.rho);
+  k.eps = C(a.eps);
+  k.weight_decay = C(a.weight_decay);
+  k.inv_scale = C(inv_scale);
+  k.scaled = scaled;
+  k.decay = a.weight_decay != 0;
+  k.maximize = a.maximize;
+  return k;
+}
+
+// torch.optim.Adadelta: the new parameter value; square_avg and acc_delta hold the state and
+// receive its new values.
+template <class V, class C, class RoundState>
+HG_HOST_DEVICE inline V adadelta_rule(V p, V g, V& square_avg, V& acc_delta,
+                                      const AdadeltaConstants<C>& k, RoundState round_state) {
+  if (k.maximize) g = -g;
+  if (k.scaled) g = unscale(g, V(k.inv_scale));
+  if (k.decay) g = g + mul(V(k.weight_decay), p);
+  square_avg = round_state(mul(square_avg, V(k.rho)) + mul(mul(V(k.one_minus_rho), g), g));
+  const V std_dev = square_root(square_avg + V(k.eps));
+  const V delta = mul(square_root(acc_delta + V(k.eps)) / std_dev, g);
+  acc_delta = round_state(mul(acc_delta, V(k.rho)) + mul(mul(V(k.one_minus_rho), delta), delta));
+  return p - mul(V(k.lr), delta);
+}
+
+// ---- RAdam -----------------------------------------------------------------------------------
+
+template <class C>
+struct RAdamConstants {
+  C lr, beta1, one_minus_beta1, beta2, one_minus_beta2, eps, weight_decay, inv_scale;
+  C bias_correction1, bias_correction2_sqrt, rect;
+  bool scaled, decay, rectified;  // rectified: the variance is tractable (rho_t > 5)
+};
+// step: the step this update takes (1 on the first). The rectification in double, as torch
+// computes it on the host.
+template <class C>
+HG_HOST_DEVICE RAdamConstants<C> radam_constants(const RAdamArgs& a, double lr, bool scaled,
+                                                 double inv_scale, double step) {
+  RAdamConstants<C> k;
+  const double bias_correction1 = 1 - ::pow(a.beta1, step);
+  const double bias_correction2 = 1 - ::pow(a.beta2, step);
+  const double rho_inf = 2 / (1 - a.beta2) - 1;
+  const double rho_t = rho_inf - mul(mul(2.0, step), ::pow(a.beta2, step)) / bias_correction2;
+  k.rectified = rho_t > 5.0;
+  k.rect = k.rectified ? C(::sqrt(mul(mul(rho_t - 4, rho_t - 2), rho_inf) /
+                                  mul(mul(rho_inf - 4, rho_inf - 2), rho_t)))
+                       : C(1);
+  k.lr = C(lr);
+  k.beta1 = C(a.beta1);
+  k.one_minus_beta1 = C(1 - a.beta1);
+  k.beta2 = C(a.beta2);
+  k.one_minus_beta2 = C(1 - a.beta2);
+  k.eps = C(a.eps);
+  k.weight_decay = C(a.weight_decay);
+  k.inv_scale = C(inv_scale);
+  k.bias_correction1 = C(bias_correction1);
+  k.bias_correction2_sqrt = C(::sqrt(bias_correction2));
+  k.scaled = scaled;
+  k.decay = a.weight_decay != 0;
+  return k;
+}
+
+// torch.optim.RAdam (number / tensor as torch computes it: the reciprocal, times the number):
+// the new parameter value; m and v hold exp_avg and exp_avg_sq and receive their new values.
+template <class V, class C, class RoundState>
+HG_HOST_DEVICE inline V radam_rule(V p, V g, V& m, V& v, const RAdamConstants<C>& k,
+                                   RoundState round_state) {
+  if (k.scaled) g = unscale(g, V(k.inv_scale));
+  if (k.decay) g = g + mul(V(k.weight_decay), p);
+  m = round_state(mul(m, V(k.beta1)) + mul(V(k.one_minus_beta1), g));
+  v = round_state(mul(v, V(k.beta2)) + mul(mul(V(k.one_minus_beta2), g), g));
+  const V corrected = m / V(k.bias_correction1);
+  if (!k.rectified) return p - mul(corrected, V(k.lr));
+  const V adaptive_lr = mul(V(C(1)) / (square_root(v) + V(k.eps)), V(k.bias_correction2_sqrt));
+  return p - mul(mul(mul(corrected, V(k.lr)), adaptive_lr), V(k.rect));
 }
 
 }  // namespace hg::kernel::rules

@@ -11,17 +11,17 @@
 
 namespace hg::optim::detail {
 
-// NOTE [bf16_params] The optimizers' bf16_params option (SGD, Adam, AdamW, RMSprop and Adagrad take
-// it) trains bfloat16 parameters with no float32 master copy, as llm.c does: the state buffers are
-// float32, each element's update is computed in float32 from the widened parameter, and the new
-// value is stored with stochastic rounding (NOTE [Stochastic rounding] in
-// core/stochastic_rounding.h). Round to nearest would drop every update smaller than half an ulp of
-// the weight (1/256 of it in bfloat16), so small learning rates stop training; rounded
-// stochastically the weight moves by the update on average. Each parameter stepped draws
-// ceil(numel / 4) Philox blocks from the optimizer's generator, in group and parameter order;
-// element i reads word i % 4 of block first + i / 4, as the cast does, on the CPU and in the CUDA
-// kernels alike. (On CUDA the words are drawn even when found_inf skips the step, which the host
-// cannot see; on the CPU a skipped step draws nothing.)
+// NOTE [bf16_params] The optimizers' bf16_params option (every optimizer of the skeleton,
+// fused_optimizer.h, takes it) trains bfloat16 parameters with no float32 master copy, as llm.c
+// does: the state buffers are float32, each element's update is computed in float32 from the
+// widened parameter, and the new value is stored with stochastic rounding
+// (NOTE [Stochastic rounding] in core/stochastic_rounding.h). Round to nearest would drop every
+// update smaller than half an ulp of the weight (1/256 of it in bfloat16), so small learning rates
+// stop training; rounded stochastically the weight moves by the update on average. Each parameter
+// stepped draws ceil(numel / 4) Philox blocks from the optimizer's generator, in group and
+// parameter order; element i reads word i % 4 of block first + i / 4, as the cast does, on the CPU
+// and in the CUDA kernels alike. (On CUDA the words are drawn even when found_inf skips the step,
+// which the host cannot see; on the CPU a skipped step draws nothing.)
 
 // bf16_params' check: every parameter of every group is bfloat16.
 inline void check_bf16_params(const char* optimizer, const std::vector<ParamGroup>& groups) {

@@ -29,6 +29,10 @@ void check_option_ranges(const char* optimizer, const std::map<std::string, doub
         HG_CHECK(value >= 0 && value < 1, "{}: expected {} in [0, 1), got {}", optimizer,
                  range.name, value);
         break;
+      case OptionRange::kClosedUnitInterval:
+        HG_CHECK(value >= 0 && value <= 1, "{}: expected {} in [0, 1], got {}", optimizer,
+                 range.name, value);
+        break;
       case OptionRange::kFinite:
         HG_CHECK(std::isfinite(value), "{}: expected a finite {}, got {}", optimizer, range.name,
                  value);

@@ -70,13 +70,13 @@ struct OptimizerStateDict {
 
 // One option's allowed values, for check_option_ranges.
 struct OptionRange {
-  enum Kind { kNonNegative, kUnitInterval, kFinite, kBool };
+  enum Kind { kNonNegative, kUnitInterval, kClosedUnitInterval, kFinite, kBool };
   const char* name;
-  Kind kind;  // >= 0; in [0, 1); finite; exactly 0 or 1
+  Kind kind;  // >= 0; in [0, 1); in [0, 1]; finite; exactly 0 or 1
 };
 // NOTE [One check per option]'s common part: each option of `ranges` in `options`, in order, with
-// the message "<optimizer>: expected <name> >= 0, got <value>" (in [0, 1) / a finite <name> /
-// to be 0 or 1 (a bool)). NaN fails every range.
+// the message "<optimizer>: expected <name> >= 0, got <value>" (in [0, 1) / in [0, 1] / a finite
+// <name> / to be 0 or 1 (a bool)). NaN fails every range.
 void check_option_ranges(const char* optimizer, const std::map<std::string, double>& options,
                          std::initializer_list<OptionRange> ranges);
 

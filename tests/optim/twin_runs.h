@@ -1,6 +1,7 @@
-// Shared by the RMSprop and Adagrad tests: reads the runs twin/rmsprop_adagrad.py printed with
-// torch 1.13 (twin/rmsprop_adagrad.txt) and replays one with a halfgrad optimizer, comparing the
-// parameters, the state keys and every state value after construction and after each step.
+// Shared by the RMSprop, Adagrad, Adamax, Adadelta and RAdam tests: reads the runs the twins
+// printed with torch 1.13 (twin/rmsprop_adagrad.txt, twin/adamax_adadelta_radam.txt) and replays
+// one with a halfgrad optimizer, comparing the parameters, the state keys and every state value
+// after construction and after each step.
 #pragma once
 
 #include <algorithm>
@@ -31,10 +32,8 @@ struct TwinRun {
   std::vector<std::vector<TwinRecord>> steps;  // [step][param]; step 0: after construction
 };
 
-inline std::map<std::string, TwinRun> read_twin_runs() {
-  std::ifstream file(std::string(HG_TESTS_SOURCE_DIR) + "/optim/twin/rmsprop_adagrad.txt");
-  REQUIRE(file.good());
-  std::map<std::string, TwinRun> runs;
+// Adds the runs of one twin file (the format of twin/rmsprop_adagrad.py) to `runs`.
+inline void read_twin_file(std::istream& file, std::map<std::string, TwinRun>& runs) {
   std::string line;
   while (std::getline(file, line)) {
     std::istringstream in(line);
@@ -70,6 +69,16 @@ inline std::map<std::string, TwinRun> read_twin_runs() {
     } else {
       record.state[key] = values;
     }
+  }
+}
+
+// The runs of every twin file (run names are unique across them).
+inline std::map<std::string, TwinRun> read_twin_runs() {
+  std::map<std::string, TwinRun> runs;
+  for (const char* name : {"rmsprop_adagrad.txt", "adamax_adadelta_radam.txt"}) {
+    std::ifstream file(std::string(HG_TESTS_SOURCE_DIR) + "/optim/twin/" + name);
+    REQUIRE(file.good());
+    read_twin_file(file, runs);
   }
   return runs;
 }

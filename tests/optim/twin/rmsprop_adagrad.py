@@ -59,12 +59,13 @@ def emit(run, step, params, opt):
             print(run, step, j, key, numbers(values))
 
 
-def run(name, make, names, options):
+def run(name, make, names, options, option=lambda group, key: group[key]):
+    # option(group, key): the value halfgrad's option `key` has in torch's param group.
     params = [torch.tensor(v, dtype=torch.float64, requires_grad=True) for v in INITIAL]
     opt = make(params, **options)
     group = opt.param_groups[0]
     print(name, "options", make.__name__,
-          " ".join("%s %.17g" % (key, float(group[key])) for key in names))
+          " ".join("%s %.17g" % (key, float(option(group, key))) for key in names))
     emit(name, 0, params, opt)
     for step in range(1, STEPS + 1):
         for j, p in enumerate(params):
@@ -75,7 +76,8 @@ def run(name, make, names, options):
         emit(name, step, params, opt)
 
 
-for name, options in RMSPROP.items():
-    run(name, torch.optim.RMSprop, RMSPROP_OPTIONS, options)
-for name, options in ADAGRAD.items():
-    run(name, torch.optim.Adagrad, ADAGRAD_OPTIONS, options)
+if __name__ == "__main__":
+    for name, options in RMSPROP.items():
+        run(name, torch.optim.RMSprop, RMSPROP_OPTIONS, options)
+    for name, options in ADAGRAD.items():
+        run(name, torch.optim.Adagrad, ADAGRAD_OPTIONS, options)

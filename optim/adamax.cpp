@@ -1,0 +1,200 @@
+// Adamax, Adadelta and RAdam (adamax.h): options and their checks, the state, and the steps
+// through the multi_tensor family's fused_adamax_, fused_adadelta_ and fused_radam_.
+#include "halfgrad/optim/adamax.h"
+
+#include "halfgrad/core/factory.h"
+#include "halfgrad/core/format.h"
+#include "halfgrad/optim/fused_optimizer_impl.h"
+
+namespace hg::optim {
+
+template class FusedOptimizer<kernel::AdamaxTensors, kernel::AdamaxArgs>;
+template class FusedOptimizer<kernel::AdadeltaTensors, kernel::AdadeltaArgs>;
+template class FusedOptimizer<kernel::RAdamTensors, kernel::RAdamArgs>;
+template class TwoBufferOptimizer<kernel::AdamaxTensors, kernel::AdamaxArgs>;
+template class TwoBufferOptimizer<kernel::AdadeltaTensors, kernel::AdadeltaArgs>;
+template class TwoBufferOptimizer<kernel::RAdamTensors, kernel::RAdamArgs>;
+
+namespace {
+
+using R = OptionRange;
+
+// NOTE [One check per option] in optimizer.h: torch.optim.Adamax's and RAdam's checks, and
+// the boolean.
+void check_adamax_options(const std::map<std::string, double>& o) {
+  check_option_ranges("Adamax", o,
+                      {{"lr", R::kNonNegative},
+                       {"eps", R::kNonNegative},
+                       {"beta1", R::kUnitInterval},
+                       {"beta2", R::kUnitInterval},
+                       {"weight_decay", R::kNonNegative},
+                       {"maximize", R::kBool}});
+}
+void check_radam_options(const std::map<std::string, double>& o) {
+  check_option_ranges("RAdam", o,
+                      {{"lr", R::kNonNegative},
+                       {"eps", R::kNonNegative},
+                       {"beta1", R::kUnitInterval},
+                       {"beta2", R::kUnitInterval},
+                       {"weight_decay", R::kNonNegative}});
+}
+// torch.optim.Adadelta's: rho in [0, 1].
+void check_adadelta_options(const std::map<std::string, double>& o) {
+  check_option_ranges("Adadelta", o,
+                      {{"lr", R::kNonNegative},
+                       {"rho", R::kClosedUnitInterval},
+                       {"eps", R::kNonNegative},
+                       {"weight_decay", R::kNonNegative},
+                       {"maximize", R::kBool}});
+}
+
+std::vector<ParamGroup> one_group(std::vector<Tensor> params) {
+  return {ParamGroup{std::move(params), {}}};
+}
+
+}  // namespace
+
+// ---- the shared shape ------------------------------------------------------------------------
+
+template <class Tensors, class Args>
+std::vector<std::string> TwoBufferOptimizer<Tensors, Args>::state_buffer_names(
+    const ParamGroup& /*group*/) const {
+  const std::array<const char*, 2> names = buffer_names();
+  return {names[0], names[1]};
+}
+
+template <class Tensors, class Args>
+DType TwoBufferOptimizer<Tensors, Args>::state_dtype(const Tensor& param) const {
+  return this->bf16_params() && is_reduced_precision(param.dtype()) ? kFloat32 : param.dtype();
+}
+
+template <class Tensors, class Args>
+void TwoBufferOptimizer<Tensors, Args>::append_buffers(std::vector<Tensor>& first,
+                                                       std::vector<Tensor>& second,
+                                                       std::vector<Tensor>& steps,
+                                                       const Tensor& param, ParamState& state) {
+  const std::array<const char*, 2> names = buffer_names();
+  for (const char* name : names) {
+    if (state.buffers.count(name) == 0) {
+      state.buffers[name] = zeros(param.sizes(), {state_dtype(param), param.device()});
+    }
+  }
+  first.push_back(state.buffers.at(names[0]));
+  second.push_back(state.buffers.at(names[1]));
+  steps.push_back(this->fused_step_count(state, param));
+}
+
+// ---- Adamax ----------------------------------------------------------------------------------
+
+Adamax::Adamax(std::vector<Tensor> params, AdamaxOptions options)
+    : Adamax(one_group(std::move(params)), options) {}
+
+Adamax::Adamax(std::vector<ParamGroup> groups, AdamaxOptions o)
+    : TwoBufferOptimizer(std::move(groups),
+                         {{"lr", o.lr},
+                          {"beta1", o.beta1},
+                          {"beta2", o.beta2},
+                          {"eps", o.eps},
+                          {"weight_decay", o.weight_decay},
+                          {"maximize", o.maximize ? 1.0 : 0.0}},
+                         "Adamax", o.bf16_params, o.generator) {
+  check_constructed();
+}
+
+void Adamax::check_options(const std::map<std::string, double>& options) const {
+  check_adamax_options(options);
+}
+
+kernel::AdamaxArgs Adamax::step_args(const ParamGroup& group) const {
+  const std::map<std::string, double>& o = group.options;
+  check_adamax_options(o);
+  return {o.at("lr"),  o.at("beta1"),        o.at("beta2"),
+          o.at("eps"), o.at("weight_decay"), o.at("maximize") != 0};
+}
+
+void Adamax::add_state(kernel::AdamaxTensors& tensors, const kernel::AdamaxArgs& /*args*/,
+                       const Tensor& param, ParamState& state) {
+  append_buffers(tensors.exp_avgs, tensors.exp_infs, tensors.steps, param, state);
+}
+
+void Adamax::launch(const kernel::MultiTensorKernels& kernels, const kernel::AdamaxTensors& tensors,
+                    const kernel::AdamaxArgs& args, const Tensor& grad_scale,
+                    const Tensor& found_inf) const {
+  kernels.fused_adamax_(tensors, args, grad_scale, found_inf);
+}
+
+// ---- Adadelta --------------------------------------------------------------------------------
+
+Adadelta::Adadelta(std::vector<Tensor> params, AdadeltaOptions options)
+    : Adadelta(one_group(std::move(params)), options) {}
+
+Adadelta::Adadelta(std::vector<ParamGroup> groups, AdadeltaOptions o)
+    : TwoBufferOptimizer(std::move(groups),
+                         {{"lr", o.lr},
+                          {"rho", o.rho},
+                          {"eps", o.eps},
+                          {"weight_decay", o.weight_decay},
+                          {"maximize", o.maximize ? 1.0 : 0.0}},
+                         "Adadelta", o.bf16_params, o.generator) {
+  check_constructed();
+}
+
+void Adadelta::check_options(const std::map<std::string, double>& options) const {
+  check_adadelta_options(options);
+}
+
+kernel::AdadeltaArgs Adadelta::step_args(const ParamGroup& group) const {
+  const std::map<std::string, double>& o = group.options;
+  check_adadelta_options(o);
+  return {o.at("lr"), o.at("rho"), o.at("eps"), o.at("weight_decay"), o.at("maximize") != 0};
+}
+
+void Adadelta::add_state(kernel::AdadeltaTensors& tensors, const kernel::AdadeltaArgs& /*args*/,
+                         const Tensor& param, ParamState& state) {
+  append_buffers(tensors.square_avgs, tensors.acc_deltas, tensors.steps, param, state);
+}
+
+void Adadelta::launch(const kernel::MultiTensorKernels& kernels,
+                      const kernel::AdadeltaTensors& tensors, const kernel::AdadeltaArgs& args,
+                      const Tensor& grad_scale, const Tensor& found_inf) const {
+  kernels.fused_adadelta_(tensors, args, grad_scale, found_inf);
+}
+
+// ---- RAdam -----------------------------------------------------------------------------------
+
+RAdam::RAdam(std::vector<Tensor> params, RAdamOptions options)
+    : RAdam(one_group(std::move(params)), options) {}
+
+RAdam::RAdam(std::vector<ParamGroup> groups, RAdamOptions o)
+    : TwoBufferOptimizer(std::move(groups),
+                         {{"lr", o.lr},
+                          {"beta1", o.beta1},
+                          {"beta2", o.beta2},
+                          {"eps", o.eps},
+                          {"weight_decay", o.weight_decay}},
+                         "RAdam", o.bf16_params, o.generator) {
+  check_constructed();
+}
+
+void RAdam::check_options(const std::map<std::string, double>& options) const {
+  check_radam_options(options);
+}
+
+kernel::RAdamArgs RAdam::step_args(const ParamGroup& group) const {
+  const std::map<std::string, double>& o = group.options;
+  check_radam_options(o);
+  return {o.at("lr"), o.at("beta1"), o.at("beta2"), o.at("eps"), o.at("weight_decay")};
+}
+
+void RAdam::add_state(kernel::RAdamTensors& tensors, const kernel::RAdamArgs& /*args*/,
+                      const Tensor& param, ParamState& state) {
+  append_buffers(tensors.exp_avgs, tensors.exp_avg_sqs, tensors.steps, param, state);
+}
+
+void RAdam::launch(const kernel::MultiTensorKernels& kernels, const kernel::RAdamTensors& tensors,
+                   const kernel::RAdamArgs& args, const Tensor& grad_scale,
+                   const Tensor& found_inf) const {
+  kernels.fused_radam_(tensors, args, grad_scale, found_inf);
+}
+
+}  // namespace hg::optim

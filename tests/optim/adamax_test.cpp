@@ -1,0 +1,283 @@
+// optim::Adamax, Adadelta and RAdam: every option set against PyTorch step by step
+// (twin/adamax_adadelta_radam.txt, printed by torch 1.13) in float64 and float32; RAdam's two
+// branches; skipped and scaled steps; bf16_params; state_dict round trips; option checks; the
+// threaded pass.
+#include <catch2/catch.hpp>
+
+#include <bit>
+#include <cmath>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "twin_runs.h"
+
+using namespace hg;
+using namespace optim_test;
+using Catch::Contains;
+
+namespace {
+
+template <class Opt>
+std::unique_ptr<optim::Optimizer> make(std::vector<optim::ParamGroup> groups) {
+  return std::make_unique<Opt>(std::move(groups));
+}
+
+struct Kind {
+  std::string prefix, torch_name;
+  std::function<std::unique_ptr<optim::Optimizer>(std::vector<optim::ParamGroup>)> make;
+  // An optimizer over `params` with every option away from its default (bf16_params aside).
+  std::function<std::unique_ptr<optim::Optimizer>(std::vector<Tensor>, bool bf16_params)> every;
+};
+
+const std::vector<Kind>& kinds() {
+  static const std::vector<Kind> all = {
+      {"adamax_", "Adamax", make<optim::Adamax>,
+       [](std::vector<Tensor> p, bool bf16) -> std::unique_ptr<optim::Optimizer> {
+         return std::make_unique<optim::Adamax>(p, optim::AdamaxOptions{.lr = 0.02,
+                                                                        .beta1 = 0.8,
+                                                                        .beta2 = 0.99,
+                                                                        .eps = 1e-3,
+                                                                        .weight_decay = 0.05,
+                                                                        .maximize = true,
+                                                                        .bf16_params = bf16});
+       }},
+      {"adadelta_", "Adadelta", make<optim::Adadelta>,
+       [](std::vector<Tensor> p, bool bf16) -> std::unique_ptr<optim::Optimizer> {
+         return std::make_unique<optim::Adadelta>(p, optim::AdadeltaOptions{.lr = 0.5,
+                                                                            .rho = 0.7,
+                                                                            .eps = 1e-4,
+                                                                            .weight_decay = 0.05,
+                                                                            .maximize = true,
+                                                                            .bf16_params = bf16});
+       }},
+      {"radam_", "RAdam", make<optim::RAdam>,
+       [](std::vector<Tensor> p, bool bf16) -> std::unique_ptr<optim::Optimizer> {
+         return std::make_unique<optim::RAdam>(p, optim::RAdamOptions{.lr = 0.02,
+                                                                      .beta1 = 0.8,
+                                                                      .beta2 = 0.9,
+                                                                      .eps = 1e-6,
+                                                                      .weight_decay = 0.05,
+                                                                      .bf16_params = bf16});
+       }},
+  };
+  return all;
+}
+
+std::map<std::string, std::vector<unsigned char>> buffer_bytes(const optim::ParamState& state) {
+  std::map<std::string, std::vector<unsigned char>> bytes;
+  for (const auto& [name, buffer] : state.buffers) bytes[name] = bytes_of(buffer);
+  return bytes;
+}
+
+}  // namespace
+
+TEST_CASE("Adamax Adadelta and RAdam: defaults are torch's") {
+  Tensor p = make_param({1.0}, kFloat32);
+  const auto adamax = optim::Adamax({p}).param_groups()[0].options;
+  CHECK(adamax == std::map<std::string, double>{{"lr", 2e-3},
+                                                {"beta1", 0.9},
+                                                {"beta2", 0.999},
+                                                {"eps", 1e-8},
+                                                {"weight_decay", 0},
+                                                {"maximize", 0}});
+  const auto adadelta = optim::Adadelta({p}).param_groups()[0].options;
+  CHECK(adadelta ==
+        std::map<std::string, double>{
+            {"lr", 1.0}, {"rho", 0.9}, {"eps", 1e-6}, {"weight_decay", 0}, {"maximize", 0}});
+  const auto radam = optim::RAdam({p}).param_groups()[0].options;
+  CHECK(radam ==
+        std::map<std::string, double>{
+            {"lr", 1e-3}, {"beta1", 0.9}, {"beta2", 0.999}, {"eps", 1e-8}, {"weight_decay", 0}});
+  CHECK(optim::RAdam({p}).supports_scaled_step());
+  CHECK(std::string(optim::Adadelta({p}).name()) == "Adadelta");
+}
+
+TEST_CASE("Adamax Adadelta and RAdam: every option set matches PyTorch step by step") {
+  for (const Kind& kind : kinds()) {
+    const std::vector<std::string> names = twin_run_names(kind.prefix);
+    REQUIRE(names.size() >= 3);
+    for (const std::string& name : names) {
+      REQUIRE(twin_run(name).optimizer == kind.torch_name);
+      follow_twin_run(name, kFloat64, 1e-12, kind.make);
+      follow_twin_run(name, kFloat32, 1e-5, kind.make);
+    }
+  }
+}
+
+TEST_CASE("RAdam: the twin's runs take both branches of the rectification") {
+  // rho_t > 5 from the fourth step on with beta2 0.999 (rho_t is about 2t - 1 while beta2^t is
+  // near 1): the first steps move by the bias-corrected average alone, p -= lr * m / (1 - beta1^t).
+  const TwinRun& run = twin_run("radam_plain");
+  const double lr = run.options.at("lr"), beta1 = run.options.at("beta1");
+  for (size_t t = 1; t <= 3; ++t) {
+    const TwinRecord& now = run.steps[t][0];
+    const TwinRecord& before = run.steps[t - 1][0];
+    for (size_t i = 0; i < now.param.size(); ++i) {
+      const double m = now.state.at("exp_avg")[i];
+      const double want = before.param[i] - m / (1 - std::pow(beta1, double(t))) * lr;
+      CHECK(std::abs(now.param[i] - want) <= 1e-15);
+    }
+  }
+}
+
+TEST_CASE("Adamax Adadelta and RAdam: found_inf skips the step leaving everything bit-identical") {
+  for (const Kind& kind : kinds()) {
+    for (DType dtype : {kFloat32, kBFloat16, kFloat64}) {
+      INFO(kind.torch_name << " " << dtype_name(dtype));
+      Tensor p = make_param(random_values(3, 64, dtype), dtype);
+      auto opt = kind.every({p}, false);
+      for (uint32_t s = 0; s < 2; ++s) {
+        set_grad(p, random_values(30 + s, 64, dtype));
+        opt->step();
+      }
+      const auto state_before = buffer_bytes(opt->state(0, 0));
+      const auto param_before = bytes_of(p);
+      set_grad(p, random_values(60, 64, dtype));
+      opt->step_scaled(scalar_tensor(8.0, kFloat32), scalar_tensor(1.0, kFloat32));
+      CHECK(bytes_of(p) == param_before);
+      CHECK(opt->state(0, 0).step == 2);
+      CHECK(buffer_bytes(opt->state(0, 0)) == state_before);
+    }
+  }
+}
+
+TEST_CASE("Adamax Adadelta and RAdam: a scaled step equals a step on the divided gradients") {
+  for (const Kind& kind : kinds()) {
+    for (DType dtype : {kFloat32, kBFloat16, kFloat64}) {
+      INFO(kind.torch_name << " " << dtype_name(dtype));
+      const Values initial = random_values(6, 48, dtype);
+      Tensor scaled_param = make_param(initial, dtype), plain_param = make_param(initial, dtype);
+      auto scaled = kind.every({scaled_param}, false);
+      auto plain = kind.every({plain_param}, false);
+      for (uint32_t s = 0; s < 6; ++s) {
+        const Values grad = random_values(70 + s, 48, dtype);
+        Values grad_times_scale = grad;
+        for (double& g : grad_times_scale) g *= 1024;  // exact: a power of two
+        set_grad(scaled_param, grad_times_scale);
+        set_grad(plain_param, grad);
+        scaled->step_scaled(scalar_tensor(1024.0, kFloat32), scalar_tensor(0.0, kFloat32));
+        plain->step();
+      }
+      CHECK(bytes_of(scaled_param) == bytes_of(plain_param));
+      CHECK(buffer_bytes(scaled->state(0, 0)) == buffer_bytes(plain->state(0, 0)));
+      CHECK(scaled->state(0, 0).step == 6);
+    }
+  }
+}
+
+TEST_CASE("Adamax Adadelta and RAdam: bf16_params keep float32 state and round stochastically") {
+  // A float32 twin reset to the bfloat16 parameter before each step computes the same float32
+  // update from the same state; the bfloat16 result must be one of that value's two bfloat16
+  // neighbours (the one below and the one above it, NOTE [bf16_params] in optim/fused.h), and
+  // over many elements both must occur.
+  for (const Kind& kind : kinds()) {
+    INFO(kind.torch_name);
+    const Values initial = random_values(8, 256, kBFloat16);
+    Tensor p16 = make_param(initial, kBFloat16), p32 = make_param(initial, kFloat32);
+    auto sr = kind.every({p16}, true);
+    auto reference = kind.every({p32}, false);
+    int64_t below = 0, above = 0;
+    for (uint32_t s = 0; s < 5; ++s) {
+      p32.detach().copy_(p16.detach().to(kFloat32));
+      const Values grad = random_values(80 + s, 256, kBFloat16);
+      set_grad(p16, grad);
+      set_grad(p32, grad);
+      sr->step();
+      reference->step();
+      const Values got = values_of(p16), want = values_of(p32);
+      for (size_t i = 0; i < got.size(); ++i) {
+        const uint32_t bits = std::bit_cast<uint32_t>(float(want[i]));
+        const float toward_zero = std::bit_cast<float>(bits & 0xFFFF0000u);
+        const float away = (bits & 0xFFFFu) == 0
+                               ? toward_zero
+                               : std::bit_cast<float>((bits & 0xFFFF0000u) + 0x10000u);
+        CHECK((float(got[i]) == toward_zero || float(got[i]) == away));
+        if (toward_zero != away) (float(got[i]) == toward_zero ? below : above) += 1;
+      }
+    }
+    for (const auto& [name, buffer] : sr->state(0, 0).buffers) CHECK(buffer.dtype() == kFloat32);
+    CHECK(below > 100);
+    CHECK(above > 100);
+    CHECK_THROWS_WITH(kind.every({make_param({1.0}, kFloat32)}, true),
+                      Contains("bf16_params expects bfloat16 parameters"));
+  }
+}
+
+TEST_CASE("Adamax Adadelta and RAdam: a state_dict round trip reproduces the next step") {
+  for (const Kind& kind : kinds()) {
+    INFO(kind.torch_name);
+    Tensor a = make_param(random_values(1, 20, kFloat32), kFloat32);
+    Tensor b = make_param(values_of(a), kFloat32);
+    auto first = kind.every({a}, false);
+    for (uint32_t s = 0; s < 3; ++s) {
+      set_grad(a, random_values(40 + s, 20, kFloat32));
+      first->step();
+    }
+    auto second = kind.every({b}, false);
+    b.detach().copy_(a.detach());
+    second->load_state_dict(first->state_dict());
+    CHECK(second->state(0, 0).step == 3);
+    set_grad(a, random_values(50, 20, kFloat32));
+    set_grad(b, random_values(50, 20, kFloat32));
+    first->step();
+    second->step();
+    CHECK(bytes_of(a) == bytes_of(b));
+  }
+}
+
+TEST_CASE("Adamax Adadelta and RAdam: bad options are errors and change nothing") {
+  const std::vector<std::tuple<std::string, std::string, double, std::string>> cases = {
+      {"Adamax", "lr", -1.0, "Adamax: expected lr >= 0, got -1"},
+      {"Adamax", "beta1", 1.0, "Adamax: expected beta1 in [0, 1), got 1"},
+      {"Adamax", "beta2", std::nan(""), "Adamax: expected beta2 in [0, 1), got nan"},
+      {"Adamax", "eps", -1e-8, "Adamax: expected eps >= 0, got -1e-08"},
+      {"Adamax", "maximize", 0.5, "Adamax: expected maximize to be 0 or 1 (a bool), got 0.5"},
+      {"Adadelta", "rho", 1.5, "Adadelta: expected rho in [0, 1], got 1.5"},
+      {"Adadelta", "weight_decay", -0.1, "Adadelta: expected weight_decay >= 0, got -0.1"},
+      {"RAdam", "beta2", -0.1, "RAdam: expected beta2 in [0, 1), got -0.1"},
+      {"RAdam", "lr", -0.5, "RAdam: expected lr >= 0, got -0.5"},
+  };
+  for (const auto& [optimizer, key, value, message] : cases) {
+    INFO(optimizer << " " << key << " = " << value);
+    const Kind& kind = *std::find_if(kinds().begin(), kinds().end(),
+                                     [&](const Kind& k) { return k.torch_name == optimizer; });
+    CHECK_THROWS_WITH(kind.make({{{make_param({1.0}, kFloat32)}, {{key, value}}}}),
+                      Contains(message));
+    Tensor p = make_param({1.0, 2.0}, kFloat32);
+    auto opt = kind.every({p}, false);
+    set_grad(p, {0.5, -0.5});
+    opt->step();
+    const auto before = buffer_bytes(opt->state(0, 0));
+    optim::OptimizerStateDict bad = opt->state_dict();
+    bad.param_groups[0].options[key] = value;
+    CHECK_THROWS_WITH(opt->load_state_dict(bad), Contains(message));
+    CHECK(buffer_bytes(opt->state(0, 0)) == before);
+    CHECK_THROWS_WITH(opt->add_param_group({{make_param({1.0}, kFloat32)}, {{key, value}}}),
+                      Contains(message));
+    CHECK(opt->param_groups().size() == 1);
+  }
+  // rho 0 and 1 are allowed, as torch allows them.
+  optim::Adadelta edges({make_param({1.0}, kFloat32)}, {.rho = 1.0});
+  optim::Adadelta zero({make_param({1.0}, kFloat32)}, {.rho = 0.0});
+}
+
+TEST_CASE("Adamax Adadelta and RAdam: the result does not depend on the number of threads") {
+  const int threads = get_num_threads();
+  for (const Kind& kind : kinds()) {
+    INFO(kind.torch_name);
+    std::vector<std::vector<unsigned char>> results;
+    for (int t : {1, std::max(2, threads)}) {
+      set_num_threads(t);
+      Tensor p = make_param(random_values(3, 70001, kFloat32), kFloat32);
+      auto opt = kind.every({p}, false);
+      for (uint32_t s = 0; s < 3; ++s) {
+        set_grad(p, random_values(90 + s, 70001, kFloat32));
+        opt->step();
+      }
+      results.push_back(bytes_of(p));
+    }
+    set_num_threads(threads);
+    CHECK(results[0] == results[1]);
+  }
+}
