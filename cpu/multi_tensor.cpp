@@ -531,8 +531,8 @@ void fused_adagrad_(const kernel::AdagradTensors& t, const kernel::AdagradArgs& 
 // rule's constants for a parameter of storage type T taking step `step`, `rule` the rule.
 template <class Tensors, class Args, class Constants, class Rule>
 void two_buffer_step(const Tensors& t, const std::vector<Tensor>& first,
-                     const std::vector<Tensor>& second, const Args& args, const StepScalars& s,
-                     const char* op, Constants&& constants, Rule&& rule) {
+                     const std::vector<Tensor>& second, const Args& args, const char* op,
+                     Constants&& constants, Rule&& rule) {
   for (size_t i = 0; i < t.params.size(); ++i) {
     const Tensor& param = t.params[i];
     const Tensor& grad = t.grads[i];
@@ -562,7 +562,7 @@ void fused_adamax_(const kernel::AdamaxTensors& t, const kernel::AdamaxArgs& arg
   const StepScalars s = read_step_scalars(grad_scale, found_inf);
   if (s.skipped) return;
   two_buffer_step(
-      t, t.exp_avgs, t.exp_infs, args, s, "fused_adamax_",
+      t, t.exp_avgs, t.exp_infs, args, "fused_adamax_",
       [&](auto tag, double step) {
         using C = compute_t<typename decltype(tag)::type>;
         return rules::adamax_constants<C>(args, args.lr, s.scaled, s.inv_scale, step);
@@ -578,7 +578,7 @@ void fused_adadelta_(const kernel::AdadeltaTensors& t, const kernel::AdadeltaArg
   const StepScalars s = read_step_scalars(grad_scale, found_inf);
   if (s.skipped) return;
   two_buffer_step(
-      t, t.square_avgs, t.acc_deltas, args, s, "fused_adadelta_",
+      t, t.square_avgs, t.acc_deltas, args, "fused_adadelta_",
       [&](auto tag, double /*step*/) {
         using C = compute_t<typename decltype(tag)::type>;
         return rules::adadelta_constants<C>(args, args.lr, s.scaled, s.inv_scale);
@@ -594,7 +594,7 @@ void fused_radam_(const kernel::RAdamTensors& t, const kernel::RAdamArgs& args,
   const StepScalars s = read_step_scalars(grad_scale, found_inf);
   if (s.skipped) return;
   two_buffer_step(
-      t, t.exp_avgs, t.exp_avg_sqs, args, s, "fused_radam_",
+      t, t.exp_avgs, t.exp_avg_sqs, args, "fused_radam_",
       [&](auto tag, double step) {
         using C = compute_t<typename decltype(tag)::type>;
         return rules::radam_constants<C>(args, args.lr, s.scaled, s.inv_scale, step);

@@ -4,6 +4,7 @@
 // threaded pass.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <functional>
@@ -240,8 +241,9 @@ TEST_CASE("Adamax Adadelta and RAdam: bad options are errors and change nothing"
   };
   for (const auto& [optimizer, key, value, message] : cases) {
     INFO(optimizer << " " << key << " = " << value);
+    const std::string wanted = optimizer;  // (a structured binding: no lambda captures it)
     const Kind& kind = *std::find_if(kinds().begin(), kinds().end(),
-                                     [&](const Kind& k) { return k.torch_name == optimizer; });
+                                     [&](const Kind& k) { return k.torch_name == wanted; });
     CHECK_THROWS_WITH(kind.make({{{make_param({1.0}, kFloat32)}, {{key, value}}}}),
                       Contains(message));
     Tensor p = make_param({1.0, 2.0}, kFloat32);
