@@ -3,12 +3,12 @@
 #include "halfgrad/amp/grad_scaler.h"
 
 #include <cstdio>
-#include <fstream>
 #include <utility>
 
 #include "halfgrad/amp/grad_scaler_detail.h"
 #include "halfgrad/core/error.h"
 #include "halfgrad/core/format.h"
+#include "halfgrad/core/text_file.h"
 
 namespace hg::amp {
 
@@ -78,13 +78,11 @@ OverflowReport GradScaler::overflow_report(const optim::Optimizer& optimizer,
 }
 
 void GradScaler::write_history_csv(const std::string& path) const {
-  std::ofstream out(path);
-  HG_CHECK(out.good(), "GradScaler.write_history_csv: expected a writable path, got \"{}\"", path);
-  out << "step,scale,skipped\n";
+  std::string text = "step,scale,skipped\n";
   for (const HistoryEntry& entry : history_) {
-    out << fmt::format("{},{},{}\n", entry.step, entry.scale, entry.skipped ? 1 : 0);
+    text += fmt::format("{},{},{}\n", entry.step, entry.scale, entry.skipped ? 1 : 0);
   }
-  HG_CHECK(out.good(), "GradScaler.write_history_csv: writing \"{}\" failed", path);
+  write_text_file(path, text, "GradScaler.write_history_csv");
 }
 
 }  // namespace hg::amp

@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <fstream>
 #include <limits>
 
 #include "halfgrad/autograd/grad_mode.h"
@@ -12,6 +11,7 @@
 #include "halfgrad/core/error.h"
 #include "halfgrad/core/format.h"
 #include "halfgrad/core/svg_chart.h"
+#include "halfgrad/core/text_file.h"
 #include "halfgrad/nn/module.h"
 #include "halfgrad/ops/autocast.h"
 
@@ -523,12 +523,11 @@ std::string PrecisionAudit::module_table() const {
 }
 
 void PrecisionAudit::write_csv(const std::string& path) const {
-  std::ofstream file(path, std::ios::binary | std::ios::trunc);
-  HG_CHECK(file.good(), "PrecisionAudit::write_csv: cannot open \"{}\" for writing", path);
-  file << "index,op,module,module_type,pass,node,policy,input_dtypes,dtype,numel,rel_error,"
-          "max_rel_error,max_ulps,mean_ulps,unit_roundoff,grew,skipped\n";
+  std::string text =
+      "index,op,module,module_type,pass,node,policy,input_dtypes,dtype,numel,rel_error,"
+      "max_rel_error,max_ulps,mean_ulps,unit_roundoff,grew,skipped\n";
   for (const OpPrecision& e : ops_) {
-    file << fmt::format("{},{},{},{},{},{},{},{},{},{},{:.9g},{:.9g},{:.9g},{:.9g},{:.9g},{},{}\n",
+    text += fmt::format("{},{},{},{},{},{},{},{},{},{},{:.9g},{:.9g},{:.9g},{:.9g},{:.9g},{},{}\n",
                         e.index, op_name(e.op), csv_field(e.module), csv_field(e.module_type),
                         e.whole_node ? "node" : (e.backward ? "backward" : "forward"),
                         csv_field(e.node), policy_text(e.policy, e.fp8),
@@ -536,7 +535,7 @@ void PrecisionAudit::write_csv(const std::string& path) const {
                         e.max_rel_error, e.max_ulps, e.mean_ulps, e.unit_roundoff, e.grew ? 1 : 0,
                         csv_field(e.skipped));
   }
-  HG_CHECK(file.good(), "PrecisionAudit::write_csv: writing \"{}\" failed", path);
+  write_text_file(path, text, "PrecisionAudit::write_csv");
 }
 
 void PrecisionAudit::write_svg(const std::string& path, const std::string& title) const {

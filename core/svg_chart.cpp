@@ -3,11 +3,11 @@
 
 #include <algorithm>
 #include <cmath>
-#include <fstream>
 #include <limits>
 
 #include "halfgrad/core/error.h"
 #include "halfgrad/core/format.h"
+#include "halfgrad/core/text_file.h"
 
 namespace hg {
 
@@ -219,11 +219,7 @@ std::string SvgChart::svg() const {
 }
 
 void SvgChart::write(const std::string& path) const {
-  const std::string text = svg();
-  std::ofstream file(path, std::ios::binary | std::ios::trunc);
-  HG_CHECK(file.good(), "SvgChart::write: cannot open \"{}\" for writing", path);
-  file << text;
-  HG_CHECK(file.good(), "SvgChart::write: writing \"{}\" failed", path);
+  write_text_file(path, svg(), "SvgChart::write");
 }
 
 }  // namespace hg

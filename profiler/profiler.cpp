@@ -7,7 +7,6 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <fstream>
 #include <map>
 #include <tuple>
 #include <unordered_map>
@@ -18,6 +17,7 @@
 #include "halfgrad/core/error.h"
 #include "halfgrad/core/format.h"
 #include "halfgrad/core/tensor.h"
+#include "halfgrad/core/text_file.h"
 #include "halfgrad/nn/module.h"
 #include "halfgrad/ops/observer.h"
 #if HALFGRAD_HAS_CUDA
@@ -641,12 +641,7 @@ std::string Profile::chrome_trace() const {
 }
 
 void Profile::export_chrome_trace(const std::string& path) const {
-  const std::string trace = chrome_trace();
-  std::ofstream file(path, std::ios::binary | std::ios::trunc);
-  HG_CHECK(file.is_open(), "Profile::export_chrome_trace: cannot open '{}' for writing", path);
-  file.write(trace.data(), std::streamsize(trace.size()));
-  file.close();
-  HG_CHECK(!file.fail(), "Profile::export_chrome_trace: writing '{}' failed", path);
+  write_text_file(path, chrome_trace(), "Profile::export_chrome_trace");
 }
 
 }  // namespace hg::profiler
