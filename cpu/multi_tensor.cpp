@@ -527,8 +527,9 @@ void fused_adagrad_(const kernel::AdagradTensors& t, const kernel::AdagradArgs& 
   }
 }
 
-// The Adamax, Adadelta and RAdam steps: two buffers per parameter, `constants(T tag, step)` the
-// rule's constants for a parameter of storage type T taking step `step`, `rule` the rule.
+// The Adamax, Adadelta, RAdam and NAdam steps: two buffers per parameter, `constants(T tag,
+// step, i)` the rule's constants for parameter i, of storage type T, taking step `step`, `rule`
+// the rule.
 template <class Tensors, class Args, class Constants, class Rule>
 void two_buffer_step(const Tensors& t, const std::vector<Tensor>& first,
                      const std::vector<Tensor>& second, const Args& args, const char* op,
@@ -542,7 +543,7 @@ void two_buffer_step(const Tensors& t, const std::vector<Tensor>& first,
                      using T = typename decltype(param_tag)::type;
                      using S = typename decltype(state_tag)::type;
                      using C = compute_t<T>;
-                     const auto k = constants(param_tag, step);
+                     const auto k = constants(param_tag, step, i);
                      two_buffer_pass<T, S>(param.data_ptr<T>(), grad.data_ptr<T>(),
                                            first[i].data_ptr<S>(), second[i].data_ptr<S>(),
                                            param.numel(), draw, [k, &rule](C p, C g, C& a, C& b) {
@@ -563,7 +564,7 @@ void fused_adamax_(const kernel::AdamaxTensors& t, const kernel::AdamaxArgs& arg
   if (s.skipped) return;
   two_buffer_step(
       t, t.exp_avgs, t.exp_infs, args, "fused_adamax_",
-      [&](auto tag, double step) {
+      [&](auto tag, double step, size_t /*i*/) {
         using C = compute_t<typename decltype(tag)::type>;
         return rules::adamax_constants<C>(args, args.lr, s.scaled, s.inv_scale, step);
       },
@@ -579,7 +580,7 @@ void fused_adadelta_(const kernel::AdadeltaTensors& t, const kernel::AdadeltaArg
   if (s.skipped) return;
   two_buffer_step(
       t, t.square_avgs, t.acc_deltas, args, "fused_adadelta_",
-      [&](auto tag, double /*step*/) {
+      [&](auto tag, double /*step*/, size_t /*i*/) {
         using C = compute_t<typename decltype(tag)::type>;
         return rules::adadelta_constants<C>(args, args.lr, s.scaled, s.inv_scale);
       },
@@ -595,13 +596,37 @@ void fused_radam_(const kernel::RAdamTensors& t, const kernel::RAdamArgs& args,
   if (s.skipped) return;
   two_buffer_step(
       t, t.exp_avgs, t.exp_avg_sqs, args, "fused_radam_",
-      [&](auto tag, double step) {
+      [&](auto tag, double step, size_t /*i*/) {
         using C = compute_t<typename decltype(tag)::type>;
         return rules::radam_constants<C>(args, args.lr, s.scaled, s.inv_scale, step);
       },
       [](auto p, auto g, auto& m, auto& v, const auto& k, auto round_state) {
         return rules::radam_rule(p, g, m, v, k, round_state);
       });
+}
+
+void fused_nadam_(const kernel::NAdamTensors& t, const kernel::NAdamArgs& args,
+                  const Tensor& grad_scale, const Tensor& found_inf) {
+  kernel::check_nadam_tensors(t, args, grad_scale, found_inf, kCPU, /*int64_steps=*/true);
+  const StepScalars s = read_step_scalars(grad_scale, found_inf);
+  if (s.skipped) return;
+  std::vector<float> products(t.params.size());  // each mu_product after this step
+  two_buffer_step(
+      t, t.exp_avgs, t.exp_avg_sqs, args, "fused_nadam_",
+      [&](auto tag, double step, size_t i) {
+        using C = compute_t<typename decltype(tag)::type>;
+        const auto k = rules::nadam_constants<C>(args, args.lr, s.scaled, s.inv_scale, step,
+                                                 t.mu_products[i].data_ptr<float>()[0]);
+        products[i] = k.mu_product;
+        return k;
+      },
+      [](auto p, auto g, auto& m, auto& v, const auto& k, auto round_state) {
+        return rules::nadam_rule(p, g, m, v, k, round_state);
+      });
+  for (size_t i = 0; i < products.size(); ++i) {
+    t.mu_products[i].data_ptr<float>()[0] = products[i];
+    t.mu_products[i].bump_version();
+  }
 }
 
 }  // namespace

@@ -17,6 +17,7 @@
 #include <cmath>
 #include <map>
 #include <string>
+#include <type_traits>
 #include <utility>
 
 #include "halfgrad/core/error.h"
@@ -353,17 +354,19 @@ void fused_adagrad_(const kernel::AdagradTensors& t, const detail::AdagradArgs& 
   }
 }
 
-// Adamax, Adadelta and RAdam on one device (checked): lists param, grad, first, second, grouped
-// by dtype, `launch(args, dtype, grad_scale, found_inf, stream)` the rule's launcher; then the
-// step counts advance unless found_inf is set.
+// Adamax, Adadelta, RAdam and NAdam on one device (checked): lists param, grad, first, second
+// (and NAdam's mu_products, when `products` is not null), grouped by dtype, `launch(args, dtype,
+// grad_scale, found_inf, stream)` the rule's launcher; then the step counts (and mu_products)
+// advance unless found_inf is set.
 template <class Tensors, class Args, class Launch>
 void two_buffer_step(const Tensors& t, const std::vector<Tensor>& first,
-                     const std::vector<Tensor>& second, const Args& args, const Tensor& grad_scale,
-                     const Tensor& found_inf, Device device, const char* op, Launch&& launch) {
+                     const std::vector<Tensor>& second, const std::vector<Tensor>* products,
+                     const Args& args, const Tensor& grad_scale, const Tensor& found_inf,
+                     Device device, const char* op, Launch&& launch) {
   const size_t n = t.params.size();
   if (n == 0) return;
   std::map<int, PointerLists> groups;
-  std::vector<float*> steps(n);
+  std::vector<float*> steps(n), product_data(products != nullptr ? n : 0);
   for (size_t i = 0; i < n; ++i) {
     steps[i] = data_of<float>(t.steps[i]);
     PointerLists& lists = groups[int(t.params[i].dtype())];
@@ -371,6 +374,10 @@ void two_buffer_step(const Tensors& t, const std::vector<Tensor>& first,
     lists.data[1].push_back(t.grads[i].data_ptr());
     lists.data[2].push_back(first[i].data_ptr());
     lists.data[3].push_back(second[i].data_ptr());
+    if (products != nullptr) {
+      product_data[i] = data_of<float>((*products)[i]);
+      lists.data[4].push_back(product_data[i]);
+    }
     lists.numel.push_back(t.params[i].numel());
     lists.steps.push_back(steps[i]);
     if (args.bf16_params) lists.first_blocks.push_back(t.first_blocks[i]);
@@ -380,14 +387,23 @@ void two_buffer_step(const Tensors& t, const std::vector<Tensor>& first,
   DeviceGuard guard(device.index);
   const cudaStream_t stream = current_stream(device.index);
   for (const auto& [dtype, lists] : groups) {
-    HG_CUDA_CHECK(launch(lists.args(4), DType(dtype), args, scale, found, stream), op);
+    HG_CUDA_CHECK(
+        launch(lists.args(products != nullptr ? 5 : 4), DType(dtype), args, scale, found, stream),
+        op);
   }
-  HG_CUDA_CHECK(detail::launch_advance_steps(steps.data(), int64_t(n), found, stream), op);
+  if constexpr (std::is_same_v<Args, kernel::NAdamArgs>) {
+    HG_CUDA_CHECK(detail::launch_advance_nadam(steps.data(), product_data.data(), int64_t(n), args,
+                                               found, stream),
+                  op);
+  } else {
+    HG_CUDA_CHECK(detail::launch_advance_steps(steps.data(), int64_t(n), found, stream), op);
+  }
   for (size_t i = 0; i < n; ++i) {
     t.params[i].bump_version();
     first[i].bump_version();
     second[i].bump_version();
     t.steps[i].bump_version();
+    if (products != nullptr) (*products)[i].bump_version();
   }
 }
 
@@ -395,15 +411,15 @@ void fused_adamax_(const kernel::AdamaxTensors& t, const kernel::AdamaxArgs& arg
                    const Tensor& grad_scale, const Tensor& found_inf) {
   const Device device =
       kernel::check_adamax_tensors(t, args, grad_scale, found_inf, kCUDA, /*int64_steps=*/false);
-  two_buffer_step(t, t.exp_avgs, t.exp_infs, args, grad_scale, found_inf, device, "fused_adamax_",
-                  detail::launch_fused_adamax);
+  two_buffer_step(t, t.exp_avgs, t.exp_infs, nullptr, args, grad_scale, found_inf, device,
+                  "fused_adamax_", detail::launch_fused_adamax);
 }
 
 void fused_adadelta_(const kernel::AdadeltaTensors& t, const kernel::AdadeltaArgs& args,
                      const Tensor& grad_scale, const Tensor& found_inf) {
   const Device device =
       kernel::check_adadelta_tensors(t, args, grad_scale, found_inf, kCUDA, /*int64_steps=*/false);
-  two_buffer_step(t, t.square_avgs, t.acc_deltas, args, grad_scale, found_inf, device,
+  two_buffer_step(t, t.square_avgs, t.acc_deltas, nullptr, args, grad_scale, found_inf, device,
                   "fused_adadelta_", detail::launch_fused_adadelta);
 }
 
@@ -411,8 +427,16 @@ void fused_radam_(const kernel::RAdamTensors& t, const kernel::RAdamArgs& args,
                   const Tensor& grad_scale, const Tensor& found_inf) {
   const Device device =
       kernel::check_radam_tensors(t, args, grad_scale, found_inf, kCUDA, /*int64_steps=*/false);
-  two_buffer_step(t, t.exp_avgs, t.exp_avg_sqs, args, grad_scale, found_inf, device, "fused_radam_",
-                  detail::launch_fused_radam);
+  two_buffer_step(t, t.exp_avgs, t.exp_avg_sqs, nullptr, args, grad_scale, found_inf, device,
+                  "fused_radam_", detail::launch_fused_radam);
+}
+
+void fused_nadam_(const kernel::NAdamTensors& t, const kernel::NAdamArgs& args,
+                  const Tensor& grad_scale, const Tensor& found_inf) {
+  const Device device =
+      kernel::check_nadam_tensors(t, args, grad_scale, found_inf, kCUDA, /*int64_steps=*/false);
+  two_buffer_step(t, t.exp_avgs, t.exp_avg_sqs, &t.mu_products, args, grad_scale, found_inf, device,
+                  "fused_nadam_", detail::launch_fused_nadam);
 }
 
 // ---- norms, clipping, checks -----------------------------------------------------------------

@@ -396,12 +396,14 @@ __global__ void __launch_bounds__(kBlock)
   }
 }
 
-// Adamax, Adadelta and RAdam: lists param, grad and two buffers of type S; Rule::constants makes
-// the rule's constants for a chunk's step, Rule::update is the rule (kernel/update_rules.h).
-template <class T, class S, class Rule, class Args>
+// Adamax, Adadelta, RAdam and NAdam: lists param, grad and two buffers of type S, and for NAdam
+// (Rule::kLists 5) each tensor's mu_product (one float); Rule::constants makes the rule's
+// constants for a chunk's step and mu_product (1 without one), Rule::update is the rule
+// (kernel/update_rules.h).
+template <class T, class S, class Rule, class Args, int Lists = Rule::kLists>
 __global__ void __launch_bounds__(kBlock)
-    two_buffer_kernel(const __grid_constant__ ChunkTable<4> table, Args a, const float* grad_scale,
-                      const float* found_inf) {
+    two_buffer_kernel(const __grid_constant__ ChunkTable<Lists> table, Args a,
+                      const float* grad_scale, const float* found_inf) {
   if (found_inf != nullptr && *found_inf != 0.0f) return;
   using C = compute_t<T>;
   const bool scaled = grad_scale != nullptr;
@@ -411,7 +413,9 @@ __global__ void __launch_bounds__(kBlock)
     const Chunk k = chunk_at(table, c);
     // The step this update takes (1 on the first), from the count kept on the device.
     const double step = static_cast<double>(*table.steps[k.tensor]) + 1.0;
-    const auto constants = Rule::template constants<C>(a, lr, scaled, inv_scale, step);
+    float product = 1.0f;
+    if constexpr (Lists == 5) product = *static_cast<const float*>(table.data[4][k.tensor]);
+    const auto constants = Rule::template constants<C>(a, lr, scaled, inv_scale, step, product);
     T* param = static_cast<T*>(table.data[0][k.tensor]);
     const T* grad = static_cast<const T*>(table.data[1][k.tensor]);
     S* first = static_cast<S*>(table.data[2][k.tensor]);
@@ -428,9 +432,10 @@ __global__ void __launch_bounds__(kBlock)
 }
 
 struct AdamaxRule {
+  static constexpr int kLists = 4;
   template <class C>
   __device__ static auto constants(const AdamaxArgs& a, double lr, bool scaled, double inv_scale,
-                                   double step) {
+                                   double step, float /*product*/) {
     return kernel::rules::adamax_constants<C>(a, lr, scaled, inv_scale, step);
   }
   template <class C, class K, class R>
@@ -439,9 +444,10 @@ struct AdamaxRule {
   }
 };
 struct AdadeltaRule {
+  static constexpr int kLists = 4;
   template <class C>
   __device__ static auto constants(const AdadeltaArgs& a, double lr, bool scaled, double inv_scale,
-                                   double /*step*/) {
+                                   double /*step*/, float /*product*/) {
     return kernel::rules::adadelta_constants<C>(a, lr, scaled, inv_scale);
   }
   template <class C, class K, class R>
@@ -450,14 +456,27 @@ struct AdadeltaRule {
   }
 };
 struct RAdamRule {
+  static constexpr int kLists = 4;
   template <class C>
   __device__ static auto constants(const RAdamArgs& a, double lr, bool scaled, double inv_scale,
-                                   double step) {
+                                   double step, float /*product*/) {
     return kernel::rules::radam_constants<C>(a, lr, scaled, inv_scale, step);
   }
   template <class C, class K, class R>
   __device__ static C update(C p, C g, C& m, C& v, const K& k, R round_state) {
     return kernel::rules::radam_rule(p, g, m, v, k, round_state);
+  }
+};
+struct NAdamRule {
+  static constexpr int kLists = 5;
+  template <class C>
+  __device__ static auto constants(const NAdamArgs& a, double lr, bool scaled, double inv_scale,
+                                   double step, float product) {
+    return kernel::rules::nadam_constants<C>(a, lr, scaled, inv_scale, step, product);
+  }
+  template <class C, class K, class R>
+  __device__ static C update(C p, C g, C& m, C& v, const K& k, R round_state) {
+    return kernel::rules::nadam_rule(p, g, m, v, k, round_state);
   }
 };
 
@@ -471,6 +490,26 @@ __global__ void advance_steps_kernel(StepList list, const float* found_inf) {
   if (found_inf != nullptr && *found_inf != 0.0f) return;
   const int i = threadIdx.x;
   if (i < list.count) *list.steps[i] += 1.0f;
+}
+
+// NAdam's state after the update kernels read it: each mu_product times this step's momentum
+// coefficient (the one nadam_constants computes), then the step count advances. Half as many per
+// launch as StepList, so that the list stays within 4 KiB of kernel arguments.
+constexpr int kMaxProducts = kMaxSteps / 2;
+struct ProductList {
+  float* steps[kMaxProducts];
+  float* products[kMaxProducts];
+  int32_t count;
+};
+
+__global__ void advance_nadam_kernel(ProductList list, NAdamArgs a, const float* found_inf) {
+  if (found_inf != nullptr && *found_inf != 0.0f) return;
+  const int i = threadIdx.x;
+  if (i >= list.count) return;
+  const double step = static_cast<double>(*list.steps[i]) + 1.0;
+  *list.products[i] =
+      kernel::rules::nadam_constants<float>(a, 0.0, false, 1.0, step, *list.products[i]).mu_product;
+  *list.steps[i] += 1.0f;
 }
 
 // ---- kernels: norms, clipping, checks --------------------------------------------------------
@@ -906,12 +945,13 @@ cudaError_t launch_fused_adagrad(const MultiTensorArgs& tensors, DType dtype,
   });
 }
 
-// The launch of two_buffer_kernel for Rule (Adamax, Adadelta, RAdam).
+// The launch of two_buffer_kernel for Rule (Adamax, Adadelta, RAdam, NAdam).
 template <class Rule, class Args>
 cudaError_t launch_two_buffers(const MultiTensorArgs& tensors, DType dtype, const Args& args,
                                const float* grad_scale, const float* found_inf,
                                cudaStream_t stream) {
-  if (!is_floating(dtype) || tensors.lists != 4 || tensors.steps == nullptr) {
+  constexpr int kLists = Rule::kLists;
+  if (!is_floating(dtype) || tensors.lists != kLists || tensors.steps == nullptr) {
     return cudaErrorInvalidValue;
   }
   if (args.bf16_params && (dtype != DType::BFloat16 || tensors.first_blocks == nullptr)) {
@@ -921,7 +961,8 @@ cudaError_t launch_two_buffers(const MultiTensorArgs& tensors, DType dtype, cons
     using T = typename decltype(tag)::type;
     auto run = [&](auto state_tag) {
       using S = typename decltype(state_tag)::type;
-      return for_each_table<4>(tensors, [&](const ChunkTable<4>& table, int64_t chunks, int64_t) {
+      return for_each_table<kLists>(tensors, [&](const ChunkTable<kLists>& table, int64_t chunks,
+                                                 int64_t) {
         two_buffer_kernel<T, S, Rule, Args>
             <<<blocks_for(chunks), kBlock, 0, stream>>>(table, args, grad_scale, found_inf);
         return cudaGetLastError();
@@ -950,6 +991,30 @@ cudaError_t launch_fused_radam(const MultiTensorArgs& tensors, DType dtype, cons
                                const float* grad_scale, const float* found_inf,
                                cudaStream_t stream) {
   return launch_two_buffers<RAdamRule>(tensors, dtype, args, grad_scale, found_inf, stream);
+}
+
+cudaError_t launch_fused_nadam(const MultiTensorArgs& tensors, DType dtype, const NAdamArgs& args,
+                               const float* grad_scale, const float* found_inf,
+                               cudaStream_t stream) {
+  return launch_two_buffers<NAdamRule>(tensors, dtype, args, grad_scale, found_inf, stream);
+}
+
+cudaError_t launch_advance_nadam(float* const* steps, float* const* products, int64_t count,
+                                 const NAdamArgs& args, const float* found_inf,
+                                 cudaStream_t stream) {
+  for (int64_t done = 0; done < count;) {
+    ProductList list{};
+    list.count = static_cast<int32_t>(std::min<int64_t>(kMaxProducts, count - done));
+    for (int i = 0; i < list.count; ++i) {
+      list.steps[i] = steps[done + i];
+      list.products[i] = products[done + i];
+    }
+    advance_nadam_kernel<<<1, kMaxProducts, 0, stream>>>(list, args, found_inf);
+    const cudaError_t status = cudaGetLastError();
+    if (status != cudaSuccess) return status;
+    done += list.count;
+  }
+  return cudaSuccess;
 }
 
 cudaError_t launch_advance_steps(float* const* steps, int64_t count, const float* found_inf,

@@ -104,6 +104,7 @@ using kernel::AdadeltaArgs;
 using kernel::AdagradArgs;
 using kernel::AdamArgs;
 using kernel::AdamaxArgs;
+using kernel::NAdamArgs;
 using kernel::RAdamArgs;
 using kernel::RMSpropArgs;
 using kernel::SGDArgs;
@@ -149,6 +150,17 @@ cudaError_t launch_fused_adadelta(const MultiTensorArgs& tensors, DType dtype,
 cudaError_t launch_fused_radam(const MultiTensorArgs& tensors, DType dtype, const RAdamArgs& args,
                                const float* grad_scale, const float* found_inf,
                                cudaStream_t stream);
+
+// NAdam: lists param, grad, exp_avg, exp_avg_sq (as RAdam's) and each tensor's mu_product (a
+// float32 one-element tensor, read); `steps` set and read as Adagrad's. launch_advance_nadam
+// then multiplies each mu_product by its step's momentum coefficient and adds the 1 to the count
+// (`count` of each: host arrays of device pointers), unless found_inf is nonzero.
+cudaError_t launch_fused_nadam(const MultiTensorArgs& tensors, DType dtype, const NAdamArgs& args,
+                               const float* grad_scale, const float* found_inf,
+                               cudaStream_t stream);
+cudaError_t launch_advance_nadam(float* const* steps, float* const* products, int64_t count,
+                                 const NAdamArgs& args, const float* found_inf,
+                                 cudaStream_t stream);
 
 // *steps[i] += 1 for the `count` step counts (a host array of device pointers), unless
 // found_inf (may be null) is nonzero.

@@ -81,6 +81,13 @@ struct RAdamTensors {
   std::vector<uint64_t> first_blocks;  // as AdamTensors' (the state float32)
 };
 
+// mu_products: NAdam's product of the momentum coefficients so far (torch's "mu_product"), a
+// one-element float32 tensor per parameter on its device, updated in place with the step count.
+struct NAdamTensors {
+  std::vector<Tensor> params, grads, exp_avgs, exp_avg_sqs, mu_products, steps;
+  std::vector<uint64_t> first_blocks;  // as AdamTensors' (the state float32)
+};
+
 struct MultiTensorKernels {
   // ---- GradScaler ----------------------------------------------------------------------------
 
@@ -128,6 +135,10 @@ struct MultiTensorKernels {
   // torch.optim.RAdam: the rectification from each step count.
   void (*fused_radam_)(const RAdamTensors& tensors, const RAdamArgs& args, const Tensor& grad_scale,
                        const Tensor& found_inf);
+  // torch.optim.NAdam: the momentum schedule from each step count, mu_products advanced with the
+  // step counts (both left alone by a set found_inf).
+  void (*fused_nadam_)(const NAdamTensors& tensors, const NAdamArgs& args, const Tensor& grad_scale,
+                       const Tensor& found_inf);
 
   // ---- norms, clipping, checks ---------------------------------------------------------------
 
@@ -164,7 +175,7 @@ struct MultiTensorKernels {
     .unscale_and_check_ = unscale_and_check_, .sum_flags = sum_flags, .fused_adam_ = fused_adam_, \
     .fused_sgd_ = fused_sgd_, .fused_rmsprop_ = fused_rmsprop_, .fused_adagrad_ = fused_adagrad_, \
     .fused_adamax_ = fused_adamax_, .fused_adadelta_ = fused_adadelta_,                           \
-    .fused_radam_ = fused_radam_, .total_norm = total_norm,                                       \
+    .fused_radam_ = fused_radam_, .fused_nadam_ = fused_nadam_, .total_norm = total_norm,         \
     .clip_by_total_norm_ = clip_by_total_norm_, .scale_ = scale_, .clamp_ = clamp_,               \
     .non_finite_flag = non_finite_flag, .value_range = value_range                                \
   }

@@ -68,4 +68,12 @@ struct RAdamArgs {
   uint64_t seed = 0;
 };
 
+struct NAdamArgs {
+  double lr, beta1, beta2, eps, weight_decay, momentum_decay;
+  bool decoupled_weight_decay, maximize;
+  const double* lr_device = nullptr;  // as AdamArgs'
+  bool bf16_params = false;           // as AdamArgs': dtype bfloat16, the state float32
+  uint64_t seed = 0;
+};
+
 }  // namespace hg::kernel

@@ -261,4 +261,19 @@ Device check_radam_tensors(const RAdamTensors& t, const RAdamArgs& args, const T
       "exp_avg_sq", args.bf16_params, grad_scale, found_inf, backend, int64_steps, "fused_radam_");
 }
 
+Device check_nadam_tensors(const NAdamTensors& t, const NAdamArgs& args, const Tensor& grad_scale,
+                           const Tensor& found_inf, DeviceType backend, bool int64_steps) {
+  const char* op = "fused_nadam_";
+  HG_CHECK(t.mu_products.size() == t.params.size(),
+           "{}: expected one mu_product per parameter ({}), got {}", op, t.params.size(),
+           t.mu_products.size());
+  const Device device = check_two_buffers(
+      {t.params, t.grads, t.exp_avgs, t.exp_avg_sqs, t.steps, t.first_blocks.size()}, "exp_avg",
+      "exp_avg_sq", args.bf16_params, grad_scale, found_inf, backend, int64_steps, op);
+  for (size_t i = 0; i < t.mu_products.size(); ++i) {
+    check_scalar(t.mu_products[i], device, op, fmt::format("mu_product {}", i).c_str());
+  }
+  return device;
+}
+
 }  // namespace hg::kernel

@@ -48,5 +48,8 @@ Device check_adadelta_tensors(const AdadeltaTensors& t, const AdadeltaArgs& args
                               bool int64_steps);
 Device check_radam_tensors(const RAdamTensors& t, const RAdamArgs& args, const Tensor& grad_scale,
                            const Tensor& found_inf, DeviceType backend, bool int64_steps);
+// And NAdam's mu_products: one-element float32 tensors on the parameters' device.
+Device check_nadam_tensors(const NAdamTensors& t, const NAdamArgs& args, const Tensor& grad_scale,
+                           const Tensor& found_inf, DeviceType backend, bool int64_steps);
 
 }  // namespace hg::kernel

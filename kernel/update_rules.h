@@ -1,7 +1,7 @@
 // The optimizers' update rules, written once: the arithmetic of one element of SGD, Adam/AdamW,
-// RMSprop and Adagrad (and the unscale), which the CPU loops (cpu/multi_tensor.cpp), the CPU's
-// AVX-512 passes (cpu/multi_tensor_avx512.cpp) and the CUDA kernels (cuda/multi_tensor.cu) all
-// instantiate.
+// RMSprop, Adagrad, Adamax, Adadelta, RAdam and NAdam (and the unscale), which the CPU loops
+// (cpu/multi_tensor.cpp), the CPU's AVX-512 passes (cpu/multi_tensor_avx512.cpp: SGD and Adam)
+// and the CUDA kernels (cuda/multi_tensor.cu) all instantiate.
 //
 // NOTE [Update rules written once] A rule is a template over the value type V it computes in:
 // the compute type C (float; double for float64 parameters) in the scalar loops and the CUDA
@@ -382,6 +382,68 @@ HG_HOST_DEVICE inline V radam_rule(V p, V g, V& m, V& v, const RAdamConstants<C>
   if (!k.rectified) return p - mul(corrected, V(k.lr));
   const V adaptive_lr = mul(V(C(1)) / (square_root(v) + V(k.eps)), V(k.bias_correction2_sqrt));
   return p - mul(mul(mul(corrected, V(k.lr)), adaptive_lr), V(k.rect));
+}
+
+// ---- NAdam ----------------------------------------------------------------------------------
+
+template <class C>
+struct NAdamConstants {
+  C one_minus_beta1, beta2, one_minus_beta2, eps, weight_decay, decay_factor, inv_scale;
+  C bias_correction2;
+  // The two addcdiv values: -lr (1 - mu) / (1 - mu_product) for the gradient and
+  // -lr mu_next / (1 - mu_product mu_next) for the average.
+  C grad_step, avg_step;
+  float mu_product;  // the product of the momentum coefficients after this step, as stored
+  bool scaled, decay, decoupled, maximize;
+};
+// step: the step this update takes (1 on the first); mu_product: the stored product of the
+// earlier steps' momentum coefficients (1 before the first). The momentum schedule in double,
+// as torch computes it on the host; the product in float32, as torch keeps it (a float32 tensor
+// times a number rounded to float32).
+template <class C>
+HG_HOST_DEVICE NAdamConstants<C> nadam_constants(const NAdamArgs& a, double lr, bool scaled,
+                                                 double inv_scale, double step, float mu_product) {
+  NAdamConstants<C> k;
+  const double mu = mul(a.beta1, 1 - mul(0.5, ::pow(0.96, mul(step, a.momentum_decay))));
+  const double mu_next = mul(a.beta1, 1 - mul(0.5, ::pow(0.96, mul(step + 1, a.momentum_decay))));
+  k.mu_product = mul(mu_product, float(mu));
+  const double product = k.mu_product;
+  k.grad_step = C(mul(-lr, 1 - mu) / (1 - product));
+  k.avg_step = C(mul(-lr, mu_next) / (1 - mul(product, mu_next)));
+  k.one_minus_beta1 = C(1 - a.beta1);
+  k.beta2 = C(a.beta2);
+  k.one_minus_beta2 = C(1 - a.beta2);
+  k.eps = C(a.eps);
+  k.weight_decay = C(a.weight_decay);
+  k.decay_factor = C(1 - mul(lr, a.weight_decay));
+  k.inv_scale = C(inv_scale);
+  k.bias_correction2 = C(1 - ::pow(a.beta2, step));
+  k.scaled = scaled;
+  k.decay = a.weight_decay != 0;
+  k.decoupled = a.decoupled_weight_decay;
+  k.maximize = a.maximize;
+  return k;
+}
+
+// torch.optim.NAdam (lerp for the average, addcdiv's value * a / b twice): the new parameter
+// value; m and v hold exp_avg and exp_avg_sq and receive their new values.
+template <class V, class C, class RoundState>
+HG_HOST_DEVICE inline V nadam_rule(V p, V g, V& m, V& v, const NAdamConstants<C>& k,
+                                   RoundState round_state) {
+  if (k.scaled) g = unscale(g, V(k.inv_scale));
+  if (k.maximize) g = -g;
+  if (k.decay) {
+    if (k.decoupled) {
+      p = mul(p, V(k.decay_factor));
+    } else {
+      g = g + mul(V(k.weight_decay), p);
+    }
+  }
+  m = round_state(m + mul(V(k.one_minus_beta1), g - m));
+  v = round_state(mul(v, V(k.beta2)) + mul(mul(V(k.one_minus_beta2), g), g));
+  const V denom = square_root(v / V(k.bias_correction2)) + V(k.eps);
+  p = p + mul(V(k.grad_step), g) / denom;
+  return p + mul(V(k.avg_step), m) / denom;
 }
 
 }  // namespace hg::kernel::rules

@@ -1,5 +1,6 @@
-// Adamax, Adadelta and RAdam (adamax.h): options and their checks, the state, and the steps
-// through the multi_tensor family's fused_adamax_, fused_adadelta_ and fused_radam_.
+// Adamax, Adadelta, RAdam and NAdam (adamax.h): options and their checks, the state, and the
+// steps through the multi_tensor family's fused_adamax_, fused_adadelta_, fused_radam_ and
+// fused_nadam_.
 #include "halfgrad/optim/adamax.h"
 
 #include "halfgrad/core/factory.h"
@@ -11,9 +12,11 @@ namespace hg::optim {
 template class FusedOptimizer<kernel::AdamaxTensors, kernel::AdamaxArgs>;
 template class FusedOptimizer<kernel::AdadeltaTensors, kernel::AdadeltaArgs>;
 template class FusedOptimizer<kernel::RAdamTensors, kernel::RAdamArgs>;
+template class FusedOptimizer<kernel::NAdamTensors, kernel::NAdamArgs>;
 template class TwoBufferOptimizer<kernel::AdamaxTensors, kernel::AdamaxArgs>;
 template class TwoBufferOptimizer<kernel::AdadeltaTensors, kernel::AdadeltaArgs>;
 template class TwoBufferOptimizer<kernel::RAdamTensors, kernel::RAdamArgs>;
+template class TwoBufferOptimizer<kernel::NAdamTensors, kernel::NAdamArgs>;
 
 namespace {
 
@@ -37,6 +40,18 @@ void check_radam_options(const std::map<std::string, double>& o) {
                        {"beta1", R::kUnitInterval},
                        {"beta2", R::kUnitInterval},
                        {"weight_decay", R::kNonNegative}});
+}
+// torch.optim.NAdam's, and the booleans.
+void check_nadam_options(const std::map<std::string, double>& o) {
+  check_option_ranges("NAdam", o,
+                      {{"lr", R::kNonNegative},
+                       {"eps", R::kNonNegative},
+                       {"beta1", R::kUnitInterval},
+                       {"beta2", R::kUnitInterval},
+                       {"weight_decay", R::kNonNegative},
+                       {"momentum_decay", R::kNonNegative},
+                       {"decoupled_weight_decay", R::kBool},
+                       {"maximize", R::kBool}});
 }
 // torch.optim.Adadelta's: rho in [0, 1].
 void check_adadelta_options(const std::map<std::string, double>& o) {
@@ -195,6 +210,60 @@ void RAdam::launch(const kernel::MultiTensorKernels& kernels, const kernel::RAda
                    const kernel::RAdamArgs& args, const Tensor& grad_scale,
                    const Tensor& found_inf) const {
   kernels.fused_radam_(tensors, args, grad_scale, found_inf);
+}
+
+// ---- NAdam -----------------------------------------------------------------------------------
+
+NAdam::NAdam(std::vector<Tensor> params, NAdamOptions options)
+    : NAdam(one_group(std::move(params)), options) {}
+
+NAdam::NAdam(std::vector<ParamGroup> groups, NAdamOptions o)
+    : TwoBufferOptimizer(std::move(groups),
+                         {{"lr", o.lr},
+                          {"beta1", o.beta1},
+                          {"beta2", o.beta2},
+                          {"eps", o.eps},
+                          {"weight_decay", o.weight_decay},
+                          {"momentum_decay", o.momentum_decay},
+                          {"decoupled_weight_decay", o.decoupled_weight_decay ? 1.0 : 0.0},
+                          {"maximize", o.maximize ? 1.0 : 0.0}},
+                         "NAdam", o.bf16_params, o.generator) {
+  check_constructed();
+}
+
+void NAdam::check_options(const std::map<std::string, double>& options) const {
+  check_nadam_options(options);
+}
+
+std::vector<std::string> NAdam::state_buffer_names(const ParamGroup& /*group*/) const {
+  return {"exp_avg", "exp_avg_sq", "mu_product"};
+}
+
+kernel::NAdamArgs NAdam::step_args(const ParamGroup& group) const {
+  const std::map<std::string, double>& o = group.options;
+  check_nadam_options(o);
+  return {o.at("lr"),
+          o.at("beta1"),
+          o.at("beta2"),
+          o.at("eps"),
+          o.at("weight_decay"),
+          o.at("momentum_decay"),
+          o.at("decoupled_weight_decay") != 0,
+          o.at("maximize") != 0};
+}
+
+void NAdam::add_state(kernel::NAdamTensors& tensors, const kernel::NAdamArgs& /*args*/,
+                      const Tensor& param, ParamState& state) {
+  append_buffers(tensors.exp_avgs, tensors.exp_avg_sqs, tensors.steps, param, state);
+  auto [product, added] = state.buffers.try_emplace("mu_product");
+  if (added) product->second = full({}, 1.0, {.dtype = kFloat32, .device = param.device()});
+  tensors.mu_products.push_back(product->second);
+}
+
+void NAdam::launch(const kernel::MultiTensorKernels& kernels, const kernel::NAdamTensors& tensors,
+                   const kernel::NAdamArgs& args, const Tensor& grad_scale,
+                   const Tensor& found_inf) const {
+  kernels.fused_nadam_(tensors, args, grad_scale, found_inf);
 }
 
 }  // namespace hg::optim

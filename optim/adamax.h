@@ -1,4 +1,4 @@
-// Adamax, Adadelta and RAdam: torch.optim's, on the optimizer skeleton (NOTE [Optimizer
+// Adamax, Adadelta, RAdam and NAdam: torch.optim's, on the optimizer skeleton (NOTE [Optimizer
 // skeleton] in fused_optimizer.h), each an options struct, its state and its rule
 // (kernel/update_rules.h). Per parameter with a gradient g, at step t (1, 2, ...), torch's
 // updates (g = maximize ? -g : g first where there is maximize; then g += weight_decay * p):
@@ -13,11 +13,18 @@
 //                        r = sqrt((rho_t - 4) (rho_t - 2) rho_inf / ((rho_inf - 4) (rho_inf - 2)
 //                        rho_t))
 //             else:      p -= m / (1 - beta1^t) * lr
+//   NAdam:    mu_t = beta1 (1 - 0.5 * 0.96^(t * momentum_decay));   P = P * mu_t (float32)
+//             m = beta1 * m + (1 - beta1) * g;   v = beta2 * v + (1 - beta2) * g * g
+//             d = sqrt(v / (1 - beta2^t)) + eps
+//             p -= lr (1 - mu_t) / (1 - P) * g / d + lr mu_{t+1} / (1 - P mu_{t+1}) * m / d
+//             (with decoupled_weight_decay, p *= 1 - lr * weight_decay in place of g's term:
+//             torch 2's NAdamW)
 //
 // State, as torch names it: "step" and "exp_avg", "exp_inf" (Adamax); "square_avg",
-// "acc_delta" (Adadelta); "exp_avg", "exp_avg_sq" (RAdam), of the parameter's dtype (float32
-// with bf16_params). One fused pass per parameter on the CPU, one multi-tensor kernel per group
-// and device on CUDA (NOTE [One fused step] in optimizer.h).
+// "acc_delta" (Adadelta); "exp_avg", "exp_avg_sq" (RAdam, NAdam), of the parameter's dtype
+// (float32 with bf16_params); NAdam's "mu_product" P, a 0-dim float32 tensor as torch keeps it. One
+// fused pass per parameter on the CPU, one multi-tensor kernel per group and device on CUDA (NOTE
+// [One fused step] in optimizer.h).
 #pragma once
 
 #include <array>
@@ -58,7 +65,21 @@ struct RAdamOptions {
   Generator* generator = nullptr;
 };
 
-// The three share their shape: two state buffers and a step count per parameter.
+// torch 2's NAdam options (torch 1.13 has the first six).
+struct NAdamOptions {
+  double lr = 2e-3;
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double eps = 1e-8;
+  double weight_decay = 0;
+  double momentum_decay = 4e-3;
+  bool decoupled_weight_decay = false;
+  bool maximize = false;
+  bool bf16_params = false;  // as AdamaxOptions'
+  Generator* generator = nullptr;
+};
+
+// The four share their shape: two state buffers and a step count per parameter.
 template <class Tensors, class Args>
 class TwoBufferOptimizer : public FusedOptimizer<Tensors, Args> {
  protected:
@@ -122,6 +143,25 @@ class RAdam : public TwoBufferOptimizer<kernel::RAdamTensors, kernel::RAdamArgs>
                  ParamState& state) override;
   void launch(const kernel::MultiTensorKernels& kernels, const kernel::RAdamTensors& tensors,
               const kernel::RAdamArgs& args, const Tensor& grad_scale,
+              const Tensor& found_inf) const override;
+};
+
+// lr, eps, weight_decay, momentum_decay >= 0 and betas in [0, 1), or hg::Error (as Adamax's).
+class NAdam : public TwoBufferOptimizer<kernel::NAdamTensors, kernel::NAdamArgs> {
+ public:
+  NAdam(std::vector<Tensor> params, NAdamOptions options = {});
+  NAdam(std::vector<ParamGroup> groups, NAdamOptions options = {});
+
+ protected:
+  void check_options(const std::map<std::string, double>& options) const override;
+  std::vector<std::string> state_buffer_names(const ParamGroup& group) const override;
+  bool is_scalar_state(const std::string& name) const override { return name == "mu_product"; }
+  std::array<const char*, 2> buffer_names() const override { return {"exp_avg", "exp_avg_sq"}; }
+  kernel::NAdamArgs step_args(const ParamGroup& group) const override;
+  void add_state(kernel::NAdamTensors& tensors, const kernel::NAdamArgs& args, const Tensor& param,
+                 ParamState& state) override;
+  void launch(const kernel::MultiTensorKernels& kernels, const kernel::NAdamTensors& tensors,
+              const kernel::NAdamArgs& args, const Tensor& grad_scale,
               const Tensor& found_inf) const override;
 };
 

@@ -1,5 +1,5 @@
 // optim::Optimizer (optimizer.h): param groups, per-parameter state, zero_grad, state dicts and
-// the checks shared by SGD, Adam, AdamW, RMSprop and Adagrad.
+// the checks shared by the optimizers.
 #include "halfgrad/optim/optimizer.h"
 
 #include <algorithm>
@@ -113,7 +113,8 @@ void Optimizer::zero_grad(bool set_to_none) {
 void Optimizer::step_scaled(const Tensor& /*grad_scale*/, const Tensor& /*found_inf*/) {
   HG_CHECK(false,
            "step_scaled: expected an optimizer that supports the scaled step (SGD, Adam, "
-           "AdamW, RMSprop, Adagrad), got one that does not");
+           "AdamW, RMSprop, Adagrad, Adamax, Adadelta, RAdam, NAdam), got {}",
+           name());
 }
 
 const ParamState& Optimizer::state(size_t group, size_t index) const {
@@ -375,14 +376,18 @@ void Optimizer::load_state_dict(const OptimizerStateDict& state_dict) {
       HG_CHECK(std::find(names.begin(), names.end(), name) != names.end(),
                "load_state_dict: expected state keys {}{} for parameter {}, got \"{}\"",
                fmt::join(names, ", "), keeps_step() ? ", step" : "", loaded_index, name);
-      HG_CHECK(tensor.sizes() == param.sizes() && tensor.is_floating_point(),
+      const bool scalar = is_scalar_state(name);
+      const Shape shape = scalar ? Shape{} : param.sizes();
+      HG_CHECK((scalar ? tensor.numel() == 1 : tensor.sizes() == param.sizes()) &&
+                   tensor.is_floating_point(),
                "load_state_dict: expected \"{}\" of parameter {} to be a floating tensor of "
                "shape {}, got {} {}",
-               name, loaded_index, param.sizes(), tensor.dtype(), tensor.sizes());
-      Tensor copy = empty(param.sizes(), {.dtype = state_dtype(param), .device = param.device()});
+               name, loaded_index, shape, tensor.dtype(), tensor.sizes());
+      Tensor copy =
+          empty(shape, {.dtype = scalar ? kFloat32 : state_dtype(param), .device = param.device()});
       {
         NoGradGuard no_grad;
-        copy.copy_(tensor);
+        copy.copy_(scalar ? tensor.reshape({}) : tensor);
       }
       s.buffers[name] = copy;
     }

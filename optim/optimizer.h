@@ -1,4 +1,5 @@
-// Optimizer: the base of SGD, Adam, AdamW, RMSprop, Adagrad (PyTorch's torch.optim.Optimizer).
+// Optimizer: the base of SGD, Adam, AdamW, RMSprop, Adagrad, Adamax, Adadelta, RAdam, NAdam and
+// LBFGS (PyTorch's torch.optim.Optimizer).
 //
 //   optim::AdamW opt(model->parameters(), {.lr = 1e-3, .weight_decay = 0.01});
 //   opt.zero_grad();  loss.backward();  opt.step();
@@ -31,8 +32,8 @@ struct ParamGroup {
 };
 
 // What an optimizer keeps for one parameter: the number of steps taken (Adam, AdamW) and
-// named buffers of the parameter's shape ("momentum_buffer", "exp_avg", ...). Empty until
-// the parameter's first step.
+// named buffers of the parameter's shape ("momentum_buffer", "exp_avg", ...) or 0-dim float32
+// ones (NAdam's "mu_product"). Empty until the parameter's first step.
 //
 // NOTE [Step counts on the device] For a parameter on a CUDA device the count lives in
 // device_step (a one-element float32 tensor on the parameter's device, as torch's fused
@@ -137,8 +138,9 @@ class Optimizer {
   // and every "step" (a whole number in [0, 2^63)), and changes nothing when a check fails;
   // buffers are converted to the dtype this optimizer keeps them in. Group options are
   // replaced by the loaded ones.
-  OptimizerStateDict state_dict() const;
-  void load_state_dict(const OptimizerStateDict& state_dict);
+  // LBFGS, whose state is the optimizer's and not a parameter's, has its own.
+  virtual OptimizerStateDict state_dict() const;
+  virtual void load_state_dict(const OptimizerStateDict& state_dict);
 
  protected:
   // `defaults`: every option the optimizer knows, with its default value. The derived
@@ -167,6 +169,9 @@ class Optimizer {
   virtual bool makes_state_when_constructed() const { return false; }
   // The dtype the buffers of `param` are kept in (the param's dtype unless overridden).
   virtual DType state_dtype(const Tensor& param) const { return param.dtype(); }
+  // Whether buffer `name` is a 0-dim float32 tensor on the parameter's device (NAdam's
+  // "mu_product") rather than a tensor of the parameter's shape in state_dtype.
+  virtual bool is_scalar_state(const std::string& /*name*/) const { return false; }
 
   // For step_scaled: the scale as a double (1 for an undefined tensor) and whether found_inf
   // is set (false for an undefined tensor); both check for a one-element floating tensor.

@@ -1,7 +1,7 @@
-// optim::Adamax, Adadelta and RAdam: every option set against PyTorch step by step
-// (twin/adamax_adadelta_radam.txt, printed by torch 1.13) in float64 and float32; RAdam's two
-// branches; skipped and scaled steps; bf16_params; state_dict round trips; option checks; the
-// threaded pass.
+// optim::Adamax, Adadelta, RAdam and NAdam: every option set against PyTorch step by step
+// (twin/adamax_adadelta_radam.txt, printed by torch 1.13; twin/nadam.txt, by torch 2) in float64
+// and float32; RAdam's two branches; NAdam's float32 mu_product; skipped and scaled steps;
+// bf16_params; state_dict round trips; option checks; the threaded pass.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -61,6 +61,19 @@ const std::vector<Kind>& kinds() {
                                                                       .weight_decay = 0.05,
                                                                       .bf16_params = bf16});
        }},
+      {"nadam_", "NAdam", make<optim::NAdam>,
+       [](std::vector<Tensor> p, bool bf16) -> std::unique_ptr<optim::Optimizer> {
+         return std::make_unique<optim::NAdam>(p,
+                                               optim::NAdamOptions{.lr = 0.02,
+                                                                   .beta1 = 0.8,
+                                                                   .beta2 = 0.9,
+                                                                   .eps = 1e-6,
+                                                                   .weight_decay = 0.05,
+                                                                   .momentum_decay = 0.01,
+                                                                   .decoupled_weight_decay = true,
+                                                                   .maximize = true,
+                                                                   .bf16_params = bf16});
+       }},
   };
   return all;
 }
@@ -73,7 +86,7 @@ std::map<std::string, std::vector<unsigned char>> buffer_bytes(const optim::Para
 
 }  // namespace
 
-TEST_CASE("Adamax Adadelta and RAdam: defaults are torch's") {
+TEST_CASE("Adamax Adadelta RAdam and NAdam: defaults are torch's") {
   Tensor p = make_param({1.0}, kFloat32);
   const auto adamax = optim::Adamax({p}).param_groups()[0].options;
   CHECK(adamax == std::map<std::string, double>{{"lr", 2e-3},
@@ -90,11 +103,20 @@ TEST_CASE("Adamax Adadelta and RAdam: defaults are torch's") {
   CHECK(radam ==
         std::map<std::string, double>{
             {"lr", 1e-3}, {"beta1", 0.9}, {"beta2", 0.999}, {"eps", 1e-8}, {"weight_decay", 0}});
+  const auto nadam = optim::NAdam({p}).param_groups()[0].options;
+  CHECK(nadam == std::map<std::string, double>{{"lr", 2e-3},
+                                               {"beta1", 0.9},
+                                               {"beta2", 0.999},
+                                               {"eps", 1e-8},
+                                               {"weight_decay", 0},
+                                               {"momentum_decay", 4e-3},
+                                               {"decoupled_weight_decay", 0},
+                                               {"maximize", 0}});
   CHECK(optim::RAdam({p}).supports_scaled_step());
   CHECK(std::string(optim::Adadelta({p}).name()) == "Adadelta");
 }
 
-TEST_CASE("Adamax Adadelta and RAdam: every option set matches PyTorch step by step") {
+TEST_CASE("Adamax Adadelta RAdam and NAdam: every option set matches PyTorch step by step") {
   for (const Kind& kind : kinds()) {
     const std::vector<std::string> names = twin_run_names(kind.prefix);
     REQUIRE(names.size() >= 3);
@@ -122,7 +144,39 @@ TEST_CASE("RAdam: the twin's runs take both branches of the rectification") {
   }
 }
 
-TEST_CASE("Adamax Adadelta and RAdam: found_inf skips the step leaving everything bit-identical") {
+TEST_CASE("NAdam: mu_product is a float32 product of the momentum schedule") {
+  // torch keeps mu_product as a float32 tensor even for float64 parameters, multiplying it by
+  // each step's mu (rounded to float32) in float32; the float64 twin run above holds the
+  // parameters to 1e-12, which a float64 product would miss by about 1e-8.
+  Tensor p = make_param({0.5, -1.0, 2.0}, kFloat64);
+  optim::NAdam opt({p}, {.momentum_decay = 0.05});
+  float product = 1.0f;
+  for (int t = 1; t <= 6; ++t) {
+    set_grad(p, {0.25, -0.5, 1.0});
+    opt.step();
+    const double mu = 0.9 * (1.0 - 0.5 * std::pow(0.96, t * 0.05));
+    product = product * float(mu);
+    const Tensor stored = opt.state(0, 0).buffers.at("mu_product");
+    CHECK(stored.dtype() == kFloat32);
+    CHECK(stored.dim() == 0);
+    CHECK(stored.item<float>() == product);
+  }
+  // Loaded from a state dict as one element of any floating dtype; the wrong size is an error.
+  optim::OptimizerStateDict state = opt.state_dict();
+  state.state[0]["mu_product"] = scalar_tensor(0.25, kFloat64).reshape({1});
+  optim::NAdam other({make_param({0.5, -1.0, 2.0}, kFloat64)});
+  other.load_state_dict(state);
+  CHECK(other.state(0, 0).buffers.at("mu_product").item<float>() == 0.25f);
+  CHECK(other.state(0, 0).buffers.at("mu_product").dim() == 0);
+  state.state[0]["mu_product"] = make_param({1.0, 2.0}, kFloat32);
+  CHECK_THROWS_WITH(other.load_state_dict(state),
+                    Contains("expected \"mu_product\" of parameter 0 to be a floating tensor of "
+                             "shape []"));
+  CHECK(other.state(0, 0).buffers.at("mu_product").item<float>() == 0.25f);
+}
+
+TEST_CASE(
+    "Adamax Adadelta RAdam and NAdam: found_inf skips the step leaving everything bit-identical") {
   for (const Kind& kind : kinds()) {
     for (DType dtype : {kFloat32, kBFloat16, kFloat64}) {
       INFO(kind.torch_name << " " << dtype_name(dtype));
@@ -143,7 +197,7 @@ TEST_CASE("Adamax Adadelta and RAdam: found_inf skips the step leaving everythin
   }
 }
 
-TEST_CASE("Adamax Adadelta and RAdam: a scaled step equals a step on the divided gradients") {
+TEST_CASE("Adamax Adadelta RAdam and NAdam: a scaled step equals a step on the divided gradients") {
   for (const Kind& kind : kinds()) {
     for (DType dtype : {kFloat32, kBFloat16, kFloat64}) {
       INFO(kind.torch_name << " " << dtype_name(dtype));
@@ -167,7 +221,8 @@ TEST_CASE("Adamax Adadelta and RAdam: a scaled step equals a step on the divided
   }
 }
 
-TEST_CASE("Adamax Adadelta and RAdam: bf16_params keep float32 state and round stochastically") {
+TEST_CASE(
+    "Adamax Adadelta RAdam and NAdam: bf16_params keep float32 state and round stochastically") {
   // A float32 twin reset to the bfloat16 parameter before each step computes the same float32
   // update from the same state; the bfloat16 result must be one of that value's two bfloat16
   // neighbours (the one below and the one above it, NOTE [bf16_params] in optim/fused.h), and
@@ -205,7 +260,7 @@ TEST_CASE("Adamax Adadelta and RAdam: bf16_params keep float32 state and round s
   }
 }
 
-TEST_CASE("Adamax Adadelta and RAdam: a state_dict round trip reproduces the next step") {
+TEST_CASE("Adamax Adadelta RAdam and NAdam: a state_dict round trip reproduces the next step") {
   for (const Kind& kind : kinds()) {
     INFO(kind.torch_name);
     Tensor a = make_param(random_values(1, 20, kFloat32), kFloat32);
@@ -227,7 +282,7 @@ TEST_CASE("Adamax Adadelta and RAdam: a state_dict round trip reproduces the nex
   }
 }
 
-TEST_CASE("Adamax Adadelta and RAdam: bad options are errors and change nothing") {
+TEST_CASE("Adamax Adadelta RAdam and NAdam: bad options are errors and change nothing") {
   const std::vector<std::tuple<std::string, std::string, double, std::string>> cases = {
       {"Adamax", "lr", -1.0, "Adamax: expected lr >= 0, got -1"},
       {"Adamax", "beta1", 1.0, "Adamax: expected beta1 in [0, 1), got 1"},
@@ -238,6 +293,10 @@ TEST_CASE("Adamax Adadelta and RAdam: bad options are errors and change nothing"
       {"Adadelta", "weight_decay", -0.1, "Adadelta: expected weight_decay >= 0, got -0.1"},
       {"RAdam", "beta2", -0.1, "RAdam: expected beta2 in [0, 1), got -0.1"},
       {"RAdam", "lr", -0.5, "RAdam: expected lr >= 0, got -0.5"},
+      {"NAdam", "momentum_decay", -1.0, "NAdam: expected momentum_decay >= 0, got -1"},
+      {"NAdam", "beta1", 1.0, "NAdam: expected beta1 in [0, 1), got 1"},
+      {"NAdam", "decoupled_weight_decay", 2.0,
+       "NAdam: expected decoupled_weight_decay to be 0 or 1 (a bool), got 2"},
   };
   for (const auto& [optimizer, key, value, message] : cases) {
     INFO(optimizer << " " << key << " = " << value);
@@ -264,7 +323,7 @@ TEST_CASE("Adamax Adadelta and RAdam: bad options are errors and change nothing"
   optim::Adadelta zero({make_param({1.0}, kFloat32)}, {.rho = 0.0});
 }
 
-TEST_CASE("Adamax Adadelta and RAdam: the result does not depend on the number of threads") {
+TEST_CASE("Adamax Adadelta RAdam and NAdam: the result does not depend on the number of threads") {
   const int threads = get_num_threads();
   for (const Kind& kind : kinds()) {
     INFO(kind.torch_name);

@@ -1,7 +1,8 @@
-// Shared by the RMSprop, Adagrad, Adamax, Adadelta and RAdam tests: reads the runs the twins
-// printed with torch 1.13 (twin/rmsprop_adagrad.txt, twin/adamax_adadelta_radam.txt) and replays
-// one with a halfgrad optimizer, comparing the parameters, the state keys and every state value
-// after construction and after each step.
+// Shared by the RMSprop, Adagrad, Adamax, Adadelta, RAdam, NAdam and LBFGS tests: reads the runs
+// the twins printed with torch 1.13 (twin/rmsprop_adagrad.txt, twin/adamax_adadelta_radam.txt)
+// and torch 2 (twin/nadam.txt, twin/lbfgs.txt) and replays one with a halfgrad optimizer,
+// comparing the parameters, the state keys and every state value after construction and after
+// each step (LBFGS, stepped with a closure, replays its runs in lbfgs_test.cpp).
 #pragma once
 
 #include <algorithm>
@@ -75,7 +76,8 @@ inline void read_twin_file(std::istream& file, std::map<std::string, TwinRun>& r
 // The runs of every twin file (run names are unique across them).
 inline std::map<std::string, TwinRun> read_twin_runs() {
   std::map<std::string, TwinRun> runs;
-  for (const char* name : {"rmsprop_adagrad.txt", "adamax_adadelta_radam.txt"}) {
+  for (const char* name :
+       {"rmsprop_adagrad.txt", "adamax_adadelta_radam.txt", "nadam.txt", "lbfgs.txt"}) {
     std::ifstream file(std::string(HG_TESTS_SOURCE_DIR) + "/optim/twin/" + name);
     REQUIRE(file.good());
     read_twin_file(file, runs);
