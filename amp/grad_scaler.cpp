@@ -234,10 +234,10 @@ StepResult GradScaler::step(optim::Optimizer& optimizer) {
     if (device.is_cuda()) return step_with_device_flags(optimizer, state);
   }
 
-  // An optimizer with a scaled step (SGD, Adam, AdamW) is handed the flag and skips by itself,
-  // so its decision reads no host value; the grads are already unscaled (grad_scale undefined).
-  // The bool returned here is read on the host. (Handing it grad_scale instead, and skipping
-  // the separate unscale pass, is torch's fused path: one pass over the grads fewer.)
+  // An optimizer with a scaled step (those of the fused skeleton) is handed the flag and skips by
+  // itself, so its decision reads no host value; the grads are already unscaled (grad_scale
+  // undefined). The bool returned here is read on the host. (Handing it grad_scale instead, and
+  // skipping the separate unscale pass, is torch's fused path: one pass over the grads fewer.)
   double found_inf = 0.0;
   for (const auto& [device, flag] : state.found_inf_per_device) found_inf += flag.item<float>();
   const bool stepped = found_inf == 0.0;
