@@ -22,35 +22,19 @@ std::map<std::string, double> adagrad_defaults(const AdagradOptions& o) {
           {"maximize", o.maximize ? 1.0 : 0.0}};
 }
 
-// NOTE [One check per option] in optimizer.h: torch.optim.Adagrad's checks (each value >= 0,
-// so NaN is refused too), and the boolean.
-void check_adagrad_options(const std::map<std::string, double>& o) {
-  using R = OptionRange;
-  check_option_ranges("Adagrad", o,
-                      {{"lr", R::kNonNegative},
-                       {"lr_decay", R::kNonNegative},
-                       {"weight_decay", R::kNonNegative},
-                       {"initial_accumulator_value", R::kNonNegative},
-                       {"eps", R::kNonNegative},
-                       {"maximize", R::kBool}});
-}
-
 }  // namespace
 
 Adagrad::Adagrad(std::vector<Tensor> params, AdagradOptions options)
     : Adagrad(std::vector<ParamGroup>{ParamGroup{std::move(params), {}}}, options) {}
 
 Adagrad::Adagrad(std::vector<ParamGroup> groups, AdagradOptions options)
-    : FusedOptimizer(std::move(groups), adagrad_defaults(options), "Adagrad", options.bf16_params,
+    : FusedOptimizer(std::move(groups), adagrad_defaults(options), "Adagrad",
+                     &kernel::MultiTensorKernels::fused_adagrad_, options.bf16_params,
                      options.generator) {
   check_constructed();
   for (size_t g = 0; g < groups_.size(); ++g) {
     for (size_t i = 0; i < groups_[g].params.size(); ++i) state_with_sum(g, i);
   }
-}
-
-void Adagrad::check_options(const std::map<std::string, double>& options) const {
-  check_adagrad_options(options);
 }
 
 std::vector<std::string> Adagrad::state_buffer_names(const ParamGroup& /*group*/) const {
@@ -73,7 +57,6 @@ ParamState& Adagrad::state_with_sum(size_t group, size_t index) {
 
 kernel::AdagradArgs Adagrad::step_args(const ParamGroup& group) const {
   const std::map<std::string, double>& o = group.options;
-  check_adagrad_options(o);
   return {o.at("lr"), o.at("lr_decay"), o.at("weight_decay"), o.at("eps"), o.at("maximize") != 0};
 }
 
@@ -81,12 +64,6 @@ void Adagrad::add_state(kernel::AdagradTensors& tensors, const kernel::AdagradAr
                         const Tensor& param, ParamState& state) {
   tensors.sums.push_back(state.buffers.at("sum"));
   tensors.steps.push_back(fused_step_count(state, param));
-}
-
-void Adagrad::launch(const kernel::MultiTensorKernels& kernels,
-                     const kernel::AdagradTensors& tensors, const kernel::AdagradArgs& args,
-                     const Tensor& grad_scale, const Tensor& found_inf) const {
-  kernels.fused_adagrad_(tensors, args, grad_scale, found_inf);
 }
 
 }  // namespace hg::optim

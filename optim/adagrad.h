@@ -48,7 +48,6 @@ class Adagrad : public FusedOptimizer<kernel::AdagradTensors, kernel::AdagradArg
   Adagrad(std::vector<ParamGroup> groups, AdagradOptions options = {});
 
  protected:
-  void check_options(const std::map<std::string, double>& options) const override;
   std::vector<std::string> state_buffer_names(const ParamGroup& group) const override;
   bool keeps_step() const override { return true; }
   bool makes_state_when_constructed() const override { return true; }
@@ -59,9 +58,6 @@ class Adagrad : public FusedOptimizer<kernel::AdagradTensors, kernel::AdagradArg
   ParamState& state_at(size_t group, size_t index) override { return state_with_sum(group, index); }
   void add_state(kernel::AdagradTensors& tensors, const kernel::AdagradArgs& args,
                  const Tensor& param, ParamState& state) override;
-  void launch(const kernel::MultiTensorKernels& kernels, const kernel::AdagradTensors& tensors,
-              const kernel::AdagradArgs& args, const Tensor& grad_scale,
-              const Tensor& found_inf) const override;
 
  private:
   ParamState& state_with_sum(size_t group, size_t index);

@@ -25,32 +25,16 @@ std::map<std::string, double> adam_defaults(const Options& o) {
           {"maximize", o.maximize ? 1.0 : 0.0}};
 }
 
-// NOTE [One check per option] in optimizer.h: torch.optim.Adam's checks, and the booleans.
-void check_adam_options(const char* name, const std::map<std::string, double>& o) {
-  using R = OptionRange;
-  check_option_ranges(name, o,
-                      {{"lr", R::kNonNegative},
-                       {"eps", R::kNonNegative},
-                       {"beta1", R::kUnitInterval},
-                       {"beta2", R::kUnitInterval},
-                       {"weight_decay", R::kNonNegative},
-                       {"amsgrad", R::kBool},
-                       {"maximize", R::kBool}});
-}
-
 }  // namespace
 
 AdamBase::AdamBase(std::vector<ParamGroup> groups, std::map<std::string, double> defaults,
                    bool decoupled_weight_decay, bool float32_state, bool bf16_params,
                    Generator* generator, const char* name)
-    : FusedOptimizer(std::move(groups), std::move(defaults), name, bf16_params, generator),
+    : FusedOptimizer(std::move(groups), std::move(defaults), name,
+                     &kernel::MultiTensorKernels::fused_adam_, bf16_params, generator),
       decoupled_weight_decay_(decoupled_weight_decay),
       float32_state_(float32_state) {
   check_constructed();
-}
-
-void AdamBase::check_options(const std::map<std::string, double>& options) const {
-  check_adam_options(name(), options);
 }
 
 std::vector<std::string> AdamBase::state_buffer_names(const ParamGroup& group) const {
@@ -65,7 +49,6 @@ DType AdamBase::state_dtype(const Tensor& param) const {
 
 kernel::AdamArgs AdamBase::step_args(const ParamGroup& group) const {
   const std::map<std::string, double>& o = group.options;
-  check_adam_options(name(), o);
   return {o.at("lr"),           o.at("beta1"),        o.at("beta2"),
           o.at("eps"),          o.at("weight_decay"), decoupled_weight_decay_,
           o.at("amsgrad") != 0, o.at("maximize") != 0};
@@ -84,12 +67,6 @@ void AdamBase::add_state(kernel::AdamTensors& tensors, const kernel::AdamArgs& a
   tensors.exp_avg_sqs.push_back(state.buffers.at("exp_avg_sq"));
   if (args.amsgrad) tensors.max_exp_avg_sqs.push_back(state.buffers.at("max_exp_avg_sq"));
   tensors.steps.push_back(fused_step_count(state, param));
-}
-
-void AdamBase::launch(const kernel::MultiTensorKernels& kernels, const kernel::AdamTensors& tensors,
-                      const kernel::AdamArgs& args, const Tensor& grad_scale,
-                      const Tensor& found_inf) const {
-  kernels.fused_adam_(tensors, args, grad_scale, found_inf);
 }
 
 Adam::Adam(std::vector<Tensor> params, AdamOptions options)

@@ -64,18 +64,14 @@ struct AdamWOptions {
 class AdamBase : public FusedOptimizer<kernel::AdamTensors, kernel::AdamArgs> {
  protected:
   AdamBase(std::vector<ParamGroup> groups, std::map<std::string, double> defaults,
-           bool decoupled_weight_decay, bool float32_state, bool bf16_params,
-           Generator* generator, const char* name);
-  void check_options(const std::map<std::string, double>& options) const override;
+           bool decoupled_weight_decay, bool float32_state, bool bf16_params, Generator* generator,
+           const char* name);
   std::vector<std::string> state_buffer_names(const ParamGroup& group) const override;
   bool keeps_step() const override { return true; }
   DType state_dtype(const Tensor& param) const override;
   kernel::AdamArgs step_args(const ParamGroup& group) const override;
   void add_state(kernel::AdamTensors& tensors, const kernel::AdamArgs& args, const Tensor& param,
                  ParamState& state) override;
-  void launch(const kernel::MultiTensorKernels& kernels, const kernel::AdamTensors& tensors,
-              const kernel::AdamArgs& args, const Tensor& grad_scale,
-              const Tensor& found_inf) const override;
 
  private:
   bool decoupled_weight_decay_;

@@ -20,49 +20,6 @@ template class TwoBufferOptimizer<kernel::NAdamTensors, kernel::NAdamArgs>;
 
 namespace {
 
-using R = OptionRange;
-
-// NOTE [One check per option] in optimizer.h: torch.optim.Adamax's and RAdam's checks, and
-// the boolean.
-void check_adamax_options(const std::map<std::string, double>& o) {
-  check_option_ranges("Adamax", o,
-                      {{"lr", R::kNonNegative},
-                       {"eps", R::kNonNegative},
-                       {"beta1", R::kUnitInterval},
-                       {"beta2", R::kUnitInterval},
-                       {"weight_decay", R::kNonNegative},
-                       {"maximize", R::kBool}});
-}
-void check_radam_options(const std::map<std::string, double>& o) {
-  check_option_ranges("RAdam", o,
-                      {{"lr", R::kNonNegative},
-                       {"eps", R::kNonNegative},
-                       {"beta1", R::kUnitInterval},
-                       {"beta2", R::kUnitInterval},
-                       {"weight_decay", R::kNonNegative}});
-}
-// torch.optim.NAdam's, and the booleans.
-void check_nadam_options(const std::map<std::string, double>& o) {
-  check_option_ranges("NAdam", o,
-                      {{"lr", R::kNonNegative},
-                       {"eps", R::kNonNegative},
-                       {"beta1", R::kUnitInterval},
-                       {"beta2", R::kUnitInterval},
-                       {"weight_decay", R::kNonNegative},
-                       {"momentum_decay", R::kNonNegative},
-                       {"decoupled_weight_decay", R::kBool},
-                       {"maximize", R::kBool}});
-}
-// torch.optim.Adadelta's: rho in [0, 1].
-void check_adadelta_options(const std::map<std::string, double>& o) {
-  check_option_ranges("Adadelta", o,
-                      {{"lr", R::kNonNegative},
-                       {"rho", R::kClosedUnitInterval},
-                       {"eps", R::kNonNegative},
-                       {"weight_decay", R::kNonNegative},
-                       {"maximize", R::kBool}});
-}
-
 std::vector<ParamGroup> one_group(std::vector<Tensor> params) {
   return {ParamGroup{std::move(params), {}}};
 }
@@ -112,17 +69,13 @@ Adamax::Adamax(std::vector<ParamGroup> groups, AdamaxOptions o)
                           {"eps", o.eps},
                           {"weight_decay", o.weight_decay},
                           {"maximize", o.maximize ? 1.0 : 0.0}},
-                         "Adamax", o.bf16_params, o.generator) {
+                         "Adamax", &kernel::MultiTensorKernels::fused_adamax_, o.bf16_params,
+                         o.generator) {
   check_constructed();
-}
-
-void Adamax::check_options(const std::map<std::string, double>& options) const {
-  check_adamax_options(options);
 }
 
 kernel::AdamaxArgs Adamax::step_args(const ParamGroup& group) const {
   const std::map<std::string, double>& o = group.options;
-  check_adamax_options(o);
   return {o.at("lr"),  o.at("beta1"),        o.at("beta2"),
           o.at("eps"), o.at("weight_decay"), o.at("maximize") != 0};
 }
@@ -130,12 +83,6 @@ kernel::AdamaxArgs Adamax::step_args(const ParamGroup& group) const {
 void Adamax::add_state(kernel::AdamaxTensors& tensors, const kernel::AdamaxArgs& /*args*/,
                        const Tensor& param, ParamState& state) {
   append_buffers(tensors.exp_avgs, tensors.exp_infs, tensors.steps, param, state);
-}
-
-void Adamax::launch(const kernel::MultiTensorKernels& kernels, const kernel::AdamaxTensors& tensors,
-                    const kernel::AdamaxArgs& args, const Tensor& grad_scale,
-                    const Tensor& found_inf) const {
-  kernels.fused_adamax_(tensors, args, grad_scale, found_inf);
 }
 
 // ---- Adadelta --------------------------------------------------------------------------------
@@ -150,29 +97,19 @@ Adadelta::Adadelta(std::vector<ParamGroup> groups, AdadeltaOptions o)
                           {"eps", o.eps},
                           {"weight_decay", o.weight_decay},
                           {"maximize", o.maximize ? 1.0 : 0.0}},
-                         "Adadelta", o.bf16_params, o.generator) {
+                         "Adadelta", &kernel::MultiTensorKernels::fused_adadelta_, o.bf16_params,
+                         o.generator) {
   check_constructed();
-}
-
-void Adadelta::check_options(const std::map<std::string, double>& options) const {
-  check_adadelta_options(options);
 }
 
 kernel::AdadeltaArgs Adadelta::step_args(const ParamGroup& group) const {
   const std::map<std::string, double>& o = group.options;
-  check_adadelta_options(o);
   return {o.at("lr"), o.at("rho"), o.at("eps"), o.at("weight_decay"), o.at("maximize") != 0};
 }
 
 void Adadelta::add_state(kernel::AdadeltaTensors& tensors, const kernel::AdadeltaArgs& /*args*/,
                          const Tensor& param, ParamState& state) {
   append_buffers(tensors.square_avgs, tensors.acc_deltas, tensors.steps, param, state);
-}
-
-void Adadelta::launch(const kernel::MultiTensorKernels& kernels,
-                      const kernel::AdadeltaTensors& tensors, const kernel::AdadeltaArgs& args,
-                      const Tensor& grad_scale, const Tensor& found_inf) const {
-  kernels.fused_adadelta_(tensors, args, grad_scale, found_inf);
 }
 
 // ---- RAdam -----------------------------------------------------------------------------------
@@ -187,29 +124,19 @@ RAdam::RAdam(std::vector<ParamGroup> groups, RAdamOptions o)
                           {"beta2", o.beta2},
                           {"eps", o.eps},
                           {"weight_decay", o.weight_decay}},
-                         "RAdam", o.bf16_params, o.generator) {
+                         "RAdam", &kernel::MultiTensorKernels::fused_radam_, o.bf16_params,
+                         o.generator) {
   check_constructed();
-}
-
-void RAdam::check_options(const std::map<std::string, double>& options) const {
-  check_radam_options(options);
 }
 
 kernel::RAdamArgs RAdam::step_args(const ParamGroup& group) const {
   const std::map<std::string, double>& o = group.options;
-  check_radam_options(o);
   return {o.at("lr"), o.at("beta1"), o.at("beta2"), o.at("eps"), o.at("weight_decay")};
 }
 
 void RAdam::add_state(kernel::RAdamTensors& tensors, const kernel::RAdamArgs& /*args*/,
                       const Tensor& param, ParamState& state) {
   append_buffers(tensors.exp_avgs, tensors.exp_avg_sqs, tensors.steps, param, state);
-}
-
-void RAdam::launch(const kernel::MultiTensorKernels& kernels, const kernel::RAdamTensors& tensors,
-                   const kernel::RAdamArgs& args, const Tensor& grad_scale,
-                   const Tensor& found_inf) const {
-  kernels.fused_radam_(tensors, args, grad_scale, found_inf);
 }
 
 // ---- NAdam -----------------------------------------------------------------------------------
@@ -227,12 +154,9 @@ NAdam::NAdam(std::vector<ParamGroup> groups, NAdamOptions o)
                           {"momentum_decay", o.momentum_decay},
                           {"decoupled_weight_decay", o.decoupled_weight_decay ? 1.0 : 0.0},
                           {"maximize", o.maximize ? 1.0 : 0.0}},
-                         "NAdam", o.bf16_params, o.generator) {
+                         "NAdam", &kernel::MultiTensorKernels::fused_nadam_, o.bf16_params,
+                         o.generator) {
   check_constructed();
-}
-
-void NAdam::check_options(const std::map<std::string, double>& options) const {
-  check_nadam_options(options);
 }
 
 std::vector<std::string> NAdam::state_buffer_names(const ParamGroup& /*group*/) const {
@@ -241,7 +165,6 @@ std::vector<std::string> NAdam::state_buffer_names(const ParamGroup& /*group*/) 
 
 kernel::NAdamArgs NAdam::step_args(const ParamGroup& group) const {
   const std::map<std::string, double>& o = group.options;
-  check_nadam_options(o);
   return {o.at("lr"),
           o.at("beta1"),
           o.at("beta2"),
@@ -258,12 +181,6 @@ void NAdam::add_state(kernel::NAdamTensors& tensors, const kernel::NAdamArgs& /*
   auto [product, added] = state.buffers.try_emplace("mu_product");
   if (added) product->second = full({}, 1.0, {.dtype = kFloat32, .device = param.device()});
   tensors.mu_products.push_back(product->second);
-}
-
-void NAdam::launch(const kernel::MultiTensorKernels& kernels, const kernel::NAdamTensors& tensors,
-                   const kernel::NAdamArgs& args, const Tensor& grad_scale,
-                   const Tensor& found_inf) const {
-  kernels.fused_nadam_(tensors, args, grad_scale, found_inf);
 }
 
 }  // namespace hg::optim

@@ -102,14 +102,10 @@ class Adamax : public TwoBufferOptimizer<kernel::AdamaxTensors, kernel::AdamaxAr
   Adamax(std::vector<ParamGroup> groups, AdamaxOptions options = {});
 
  protected:
-  void check_options(const std::map<std::string, double>& options) const override;
   std::array<const char*, 2> buffer_names() const override { return {"exp_avg", "exp_inf"}; }
   kernel::AdamaxArgs step_args(const ParamGroup& group) const override;
   void add_state(kernel::AdamaxTensors& tensors, const kernel::AdamaxArgs& args,
                  const Tensor& param, ParamState& state) override;
-  void launch(const kernel::MultiTensorKernels& kernels, const kernel::AdamaxTensors& tensors,
-              const kernel::AdamaxArgs& args, const Tensor& grad_scale,
-              const Tensor& found_inf) const override;
 };
 
 // lr, eps, weight_decay >= 0 and rho in [0, 1], or hg::Error (as Adamax's).
@@ -119,14 +115,10 @@ class Adadelta : public TwoBufferOptimizer<kernel::AdadeltaTensors, kernel::Adad
   Adadelta(std::vector<ParamGroup> groups, AdadeltaOptions options = {});
 
  protected:
-  void check_options(const std::map<std::string, double>& options) const override;
   std::array<const char*, 2> buffer_names() const override { return {"square_avg", "acc_delta"}; }
   kernel::AdadeltaArgs step_args(const ParamGroup& group) const override;
   void add_state(kernel::AdadeltaTensors& tensors, const kernel::AdadeltaArgs& args,
                  const Tensor& param, ParamState& state) override;
-  void launch(const kernel::MultiTensorKernels& kernels, const kernel::AdadeltaTensors& tensors,
-              const kernel::AdadeltaArgs& args, const Tensor& grad_scale,
-              const Tensor& found_inf) const override;
 };
 
 // lr, eps, weight_decay >= 0 and betas in [0, 1), or hg::Error (as Adamax's).
@@ -136,14 +128,10 @@ class RAdam : public TwoBufferOptimizer<kernel::RAdamTensors, kernel::RAdamArgs>
   RAdam(std::vector<ParamGroup> groups, RAdamOptions options = {});
 
  protected:
-  void check_options(const std::map<std::string, double>& options) const override;
   std::array<const char*, 2> buffer_names() const override { return {"exp_avg", "exp_avg_sq"}; }
   kernel::RAdamArgs step_args(const ParamGroup& group) const override;
   void add_state(kernel::RAdamTensors& tensors, const kernel::RAdamArgs& args, const Tensor& param,
                  ParamState& state) override;
-  void launch(const kernel::MultiTensorKernels& kernels, const kernel::RAdamTensors& tensors,
-              const kernel::RAdamArgs& args, const Tensor& grad_scale,
-              const Tensor& found_inf) const override;
 };
 
 // lr, eps, weight_decay, momentum_decay >= 0 and betas in [0, 1), or hg::Error (as Adamax's).
@@ -153,16 +141,12 @@ class NAdam : public TwoBufferOptimizer<kernel::NAdamTensors, kernel::NAdamArgs>
   NAdam(std::vector<ParamGroup> groups, NAdamOptions options = {});
 
  protected:
-  void check_options(const std::map<std::string, double>& options) const override;
   std::vector<std::string> state_buffer_names(const ParamGroup& group) const override;
   bool is_scalar_state(const std::string& name) const override { return name == "mu_product"; }
   std::array<const char*, 2> buffer_names() const override { return {"exp_avg", "exp_avg_sq"}; }
   kernel::NAdamArgs step_args(const ParamGroup& group) const override;
   void add_state(kernel::NAdamTensors& tensors, const kernel::NAdamArgs& args, const Tensor& param,
                  ParamState& state) override;
-  void launch(const kernel::MultiTensorKernels& kernels, const kernel::NAdamTensors& tensors,
-              const kernel::NAdamArgs& args, const Tensor& grad_scale,
-              const Tensor& found_inf) const override;
 };
 
 }  // namespace hg::optim

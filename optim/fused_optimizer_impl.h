@@ -19,10 +19,11 @@ namespace hg::optim {
 template <class Tensors, class Args>
 FusedOptimizer<Tensors, Args>::FusedOptimizer(std::vector<ParamGroup> groups,
                                               std::map<std::string, double> defaults,
-                                              const char* name, bool bf16_params,
+                                              const char* name, Kernel kernel, bool bf16_params,
                                               Generator* generator)
     : Optimizer(std::move(groups), std::move(defaults)),
       name_(name),
+      kernel_(kernel),
       bf16_params_(bf16_params),
       generator_(generator) {}
 
@@ -44,6 +45,7 @@ void FusedOptimizer<Tensors, Args>::step_scaled(const Tensor& grad_scale, const 
   NoGradGuard no_grad;
   for (size_t g = 0; g < groups_.size(); ++g) {
     const ParamGroup& group = groups_[g];
+    check_options(group.options);
     Args args = step_args(group);
     args.bf16_params = bf16_params_;
     check_warmed_up(name_, g);
@@ -69,8 +71,8 @@ void FusedOptimizer<Tensors, Args>::step_scaled(const Tensor& grad_scale, const 
       const Device device = on_cuda ? Device(kCUDA, index) : Device(kCPU);
       Args on_device = args;
       if (on_cuda) on_device.lr_device = device_lr(g, device);
-      launch(kernel_for::multi_tensor(device), tensors, on_device, scalar_on(grad_scale, device),
-             scalar_on(found_inf, device));
+      (kernel_for::multi_tensor(device).*kernel_)(tensors, on_device, scalar_on(grad_scale, device),
+                                                  scalar_on(found_inf, device));
     }
     for (size_t i : counted_here) mutable_state(g, i).step += 1;
   }

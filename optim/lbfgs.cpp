@@ -48,20 +48,6 @@ double cubic_interpolate(double x1, double f1, double g1, double x2, double f2, 
   return std::min(std::max(min_pos, lo), hi);
 }
 
-// NOTE [One check per option] in optimizer.h.
-void check_lbfgs_options(const std::map<std::string, double>& o) {
-  using R = OptionRange;
-  check_option_ranges("LBFGS", o,
-                      {{"lr", R::kNonNegative},
-                       {"tolerance_grad", R::kNonNegative},
-                       {"tolerance_change", R::kNonNegative},
-                       {"line_search_fn", R::kBool},
-                       {"maximize", R::kBool}});
-  for (const char* name : {"max_iter", "max_eval", "history_size"}) {
-    checked_whole_number(o.at(name), 1, INT64_MAX, fmt::format("LBFGS: {}", name));
-  }
-}
-
 std::map<std::string, double> lbfgs_defaults(const LBFGSOptions& o) {
   HG_CHECK(!o.line_search_fn || *o.line_search_fn == "strong_wolfe",
            "LBFGS: expected line_search_fn \"strong_wolfe\" or none, got \"{}\"",
@@ -99,11 +85,12 @@ LBFGS::LBFGS(std::vector<Tensor> params, LBFGSOptions options)
   check_options(groups_[0].options);
 }
 
+// One group (torch's rule), then NOTE [One check per option]'s table.
 void LBFGS::check_options(const std::map<std::string, double>& options) const {
   HG_CHECK(groups_.size() == 1,
            "LBFGS: expected one param group (it does not support per-parameter options), got {}",
            groups_.size());
-  check_lbfgs_options(options);
+  Optimizer::check_options(options);
 }
 
 void LBFGS::step() {

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <set>
+#include <string_view>
 
 #include "halfgrad/autograd/grad_mode.h"
 #include "halfgrad/core/factory.h"
@@ -17,29 +18,59 @@
 
 namespace hg::optim {
 
-void check_option_ranges(const char* optimizer, const std::map<std::string, double>& options,
-                         std::initializer_list<OptionRange> ranges) {
-  for (const OptionRange& range : ranges) {
-    const double value = options.at(range.name);
-    switch (range.kind) {
-      case OptionRange::kNonNegative:
-        HG_CHECK(value >= 0, "{}: expected {} >= 0, got {}", optimizer, range.name, value);
+namespace {
+
+enum class Range { kNonNegative, kUnitInterval, kClosedUnitInterval, kFinite, kCount, kBool };
+
+// The table of NOTE [One check per option] in optimizer.h.
+const std::map<std::string_view, Range>& option_ranges() {
+  static const std::map<std::string_view, Range> ranges = [] {
+    std::map<std::string_view, Range> table;
+    for (const char* name :
+         {"lr", "eps", "weight_decay", "momentum", "alpha", "lr_decay", "initial_accumulator_value",
+          "momentum_decay", "tolerance_grad", "tolerance_change"}) {
+      table[name] = Range::kNonNegative;
+    }
+    for (const char* name : {"amsgrad", "nesterov", "centered", "maximize",
+                             "decoupled_weight_decay", "line_search_fn"}) {
+      table[name] = Range::kBool;
+    }
+    for (const char* name : {"max_iter", "max_eval", "history_size"}) table[name] = Range::kCount;
+    table["beta1"] = table["beta2"] = Range::kUnitInterval;
+    table["rho"] = Range::kClosedUnitInterval;
+    table["dampening"] = Range::kFinite;
+    return table;
+  }();
+  return ranges;
+}
+
+}  // namespace
+
+void check_option_ranges(const char* optimizer, const std::map<std::string, double>& options) {
+  for (const auto& [name, value] : options) {
+    const auto found = option_ranges().find(name);
+    if (found == option_ranges().end()) continue;
+    switch (found->second) {
+      case Range::kNonNegative:
+        HG_CHECK(value >= 0, "{}: expected {} >= 0, got {}", optimizer, name, value);
         break;
-      case OptionRange::kUnitInterval:
-        HG_CHECK(value >= 0 && value < 1, "{}: expected {} in [0, 1), got {}", optimizer,
-                 range.name, value);
-        break;
-      case OptionRange::kClosedUnitInterval:
-        HG_CHECK(value >= 0 && value <= 1, "{}: expected {} in [0, 1], got {}", optimizer,
-                 range.name, value);
-        break;
-      case OptionRange::kFinite:
-        HG_CHECK(std::isfinite(value), "{}: expected a finite {}, got {}", optimizer, range.name,
+      case Range::kUnitInterval:
+        HG_CHECK(value >= 0 && value < 1, "{}: expected {} in [0, 1), got {}", optimizer, name,
                  value);
         break;
-      case OptionRange::kBool:
+      case Range::kClosedUnitInterval:
+        HG_CHECK(value >= 0 && value <= 1, "{}: expected {} in [0, 1], got {}", optimizer, name,
+                 value);
+        break;
+      case Range::kFinite:
+        HG_CHECK(std::isfinite(value), "{}: expected a finite {}, got {}", optimizer, name, value);
+        break;
+      case Range::kCount:
+        checked_whole_number(value, 1, INT64_MAX, fmt::format("{}: {}", optimizer, name));
+        break;
+      case Range::kBool:
         HG_CHECK(value == 0 || value == 1, "{}: expected {} to be 0 or 1 (a bool), got {}",
-                 optimizer, range.name, value);
+                 optimizer, name, value);
         break;
     }
   }
@@ -108,6 +139,10 @@ void Optimizer::zero_grad(bool set_to_none) {
       }
     }
   }
+}
+
+void Optimizer::check_options(const std::map<std::string, double>& options) const {
+  check_option_ranges(name(), options);
 }
 
 void Optimizer::step_scaled(const Tensor& /*grad_scale*/, const Tensor& /*found_inf*/) {

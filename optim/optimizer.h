@@ -69,17 +69,16 @@ struct OptimizerStateDict {
   std::vector<Group> param_groups;
 };
 
-// One option's allowed values, for check_option_ranges.
-struct OptionRange {
-  enum Kind { kNonNegative, kUnitInterval, kClosedUnitInterval, kFinite, kBool };
-  const char* name;
-  Kind kind;  // >= 0; in [0, 1); in [0, 1]; finite; exactly 0 or 1
-};
-// NOTE [One check per option]'s common part: each option of `ranges` in `options`, in order, with
-// the message "<optimizer>: expected <name> >= 0, got <value>" (in [0, 1) / in [0, 1] / a finite
-// <name> / to be 0 or 1 (a bool)). NaN fails every range.
-void check_option_ranges(const char* optimizer, const std::map<std::string, double>& options,
-                         std::initializer_list<OptionRange> ranges);
+// NOTE [One check per option]'s table: every option name torch's optimizers use has one range
+// wherever it appears (lr, eps, weight_decay, momentum, alpha, lr_decay,
+// initial_accumulator_value, momentum_decay, tolerance_grad, tolerance_change >= 0; beta1 and
+// beta2 in [0, 1); rho in [0, 1]; dampening finite; max_iter, max_eval, history_size whole
+// numbers >= 1; amsgrad, nesterov, centered, maximize, decoupled_weight_decay and
+// line_search_fn 0 or 1). check_option_ranges checks each option of `options` the table names,
+// in name order, with the message "<optimizer>: expected <name> >= 0, got <value>" (in [0, 1) /
+// in [0, 1] / a finite <name> / to be 0 or 1 (a bool); "<optimizer>: <name>: expected a whole
+// number in [1, ...]"). NaN fails every range; a name the table lacks is not checked.
+void check_option_ranges(const char* optimizer, const std::map<std::string, double>& options);
 
 class Optimizer {
  public:
@@ -152,9 +151,11 @@ class Optimizer {
   // add_param_group, load_state_dict (the loaded options over the group's own) and its step
   // all call, so a value rejected when constructed is rejected when loaded, with the same
   // message naming the option, the value and the allowed range. Booleans, kept as doubles, must
-  // be exactly 0 or 1. The base accepts anything; it is never called while the base is
-  // constructed (the derived constructor checks its groups itself).
-  virtual void check_options(const std::map<std::string, double>& /*options*/) const {}
+  // be exactly 0 or 1. The base's is the table's (check_option_ranges under name()); an
+  // optimizer whose options constrain one another (SGD's Nesterov) adds its own after it. It
+  // is never called while the base is constructed (the derived constructor checks its groups
+  // itself).
+  virtual void check_options(const std::map<std::string, double>& options) const;
 
   // The state of a parameter, created empty on first use.
   ParamState& mutable_state(size_t group, size_t index);

@@ -24,33 +24,16 @@ std::map<std::string, double> rmsprop_defaults(const RMSpropOptions& o) {
           {"maximize", o.maximize ? 1.0 : 0.0}};
 }
 
-// NOTE [One check per option] in optimizer.h: torch.optim.RMSprop's checks (each value >= 0,
-// so NaN is refused too), and the booleans.
-void check_rmsprop_options(const std::map<std::string, double>& o) {
-  using R = OptionRange;
-  check_option_ranges("RMSprop", o,
-                      {{"lr", R::kNonNegative},
-                       {"alpha", R::kNonNegative},
-                       {"eps", R::kNonNegative},
-                       {"weight_decay", R::kNonNegative},
-                       {"momentum", R::kNonNegative},
-                       {"centered", R::kBool},
-                       {"maximize", R::kBool}});
-}
-
 }  // namespace
 
 RMSprop::RMSprop(std::vector<Tensor> params, RMSpropOptions options)
     : RMSprop(std::vector<ParamGroup>{ParamGroup{std::move(params), {}}}, options) {}
 
 RMSprop::RMSprop(std::vector<ParamGroup> groups, RMSpropOptions options)
-    : FusedOptimizer(std::move(groups), rmsprop_defaults(options), "RMSprop", options.bf16_params,
+    : FusedOptimizer(std::move(groups), rmsprop_defaults(options), "RMSprop",
+                     &kernel::MultiTensorKernels::fused_rmsprop_, options.bf16_params,
                      options.generator) {
   check_constructed();
-}
-
-void RMSprop::check_options(const std::map<std::string, double>& options) const {
-  check_rmsprop_options(options);
 }
 
 std::vector<std::string> RMSprop::state_buffer_names(const ParamGroup& group) const {
@@ -66,7 +49,6 @@ DType RMSprop::state_dtype(const Tensor& param) const {
 
 kernel::RMSpropArgs RMSprop::step_args(const ParamGroup& group) const {
   const std::map<std::string, double>& o = group.options;
-  check_rmsprop_options(o);
   return {o.at("lr"),       o.at("alpha"),         o.at("eps"),          o.at("weight_decay"),
           o.at("momentum"), o.at("centered") != 0, o.at("maximize") != 0};
 }
@@ -84,12 +66,6 @@ void RMSprop::add_state(kernel::RMSpropTensors& tensors, const kernel::RMSpropAr
   if (args.centered) tensors.grad_avgs.push_back(state.buffers.at("grad_avg"));
   if (args.momentum > 0) tensors.momentum_buffers.push_back(state.buffers.at("momentum_buffer"));
   tensors.steps.push_back(fused_step_count(state, param));
-}
-
-void RMSprop::launch(const kernel::MultiTensorKernels& kernels,
-                     const kernel::RMSpropTensors& tensors, const kernel::RMSpropArgs& args,
-                     const Tensor& grad_scale, const Tensor& found_inf) const {
-  kernels.fused_rmsprop_(tensors, args, grad_scale, found_inf);
 }
 
 }  // namespace hg::optim

@@ -48,7 +48,6 @@ class RMSprop : public FusedOptimizer<kernel::RMSpropTensors, kernel::RMSpropArg
   RMSprop(std::vector<ParamGroup> groups, RMSpropOptions options = {});
 
  protected:
-  void check_options(const std::map<std::string, double>& options) const override;
   // "square_avg", with "momentum_buffer" when momentum > 0 and "grad_avg" when centered.
   std::vector<std::string> state_buffer_names(const ParamGroup& group) const override;
   bool keeps_step() const override { return true; }
@@ -56,9 +55,6 @@ class RMSprop : public FusedOptimizer<kernel::RMSpropTensors, kernel::RMSpropArg
   kernel::RMSpropArgs step_args(const ParamGroup& group) const override;
   void add_state(kernel::RMSpropTensors& tensors, const kernel::RMSpropArgs& args,
                  const Tensor& param, ParamState& state) override;
-  void launch(const kernel::MultiTensorKernels& kernels, const kernel::RMSpropTensors& tensors,
-              const kernel::RMSpropArgs& args, const Tensor& grad_scale,
-              const Tensor& found_inf) const override;
 };
 
 }  // namespace hg::optim

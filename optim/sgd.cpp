@@ -24,30 +24,25 @@ std::map<std::string, double> sgd_defaults(const SGDOptions& o) {
           {"maximize", o.maximize ? 1.0 : 0.0}};
 }
 
-// NOTE [One check per option] in optimizer.h: torch.optim.SGD's checks, the booleans, and a
-// finite dampening (torch does not check it; a NaN one would make every update NaN).
-void check_sgd_options(const std::map<std::string, double>& o) {
-  using R = OptionRange;
-  check_option_ranges("SGD", o,
-                      {{"lr", R::kNonNegative},
-                       {"momentum", R::kNonNegative},
-                       {"weight_decay", R::kNonNegative},
-                       {"dampening", R::kFinite},
-                       {"nesterov", R::kBool},
-                       {"maximize", R::kBool}});
+}  // namespace
+
+// NOTE [One check per option] in optimizer.h: the table's ranges (torch.optim.SGD's checks, the
+// booleans, and a finite dampening: torch does not check it, and a NaN one would make every
+// update NaN), then Nesterov's condition on the other two.
+void SGD::check_options(const std::map<std::string, double>& o) const {
+  Optimizer::check_options(o);
   HG_CHECK(o.at("nesterov") == 0 || (o.at("momentum") > 0 && o.at("dampening") == 0),
            "SGD: Nesterov momentum expects momentum > 0 and dampening 0, got momentum {} and "
            "dampening {}",
            o.at("momentum"), o.at("dampening"));
 }
 
-}  // namespace
-
 SGD::SGD(std::vector<Tensor> params, SGDOptions options)
     : SGD(std::vector<ParamGroup>{ParamGroup{std::move(params), {}}}, options) {}
 
 SGD::SGD(std::vector<ParamGroup> groups, SGDOptions options)
-    : FusedOptimizer(std::move(groups), sgd_defaults(options), "SGD", options.bf16_params,
+    : FusedOptimizer(std::move(groups), sgd_defaults(options), "SGD",
+                     &kernel::MultiTensorKernels::fused_sgd_, options.bf16_params,
                      options.generator) {
   check_constructed();
 }
@@ -56,17 +51,12 @@ DType SGD::state_dtype(const Tensor& param) const {
   return bf16_params() ? kFloat32 : param.dtype();
 }
 
-void SGD::check_options(const std::map<std::string, double>& options) const {
-  check_sgd_options(options);
-}
-
 std::vector<std::string> SGD::state_buffer_names(const ParamGroup& /*group*/) const {
   return {"momentum_buffer"};
 }
 
 kernel::SGDArgs SGD::step_args(const ParamGroup& group) const {
   const std::map<std::string, double>& o = group.options;
-  check_sgd_options(o);
   return {o.at("lr"),           o.at("momentum"),      o.at("dampening"),
           o.at("weight_decay"), o.at("nesterov") != 0, o.at("maximize") != 0};
 }
@@ -93,12 +83,6 @@ void SGD::add_state(kernel::SGDTensors& tensors, const kernel::SGDArgs& args, co
   }
   tensors.momentum_buffers.push_back(found->second);
   tensors.steps.push_back(param.is_cuda() ? state.device_step : full({1}, count, kInt64));
-}
-
-void SGD::launch(const kernel::MultiTensorKernels& kernels, const kernel::SGDTensors& tensors,
-                 const kernel::SGDArgs& args, const Tensor& grad_scale,
-                 const Tensor& found_inf) const {
-  kernels.fused_sgd_(tensors, args, grad_scale, found_inf);
 }
 
 }  // namespace hg::optim

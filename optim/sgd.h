@@ -47,9 +47,6 @@ class SGD : public FusedOptimizer<kernel::SGDTensors, kernel::SGDArgs> {
   kernel::SGDArgs step_args(const ParamGroup& group) const override;
   void add_state(kernel::SGDTensors& tensors, const kernel::SGDArgs& args, const Tensor& param,
                  ParamState& state) override;
-  void launch(const kernel::MultiTensorKernels& kernels, const kernel::SGDTensors& tensors,
-              const kernel::SGDArgs& args, const Tensor& grad_scale,
-              const Tensor& found_inf) const override;
 };
 
 }  // namespace hg::optim
