@@ -80,12 +80,46 @@ HG_HOST_DEVICE inline V unscale(V x, V inv_scale) {
   return mul(x, inv_scale);
 }
 
+// ---- the gradient every rule starts from -----------------------------------------------------
+
+// What each rule does to the gradient first: GradScaler's unscale (grad_scale given), the sign
+// (maximize), and torch's L2 weight decay g + weight_decay * p (not the decoupled decay of AdamW
+// and NAdam's decoupled_weight_decay, which scales p instead).
+template <class C>
+struct GradTerms {
+  C inv_scale, weight_decay;
+  bool scaled, decay, maximize;
+};
+// decay: weight_decay != 0 as torch checks it on the host (a weight_decay that rounds to 0 in C
+// still adds 0 * p, as torch's add does) and the decay is L2.
+template <class C>
+HG_HOST_DEVICE GradTerms<C> grad_terms(double weight_decay, bool l2_decay, bool maximize,
+                                       bool scaled, double inv_scale) {
+  GradTerms<C> t;
+  t.inv_scale = C(inv_scale);
+  t.weight_decay = C(weight_decay);
+  t.scaled = scaled;
+  t.decay = l2_decay && weight_decay != 0;
+  t.maximize = maximize;
+  return t;
+}
+// The gradient as the rule uses it. The unscale and the negation commute exactly (a product
+// and a sign), so the rules whose torch code negates first (Adamax, Adadelta) get the same bits.
+template <class V, class C>
+HG_HOST_DEVICE inline V prepared_grad(V g, V p, const GradTerms<C>& t) {
+  if (t.scaled) g = unscale(g, V(t.inv_scale));
+  if (t.maximize) g = -g;
+  if (t.decay) g = g + mul(V(t.weight_decay), p);
+  return g;
+}
+
 // ---- SGD -------------------------------------------------------------------------------------
 
 template <class C>
 struct SGDConstants {
-  C lr, momentum, damp, weight_decay, inv_scale;
-  bool scaled, decay, maximize, nesterov;
+  C lr, momentum, damp;
+  GradTerms<C> grad;
+  bool nesterov;
   bool first;  // the momentum buffer holds no value yet: this step sets it to the gradient
 };
 // scaled: grad_scale given (inv_scale = 1 / grad_scale, in double); lr: the group's lr (on
@@ -97,11 +131,7 @@ HG_HOST_DEVICE SGDConstants<C> sgd_constants(const SGDArgs& a, double lr, bool s
   k.lr = C(lr);
   k.momentum = C(a.momentum);
   k.damp = C(1 - a.dampening);
-  k.weight_decay = C(a.weight_decay);
-  k.inv_scale = C(inv_scale);
-  k.scaled = scaled;
-  k.decay = k.weight_decay != C(0);
-  k.maximize = a.maximize;
+  k.grad = grad_terms<C>(a.weight_decay, true, a.maximize, scaled, inv_scale);
   k.nesterov = a.nesterov;
   k.first = first;
   return k;
@@ -112,9 +142,7 @@ HG_HOST_DEVICE SGDConstants<C> sgd_constants(const SGDArgs& a, double lr, bool s
 template <class V, class C, class RoundState>
 HG_HOST_DEVICE inline V sgd_rule(V p, V g, V* buffer, const SGDConstants<C>& k,
                                  RoundState round_state) {
-  if (k.scaled) g = unscale(g, V(k.inv_scale));
-  if (k.maximize) g = -g;
-  if (k.decay) g = g + mul(V(k.weight_decay), p);
+  g = prepared_grad(g, p, k.grad);
   if (buffer != nullptr) {
     *buffer = round_state(k.first ? g : mul(V(k.momentum), *buffer) + mul(V(k.damp), g));
     g = k.nesterov ? g + mul(V(k.momentum), *buffer) : *buffer;
@@ -126,9 +154,9 @@ HG_HOST_DEVICE inline V sgd_rule(V p, V g, V* buffer, const SGDConstants<C>& k,
 
 template <class C>
 struct AdamConstants {
-  C step_size, bias_correction2_sqrt, one_minus_beta1, beta2, one_minus_beta2, eps, weight_decay,
-      decay_factor, inv_scale;
-  bool scaled, decay, decoupled, amsgrad, maximize;
+  C step_size, bias_correction2_sqrt, one_minus_beta1, beta2, one_minus_beta2, eps, decay_factor;
+  GradTerms<C> grad;
+  bool decoupled, amsgrad;  // decoupled: AdamW's p *= decay_factor (weight_decay != 0)
 };
 // step: the step this update takes (1 on the first).
 template <class C>
@@ -141,14 +169,10 @@ HG_HOST_DEVICE AdamConstants<C> adam_constants(const AdamArgs& a, double lr, boo
   k.beta2 = C(a.beta2);
   k.one_minus_beta2 = C(1 - a.beta2);
   k.eps = C(a.eps);
-  k.weight_decay = C(a.weight_decay);
   k.decay_factor = C(1 - mul(lr, a.weight_decay));
-  k.inv_scale = C(inv_scale);
-  k.scaled = scaled;
-  k.decay = k.weight_decay != C(0);
-  k.decoupled = a.decoupled_weight_decay;
+  k.grad = grad_terms<C>(a.weight_decay, !a.decoupled_weight_decay, a.maximize, scaled, inv_scale);
+  k.decoupled = a.decoupled_weight_decay && a.weight_decay != 0;
   k.amsgrad = a.amsgrad;
-  k.maximize = a.maximize;
   return k;
 }
 
@@ -157,15 +181,8 @@ HG_HOST_DEVICE AdamConstants<C> adam_constants(const AdamArgs& a, double lr, boo
 template <class V, class C, class RoundState>
 HG_HOST_DEVICE inline V adam_rule(V p, V g, V& m, V& v, V* vmax, const AdamConstants<C>& k,
                                   RoundState round_state) {
-  if (k.scaled) g = unscale(g, V(k.inv_scale));
-  if (k.maximize) g = -g;
-  if (k.decay) {
-    if (k.decoupled) {
-      p = mul(p, V(k.decay_factor));
-    } else {
-      g = g + mul(V(k.weight_decay), p);
-    }
-  }
+  if (k.decoupled) p = mul(p, V(k.decay_factor));
+  g = prepared_grad(g, p, k.grad);
   m = round_state(m + mul(V(k.one_minus_beta1), g - m));  // torch's lerp
   v = round_state(mul(V(k.beta2), v) + mul(mul(V(k.one_minus_beta2), g), g));
   if (k.amsgrad) *vmax = round_state(max_of(*vmax, v));  // the denominator's v with amsgrad
@@ -177,8 +194,8 @@ HG_HOST_DEVICE inline V adam_rule(V p, V g, V& m, V& v, V* vmax, const AdamConst
 
 template <class C>
 struct RMSpropConstants {
-  C lr, alpha, one_minus_alpha, eps, weight_decay, momentum, inv_scale;
-  bool scaled, decay, maximize;
+  C lr, alpha, one_minus_alpha, eps, momentum;
+  GradTerms<C> grad;
 };
 template <class C>
 HG_HOST_DEVICE RMSpropConstants<C> rmsprop_constants(const RMSpropArgs& a, double lr, bool scaled,
@@ -188,12 +205,8 @@ HG_HOST_DEVICE RMSpropConstants<C> rmsprop_constants(const RMSpropArgs& a, doubl
   k.alpha = C(a.alpha);
   k.one_minus_alpha = C(1 - a.alpha);
   k.eps = C(a.eps);
-  k.weight_decay = C(a.weight_decay);
   k.momentum = C(a.momentum);
-  k.inv_scale = C(inv_scale);
-  k.scaled = scaled;
-  k.decay = a.weight_decay != 0;
-  k.maximize = a.maximize;
+  k.grad = grad_terms<C>(a.weight_decay, true, a.maximize, scaled, inv_scale);
   return k;
 }
 
@@ -203,9 +216,7 @@ HG_HOST_DEVICE RMSpropConstants<C> rmsprop_constants(const RMSpropArgs& a, doubl
 template <class V, class C, class RoundState>
 HG_HOST_DEVICE inline V rmsprop_rule(V p, V g, V& square_avg, V* grad_avg, V* buffer,
                                      const RMSpropConstants<C>& k, RoundState round_state) {
-  if (k.scaled) g = unscale(g, V(k.inv_scale));
-  if (k.maximize) g = -g;
-  if (k.decay) g = g + mul(V(k.weight_decay), p);
+  g = prepared_grad(g, p, k.grad);
   square_avg = round_state(mul(square_avg, V(k.alpha)) + mul(mul(V(k.one_minus_alpha), g), g));
   V avg;
   if (grad_avg != nullptr) {
@@ -225,8 +236,8 @@ HG_HOST_DEVICE inline V rmsprop_rule(V p, V g, V& square_avg, V* grad_avg, V* bu
 
 template <class C>
 struct AdagradConstants {
-  C clr, weight_decay, eps, inv_scale;  // clr: the lr decayed for this step
-  bool scaled, decay, maximize;
+  C clr, eps;  // clr: the lr decayed for this step
+  GradTerms<C> grad;
 };
 // step: the step this update takes (1 on the first).
 template <class C>
@@ -234,12 +245,8 @@ HG_HOST_DEVICE AdagradConstants<C> adagrad_constants(const AdagradArgs& a, doubl
                                                      double inv_scale, double step) {
   AdagradConstants<C> k;
   k.clr = C(lr / (1 + mul(step - 1, a.lr_decay)));
-  k.weight_decay = C(a.weight_decay);
   k.eps = C(a.eps);
-  k.inv_scale = C(inv_scale);
-  k.scaled = scaled;
-  k.decay = a.weight_decay != 0;
-  k.maximize = a.maximize;
+  k.grad = grad_terms<C>(a.weight_decay, true, a.maximize, scaled, inv_scale);
   return k;
 }
 
@@ -247,9 +254,7 @@ HG_HOST_DEVICE AdagradConstants<C> adagrad_constants(const AdagradArgs& a, doubl
 template <class V, class C, class RoundState>
 HG_HOST_DEVICE inline V adagrad_rule(V p, V g, V& sum, const AdagradConstants<C>& k,
                                      RoundState round_state) {
-  if (k.scaled) g = unscale(g, V(k.inv_scale));
-  if (k.maximize) g = -g;
-  if (k.decay) g = g + mul(V(k.weight_decay), p);
+  g = prepared_grad(g, p, k.grad);
   sum = round_state(sum + mul(g, g));
   const V std_dev = square_root(sum) + V(k.eps);
   return p - mul(V(k.clr), g) / std_dev;
@@ -259,8 +264,8 @@ HG_HOST_DEVICE inline V adagrad_rule(V p, V g, V& sum, const AdagradConstants<C>
 
 template <class C>
 struct AdamaxConstants {
-  C clr, beta1, one_minus_beta1, beta2, eps, weight_decay, inv_scale;  // clr: lr / (1 - beta1^t)
-  bool scaled, decay, maximize;
+  C clr, beta1, one_minus_beta1, beta2, eps;  // clr: lr / (1 - beta1^t)
+  GradTerms<C> grad;
 };
 // step: the step this update takes (1 on the first).
 template <class C>
@@ -272,11 +277,7 @@ HG_HOST_DEVICE AdamaxConstants<C> adamax_constants(const AdamaxArgs& a, double l
   k.one_minus_beta1 = C(1 - a.beta1);
   k.beta2 = C(a.beta2);
   k.eps = C(a.eps);
-  k.weight_decay = C(a.weight_decay);
-  k.inv_scale = C(inv_scale);
-  k.scaled = scaled;
-  k.decay = a.weight_decay != 0;
-  k.maximize = a.maximize;
+  k.grad = grad_terms<C>(a.weight_decay, true, a.maximize, scaled, inv_scale);
   return k;
 }
 
@@ -286,9 +287,7 @@ HG_HOST_DEVICE AdamaxConstants<C> adamax_constants(const AdamaxArgs& a, double l
 template <class V, class C, class RoundState>
 HG_HOST_DEVICE inline V adamax_rule(V p, V g, V& m, V& u, const AdamaxConstants<C>& k,
                                     RoundState round_state) {
-  if (k.maximize) g = -g;
-  if (k.scaled) g = unscale(g, V(k.inv_scale));
-  if (k.decay) g = g + mul(V(k.weight_decay), p);
+  g = prepared_grad(g, p, k.grad);
   m = round_state(mul(m, V(k.beta1)) + mul(V(k.one_minus_beta1), g));
   u = round_state(max_propagating_nan(mul(u, V(k.beta2)), absolute(g) + V(k.eps)));
   return p - mul(V(k.clr), m) / u;
@@ -298,8 +297,8 @@ HG_HOST_DEVICE inline V adamax_rule(V p, V g, V& m, V& u, const AdamaxConstants<
 
 template <class C>
 struct AdadeltaConstants {
-  C lr, rho, one_minus_rho, eps, weight_decay, inv_scale;
-  bool scaled, decay, maximize;
+  C lr, rho, one_minus_rho, eps;
+  GradTerms<C> grad;
 };
 template <class C>
 HG_HOST_DEVICE AdadeltaConstants<C> adadelta_constants(const AdadeltaArgs& a, double lr,
@@ -309,11 +308,7 @@ HG_HOST_DEVICE AdadeltaConstants<C> adadelta_constants(const AdadeltaArgs& a, do
   k.rho = C(a.rho);
   k.one_minus_rho = C(1 - a.rho);
   k.eps = C(a.eps);
-  k.weight_decay = C(a.weight_decay);
-  k.inv_scale = C(inv_scale);
-  k.scaled = scaled;
-  k.decay = a.weight_decay != 0;
-  k.maximize = a.maximize;
+  k.grad = grad_terms<C>(a.weight_decay, true, a.maximize, scaled, inv_scale);
   return k;
 }
 
@@ -322,9 +317,7 @@ HG_HOST_DEVICE AdadeltaConstants<C> adadelta_constants(const AdadeltaArgs& a, do
 template <class V, class C, class RoundState>
 HG_HOST_DEVICE inline V adadelta_rule(V p, V g, V& square_avg, V& acc_delta,
                                       const AdadeltaConstants<C>& k, RoundState round_state) {
-  if (k.maximize) g = -g;
-  if (k.scaled) g = unscale(g, V(k.inv_scale));
-  if (k.decay) g = g + mul(V(k.weight_decay), p);
+  g = prepared_grad(g, p, k.grad);
   square_avg = round_state(mul(square_avg, V(k.rho)) + mul(mul(V(k.one_minus_rho), g), g));
   const V std_dev = square_root(square_avg + V(k.eps));
   const V delta = mul(square_root(acc_delta + V(k.eps)) / std_dev, g);
@@ -336,9 +329,10 @@ HG_HOST_DEVICE inline V adadelta_rule(V p, V g, V& square_avg, V& acc_delta,
 
 template <class C>
 struct RAdamConstants {
-  C lr, beta1, one_minus_beta1, beta2, one_minus_beta2, eps, weight_decay, inv_scale;
+  C lr, beta1, one_minus_beta1, beta2, one_minus_beta2, eps;
   C bias_correction1, bias_correction2_sqrt, rect;
-  bool scaled, decay, rectified;  // rectified: the variance is tractable (rho_t > 5)
+  GradTerms<C> grad;  // no maximize: torch's RAdam has none
+  bool rectified;     // rectified: the variance is tractable (rho_t > 5)
 };
 // step: the step this update takes (1 on the first). The rectification in double, as torch
 // computes it on the host.
@@ -360,12 +354,9 @@ HG_HOST_DEVICE RAdamConstants<C> radam_constants(const RAdamArgs& a, double lr, 
   k.beta2 = C(a.beta2);
   k.one_minus_beta2 = C(1 - a.beta2);
   k.eps = C(a.eps);
-  k.weight_decay = C(a.weight_decay);
-  k.inv_scale = C(inv_scale);
   k.bias_correction1 = C(bias_correction1);
   k.bias_correction2_sqrt = C(::sqrt(bias_correction2));
-  k.scaled = scaled;
-  k.decay = a.weight_decay != 0;
+  k.grad = grad_terms<C>(a.weight_decay, true, false, scaled, inv_scale);
   return k;
 }
 
@@ -374,8 +365,7 @@ HG_HOST_DEVICE RAdamConstants<C> radam_constants(const RAdamArgs& a, double lr, 
 template <class V, class C, class RoundState>
 HG_HOST_DEVICE inline V radam_rule(V p, V g, V& m, V& v, const RAdamConstants<C>& k,
                                    RoundState round_state) {
-  if (k.scaled) g = unscale(g, V(k.inv_scale));
-  if (k.decay) g = g + mul(V(k.weight_decay), p);
+  g = prepared_grad(g, p, k.grad);
   m = round_state(mul(m, V(k.beta1)) + mul(V(k.one_minus_beta1), g));
   v = round_state(mul(v, V(k.beta2)) + mul(mul(V(k.one_minus_beta2), g), g));
   const V corrected = m / V(k.bias_correction1);
@@ -388,13 +378,14 @@ HG_HOST_DEVICE inline V radam_rule(V p, V g, V& m, V& v, const RAdamConstants<C>
 
 template <class C>
 struct NAdamConstants {
-  C one_minus_beta1, beta2, one_minus_beta2, eps, weight_decay, decay_factor, inv_scale;
+  C one_minus_beta1, beta2, one_minus_beta2, eps, decay_factor;
   C bias_correction2;
+  GradTerms<C> grad;
   // The two addcdiv values: -lr (1 - mu) / (1 - mu_product) for the gradient and
   // -lr mu_next / (1 - mu_product mu_next) for the average.
   C grad_step, avg_step;
   float mu_product;  // the product of the momentum coefficients after this step, as stored
-  bool scaled, decay, decoupled, maximize;
+  bool decoupled;    // p *= decay_factor (decoupled_weight_decay, weight_decay != 0)
 };
 // step: the step this update takes (1 on the first); mu_product: the stored product of the
 // earlier steps' momentum coefficients (1 before the first). The momentum schedule in double,
@@ -414,14 +405,10 @@ HG_HOST_DEVICE NAdamConstants<C> nadam_constants(const NAdamArgs& a, double lr, 
   k.beta2 = C(a.beta2);
   k.one_minus_beta2 = C(1 - a.beta2);
   k.eps = C(a.eps);
-  k.weight_decay = C(a.weight_decay);
   k.decay_factor = C(1 - mul(lr, a.weight_decay));
-  k.inv_scale = C(inv_scale);
   k.bias_correction2 = C(1 - ::pow(a.beta2, step));
-  k.scaled = scaled;
-  k.decay = a.weight_decay != 0;
-  k.decoupled = a.decoupled_weight_decay;
-  k.maximize = a.maximize;
+  k.grad = grad_terms<C>(a.weight_decay, !a.decoupled_weight_decay, a.maximize, scaled, inv_scale);
+  k.decoupled = a.decoupled_weight_decay && a.weight_decay != 0;
   return k;
 }
 
@@ -430,15 +417,8 @@ HG_HOST_DEVICE NAdamConstants<C> nadam_constants(const NAdamArgs& a, double lr, 
 template <class V, class C, class RoundState>
 HG_HOST_DEVICE inline V nadam_rule(V p, V g, V& m, V& v, const NAdamConstants<C>& k,
                                    RoundState round_state) {
-  if (k.scaled) g = unscale(g, V(k.inv_scale));
-  if (k.maximize) g = -g;
-  if (k.decay) {
-    if (k.decoupled) {
-      p = mul(p, V(k.decay_factor));
-    } else {
-      g = g + mul(V(k.weight_decay), p);
-    }
-  }
+  if (k.decoupled) p = mul(p, V(k.decay_factor));
+  g = prepared_grad(g, p, k.grad);
   m = round_state(m + mul(V(k.one_minus_beta1), g - m));
   v = round_state(mul(v, V(k.beta2)) + mul(mul(V(k.one_minus_beta2), g), g));
   const V denom = square_root(v / V(k.bias_correction2)) + V(k.eps);
