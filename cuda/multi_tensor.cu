@@ -514,10 +514,6 @@ __global__ void advance_nadam_kernel(ProductList list, NAdamArgs a, const float*
 
 // ---- kernels: norms, clipping, checks --------------------------------------------------------
 
-__device__ __forceinline__ float max_propagating_nan(float a, float b) {
-  return (a != a || a > b) ? a : b;
-}
-
 template <NormKind K>
 __device__ __forceinline__ float norm_term(float abs_x, float p) {
   if constexpr (K == NormKind::Two) {
@@ -532,7 +528,7 @@ __device__ __forceinline__ float norm_term(float abs_x, float p) {
 template <NormKind K>
 __device__ __forceinline__ float norm_combine(float a, float b) {
   if constexpr (K == NormKind::Infinity) {
-    return max_propagating_nan(a, b);
+    return kernel::rules::max_propagating_nan(a, b);
   } else {
     return a + b;
   }
@@ -919,10 +915,14 @@ cudaError_t launch_fused_rmsprop(const MultiTensorArgs& tensors, DType dtype,
   });
 }
 
-cudaError_t launch_fused_adagrad(const MultiTensorArgs& tensors, DType dtype,
-                                 const AdagradArgs& args, const float* grad_scale,
-                                 const float* found_inf, cudaStream_t stream) {
-  if (!is_floating(dtype) || tensors.lists != 3 || tensors.steps == nullptr) {
+// The launch of a rule whose state has one storage type S: the parameters' T, or float32 for
+// bfloat16 parameters with bf16_params. kernel_of(T, S) (type tags) gives the kernel, which
+// takes a table of Lists lists, the rule's Args, grad_scale and found_inf.
+template <int Lists, class Args, class KernelOf>
+cudaError_t launch_with_state(const MultiTensorArgs& tensors, DType dtype, const Args& args,
+                              const float* grad_scale, const float* found_inf, cudaStream_t stream,
+                              KernelOf kernel_of) {
+  if (!is_floating(dtype) || tensors.lists != Lists || tensors.steps == nullptr) {
     return cudaErrorInvalidValue;
   }
   if (args.bf16_params && (dtype != DType::BFloat16 || tensors.first_blocks == nullptr)) {
@@ -931,12 +931,12 @@ cudaError_t launch_fused_adagrad(const MultiTensorArgs& tensors, DType dtype,
   return visit_floating_storage(dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
     auto run = [&](auto state_tag) {
-      using S = typename decltype(state_tag)::type;
-      return for_each_table<3>(tensors, [&](const ChunkTable<3>& table, int64_t chunks, int64_t) {
-        adagrad_kernel<T, S><<<blocks_for(chunks), kBlock, 0, stream>>>(table, args, grad_scale,
-                                                                         found_inf);
-        return cudaGetLastError();
-      });
+      const auto kernel = kernel_of(tag, state_tag);
+      return for_each_table<Lists>(
+          tensors, [&](const ChunkTable<Lists>& table, int64_t chunks, int64_t) {
+            kernel<<<blocks_for(chunks), kBlock, 0, stream>>>(table, args, grad_scale, found_inf);
+            return cudaGetLastError();
+          });
     };
     if constexpr (std::is_same_v<T, __nv_bfloat16>) {
       if (args.bf16_params) return run(std::type_identity<float>{});
@@ -945,34 +945,25 @@ cudaError_t launch_fused_adagrad(const MultiTensorArgs& tensors, DType dtype,
   });
 }
 
+cudaError_t launch_fused_adagrad(const MultiTensorArgs& tensors, DType dtype,
+                                 const AdagradArgs& args, const float* grad_scale,
+                                 const float* found_inf, cudaStream_t stream) {
+  return launch_with_state<3>(
+      tensors, dtype, args, grad_scale, found_inf, stream, [](auto tag, auto state_tag) {
+        return &adagrad_kernel<typename decltype(tag)::type, typename decltype(state_tag)::type>;
+      });
+}
+
 // The launch of two_buffer_kernel for Rule (Adamax, Adadelta, RAdam, NAdam).
 template <class Rule, class Args>
 cudaError_t launch_two_buffers(const MultiTensorArgs& tensors, DType dtype, const Args& args,
                                const float* grad_scale, const float* found_inf,
                                cudaStream_t stream) {
-  constexpr int kLists = Rule::kLists;
-  if (!is_floating(dtype) || tensors.lists != kLists || tensors.steps == nullptr) {
-    return cudaErrorInvalidValue;
-  }
-  if (args.bf16_params && (dtype != DType::BFloat16 || tensors.first_blocks == nullptr)) {
-    return cudaErrorInvalidValue;
-  }
-  return visit_floating_storage(dtype, [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    auto run = [&](auto state_tag) {
-      using S = typename decltype(state_tag)::type;
-      return for_each_table<kLists>(tensors, [&](const ChunkTable<kLists>& table, int64_t chunks,
-                                                 int64_t) {
-        two_buffer_kernel<T, S, Rule, Args>
-            <<<blocks_for(chunks), kBlock, 0, stream>>>(table, args, grad_scale, found_inf);
-        return cudaGetLastError();
+  return launch_with_state<Rule::kLists>(
+      tensors, dtype, args, grad_scale, found_inf, stream, [](auto tag, auto state_tag) {
+        return &two_buffer_kernel<typename decltype(tag)::type, typename decltype(state_tag)::type,
+                                  Rule, Args>;
       });
-    };
-    if constexpr (std::is_same_v<T, __nv_bfloat16>) {
-      if (args.bf16_params) return run(std::type_identity<float>{});
-    }
-    return run(std::type_identity<T>{});
-  });
 }
 
 cudaError_t launch_fused_adamax(const MultiTensorArgs& tensors, DType dtype, const AdamaxArgs& args,

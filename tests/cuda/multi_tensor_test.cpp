@@ -11,7 +11,7 @@
 #include <memory>
 #include <vector>
 
-#include "cuda/cuda_test_util.h"
+#include "cuda/optimizer_twins.h"
 #include "halfgrad/cuda/kernel_tables.h"
 #include "halfgrad/cuda/multi_tensor_launch.h"
 #include "halfgrad/halfgrad.h"
@@ -21,23 +21,6 @@ using namespace hg::testing;
 using Catch::Contains;
 
 namespace {
-
-// `count` odd sizes; the middle one spans two chunks and a tail.
-std::vector<int64_t> odd_sizes(int count) {
-  std::vector<int64_t> sizes;
-  for (int i = 0; i < count; ++i) sizes.push_back(1 + (int64_t(i) * 37) % 301);
-  sizes[size_t(count / 2)] = 2 * cuda::detail::kChunkSize + 17;
-  return sizes;
-}
-
-// Normal draws from a seed, scaled, rounded to dtype (CPU tensors).
-std::vector<Tensor> random_tensors(const std::vector<int64_t>& sizes, DType dtype, uint64_t seed,
-                                   double scale = 1.0) {
-  manual_seed(seed);
-  std::vector<Tensor> out;
-  for (int64_t n : sizes) out.push_back((randn({n}) * scale).to(dtype));
-  return out;
-}
 
 std::vector<Tensor> to_gpu(const std::vector<Tensor>& tensors) {
   std::vector<Tensor> out;
@@ -193,56 +176,6 @@ std::unique_ptr<optim::Optimizer> make_optimizer(std::vector<Tensor> params, con
 std::unique_ptr<optim::Optimizer> make_adam(std::vector<Tensor> params, const AdamConfig& c) {
   if (c.decoupled) return make_optimizer<optim::AdamW, optim::AdamWOptions>(std::move(params), c);
   return make_optimizer<optim::Adam, optim::AdamOptions>(std::move(params), c);
-}
-
-// The same parameters on the CPU and on the GPU.
-struct Twins {
-  std::vector<Tensor> cpu, gpu;
-};
-
-Twins make_twins(const std::vector<int64_t>& sizes, DType dtype, uint64_t seed) {
-  Twins twins;
-  for (const Tensor& t : random_tensors(sizes, dtype, seed, 0.5)) {
-    twins.cpu.push_back(t.clone().requires_grad_());
-    twins.gpu.push_back(t.to(kGpu).requires_grad_());
-  }
-  return twins;
-}
-
-// The same gradients for both; parameter `without` gets none (it must not step).
-void set_grads(Twins& twins, uint64_t seed, double scale, size_t without) {
-  const std::vector<Tensor>& cpu = twins.cpu;
-  std::vector<int64_t> sizes;
-  for (const Tensor& p : cpu) sizes.push_back(p.numel());
-  const std::vector<Tensor> grads = random_tensors(sizes, cpu[0].dtype(), seed, scale);
-  for (size_t i = 0; i < cpu.size(); ++i) {
-    if (i == without) continue;
-    twins.cpu[i].mutable_grad() = grads[i];
-    twins.gpu[i].mutable_grad() = grads[i].to(kGpu);
-  }
-}
-
-// |gpu - cpu| within the dtype's tolerance, fp32 held to about 1e-6 relative.
-Tolerance optimizer_tolerance(DType dtype) {
-  return dtype == kFloat32 ? Tolerance{2e-6, 1e-7} : tolerance_for(dtype);
-}
-
-void check_same_state(const optim::Optimizer& cpu, const optim::Optimizer& gpu, size_t count,
-                      DType dtype) {
-  for (size_t i = 0; i < count; ++i) {
-    INFO("state of parameter " << i);
-    const optim::ParamState& want = cpu.state(0, i);
-    const optim::ParamState& got = gpu.state(0, i);
-    CHECK(got.step_count() == want.step_count());
-    REQUIRE(got.buffers.size() == want.buffers.size());
-    for (const auto& [name, buffer] : want.buffers) {
-      INFO(name);
-      REQUIRE(got.buffers.count(name) == 1);
-      CHECK(got.buffers.at(name).dtype() == buffer.dtype());
-      CHECK(
-          mismatch(got.buffers.at(name), buffer.to(kFloat64), optimizer_tolerance(dtype)).empty());
-    }
-  }
 }
 
 }  // namespace

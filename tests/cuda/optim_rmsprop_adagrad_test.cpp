@@ -8,7 +8,7 @@
 #include <memory>
 #include <vector>
 
-#include "cuda/cuda_test_util.h"
+#include "cuda/optimizer_twins.h"
 #include "halfgrad/cuda/kernel_tables.h"
 #include "halfgrad/cuda/multi_tensor_launch.h"
 #include "halfgrad/halfgrad.h"
@@ -18,64 +18,6 @@ using namespace hg::testing;
 using Catch::Contains;
 
 namespace {
-
-// `count` odd sizes; the middle one spans two chunks and a tail.
-std::vector<int64_t> odd_sizes(int count) {
-  std::vector<int64_t> sizes;
-  for (int i = 0; i < count; ++i) sizes.push_back(1 + (int64_t(i) * 41) % 293);
-  sizes[size_t(count / 2)] = 2 * cuda::detail::kChunkSize + 29;
-  return sizes;
-}
-
-// The same parameters on the CPU and on the GPU.
-struct Twins {
-  std::vector<Tensor> cpu, gpu;
-};
-
-Twins make_twins(const std::vector<int64_t>& sizes, DType dtype, uint64_t seed) {
-  manual_seed(seed);
-  Twins twins;
-  for (int64_t n : sizes) {
-    const Tensor t = (randn({n}) * 0.5).to(dtype);
-    twins.cpu.push_back(t.clone().requires_grad_());
-    twins.gpu.push_back(t.to(kGpu).requires_grad_());
-  }
-  return twins;
-}
-
-// The same gradients (times scale) for both; parameter `without` gets none.
-void set_grads(Twins& twins, uint64_t seed, double scale, size_t without) {
-  manual_seed(seed);
-  for (size_t i = 0; i < twins.cpu.size(); ++i) {
-    const Tensor grad = (randn({twins.cpu[i].numel()}) * scale).to(twins.cpu[i].dtype());
-    if (i == without) continue;
-    twins.cpu[i].mutable_grad() = grad;
-    twins.gpu[i].mutable_grad() = grad.to(kGpu);
-  }
-}
-
-Tolerance optimizer_tolerance(DType dtype) {
-  return dtype == kFloat32 ? Tolerance{2e-6, 1e-7} : tolerance_for(dtype);
-}
-
-void check_same(const Twins& twins, const optim::Optimizer& cpu, const optim::Optimizer& gpu,
-                DType dtype) {
-  for (size_t i = 0; i < twins.cpu.size(); ++i) {
-    INFO("parameter " << i);
-    CHECK(mismatch(twins.gpu[i], twins.cpu[i].to(kFloat64), optimizer_tolerance(dtype)).empty());
-    const optim::ParamState& want = cpu.state(0, i);
-    const optim::ParamState& got = gpu.state(0, i);
-    CHECK(got.step_count() == want.step_count());
-    REQUIRE(got.buffers.size() == want.buffers.size());
-    for (const auto& [name, buffer] : want.buffers) {
-      INFO(name);
-      REQUIRE(got.buffers.count(name) == 1);
-      CHECK(got.buffers.at(name).dtype() == buffer.dtype());
-      CHECK(
-          mismatch(got.buffers.at(name), buffer.to(kFloat64), optimizer_tolerance(dtype)).empty());
-    }
-  }
-}
 
 std::unique_ptr<optim::Optimizer> make(bool rmsprop, const std::vector<Tensor>& params,
                                        const optim::RMSpropOptions& rmsprop_options,
