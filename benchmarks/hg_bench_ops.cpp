@@ -14,6 +14,10 @@
 // Each section is a run_*_benchmarks(options) function listed in kSections; --only picks one.
 // Times are the median of --reps calls after --warmup calls, on std::chrono::steady_clock.
 //
+//   {"bench": "cpu_copy", "dtype": "float32", "numel": ..., "bytes": ..., "us": ..., "gbps": ...}
+//   {"bench": "cpu_step", "kernel": "adamw", "pass": "avx512", "params": ..., "bytes": ...,
+//    "us": ..., "gbps": ..., "copy_gbps": ..., "fraction_of_copy": ..., "threads": ...}
+//
 // --device cuda runs the GPU sections instead (their PyTorch twin is
 // benchmarks/twin/ops_twin.py, which prints the same lines with "impl": "pytorch";
 // benchmarks/run-gpu runs both and prints the ratios):
@@ -63,8 +67,10 @@
 #include <cstdio>
 #include <cstring>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
@@ -73,9 +79,11 @@
 
 #include "bench_util.h"
 #include "halfgrad/config.h"
+#include "halfgrad/core/cpu_features.h"
 #include "halfgrad/core/settings.h"
 #include "halfgrad/cpu/kernel_tables.h"
 #include "halfgrad/cpu/linalg.h"
+#include "halfgrad/cpu/multi_tensor.h"
 #include "halfgrad/cpu/vector_math.h"
 #include "halfgrad/halfgrad.h"
 #include "halfgrad/ops/backward_helpers.h"
@@ -370,6 +378,135 @@ void run_stochastic_cast_benchmarks(const Options& options) {
   std::fflush(stdout);
 }
 
+// ---- CPU: the training step's kernels ----------------------------------------------------------
+
+int64_t total_numel(const std::vector<hg::Tensor>& tensors) {
+  int64_t numel = 0;
+  for (const hg::Tensor& t : tensors) numel += t.numel();
+  return numel;
+}
+
+// The multi_tensor family's CPU passes (kernel/multi_tensor.h) against the machine's copy
+// bandwidth: GradScaler::unscale_ and one step of each fused optimizer over the parameters of a
+// GPT-2-shaped model of width 512 and 8 layers (nanoGPT's layout, vocabulary 50304: 51M float32
+// values in 100 tensors, 200 MiB per list, so that the lists of a step do not fit in a large
+// L3) with random gradients, interleaved, each as a fraction of a 256 MiB float32 copy_'s
+// bandwidth for the bytes it must move (4 per value read or written):
+//   {"bench": "cpu_copy", "numel": ..., "bytes": ..., "us": ..., "gbps": ..., "threads": 2}
+//   {"bench": "cpu_step", "kernel": "adamw", "pass": "avx512", "params": ..., "tensors": 100,
+//    "bytes": ..., "us": ..., "gbps": ..., "copy_gbps": ..., "fraction_of_copy": ..., "threads": 2}
+// The optimizers share the parameters (each keeps its own state); lrs are small so that the
+// values stay in range over the calls. The unscale runs with scale 1 (values unchanged) and
+// each call includes the update() that must follow it (a host read of the flag on the CPU).
+void run_bandwidth_benchmarks(const Options& options) {
+  double copy_gbps = 0;
+  {
+    const int64_t numel = int64_t(1) << 26;
+    hg::manual_seed(1);
+    const hg::Tensor src = hg::randn({numel});
+    hg::Tensor dst = hg::empty({numel});
+    std::vector<Candidate> copy = {{"halfgrad", "", [&] { dst.copy_(src); }}};
+    hg::bench::time_interleaved(options, copy);
+    const double bytes = 2.0 * double(src.nbytes());
+    copy_gbps = bytes / copy[0].us * 1e-3;
+    fmt::print(
+        "{{\"bench\": \"cpu_copy\", \"dtype\": \"float32\", \"numel\": {}, \"bytes\": {:.0f}, "
+        "\"us\": {:.1f}, \"gbps\": {:.2f}, \"threads\": {}}}\n",
+        numel, bytes, copy[0].us, copy_gbps, hg::get_num_threads());
+    std::fflush(stdout);
+  }
+  hg::manual_seed(2);
+  const int64_t V = 50304, T = 1024, C = 512, L = 8;
+  std::vector<hg::Shape> shapes = {{V, C}, {T, C}};
+  for (int64_t layer = 0; layer < L; ++layer) {
+    for (const hg::Shape& shape : std::vector<hg::Shape>{{C},
+                                                         {C},
+                                                         {3 * C, C},
+                                                         {3 * C},
+                                                         {C, C},
+                                                         {C},
+                                                         {C},
+                                                         {C},
+                                                         {4 * C, C},
+                                                         {4 * C},
+                                                         {C, 4 * C},
+                                                         {C}}) {
+      shapes.push_back(shape);
+    }
+  }
+  shapes.push_back({C});
+  shapes.push_back({C});
+  std::vector<hg::Tensor> params;
+  for (const hg::Shape& shape : shapes) {
+    hg::Tensor param = hg::randn(shape).requires_grad_();
+    param.mutable_grad() = hg::randn(shape);
+    params.push_back(param);
+  }
+  const int64_t numel = total_numel(params);
+  namespace optim = hg::optim;
+  struct Kernel {
+    const char* name;
+    double bytes_per_value;  // read and written per parameter value
+    std::unique_ptr<optim::Optimizer> opt;
+  };
+  std::vector<Kernel> kernels;
+  kernels.push_back({"unscale", 8, std::make_unique<optim::SGD>(params)});
+  kernels.push_back(
+      {"adamw", 28, std::make_unique<optim::AdamW>(params, optim::AdamWOptions{.lr = 1e-6})});
+  kernels.push_back(
+      {"sgd_momentum", 20,
+       std::make_unique<optim::SGD>(params, optim::SGDOptions{.lr = 1e-6, .momentum = 0.9})});
+  kernels.push_back(
+      {"rmsprop", 20, std::make_unique<optim::RMSprop>(params, optim::RMSpropOptions{.lr = 1e-6})});
+  kernels.push_back(
+      {"adagrad", 20, std::make_unique<optim::Adagrad>(params, optim::AdagradOptions{.lr = 1e-6})});
+  kernels.push_back(
+      {"adamax", 28, std::make_unique<optim::Adamax>(params, optim::AdamaxOptions{.lr = 1e-6})});
+  kernels.push_back(
+      {"adadelta", 28,
+       std::make_unique<optim::Adadelta>(params, optim::AdadeltaOptions{.lr = 1e-6})});
+  kernels.push_back(
+      {"radam", 28, std::make_unique<optim::RAdam>(params, optim::RAdamOptions{.lr = 1e-6})});
+  kernels.push_back(
+      {"nadam", 28, std::make_unique<optim::NAdam>(params, optim::NAdamOptions{.lr = 1e-6})});
+  hg::amp::GradScaler scaler({.init_scale = 1.0});
+  (void)scaler.scale(hg::ones({1}));  // makes the scale, as the first scale(loss) does
+  // Each kernel on the AVX-512 passes (where the CPU has AVX-512F) and on the scalar loops
+  // (NOTE [Vectorized optimizer passes]), interleaved.
+  std::vector<std::string> passes = {"scalar"};
+  if (hg::cpu_has_avx512f()) passes.insert(passes.begin(), "avx512");
+  std::vector<Candidate> candidates;
+  for (Kernel& k : kernels) {
+    optim::Optimizer* opt = k.opt.get();
+    const bool unscale = std::string_view(k.name) == "unscale";
+    for (const std::string& pass : passes) {
+      const bool vector = pass == "avx512";
+      candidates.push_back({k.name, pass, [&scaler, opt, unscale, vector] {
+                              const bool previous = hg::cpu::detail::set_vector_passes(vector);
+                              if (unscale) {
+                                scaler.unscale_(*opt);
+                                scaler.update();
+                              } else {
+                                opt->step();
+                              }
+                              hg::cpu::detail::set_vector_passes(previous);
+                            }});
+    }
+  }
+  hg::bench::time_interleaved(options, candidates);
+  for (size_t i = 0; i < candidates.size(); ++i) {
+    const double bytes = kernels[i / passes.size()].bytes_per_value * double(numel);
+    const double gbps = bytes / candidates[i].us * 1e-3;
+    fmt::print(
+        "{{\"bench\": \"cpu_step\", \"kernel\": \"{}\", \"pass\": \"{}\", \"dtype\": \"float32\", "
+        "\"params\": {}, \"tensors\": {}, \"bytes\": {:.0f}, \"us\": {:.1f}, \"gbps\": {:.2f}, "
+        "\"copy_gbps\": {:.2f}, \"fraction_of_copy\": {:.3f}, \"threads\": {}}}\n",
+        candidates[i].impl, candidates[i].kernel, numel, params.size(), bytes, candidates[i].us,
+        gbps, copy_gbps, gbps / copy_gbps, hg::get_num_threads());
+  }
+  std::fflush(stdout);
+}
+
 // ---- CPU: attention ---------------------------------------------------------------------------
 
 // The math scaled_dot_product_attention computes as halfgrad ops when its kernels do not take a
@@ -540,12 +677,6 @@ std::vector<hg::Tensor> gpt2_small_params_with_grads() {
     params.push_back(param);
   }
   return params;
-}
-
-int64_t total_numel(const std::vector<hg::Tensor>& tensors) {
-  int64_t numel = 0;
-  for (const hg::Tensor& t : tensors) numel += t.numel();
-  return numel;
 }
 
 void print_fused(const char* bench, const std::vector<hg::Tensor>& params, double bytes, double ms,
@@ -761,7 +892,7 @@ constexpr Section kSections[] = {
     {"gemm", run_gemm_benchmarks, run_cuda_gemm_benchmarks},
     {"dispatch", run_dispatch_benchmarks, nullptr},
     {"tiny_gemm", run_tiny_gemm_benchmarks, nullptr},
-    {"bandwidth", nullptr, run_cuda_bandwidth_benchmarks},
+    {"bandwidth", run_bandwidth_benchmarks, run_cuda_bandwidth_benchmarks},
     {"vector_math", run_vector_math_benchmarks, nullptr},
     {"stochastic_cast", run_stochastic_cast_benchmarks, nullptr},
     {"attention", run_attention_benchmarks, run_cuda_attention_benchmarks},
