@@ -225,6 +225,10 @@ bool use_vector_passes() {
 #endif
 }
 
+// Parameters T and state S that the AVX-512 passes take: float32 both.
+template <class T, class S>
+constexpr bool kVectorPassTypes = std::is_same_v<T, float>&& std::is_same_v<S, float>;
+
 void adam_pass_float(float* param, const float* grad, float* exp_avg, float* exp_avg_sq,
                      float* max_exp_avg_sq, int64_t n, const rules::AdamConstants<float>& k) {
 #if defined(__x86_64__)
@@ -488,11 +492,24 @@ void fused_rmsprop_(const kernel::RMSpropTensors& t, const kernel::RMSpropArgs& 
         [&](auto param_tag, auto state_tag, const Generator::State* draw) {
           using T = typename decltype(param_tag)::type;
           using S = typename decltype(state_tag)::type;
-          rmsprop_pass<T, S>(
-              param.data_ptr<T>(), t.grads[i].data_ptr<T>(), square_avg.data_ptr<S>(),
-              grad_avg.defined() ? grad_avg.data_ptr<S>() : nullptr,
-              buffer.defined() ? buffer.data_ptr<S>() : nullptr, param.numel(),
-              rules::rmsprop_constants<compute_t<T>>(args, args.lr, s.scaled, s.inv_scale), draw);
+          const auto k =
+              rules::rmsprop_constants<compute_t<T>>(args, args.lr, s.scaled, s.inv_scale);
+          T* p = param.data_ptr<T>();
+          const T* g = t.grads[i].data_ptr<T>();
+          S* v = square_avg.data_ptr<S>();
+          S* avg = grad_avg.defined() ? grad_avg.data_ptr<S>() : nullptr;
+          S* buf = buffer.defined() ? buffer.data_ptr<S>() : nullptr;
+          const int64_t n = param.numel();
+#if defined(__x86_64__)
+          if constexpr (kVectorPassTypes<T, S>) {
+            if (use_vector_passes()) {
+              return for_blocks_of_16(n, [&](int64_t first, int64_t last) {
+                detail::rmsprop_blocks_avx512(p, g, v, avg, buf, n, first, last, k);
+              });
+            }
+          }
+#endif
+          rmsprop_pass<T, S>(p, g, v, avg, buf, n, k, draw);
         });
     advance_step(t.steps[i]);
     param.bump_version();
@@ -516,10 +533,22 @@ void fused_adagrad_(const kernel::AdagradTensors& t, const kernel::AdagradArgs& 
         [&](auto param_tag, auto state_tag, const Generator::State* draw) {
           using T = typename decltype(param_tag)::type;
           using S = typename decltype(state_tag)::type;
-          adagrad_pass<T, S>(
-              param.data_ptr<T>(), t.grads[i].data_ptr<T>(), sum.data_ptr<S>(), param.numel(),
-              rules::adagrad_constants<compute_t<T>>(args, args.lr, s.scaled, s.inv_scale, step),
-              draw);
+          const auto k =
+              rules::adagrad_constants<compute_t<T>>(args, args.lr, s.scaled, s.inv_scale, step);
+          T* p = param.data_ptr<T>();
+          const T* g = t.grads[i].data_ptr<T>();
+          S* acc = sum.data_ptr<S>();
+          const int64_t n = param.numel();
+#if defined(__x86_64__)
+          if constexpr (kVectorPassTypes<T, S>) {
+            if (use_vector_passes()) {
+              return for_blocks_of_16(n, [&](int64_t first, int64_t last) {
+                detail::adagrad_blocks_avx512(p, g, acc, n, first, last, k);
+              });
+            }
+          }
+#endif
+          adagrad_pass<T, S>(p, g, acc, n, k, draw);
         });
     advance_step(t.steps[i]);
     param.bump_version();
@@ -544,11 +573,24 @@ void two_buffer_step(const Tensors& t, const std::vector<Tensor>& first,
                      using S = typename decltype(state_tag)::type;
                      using C = compute_t<T>;
                      const auto k = constants(param_tag, step, i);
-                     two_buffer_pass<T, S>(param.data_ptr<T>(), grad.data_ptr<T>(),
-                                           first[i].data_ptr<S>(), second[i].data_ptr<S>(),
-                                           param.numel(), draw, [k, &rule](C p, C g, C& a, C& b) {
-                                             return rule(p, g, a, b, k, RoundThrough<S>{});
-                                           });
+                     T* p = param.data_ptr<T>();
+                     const T* g = grad.data_ptr<T>();
+                     S* a = first[i].data_ptr<S>();
+                     S* b = second[i].data_ptr<S>();
+                     const int64_t n = param.numel();
+#if defined(__x86_64__)
+                     if constexpr (kVectorPassTypes<T, S>) {
+                       if (use_vector_passes()) {
+                         return for_blocks_of_16(n, [&](int64_t first_block, int64_t last_block) {
+                           detail::two_buffer_blocks_avx512(p, g, a, b, n, first_block, last_block,
+                                                            k);
+                         });
+                       }
+                     }
+#endif
+                     two_buffer_pass<T, S>(p, g, a, b, n, draw, [k, &rule](C p, C g, C& a, C& b) {
+                       return rule(p, g, a, b, k, RoundThrough<S>{});
+                     });
                    });
     advance_step(t.steps[i]);
     param.bump_version();

@@ -3,16 +3,21 @@
 // make), and runs only where the CPU has it.
 //
 // NOTE [Vectorized optimizer passes] Float32 parameters with float32 state (the master weights
-// of a mixed-precision run) take 16-lane passes: without -march=native the scalar loops compile
-// to SSE (Adam: one sqrtss and two divss per element) and the step of a 21M-parameter model was
+// of a mixed-precision run) take 16-lane passes, for every update rule and the unscale: without
+// -march=native the scalar loops compile to SSE (Adam: one sqrtss and two divss per element;
+// Adamax's NaN-propagating max not vectorized at all) and the step of a 21M-parameter model was
 // bound by them, not by memory; in the tiny MLP's training step (hg-bench-train --only tiny)
-// SGD's update took about 0.3 of 5.1 us. The passes instantiate the update rules of
-// kernel/update_rules.h on Lanes, whose operations are one instruction each, every one rounded
-// as the scalar operation is (negation flips the sign bit as the scalar -x does; max_of is
-// std::max's choice, NaN included), so the results are the scalar loops' bits
-// (tests/optim/adam_test.cpp and sgd_test.cpp compare them). Every function instantiated here
-// takes Lanes, a type of this file's anonymous namespace, so none of its AVX-512 code can stand
-// in for an inline function of another file.
+// SGD's update took about 0.3 of 5.1 us. On 51M parameters the passes take each optimizer's
+// step to 41-47 GB/s, 2x to 4.4x the scalar loops (NOTES.md, hg-bench-ops --only bandwidth).
+// The passes instantiate the update rules of kernel/update_rules.h on Lanes, whose operations
+// are one instruction each, every one rounded as the scalar operation is (negation flips the
+// sign bit as the scalar -x does; max_of is std::max's choice, max_propagating_nan and absolute
+// the scalar ones' choices, NaN included), so the results are the scalar loops' bits
+// (tests/optim/adam_test.cpp, sgd_test.cpp and vector_passes_test.cpp compare them), but for
+// the sign and payload of a NaN where two NaNs meet in an add: which one the add returns
+// follows the operand order the compiler picked, which the two loops need not share. Every function
+// instantiated here takes Lanes, a type of this file's anonymous namespace, so none of its AVX-512
+// code can stand in for an inline function of another file.
 #include "halfgrad/cpu/multi_tensor_avx512.h"
 
 #if defined(__x86_64__)
@@ -44,6 +49,19 @@ Lanes square_root(Lanes a) { return Lanes(_mm512_maskz_sqrt_ps(kAllLanes, a.x));
 // std::max(previous, v) does.
 Lanes max_of(Lanes previous, Lanes v) {
   return Lanes(_mm512_maskz_max_ps(kAllLanes, v.x, previous.x));
+}
+// The update rules' max_propagating_nan: a where a is NaN or a > b, else b.
+Lanes max_propagating_nan(Lanes a, Lanes b) {
+  const __mmask16 take_a =
+      _mm512_cmp_ps_mask(a.x, a.x, _CMP_UNORD_Q) | _mm512_cmp_ps_mask(a.x, b.x, _CMP_GT_OQ);
+  return Lanes(_mm512_mask_blend_ps(take_a, b.x, a.x));
+}
+// The update rules' absolute: -x below zero, +0 for either zero, x otherwise (NaN as it is).
+Lanes absolute(Lanes a) {
+  const __m512 zero = _mm512_setzero_ps();
+  const __mmask16 negative = _mm512_cmp_ps_mask(a.x, zero, _CMP_LT_OQ);
+  const __mmask16 is_zero = _mm512_cmp_ps_mask(a.x, zero, _CMP_EQ_OQ);
+  return Lanes(_mm512_mask_mov_ps(_mm512_mask_mov_ps(a.x, negative, (-a).x), is_zero, zero));
 }
 
 __mmask16 lanes_of(int64_t n, int64_t i) {
@@ -87,6 +105,100 @@ void sgd_blocks_avx512(float* param, const float* grad, float* buffer, int64_t n
     if (buffer != nullptr) store(mask, buffer + i, buf);
     store(mask, param + i, p);
   }
+}
+
+void rmsprop_blocks_avx512(float* param, const float* grad, float* square_avg, float* grad_avg,
+                           float* momentum_buffer, int64_t n, int64_t first_block,
+                           int64_t last_block,
+                           const kernel::rules::RMSpropConstants<float>& constants) {
+  const auto k = constants;  // a local the stores cannot alias: the constants stay in registers
+  for (int64_t b = first_block; b < last_block; ++b) {
+    const int64_t i = b * 16;
+    const __mmask16 mask = lanes_of(n, i);
+    Lanes v = load(mask, square_avg + i);
+    Lanes avg = grad_avg != nullptr ? load(mask, grad_avg + i) : Lanes(0.0f);
+    Lanes buf = momentum_buffer != nullptr ? load(mask, momentum_buffer + i) : Lanes(0.0f);
+    const Lanes p = kernel::rules::rmsprop_rule(
+        load(mask, param + i), load(mask, grad + i), v, grad_avg != nullptr ? &avg : nullptr,
+        momentum_buffer != nullptr ? &buf : nullptr, k, kernel::rules::KeepState{});
+    store(mask, square_avg + i, v);
+    if (grad_avg != nullptr) store(mask, grad_avg + i, avg);
+    if (momentum_buffer != nullptr) store(mask, momentum_buffer + i, buf);
+    store(mask, param + i, p);
+  }
+}
+
+void adagrad_blocks_avx512(float* param, const float* grad, float* sum, int64_t n,
+                           int64_t first_block, int64_t last_block,
+                           const kernel::rules::AdagradConstants<float>& constants) {
+  const auto k = constants;
+  for (int64_t b = first_block; b < last_block; ++b) {
+    const int64_t i = b * 16;
+    const __mmask16 mask = lanes_of(n, i);
+    Lanes s = load(mask, sum + i);
+    const Lanes p = kernel::rules::adagrad_rule(load(mask, param + i), load(mask, grad + i), s, k,
+                                                kernel::rules::KeepState{});
+    store(mask, sum + i, s);
+    store(mask, param + i, p);
+  }
+}
+
+namespace {
+
+// The two-buffer rules by their constants' type.
+Lanes two_buffer_rule(Lanes p, Lanes g, Lanes& a, Lanes& b,
+                      const kernel::rules::AdamaxConstants<float>& k) {
+  return kernel::rules::adamax_rule(p, g, a, b, k, kernel::rules::KeepState{});
+}
+Lanes two_buffer_rule(Lanes p, Lanes g, Lanes& a, Lanes& b,
+                      const kernel::rules::AdadeltaConstants<float>& k) {
+  return kernel::rules::adadelta_rule(p, g, a, b, k, kernel::rules::KeepState{});
+}
+Lanes two_buffer_rule(Lanes p, Lanes g, Lanes& a, Lanes& b,
+                      const kernel::rules::RAdamConstants<float>& k) {
+  return kernel::rules::radam_rule(p, g, a, b, k, kernel::rules::KeepState{});
+}
+Lanes two_buffer_rule(Lanes p, Lanes g, Lanes& a, Lanes& b,
+                      const kernel::rules::NAdamConstants<float>& k) {
+  return kernel::rules::nadam_rule(p, g, a, b, k, kernel::rules::KeepState{});
+}
+
+template <class Constants>
+void two_buffer_blocks(float* param, const float* grad, float* first, float* second, int64_t n,
+                       int64_t first_block, int64_t last_block, const Constants& constants) {
+  const auto k = constants;
+  for (int64_t b = first_block; b < last_block; ++b) {
+    const int64_t i = b * 16;
+    const __mmask16 mask = lanes_of(n, i);
+    Lanes x = load(mask, first + i), y = load(mask, second + i);
+    const Lanes p = two_buffer_rule(load(mask, param + i), load(mask, grad + i), x, y, k);
+    store(mask, first + i, x);
+    store(mask, second + i, y);
+    store(mask, param + i, p);
+  }
+}
+
+}  // namespace
+
+void two_buffer_blocks_avx512(float* param, const float* grad, float* first, float* second,
+                              int64_t n, int64_t first_block, int64_t last_block,
+                              const kernel::rules::AdamaxConstants<float>& k) {
+  two_buffer_blocks(param, grad, first, second, n, first_block, last_block, k);
+}
+void two_buffer_blocks_avx512(float* param, const float* grad, float* first, float* second,
+                              int64_t n, int64_t first_block, int64_t last_block,
+                              const kernel::rules::AdadeltaConstants<float>& k) {
+  two_buffer_blocks(param, grad, first, second, n, first_block, last_block, k);
+}
+void two_buffer_blocks_avx512(float* param, const float* grad, float* first, float* second,
+                              int64_t n, int64_t first_block, int64_t last_block,
+                              const kernel::rules::RAdamConstants<float>& k) {
+  two_buffer_blocks(param, grad, first, second, n, first_block, last_block, k);
+}
+void two_buffer_blocks_avx512(float* param, const float* grad, float* first, float* second,
+                              int64_t n, int64_t first_block, int64_t last_block,
+                              const kernel::rules::NAdamConstants<float>& k) {
+  two_buffer_blocks(param, grad, first, second, n, first_block, last_block, k);
 }
 
 bool unscale_blocks_avx512(float* data, int64_t n, int64_t first_block, int64_t last_block,
