@@ -59,6 +59,7 @@ class FusedOptimizer : public Optimizer {
 
  private:
   const char* name_;
+  std::string range_name_;  // the step's profile range, made once
   Kernel kernel_;
   bool bf16_params_;
   Generator* generator_;

@@ -23,6 +23,7 @@ FusedOptimizer<Tensors, Args>::FusedOptimizer(std::vector<ParamGroup> groups,
                                               Generator* generator)
     : Optimizer(std::move(groups), std::move(defaults)),
       name_(name),
+      range_name_(std::string("Optimizer.step#") + name + ".step"),
       kernel_(kernel),
       bf16_params_(bf16_params),
       generator_(generator) {}
@@ -37,8 +38,7 @@ void FusedOptimizer<Tensors, Args>::check_constructed() const {
 template <class Tensors, class Args>
 void FusedOptimizer<Tensors, Args>::step_scaled(const Tensor& grad_scale, const Tensor& found_inf) {
   // A range of its own in a profile, as torch names it (NOTE [Recorded ranges]).
-  const std::string range_name = std::string("Optimizer.step#") + name_ + ".step";
-  const ops::RecordFunction range(range_name);
+  const ops::RecordFunction range(range_name_);
   if (skipped_on_host(name_, grad_scale, found_inf)) return;
   if (bf16_params_) detail::check_bf16_params(name_, groups_);
   const bool on_cuda = has_cuda_params();

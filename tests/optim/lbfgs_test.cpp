@@ -1,18 +1,22 @@
 // optim::LBFGS against torch.optim.LBFGS (twin/lbfgs.txt, printed by torch 2): six option sets
 // over four steps, with and without the strong-Wolfe search, each step's returned loss, the
-// parameters and every state value; float32 parameters; a resumed run; a gradient already small
-// enough; the errors of a bad closure, a second group, bad options and a bad state dict.
+// parameters and every state value; float32 parameters; a run resumed from a state dict and from
+// a checkpoint file; a gradient already small enough; the errors of a bad closure, a second
+// group, bad options and a bad state dict.
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <memory>
 #include <optional>
 #include <string>
 
+#include "test_util.h"
 #include "twin_runs.h"
 
 using namespace hg;
 using namespace optim_test;
 using Catch::Contains;
+using hg::testing::TempFolder;
 
 namespace {
 
@@ -174,6 +178,48 @@ TEST_CASE("LBFGS: a resumed run continues as the uninterrupted one", "[optim][lb
     INFO(key);
     CHECK(bytes_of(a.state.at(0).at(key)) == bytes_of(b.state.at(0).at(key)));
   }
+}
+
+TEST_CASE("LBFGS: a checkpoint resumes the run bit for bit", "[optim][lbfgs]") {
+  // save_checkpoint and load_checkpoint reach LBFGS's own state_dict and load_state_dict: the
+  // stacked history, the 0-dim counts and scalars go through the safetensors file.
+  manual_seed(3);
+  const Tensor x = randn({8, 4}, kFloat64), y = randn({8, 1}, kFloat64);
+  auto make_model = [] {
+    manual_seed(4);
+    auto model = std::make_shared<nn::Linear>(4, 1);
+    model->to(kFloat64);
+    return model;
+  };
+  auto closure_for_model = [&](nn::Linear& model, optim::LBFGS& opt) -> optim::LBFGS::Closure {
+    return [&] {
+      opt.zero_grad();
+      Tensor loss = mse_loss(model.forward(x), y);
+      loss.backward();
+      return loss;
+    };
+  };
+  const optim::LBFGSOptions options{
+      .max_iter = 4, .history_size = 3, .line_search_fn = "strong_wolfe"};
+  auto saved = make_model();
+  optim::LBFGS saved_opt(saved->parameters(), options);
+  const optim::LBFGS::Closure saved_closure = closure_for_model(*saved, saved_opt);
+  saved_opt.step(saved_closure);
+  TempFolder folder;
+  const std::string path = folder.file("lbfgs.safetensors");
+  io::save_checkpoint(path, *saved, saved_opt, std::vector<io::NamedState>{});
+
+  auto resumed = make_model();
+  optim::LBFGS resumed_opt(resumed->parameters(), {});
+  io::load_checkpoint(path, *resumed, resumed_opt, std::vector<io::NamedState>{});
+  CHECK(resumed_opt.param_groups()[0].options == saved_opt.param_groups()[0].options);
+  const optim::LBFGS::Closure resumed_closure = closure_for_model(*resumed, resumed_opt);
+  for (int k = 0; k < 2; ++k) {
+    CHECK(bytes_of(resumed_opt.step(resumed_closure)) == bytes_of(saved_opt.step(saved_closure)));
+  }
+  const std::vector<Tensor> a = saved->parameters(), b = resumed->parameters();
+  REQUIRE(a.size() == b.size());
+  for (size_t i = 0; i < a.size(); ++i) CHECK(bytes_of(a[i]) == bytes_of(b[i]));
 }
 
 TEST_CASE("LBFGS: a gradient already within tolerance_grad returns at once", "[optim][lbfgs]") {
