@@ -389,9 +389,11 @@ int64_t total_numel(const std::vector<hg::Tensor>& tensors) {
 // The multi_tensor family's CPU passes (kernel/multi_tensor.h) against the machine's copy
 // bandwidth: GradScaler::unscale_ and one step of each fused optimizer over the parameters of a
 // GPT-2-shaped model of width 512 and 8 layers (nanoGPT's layout, vocabulary 50304: 51M float32
-// values in 100 tensors, 200 MiB per list, so that the lists of a step do not fit in a large
-// L3) with random gradients, interleaved, each as a fraction of a 256 MiB float32 copy_'s
-// bandwidth for the bytes it must move (4 per value read or written):
+// values in 100 tensors, 200 MiB per list: the four or five lists of the Adam-like steps exceed
+// the 480 MiB L3 of the Xeon in benchmarks/results, SGD's and the unscale's two or three may
+// not) with random gradients, interleaved, each as a fraction of a 256 MiB float32 copy_'s
+// bandwidth for the bytes it must move (4 per value read or written). On that Xeon the copy_ is
+// not the ceiling (the fused steps exceed it); compare the steps' own GB/s:
 //   {"bench": "cpu_copy", "numel": ..., "bytes": ..., "us": ..., "gbps": ..., "threads": 2}
 //   {"bench": "cpu_step", "kernel": "adamw", "pass": "avx512", "params": ..., "tensors": 100,
 //    "bytes": ..., "us": ..., "gbps": ..., "copy_gbps": ..., "fraction_of_copy": ..., "threads": 2}

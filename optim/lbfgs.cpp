@@ -261,7 +261,8 @@ Tensor LBFGS::step(const Closure& closure) {
   bool opt_cond = abs_max(flat_grad) <= tolerance_grad;
   if (opt_cond) return orig_loss;
 
-  // The history as it stands (a copy, so that an error part way leaves it whole).
+  // The history as the step found it, updated in a copy: a closure that throws part way leaves
+  // the history as it was (the parameters may have moved by then, as in torch).
   History next = h;
   for (int64_t n_iter = 1; n_iter <= max_iter; ++n_iter) {
     ++next.n_iter;
@@ -295,7 +296,8 @@ Tensor LBFGS::step(const Closure& closure) {
       }
       next.d = r;
     }
-    next.prev_flat_grad = flat_grad.clone();
+    // No copy: every flat gradient is a new tensor (gather_flat_grad's), never written in place.
+    next.prev_flat_grad = flat_grad;
     next.prev_loss = loss;
 
     // The step length: lr, scaled down by the gradient's size on the very first iteration.

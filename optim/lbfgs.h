@@ -20,8 +20,10 @@
 // step length, the line search's values) are computed in double; torch keeps them as 0-dim
 // tensors of the parameters' dtype, the same numbers for float64 parameters.
 //
-// One param group (torch's rule), parameters on one device. The history lives on that device
-// (history_size + 1 copies of the parameters at the most). state_dict holds torch's keys for
+// One param group (torch's rule), parameters on one device. The history lives on that device:
+// 2 * history_size flat vectors of all the parameters (the pairs), plus the direction and the
+// previous gradient; a strong-Wolfe step also holds a copy of the parameters and the trial
+// gradients of its bracket. state_dict holds torch's keys for
 // parameter 0 ("func_evals", "n_iter", "d", "t", "old_dirs", "old_stps", "ro", "H_diag",
 // "prev_flat_grad", "prev_loss"), torch's lists stacked into tensors ([k, n] for the
 // directions, [k] for ro); step() without a closure is an error. No scaled step: GradScaler's
