@@ -37,15 +37,19 @@
 // are oneDNN's output scale and sum post-op, so they cost no extra pass over out.
 #include "halfgrad/cpu/linalg.h"
 
+#include <algorithm>
 #include <array>
 #include <bit>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <type_traits>
+#include <vector>
 
 #include "halfgrad/config.h"
 #include "halfgrad/core/cast.h"
+#include "halfgrad/core/convert.h"
 #include "halfgrad/core/factory.h"
 #include "halfgrad/core/format.h"
 #include "halfgrad/core/parallel.h"
@@ -54,7 +58,9 @@
 #include "halfgrad/cpu/capabilities.h"
 #include "halfgrad/cpu/kernel_tables.h"
 #include "halfgrad/cpu/linalg_detail.h"
+#include "halfgrad/cpu/vector_math.h"
 #include "halfgrad/kernel/checks.h"
+#include "halfgrad/kernel/formulas.h"
 #include "halfgrad/kernel/linalg.h"
 
 namespace hg::cpu {
@@ -442,6 +448,113 @@ Tensor gemm_2d_gelu(const Tensor& a, bool transpose_a, const Tensor& b, bool tra
                     const Tensor& bias, const Tensor& pre) {
   gemm_2d(a, transpose_a, b, transpose_b, pre, bias);
   return elementwise_kernels.unary(kernel::Unary::GeluTanh, pre);
+}
+
+// NOTE [GELU backward with the bias sum] linear_gelu's backward multiplies the incoming
+// gradient by the GELU's derivative at the saved pre-activation and sums the product's columns
+// for the bias. As three kernels (the derivative, the product, the column sum) that read and
+// wrote the [M, N] tensors five times, and rounded a 16-bit derivative before the product;
+// here one pass over row blocks of kGeluRows rows: each chunk of kChunk values is widened to
+// float32 (float64 for float64), the derivative is the vector math pass of
+// vector_math.h (the scalar formula of kernel/formulas.h where there is none), the product is
+// rounded once to the dtype (torch's gelu_backward computes in float32 and rounds once too),
+// and the rounded values are added to the block's float32 column sums. The blocks' sums are
+// then added in block order and rounded once: the bits depend on M and N, never on the thread
+// count. For the larger CPU GPT's fc layers (1024 x 1024 bfloat16) the three kernels took
+// 0.47 + 0.17 + 0.09 ms on two threads of the Zen 4 EPYC (benchmarks/results/NOTES.md).
+constexpr int64_t kGeluRows = 16;
+constexpr int64_t kGeluChunk = 1024;
+
+template <class T>
+void gelu_backward_blocks(const T* g, const T* pre, T* out, float* block_sums, double* block_sums64,
+                          int64_t M, int64_t N, bool tanh_approximation) {
+  using C = std::conditional_t<std::is_same_v<T, double>, double, float>;
+  const VectorMap pass = std::is_same_v<C, float> ? vector_mapper() : nullptr;
+  const VectorFn fn = tanh_approximation ? VectorFn::GeluTanhGrad : VectorFn::GeluGrad;
+  const int64_t blocks = (M + kGeluRows - 1) / kGeluRows;
+  parallel_for(blocks, M * N, [&](int64_t block) {
+    C d[kGeluChunk], gv[kGeluChunk];
+    C* sums = nullptr;
+    if constexpr (std::is_same_v<C, double>) {
+      sums = block_sums64 == nullptr ? nullptr : block_sums64 + block * N;
+    } else {
+      sums = block_sums == nullptr ? nullptr : block_sums + block * N;
+    }
+    if (sums != nullptr) std::fill_n(sums, N, C(0));
+    const int64_t row_end = std::min(M, (block + 1) * kGeluRows);
+    for (int64_t row = block * kGeluRows; row < row_end; ++row) {
+      for (int64_t col = 0; col < N; col += kGeluChunk) {
+        const int64_t n = std::min(kGeluChunk, N - col);
+        const int64_t at = row * N + col;
+        // float32 and float64 are read in place; 16-bit chunks are widened first.
+        const C* x = nullptr;
+        const C* grad = nullptr;
+        if constexpr (std::is_same_v<T, C>) {
+          x = pre + at, grad = g + at;
+        } else {
+          convert::to_float(pre + at, d, n);
+          convert::to_float(g + at, gv, n);
+          x = d, grad = gv;
+        }
+        // The product: in out itself for float32 and float64, in the chunk for 16-bit.
+        C* y = d;
+        if constexpr (std::is_same_v<T, C>) y = out + at;
+        bool mapped = false;
+        if constexpr (std::is_same_v<C, float>) {
+          if (pass != nullptr) pass(fn, x, y, n), mapped = true;
+        }
+        if (!mapped) {
+          for (int64_t i = 0; i < n; ++i) {
+            y[i] = tanh_approximation ? kernel::gelu_tanh_grad(x[i]) : kernel::gelu_erf_grad(x[i]);
+          }
+        }
+        for (int64_t i = 0; i < n; ++i) y[i] *= grad[i];
+        if constexpr (!std::is_same_v<T, C>) {
+          convert::from_float(d, out + at, n);
+          if (sums != nullptr) convert::to_float(out + at, d, n);  // the rounded values
+        }
+        if (sums != nullptr) {
+          for (int64_t i = 0; i < n; ++i) sums[col + i] += y[i];
+        }
+      }
+    }
+  });
+}
+
+Tensor gelu_backward(const Tensor& g, const Tensor& pre, bool tanh_approximation,
+                     const Tensor& bias_grad) {
+  kernel::check_gelu_backward("gelu_backward", g, pre, bias_grad, kCPU);
+  const int64_t M = g.size(0), N = g.size(1);
+  Tensor out = empty(g.sizes(), g.options());
+  if (M == 0 || N == 0) {
+    if (bias_grad.defined()) Tensor(bias_grad).zero_();
+    return out;
+  }
+  const int64_t blocks = (M + kGeluRows - 1) / kGeluRows;
+  const bool wide = g.dtype() == kFloat64;
+  Tensor sums;
+  if (bias_grad.defined()) sums = empty({blocks, N}, {.dtype = wide ? kFloat64 : kFloat32});
+  visit_floating_dtype("gelu_backward", g.dtype(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    gelu_backward_blocks<T>(g.data_ptr<T>(), pre.data_ptr<T>(), out.data_ptr<T>(),
+                            sums.defined() && !wide ? sums.data_ptr<float>() : nullptr,
+                            sums.defined() && wide ? sums.data_ptr<double>() : nullptr, M, N,
+                            tanh_approximation);
+    if (!sums.defined()) return;
+    using C = std::conditional_t<std::is_same_v<T, double>, double, float>;
+    const C* partial = sums.data_ptr<C>();
+    std::vector<C> total(partial, partial + N);
+    for (int64_t block = 1; block < blocks; ++block) {
+      for (int64_t col = 0; col < N; ++col) total[size_t(col)] += partial[block * N + col];
+    }
+    T* db = bias_grad.data_ptr<T>();
+    if constexpr (std::is_same_v<T, C>) {
+      std::copy(total.begin(), total.end(), db);
+    } else {
+      convert::from_float(total.data(), db, N);
+    }
+  });
+  return out;
 }
 
 // NOTE [Scaled fp8 GEMM] scaled_mm multiplies float8 matrices as fp8 tensor cores do: each

@@ -659,6 +659,22 @@ Tensor gemm_2d_gelu(const Tensor& a, bool transpose_a, const Tensor& b, bool tra
   return elementwise_kernels.unary(kernel::Unary::GeluTanh, pre);
 }
 
+// The derivative, the product and the column sum as three of the backend's kernels: a 16-bit
+// derivative is rounded before the product here, where the CPU's single pass rounds once
+// (kernel/linalg.h).
+Tensor gelu_backward(const Tensor& g, const Tensor& pre, bool tanh_approximation,
+                     const Tensor& bias_grad) {
+  kernel::check_gelu_backward("gelu_backward", g, pre, bias_grad, kCUDA);
+  const Tensor derivative = elementwise_kernels.unary(
+      tanh_approximation ? kernel::Unary::GeluTanhGrad : kernel::Unary::GeluGrad, pre);
+  const Tensor out = elementwise_kernels.binary(kernel::Binary::Mul, g, derivative, g.dtype(), 1.0);
+  if (bias_grad.defined()) {
+    Tensor(bias_grad).copy_(
+        reduce_kernels.reduce(kernel::Reduction::Sum, out, {0}, false, g.dtype(), 2.0));
+  }
+  return out;
+}
+
 // ---- the scaled float8 GEMM (NOTE [Scaled fp8 GEMM] in cpu/linalg.cpp) -----------------------
 
 cudaDataType_t float8_data_type(DType dtype) {

@@ -78,6 +78,26 @@ void check_same_device(const char* op, const char* what, const Tensor& t, Device
            device, whose, t.device());
 }
 
+void check_gelu_backward(const char* op, const Tensor& g, const Tensor& pre,
+                         const Tensor& bias_grad, DeviceType device) {
+  check_input(op, "the gradient", g, device);
+  HG_CHECK(g.dim() == 2 && g.is_contiguous(),
+           "{}: expected a contiguous 2-D gradient [M, N], got shape {} with strides {}", op,
+           g.sizes(), g.strides());
+  check_defined(op, "the pre-activation", pre);
+  check_same_device(op, "the pre-activation", pre, g.device(), "the gradient's");
+  check_same_dtype(op, "the pre-activation", pre, g.dtype());
+  check_shape(op, "the pre-activation", pre, g.sizes());
+  HG_CHECK(pre.is_contiguous(), "{}: expected a contiguous pre-activation, got strides {}", op,
+           pre.strides());
+  if (!bias_grad.defined()) return;
+  check_same_device(op, "the bias gradient", bias_grad, g.device(), "the gradient's");
+  check_same_dtype(op, "the bias gradient", bias_grad, g.dtype());
+  check_shape(op, "the bias gradient", bias_grad, {g.size(1)});
+  HG_CHECK(bias_grad.is_contiguous(), "{}: expected a contiguous bias gradient, got strides {}", op,
+           bias_grad.strides());
+}
+
 // ---- the scaled float8 GEMM ---------------------------------------------------------------------
 
 std::array<int64_t, 3> check_scaled_gemm(const char* op, const Tensor& a, const Tensor& b,

@@ -66,6 +66,12 @@ std::array<int64_t, 3> check_scaled_gemm(const char* op, const Tensor& a, const 
 int64_t check_quantize_fp8(const char* op, const Tensor& x, const Tensor& scale,
                            const Tensor& amax, const Tensor& out, DeviceType device);
 
+// LinalgKernels::gelu_backward's arguments, on `device`'s backend: g and pre contiguous [M, N]
+// of one floating dtype on one device, bias_grad undefined or a contiguous [N] of that dtype
+// there.
+void check_gelu_backward(const char* op, const Tensor& g, const Tensor& pre,
+                         const Tensor& bias_grad, DeviceType device);
+
 // ---- reductions (kernel/reduce.h) -----------------------------------------------------------
 
 // "sum", "prod", "mean", "amax", "amin", "logsumexp", "norm": the name errors use.

@@ -56,6 +56,18 @@ struct LinalgKernels {
   Tensor (*gemm_2d_gelu)(const Tensor& a, bool transpose_a, const Tensor& b, bool transpose_b,
                          const Tensor& bias, const Tensor& pre);
 
+  // linear_gelu's backward through the GELU: returns g_pre = g * gelu'(pre) ([M, N], g's
+  // dtype; the derivative of the tanh form when tanh_approximation, of the erf form else) and,
+  // when bias_grad is defined, writes the sums of g_pre's columns to it. g, pre: contiguous
+  // [M, N] of one floating dtype; bias_grad: contiguous [N] of that dtype, or undefined. On the
+  // CPU one pass (NOTE [GELU backward with the bias sum] in cpu/linalg.cpp): the product is
+  // computed in float32 (float64 for float64) and rounded once, as torch's gelu_backward; the
+  // bias sums add the rounded g_pre in float32, in an order fixed by M and N, and round once.
+  // On CUDA the unary derivative kernel (rounded to the dtype), the product and the column sum
+  // run one after the other (a 16-bit g_pre is rounded twice there).
+  Tensor (*gelu_backward)(const Tensor& g, const Tensor& pre, bool tanh_approximation,
+                          const Tensor& bias_grad);
+
   // out = (a @ b^T) * scale_a * scale_b, plus the bias [N] on every row when bias is defined:
   // the scaled float8 product behind scaled_mm and fp8 linear (NOTE [Scaled fp8 GEMM]).
   //   a: [M, K] and b: [N, K], both float8 (float8_e4m3fn or float8_e5m2, not both e5m2),
@@ -90,10 +102,11 @@ struct LinalgKernels {
 
 // A backend's table, from its functions of these names (cpu/linalg.cpp and cuda/linalg.cpp):
 //   const kernel::LinalgKernels linalg_kernels = HG_LINALG_KERNELS;
-#define HG_LINALG_KERNELS                                                                   \
-  {                                                                                         \
-    .gemm = gemm, .gemm_bias = gemm_bias, .gemm_2d = gemm_2d, .gemm_2d_gelu = gemm_2d_gelu, \
-    .scaled_gemm = scaled_gemm, .quantize_fp8 = quantize_fp8, .backend = gemm_backend       \
+#define HG_LINALG_KERNELS                                                                     \
+  {                                                                                           \
+    .gemm = gemm, .gemm_bias = gemm_bias, .gemm_2d = gemm_2d, .gemm_2d_gelu = gemm_2d_gelu,   \
+    .gelu_backward = gelu_backward, .scaled_gemm = scaled_gemm, .quantize_fp8 = quantize_fp8, \
+    .backend = gemm_backend                                                                   \
   }
 
 }  // namespace hg::kernel

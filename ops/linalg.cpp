@@ -267,8 +267,10 @@ struct LinearShapes {
   // ops run, and are recorded; for an observer that reruns ops (NOTE [Op reruns]) they run
   // unrecorded, so that it sees the backward's products.
   //
-  // The gradients of x, weight and bias from g = dL/d(x weight^T + bias), [M, N].
-  Grads grads(const OpContext& ctx, const Tensor& g, const Tensor& x, const Tensor& weight) const {
+  // The gradients of x, weight and bias from g = dL/d(x weight^T + bias), [M, N]; the bias's
+  // from `bias_sums` (g's column sums, in g's dtype) when the caller has them.
+  Grads grads(const OpContext& ctx, const Tensor& g, const Tensor& x, const Tensor& weight,
+              const Tensor& bias_sums = {}) const {
     const int64_t M = leading_rows(x_sizes), K = weight.size(1);
     const Tensor x2 = x.dim() == 2 ? x : x.reshape({M, K});
     const bool record = autograd::is_grad_enabled() || ops::reruns_requested();
@@ -281,9 +283,10 @@ struct LinearShapes {
       out[1] = record ? mm(g.t(), x2) : product_2d(g, true, x2, false);
     }
     if (ctx.needs_input_grad(2)) {  // the sum of g's rows
-      const Tensor db = record ? sum(g, {0})
-                               : kernel_for::reduce(g).reduce(kernel::Reduction::Sum, g, {0}, false,
-                                                              g.dtype(), 2.0);
+      const Tensor db = bias_sums.defined() ? bias_sums
+                        : record            ? sum(g, {0})
+                                 : kernel_for::reduce(g).reduce(kernel::Reduction::Sum, g, {0},
+                                                                false, g.dtype(), 2.0);
       out[2] = db.dtype() == bias_dtype ? db
                : record                 ? db.to(bias_dtype)
                                         : core::to_dtype(db, bias_dtype);
@@ -370,6 +373,14 @@ struct LinearGelu {
     const Tensor pre = autograd::is_grad_enabled()
                            ? shapes.rows_of(linear(x, weight, ctx.saved(2)).to(x.dtype()), N)
                            : ctx.saved(3);
+    if (!autograd::is_grad_enabled() && !ops::reruns_requested() && g.dtype() == pre.dtype()) {
+      // The derivative, its product with g and the bias's sums in one kernel (NOTE [GELU
+      // backward with the bias sum] in cpu/linalg.cpp).
+      const Tensor bias_sums = ctx.needs_input_grad(2) ? empty({N}, g.options()) : Tensor();
+      const Tensor g_pre = kernel_for::linalg(g).gelu_backward(g.contiguous(), pre.contiguous(),
+                                                               tanh_approximation, bias_sums);
+      return shapes.grads(ctx, g_pre, x, weight, bias_sums);
+    }
     const Tensor g_pre = mul(g, ops::gelu_derivative(pre, tanh_approximation));
     return shapes.grads(ctx, g_pre, x, weight);
   }

@@ -811,3 +811,108 @@ TEST_CASE("gemm_into_float32 sums 16-bit products into float32 on every path", "
   CHECK_THROWS_WITH(cpu::gemm_into_float32(a, randn({1, 5, 5}, kBFloat16), empty({1, 3, 5}), 0.0),
                     Contains("[1, 3, 4]") && Contains("[1, 5, 5]"));
 }
+
+// linear_gelu's backward through the GELU (LinalgKernels::gelu_backward): g * gelu'(pre) in
+// float32 (float64) rounded once, against the derivative written here in float64 from the
+// formulas' definitions, and the bias sums against a float64 sum of the rounded product.
+struct GeluGrad {
+  double value;      // the derivative
+  double magnitude;  // the sum of its terms' magnitudes (what a formula's rounding scales with)
+};
+
+GeluGrad gelu_grad_reference(double x, bool tanh_form) {
+  if (tanh_form) {  // d/dx 0.5 x (1 + tanh(u)), u = sqrt(2/pi) (x + 0.044715 x^3)
+    // In long double, with 0.5 (1 + tanh u) = 1 / (1 + e) and 0.5 (1 - tanh^2 u) =
+    // 2 e / (1 + e)^2, e = exp(-2u): 1 + tanh u itself cancels to 0 for u below about -19.
+    const long double k = std::sqrt(2.0L / std::acos(-1.0L)), lx = x;
+    const long double u = k * (lx + 0.044715L * lx * lx * lx);
+    const long double e = std::exp(-2 * u);
+    const long double first = std::isinf(e) ? 0.0L : 1 / (1 + e);
+    const long double half_sech2 = std::isinf(e) ? 0.0L : 2 * e / ((1 + e) * (1 + e));
+    const long double second = lx * half_sech2 * k * (1 + 3 * 0.044715L * lx * lx);
+    return {double(first + second), double(std::fabs(first) + std::fabs(second))};
+  }
+  const double cdf = 0.5 * std::erfc(-x / std::sqrt(2.0));  // Phi + x phi
+  const double second = x * std::exp(-0.5 * x * x) / std::sqrt(2 * std::acos(-1.0));
+  return {cdf + second, std::fabs(cdf) + std::fabs(second)};
+}
+
+TEST_CASE("gelu_backward multiplies by the GELU's derivative and sums the bias once", "[gemm]") {
+  const int threads = omp_get_max_threads();
+  for (DType dtype : kFloating) {
+    for (bool tanh_form : {true, false}) {
+      INFO("dtype " << dtype << ", tanh " << tanh_form);
+      manual_seed(11);
+      // 37 rows: blocks of 16 and a partial one; 300 columns: a chunk of 256 and a tail.
+      const Tensor pre = (randn({37, 300}, kFloat64) * 3.0).to(dtype);
+      const Tensor g = randn({37, 300}, kFloat64).to(dtype);
+      const Tensor bias = empty({300}, {.dtype = dtype});
+      const Tensor out = cpu::linalg_kernels.gelu_backward(g, pre, tanh_form, bias);
+      REQUIRE(out.dtype() == dtype);
+      REQUIRE(out.sizes() == g.sizes());
+      const std::vector<double> got = out.to_vector<double>(), gv = g.to_vector<double>(),
+                                pv = pre.to_vector<double>(), bv = bias.to_vector<double>();
+      // One rounding to the dtype (half an ulp) over float32's formula error.
+      // The formula's error in float32 (float64), relative to its terms, then one rounding to
+      // the dtype (half an ulp of the result).
+      const double formula = dtype == kFloat64 ? 1e-13 : 1e-5;
+      const double rel = dtype == kFloat16    ? 1.01 * std::ldexp(1.0, -11)
+                         : dtype == kBFloat16 ? 1.01 * std::ldexp(1.0, -8)
+                                              : 0.0;
+      // Below that, absolute: half the spacing of float16's subnormals; float32's smallest
+      // normal for float32 and bfloat16, whose subnormal derivatives the float32 vector pass
+      // may give as 0 (pre = -10.4: -9.3e-42 in float64).
+      const double tiny = dtype == kFloat16   ? std::ldexp(1.0, -25)
+                          : dtype == kFloat64 ? 0.0
+                                              : std::ldexp(1.0, -126);
+      int64_t bad = 0;
+      for (size_t i = 0; i < got.size(); ++i) {
+        const GeluGrad d = gelu_grad_reference(pv[i], tanh_form);
+        const double want = gv[i] * d.value;
+        const double allowed = rel * std::fabs(want) + formula * std::fabs(gv[i]) * d.magnitude;
+        if (!(std::fabs(got[i] - want) <= allowed + tiny) && bad++ == 0) {
+          UNSCOPED_INFO("first off: pre " << pv[i] << ", g " << gv[i] << ", got " << got[i]
+                                          << ", expected " << want);
+        }
+      }
+      CHECK(bad == 0);
+      bad = 0;
+      for (int64_t col = 0; col < 300; ++col) {
+        double sum = 0, magnitude = 0;
+        for (int64_t row = 0; row < 37; ++row) {
+          sum += got[size_t(row * 300 + col)];
+          magnitude += std::fabs(got[size_t(row * 300 + col)]);
+        }
+        const double sum_rel = dtype == kFloat64 ? 1e-13 : rel;
+        if (!(std::fabs(bv[size_t(col)] - sum) <= sum_rel * std::fabs(sum) + 1e-5 * magnitude)) {
+          ++bad;
+        }
+      }
+      CHECK(bad == 0);
+      // The same bits on one thread and on two, and without a bias.
+      omp_set_num_threads(threads == 1 ? 2 : 1);
+      const Tensor bias_again = empty({300}, {.dtype = dtype});
+      const Tensor again = cpu::linalg_kernels.gelu_backward(g, pre, tanh_form, bias_again);
+      omp_set_num_threads(threads);
+      CHECK(std::memcmp(out.data_ptr(), again.data_ptr(), out.nbytes()) == 0);
+      CHECK(std::memcmp(bias.data_ptr(), bias_again.data_ptr(), bias.nbytes()) == 0);
+      const Tensor no_bias = cpu::linalg_kernels.gelu_backward(g, pre, tanh_form, Tensor());
+      CHECK(std::memcmp(out.data_ptr(), no_bias.data_ptr(), out.nbytes()) == 0);
+    }
+  }
+  const Tensor bias = full({4}, 7.0);
+  cpu::linalg_kernels.gelu_backward(empty({0, 4}), empty({0, 4}), true, bias);
+  CHECK(bias.to_vector<double>() == std::vector<double>(4, 0.0));
+  const Tensor g = randn({3, 4}), pre = randn({3, 4});
+  CHECK_THROWS_WITH(cpu::linalg_kernels.gelu_backward(g.t(), randn({4, 3}), true, Tensor()),
+                    Contains("contiguous 2-D gradient") && Contains("[4, 3]"));
+  CHECK_THROWS_WITH(cpu::linalg_kernels.gelu_backward(g, randn({3, 5}), true, Tensor()),
+                    Contains("pre-activation of shape [3, 4]") && Contains("[3, 5]"));
+  CHECK_THROWS_WITH(cpu::linalg_kernels.gelu_backward(g, pre.to(kBFloat16), true, Tensor()),
+                    Contains("pre-activation of dtype float32") && Contains("bfloat16"));
+  CHECK_THROWS_WITH(cpu::linalg_kernels.gelu_backward(g, pre, true, empty({3})),
+                    Contains("bias gradient of shape [4]") && Contains("[3]"));
+  const std::vector<double> g_before = g.to_vector<double>();
+  CHECK_THROWS(cpu::linalg_kernels.gelu_backward(g, pre, true, empty({4}, kFloat64)));
+  CHECK(g.to_vector<double>() == g_before);
+}
