@@ -8,6 +8,7 @@
 #include <limits>
 #include <tuple>
 
+#include "shared_checks.h"
 #include "twin_runs.h"
 
 using namespace hg;
@@ -27,18 +28,11 @@ const optim::AdagradOptions kEveryOption{.lr = 0.05,
                                          .eps = 1e-6,
                                          .maximize = true};
 
-struct Stepped {
-  Tensor param;
-  std::unique_ptr<optim::Adagrad> opt;
-};
-Stepped stepped(const optim::AdagradOptions& options, DType dtype, int64_t n, int steps) {
-  Stepped out{make_param(random_values(3, n, dtype), dtype), nullptr};
-  out.opt = std::make_unique<optim::Adagrad>(std::vector<Tensor>{out.param}, options);
-  for (int s = 0; s < steps; ++s) {
-    set_grad(out.param, random_values(30 + uint32_t(s), n, dtype));
-    out.opt->step();
-  }
-  return out;
+// Adagrad with `options` over the parameters it is given.
+OptimizerOver adagrad_with(const optim::AdagradOptions& options) {
+  return [options](std::vector<Tensor> params) -> std::unique_ptr<optim::Optimizer> {
+    return std::make_unique<optim::Adagrad>(std::move(params), options);
+  };
 }
 
 std::vector<unsigned char> sum_bytes(const optim::Optimizer& opt, size_t group = 0,
@@ -62,23 +56,9 @@ TEST_CASE("Adagrad: defaults are torch's") {
   CHECK(opt.supports_scaled_step());
 }
 
-TEST_CASE("Adagrad: every option set matches PyTorch step by step in float64") {
+TEST_CASE("Adagrad: every option set matches PyTorch step by step in float64 and float32") {
   // Step 0 of each run is the state torch makes in its constructor.
-  const std::vector<std::string> names = twin_run_names("adagrad_");
-  REQUIRE(names.size() == 5);
-  for (const std::string& name : names) {
-    REQUIRE(twin_run(name).optimizer == "Adagrad");
-    follow_twin_run(name, kFloat64, 1e-12, make_adagrad);
-  }
-}
-
-TEST_CASE("Adagrad: every option set matches PyTorch step by step in float32") {
-  // float32 rounds the inputs and every stored value (6e-8 relative). torch's own float32 run
-  // of these ten steps is within 2.3e-7 of each float64 tensor's size; 1e-5 is the bound the
-  // RMSprop runs need too (up to 1.4e-6 there).
-  for (const std::string& name : twin_run_names("adagrad_")) {
-    follow_twin_run(name, kFloat32, 1e-5, make_adagrad);
-  }
+  follow_twin_runs("adagrad_", "Adagrad", 5, make_adagrad);
 }
 
 TEST_CASE("Adagrad: 16-bit parameters against the float64 reference") {
@@ -99,12 +79,7 @@ TEST_CASE("Adagrad: 16-bit parameters against the float64 reference") {
       Tensor p = make_param(initial, dtype);
       optim::Adagrad opt({p}, c);
       ReferenceAdagrad reference{c, dtype, dtype, initial, {}};
-      for (uint32_t s = 0; s < 6; ++s) {
-        const Values grad = random_values(200 + s, n, dtype, -1.0 - s, 1.0 + s);
-        set_grad(p, grad);
-        opt.step();
-        reference.step(grad);
-      }
+      step_beside(opt, reference, p, dtype, 6);
       CHECK(close(values_of(p), reference.p, tolerance(dtype)));
       const optim::ParamState& state = opt.state(0, 0);
       CHECK(state.step == 6);
@@ -173,17 +148,9 @@ TEST_CASE("Adagrad: the state is made at construction as torch makes it") {
 
 TEST_CASE("Adagrad: found_inf skips the step leaving everything bit-identical") {
   for (DType dtype : {kFloat32, kBFloat16, kFloat16, kFloat64}) {
-    INFO(dtype_name(dtype));
     for (int steps : {0, 2}) {
-      Stepped run = stepped(kEveryOption, dtype, 64, steps);
-      const auto sum_before = sum_bytes(*run.opt);
-      const auto param_before = bytes_of(run.param);
-      set_grad(run.param, random_values(60, 64, dtype));
-      run.opt->step_scaled(scalar_tensor(8.0, kFloat32), scalar_tensor(1.0, kFloat32));
-      run.opt->step_scaled(Tensor(), scalar_tensor(2.0, kFloat32));
-      CHECK(bytes_of(run.param) == param_before);
-      CHECK(run.opt->state(0, 0).step == steps);
-      CHECK(sum_bytes(*run.opt) == sum_before);
+      INFO(dtype_name(dtype) << " after " << steps << " steps");
+      check_found_inf_skips(adagrad_with(kEveryOption), dtype, steps);
     }
   }
 }
@@ -191,24 +158,7 @@ TEST_CASE("Adagrad: found_inf skips the step leaving everything bit-identical") 
 TEST_CASE("Adagrad: a scaled step equals a step on the divided gradients") {
   for (DType dtype : {kFloat32, kBFloat16, kFloat64}) {
     INFO(dtype_name(dtype));
-    const Values initial = random_values(6, 48, dtype);
-    Tensor scaled_param = make_param(initial, dtype);
-    Tensor plain_param = make_param(initial, dtype);
-    optim::Adagrad scaled({scaled_param}, kEveryOption);
-    optim::Adagrad plain({plain_param}, kEveryOption);
-    for (uint32_t s = 0; s < 3; ++s) {
-      const Values grad = random_values(70 + s, 48, dtype);
-      Values grad_times_scale = grad;
-      for (double& g : grad_times_scale) g *= 1024;  // exact: a power of two
-      set_grad(scaled_param, grad_times_scale);
-      set_grad(plain_param, grad);
-      scaled.step_scaled(scalar_tensor(1024.0, kFloat32), scalar_tensor(0.0, kFloat32));
-      plain.step();
-      CHECK(values_of(scaled_param.grad()) == grad_times_scale);  // not unscaled in place
-    }
-    CHECK(bytes_of(scaled_param) == bytes_of(plain_param));
-    CHECK(sum_bytes(scaled) == sum_bytes(plain));
-    CHECK(scaled.state(0, 0).step == 3);
+    check_scaled_step(adagrad_with(kEveryOption), dtype, 3);
   }
   Tensor p = make_param({1.0}, kFloat32);
   optim::Adagrad opt({p});
@@ -220,60 +170,18 @@ TEST_CASE("Adagrad: a scaled step equals a step on the divided gradients") {
 
 TEST_CASE("Adagrad: GradScaler drives the scaled step and skips an overflow on its own",
           "[grad_scaler]") {
-  manual_seed(33);
-  const Tensor w0 = randn({6});
-  const Tensor x = randn({6});
-  Tensor w = w0.clone().requires_grad_();
-  Tensor control = w0.clone().requires_grad_();
-  optim::Adagrad opt({w}, {.lr = 0.1, .lr_decay = 0.1});
-  optim::Adagrad control_opt({control}, {.lr = 0.1, .lr_decay = 0.1});
-  amp::GradScaler scaler(amp::GradScalerOptions{.init_scale = 1024.0});
-  for (int iteration = 0; iteration < 4; ++iteration) {
-    opt.zero_grad();
-    scaler.scale(sum(mul(mul(w, w), x))).backward();
-    if (iteration == 1) {
-      NoGradGuard no_grad;
-      w.mutable_grad().select(0, 2).fill_(NAN);
-    }
-    const std::vector<float> before = w.to_vector<float>();
-    const bool stepped = scaler.step(opt);
-    scaler.update();
-    CHECK(stepped == (iteration != 1));
-    if (iteration == 1) {
-      CHECK(w.to_vector<float>() == before);
-      CHECK(opt.state(0, 0).step == 1);
-      continue;
-    }
-    control_opt.zero_grad();
-    sum(mul(mul(control, control), x)).backward();
-    control_opt.step();
-  }
-  const std::vector<float> a = w.to_vector<float>(), b = control.to_vector<float>();
-  for (size_t i = 0; i < a.size(); ++i) CHECK(a[i] == Approx(b[i]).epsilon(1e-5));
-  CHECK(opt.state(0, 0).step == 3);
+  check_grad_scaler_skips_overflow(adagrad_with({.lr = 0.1, .lr_decay = 0.1}), 33, NAN);
 }
 
 TEST_CASE("Adagrad: a state_dict round trip reproduces the next step exactly") {
   for (DType dtype : {kFloat32, kBFloat16}) {
     INFO(dtype_name(dtype));
-    Stepped first = stepped(kEveryOption, dtype, 33, 3);
-    const optim::OptimizerStateDict sd = first.opt->state_dict();
+    const optim::OptimizerStateDict sd =
+        check_state_dict_round_trip(adagrad_with(kEveryOption), dtype, 33, 3);
     std::vector<std::string> keys;
     for (const auto& [key, value] : sd.state.at(0)) keys.push_back(key);
     CHECK(keys == std::vector<std::string>{"step", "sum"});
     CHECK(sd.state.at(0).at("step").item<double>() == 3.0);
-    Tensor q = make_param(values_of(first.param), dtype);
-    optim::Adagrad second({q}, {.lr = 0.5});  // options come from the state dict
-    second.load_state_dict(sd);
-    CHECK(second.param_groups()[0].options == first.opt->param_groups()[0].options);
-    CHECK(second.state(0, 0).step == 3);
-    const Values grad = random_values(90, 33, dtype);
-    set_grad(first.param, grad);
-    set_grad(q, grad);
-    first.opt->step();
-    second.step();
-    CHECK(bytes_of(first.param) == bytes_of(q));
-    CHECK(sum_bytes(*first.opt) == sum_bytes(second));
   }
 }
 
@@ -290,7 +198,7 @@ TEST_CASE("Adagrad: bad options are errors and change nothing") {
       {"eps", -1e-10, "expected eps >= 0, got -1e-10"},
       {"maximize", 0.5, "expected maximize to be 0 or 1 (a bool), got 0.5"},
   };
-  Stepped run = stepped({.lr = 0.1}, kFloat32, 4, 1);
+  Stepped run = stepped(adagrad_with({.lr = 0.1}), kFloat32, 4, 1);
   const optim::OptimizerStateDict good = run.opt->state_dict();
   const auto options_before = run.opt->param_groups()[0].options;
   const auto sum_before = sum_bytes(*run.opt);
@@ -318,15 +226,5 @@ TEST_CASE("Adagrad: bad options are errors and change nothing") {
 }
 
 TEST_CASE("Adagrad: the result does not depend on the number of threads") {
-  const int threads = get_num_threads();
-  std::vector<std::vector<unsigned char>> results;
-  for (int t : {1, std::max(2, threads)}) {
-    set_num_threads(t);
-    Stepped run = stepped(kEveryOption, kFloat32, 70001, 3);
-    results.push_back(bytes_of(run.param));
-    results.push_back(sum_bytes(*run.opt));
-  }
-  set_num_threads(threads);
-  CHECK(results[0] == results[2]);
-  CHECK(results[1] == results[3]);
+  check_thread_count_independent(adagrad_with(kEveryOption));
 }

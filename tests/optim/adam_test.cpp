@@ -9,6 +9,7 @@
 
 #include "halfgrad/cpu/multi_tensor.h"
 #include "reference.h"
+#include "shared_checks.h"
 
 using namespace hg;
 using namespace optim_test;
@@ -34,6 +35,26 @@ std::unique_ptr<optim::Optimizer> make_adam(const Tensor& p, const AdamConfig& c
                                             bool float32_state = false) {
   return c.decoupled ? make_adam_like<optim::AdamW, optim::AdamWOptions>(p, c, float32_state)
                      : make_adam_like<optim::Adam, optim::AdamOptions>(p, c, float32_state);
+}
+
+// Every option away from its default.
+AdamConfig every_adam_option(bool decoupled) {
+  return {.lr = 0.02,
+          .beta1 = 0.8,
+          .beta2 = 0.99,
+          .eps = 1e-3,
+          .weight_decay = 0.05,
+          .amsgrad = true,
+          .maximize = true,
+          .decoupled = decoupled};
+}
+
+// Adam (AdamW when decoupled) with weight decay and amsgrad over the one parameter given.
+OptimizerOver adam_with_amsgrad(bool decoupled) {
+  return [decoupled](std::vector<Tensor> params) {
+    return make_adam(params.at(0),
+                     {.lr = 0.01, .weight_decay = 0.1, .amsgrad = true, .decoupled = decoupled});
+  };
 }
 
 void check_adam(const AdamConfig& c, DType dtype, bool float32_state = false, int64_t n = 37,
@@ -115,14 +136,7 @@ TEST_CASE("Adam and AdamW: every option against the float64 reference") {
     configs.push_back({.lr = 0.01, .decoupled = decoupled});
     configs.push_back({.lr = 0.01, .weight_decay = 0.1, .decoupled = decoupled});
     configs.push_back({.lr = 0.01, .amsgrad = true, .decoupled = decoupled});
-    configs.push_back({.lr = 0.02,
-                       .beta1 = 0.8,
-                       .beta2 = 0.99,
-                       .eps = 1e-3,
-                       .weight_decay = 0.05,
-                       .amsgrad = true,
-                       .maximize = true,
-                       .decoupled = decoupled});
+    configs.push_back(every_adam_option(decoupled));
   }
   for (DType dtype : {kFloat64, kFloat32, kBFloat16}) {
     for (const AdamConfig& c : configs) {
@@ -154,14 +168,7 @@ TEST_CASE("Adam and AdamW: the vectorized float32 pass is bit-identical to the s
   std::vector<AdamConfig> configs;
   for (bool decoupled : {false, true}) {
     configs.push_back({.lr = 0.01, .decoupled = decoupled});
-    configs.push_back({.lr = 0.02,
-                       .beta1 = 0.8,
-                       .beta2 = 0.99,
-                       .eps = 1e-3,
-                       .weight_decay = 0.05,
-                       .amsgrad = true,
-                       .maximize = true,
-                       .decoupled = decoupled});
+    configs.push_back(every_adam_option(decoupled));
   }
   for (int64_t n : {int64_t(5), int64_t(16 * 9 + 7), int64_t(40000 + 3)}) {
     for (const AdamConfig& c : configs) {
@@ -193,19 +200,13 @@ TEST_CASE("Adam and AdamW: the vectorized float32 pass is bit-identical to the s
 }
 
 TEST_CASE("Adam: a parameter without a gradient keeps no state") {
-  Tensor a = make_param({1.0}, kFloat32);
-  Tensor b = make_param({1.0}, kFloat32);
-  optim::Adam opt({a, b}, {.lr = 0.1});
-  set_grad(a, {1.0});
-  opt.step();
-  opt.step();
-  CHECK(opt.state(0, 0).step == 2);
-  CHECK(opt.state(0, 1).empty());
-  CHECK(b.item<double>() == 1.0);
-  set_grad(b, {1.0});
-  opt.step();
-  CHECK(opt.state(0, 0).step == 3);
-  CHECK(opt.state(0, 1).step == 1);
+  TwoParams run = check_no_state_without_grad([](std::vector<Tensor> params) {
+    return std::make_unique<optim::Adam>(std::move(params), optim::AdamOptions{.lr = 0.1});
+  });
+  set_grad(run.b, {1.0});
+  run.opt->step();
+  CHECK(run.opt->state(0, 0).step == 3);
+  CHECK(run.opt->state(0, 1).step == 1);
 }
 
 TEST_CASE("Adam: per-group lr") {
@@ -234,27 +235,7 @@ TEST_CASE("Adam and AdamW: found_inf skips the step leaving everything bit-ident
   for (DType dtype : {kFloat32, kBFloat16, kFloat64}) {
     for (bool decoupled : {false, true}) {
       INFO(dtype_name(dtype) << " decoupled " << decoupled);
-      Tensor p = make_param(random_values(5, 64, dtype), dtype);
-      auto opt =
-          make_adam(p, {.lr = 0.01, .weight_decay = 0.1, .amsgrad = true, .decoupled = decoupled});
-      for (uint32_t s = 0; s < 2; ++s) {
-        set_grad(p, random_values(50 + s, 64, dtype));
-        opt->step();
-      }
-      const optim::ParamState before = opt->state(0, 0);
-      std::map<std::string, std::vector<unsigned char>> state_bytes;
-      for (const auto& [name, buffer] : before.buffers) state_bytes[name] = bytes_of(buffer);
-      const auto param_bytes = bytes_of(p);
-      set_grad(p, random_values(60, 64, dtype));
-      opt->step_scaled(scalar_tensor(8.0, kFloat32), scalar_tensor(1.0, kFloat32));
-      // An inf found by the scaler is also a skip (found_inf holds 1.0 in torch; any nonzero).
-      opt->step_scaled(Tensor(), scalar_tensor(2.0, kFloat32));
-      CHECK(bytes_of(p) == param_bytes);
-      const optim::ParamState& after = opt->state(0, 0);
-      CHECK(after.step == 2);
-      for (const auto& [name, buffer] : after.buffers) {
-        CHECK(bytes_of(buffer) == state_bytes.at(name));
-      }
+      check_found_inf_skips(adam_with_amsgrad(decoupled), dtype, 2);
     }
   }
 }
@@ -263,27 +244,7 @@ TEST_CASE("Adam and AdamW: a scaled step equals a step on the divided gradients"
   for (DType dtype : {kFloat32, kBFloat16, kFloat64}) {
     for (bool decoupled : {false, true}) {
       INFO(dtype_name(dtype) << " decoupled " << decoupled);
-      const Values initial = random_values(6, 48, dtype);
-      Tensor scaled_param = make_param(initial, dtype);
-      Tensor plain_param = make_param(initial, dtype);
-      const AdamConfig c{.lr = 0.01, .weight_decay = 0.1, .amsgrad = true, .decoupled = decoupled};
-      auto scaled = make_adam(scaled_param, c);
-      auto plain = make_adam(plain_param, c);
-      for (uint32_t s = 0; s < 3; ++s) {
-        const Values grad = random_values(70 + s, 48, dtype);
-        Values grad_times_scale = grad;
-        for (double& g : grad_times_scale) g *= 1024;  // exact: a power of two
-        set_grad(scaled_param, grad_times_scale);
-        set_grad(plain_param, grad);
-        scaled->step_scaled(scalar_tensor(1024.0, kFloat32), scalar_tensor(0.0, kFloat32));
-        plain->step();
-        // The stored gradient is not unscaled in place.
-        CHECK(values_of(scaled_param.grad()) == grad_times_scale);
-      }
-      CHECK(bytes_of(scaled_param) == bytes_of(plain_param));
-      for (const auto& [name, buffer] : plain->state(0, 0).buffers) {
-        CHECK(bytes_of(scaled->state(0, 0).buffers.at(name)) == bytes_of(buffer));
-      }
+      check_scaled_step(adam_with_amsgrad(decoupled), dtype, 3);
     }
   }
 }
@@ -541,18 +502,5 @@ TEST_CASE("load_state_dict: a step that int64 does not hold is an error, not a c
 }
 
 TEST_CASE("AdamW: the result does not depend on the number of threads") {
-  const int threads = get_num_threads();
-  std::vector<std::vector<unsigned char>> results;
-  for (int t : {1, std::max(2, threads)}) {
-    set_num_threads(t);
-    Tensor p = make_param(random_values(8, 70001, kFloat32), kFloat32);
-    optim::AdamW opt({p}, {.lr = 0.01, .amsgrad = true});
-    for (uint32_t s = 0; s < 2; ++s) {
-      set_grad(p, random_values(300 + s, 70001, kFloat32));
-      opt.step();
-    }
-    results.push_back(bytes_of(p));
-  }
-  set_num_threads(threads);
-  CHECK(results[0] == results[1]);
+  check_thread_count_independent(adam_with_amsgrad(true));
 }

@@ -11,6 +11,7 @@
 #include <memory>
 #include <string>
 
+#include "shared_checks.h"
 #include "twin_runs.h"
 
 using namespace hg;
@@ -78,10 +79,9 @@ const std::vector<Kind>& kinds() {
   return all;
 }
 
-std::map<std::string, std::vector<unsigned char>> buffer_bytes(const optim::ParamState& state) {
-  std::map<std::string, std::vector<unsigned char>> bytes;
-  for (const auto& [name, buffer] : state.buffers) bytes[name] = bytes_of(buffer);
-  return bytes;
+// kind's optimizer with every option set, float32 or float16 parameters (no bf16_params).
+OptimizerOver every_option(const Kind& kind) {
+  return [&kind](std::vector<Tensor> params) { return kind.every(std::move(params), false); };
 }
 
 }  // namespace
@@ -117,15 +117,7 @@ TEST_CASE("Adamax Adadelta RAdam and NAdam: defaults are torch's") {
 }
 
 TEST_CASE("Adamax Adadelta RAdam and NAdam: every option set matches PyTorch step by step") {
-  for (const Kind& kind : kinds()) {
-    const std::vector<std::string> names = twin_run_names(kind.prefix);
-    REQUIRE(names.size() >= 3);
-    for (const std::string& name : names) {
-      REQUIRE(twin_run(name).optimizer == kind.torch_name);
-      follow_twin_run(name, kFloat64, 1e-12, kind.make);
-      follow_twin_run(name, kFloat32, 1e-5, kind.make);
-    }
-  }
+  for (const Kind& kind : kinds()) follow_twin_runs(kind.prefix, kind.torch_name, 3, kind.make);
 }
 
 TEST_CASE("RAdam: the twin's runs take both branches of the rectification") {
@@ -180,19 +172,7 @@ TEST_CASE(
   for (const Kind& kind : kinds()) {
     for (DType dtype : {kFloat32, kBFloat16, kFloat64}) {
       INFO(kind.torch_name << " " << dtype_name(dtype));
-      Tensor p = make_param(random_values(3, 64, dtype), dtype);
-      auto opt = kind.every({p}, false);
-      for (uint32_t s = 0; s < 2; ++s) {
-        set_grad(p, random_values(30 + s, 64, dtype));
-        opt->step();
-      }
-      const auto state_before = buffer_bytes(opt->state(0, 0));
-      const auto param_before = bytes_of(p);
-      set_grad(p, random_values(60, 64, dtype));
-      opt->step_scaled(scalar_tensor(8.0, kFloat32), scalar_tensor(1.0, kFloat32));
-      CHECK(bytes_of(p) == param_before);
-      CHECK(opt->state(0, 0).step == 2);
-      CHECK(buffer_bytes(opt->state(0, 0)) == state_before);
+      check_found_inf_skips(every_option(kind), dtype, 2);
     }
   }
 }
@@ -201,22 +181,7 @@ TEST_CASE("Adamax Adadelta RAdam and NAdam: a scaled step equals a step on the d
   for (const Kind& kind : kinds()) {
     for (DType dtype : {kFloat32, kBFloat16, kFloat64}) {
       INFO(kind.torch_name << " " << dtype_name(dtype));
-      const Values initial = random_values(6, 48, dtype);
-      Tensor scaled_param = make_param(initial, dtype), plain_param = make_param(initial, dtype);
-      auto scaled = kind.every({scaled_param}, false);
-      auto plain = kind.every({plain_param}, false);
-      for (uint32_t s = 0; s < 6; ++s) {
-        const Values grad = random_values(70 + s, 48, dtype);
-        Values grad_times_scale = grad;
-        for (double& g : grad_times_scale) g *= 1024;  // exact: a power of two
-        set_grad(scaled_param, grad_times_scale);
-        set_grad(plain_param, grad);
-        scaled->step_scaled(scalar_tensor(1024.0, kFloat32), scalar_tensor(0.0, kFloat32));
-        plain->step();
-      }
-      CHECK(bytes_of(scaled_param) == bytes_of(plain_param));
-      CHECK(buffer_bytes(scaled->state(0, 0)) == buffer_bytes(plain->state(0, 0)));
-      CHECK(scaled->state(0, 0).step == 6);
+      check_scaled_step(every_option(kind), dtype, 6);
     }
   }
 }
@@ -263,22 +228,7 @@ TEST_CASE(
 TEST_CASE("Adamax Adadelta RAdam and NAdam: a state_dict round trip reproduces the next step") {
   for (const Kind& kind : kinds()) {
     INFO(kind.torch_name);
-    Tensor a = make_param(random_values(1, 20, kFloat32), kFloat32);
-    Tensor b = make_param(values_of(a), kFloat32);
-    auto first = kind.every({a}, false);
-    for (uint32_t s = 0; s < 3; ++s) {
-      set_grad(a, random_values(40 + s, 20, kFloat32));
-      first->step();
-    }
-    auto second = kind.every({b}, false);
-    b.detach().copy_(a.detach());
-    second->load_state_dict(first->state_dict());
-    CHECK(second->state(0, 0).step == 3);
-    set_grad(a, random_values(50, 20, kFloat32));
-    set_grad(b, random_values(50, 20, kFloat32));
-    first->step();
-    second->step();
-    CHECK(bytes_of(a) == bytes_of(b));
+    check_state_dict_round_trip(every_option(kind), kFloat32, 20, 3);
   }
 }
 
@@ -324,21 +274,8 @@ TEST_CASE("Adamax Adadelta RAdam and NAdam: bad options are errors and change no
 }
 
 TEST_CASE("Adamax Adadelta RAdam and NAdam: the result does not depend on the number of threads") {
-  const int threads = get_num_threads();
   for (const Kind& kind : kinds()) {
     INFO(kind.torch_name);
-    std::vector<std::vector<unsigned char>> results;
-    for (int t : {1, std::max(2, threads)}) {
-      set_num_threads(t);
-      Tensor p = make_param(random_values(3, 70001, kFloat32), kFloat32);
-      auto opt = kind.every({p}, false);
-      for (uint32_t s = 0; s < 3; ++s) {
-        set_grad(p, random_values(90 + s, 70001, kFloat32));
-        opt->step();
-      }
-      results.push_back(bytes_of(p));
-    }
-    set_num_threads(threads);
-    CHECK(results[0] == results[1]);
+    check_thread_count_independent(every_option(kind));
   }
 }

@@ -8,6 +8,7 @@
 #include <limits>
 #include <tuple>
 
+#include "shared_checks.h"
 #include "twin_runs.h"
 
 using namespace hg;
@@ -28,25 +29,11 @@ const optim::RMSpropOptions kEveryOption{.lr = 0.02,
                                          .centered = true,
                                          .maximize = true};
 
-// A few steps of `options` on `n` elements, with the state's bytes after them.
-struct Stepped {
-  Tensor param;
-  std::unique_ptr<optim::RMSprop> opt;
-};
-Stepped stepped(const optim::RMSpropOptions& options, DType dtype, int64_t n, int steps) {
-  Stepped out{make_param(random_values(3, n, dtype), dtype), nullptr};
-  out.opt = std::make_unique<optim::RMSprop>(std::vector<Tensor>{out.param}, options);
-  for (int s = 0; s < steps; ++s) {
-    set_grad(out.param, random_values(30 + uint32_t(s), n, dtype));
-    out.opt->step();
-  }
-  return out;
-}
-
-std::map<std::string, std::vector<unsigned char>> buffer_bytes(const optim::ParamState& state) {
-  std::map<std::string, std::vector<unsigned char>> bytes;
-  for (const auto& [name, buffer] : state.buffers) bytes[name] = bytes_of(buffer);
-  return bytes;
+// RMSprop with `options` over the parameters it is given.
+OptimizerOver rmsprop_with(const optim::RMSpropOptions& options) {
+  return [options](std::vector<Tensor> params) -> std::unique_ptr<optim::Optimizer> {
+    return std::make_unique<optim::RMSprop>(std::move(params), options);
+  };
 }
 
 }  // namespace
@@ -66,22 +53,9 @@ TEST_CASE("RMSprop: defaults are torch's") {
   CHECK(opt.supports_scaled_step());
 }
 
-TEST_CASE("RMSprop: every option set matches PyTorch step by step in float64") {
-  const std::vector<std::string> names = twin_run_names("rmsprop_");
-  REQUIRE(names.size() == 6);
-  for (const std::string& name : names) {
-    REQUIRE(twin_run(name).optimizer == "RMSprop");
-    follow_twin_run(name, kFloat64, 1e-12, make_rmsprop);
-  }
-}
-
-TEST_CASE("RMSprop: every option set matches PyTorch step by step in float32") {
-  // float32 rounds the inputs and every stored value (6e-8 relative). torch's own float32 run
-  // of these ten steps is within 1.4e-6 of each float64 tensor's size (RMSprop centered with
-  // momentum the farthest); 1e-5 leaves room for a different rounding here and there.
-  for (const std::string& name : twin_run_names("rmsprop_")) {
-    follow_twin_run(name, kFloat32, 1e-5, make_rmsprop);
-  }
+TEST_CASE("RMSprop: every option set matches PyTorch step by step in float64 and float32") {
+  // Step 0 of each run is the state torch makes in its constructor.
+  follow_twin_runs("rmsprop_", "RMSprop", 6, make_rmsprop);
 }
 
 TEST_CASE("RMSprop: 16-bit parameters against the float64 reference") {
@@ -101,13 +75,7 @@ TEST_CASE("RMSprop: 16-bit parameters against the float64 reference") {
       Tensor p = make_param(initial, dtype);
       optim::RMSprop opt({p}, c);
       ReferenceRMSprop reference{c, dtype, dtype, initial, {}, {}, {}};
-      for (uint32_t s = 0; s < 6; ++s) {
-        // Gradients of growing magnitude, so that the averages move.
-        const Values grad = random_values(200 + s, n, dtype, -1.0 - s, 1.0 + s);
-        set_grad(p, grad);
-        opt.step();
-        reference.step(grad);
-      }
+      step_beside(opt, reference, p, dtype, 6);
       CHECK(close(values_of(p), reference.p, tolerance(dtype)));
       const optim::ParamState& state = opt.state(0, 0);
       CHECK(state.step == 6);
@@ -142,15 +110,7 @@ TEST_CASE("RMSprop: the first step worked by hand") {
 TEST_CASE("RMSprop: found_inf skips the step leaving everything bit-identical") {
   for (DType dtype : {kFloat32, kBFloat16, kFloat16, kFloat64}) {
     INFO(dtype_name(dtype));
-    Stepped run = stepped(kEveryOption, dtype, 64, 2);
-    const auto state_before = buffer_bytes(run.opt->state(0, 0));
-    const auto param_before = bytes_of(run.param);
-    set_grad(run.param, random_values(60, 64, dtype));
-    run.opt->step_scaled(scalar_tensor(8.0, kFloat32), scalar_tensor(1.0, kFloat32));
-    run.opt->step_scaled(Tensor(), scalar_tensor(2.0, kFloat32));
-    CHECK(bytes_of(run.param) == param_before);
-    CHECK(run.opt->state(0, 0).step == 2);
-    CHECK(buffer_bytes(run.opt->state(0, 0)) == state_before);
+    check_found_inf_skips(rmsprop_with(kEveryOption), dtype, 2);
     // A skipped first step makes no state at all.
     Tensor q = make_param({1.0, 2.0}, dtype);
     optim::RMSprop fresh({q}, kEveryOption);
@@ -164,24 +124,7 @@ TEST_CASE("RMSprop: found_inf skips the step leaving everything bit-identical") 
 TEST_CASE("RMSprop: a scaled step equals a step on the divided gradients") {
   for (DType dtype : {kFloat32, kBFloat16, kFloat64}) {
     INFO(dtype_name(dtype));
-    const Values initial = random_values(6, 48, dtype);
-    Tensor scaled_param = make_param(initial, dtype);
-    Tensor plain_param = make_param(initial, dtype);
-    optim::RMSprop scaled({scaled_param}, kEveryOption);
-    optim::RMSprop plain({plain_param}, kEveryOption);
-    for (uint32_t s = 0; s < 3; ++s) {
-      const Values grad = random_values(70 + s, 48, dtype);
-      Values grad_times_scale = grad;
-      for (double& g : grad_times_scale) g *= 1024;  // exact: a power of two
-      set_grad(scaled_param, grad_times_scale);
-      set_grad(plain_param, grad);
-      scaled.step_scaled(scalar_tensor(1024.0, kFloat32), scalar_tensor(0.0, kFloat32));
-      plain.step();
-      CHECK(values_of(scaled_param.grad()) == grad_times_scale);  // not unscaled in place
-    }
-    CHECK(bytes_of(scaled_param) == bytes_of(plain_param));
-    CHECK(buffer_bytes(scaled.state(0, 0)) == buffer_bytes(plain.state(0, 0)));
-    CHECK(scaled.state(0, 0).step == 3);
+    check_scaled_step(rmsprop_with(kEveryOption), dtype, 3);
   }
   Tensor p = make_param({1.0}, kFloat32);
   optim::RMSprop opt({p});
@@ -193,51 +136,12 @@ TEST_CASE("RMSprop: a scaled step equals a step on the divided gradients") {
 
 TEST_CASE("RMSprop: GradScaler drives the scaled step and skips an overflow on its own",
           "[grad_scaler]") {
-  // Two identical parameters; the scaled one sees an inf gradient at iteration 1 and must end
-  // where the control ends after skipping that iteration.
-  manual_seed(32);
-  const Tensor w0 = randn({6});
-  const Tensor x = randn({6});
-  Tensor w = w0.clone().requires_grad_();
-  Tensor control = w0.clone().requires_grad_();
-  optim::RMSprop opt({w}, {.lr = 0.01, .momentum = 0.5, .centered = true});
-  optim::RMSprop control_opt({control}, {.lr = 0.01, .momentum = 0.5, .centered = true});
-  amp::GradScaler scaler(amp::GradScalerOptions{.init_scale = 1024.0});
-  for (int iteration = 0; iteration < 4; ++iteration) {
-    opt.zero_grad();
-    scaler.scale(sum(mul(mul(w, w), x))).backward();
-    if (iteration == 1) {
-      NoGradGuard no_grad;
-      w.mutable_grad().select(0, 2).fill_(INFINITY);
-    }
-    const std::vector<float> before = w.to_vector<float>();
-    const bool stepped = scaler.step(opt);
-    scaler.update();
-    CHECK(stepped == (iteration != 1));
-    if (iteration == 1) {
-      CHECK(w.to_vector<float>() == before);
-      CHECK(opt.state(0, 0).step == 1);
-      continue;
-    }
-    control_opt.zero_grad();
-    sum(mul(mul(control, control), x)).backward();
-    control_opt.step();
-  }
-  const std::vector<float> a = w.to_vector<float>(), b = control.to_vector<float>();
-  for (size_t i = 0; i < a.size(); ++i) CHECK(a[i] == Approx(b[i]).epsilon(1e-5));
-  CHECK(opt.state(0, 0).step == 3);
+  check_grad_scaler_skips_overflow(rmsprop_with({.lr = 0.01, .momentum = 0.5, .centered = true}),
+                                   32, INFINITY);
 }
 
 TEST_CASE("RMSprop: a parameter without a gradient keeps no state") {
-  Tensor a = make_param({1.0}, kFloat32);
-  Tensor b = make_param({1.0}, kFloat32);
-  optim::RMSprop opt({a, b}, {.momentum = 0.9});
-  set_grad(a, {1.0});
-  opt.step();
-  opt.step();
-  CHECK(opt.state(0, 0).step == 2);
-  CHECK(opt.state(0, 1).empty());
-  CHECK(b.item<double>() == 1.0);
+  check_no_state_without_grad(rmsprop_with({.momentum = 0.9}));
 }
 
 TEST_CASE("RMSprop: state_dict has torch's keys and a round trip reproduces the next step") {
@@ -251,24 +155,12 @@ TEST_CASE("RMSprop: state_dict has torch's keys and a round trip reproduces the 
     for (const auto& [options, keys] : cases) {
       INFO(dtype_name(dtype) << " momentum " << options.momentum << " centered "
                              << options.centered);
-      Stepped first = stepped(options, dtype, 33, 3);
-      const optim::OptimizerStateDict sd = first.opt->state_dict();
+      const optim::OptimizerStateDict sd =
+          check_state_dict_round_trip(rmsprop_with(options), dtype, 33, 3);
       std::vector<std::string> got;
       for (const auto& [key, value] : sd.state.at(0)) got.push_back(key);
       CHECK(got == keys);
       CHECK(sd.state.at(0).at("step").item<double>() == 3.0);
-      Tensor q = make_param(values_of(first.param), dtype);
-      optim::RMSprop second({q}, {.lr = 0.5});  // options come from the state dict
-      second.load_state_dict(sd);
-      CHECK(second.param_groups()[0].options == first.opt->param_groups()[0].options);
-      CHECK(second.state(0, 0).step == 3);
-      const Values grad = random_values(90, 33, dtype);
-      set_grad(first.param, grad);
-      set_grad(q, grad);
-      first.opt->step();
-      second.step();
-      CHECK(bytes_of(first.param) == bytes_of(q));
-      CHECK(buffer_bytes(first.opt->state(0, 0)) == buffer_bytes(second.state(0, 0)));
     }
   }
 }
@@ -311,7 +203,7 @@ TEST_CASE("RMSprop: bad options are errors and change nothing") {
       {"centered", 0.5, "expected centered to be 0 or 1 (a bool), got 0.5"},
       {"maximize", 2.0, "expected maximize to be 0 or 1 (a bool), got 2"},
   };
-  Stepped run = stepped({.lr = 0.1, .momentum = 0.9}, kFloat32, 4, 1);
+  Stepped run = stepped(rmsprop_with({.lr = 0.1, .momentum = 0.9}), kFloat32, 4, 1);
   const optim::OptimizerStateDict good = run.opt->state_dict();
   const auto options_before = run.opt->param_groups()[0].options;
   const auto state_before = buffer_bytes(run.opt->state(0, 0));
@@ -346,16 +238,5 @@ TEST_CASE("RMSprop: bad options are errors and change nothing") {
 }
 
 TEST_CASE("RMSprop: the result does not depend on the number of threads") {
-  const int threads = get_num_threads();
-  std::vector<std::vector<unsigned char>> results;
-  for (int t : {1, std::max(2, threads)}) {
-    set_num_threads(t);
-    Stepped run = stepped(kEveryOption, kFloat32, 70001, 3);
-    results.push_back(bytes_of(run.param));
-    const auto state = buffer_bytes(run.opt->state(0, 0));
-    for (const auto& [name, bytes] : state) results.push_back(bytes);
-  }
-  set_num_threads(threads);
-  REQUIRE(results.size() == 8);
-  for (size_t i = 0; i < 4; ++i) CHECK(results[i] == results[i + 4]);
+  check_thread_count_independent(rmsprop_with(kEveryOption));
 }
