@@ -5,16 +5,9 @@
 #include <array>
 #include <cstring>
 
+#include "halfgrad/core/cpu_features.h"
 #include "halfgrad/core/error.h"
-
-#if defined(__x86_64__) || defined(__i386__)
-#define HG_CONVERT_X86 1
-#include <cpuid.h>
-
 #include "halfgrad/core/x86_intrinsics.h"
-#else
-#define HG_CONVERT_X86 0
-#endif
 
 // NOTE [bf16 vector rounding]
 //
@@ -54,7 +47,7 @@ void bfloat16_to_float_scalar(const BFloat16* src, float* dst, int64_t n) {
   for (int64_t i = 0; i < n; ++i) dst[i] = float(src[i]);
 }
 
-#if HG_CONVERT_X86
+#if HG_X86
 
 // ---- AVX2 + F16C: 8 lanes ------------------------------------------------------------------
 //
@@ -222,7 +215,7 @@ HG_TARGET_AVX512 void bfloat16_to_float_avx512(const BFloat16* src, float* dst, 
 
 #undef HG_TARGET_AVX512
 
-#endif  // HG_CONVERT_X86
+#endif  // HG_X86
 
 // ---- Dispatch ------------------------------------------------------------------------------
 
@@ -240,7 +233,7 @@ constexpr int kNumIsas = 3;
 constexpr std::array<Kernels, kNumIsas> kKernels = {{
     {float_to_half_scalar, half_to_float_scalar, float_to_bfloat16_scalar,
      bfloat16_to_float_scalar},
-#if HG_CONVERT_X86
+#if HG_X86
     {float_to_half_avx2, half_to_float_avx2, float_to_bfloat16_avx2, bfloat16_to_float_avx2},
     {float_to_half_avx512, half_to_float_avx512, float_to_bfloat16_avx512,
      bfloat16_to_float_avx512},
@@ -250,20 +243,11 @@ constexpr std::array<Kernels, kNumIsas> kKernels = {{
 #endif
 }};
 
-#if HG_CONVERT_X86
-// F16C is read from CPUID leaf 1 directly: clang before 16 does not accept "f16c" in
-// __builtin_cpu_supports. It uses the YMM state that AVX does, which the "avx2" check covers.
-bool cpu_has_f16c() {
-  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
-  return __get_cpuid(1, &eax, &ebx, &ecx, &edx) && (ecx & bit_F16C) != 0;
-}
-#endif
-
 bool cpu_supports(Isa isa) {
   switch (isa) {
     case Isa::Scalar:
       return true;
-#if HG_CONVERT_X86
+#if HG_X86
     case Isa::Avx2F16c:
       return __builtin_cpu_supports("avx2") && cpu_has_f16c();
     case Isa::Avx512:

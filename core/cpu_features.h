@@ -2,6 +2,10 @@
 // compiled for a wider instruction set than the build's baseline (x86-64: SSE2).
 #pragma once
 
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
+
 namespace hg {
 
 // AVX-512 Foundation (16-lane float vectors and mask registers).
@@ -18,6 +22,22 @@ inline bool cpu_has_avx512f() {
 inline bool cpu_has_avx2_fma() {
 #if defined(__x86_64__)
   static const bool supported = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  return supported;
+#else
+  return false;
+#endif
+}
+
+// F16C (the float16 conversions of 4 and 8 lanes), read from CPUID leaf 1 directly: clang
+// before 16 does not accept "f16c" in __builtin_cpu_supports. F16C uses the YMM state, which
+// the "avx" check says the OS saves.
+inline bool cpu_has_f16c() {
+#if defined(__x86_64__) || defined(__i386__)
+  static const bool supported = [] {
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    return __builtin_cpu_supports("avx") && __get_cpuid(1, &eax, &ebx, &ecx, &edx) &&
+           (ecx & bit_F16C) != 0;
+  }();
   return supported;
 #else
   return false;

@@ -12,16 +12,10 @@
 #include <catch2/catch.hpp>
 
 #include "halfgrad/core/convert.h"
+#include "halfgrad/core/cpu_features.h"
 #include "halfgrad/core/error.h"
 #include "halfgrad/core/half.h"
-
-#if defined(__x86_64__) || defined(__i386__)
-#include <cpuid.h>
-#include <xmmintrin.h>
-#define HG_TEST_X86 1
-#else
-#define HG_TEST_X86 0
-#endif
+#include "halfgrad/core/x86_intrinsics.h"
 
 namespace {
 
@@ -218,11 +212,9 @@ TEST_CASE("convert: path names and the supported list", "[convert]") {
   CHECK(isas.back() == convert::best_isa());  // in increasing order, so the best is last
   for (size_t i = 1; i < isas.size(); ++i) CHECK(int(isas[i - 1]) < int(isas[i]));
   CHECK(convert::best_isa() == convert::best_isa());  // detected once, stable
-#if HG_TEST_X86
+#if HG_X86
   // The paths' needs, as the CPU reports them.
-  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
-  const bool has_f16c = __get_cpuid(1, &eax, &ebx, &ecx, &edx) && (ecx & bit_F16C) != 0;
-  const bool has_avx2 = __builtin_cpu_supports("avx2") && has_f16c;
+  const bool has_avx2 = __builtin_cpu_supports("avx2") && hg::cpu_has_f16c();
   const bool has_avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                           __builtin_cpu_supports("avx512vl");
   const auto listed = [&](Isa isa) {
@@ -260,7 +252,7 @@ TEST_CASE("convert: an unsupported path throws, naming it", "[convert]") {
   CHECK_THROWS_AS(convert::bfloat16_to_float(bfloat_out, float_out, 1, bogus), hg::Error);
 }
 
-#if HG_TEST_X86
+#if HG_X86
 namespace {
 
 // Sets MXCSR's flush-to-zero and denormals-are-zero bits for a scope.

@@ -24,15 +24,9 @@
 #include <catch2/catch.hpp>
 
 #include "halfgrad/core/convert.h"
+#include "halfgrad/core/cpu_features.h"
 #include "halfgrad/core/half.h"
-
-#if defined(__x86_64__) || defined(__i386__)
-#include <cpuid.h>
-#include <immintrin.h>
-#define HG_TEST_X86 1
-#else
-#define HG_TEST_X86 0
-#endif
+#include "halfgrad/core/x86_intrinsics.h"
 
 namespace {
 
@@ -191,7 +185,7 @@ TEST_CASE("bfloat16: every pattern widens exactly and narrows back to itself", "
 
 // ---- All 2^32 floats -> float16 --------------------------------------------------------------
 
-#if HG_TEST_X86
+#if HG_X86
 namespace {
 
 // The hardware's float16 conversion, four at a time; n is a multiple of 4.
@@ -203,25 +197,16 @@ __attribute__((target("f16c"))) void f16c_float_to_half(const float* src, Half* 
   }
 }
 
-// From CPUID leaf 1 (clang before 16 does not accept "f16c" in __builtin_cpu_supports); F16C
-// runs in AVX's YMM state, which "avx" checks the OS saves.
-bool cpu_has_f16c() {
-  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
-  return __builtin_cpu_supports("avx") && __get_cpuid(1, &eax, &ebx, &ecx, &edx) &&
-         (ecx & bit_F16C) != 0;
-}
-
 }  // namespace
 #else
 namespace {
 void f16c_float_to_half(const float*, Half*, int64_t) {}
-bool cpu_has_f16c() { return false; }
 }  // namespace
 #endif
 
 TEST_CASE("float -> float16: all 2^32 inputs, scalar vs F16C, every vector path vs scalar",
           "[exhaustive]") {
-  const bool has_f16c = cpu_has_f16c();
+  const bool has_f16c = hg::cpu_has_f16c();
   if (!has_f16c) WARN("this CPU has no F16C: the scalar path is not checked against hardware");
   const std::vector<convert::Isa> isas = vector_isas();
   const int num_isas = int(isas.size());
