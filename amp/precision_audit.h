@@ -78,9 +78,6 @@
 namespace hg::nn {
 class Module;
 }
-namespace hg::autograd {
-class Node;
-}
 
 namespace hg::amp {
 
