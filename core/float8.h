@@ -60,13 +60,10 @@ using Float8E5M2Format = Float8Format<2, 5, 0x7B, 0x7C>;    // overflow -> inf
 // NOTE [Float8 formats].
 template <class Src, class Dst, class SrcBits>
 constexpr uint8_t round_to_float8_bits(SrcBits bits, Overflow overflow) {
-  constexpr int kDrop = Src::mantissa_bits - Dst::mantissa_bits;
   constexpr SrcBits kOne = 1;
   constexpr SrcBits kSrcSign = kOne << (Src::mantissa_bits + Src::exponent_bits);
-  constexpr SrcBits kSrcMantissaMask = (kOne << Src::mantissa_bits) - 1;
   constexpr SrcBits kSrcInf = ((kOne << Src::exponent_bits) - 1) << Src::mantissa_bits;
-  constexpr int kRebias = Src::bias - Dst::bias;
-  constexpr SrcBits kDstMinNormal = SrcBits(kRebias + 1) << Src::mantissa_bits;
+  constexpr SrcBits kDstMinNormal = SrcBits(Src::bias - Dst::bias + 1) << Src::mantissa_bits;
 
   const uint8_t sign = (bits & kSrcSign) ? uint8_t(0x80) : uint8_t(0);
   const SrcBits magnitude = bits & ~kSrcSign;
@@ -75,27 +72,9 @@ constexpr uint8_t round_to_float8_bits(SrcBits bits, Overflow overflow) {
 
   if (magnitude > kSrcInf) return uint8_t(sign | Dst::nan_code);
   if (magnitude == kSrcInf) return uint8_t(sign | overflowed);
-  SrcBits code;
-  if (magnitude >= kDstMinNormal) {  // normal or overflowing: the exponent has no top here
-    SrcBits rebased = magnitude - (SrcBits(kRebias) << Src::mantissa_bits);
-    rebased += ((kOne << (kDrop - 1)) - 1) + ((rebased >> kDrop) & 1);
-    code = rebased >> kDrop;
-  } else {  // subnormal or zero: count units of Dst's smallest subnormal, round RNE
-    int exponent = int(magnitude >> Src::mantissa_bits);
-    SrcBits significand = magnitude & kSrcMantissaMask;
-    if (exponent == 0) {
-      exponent = 1;  // Src subnormal: no implicit bit
-    } else {
-      significand |= kOne << Src::mantissa_bits;
-    }
-    const int shift = kRebias + kDrop + 1 - exponent;  // >= kDrop + 1 here
-    if (shift >= Src::mantissa_bits + 2) return sign;  // below half a unit: a signed zero
-    const SrcBits quotient = significand >> shift;
-    const SrcBits remainder = significand & ((kOne << shift) - 1);
-    const SrcBits halfway = kOne << (shift - 1);
-    const bool round_up = remainder > halfway || (remainder == halfway && (quotient & 1));
-    code = quotient + (round_up ? 1 : 0);  // a carry into the exponent is the smallest normal
-  }
+  // A normal or overflowing result (the exponent has no top here), or a subnormal or zero one.
+  const SrcBits code = magnitude >= kDstMinNormal ? round_normal_magnitude<Src, Dst>(magnitude)
+                                                  : round_subnormal_magnitude<Src, Dst>(magnitude);
   return uint8_t(sign | (code > Dst::max_finite_code ? overflowed : uint8_t(code)));
 }
 

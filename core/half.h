@@ -58,6 +58,44 @@ using Float32Format = FloatFormat<23, 8>;
 using Float16Format = FloatFormat<10, 5>;
 using BFloat16Format = FloatFormat<7, 8>;
 
+// The two cases of rounding a Src magnitude (its bits without the sign) to a narrower format Dst,
+// RNE, as described in NOTE [Rounding to a narrower format]; each gives Dst's bits without the
+// sign. A normal (or overflowing) result, for magnitudes from Dst's smallest normal up: the
+// exponent rebased to Dst's bias and the dropped mantissa bits rounded (a carry goes into the
+// exponent; the caller checks for overflow).
+template <class Src, class Dst, class SrcBits>
+constexpr SrcBits round_normal_magnitude(SrcBits magnitude) {
+  constexpr int kDrop = Src::mantissa_bits - Dst::mantissa_bits;
+  constexpr SrcBits kOne = 1;
+  constexpr int kRebias = Src::bias - Dst::bias;
+  SrcBits rebased = magnitude - (SrcBits(kRebias) << Src::mantissa_bits);
+  rebased += ((kOne << (kDrop - 1)) - 1) + ((rebased >> kDrop) & 1);
+  return rebased >> kDrop;
+}
+
+// A subnormal (or zero) result, for magnitudes below Dst's smallest normal: the count of Dst's
+// smallest subnormal, rounded to nearest even (a carry into the exponent is the smallest normal).
+template <class Src, class Dst, class SrcBits>
+constexpr SrcBits round_subnormal_magnitude(SrcBits magnitude) {
+  constexpr int kDrop = Src::mantissa_bits - Dst::mantissa_bits;
+  constexpr SrcBits kOne = 1;
+  constexpr int kRebias = Src::bias - Dst::bias;
+  int exponent = int(magnitude >> Src::mantissa_bits);
+  SrcBits significand = magnitude & ((kOne << Src::mantissa_bits) - 1);
+  if (exponent == 0) {
+    exponent = 1;  // Src subnormal: no implicit bit
+  } else {
+    significand |= kOne << Src::mantissa_bits;
+  }
+  const int shift = kRebias + kDrop + 1 - exponent;  // >= kDrop + 1 here
+  if (shift >= Src::mantissa_bits + 2) return 0;     // below half a unit: zero
+  const SrcBits quotient = significand >> shift;
+  const SrcBits remainder = significand & ((kOne << shift) - 1);
+  const SrcBits halfway = kOne << (shift - 1);
+  const bool round_up = remainder > halfway || (remainder == halfway && (quotient & 1));
+  return quotient + (round_up ? 1 : 0);
+}
+
 // Rounds the bits of a wider format (Src) to a 16-bit format (Dst), RNE, as described in
 // NOTE [Rounding to a narrower format].
 template <class Src, class Dst, class SrcBits>
@@ -65,15 +103,13 @@ constexpr uint16_t round_to_16_bits(SrcBits bits) {
   constexpr int kDrop = Src::mantissa_bits - Dst::mantissa_bits;
   constexpr SrcBits kOne = 1;
   constexpr SrcBits kSrcSign = kOne << (Src::mantissa_bits + Src::exponent_bits);
-  constexpr SrcBits kSrcMantissaMask = (kOne << Src::mantissa_bits) - 1;
   constexpr SrcBits kSrcInf = ((kOne << Src::exponent_bits) - 1) << Src::mantissa_bits;
   constexpr uint16_t kDstSign = uint16_t(1u << (Dst::mantissa_bits + Dst::exponent_bits));
   constexpr uint16_t kDstInf = uint16_t(((1u << Dst::exponent_bits) - 1) << Dst::mantissa_bits);
   constexpr uint16_t kDstQuiet = uint16_t(1u << (Dst::mantissa_bits - 1));
   constexpr uint16_t kDstMantissaMask = uint16_t((1u << Dst::mantissa_bits) - 1);
-  constexpr int kRebias = Src::bias - Dst::bias;
   // The smallest normal of Dst, as Src bits.
-  constexpr SrcBits kDstMinNormal = SrcBits(kRebias + 1) << Src::mantissa_bits;
+  constexpr SrcBits kDstMinNormal = SrcBits(Src::bias - Dst::bias + 1) << Src::mantissa_bits;
 
   const uint16_t sign = (bits & kSrcSign) ? kDstSign : uint16_t(0);
   const SrcBits magnitude = bits & ~kSrcSign;
@@ -82,26 +118,10 @@ constexpr uint16_t round_to_16_bits(SrcBits bits) {
     return uint16_t(sign | kDstInf | kDstQuiet | ((magnitude >> kDrop) & kDstMantissaMask));
   }
   if (magnitude >= kDstMinNormal) {  // normal (or overflowing) result
-    SrcBits rebased = magnitude - (SrcBits(kRebias) << Src::mantissa_bits);
-    rebased += ((kOne << (kDrop - 1)) - 1) + ((rebased >> kDrop) & 1);
-    const SrcBits result = rebased >> kDrop;
+    const SrcBits result = round_normal_magnitude<Src, Dst>(magnitude);
     return result >= kDstInf ? uint16_t(sign | kDstInf) : uint16_t(sign | result);
   }
-  // Subnormal or zero result: count units of Dst's smallest subnormal, round RNE.
-  int exponent = int(magnitude >> Src::mantissa_bits);
-  SrcBits significand = magnitude & kSrcMantissaMask;
-  if (exponent == 0) {
-    exponent = 1;  // Src subnormal: no implicit bit
-  } else {
-    significand |= kOne << Src::mantissa_bits;
-  }
-  const int shift = kRebias + kDrop + 1 - exponent;  // >= kDrop + 1 here
-  if (shift >= Src::mantissa_bits + 2) return sign;  // below half a unit: a signed zero
-  const SrcBits quotient = significand >> shift;
-  const SrcBits remainder = significand & ((kOne << shift) - 1);
-  const SrcBits halfway = kOne << (shift - 1);
-  const bool round_up = remainder > halfway || (remainder == halfway && (quotient & 1));
-  return uint16_t(sign | (quotient + (round_up ? 1 : 0)));
+  return uint16_t(sign | round_subnormal_magnitude<Src, Dst>(magnitude));
 }
 
 constexpr uint16_t float_to_half_bits(float value) {
