@@ -454,11 +454,12 @@ Tensor gemm_2d_gelu(const Tensor& a, bool transpose_a, const Tensor& b, bool tra
 // gradient by the GELU's derivative at the saved pre-activation and sums the product's columns
 // for the bias. As three kernels (the derivative, the product, the column sum) that read and
 // wrote the [M, N] tensors five times, and rounded a 16-bit derivative before the product;
-// here one pass over row blocks of kGeluRows rows: each chunk of kChunk values is widened to
-// float32 (float64 for float64), the derivative is the vector math pass of
-// vector_math.h (the scalar formula of kernel/formulas.h where there is none), the product is
-// rounded once to the dtype (torch's gelu_backward computes in float32 and rounds once too),
-// and the rounded values are added to the block's float32 column sums. The blocks' sums are
+// here one pass over row blocks of kGeluRows rows: each run of up to kGeluChunk values of a
+// row is widened to float32 (float32 and float64 are read in place), the derivative is the
+// vector math pass of vector_math.h (the scalar formula of kernel/formulas.h where there is
+// none, and for float64), the product is rounded once to the dtype (torch's gelu_backward
+// computes in float32 and rounds once too), and the rounded values are added to the block's
+// column sums (float32; float64 for float64). The blocks' sums are
 // then added in block order and rounded once: the bits depend on M and N, never on the thread
 // count. For the larger CPU GPT's fc layers (1024 x 1024 bfloat16) the three kernels took
 // 0.47 + 0.17 + 0.09 ms on two threads of the Zen 4 EPYC (benchmarks/results/NOTES.md).
