@@ -47,12 +47,33 @@ Tensor MultiheadAttention::forward(const Tensor& query, const std::optional<Tens
            "MultiheadAttention: expected key and value of shape [{}, S, {}], got {} and {}",
            query.size(0), C, key.sizes(), value.sizes());
   const int64_t B = query.size(0), L = query.size(1), S = key.size(1);
-  auto project = [&](const Tensor& x, int64_t which, int64_t length) {
-    Tensor w = in_proj_weight.narrow(0, which * C, C);
-    Tensor b = in_proj_bias.defined() ? in_proj_bias.narrow(0, which * C, C) : Tensor();
-    return linear(x, w, b).reshape({B, length, H, D}).transpose(1, 2);  // [B, H, len, D]
+  const auto heads = [&](const Tensor& projected, int64_t length) {
+    return projected.reshape({B, length, H, D}).transpose(1, 2);  // [B, H, len, D]
   };
-  Tensor q = project(query, 0, L), k = project(key, 1, S), v = project(value, 2, S);
+  Tensor q, k, v;
+  if (key.is_same(query) && value.is_same(query)) {
+    // NOTE [Packed in-projection] Self-attention projects q, k and v with one product over
+    // in_proj_weight, as torch's _in_projection_packed does, and cuts its [B, L, 3C] output
+    // into three views with one chunk (one node: NOTE [Split is one node] in ops/index.cpp).
+    // Projected one by one, each of q, k and v is a slice of the weight and of the bias, a
+    // cast of each under autocast, and a product a third as wide; backward, each slice's
+    // gradient is a zero-filled [3C, C] tensor summed with the others', and the input's
+    // gradient the sum of three products. Cross-attention (key or value another tensor)
+    // projects them one by one, as torch does.
+    const std::vector<Tensor> qkv = chunk(linear(query, in_proj_weight, in_proj_bias), 3, -1);
+    q = heads(qkv[0], L);
+    k = heads(qkv[1], S);
+    v = heads(qkv[2], S);
+  } else {
+    auto project = [&](const Tensor& x, int64_t which, int64_t length) {
+      Tensor w = in_proj_weight.narrow(0, which * C, C);
+      Tensor b = in_proj_bias.defined() ? in_proj_bias.narrow(0, which * C, C) : Tensor();
+      return heads(linear(x, w, b), length);
+    };
+    q = project(query, 0, L);
+    k = project(key, 1, S);
+    v = project(value, 2, S);
+  }
   Tensor y = scaled_dot_product_attention(q, k, v, Tensor(), is_training() ? dropout : 0.0,
                                           causal);  // [B, H, L, D]
   y = y.transpose(1, 2).reshape({B, L, C});         // [B, L, C]

@@ -210,7 +210,7 @@ struct Stack {
 
 // ---- split / chunk ------------------------------------------------------------------------------
 
-// Views of x along dim, one per size (recorded as slices: split and chunk are composites).
+// Views of x along dim, one per size.
 std::vector<Tensor> narrow_pieces(const Tensor& x, int64_t dim, const std::vector<int64_t>& sizes) {
   std::vector<Tensor> pieces;
   pieces.reserve(sizes.size());
@@ -228,18 +228,25 @@ int64_t split_dim(const Tensor& x, int64_t dim, const char* op) {
   return wrap_dim(dim, x.dim(), op);
 }
 
+// NOTE [Split is one node] split and chunk record one node for all their pieces, as torch's
+// SplitBackward0 does: its backward joins the pieces' gradients with one cat (a piece whose
+// gradient never arrives gives zeros, from the engine). Recorded as slices, each piece's
+// gradient would be a zero tensor of the whole input with the piece copied in, and the pieces'
+// gradients would then be added: for a [B, T, 3C] projection cut into q, k and v
+// (nn::MultiheadAttention), three zero-filled [B, T, 3C] tensors and two sums of them where
+// one [B, T, 3C] write does. The pieces are views of x (in-place ops on views are refused
+// under autograd, ops/inplace.cpp, so no piece is written through).
 struct Split {
   static constexpr OpId id = OpId::split;
-  static constexpr bool kComposite = true;
   int64_t split_size = 0;
   std::vector<int64_t> split_sizes{};  // when given, used instead of split_size
   bool with_sizes = false;
   int64_t dim = 0;
 
   std::vector<Tensor> forward(OpContext&, const Tensor& x) {
-    const int64_t d = split_dim(x, dim, "split");
-    const int64_t size = x.size(d);
-    if (!with_sizes) return narrow_pieces(x, d, hg::split_sizes(size, split_size));
+    dim = split_dim(x, dim, "split");
+    const int64_t size = x.size(dim);
+    if (!with_sizes) return narrow_pieces(x, dim, hg::split_sizes(size, split_size));
     int64_t total = 0;
     for (int64_t s : split_sizes) {
       HG_CHECK(s >= 0, "split: expected split sizes >= 0, got {} in {}", s,
@@ -249,21 +256,22 @@ struct Split {
     HG_CHECK(total == size,
              "split: expected split sizes that sum to {} (the size of dim {}, input shape {}), got "
              "[{}] (sum {})",
-             size, d, x.sizes(), fmt::join(split_sizes, ", "), total);
-    return narrow_pieces(x, d, split_sizes);
+             size, dim, x.sizes(), fmt::join(split_sizes, ", "), total);
+    return narrow_pieces(x, dim, split_sizes);
   }
+  Grads backward(OpContext&, const Grads& grads) { return {cat(grads, dim)}; }
 };
 
 struct Chunk {
   static constexpr OpId id = OpId::chunk;
-  static constexpr bool kComposite = true;
   int64_t chunks = 1;
   int64_t dim = 0;
 
   std::vector<Tensor> forward(OpContext&, const Tensor& x) {
-    const int64_t d = split_dim(x, dim, "chunk");
-    return narrow_pieces(x, d, hg::chunk_sizes(x.size(d), chunks));
+    dim = split_dim(x, dim, "chunk");
+    return narrow_pieces(x, dim, hg::chunk_sizes(x.size(dim), chunks));
   }
+  Grads backward(OpContext&, const Grads& grads) { return {cat(grads, dim)}; }
 };
 
 // ---- gather / scatter_add -----------------------------------------------------------------------

@@ -93,6 +93,65 @@ TEST_CASE("MultiheadAttention has PyTorch's layout and computes attention", "[nn
   CHECK_THROWS_AS(nn::MultiheadAttention(10, 3), Error);
 }
 
+TEST_CASE("self-attention projects q, k and v with one product, as projecting them one by one",
+          "[nn][attention]") {
+  // Self-attention (the packed projection: one linear and one chunk) against the same module
+  // given three separate copies of x as query, key and value (three linears over slices of
+  // in_proj_weight), in float64: outputs, the input's gradient (the copies' three summed) and
+  // the parameters' gradients.
+  manual_seed(17);
+  const int B = 2, T = 5, C = 8, H = 2;
+  nn::MultiheadAttention mha(C, H, true);
+  mha.to(kFloat64);
+  nn::init::uniform_(mha.in_proj_bias, -0.5, 0.5);
+  const Tensor x = randn({B, T, C}, kFloat64);
+  const Tensor weights = randn({B, T, C}, kFloat64);
+  auto grads_of = [&](const std::vector<Tensor>& inputs) {
+    for (auto& [name, p] : mha.named_parameters()) p.mutable_grad() = Tensor();
+    const Tensor y = inputs.size() == 1 ? mha(inputs[0]) : mha(inputs[0], inputs[1], inputs[2]);
+    sum(mul(y, weights)).backward();
+    std::vector<std::vector<double>> values{y.to_vector<double>()};
+    Tensor input_grad = inputs[0].grad();
+    for (size_t i = 1; i < inputs.size(); ++i) input_grad = add(input_grad, inputs[i].grad());
+    values.push_back(input_grad.to_vector<double>());
+    for (auto& [name, p] : mha.named_parameters()) values.push_back(p.grad().to_vector<double>());
+    return values;
+  };
+  auto leaf = [&] { return x.detach().clone().requires_grad_(); };
+  const auto packed = grads_of({leaf()});
+  const auto separate = grads_of({leaf(), leaf(), leaf()});
+  REQUIRE(packed.size() == 6);  // y, x's gradient, four parameters' gradients
+  REQUIRE(separate.size() == packed.size());
+  for (size_t t = 0; t < packed.size(); ++t) {
+    INFO("value " << t);
+    REQUIRE(packed[t].size() == separate[t].size());
+    for (size_t i = 0; i < packed[t].size(); ++i) {
+      CHECK(std::isfinite(packed[t][i]));
+      CHECK(packed[t][i] == Approx(separate[t][i]).margin(1e-12));
+    }
+  }
+
+  // Under autocast the self-attention runs two linears (the packed in-projection and
+  // out_proj) and one chunk; with separate key and value, four linears.
+  mha.to(kFloat32);
+  const Tensor x32 = x.to(kFloat32);
+  auto linears = [&](bool self) {
+    amp::AutocastTrace trace;
+    amp::Autocast autocast(kCPU, kBFloat16);
+    const Tensor y = self ? mha(x32) : mha(x32, x32.clone(), x32.clone());
+    CHECK(y.dtype() == kBFloat16);
+    int count = 0, chunks = 0;
+    for (const amp::TraceEntry& entry : trace.entries()) {
+      count += entry.op == OpId::linear;
+      chunks += entry.op == OpId::chunk;
+    }
+    CHECK(chunks == (self ? 1 : 0));
+    return count;
+  };
+  CHECK(linears(true) == 2);
+  CHECK(linears(false) == 4);
+}
+
 TEST_CASE("GPT returns logits of shape [B, T, V] with nanoGPT's keys", "[nn][gpt]") {
   manual_seed(13);
   auto gpt = std::make_shared<nn::GPT>(/*vocab*/ 11, /*block_size*/ 8, /*n_layer*/ 2,

@@ -397,6 +397,32 @@ TEST_CASE("split and chunk cut views", "[ops][index]") {
   CHECK(x.grad().to_vector<double>() == std::vector<double>{1, 1, 1, 2, 2});
 }
 
+TEST_CASE("split and chunk record one node whose backward joins the pieces' gradients",
+          "[ops][index]") {
+  // x [2, 6] = 0..11; the pieces' gradients come from sums weighted 2 and -3, the middle piece
+  // unused (its gradient is zeros).
+  Tensor x = arange(12, kFloat32).reshape({2, 6}).detach().requires_grad_();
+  const std::vector<Tensor> pieces = split(x, std::vector<int64_t>{1, 2, 3}, 1);
+  REQUIRE(pieces.size() == 3);
+  CHECK(pieces[0].grad_fn() != nullptr);
+  CHECK(pieces[0].grad_fn() == pieces[1].grad_fn());
+  CHECK(pieces[0].grad_fn() == pieces[2].grad_fn());
+  CHECK(pieces[0].grad_fn()->name() == "SplitBackward");
+  add(mul(sum(pieces[0]), 2.0), mul(sum(pieces[2]), -3.0)).backward();
+  CHECK(x.grad().to_vector<float>() ==
+        std::vector<float>{2, 0, 0, -3, -3, -3, 2, 0, 0, -3, -3, -3});
+
+  // chunk, with an empty piece from split next to it: the gradient of x2 * pieces.
+  Tensor y = arange(6, kFloat64).detach().requires_grad_();
+  const std::vector<Tensor> chunks = chunk(y, 2);  // [3], [3]
+  CHECK(chunks[0].grad_fn()->name() == "ChunkBackward");
+  const std::vector<Tensor> with_empty = split(y, std::vector<int64_t>{4, 0, 2}, 0);
+  CHECK(with_empty[1].numel() == 0);
+  add(add(sum(mul(chunks[1], chunks[1])), sum(with_empty[1])), sum(with_empty[2])).backward();
+  // d/dy: 2 y on the last three, plus 1 on the last two
+  CHECK(y.grad().to_vector<double>() == std::vector<double>{0, 0, 0, 6, 9, 11});
+}
+
 TEST_CASE("split and chunk reject bad inputs", "[ops][index][errors]") {
   const Tensor x = normal({5, 4}, kFloat32, 42);
   const Snapshot inputs({x});

@@ -52,7 +52,8 @@ const bool registered = register_samples([](std::map<OpId, Sample>& s) {
       [] {
         return Inputs{input({2, 3}), input({2, 3})};
       });
-  // split / chunk (composites of slices), the pieces weighted differently and joined back
+  // split / chunk (one node each: NOTE [Split is one node]), the pieces weighted differently
+  // and joined back
   s[OpId::split] = one(
       [](auto& x) {
         const std::vector<Tensor> even = split(x, 2, 1);  // [2, 2], [2, 2], [2, 1]
