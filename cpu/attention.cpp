@@ -194,16 +194,20 @@ HG_ROW_INLINE void forward_chunk_body(A* e, A* lse, int64_t first, int64_t rows,
 }
 
 // The backward's rows of one chunk: e the scores and d the dP values (rows * S each), o and g
-// the rows of out and dout (rows * Ev each), all in the accumulation type. P = exp(S * f -
-// lse) in place of e, dS = P (dP - rowsum(dO * out)) * f in place of d.
+// the rows of out and dout (rows * Ev each), all in the accumulation type. With recompute,
+// P = exp(S * f - lse) in place of e; without, e holds P already (the forward's, kept). Then
+// dS = P (dP - rowsum(dO * out)) * f in place of d.
 template <class V, class A = lane_t<V>>
 HG_ROW_INLINE void backward_chunk_body(A* e, A* d, const A* o, const A* g, const A* lse,
                                        int64_t first, int64_t rows, int64_t L, int64_t S,
-                                       int64_t Ev, bool causal, A f, VectorMap pass) {
-  for (int64_t i = 0; i < rows; ++i) {
-    scale_shift_mask<V>(e + i * S, valid_keys(first + i, L, S, causal), S, f, lse[i]);
+                                       int64_t Ev, bool causal, A f, bool recompute,
+                                       VectorMap pass) {
+  if (recompute) {
+    for (int64_t i = 0; i < rows; ++i) {
+      scale_shift_mask<V>(e + i * S, valid_keys(first + i, L, S, causal), S, f, lse[i]);
+    }
+    exp_run(e, rows * S, pass);
   }
-  exp_run(e, rows * S, pass);
   constexpr int W = kLanes<V>;
   for (int64_t i = 0; i < rows; ++i) {
     const A delta = row_dot<V>(g + i * Ev, o + i * Ev, Ev);
@@ -224,7 +228,7 @@ HG_ROW_INLINE void backward_chunk_body(A* e, A* d, const A* o, const A* g, const
 using ForwardChunk = void (*)(float*, float*, int64_t, int64_t, int64_t, int64_t, bool, float,
                               VectorMap);
 using BackwardChunk = void (*)(float*, float*, const float*, const float*, const float*, int64_t,
-                               int64_t, int64_t, int64_t, int64_t, bool, float, VectorMap);
+                               int64_t, int64_t, int64_t, int64_t, bool, float, bool, VectorMap);
 
 __attribute__((target("avx512f,avx2,fma"))) void forward_chunk_avx512(float* e, float* lse,
                                                                       int64_t first, int64_t rows,
@@ -244,20 +248,25 @@ void forward_chunk_base(float* e, float* lse, int64_t first, int64_t rows, int64
 }
 __attribute__((target("avx512f,avx2,fma"))) void backward_chunk_avx512(
     float* e, float* d, const float* o, const float* g, const float* lse, int64_t first,
-    int64_t rows, int64_t L, int64_t S, int64_t Ev, bool causal, float f, VectorMap pass) {
-  backward_chunk_body<FloatVec16>(e, d, o, g, lse, first, rows, L, S, Ev, causal, f, pass);
+    int64_t rows, int64_t L, int64_t S, int64_t Ev, bool causal, float f, bool recompute,
+    VectorMap pass) {
+  backward_chunk_body<FloatVec16>(e, d, o, g, lse, first, rows, L, S, Ev, causal, f, recompute,
+                                  pass);
 }
 __attribute__((target("avx2,fma"))) void backward_chunk_avx2(float* e, float* d, const float* o,
                                                              const float* g, const float* lse,
                                                              int64_t first, int64_t rows, int64_t L,
                                                              int64_t S, int64_t Ev, bool causal,
-                                                             float f, VectorMap pass) {
-  backward_chunk_body<FloatVec8>(e, d, o, g, lse, first, rows, L, S, Ev, causal, f, pass);
+                                                             float f, bool recompute,
+                                                             VectorMap pass) {
+  backward_chunk_body<FloatVec8>(e, d, o, g, lse, first, rows, L, S, Ev, causal, f, recompute,
+                                 pass);
 }
 void backward_chunk_base(float* e, float* d, const float* o, const float* g, const float* lse,
                          int64_t first, int64_t rows, int64_t L, int64_t S, int64_t Ev, bool causal,
-                         float f, VectorMap pass) {
-  backward_chunk_body<FloatVec4>(e, d, o, g, lse, first, rows, L, S, Ev, causal, f, pass);
+                         float f, bool recompute, VectorMap pass) {
+  backward_chunk_body<FloatVec4>(e, d, o, g, lse, first, rows, L, S, Ev, causal, f, recompute,
+                                 pass);
 }
 
 // The widest copy this CPU runs.
@@ -335,12 +344,13 @@ void softmax_rows(T* s, acc_t<T>* lse, int64_t R, int64_t L, int64_t S, bool cau
   });
 }
 
-// The backward's pass over the rows: P = exp(S * scale - lse) in place of s, and dS = P (dP -
-// delta) * scale in place of dp, delta = rowsum(dO * out) per row (out and dout [R, Ev],
-// contiguous).
+// The backward's pass over the rows: P = exp(S * scale - lse) in place of s (or, with p given,
+// the forward's P read from p and s unused), and dS = P (dP - delta) * scale in place of dp,
+// delta = rowsum(dO * out) per row (out and dout [R, Ev], contiguous).
 template <class T>
-void softmax_backward_rows(T* s, T* dp, const acc_t<T>* lse, const T* out, const T* dout,
-                           int64_t Ev, int64_t R, int64_t L, int64_t S, bool causal, double scale) {
+void softmax_backward_rows(T* s, const T* p, T* dp, const acc_t<T>* lse, const T* out,
+                           const T* dout, int64_t Ev, int64_t R, int64_t L, int64_t S, bool causal,
+                           double scale) {
   using A = acc_t<T>;
   const VectorMap pass = vector_mapper();
   const A f = A(scale);
@@ -350,18 +360,20 @@ void softmax_backward_rows(T* s, T* dp, const acc_t<T>* lse, const T* out, const
     b.dp.resize(size_t(rows * S));
     b.out.resize(size_t(rows * Ev));
     b.dout.resize(size_t(rows * Ev));
-    widen_values(s + first * S, b.scores.data(), rows * S);
+    const bool recompute = p == nullptr;
+    widen_values((recompute ? s : p) + first * S, b.scores.data(), rows * S);
     widen_values(dp + first * S, b.dp.data(), rows * S);
     widen_values(out + first * Ev, b.out.data(), rows * Ev);
     widen_values(dout + first * Ev, b.dout.data(), rows * Ev);
     if constexpr (std::is_same_v<A, float>) {
       float_backward_chunk()(b.scores.data(), b.dp.data(), b.out.data(), b.dout.data(), lse + first,
-                             first, rows, L, S, Ev, causal, f, pass);
+                             first, rows, L, S, Ev, causal, f, recompute, pass);
     } else {
       backward_chunk_body<DoubleVec2>(b.scores.data(), b.dp.data(), b.out.data(), b.dout.data(),
-                                      lse + first, first, rows, L, S, Ev, causal, f, pass);
+                                      lse + first, first, rows, L, S, Ev, causal, f, recompute,
+                                      pass);
     }
-    narrow_values(b.scores.data(), s + first * S, rows * S);
+    if (recompute) narrow_values(b.scores.data(), s + first * S, rows * S);
     narrow_values(b.dp.data(), dp + first * S, rows * S);
   });
 }
@@ -391,8 +403,21 @@ void gemm(const Tensor& a, const Tensor& b, const Tensor& out) {
 // widened once, not at every product, and S, P and dS are not rounded to 16 bits.
 DType compute_dtype(DType dtype) { return gemm_runs_natively(dtype) ? dtype : kFloat32; }
 
+// NOTE [CPU attention keeps P] The forward computes the weights P (in place of the scores, in
+// the dtype the kernels compute in, rounded there as the product out = P v reads them), and the
+// backward needs them again for dv = P^T dO and dS = P (dP - delta) * scale. Recomputing them
+// costs a product S = q k^T and the exponential pass over the rows: about a fifth of the
+// backward at the larger CPU GPT's 16 x 8 heads of 64 x 64 (NOTES.md). Where P holds no more
+// values than q, k and v together (L S <= (L + 2 S) E: that GPT's 64 x 64 against (64 + 128) x
+// 32, the demo's 9 x 9 against 27 x 12), and the caller says a backward will follow, the forward
+// hands P over to be saved and the backward reads it; a long sequence (GPT-2's 1024 x 1024
+// against 3072 x 64) computes P again from q, k and lse, as FlashAttention does. A kept P in a
+// 16-bit dtype is the rounded P, which dS then reads too (recomputed, dS reads P before its
+// rounding); dS is rounded to that dtype before its products either way.
+bool keeps_probs(int64_t L, int64_t S, int64_t E) { return L * S <= (L + 2 * S) * E; }
+
 FlashForward attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, bool causal,
-                               double scale) {
+                               double scale, bool keep_probs) {
   HG_CHECK(attention_fits(q, k, v),
            "{}: the CPU kernels do not take q {} {}, k {} {}, v {} {} (expected CPU tensors of one "
            "floating dtype, q [N..., L, E], k and v [N..., S, E])",
@@ -410,12 +435,12 @@ FlashForward attention_forward(const Tensor& q, const Tensor& k, const Tensor& v
     softmax_rows<T>(scores.data_ptr<T>(), lse.data_ptr<acc_t<T>>(), N * L, L, S, causal, scale);
   });
   gemm(scores, v3, out.view({N, L, E}));
-  return {out.to(q.dtype()), lse};
+  return {out.to(q.dtype()), lse, keep_probs && keeps_probs(L, S, E) ? scores : Tensor()};
 }
 
 FlashBackward attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k,
-                                 const Tensor& v, const Tensor& out, const Tensor& lse, bool causal,
-                                 double scale) {
+                                 const Tensor& v, const Tensor& out, const Tensor& lse,
+                                 const Tensor& probs, bool causal, double scale) {
   HG_CHECK(attention_fits(q, k, v),
            "{}_backward: the CPU kernels do not take q {} {}, k {} {}, v {} {}", kOp, q.sizes(),
            q.dtype(), k.sizes(), k.dtype(), v.sizes(), v.dtype());
@@ -431,17 +456,27 @@ FlashBackward attention_backward(const Tensor& dout, const Tensor& q, const Tens
            lse.defined() ? fmt::format("{} {}", lse.dtype(), lse.sizes()) : "none");
   const DType dtype = compute_dtype(q.dtype());
   const int64_t L = q.size(-2), S = k.size(-2), E = q.size(-1), N = q.numel() / (L * E);
+  HG_CHECK(!probs.defined() || (probs.is_cpu() && probs.dtype() == dtype &&
+                                probs.sizes() == Shape{N, L, S} && probs.is_contiguous()),
+           "{}_backward: expected the forward's kept weights, contiguous {} of shape [{}, {}, {}] "
+           "on the CPU, or none, got {}",
+           kOp, dtype, N, L, S,
+           probs.defined() ? fmt::format("{} {}", probs.dtype(), probs.sizes()) : "none");
   const Tensor q3 = as_3d(q, N, dtype), k3 = as_3d(k, N, dtype), v3 = as_3d(v, N, dtype);
   const Tensor out3 = as_3d(out, N, dtype).contiguous();
   const Tensor dout3 = as_3d(dout, N, dtype).contiguous();
   const Tensor lse_rows = lse.contiguous();
   const TensorOptions options{.dtype = dtype, .device = q.device()};
-  const Tensor scores = empty({N, L, S}, options), dp = empty({N, L, S}, options);
-  gemm(q3, k3.transpose(1, 2), scores);
+  // P: the forward's, or S = q k^T here with P written over it by the row pass.
+  const Tensor scores = probs.defined() ? probs : empty({N, L, S}, options);
+  const Tensor dp = empty({N, L, S}, options);
+  if (!probs.defined()) gemm(q3, k3.transpose(1, 2), scores);
   gemm(dout3, v3.transpose(1, 2), dp);
   visit_floating(dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    softmax_backward_rows<T>(scores.data_ptr<T>(), dp.data_ptr<T>(), lse_rows.data_ptr<acc_t<T>>(),
+    T* const s = probs.defined() ? nullptr : scores.data_ptr<T>();
+    const T* const p = probs.defined() ? probs.data_ptr<T>() : nullptr;
+    softmax_backward_rows<T>(s, p, dp.data_ptr<T>(), lse_rows.data_ptr<acc_t<T>>(),
                              out3.data_ptr<T>(), dout3.data_ptr<T>(), E, N * L, L, S, causal,
                              scale);
   });

@@ -124,8 +124,10 @@ bool flash_attention_fits(const Tensor& q, const Tensor& k, const Tensor& v) {
              std::max(detail::flash_forward_smem_bytes(E), detail::flash_backward_smem_bytes(E));
 }
 
+// keep_probs is a hint the flash kernels never take: they keep no weights (the backward
+// recomputes them tile by tile from lse).
 FlashForward flash_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, bool causal,
-                                     double scale) {
+                                     double scale, bool /*keep_probs*/) {
   HG_CHECK(flash_attention_fits(q, k, v),
            "{}: the fused CUDA kernels do not take q {} {}, k {} {}, v {} {} (see "
            "cuda::flash_attention_fits)",
@@ -146,7 +148,7 @@ FlashForward flash_attention_forward(const Tensor& q, const Tensor& k, const Ten
 
 FlashBackward flash_attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k,
                                        const Tensor& v, const Tensor& out, const Tensor& lse,
-                                       bool causal, double scale) {
+                                       const Tensor& /*probs*/, bool causal, double scale) {
   HG_CHECK(flash_attention_fits(q, k, v),
            "{}_backward: the fused CUDA kernels do not take q {} {}, k {} {}, v {} {}", kOp,
            q.sizes(), q.dtype(), k.sizes(), k.dtype(), v.sizes(), v.dtype());

@@ -15,6 +15,10 @@ namespace hg::kernel {
 struct FlashForward {
   Tensor out;  // [N..., L, E], q's dtype
   Tensor lse;  // [N..., L] float32 (float64 for float64 inputs): log(sum(exp(scores))) per row
+  // The softmax weights P, when the forward was asked to keep them and did (the CPU kernels,
+  // where P holds no more values than q, k and v together: NOTE [CPU attention keeps P]), for
+  // the backward to use instead of computing them again; undefined otherwise.
+  Tensor probs;
 };
 
 struct FlashBackward {
@@ -29,12 +33,15 @@ struct AttentionKernels {
   // CPU, any floating dtype with the same E for v, L, S and E at least 1, one batch shape.
   // Otherwise the op computes the same math with halfgrad's ops.
   bool (*fits)(const Tensor& q, const Tensor& k, const Tensor& v);
-  // softmax(q k^T * scale, the future masked when causal) v, and each query row's logsumexp.
+  // softmax(q k^T * scale, the future masked when causal) v, and each query row's logsumexp;
+  // keep_probs: a backward will follow, and the kernels may keep P for it (FlashForward::probs).
   FlashForward (*forward)(const Tensor& q, const Tensor& k, const Tensor& v, bool causal,
-                          double scale);
-  // dq, dk, dv from the output's gradient dout and the forward's out and lse.
+                          double scale, bool keep_probs);
+  // dq, dk, dv from the output's gradient dout and the forward's out, lse and probs (undefined
+  // when the forward kept none: P is then computed again from q, k and lse).
   FlashBackward (*backward)(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
-                            const Tensor& out, const Tensor& lse, bool causal, double scale);
+                            const Tensor& out, const Tensor& lse, const Tensor& probs, bool causal,
+                            double scale);
 };
 
 }  // namespace hg::kernel

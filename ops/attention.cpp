@@ -52,7 +52,8 @@ Tensor scores(const Tensor& q, const Tensor& k, double factor, bool causal) {
 using Grads = autograd::GradList;
 
 // softmax(q k^T * scale, causal) v as one node. Where the backend's kernels fit, they run
-// forward and backward (saving the rows' logsumexp, not the weights); elsewhere, and in a
+// forward and backward (saving the rows' logsumexp, and the weights only where the kernels keep
+// them: NOTE [CPU attention keeps P] in cpu/attention.cpp); elsewhere, and in a
 // backward that is itself recorded (create_graph), the same math runs as halfgrad ops in the
 // accumulation dtype (float32 for 16-bit inputs), recomputing the weights.
 struct ScaledDotProductFlashAttention {
@@ -60,6 +61,7 @@ struct ScaledDotProductFlashAttention {
   bool is_causal = false;
   std::optional<double> scale{};
   bool fused = false;  // set by forward: the backend's kernels ran, and saved lse and out
+  bool kept_probs = false;  // set by forward: the kernels kept P too (saved after out)
 
   double factor(const Tensor& q) const { return scale.value_or(default_scale(q)); }
 
@@ -80,10 +82,13 @@ struct ScaledDotProductFlashAttention {
              "expected floating q, k and v of one dtype, got {}, {} and {}", q.dtype(), k.dtype(),
              v.dtype());
     if (flash_fits(q, k, v)) {
-      kernel::FlashForward r = kernel_for::attention(q)->forward(q, k, v, is_causal, factor(q));
+      kernel::FlashForward r =
+          kernel_for::attention(q)->forward(q, k, v, is_causal, factor(q), ctx.recording());
       fused = true;
       ctx.save({q, k, v, r.lse});
       ctx.save_output(r.out);
+      kept_probs = r.probs.defined() && ctx.recording();
+      if (kept_probs) ctx.save({r.probs});
       return r.out;
     }
     ctx.save({q, k, v});
@@ -96,7 +101,8 @@ struct ScaledDotProductFlashAttention {
     const Tensor q = ctx.saved(0), k = ctx.saved(1), v = ctx.saved(2);
     if (fused && !autograd::is_grad_enabled()) {
       kernel::FlashBackward r = kernel_for::attention(q)->backward(
-          grads[0], q, k, v, ctx.saved_data(4), ctx.saved_data(3), is_causal, factor(q));
+          grads[0], q, k, v, ctx.saved_data(4), ctx.saved_data(3),
+          kept_probs ? ctx.saved_data(5) : Tensor(), is_causal, factor(q));
       return {r.dq, r.dk, r.dv};
     }
     // P = softmax(S), dV = P^T dO, dP = dO V^T, dS = P (dP - rowsum(dP P)), dQ = dS K scale,

@@ -136,20 +136,27 @@ TEST_CASE("CPU attention kernels: out, lse and gradients match float64 loops", "
         REQUIRE(kernels.fits(c.q, c.k, c.v));
         const Tensor dout = random_tensor(c.q.sizes(), 16, dtype);
         const Head want = reference(c.q, c.k, c.v, dout, causal, scale);
-        const kernel::FlashForward fwd = kernels.forward(c.q, c.k, c.v, causal, scale);
+        // Every case here is small enough for the forward to keep P when asked (NOTE [CPU
+        // attention keeps P]); the backward runs with it and without it.
+        const kernel::FlashForward fwd = kernels.forward(c.q, c.k, c.v, causal, scale, true);
         expect_result(fwd.out, dtype, c.q.sizes());
         expect_result(fwd.lse, dtype == kFloat64 ? kFloat64 : kFloat32, rows_of(c.q));
+        REQUIRE(fwd.probs.defined());
+        CHECK_FALSE(kernels.forward(c.q, c.k, c.v, causal, scale, false).probs.defined());
         const Tolerance tol = attention_tolerance(dtype);
         expect_close(values(fwd.out), want.out, tol, "out");
         expect_close(values(fwd.lse), want.lse, tol, "lse");
-        const kernel::FlashBackward bwd =
-            kernels.backward(dout, c.q, c.k, c.v, fwd.out, fwd.lse, causal, scale);
-        expect_result(bwd.dq, dtype, c.q.sizes());
-        expect_result(bwd.dk, dtype, c.k.sizes());
-        expect_result(bwd.dv, dtype, c.v.sizes());
-        expect_close(values(bwd.dq), want.dq, tol, "dq");
-        expect_close(values(bwd.dk), want.dk, tol, "dk");
-        expect_close(values(bwd.dv), want.dv, tol, "dv");
+        for (bool kept : {true, false}) {
+          CAPTURE(kept);
+          const kernel::FlashBackward bwd = kernels.backward(
+              dout, c.q, c.k, c.v, fwd.out, fwd.lse, kept ? fwd.probs : Tensor(), causal, scale);
+          expect_result(bwd.dq, dtype, c.q.sizes());
+          expect_result(bwd.dk, dtype, c.k.sizes());
+          expect_result(bwd.dv, dtype, c.v.sizes());
+          expect_close(values(bwd.dq), want.dq, tol, "dq");
+          expect_close(values(bwd.dk), want.dk, tol, "dk");
+          expect_close(values(bwd.dv), want.dv, tol, "dv");
+        }
       }
     }
   }
@@ -180,10 +187,52 @@ TEST_CASE("CPU attention: a NaN key reaches only the rows that see it", "[attent
   const Tensor q = random_tensor({L, E}, 31, kFloat32), v = random_tensor({L, E}, 32, kFloat32);
   const Tensor k = random_tensor({L, E}, 33, kFloat32);
   k.select(0, 2).select(0, 1).fill_(std::numeric_limits<double>::quiet_NaN());
-  const kernel::FlashForward fwd = cpu::attention_kernels.forward(q, k, v, true, 0.5);
+  const kernel::FlashForward fwd = cpu::attention_kernels.forward(q, k, v, true, 0.5, false);
   for (int64_t i = 0; i < L; ++i) {
     CAPTURE(i);
     for (double x : values(fwd.out.select(0, i))) CHECK(std::isnan(x) == (i >= 2));
+  }
+}
+
+TEST_CASE("CPU attention keeps P only where it holds no more values than q, k and v",
+          "[attention]") {
+  // L S <= (L + 2 S) E: 16 x 16 = 256 against 48 E (NOTE [CPU attention keeps P]).
+  for (int64_t E : {2, 5, 6, 8}) {
+    CAPTURE(E);
+    const Tensor q = random_tensor({2, 16, E}, 51, kBFloat16),
+                 k = random_tensor({2, 16, E}, 52, kBFloat16),
+                 v = random_tensor({2, 16, E}, 53, kBFloat16);
+    const kernel::FlashForward fwd = cpu::attention_kernels.forward(q, k, v, true, 0.5, true);
+    CHECK(fwd.probs.defined() == (E >= 6));
+    if (fwd.probs.defined()) {
+      // The weights out was computed from: rows summing to 1, the future 0.
+      CHECK(fwd.probs.sizes() == Shape{2, 16, 16});
+      const std::vector<double> p = values(fwd.probs);
+      for (int64_t r = 0; r < 32; ++r) {
+        double total = 0;
+        for (int64_t j = 0; j < 16; ++j) {
+          const double x = p[size_t(r * 16 + j)];
+          if (j > r % 16) CHECK(x == 0.0);
+          total += x;
+        }
+        CHECK(total == Approx(1.0).margin(0.02));
+      }
+    }
+  }
+  // Through autograd, a sequence too long to keep P for (16 x 16 against 48 x 2) and one kept
+  // (E 8) give the loops' gradients.
+  for (int64_t E : {2, 8}) {
+    CAPTURE(E);
+    const Tensor q = head_view({2, 2, 16, E}, 54, kBFloat16).requires_grad_();
+    const Tensor k = head_view({2, 2, 16, E}, 55, kBFloat16).requires_grad_();
+    const Tensor v = head_view({2, 2, 16, E}, 56, kBFloat16).requires_grad_();
+    const Tensor dout = random_tensor({2, 2, 16, E}, 57, kBFloat16);
+    scaled_dot_product_attention(q, k, v, {}, 0.0, true).backward(dout);
+    const Head want = reference(q, k, v, dout, true, 1.0 / std::sqrt(double(E)));
+    const Tolerance tol = attention_tolerance(kBFloat16);
+    expect_close(values(q.grad()), want.dq, tol, "q.grad");
+    expect_close(values(k.grad()), want.dk, tol, "k.grad");
+    expect_close(values(v.grad()), want.dv, tol, "v.grad");
   }
 }
 
@@ -201,26 +250,32 @@ TEST_CASE("CPU attention gives the same bits on one thread and two", "[attention
       for (DType dtype : {kFloat32, kBFloat16}) cpu::set_gemm_path(dtype, cpu::GemmPath::Auto);
     }
   } small_paths;
-  const Tensor q = head_view({4, 4, 33, 8}, 41, kBFloat16),
-               k = head_view({4, 4, 33, 8}, 42, kBFloat16),
-               v = head_view({4, 4, 33, 8}, 43, kBFloat16);
-  const Tensor dout = random_tensor({4, 4, 33, 8}, 44, kBFloat16);
-  const int threads = omp_get_max_threads();
-  std::vector<std::vector<double>> runs;
-  for (int n : {1, 2}) {
-    omp_set_num_threads(n);
-    const kernel::FlashForward fwd = cpu::attention_kernels.forward(q, k, v, true, 0.3);
-    const kernel::FlashBackward bwd =
-        cpu::attention_kernels.backward(dout, q, k, v, fwd.out, fwd.lse, true, 0.3);
-    std::vector<double> all;
-    for (const Tensor& t : {fwd.out, fwd.lse, bwd.dq, bwd.dk, bwd.dv}) {
-      const std::vector<double> x = values(t);
-      all.insert(all.end(), x.begin(), x.end());
+  // E 8: P is computed again in the backward; E 16: the forward keeps it (33 x 33 against
+  // 99 E values, NOTE [CPU attention keeps P]).
+  for (int64_t E : {8, 16}) {
+    CAPTURE(E);
+    const Tensor q = head_view({4, 4, 33, E}, 41, kBFloat16),
+                 k = head_view({4, 4, 33, E}, 42, kBFloat16),
+                 v = head_view({4, 4, 33, E}, 43, kBFloat16);
+    const Tensor dout = random_tensor({4, 4, 33, E}, 44, kBFloat16);
+    const int threads = omp_get_max_threads();
+    std::vector<std::vector<double>> runs;
+    for (int n : {1, 2}) {
+      omp_set_num_threads(n);
+      const kernel::FlashForward fwd = cpu::attention_kernels.forward(q, k, v, true, 0.3, true);
+      CHECK(fwd.probs.defined() == (E == 16));
+      const kernel::FlashBackward bwd =
+          cpu::attention_kernels.backward(dout, q, k, v, fwd.out, fwd.lse, fwd.probs, true, 0.3);
+      std::vector<double> all;
+      for (const Tensor& t : {fwd.out, fwd.lse, bwd.dq, bwd.dk, bwd.dv}) {
+        const std::vector<double> x = values(t);
+        all.insert(all.end(), x.begin(), x.end());
+      }
+      runs.push_back(all);
     }
-    runs.push_back(all);
+    omp_set_num_threads(threads);
+    CHECK(runs[0] == runs[1]);
   }
-  omp_set_num_threads(threads);
-  CHECK(runs[0] == runs[1]);
 }
 
 TEST_CASE("CPU attention rejects what it cannot take, naming it", "[attention][errors]") {
@@ -230,12 +285,18 @@ TEST_CASE("CPU attention rejects what it cannot take, naming it", "[attention][e
   CHECK_FALSE(kernels.fits(q, k, v.to(kFloat16)));
   CHECK_FALSE(kernels.fits(q, randn({3, 5, 4}), randn({3, 5, 4})));
   CHECK_FALSE(kernels.fits(randn({2, 0, 4}), k, v));
-  CHECK_THROWS_WITH(kernels.forward(q, k, randn({2, 5, 3}), false, 1.0),
+  CHECK_THROWS_WITH(kernels.forward(q, k, randn({2, 5, 3}), false, 1.0, false),
                     Contains("the CPU kernels do not take"));
-  const kernel::FlashForward fwd = kernels.forward(q, k, v, false, 0.5);
+  const kernel::FlashForward fwd = kernels.forward(q, k, v, false, 0.5, true);
   CHECK_THROWS_WITH(
-      kernels.backward(randn({2, 3, 4}), q, k, v, fwd.out, randn({2, 4}), false, 0.5).dq,
+      kernels.backward(randn({2, 3, 4}), q, k, v, fwd.out, randn({2, 4}), fwd.probs, false, 0.5).dq,
       Contains("expected the forward's lse, float32 of shape [2, 3]"));
-  CHECK_THROWS_WITH(kernels.backward(randn({2, 4, 4}), q, k, v, fwd.out, fwd.lse, false, 0.5).dq,
-                    Contains("expected grad_output and out of q's shape [2, 3, 4]"));
+  CHECK_THROWS_WITH(
+      kernels.backward(randn({2, 4, 4}), q, k, v, fwd.out, fwd.lse, fwd.probs, false, 0.5).dq,
+      Contains("expected grad_output and out of q's shape [2, 3, 4]"));
+  CHECK_THROWS_WITH(
+      kernels.backward(randn({2, 3, 4}), q, k, v, fwd.out, fwd.lse, randn({2, 5, 3}), false, 0.5)
+          .dq,
+      Contains("expected the forward's kept weights, contiguous float32 of shape [2, 3, 5] on "
+               "the CPU, or none, got float32 [2, 5, 3]"));
 }
