@@ -368,9 +368,12 @@ HG_ROW_INLINE void layer_norm_row_body(const float* x, float* y, const float* w,
   for (; i < M; ++i) y[i] = (x[i] - mean) * rs * w[i] + b[i];
 }
 
+// One row's dx; with col_g and col_gx (M values each), also adds the row's g and g * xhat to
+// them: the dbias and dweight sums of its block of rows (NOTE [LayerNorm parameter sums]).
 template <class V>
 HG_ROW_INLINE void layer_norm_backward_row_body(const float* x, const float* g, float* dx,
-                                                const float* w, int64_t M, float mu, float rs) {
+                                                const float* w, int64_t M, float mu, float rs,
+                                                float* col_g, float* col_gx) {
   constexpr int W = kLanes<V>;
   V acc_g = V{}, acc_gx = V{};
   int64_t i = 0;
@@ -396,11 +399,25 @@ HG_ROW_INLINE void layer_norm_backward_row_body(const float* x, const float* g, 
     load_vec(xv, x + i);
     load_vec(gv, g + i);
     load_vec(wv, w + i);
-    gv = rs * (gv * wv - mean_g - (xv - mu) * rs * mean_gx);
+    const V xhat = (xv - mu) * rs;
+    if (col_g != nullptr) {
+      V cg, cgx;
+      load_vec(cg, col_g + i);
+      load_vec(cgx, col_gx + i);
+      cg += gv;
+      cgx += gv * xhat;
+      store_vec(col_g + i, cg);
+      store_vec(col_gx + i, cgx);
+    }
+    gv = rs * (gv * wv - mean_g - xhat * mean_gx);
     store_vec(dx + i, gv);
   }
   for (; i < M; ++i) {
     const float xhat = (x[i] - mu) * rs;
+    if (col_g != nullptr) {
+      col_g[i] += g[i];
+      col_gx[i] += g[i] * xhat;
+    }
     dx[i] = rs * (g[i] * w[i] - mean_g - xhat * mean_gx);
   }
 }
@@ -408,7 +425,7 @@ HG_ROW_INLINE void layer_norm_backward_row_body(const float* x, const float* g, 
 using LayerNormRow = void (*)(const float*, float*, const float*, const float*, int64_t, float,
                               float*, float*);
 using LayerNormBackwardRow = void (*)(const float*, const float*, float*, const float*, int64_t,
-                                      float, float);
+                                      float, float, float*, float*);
 
 __attribute__((target("avx512f,avx2,fma"))) void layer_norm_row_avx512(const float* x, float* y,
                                                                        const float* w,
@@ -428,18 +445,20 @@ void layer_norm_row_base(const float* x, float* y, const float* w, const float* 
   layer_norm_row_body<FloatVec4>(x, y, w, b, M, eps, mean, rstd);
 }
 __attribute__((target("avx512f,avx2,fma"))) void layer_norm_backward_row_avx512(
-    const float* x, const float* g, float* dx, const float* w, int64_t M, float mu, float rs) {
-  layer_norm_backward_row_body<FloatVec16>(x, g, dx, w, M, mu, rs);
+    const float* x, const float* g, float* dx, const float* w, int64_t M, float mu, float rs,
+    float* col_g, float* col_gx) {
+  layer_norm_backward_row_body<FloatVec16>(x, g, dx, w, M, mu, rs, col_g, col_gx);
 }
 __attribute__((target("avx2,fma"))) void layer_norm_backward_row_avx2(const float* x,
                                                                       const float* g, float* dx,
                                                                       const float* w, int64_t M,
-                                                                      float mu, float rs) {
-  layer_norm_backward_row_body<FloatVec8>(x, g, dx, w, M, mu, rs);
+                                                                      float mu, float rs,
+                                                                      float* col_g, float* col_gx) {
+  layer_norm_backward_row_body<FloatVec8>(x, g, dx, w, M, mu, rs, col_g, col_gx);
 }
 void layer_norm_backward_row_base(const float* x, const float* g, float* dx, const float* w,
-                                  int64_t M, float mu, float rs) {
-  layer_norm_backward_row_body<FloatVec4>(x, g, dx, w, M, mu, rs);
+                                  int64_t M, float mu, float rs, float* col_g, float* col_gx) {
+  layer_norm_backward_row_body<FloatVec4>(x, g, dx, w, M, mu, rs, col_g, col_gx);
 }
 
 // The per-thread float32 buffer of the 16-bit rows widened before the float32 row functions.
@@ -526,20 +545,51 @@ NormBackward layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor
     const T* xp = xc.data_ptr<T>();
     const T* g = dyc.data_ptr<T>();
     T* dx = result.dx.data_ptr<T>();
-    if constexpr (std::is_same_v<T, float>) {
+    if constexpr (std::is_same_v<A, float>) {
+      // NOTE [LayerNorm parameter sums] dweight and dbias are column sums over every row. The
+      // row pass adds each row's g and g * xhat into sums of its own block of rows while the
+      // row is in registers, and the blocks' sums are added in block order at the end: one
+      // pass over x and dy instead of a second one by columns. The blocks are fixed by the row
+      // count alone (kSumRows rows, at most kSumBlocks blocks), so every sum has one order on
+      // any thread count.
+      constexpr int64_t kSumRows = 32, kSumBlocks = 256;
+      const bool sums = dweight.defined() || dbias.defined();
+      const int64_t block_rows = std::max(kSumRows, (rows + kSumBlocks - 1) / kSumBlocks);
+      const int64_t blocks = (rows + block_rows - 1) / block_rows;
+      std::vector<float> partial(sums ? size_t(blocks * 2 * M) : 0, 0.0f);
       const LayerNormBackwardRow row = layer_norm_backward_row();
-      parallel_for(rows, 2 * M, [&](int64_t r) {
-        row(xp + r * M, g + r * M, dx + r * M, w.data(), M, mu[size_t(r)], rs[size_t(r)]);
+      parallel_for(blocks, block_rows * 2 * M, [&](int64_t block) {
+        float* const col_g = sums ? partial.data() + block * 2 * M : nullptr;
+        float* const col_gx = sums ? col_g + M : nullptr;
+        const int64_t end = std::min(rows, (block + 1) * block_rows);
+        for (int64_t r = block * block_rows; r < end; ++r) {
+          if constexpr (std::is_same_v<T, float>) {
+            row(xp + r * M, g + r * M, dx + r * M, w.data(), M, mu[size_t(r)], rs[size_t(r)], col_g,
+                col_gx);
+          } else {  // float16, bfloat16: rows widened
+            float* const buffer = row_buffer(3 * M);
+            convert::to_float(xp + r * M, buffer, M);
+            convert::to_float(g + r * M, buffer + M, M);
+            row(buffer, buffer + M, buffer + 2 * M, w.data(), M, mu[size_t(r)], rs[size_t(r)],
+                col_g, col_gx);
+            convert::from_float(buffer + 2 * M, dx + r * M, M);
+          }
+        }
       });
-    } else if constexpr (std::is_same_v<A, float>) {  // float16, bfloat16: rows widened
-      const LayerNormBackwardRow row = layer_norm_backward_row();
-      parallel_for(rows, 2 * M, [&](int64_t r) {
-        float* const buffer = row_buffer(3 * M);
-        convert::to_float(xp + r * M, buffer, M);
-        convert::to_float(g + r * M, buffer + M, M);
-        row(buffer, buffer + M, buffer + 2 * M, w.data(), M, mu[size_t(r)], rs[size_t(r)]);
-        convert::from_float(buffer + 2 * M, dx + r * M, M);
-      });
+      if (!sums) return;
+      A* dw = dweight.defined() ? dweight.data_ptr<A>() : nullptr;
+      A* db = dbias.defined() ? dbias.data_ptr<A>() : nullptr;
+      std::vector<float> total_g(size_t(M), 0.0f), total_gx(size_t(M), 0.0f);
+      for (int64_t block = 0; block < blocks; ++block) {
+        const float* const col_g = partial.data() + block * 2 * M;
+        for (int64_t i = 0; i < M; ++i) {
+          total_g[size_t(i)] += col_g[i];
+          total_gx[size_t(i)] += col_g[M + i];
+        }
+      }
+      if (dw) std::copy(total_gx.begin(), total_gx.end(), dw);
+      if (db) std::copy(total_g.begin(), total_g.end(), db);
+      return;
     } else {
       parallel_for(rows, 2 * M, [&](int64_t r) {
         const int64_t base = r * M;
