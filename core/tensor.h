@@ -319,6 +319,11 @@ class Tensor {
   Tensor sin() const;
   Tensor cos() const;
   Tensor tanh() const;
+  Tensor tan() const;
+  Tensor asin() const;
+  Tensor acos() const;
+  Tensor sinh() const;
+  Tensor cosh() const;
   Tensor sigmoid() const;
   Tensor relu() const;
   Tensor silu() const;

@@ -397,6 +397,26 @@ Tensor unary_derivative<OpId::tanh>(const Tensor&, const Tensor& y) {
   return 1.0 - mul(y, y);
 }
 template <>
+Tensor unary_derivative<OpId::tan>(const Tensor&, const Tensor& y) {
+  return 1.0 + mul(y, y);  // 1 / cos^2 x = 1 + tan^2 x
+}
+template <>
+Tensor unary_derivative<OpId::asin>(const Tensor& x, const Tensor&) {
+  return rsqrt(1.0 - mul(x, x));
+}
+template <>
+Tensor unary_derivative<OpId::acos>(const Tensor& x, const Tensor&) {
+  return neg(rsqrt(1.0 - mul(x, x)));
+}
+template <>
+Tensor unary_derivative<OpId::sinh>(const Tensor& x, const Tensor&) {
+  return cosh(x);
+}
+template <>
+Tensor unary_derivative<OpId::cosh>(const Tensor& x, const Tensor&) {
+  return sinh(x);
+}
+template <>
 Tensor unary_derivative<OpId::sigmoid>(const Tensor&, const Tensor& y) {
   return mul(y, 1.0 - y);
 }

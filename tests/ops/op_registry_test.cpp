@@ -63,7 +63,12 @@ const std::set<std::string> kCudaFp32 = {"cumprod",
                                          "cross_entropy",
                                          "kl_div",
                                          "binary_cross_entropy_with_logits",
-                                         "softplus"};
+                                         "softplus",
+                                         "acos",
+                                         "asin",
+                                         "cosh",
+                                         "sinh",
+                                         "tan"};
 const std::set<std::string> kCudaPromote = {"atan2",     "addcmul",     "addcdiv", "dot",
                                             "index_put", "scatter_add", "cat",     "stack"};
 const std::set<std::string> kCudaBanned = {"binary_cross_entropy"};
