@@ -577,18 +577,14 @@ NormBackward layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor
         }
       });
       if (!sums) return;
-      A* dw = dweight.defined() ? dweight.data_ptr<A>() : nullptr;
-      A* db = dbias.defined() ? dbias.data_ptr<A>() : nullptr;
-      std::vector<float> total_g(size_t(M), 0.0f), total_gx(size_t(M), 0.0f);
-      for (int64_t block = 0; block < blocks; ++block) {
-        const float* const col_g = partial.data() + block * 2 * M;
-        for (int64_t i = 0; i < M; ++i) {
-          total_g[size_t(i)] += col_g[i];
-          total_gx[size_t(i)] += col_g[M + i];
-        }
+      // The blocks' sums into block 0's, in block order.
+      float* const total = partial.data();
+      for (int64_t block = 1; block < blocks; ++block) {
+        const float* const sums_of_block = partial.data() + block * 2 * M;
+        for (int64_t i = 0; i < 2 * M; ++i) total[i] += sums_of_block[i];
       }
-      if (dw) std::copy(total_gx.begin(), total_gx.end(), dw);
-      if (db) std::copy(total_g.begin(), total_g.end(), db);
+      if (dweight.defined()) std::copy_n(total + M, M, dweight.data_ptr<A>());
+      if (dbias.defined()) std::copy_n(total, M, dbias.data_ptr<A>());
       return;
     } else {
       parallel_for(rows, 2 * M, [&](int64_t r) {

@@ -87,7 +87,7 @@ struct ScaledDotProductFlashAttention {
       fused = true;
       ctx.save({q, k, v, r.lse});
       ctx.save_output(r.out);
-      kept_probs = r.probs.defined() && ctx.recording();
+      kept_probs = r.probs.defined();  // only when asked: only while recording
       if (kept_probs) ctx.save({r.probs});
       return r.out;
     }

@@ -405,8 +405,8 @@ Tensor unary_derivative<OpId::asin>(const Tensor& x, const Tensor&) {
   return rsqrt(1.0 - mul(x, x));
 }
 template <>
-Tensor unary_derivative<OpId::acos>(const Tensor& x, const Tensor&) {
-  return neg(rsqrt(1.0 - mul(x, x)));
+Tensor unary_derivative<OpId::acos>(const Tensor& x, const Tensor& y) {
+  return neg(unary_derivative<OpId::asin>(x, y));  // acos = pi / 2 - asin
 }
 template <>
 Tensor unary_derivative<OpId::sinh>(const Tensor& x, const Tensor&) {
