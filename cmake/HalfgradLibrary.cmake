@@ -34,8 +34,11 @@ file(GLOB HALFGRAD_SOURCES CONFIGURE_DEPENDS ${_hg_source_globs})
 # called only where the CPU has it; without SLEEF (not x86-64) they are left out.
 set(_hg_vector_math_avx512 "${PROJECT_SOURCE_DIR}/cpu/vector_math_avx512.cpp")
 set(_hg_vector_math_avx2 "${PROJECT_SOURCE_DIR}/cpu/vector_math_avx2.cpp")
+# The per-head bfloat16 attention (NOTE [Attention by heads]) takes its exponentials from SLEEF.
+set(_hg_attention_heads "${PROJECT_SOURCE_DIR}/cpu/attention_heads_avx512.cpp")
 if(NOT HALFGRAD_HAS_SLEEF)
-  list(REMOVE_ITEM HALFGRAD_SOURCES ${_hg_vector_math_avx512} ${_hg_vector_math_avx2})
+  list(REMOVE_ITEM HALFGRAD_SOURCES ${_hg_vector_math_avx512} ${_hg_vector_math_avx2}
+    ${_hg_attention_heads})
 endif()
 
 add_library(halfgrad STATIC ${HALFGRAD_SOURCES})
@@ -84,6 +87,8 @@ if(HALFGRAD_HAS_SLEEF)
     COMPILE_OPTIONS "-mavx512f;-ffp-contract=off")
   set_source_files_properties(${_hg_vector_math_avx2} PROPERTIES
     COMPILE_OPTIONS "-mavx2;-mfma;-ffp-contract=off")
+  set_source_files_properties(${_hg_attention_heads} PROPERTIES
+    COMPILE_OPTIONS "-mavx512f;-mavx512bw;-mavx512vl;-mavx512bf16")
   target_link_libraries(halfgrad PRIVATE $<BUILD_INTERFACE:halfgrad_sleef>)
   target_link_libraries(halfgrad INTERFACE $<INSTALL_INTERFACE:${HALFGRAD_SLEEF_LIBRARY}>)
 endif()

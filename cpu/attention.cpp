@@ -1,5 +1,7 @@
 // The CPU attention kernels (kernel/attention.h): softmax(q k^T * scale, causal) v as batched
-// GEMMs around one pass over the rows of the scores (NOTE [CPU attention]).
+// GEMMs around one pass over the rows of the scores (NOTE [CPU attention]), or for bfloat16 on
+// a CPU with AVX512-BF16 one head at a time (NOTE [Attention by heads] in
+// cpu/attention_heads_avx512.cpp; the path by_heads below picks, cpu/attention.h sets).
 //
 // NOTE [CPU attention] The attention of a small model on the CPU is many small matrices: the
 // demo's is 256 products of 9 x 12 by 12 x 9. As halfgrad ops (matmul, mul by the scale,
@@ -35,19 +37,27 @@
 // short row (the demo's are 9 keys) does not pay a call, a thread-local lookup and a masked
 // tail of its own (softmax over the demo's 2304 rows of 9, one row at a time, took 81 us in
 // that same program).
+#include "halfgrad/cpu/attention.h"
+
 #include <omp.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <string_view>
 #include <type_traits>
 #include <vector>
 
+#include "halfgrad/config.h"
 #include "halfgrad/core/convert.h"
+#include "halfgrad/core/cpu_features.h"
 #include "halfgrad/core/factory.h"
 #include "halfgrad/core/format.h"
+#include "halfgrad/cpu/attention_heads_avx512.h"
 #include "halfgrad/cpu/kernel_tables.h"
 #include "halfgrad/cpu/linalg.h"
 #include "halfgrad/cpu/nn_common.h"
@@ -416,6 +426,118 @@ DType compute_dtype(DType dtype) { return gemm_runs_natively(dtype) ? dtype : kF
 // rounding); dS is rounded to that dtype before its products either way.
 bool keeps_probs(int64_t L, int64_t S, int64_t E) { return L * S <= (L + 2 * S) * E; }
 
+// ---- the per-head path (NOTE [Attention by heads] in cpu/attention_heads_avx512.cpp) ----------
+
+std::atomic<AttentionPath>& path_setting() {
+  static std::atomic<AttentionPath> setting = [] {
+    const char* raw = std::getenv("HALFGRAD_CPU_ATTENTION");
+    return raw != nullptr && std::string_view(raw) == "batched" ? AttentionPath::Batched
+                                                                : AttentionPath::Auto;
+  }();
+  return setting;
+}
+
+// Whether the heads of q [..., L, E] in the dtype the kernels compute in (compute_dtype) run by
+// heads: the same answer for a forward and its backward, so lse and a kept P are the same
+// path's.
+bool by_heads(DType dtype, int64_t L, int64_t S, int64_t E) {
+#if defined(__x86_64__) && HALFGRAD_HAS_SLEEF
+  return dtype == kBFloat16 &&
+         path_setting().load(std::memory_order_relaxed) == AttentionPath::Auto &&
+         cpu_has_avx512_bf16() && detail::heads_fit(L, S, E);
+#else
+  (void)dtype, (void)L, (void)S, (void)E;
+  return false;
+#endif
+}
+
+#if defined(__x86_64__) && HALFGRAD_HAS_SLEEF
+// t [N..., rows, cols] with its last dim dense (a copy where it is not): each matrix's first
+// value, in values from t's data, and its row stride.
+struct Heads {
+  Tensor t;
+  std::vector<int64_t> first;
+  int64_t stride;
+  detail::HeadRows rows(int64_t n) const {
+    return {reinterpret_cast<const uint16_t*>(t.data_ptr<BFloat16>()) + first[size_t(n)], stride};
+  }
+};
+
+Heads heads_of(const Tensor& tensor, int64_t N) {
+  Heads h{tensor.stride(-1) == 1 || tensor.size(-1) == 1 ? tensor : tensor.contiguous(), {}, 0};
+  h.stride = h.t.size(-2) == 1 ? h.t.size(-1) : h.t.stride(-2);
+  h.first.resize(size_t(N));
+  for (int64_t n = 0; n < N; ++n) {
+    int64_t rest = n, offset = 0;
+    for (int64_t d = h.t.dim() - 3; d >= 0; --d) {
+      offset += (rest % h.t.size(d)) * h.t.stride(d);
+      rest /= h.t.size(d);
+    }
+    h.first[size_t(n)] = offset;
+  }
+  return h;
+}
+
+// A 64-byte line of a per-thread workspace.
+struct alignas(64) WorkLine {
+  unsigned char bytes[64];
+};
+
+// f(n, workspace) for each of the N heads, on the threads.
+template <class F>
+void for_each_head(int64_t N, const detail::HeadShape& shape, F&& f) {
+  const int64_t lines = int64_t(detail::heads_workspace_bytes(shape) + 63) / 64;
+  parallel_for(N, shape.L * shape.S * shape.E, [&](int64_t n) {
+    f(n, static_cast<void*>(nn_common::kept_buffer<WorkLine>(lines)));
+  });
+}
+
+FlashForward heads_forward(const Tensor& q, const Tensor& k, const Tensor& v, bool causal,
+                           double scale, bool keep_probs) {
+  const int64_t L = q.size(-2), S = k.size(-2), E = q.size(-1), N = q.numel() / (L * E);
+  const Heads qh = heads_of(q, N), kh = heads_of(k, N), vh = heads_of(v, N);
+  const Tensor out = empty(q.sizes(), {.dtype = kBFloat16, .device = q.device()});
+  const Tensor lse = empty(row_shape(q), {.dtype = kFloat32, .device = q.device()});
+  const Tensor probs = keep_probs && keeps_probs(L, S, E)
+                           ? empty({N, L, S}, {.dtype = kBFloat16, .device = q.device()})
+                           : Tensor();
+  auto* const out_bits = reinterpret_cast<uint16_t*>(out.data_ptr<BFloat16>());
+  auto* const probs_bits =
+      probs.defined() ? reinterpret_cast<uint16_t*>(probs.data_ptr<BFloat16>()) : nullptr;
+  float* const lse_rows = lse.data_ptr<float>();
+  const detail::HeadShape shape{L, S, E, causal, float(scale)};
+  for_each_head(N, shape, [&](int64_t n, void* workspace) {
+    detail::head_forward_avx512bf16(
+        shape, qh.rows(n), kh.rows(n), vh.rows(n), out_bits + n * L * E, lse_rows + n * L,
+        probs_bits != nullptr ? probs_bits + n * L * S : nullptr, workspace);
+  });
+  return {out, lse, probs};
+}
+
+FlashBackward heads_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
+                             const Tensor& out, const Tensor& lse, const Tensor& probs, bool causal,
+                             double scale) {
+  const int64_t L = q.size(-2), S = k.size(-2), E = q.size(-1), N = q.numel() / (L * E);
+  const Heads qh = heads_of(q, N), kh = heads_of(k, N), vh = heads_of(v, N);
+  const Heads gh = heads_of(dout.to(kBFloat16), N), oh = heads_of(out.to(kBFloat16), N);
+  const Tensor lse_rows = lse.contiguous();
+  const TensorOptions options{.dtype = kBFloat16, .device = q.device()};
+  const Tensor dq = empty(q.sizes(), options), dk = empty(k.sizes(), options),
+               dv = empty(v.sizes(), options);
+  auto bits = [](const Tensor& t) { return reinterpret_cast<uint16_t*>(t.data_ptr<BFloat16>()); };
+  const uint16_t* const kept = probs.defined() ? bits(probs) : nullptr;
+  const float* const rows_lse = lse_rows.data_ptr<float>();
+  const detail::HeadShape shape{L, S, E, causal, float(scale)};
+  for_each_head(N, shape, [&](int64_t n, void* workspace) {
+    detail::head_backward_avx512bf16(
+        shape, gh.rows(n), qh.rows(n), kh.rows(n), vh.rows(n), oh.rows(n), rows_lse + n * L,
+        kept != nullptr ? kept + n * L * S : nullptr, bits(dq) + n * L * E, bits(dk) + n * S * E,
+        bits(dv) + n * S * E, workspace);
+  });
+  return {dq, dk, dv};
+}
+#endif
+
 FlashForward attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, bool causal,
                                double scale, bool keep_probs) {
   HG_CHECK(attention_fits(q, k, v),
@@ -424,6 +546,9 @@ FlashForward attention_forward(const Tensor& q, const Tensor& k, const Tensor& v
            kOp, q.sizes(), q.dtype(), k.sizes(), k.dtype(), v.sizes(), v.dtype());
   const DType dtype = compute_dtype(q.dtype());
   const int64_t L = q.size(-2), S = k.size(-2), E = q.size(-1), N = q.numel() / (L * E);
+#if defined(__x86_64__) && HALFGRAD_HAS_SLEEF
+  if (by_heads(dtype, L, S, E)) return heads_forward(q, k, v, causal, scale, keep_probs);
+#endif
   const Tensor q3 = as_3d(q, N, dtype), k3 = as_3d(k, N, dtype), v3 = as_3d(v, N, dtype);
   const TensorOptions options{.dtype = dtype, .device = q.device()};
   const Tensor scores = empty({N, L, S}, options);
@@ -462,6 +587,11 @@ FlashBackward attention_backward(const Tensor& dout, const Tensor& q, const Tens
            "on the CPU, or none, got {}",
            kOp, dtype, N, L, S,
            probs.defined() ? fmt::format("{} {}", probs.dtype(), probs.sizes()) : "none");
+#if defined(__x86_64__) && HALFGRAD_HAS_SLEEF
+  if (by_heads(dtype, L, S, E)) {
+    return heads_backward(dout, q, k, v, out, lse, probs, causal, scale);
+  }
+#endif
   const Tensor q3 = as_3d(q, N, dtype), k3 = as_3d(k, N, dtype), v3 = as_3d(v, N, dtype);
   const Tensor out3 = as_3d(out, N, dtype).contiguous();
   const Tensor dout3 = as_3d(dout, N, dtype).contiguous();
@@ -489,6 +619,15 @@ FlashBackward attention_backward(const Tensor& dout, const Tensor& q, const Tens
 }
 
 }  // namespace
+
+void set_attention_path(AttentionPath path) {
+  path_setting().store(path, std::memory_order_relaxed);
+}
+AttentionPath get_attention_path() { return path_setting().load(std::memory_order_relaxed); }
+
+const char* attention_path_name(DType dtype, int64_t L, int64_t S, int64_t E) {
+  return is_floating_point(dtype) && by_heads(compute_dtype(dtype), L, S, E) ? "heads" : "batched";
+}
 
 // clang-format off
 const kernel::AttentionKernels attention_kernels{.fits = attention_fits,

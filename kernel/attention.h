@@ -2,8 +2,9 @@
 // ops/attention.cpp runs for scaled_dot_product_flash_attention where the operands fit: on CUDA
 // flash kernels that never write the scores (cuda/attention.cpp, NOTE [Fused attention] in
 // cuda/attention.cu), on the CPU batched GEMMs around one pass over the score rows
-// (NOTE [CPU attention] in cpu/attention.cpp). Elsewhere the op computes the same math with
-// halfgrad's ops.
+// (NOTE [CPU attention] in cpu/attention.cpp), or for bfloat16 on AVX512-BF16 one head at a
+// time (NOTE [Attention by heads] in cpu/attention_heads_avx512.cpp). Elsewhere the op computes the
+// same math with halfgrad's ops.
 //
 //   q [N..., L, E], k and v [N..., S, E] (one batch shape N..., no broadcasting).
 #pragma once

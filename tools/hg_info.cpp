@@ -7,6 +7,7 @@
 #include "halfgrad/config.h"
 #include "halfgrad/core/convert.h"
 #include "halfgrad/core/factory.h"
+#include "halfgrad/cpu/attention.h"
 #include "halfgrad/cpu/kernel_tables.h"
 #include "halfgrad/cpu/linalg.h"
 #include "halfgrad/cpu/onednn.h"
@@ -33,6 +34,11 @@ int main(int argc, char** argv) {
     fmt::print("GEMM {:<8} {} [{}]\n", hg::dtype_name(dtype),
                hg::cpu::linalg_kernels.backend(dtype), hg::cpu::gemm_kernel_name(dtype));
   }
+  // The attention path of a bfloat16 head of 64 x 64 x 32 (NOTE [Attention by heads]).
+  fmt::print(
+      "attention     bfloat16 64 x 64 x 32 heads: {} (HALFGRAD_CPU_ATTENTION=batched sets "
+      "batched)\n",
+      hg::cpu::attention_path_name(hg::kBFloat16, 64, 64, 32));
   // The paths gemm measures and keeps (NOTE [GEMM path by measurement]), for square products
   // of three sizes, on this process's threads.
   if (measure) {

@@ -7,6 +7,9 @@
 #include <limits>
 #include <vector>
 
+#include "halfgrad/config.h"
+#include "halfgrad/core/cpu_features.h"
+#include "halfgrad/cpu/attention.h"
 #include "halfgrad/cpu/kernel_tables.h"
 #include "halfgrad/cpu/linalg.h"
 #include "nn_test_util.h"
@@ -124,8 +127,29 @@ std::vector<Case> cases(DType dtype) {
       {"4-d, L 9, S 9, E 32", random_tensor({2, 2, 9, 32}, 20, dtype, -0.6, 0.6),
        random_tensor({2, 2, 9, 32}, 25, dtype, -0.6, 0.6),
        random_tensor({2, 2, 9, 32}, 26, dtype, -0.6, 0.6)},
+      // The per-head path's tiles and blocks (NOTE [Attention by heads]): the larger CPU GPT's
+      // heads as MultiheadAttention hands them; S past one tile of pairs along E (E 40) and
+      // not a whole number of key blocks; L > S with odd L and E.
+      {"4-d views, L 64, S 64, E 32",
+       random_tensor({1, 64, 2, 32}, 60, dtype, -0.6, 0.6).transpose(1, 2),
+       random_tensor({1, 64, 2, 32}, 61, dtype, -0.6, 0.6).transpose(1, 2),
+       random_tensor({1, 64, 2, 32}, 62, dtype, -0.6, 0.6).transpose(1, 2)},
+      {"3-d, L 40, S 70, E 40", random_tensor({2, 40, 40}, 63, dtype, -0.6, 0.6),
+       random_tensor({2, 70, 40}, 64, dtype, -0.6, 0.6),
+       random_tensor({2, 70, 40}, 65, dtype, -0.6, 0.6)},
+      {"3-d, L 37, S 20, E 17", random_tensor({2, 37, 17}, 66, dtype, -0.6, 0.6),
+       random_tensor({2, 20, 17}, 67, dtype, -0.6, 0.6),
+       random_tensor({2, 20, 17}, 68, dtype, -0.6, 0.6)},
   };
 }
+
+// Sets the CPU attention path for a scope (NOTE [Attention by heads]), then back to Auto.
+struct PathFor {
+  explicit PathFor(cpu::AttentionPath path) { cpu::set_attention_path(path); }
+  ~PathFor() { cpu::set_attention_path(cpu::AttentionPath::Auto); }
+  PathFor(const PathFor&) = delete;
+  PathFor& operator=(const PathFor&) = delete;
+};
 
 Shape rows_of(const Tensor& q) {
   Shape rows;
@@ -137,37 +161,91 @@ Shape rows_of(const Tensor& q) {
 
 TEST_CASE("CPU attention kernels: out, lse and gradients match float64 loops", "[attention]") {
   const kernel::AttentionKernels& kernels = cpu::attention_kernels;
-  for (DType dtype : kAllDTypes) {
-    for (const Case& c : cases(dtype)) {
-      for (bool causal : {false, true}) {
-        CAPTURE(dtype, c.name, causal);
-        const double scale = causal ? 0.7 : 1.0 / std::sqrt(double(c.q.size(-1)));
-        REQUIRE(kernels.fits(c.q, c.k, c.v));
-        const Tensor dout = random_tensor(c.q.sizes(), 16, dtype);
-        const Head want = reference(c.q, c.k, c.v, dout, causal, scale);
-        // Every case here is small enough for the forward to keep P when asked (NOTE [CPU
-        // attention keeps P]); the backward runs with it and without it.
-        const kernel::FlashForward fwd = kernels.forward(c.q, c.k, c.v, causal, scale, true);
-        expect_result(fwd.out, dtype, c.q.sizes());
-        expect_result(fwd.lse, dtype == kFloat64 ? kFloat64 : kFloat32, rows_of(c.q));
-        REQUIRE(fwd.probs.defined());
-        CHECK_FALSE(kernels.forward(c.q, c.k, c.v, causal, scale, false).probs.defined());
-        const Tolerance tol = attention_tolerance(dtype);
-        expect_close(values(fwd.out), want.out, tol, "out");
-        expect_close(values(fwd.lse), want.lse, tol, "lse");
-        for (bool kept : {true, false}) {
-          CAPTURE(kept);
-          const kernel::FlashBackward bwd = kernels.backward(
-              dout, c.q, c.k, c.v, fwd.out, fwd.lse, kept ? fwd.probs : Tensor(), causal, scale);
-          expect_result(bwd.dq, dtype, c.q.sizes());
-          expect_result(bwd.dk, dtype, c.k.sizes());
-          expect_result(bwd.dv, dtype, c.v.sizes());
-          expect_close(values(bwd.dq), want.dq, tol, "dq");
-          expect_close(values(bwd.dk), want.dk, tol, "dk");
-          expect_close(values(bwd.dv), want.dv, tol, "dv");
+  for (cpu::AttentionPath path : {cpu::AttentionPath::Auto, cpu::AttentionPath::Batched}) {
+    const PathFor path_for(path);
+    for (DType dtype : kAllDTypes) {
+      for (const Case& c : cases(dtype)) {
+        for (bool causal : {false, true}) {
+          CAPTURE(path == cpu::AttentionPath::Auto, dtype, c.name, causal);
+          CAPTURE(cpu::attention_path_name(dtype, c.q.size(-2), c.k.size(-2), c.q.size(-1)));
+          const double scale = causal ? 0.7 : 1.0 / std::sqrt(double(c.q.size(-1)));
+          REQUIRE(kernels.fits(c.q, c.k, c.v));
+          const Tensor dout = random_tensor(c.q.sizes(), 16, dtype);
+          const Head want = reference(c.q, c.k, c.v, dout, causal, scale);
+          // Every case here is small enough for the forward to keep P when asked (NOTE [CPU
+          // attention keeps P]); the backward runs with it and without it.
+          const kernel::FlashForward fwd = kernels.forward(c.q, c.k, c.v, causal, scale, true);
+          expect_result(fwd.out, dtype, c.q.sizes());
+          expect_result(fwd.lse, dtype == kFloat64 ? kFloat64 : kFloat32, rows_of(c.q));
+          REQUIRE(fwd.probs.defined());
+          CHECK_FALSE(kernels.forward(c.q, c.k, c.v, causal, scale, false).probs.defined());
+          const Tolerance tol = attention_tolerance(dtype);
+          expect_close(values(fwd.out), want.out, tol, "out");
+          expect_close(values(fwd.lse), want.lse, tol, "lse");
+          for (bool kept : {true, false}) {
+            CAPTURE(kept);
+            const kernel::FlashBackward bwd = kernels.backward(
+                dout, c.q, c.k, c.v, fwd.out, fwd.lse, kept ? fwd.probs : Tensor(), causal, scale);
+            expect_result(bwd.dq, dtype, c.q.sizes());
+            expect_result(bwd.dk, dtype, c.k.sizes());
+            expect_result(bwd.dv, dtype, c.v.sizes());
+            expect_close(values(bwd.dq), want.dq, tol, "dq");
+            expect_close(values(bwd.dk), want.dk, tol, "dk");
+            expect_close(values(bwd.dv), want.dv, tol, "dv");
+          }
         }
       }
     }
+  }
+}
+
+TEST_CASE("CPU attention by heads: where it runs, and the batched path's results", "[attention]") {
+#if defined(__x86_64__) && HALFGRAD_HAS_SLEEF
+  const bool heads_here = cpu_has_avx512_bf16();
+#else
+  const bool heads_here = false;
+#endif
+  const std::string by_heads = heads_here ? "heads" : "batched";
+  CHECK(cpu::attention_path_name(kBFloat16, 64, 64, 32) == by_heads);
+  CHECK(cpu::attention_path_name(kBFloat16, 9, 9, 12) == by_heads);
+  CHECK(cpu::attention_path_name(kBFloat16, 128, 256, 256) == by_heads);
+  // Not bfloat16, or past the buffers' sizes: L S (S rounded up to 16) over 32768, E over 256.
+  CHECK(std::string(cpu::attention_path_name(kFloat32, 64, 64, 32)) == "batched");
+  CHECK(std::string(cpu::attention_path_name(kFloat16, 64, 64, 32)) == "batched");
+  CHECK(std::string(cpu::attention_path_name(kBFloat16, 256, 256, 64)) == "batched");
+  CHECK(std::string(cpu::attention_path_name(kBFloat16, 128, 257, 64)) == "batched");
+  CHECK(std::string(cpu::attention_path_name(kBFloat16, 64, 64, 257)) == "batched");
+  {
+    const PathFor batched(cpu::AttentionPath::Batched);
+    CHECK(cpu::get_attention_path() == cpu::AttentionPath::Batched);
+    CHECK(std::string(cpu::attention_path_name(kBFloat16, 64, 64, 32)) == "batched");
+  }
+  CHECK(cpu::get_attention_path() == cpu::AttentionPath::Auto);
+
+  // The larger CPU GPT's heads, both paths, against each other: the heads' S is not rounded to
+  // bfloat16 before the softmax, so the two differ by about the rounding of P and dS.
+  const kernel::AttentionKernels& kernels = cpu::attention_kernels;
+  const Tensor q = random_tensor({2, 64, 4, 32}, 71, kBFloat16, -1, 1).transpose(1, 2);
+  const Tensor k = random_tensor({2, 64, 4, 32}, 72, kBFloat16, -1, 1).transpose(1, 2);
+  const Tensor v = random_tensor({2, 64, 4, 32}, 73, kBFloat16, -1, 1).transpose(1, 2);
+  const Tensor dout = random_tensor({2, 4, 64, 32}, 74, kBFloat16);
+  for (bool causal : {true, false}) {
+    CAPTURE(causal);
+    std::vector<std::vector<double>> runs;
+    for (cpu::AttentionPath path : {cpu::AttentionPath::Auto, cpu::AttentionPath::Batched}) {
+      const PathFor path_for(path);
+      const kernel::FlashForward fwd = kernels.forward(q, k, v, causal, 0.18, true);
+      REQUIRE(fwd.probs.defined());  // 64 x 64 against 192 x 32
+      const kernel::FlashBackward bwd =
+          kernels.backward(dout, q, k, v, fwd.out, fwd.lse, fwd.probs, causal, 0.18);
+      std::vector<double> all;
+      for (const Tensor& t : {fwd.out, fwd.lse, bwd.dq, bwd.dk, bwd.dv}) {
+        const std::vector<double> x = values(t);
+        all.insert(all.end(), x.begin(), x.end());
+      }
+      runs.push_back(all);
+    }
+    expect_close(runs[0], runs[1], {2e-2, 2e-2}, "heads against batched");
   }
 }
 
