@@ -87,50 +87,47 @@ struct Carve {
   }
 };
 
-struct ForwardBuffers {
-  uint32_t *qrow, *krow, *kT, *vP;
-  float *s, *top, *total;
-  uint16_t* p;
+// One pass's pieces of the workspace. Both: q as rows of pairs, k as rows of pairs and
+// transposed, S (float32), and P (forward) or dS (backward) as bfloat16 rows. The forward's
+// own: v as pairs of rows, each row's max and sum. The backward's own: dout as rows of pairs, v
+// as rows and transposed, k, q and dout as pairs of rows, P and dS as pairs of rows, dP (float32)
+// and each row's delta.
+struct Buffers {
+  uint32_t *qrow, *krow, *kT;
+  float* s;
+  uint16_t* rows16;
+  uint32_t* vP;
+  float *top, *total;
+  uint32_t *dorow, *vrow, *vT, *kP, *qP, *doP, *pI, *dsI;
+  float *dp, *delta;
 };
 
-ForwardBuffers forward_buffers(const Dims& d, uintptr_t base) {
+// The pieces from `base` (the forward's or the backward's); *end: one past the last.
+Buffers carve_buffers(const Dims& d, uintptr_t base, bool backward, uintptr_t* end = nullptr) {
   Carve c{base};
-  ForwardBuffers b{};
+  Buffers b{};
   b.qrow = c.take<uint32_t>(d.Lpad * d.E2P);
   b.krow = c.take<uint32_t>(d.SW * d.E2P);
   b.kT = c.take<uint32_t>(d.E2 * d.SW);
-  b.vP = c.take<uint32_t>(d.S2 * d.EW);
   b.s = c.take<float>(d.Lpad * d.SW);
-  b.top = c.take<float>(round_up(d.L, 16));
-  b.total = c.take<float>(round_up(d.L, 16));
-  b.p = c.take<uint16_t>(d.Lpad * d.SW);
-  return b;
-}
-
-struct BackwardBuffers {
-  uint32_t *dorow, *qrow, *krow, *vrow, *kT, *vT, *kP, *qP, *doP, *pI, *dsI;
-  float *s, *dp, *delta;
-  uint16_t* ds;
-};
-
-BackwardBuffers backward_buffers(const Dims& d, uintptr_t base) {
-  Carve c{base};
-  BackwardBuffers b{};
-  b.dorow = c.take<uint32_t>(d.Lpad * d.E2P);
-  b.qrow = c.take<uint32_t>(d.Lpad * d.E2P);
-  b.krow = c.take<uint32_t>(d.SW * d.E2P);
-  b.vrow = c.take<uint32_t>(d.SW * d.E2P);
-  b.kT = c.take<uint32_t>(d.E2 * d.SW);
-  b.vT = c.take<uint32_t>(d.E2 * d.SW);
-  b.kP = c.take<uint32_t>(d.S2 * d.EW);
-  b.qP = c.take<uint32_t>(d.L2 * d.EW);
-  b.doP = c.take<uint32_t>(d.L2 * d.EW);
-  b.pI = c.take<uint32_t>(d.L2 * d.SW);
-  b.dsI = c.take<uint32_t>(d.L2 * d.SW);
-  b.s = c.take<float>(d.Lpad * d.SW);
-  b.dp = c.take<float>(d.Lpad * d.SW);
-  b.delta = c.take<float>(d.Lpad);
-  b.ds = c.take<uint16_t>(d.Lpad * d.SW);
+  b.rows16 = c.take<uint16_t>(d.Lpad * d.SW);
+  if (!backward) {
+    b.vP = c.take<uint32_t>(d.S2 * d.EW);
+    b.top = c.take<float>(round_up(d.L, 16));
+    b.total = c.take<float>(round_up(d.L, 16));
+  } else {
+    b.dorow = c.take<uint32_t>(d.Lpad * d.E2P);
+    b.vrow = c.take<uint32_t>(d.SW * d.E2P);
+    b.vT = c.take<uint32_t>(d.E2 * d.SW);
+    b.kP = c.take<uint32_t>(d.S2 * d.EW);
+    b.qP = c.take<uint32_t>(d.L2 * d.EW);
+    b.doP = c.take<uint32_t>(d.L2 * d.EW);
+    b.pI = c.take<uint32_t>(d.L2 * d.SW);
+    b.dsI = c.take<uint32_t>(d.L2 * d.SW);
+    b.dp = c.take<float>(d.Lpad * d.SW);
+    b.delta = c.take<float>(d.Lpad);
+  }
+  if (end != nullptr) *end = c.next;
   return b;
 }
 
@@ -308,15 +305,16 @@ bool heads_fit(int64_t L, int64_t S, int64_t E) {
 
 size_t heads_workspace_bytes(const HeadShape& shape) {
   const Dims d = dims_of(shape);
-  const uintptr_t forward = uintptr_t(forward_buffers(d, 0).p) + uintptr_t(d.Lpad * d.SW * 2);
-  const uintptr_t backward = uintptr_t(backward_buffers(d, 0).ds) + uintptr_t(d.Lpad * d.SW * 2);
-  return size_t(forward > backward ? forward : backward) + 64;
+  uintptr_t forward = 0, backward = 0;
+  carve_buffers(d, 0, false, &forward);
+  carve_buffers(d, 0, true, &backward);
+  return size_t(forward > backward ? forward : backward);
 }
 
 void head_forward_avx512bf16(const HeadShape& h, HeadRows q, HeadRows k, HeadRows v, uint16_t* out,
                              float* lse, uint16_t* probs, void* workspace) {
   const Dims d = dims_of(h);
-  const ForwardBuffers b = forward_buffers(d, reinterpret_cast<uintptr_t>(workspace));
+  const Buffers b = carve_buffers(d, reinterpret_cast<uintptr_t>(workspace), false);
   copy_rows(q, d.L, d.Lpad, d.E, d.E2P, b.qrow);
   copy_rows(k, d.S, d.SW, d.E, d.E2P, b.krow);
   transpose_words(b.krow, d, b.kT);
@@ -351,23 +349,23 @@ void head_forward_avx512bf16(const HeadShape& h, HeadRows q, HeadRows k, HeadRow
       const __m512i bits = kb < blocks
                                ? round_bits(_mm512_div_ps(_mm512_loadu_ps(x + 16 * kb), total))
                                : _mm512_setzero_si512();
-      store_bits(b.p + i * d.SW + 16 * kb, bits, 16);
+      store_bits(b.rows16 + i * d.SW + 16 * kb, bits, 16);
       if (probs != nullptr) store_bits(probs + i * d.S + 16 * kb, bits, d.S - 16 * kb);
     }
   }
   for (int64_t i = d.L; i < d.Lpad; ++i) {
     for (int64_t c = 0; c < d.SW; c += 16)
-      store_bits(b.p + i * d.SW + c, _mm512_setzero_si512(), 16);
+      store_bits(b.rows16 + i * d.SW + c, _mm512_setzero_si512(), 16);
   }
   finish_lse(b.top, b.total, lse, d.L);
-  rows_by_pairs(h, d, reinterpret_cast<const uint32_t*>(b.p), b.vP, out);  // out = P v
+  rows_by_pairs(h, d, reinterpret_cast<const uint32_t*>(b.rows16), b.vP, out);  // out = P v
 }
 
 void head_backward_avx512bf16(const HeadShape& h, HeadRows dout, HeadRows q, HeadRows k, HeadRows v,
                               HeadRows out, const float* lse, const uint16_t* probs, uint16_t* dq,
                               uint16_t* dk, uint16_t* dv, void* workspace) {
   const Dims d = dims_of(h);
-  const BackwardBuffers b = backward_buffers(d, reinterpret_cast<uintptr_t>(workspace));
+  const Buffers b = carve_buffers(d, reinterpret_cast<uintptr_t>(workspace), true);
   const bool recompute = probs == nullptr;
   copy_rows(dout, d.L, d.Lpad, d.E, d.E2P, b.dorow);
   copy_rows(v, d.S, d.SW, d.E, d.E2P, b.vrow);
@@ -426,13 +424,13 @@ void head_backward_avx512bf16(const HeadShape& h, HeadRows dout, HeadRows q, Hea
       _mm512_storeu_si512(b.pI + at, _mm512_or_si512(p_bits[0], _mm512_slli_epi32(p_bits[1], 16)));
       _mm512_storeu_si512(b.dsI + at,
                           _mm512_or_si512(ds_bits[0], _mm512_slli_epi32(ds_bits[1], 16)));
-      store_bits(b.ds + r0 * d.SW + 16 * kb, ds_bits[0], 16);
-      store_bits(b.ds + (r0 + 1) * d.SW + 16 * kb, ds_bits[1], 16);
+      store_bits(b.rows16 + r0 * d.SW + 16 * kb, ds_bits[0], 16);
+      store_bits(b.rows16 + (r0 + 1) * d.SW + 16 * kb, ds_bits[1], 16);
     }
   }
   for (int64_t i = 2 * d.L2; i < d.Lpad; ++i) {
     for (int64_t c = 0; c < d.SW; c += 16)
-      store_bits(b.ds + i * d.SW + c, _mm512_setzero_si512(), 16);
+      store_bits(b.rows16 + i * d.SW + c, _mm512_setzero_si512(), 16);
   }
 
   // dv = P^T dout and dk = dS^T q, kTile keys at a time, from the first query pair that sees them.
@@ -456,7 +454,7 @@ void head_backward_avx512bf16(const HeadShape& h, HeadRows dout, HeadRows q, Hea
       }
     }
   }
-  rows_by_pairs(h, d, reinterpret_cast<const uint32_t*>(b.ds), b.kP, dq);  // dq = dS k
+  rows_by_pairs(h, d, reinterpret_cast<const uint32_t*>(b.rows16), b.kP, dq);  // dq = dS k
 }
 
 }  // namespace hg::cpu::detail
