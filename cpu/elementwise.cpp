@@ -222,6 +222,18 @@ Tensor run_unary(const Tensor& x) {
                                         fn.has_value()) {
                             if (pass != nullptr && vector_unary_run(pass, *fn, o, in, n)) return;
                           }
+                          if constexpr (kSixteenBit<T>) {  // the same float math, in chunks
+                            float chunk[kChunk];
+                            for (int64_t start = 0; start < n; start += kChunk) {
+                              const int64_t m = std::min(kChunk, n - start);
+                              to_float(in + start, chunk, m);
+                              for (int64_t i = 0; i < m; ++i) {
+                                chunk[i] = kernel::unary_fn<Op, C>(chunk[i]);
+                              }
+                              from_float(chunk, o + start, m);
+                            }
+                            return;
+                          }
                           for (int64_t i = 0; i < n; ++i) {
                             o[i] = cast_value<T>(kernel::unary_fn<Op, C>(cast_value<C>(in[i])));
                           }

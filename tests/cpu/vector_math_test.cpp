@@ -14,6 +14,7 @@
 
 #include "halfgrad/config.h"
 #include "halfgrad/core/cpu_features.h"
+#include "halfgrad/cpu/kernel_tables.h"
 #include "halfgrad/cpu/vector_math.h"
 #include "halfgrad/halfgrad.h"
 #include "halfgrad/kernel/constants.h"
@@ -479,5 +480,50 @@ TEST_CASE("log_softmax's backward rows take the vector exp") {
     const Tensor y64 = y.detach().to(kFloat64), g64 = g.to(kFloat64);
     const Tensor want = g64 - exp(y64) * sum(g64, {1}, true);
     check_near(x.grad(), want, dtype, "log_softmax backward");
+  }
+}
+
+TEST_CASE("16-bit unary runs in float32 chunks give the per-element casts' bits") {
+  // With vector math off, a contiguous float16 or bfloat16 run of any unary kind is widened in
+  // chunks, computed with the scalar formula and rounded back in vectors (cpu/elementwise.cpp);
+  // a strided one casts element by element. Both must be the formula's bits on each value.
+  struct VectorMathOff {
+    VectorMathOff() { cpu::set_vector_math_enabled(false); }
+    ~VectorMathOff() { cpu::set_vector_math_enabled(true); }
+  } off;
+  constexpr kernel::Unary kinds[] = {
+#define HG_UNARY(kind, takes_integers, formula) kernel::Unary::kind,
+#include "halfgrad/kernel/unary.def"
+#undef HG_UNARY
+  };
+  manual_seed(13);
+  // 3 x 700 values in (0.05, 0.95) and past 1 (in the domain of most kinds; NaN results
+  // compare by their bits too), more than one chunk a row.
+  const Tensor base = rand({3, 700}) * 1.5 + 0.05;
+  for (const kernel::Unary kind : kinds) {
+    for (const DType dtype : {kFloat16, kBFloat16}) {
+      CAPTURE(int(kind), dtype);
+      const Tensor x = base.to(dtype);
+      const Tensor strided = x.t().contiguous().t();
+      REQUIRE_FALSE(strided.is_contiguous());
+      const Tensor run = cpu::elementwise_kernels.unary(kind, x);
+      const Tensor one_by_one = cpu::elementwise_kernels.unary(kind, strided);
+      const std::vector<double> xs = x.to_vector<double>();
+      const Tensor want = empty(x.sizes(), dtype);
+      kernel::with_unary(kind, [&](auto tag) {
+        for (size_t i = 0; i < xs.size(); ++i) {
+          const float y = kernel::unary_fn<decltype(tag)::value, float>(float(xs[i]));
+          if (dtype == kFloat16) want.data_ptr<Half>()[i] = Half(y);
+          if (dtype == kBFloat16) want.data_ptr<BFloat16>()[i] = BFloat16(y);
+        }
+      });
+      const auto bits = [](const Tensor& t) {
+        const Tensor dense = t.contiguous();
+        const auto* p = static_cast<const uint16_t*>(dense.data_ptr());
+        return std::vector<uint16_t>(p, p + dense.numel());
+      };
+      CHECK(bits(run) == bits(want));
+      CHECK(bits(one_by_one) == bits(want));
+    }
   }
 }
