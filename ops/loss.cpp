@@ -571,9 +571,116 @@ struct KlDiv {
   }
 };
 
+// ---- compositions ------------------------------------------------------------------------------
+
+// NOTE [Composite losses] margin_ranking_loss, hinge_embedding_loss and soft_margin_loss are
+// compositions of other ops in torch's ATen code too, and huber_loss is delta * smooth_l1_loss
+// with beta = delta (torch has a kernel for it; the two agree to float rounding). halfgrad
+// writes them as composites: each autocasts once, at the outermost call, with torch's float32
+// policy, and autograd runs through the ops it calls. Shapes as NOTE [Loss shapes]: every
+// tensor argument has input's shape.
+
+void check_same_shapes(const char* op, const Tensor& input, const Tensor& other,
+                       const char* other_name) {
+  HG_CHECK(input.is_floating_point(), "{}: expected a floating input, got {}", op, input.dtype());
+  HG_CHECK(other.sizes() == input.sizes(), "{}: expected {} of input's shape {}, got {}", op,
+           other_name, input.sizes(), other.sizes());
+}
+
+Tensor reduce_loss(const Tensor& loss, Reduction reduction) {
+  switch (reduction) {
+    case Reduction::None:
+      return loss;
+    case Reduction::Sum:
+      return sum(loss);
+    default:
+      return mean(loss);
+  }
+}
+
+// max(0, -target (input1 - input2) + margin).
+struct MarginRankingLoss {
+  static constexpr OpId id = OpId::margin_ranking_loss;
+  static constexpr bool kComposite = true;
+  double margin = 0.0;
+  Reduction reduction = Reduction::Mean;
+  Tensor forward(OpContext&, const Tensor& input1, const Tensor& input2, const Tensor& target) {
+    check_same_shapes("margin_ranking_loss", input1, input2, "input2");
+    check_same_shapes("margin_ranking_loss", input1, target, "target");
+    const Tensor loss = add(mul(neg(target), sub(input1, input2)), margin);
+    return reduce_loss(clamp(loss, Scalar(0), std::nullopt), reduction);
+  }
+};
+
+// input where target == 1, max(0, margin - input) where target == -1 (their sum elsewhere).
+struct HingeEmbeddingLoss {
+  static constexpr OpId id = OpId::hinge_embedding_loss;
+  static constexpr bool kComposite = true;
+  double margin = 1.0;
+  Reduction reduction = Reduction::Mean;
+  Tensor forward(OpContext&, const Tensor& input, const Tensor& target) {
+    check_same_shapes("hinge_embedding_loss", input, target, "target");
+    const Tensor margin_side = clamp(add(neg(input), margin), Scalar(0), std::nullopt);
+    const Tensor loss =
+        add(where(ne(target, 1), margin_side, 0.0), where(ne(target, -1), input, 0.0));
+    return reduce_loss(loss, reduction);
+  }
+};
+
+// log(1 + exp(-target input)).
+struct SoftMarginLoss {
+  static constexpr OpId id = OpId::soft_margin_loss;
+  static constexpr bool kComposite = true;
+  Reduction reduction = Reduction::Mean;
+  Tensor forward(OpContext&, const Tensor& input, const Tensor& target) {
+    check_same_shapes("soft_margin_loss", input, target, "target");
+    return reduce_loss(log1p(exp(mul(neg(input), target))), reduction);
+  }
+};
+
+// 0.5 d^2 where |d| < delta, delta (|d| - 0.5 delta) elsewhere: delta * smooth_l1_loss(beta =
+// delta).
+struct HuberLoss {
+  static constexpr OpId id = OpId::huber_loss;
+  static constexpr bool kComposite = true;
+  std::string_view reduction = "mean";
+  double delta = 1.0;
+  Tensor forward(OpContext&, const Tensor& input, const Tensor& target) {
+    const Tensor smooth = smooth_l1_loss(input, target, reduction, delta);
+    return delta == 1.0 ? smooth : mul(smooth, delta);
+  }
+};
+
 }  // namespace
 
 // ---- the public functions -------------------------------------------------------------------
+
+Tensor margin_ranking_loss(const Tensor& input1, const Tensor& input2, const Tensor& target,
+                           double margin, std::string_view reduction) {
+  return dispatch(MarginRankingLoss{.margin = margin,
+                                    .reduction = parse_reduction(reduction, "margin_ranking_loss")},
+                  input1, input2, target);
+}
+
+Tensor hinge_embedding_loss(const Tensor& input, const Tensor& target, double margin,
+                            std::string_view reduction) {
+  return dispatch(
+      HingeEmbeddingLoss{.margin = margin,
+                         .reduction = parse_reduction(reduction, "hinge_embedding_loss")},
+      input, target);
+}
+
+Tensor soft_margin_loss(const Tensor& input, const Tensor& target, std::string_view reduction) {
+  return dispatch(SoftMarginLoss{.reduction = parse_reduction(reduction, "soft_margin_loss")},
+                  input, target);
+}
+
+Tensor huber_loss(const Tensor& input, const Tensor& target, std::string_view reduction,
+                  double delta) {
+  HG_CHECK(delta > 0.0, "huber_loss: expected delta > 0, got {}", delta);
+  parse_reduction(reduction, "huber_loss");
+  return dispatch(HuberLoss{.reduction = reduction, .delta = delta}, input, target);
+}
 
 Tensor mse_loss(const Tensor& input, const Tensor& target, std::string_view reduction) {
   return dispatch(MseLoss{.reduction = parse_reduction(reduction, "mse_loss")}, input, target);

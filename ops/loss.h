@@ -1,5 +1,6 @@
 // Losses: mse_loss, l1_loss, smooth_l1_loss, nll_loss, cross_entropy, binary_cross_entropy,
-// binary_cross_entropy_with_logits, kl_div (ops/loss.cpp).
+// binary_cross_entropy_with_logits, kl_div, margin_ranking_loss, hinge_embedding_loss,
+// soft_margin_loss, huber_loss (ops/loss.cpp).
 //
 //   Tensor loss = hg::cross_entropy(logits, labels);   // logits [N, C], labels int64 [N]
 //   Tensor l2 = hg::mse_loss(prediction, target, "sum");
@@ -65,5 +66,24 @@ Tensor binary_cross_entropy_with_logits(const Tensor& input, const Tensor& targe
 // mathematical KL divergence.
 Tensor kl_div(const Tensor& input, const Tensor& target, std::string_view reduction = "mean",
               bool log_target = false);
+
+// max(0, -target (input1 - input2) + margin): target 1 asks input1 to rank above input2 by the
+// margin, -1 below. input1, input2 and target of one shape.
+Tensor margin_ranking_loss(const Tensor& input1, const Tensor& input2, const Tensor& target,
+                           double margin = 0.0, std::string_view reduction = "mean");
+
+// input where target is 1, max(0, margin - input) where it is -1 (input a distance, target of
+// its shape).
+Tensor hinge_embedding_loss(const Tensor& input, const Tensor& target, double margin = 1.0,
+                            std::string_view reduction = "mean");
+
+// The two-class logistic loss log(1 + exp(-target input)), target 1 or -1 of input's shape.
+Tensor soft_margin_loss(const Tensor& input, const Tensor& target,
+                        std::string_view reduction = "mean");
+
+// With d = input - target: 0.5 d^2 where |d| < delta, delta (|d| - 0.5 delta) elsewhere (delta >
+// 0; delta * smooth_l1_loss with beta = delta).
+Tensor huber_loss(const Tensor& input, const Tensor& target, std::string_view reduction = "mean",
+                  double delta = 1.0);
 
 }  // namespace hg

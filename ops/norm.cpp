@@ -287,6 +287,29 @@ struct BatchNorm {
 
 // ---- the public functions -------------------------------------------------------------------
 
+namespace {
+
+// softmax(-x): torch's softmin, float32 under autocast unless the caller passes a dtype, as
+// softmax.
+struct Softmin {
+  static constexpr OpId id = OpId::softmin;
+  static constexpr bool kComposite = true;
+  int64_t dim = -1;
+  std::optional<DType> dtype{};
+  bool autocast_eligible() const { return !dtype.has_value(); }
+  Tensor forward(OpContext&, const Tensor& x) {
+    HG_CHECK(x.is_floating_point() || dtype.has_value(),
+             "softmin: expected a floating tensor or a dtype argument, got {}", x.dtype());
+    return softmax(neg(dtype ? x.to(*dtype) : x), dim);
+  }
+};
+
+}  // namespace
+
+Tensor softmin(const Tensor& x, int64_t dim, std::optional<DType> dtype) {
+  return dispatch(Softmin{.dim = dim, .dtype = dtype}, x);
+}
+
 Tensor softmax(const Tensor& x, int64_t dim, std::optional<DType> dtype) {
   return dispatch(Softmax<OpId::softmax>{.dim = dim, .dtype = dtype}, x);
 }

@@ -20,6 +20,8 @@ namespace hg {
 
 // softmax along dim; dtype: cast the input to it first (then autocast leaves the call alone).
 Tensor softmax(const Tensor& x, int64_t dim, std::optional<DType> dtype = std::nullopt);
+// softmax(-x, dim): torch.nn.functional.softmin.
+Tensor softmin(const Tensor& x, int64_t dim, std::optional<DType> dtype = std::nullopt);
 // log(softmax(x)) along dim, computed without forming softmax; dtype as for softmax.
 Tensor log_softmax(const Tensor& x, int64_t dim, std::optional<DType> dtype = std::nullopt);
 

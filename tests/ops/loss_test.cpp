@@ -313,6 +313,73 @@ TEST_CASE("kl_div matches a float64 reference", "[loss]") {
   }
 }
 
+TEST_CASE("margin_ranking, hinge_embedding, soft_margin and huber losses match float64", "[loss]") {
+  manual_seed(506);
+  for (DType dtype : kLossDtypes) {
+    const Tensor a = normal({3, 4}, dtype), b = normal({3, 4}, dtype) * 2.0;
+    // Targets of 1 and -1 (and, for the hinge, a 0 that takes both terms, as torch's).
+    const Tensor sign =
+        tensor({1.0, -1.0, -1.0, 1.0, 1.0, 1.0, -1.0, 1.0, -1.0, -1.0, 1.0, -1.0}, {3, 4})
+            .to(dtype);
+    const Tensor hinge_target =
+        tensor({1.0, -1.0, 0.0, 1.0, -1.0, 1.0, -1.0, 1.0, -1.0, 0.0, 1.0, -1.0}, {3, 4}).to(dtype);
+    const Values av = values(a), bv = values(b), sv = values(sign), hv = values(hinge_target);
+    Values ranking, hinge, soft, huber;
+    const double margin = 0.3, hinge_margin = 1.5, delta = 0.8;
+    for (size_t i = 0; i < av.size(); ++i) {
+      ranking.push_back(std::max(0.0, -sv[i] * (av[i] - bv[i]) + margin));
+      hinge.push_back((hv[i] != 1 ? std::max(0.0, hinge_margin - av[i]) : 0.0) +
+                      (hv[i] != -1 ? av[i] : 0.0));
+      soft.push_back(std::log1p(std::exp(-sv[i] * av[i])));
+      const double d = std::abs(av[i] - bv[i]);
+      huber.push_back(d < delta ? 0.5 * d * d : delta * (d - 0.5 * delta));
+    }
+    for (const char* reduction : kReductions) {
+      CAPTURE(dtype, reduction);
+      check_close(margin_ranking_loss(a, b, sign, margin, reduction),
+                  reduce_reference(ranking, reduction, 12), dtype);
+      check_close(hinge_embedding_loss(a, hinge_target, hinge_margin, reduction),
+                  reduce_reference(hinge, reduction, 12), dtype);
+      check_close(soft_margin_loss(a, sign, reduction), reduce_reference(soft, reduction, 12),
+                  dtype);
+      check_close(huber_loss(a, b, reduction, delta), reduce_reference(huber, reduction, 12),
+                  dtype);
+    }
+  }
+}
+
+TEST_CASE("huber_loss is delta times smooth_l1_loss, and the compositions' errors", "[loss]") {
+  manual_seed(507);
+  const Tensor a = normal({5}, kFloat64), b = normal({5}, kFloat64);
+  CHECK(values(huber_loss(a, b, "none", 1.0)) == values(smooth_l1_loss(a, b, "none", 1.0)));
+  const Values scaled = values(smooth_l1_loss(a, b, "none", 2.5) * 2.5);
+  const Values huber = values(huber_loss(a, b, "none", 2.5));
+  for (size_t i = 0; i < huber.size(); ++i) CHECK(huber[i] == Approx(scaled[i]).epsilon(1e-15));
+  const Tensor ones = full({5}, 1.0, kFloat64);
+  check_rejects({a, b}, [&] { huber_loss(a, b, "mean", 0.0); }, {"huber_loss", "delta > 0", "0"});
+  check_rejects({a, b}, [&] { huber_loss(a, b, "avg"); }, {"huber_loss", "reduction", "avg"});
+  check_rejects({a, b}, [&] { margin_ranking_loss(a, b, full({4}, 1.0, kFloat64)); },
+                {"margin_ranking_loss", "target of input's shape [5]", "[4]"});
+  check_rejects({a},
+                [&] {
+                  margin_ranking_loss(a, b.reshape({5, 1}), ones);
+                },
+                {"margin_ranking_loss", "input2 of input's shape [5]", "[5, 1]"});
+  check_rejects({a},
+                [&] {
+                  hinge_embedding_loss(a, ones.reshape({1, 5}));
+                },
+                {"hinge_embedding_loss", "target of input's shape"});
+  check_rejects({a}, [&] { soft_margin_loss(a, ones, "batchmean"); },
+                {"soft_margin_loss", "reduction", "batchmean"});
+  check_rejects({},
+                [&] {
+                  soft_margin_loss(tensor(std::vector<int64_t>{1, 2}, {2}, kInt64),
+                                   tensor(std::vector<int64_t>{1, -1}, {2}, kInt64));
+                },
+                {"soft_margin_loss", "expected a floating input", "int64"});
+}
+
 // ---- torch's conventions, on cases worked by hand ------------------------------------------
 
 TEST_CASE("nll_loss mean divides by the weights of the targets not ignored", "[loss]") {

@@ -110,6 +110,27 @@ TEST_CASE("softmax and log_softmax match a float64 reference", "[nn_ops][softmax
   }
 }
 
+TEST_CASE("softmin is softmax of the negated input, and takes a dtype", "[nn_ops][softmax]") {
+  const Shape shape{3, 5, 4};
+  for (DType dtype : kDTypes) {
+    const Tensor x = random_input(shape, dtype, 12, 3.0);
+    std::vector<double> negated = values(x);
+    for (double& v : negated) v = -v;
+    for (int64_t dim : {0, 2}) {
+      expect_result(softmin(x, dim), dtype, shape, softmax_reference(negated, shape, dim, false),
+                    "softmin " + std::string(dtype_name(dtype)));
+    }
+    expect_result(softmin(x, 1, kFloat64), kFloat64, shape,
+                  softmax_reference(negated, shape, 1, false), "softmin to float64");
+  }
+  const Tensor ints = tensor(std::vector<int64_t>{1, 2, 3});
+  expect_result(softmin(ints, 0, kFloat32), kFloat32, {3},
+                softmax_reference({-1, -2, -3}, {3}, 0, false), "softmin of int64 as float32");
+  CHECK_THROWS_WITH(
+      softmin(ints, 0),
+      Catch::Contains("softmin: expected a floating tensor or a dtype argument, got int64"));
+}
+
 TEST_CASE("softmax stays finite where exp overflows and takes a dtype for integers",
           "[nn_ops][softmax]") {
   const Tensor x = tensor({1000.0, 999.0, -1000.0, 0.0}, {2, 2});

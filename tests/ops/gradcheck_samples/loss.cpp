@@ -16,6 +16,40 @@ const bool registered = register_samples([](std::map<OpId, Sample>& s) {
           [] {
             return Inputs{input({2, 3}), input({2, 3})};
           });
+  s[OpId::margin_ranking_loss] = Sample{
+      [](const Inputs& in) {
+        const Tensor sign = placed(tensor({1.0, -1.0, -1.0, 1.0, 1.0, -1.0}, {2, 3}, kFloat64));
+        return margin_ranking_loss(in[0], in[1], sign, 0.2, "none") +
+               margin_ranking_loss(in[0], in[1], in[2]) +
+               margin_ranking_loss(in[0], in[1], sign, 0.0, "sum");
+      },
+      [] {
+        return Inputs{input({2, 3}), input({2, 3}), input({2, 3})};
+      }};
+  s[OpId::hinge_embedding_loss] = one(
+      [](auto& x) {
+        const Tensor t = placed(tensor({1.0, -1.0, 0.0, -1.0, 1.0, -1.0}, {2, 3}, kFloat64));
+        return hinge_embedding_loss(x, t, 2.5, "none") + hinge_embedding_loss(x, t) +
+               hinge_embedding_loss(x, t, 3.0, "sum");
+      },
+      [] {
+        return input({2, 3});
+      });
+  s[OpId::soft_margin_loss] = two(
+      [](auto& x, auto& y) {
+        return soft_margin_loss(x, y, "none") + soft_margin_loss(x, y) +
+               soft_margin_loss(x, y, "sum");
+      },
+      [] {
+        return Inputs{input({2, 3}), input({2, 3})};
+      });
+  s[OpId::huber_loss] = two(
+      [](auto& x, auto& y) {
+        return huber_loss(x, y, "none", 0.7) + huber_loss(x, y) + huber_loss(x, y, "sum", 2.0);
+      },
+      [] {
+        return Inputs{input({3, 4}), input({3, 4})};
+      });
   s[OpId::l1_loss] = two(
       [](auto& x, auto& y) { return l1_loss(x, y, "none") + l1_loss(x, y) + l1_loss(x, y, "sum"); },
       [] {

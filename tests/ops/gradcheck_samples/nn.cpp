@@ -15,6 +15,7 @@ Tensor recorded_grad(const Tensor& y, const Tensor& x) {
 
 const bool registered = register_samples([](std::map<OpId, Sample>& s) {
   s[OpId::softmax] = one([](auto& x) { return softmax(x, 1); }, [] { return input({2, 4}); });
+  s[OpId::softmin] = one([](auto& x) { return softmin(x, 1); }, [] { return input({2, 4}); });
   s[OpId::log_softmax] = one([](auto& x) { return log_softmax(x, 0); },
                              [] {
                                return input({3, 2});
