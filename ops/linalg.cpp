@@ -386,6 +386,63 @@ struct LinearGelu {
   }
 };
 
+// ---- addmv, addr, addbmm: addmm on reshaped operands --------------------------------------
+
+// NOTE [addmm's relatives] torch's addmv, addr and addbmm are each one addmm over other shapes:
+// mat @ vec is [n, m] @ [m, 1], the outer product vec1 vec2^T is [n, 1] @ [1, m], and the sum of
+// a batch of products b1[i] @ b2[i] is one product over K = B m, [n, B m] @ [B m, p]. halfgrad
+// writes them so, as composites: the GEMM's float32 sums over the whole K, beta * input added
+// before the one rounding (and ignored, NaN or not, when beta is 0), autocast once at the call,
+// and autograd through addmm.
+
+struct AddMv {
+  static constexpr OpId id = OpId::addmv;
+  static constexpr bool kComposite = true;
+  Scalar beta = 1, alpha = 1;
+  Tensor forward(OpContext&, const Tensor& input, const Tensor& mat, const Tensor& vec) {
+    HG_CHECK(mat.dim() == 2 && vec.dim() == 1 && mat.size(1) == vec.size(0),
+             "addmv: expected a matrix [n, m] and a vector [m], got shapes {} and {}", mat.sizes(),
+             vec.sizes());
+    HG_CHECK(broadcasts_to(input.sizes(), {mat.size(0)}),
+             "addmv: the input of shape {} does not broadcast to the product's shape [{}]",
+             input.sizes(), mat.size(0));
+    const Tensor column = input.dim() == 1 ? input.unsqueeze(1) : input;
+    return addmm(column, mat, vec.unsqueeze(1), beta, alpha).squeeze(1);
+  }
+};
+
+struct AddR {
+  static constexpr OpId id = OpId::addr;
+  static constexpr bool kComposite = true;
+  Scalar beta = 1, alpha = 1;
+  Tensor forward(OpContext&, const Tensor& input, const Tensor& vec1, const Tensor& vec2) {
+    HG_CHECK(vec1.dim() == 1 && vec2.dim() == 1, "addr: expected two vectors, got shapes {} and {}",
+             vec1.sizes(), vec2.sizes());
+    HG_CHECK(broadcasts_to(input.sizes(), {vec1.size(0), vec2.size(0)}),
+             "addr: the input of shape {} does not broadcast to the outer product's shape [{}, {}]",
+             input.sizes(), vec1.size(0), vec2.size(0));
+    return addmm(input, vec1.unsqueeze(1), vec2.unsqueeze(0), beta, alpha);
+  }
+};
+
+struct AddBmm {
+  static constexpr OpId id = OpId::addbmm;
+  static constexpr bool kComposite = true;
+  Scalar beta = 1, alpha = 1;
+  Tensor forward(OpContext&, const Tensor& input, const Tensor& batch1, const Tensor& batch2) {
+    HG_CHECK(batch1.dim() == 3 && batch2.dim() == 3 && batch1.size(0) == batch2.size(0) &&
+                 batch1.size(2) == batch2.size(1),
+             "addbmm: expected batches [B, n, m] and [B, m, p], got shapes {} and {}",
+             batch1.sizes(), batch2.sizes());
+    const int64_t B = batch1.size(0), n = batch1.size(1), m = batch1.size(2), p = batch2.size(2);
+    HG_CHECK(broadcasts_to(input.sizes(), {n, p}),
+             "addbmm: the input of shape {} does not broadcast to the product's shape [{}, {}]",
+             input.sizes(), n, p);
+    return addmm(input, batch1.permute({1, 0, 2}).reshape({n, B * m}), batch2.reshape({B * m, p}),
+                 beta, alpha);
+  }
+};
+
 // ---- dot -------------------------------------------------------------------------------------
 
 struct Dot {
@@ -419,6 +476,17 @@ Tensor addmm(const Tensor& input, const Tensor& a, const Tensor& b, Scalar beta,
 }
 Tensor baddbmm(const Tensor& input, const Tensor& a, const Tensor& b, Scalar beta, Scalar alpha) {
   return dispatch(BaddBmm{.beta = beta.to_double(), .alpha = alpha.to_double()}, input, a, b);
+}
+Tensor addmv(const Tensor& input, const Tensor& mat, const Tensor& vec, Scalar beta, Scalar alpha) {
+  return dispatch(AddMv{.beta = beta, .alpha = alpha}, input, mat, vec);
+}
+Tensor addr(const Tensor& input, const Tensor& vec1, const Tensor& vec2, Scalar beta,
+            Scalar alpha) {
+  return dispatch(AddR{.beta = beta, .alpha = alpha}, input, vec1, vec2);
+}
+Tensor addbmm(const Tensor& input, const Tensor& batch1, const Tensor& batch2, Scalar beta,
+              Scalar alpha) {
+  return dispatch(AddBmm{.beta = beta, .alpha = alpha}, input, batch1, batch2);
 }
 Tensor matmul(const Tensor& a, const Tensor& b) { return dispatch(Matmul{}, a, b); }
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {

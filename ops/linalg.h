@@ -24,6 +24,16 @@ Tensor addmm(const Tensor& input, const Tensor& a, const Tensor& b, Scalar beta 
 // beta * input + alpha * bmm(a, b); input broadcasts to [B, M, N].
 Tensor baddbmm(const Tensor& input, const Tensor& a, const Tensor& b, Scalar beta = 1,
                Scalar alpha = 1);
+// beta * input + alpha * (mat @ vec): mat [n, m], vec [m], input broadcasts to [n].
+Tensor addmv(const Tensor& input, const Tensor& mat, const Tensor& vec, Scalar beta = 1,
+             Scalar alpha = 1);
+// beta * input + alpha * outer(vec1, vec2): input broadcasts to [n, m].
+Tensor addr(const Tensor& input, const Tensor& vec1, const Tensor& vec2, Scalar beta = 1,
+            Scalar alpha = 1);
+// beta * input + alpha * the sum over i of batch1[i] @ batch2[i]: batch1 [B, n, m], batch2
+// [B, m, p], input broadcasts to [n, p].
+Tensor addbmm(const Tensor& input, const Tensor& batch1, const Tensor& batch2, Scalar beta = 1,
+              Scalar alpha = 1);
 // torch.matmul: vector . vector, matrix @ vector, vector @ matrix, and batched products with
 // the batch dims broadcast.
 Tensor matmul(const Tensor& a, const Tensor& b);

@@ -168,6 +168,8 @@ Tensor normalize(const Tensor& x, double p = 2.0, int64_t dim = 1, double eps = 
 Tensor cosine_similarity(const Tensor& x1, const Tensor& x2, int64_t dim = 1, double eps = 1e-8);
 // The p-norm distance between the rows of x1 [*, P, M] and those of x2 [*, R, M]: [*, P, R].
 Tensor cdist(const Tensor& x1, const Tensor& x2, double p = 2.0);
+// norm(input - other, p) over all elements, the two broadcast together (torch.dist).
+Tensor dist(const Tensor& input, const Tensor& other, double p = 2.0);
 
 // ---- shapes (ops/shape.cpp) -------------------------------------------------------------------
 // Reduces a gradient of a broadcast result back to `sizes` (sums the broadcast dims).

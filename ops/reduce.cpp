@@ -509,4 +509,24 @@ Tensor cdist(const Tensor& x1, const Tensor& x2, double p) {
   return dispatch(Cdist{.p = p}, x1, x2);
 }
 
+namespace {
+
+// norm(input - other, p), the two broadcast together: torch.dist.
+struct Dist {
+  static constexpr OpId id = OpId::dist;
+  static constexpr bool kComposite = true;
+  double p = 2.0;
+  Tensor forward(OpContext&, const Tensor& input, const Tensor& other) {
+    HG_CHECK(input.is_floating_point() && other.is_floating_point(),
+             "dist: expected floating tensors, got {} and {}", input.dtype(), other.dtype());
+    return norm(sub(input, other), p);
+  }
+};
+
+}  // namespace
+
+Tensor dist(const Tensor& input, const Tensor& other, double p) {
+  return dispatch(Dist{.p = p}, input, other);
+}
+
 }  // namespace hg

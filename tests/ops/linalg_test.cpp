@@ -58,6 +58,76 @@ TEST_CASE("mm addmm and linear match float64 loops in every floating dtype", "[l
   }
 }
 
+TEST_CASE("addmv addr and addbmm match float64 loops in every floating dtype", "[linalg]") {
+  manual_seed(12);
+  const int64_t B = 3, n = 7, m = 11, p = 5;
+  const double beta = 0.5, alpha = -1.5;
+  for (DType dtype : {kFloat32, kFloat16, kBFloat16, kFloat64}) {
+    CAPTURE(dtype);
+    const Tensor mat = randn({n, m}, dtype), vec = randn({m}, dtype), bias_n = randn({n}, dtype);
+    const Tensor v1 = randn({n}, dtype), v2 = randn({p}, dtype), bias_np = randn({n, p}, dtype);
+    const Tensor b1 = randn({B, n, m}, dtype), b2 = randn({B, m, p}, dtype);
+    const Tensor row = randn({p}, dtype);  // broadcast over the rows
+    const std::vector<double> matv = mat.to_vector<double>(), vecv = vec.to_vector<double>(),
+                              bnv = bias_n.to_vector<double>(), v1v = v1.to_vector<double>(),
+                              v2v = v2.to_vector<double>(), bnpv = bias_np.to_vector<double>(),
+                              b1v = b1.to_vector<double>(), b2v = b2.to_vector<double>(),
+                              rowv = row.to_vector<double>();
+    std::vector<double> mv = std::vector<double>(size_t(n));
+    std::vector<double> outer = std::vector<double>(size_t(n * p)), batched = outer;
+    for (int64_t i = 0; i < n; ++i) {
+      double sum = 0;
+      for (int64_t k = 0; k < m; ++k) sum += matv[i * m + k] * vecv[k];
+      mv[i] = beta * bnv[i] + alpha * sum;
+      for (int64_t j = 0; j < p; ++j) {
+        outer[i * p + j] = beta * bnpv[i * p + j] + alpha * v1v[i] * v2v[j];
+        double total = 0;
+        for (int64_t b = 0; b < B; ++b) {
+          for (int64_t k = 0; k < m; ++k)
+            total += b1v[(b * n + i) * m + k] * b2v[(b * m + k) * p + j];
+        }
+        batched[i * p + j] = beta * rowv[j] + alpha * total;
+      }
+    }
+    const Tensor got_mv = addmv(bias_n, mat, vec, beta, alpha);
+    const Tensor got_outer = addr(bias_np, v1, v2, beta, alpha);
+    const Tensor got_batched = addbmm(row, b1, b2, beta, alpha);
+    CHECK(got_mv.sizes() == Shape{n});
+    CHECK(got_batched.sizes() == Shape{n, p});
+    CHECK(got_batched.dtype() == dtype);
+    check_close(got_mv.to_vector<double>(), mv, dtype, std::sqrt(double(m)));
+    check_close(got_outer.to_vector<double>(), outer, dtype, 1.0);
+    check_close(got_batched.to_vector<double>(), batched, dtype, std::sqrt(double(B * m)));
+  }
+  // beta = 0 ignores the input, NaN included, as torch.
+  const Tensor nan_input = full({3}, std::nan(""));
+  const std::vector<double> ignored =
+      addmv(nan_input, ones({3, 2}), ones({2}), 0.0).to_vector<double>();
+  CHECK(ignored == std::vector<double>{2.0, 2.0, 2.0});
+}
+
+TEST_CASE("addmv addr and addbmm autocast to the lower precision, and reject bad shapes",
+          "[linalg]") {
+  const Tensor mat = randn({4, 3}), vec = randn({3}), input = randn({4});
+  {
+    amp::Autocast autocast(kCPU);                       // bfloat16
+    CHECK(addmv(input, mat, vec).dtype() == kFloat32);  // unlisted on the CPU, as torch's
+    CHECK(addbmm(randn({4, 2}), randn({2, 4, 3}), randn({2, 3, 2})).dtype() == kBFloat16);
+  }
+  CHECK_THROWS_WITH(
+      addmv(input, mat, randn({4})),
+      Contains("addmv: expected a matrix [n, m] and a vector [m], got shapes [4, 3] and [4]"));
+  CHECK_THROWS_WITH(
+      addmv(randn({5}), mat, vec),
+      Contains("addmv: the input of shape [5] does not broadcast to the product's shape [4]"));
+  CHECK_THROWS_WITH(addr(randn({4, 3}), randn({4, 1}), vec),
+                    Contains("addr: expected two vectors, got shapes [4, 1] and [3]"));
+  CHECK_THROWS_WITH(
+      addbmm(randn({4, 2}), randn({2, 4, 3}), randn({3, 3, 2})),
+      Contains(
+          "addbmm: expected batches [B, n, m] and [B, m, p], got shapes [2, 4, 3] and [3, 3, 2]"));
+}
+
 TEST_CASE("matmul covers vectors and broadcast batches", "[linalg]") {
   manual_seed(3);
   const Tensor v = randn({4}, kFloat64), w = randn({4}, kFloat64);

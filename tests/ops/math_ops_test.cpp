@@ -382,6 +382,32 @@ TEST_CASE("normalize, cosine_similarity and cdist against float64 loops", "[math
   const Tensor same = tensor({1.0, 2.0}, {1, 2}, kFloat64).requires_grad_();
   sum(cdist(same, same.detach())).backward();
   check_close(same.grad().to_vector<double>(), {0.0, 0.0}, 0.0);
+
+  // dist: the p-norm of x1 - x2 broadcast (x1's first rows against one row of x2).
+  const Tensor row = x2.select(0, 0).select(0, 2);
+  const std::vector<double> r = row.to_vector<double>();
+  for (double p : {2.0, 1.0, 3.0, kInf, 0.0}) {
+    CAPTURE(p);
+    double acc = 0;
+    for (size_t i = 0; i < u.size(); ++i) {
+      const double d = std::abs(u[i] - r[i % 4]);
+      if (p == kInf) {
+        acc = std::max(acc, d);
+      } else if (p == 0.0) {
+        acc += d != 0;
+      } else {
+        acc += std::pow(d, p);
+      }
+    }
+    const double want = p == kInf || p == 0.0 ? acc : std::pow(acc, 1 / p);
+    const Tensor d = dist(x1, row, p);
+    CHECK(d.dim() == 0);
+    CHECK(d.item<double>() == Approx(want).epsilon(1e-13));
+  }
+  CHECK_THAT(testing::error_message([&] {
+               dist(tensor(std::vector<int64_t>{1, 2}), tensor(std::vector<int64_t>{0, 2}));
+             }),
+             Contains("dist: expected floating tensors, got int64 and int64"));
 }
 
 TEST_CASE("conv1d, max_pool1d, avg_pool1d and adaptive_avg_pool2d against float64 loops",

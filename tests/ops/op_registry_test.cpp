@@ -26,6 +26,9 @@ const std::set<std::string> kCudaLower = {"conv_transpose2d",
                                           "baddbmm",
                                           "linear",
                                           "linear_gelu",
+                                          "addmv",
+                                          "addr",
+                                          "addbmm",
                                           "conv2d",
                                           "prelu",
                                           "scaled_dot_product_attention",
@@ -37,6 +40,7 @@ const std::set<std::string> kCudaFp32 = {"cumprod",
                                          "cosine_similarity",
                                          "normalize",
                                          "cdist",
+                                         "dist",
                                          "pow",
                                          "square",
                                          "exp",
@@ -77,7 +81,13 @@ const std::set<std::string> kCudaFp32 = {"cumprod",
 const std::set<std::string> kCudaPromote = {"atan2",     "addcmul",     "addcdiv", "dot",
                                             "index_put", "scatter_add", "cat",     "stack"};
 const std::set<std::string> kCudaBanned = {"binary_cross_entropy"};
-const std::set<std::string> kCpuLower = kCudaLower;
+// torch's CPU list has addbmm of the three, not addmv or addr.
+const std::set<std::string> kCpuLower = [] {
+  std::set<std::string> lower = kCudaLower;
+  lower.erase("addmv");
+  lower.erase("addr");
+  return lower;
+}();
 const std::set<std::string> kCpuFp32 = {"cdist",
                                         "prod",
                                         "mse_loss",

@@ -21,6 +21,18 @@ const bool registered = register_samples([](std::map<OpId, Sample>& s) {
                             [] {
                               return Inputs{input({1, 2, 1}), input({2, 2, 3}), input({2, 3, 2})};
                             }};
+  s[OpId::addmv] = Sample{[](const Inputs& in) { return addmv(in[0], in[1], in[2], 0.5, 2.0); },
+                          [] {
+                            return Inputs{input({1}), input({3, 4}), input({4})};
+                          }};
+  s[OpId::addr] = Sample{[](const Inputs& in) { return addr(in[0], in[1], in[2], 1.5, -0.5); },
+                         [] {
+                           return Inputs{input({3, 1}), input({3}), input({2})};
+                         }};
+  s[OpId::addbmm] = Sample{[](const Inputs& in) { return addbmm(in[0], in[1], in[2], 0.5, 1.5); },
+                           [] {
+                             return Inputs{input({2, 2}), input({3, 2, 4}), input({3, 4, 2})};
+                           }};
   // Batched with broadcast batch dims, a matrix-vector and a vector-vector product.
   s[OpId::matmul] =
       Sample{[](const Inputs& in) {

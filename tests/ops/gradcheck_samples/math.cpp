@@ -44,6 +44,11 @@ const bool registered = register_samples([](std::map<OpId, Sample>& s) {
                        [] {
                          return Inputs{input({2, 3, 4}), input({2, 5, 4})};
                        });
+  s[OpId::dist] =
+      two([](auto& a, auto& b) { return dist(a, b) + dist(a, b, 3.0) + dist(a, b, 1.0); },
+          [] {
+            return Inputs{input({2, 3}), input({3})};
+          });
 });
 
 }  // namespace
