@@ -345,6 +345,15 @@ TEST_CASE("normalize, cosine_similarity and cdist against float64 loops", "[math
   check_close(cosine_similarity(a, zeros({1, 3}, kFloat64)).to_vector<double>(), {0, 0}, 0.0);
   CHECK(cosine_similarity(a, b, 0).sizes() == Shape{3});
 
+  // The p-norm of the differences a[i] - b[i] (p = inf: the largest; p = 0: how many differ).
+  const auto p_norm = [](const std::vector<double>& a, const std::vector<double>& b, double p) {
+    double acc = 0;
+    for (size_t i = 0; i < a.size(); ++i) {
+      const double d = std::abs(a[i] - b[i]);
+      acc = p == kInf ? std::max(acc, d) : p == 0.0 ? acc + (d != 0) : acc + std::pow(d, p);
+    }
+    return p == kInf || p == 0.0 ? acc : std::pow(acc, 1 / p);
+  };
   manual_seed(5);
   const Tensor x1 = randn({2, 3, 4}, kFloat64), x2 = randn({2, 5, 4}, kFloat64);
   const std::vector<double> u = x1.to_vector<double>(), w = x2.to_vector<double>();
@@ -354,18 +363,10 @@ TEST_CASE("normalize, cosine_similarity and cdist against float64 loops", "[math
     for (int bt = 0; bt < 2; ++bt) {
       for (int i = 0; i < 3; ++i) {
         for (int j = 0; j < 5; ++j) {
-          double acc = 0;
-          for (int k = 0; k < 4; ++k) {
-            const double d = std::abs(u[(bt * 3 + i) * 4 + k] - w[(bt * 5 + j) * 4 + k]);
-            if (p == kInf) {
-              acc = std::max(acc, d);
-            } else if (p == 0.0) {
-              acc += d != 0;
-            } else {
-              acc += std::pow(d, p);
-            }
-          }
-          want.push_back(p == kInf || p == 0.0 ? acc : std::pow(acc, 1 / p));
+          const auto row = [](const std::vector<double>& t, int first) {
+            return std::vector<double>(t.begin() + first, t.begin() + first + 4);
+          };
+          want.push_back(p_norm(row(u, (bt * 3 + i) * 4), row(w, (bt * 5 + j) * 4), p));
         }
       }
     }
@@ -385,21 +386,13 @@ TEST_CASE("normalize, cosine_similarity and cdist against float64 loops", "[math
 
   // dist: the p-norm of x1 - x2 broadcast (x1's first rows against one row of x2).
   const Tensor row = x2.select(0, 0).select(0, 2);
-  const std::vector<double> r = row.to_vector<double>();
+  std::vector<double> rows;  // row repeated against each of x1's six rows
+  for (int i = 0; i < 6; ++i) {
+    for (double v : row.to_vector<double>()) rows.push_back(v);
+  }
   for (double p : {2.0, 1.0, 3.0, kInf, 0.0}) {
     CAPTURE(p);
-    double acc = 0;
-    for (size_t i = 0; i < u.size(); ++i) {
-      const double d = std::abs(u[i] - r[i % 4]);
-      if (p == kInf) {
-        acc = std::max(acc, d);
-      } else if (p == 0.0) {
-        acc += d != 0;
-      } else {
-        acc += std::pow(d, p);
-      }
-    }
-    const double want = p == kInf || p == 0.0 ? acc : std::pow(acc, 1 / p);
+    const double want = p_norm(u, rows, p);
     const Tensor d = dist(x1, row, p);
     CHECK(d.dim() == 0);
     CHECK(d.item<double>() == Approx(want).epsilon(1e-13));
