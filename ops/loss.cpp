@@ -627,14 +627,16 @@ struct HingeEmbeddingLoss {
   }
 };
 
-// log(1 + exp(-target input)).
+// log(1 + exp(-target input)), as softplus(-target input): torch's formula, which overflows to
+// inf past -target input = 89 in float32 (and its gradient to NaN), where softplus is the
+// exact -target input there.
 struct SoftMarginLoss {
   static constexpr OpId id = OpId::soft_margin_loss;
   static constexpr bool kComposite = true;
   Reduction reduction = Reduction::Mean;
   Tensor forward(OpContext&, const Tensor& input, const Tensor& target) {
     check_same_shapes("soft_margin_loss", input, target, "target");
-    return reduce_loss(log1p(exp(mul(neg(input), target))), reduction);
+    return reduce_loss(softplus(mul(neg(input), target)), reduction);
   }
 };
 

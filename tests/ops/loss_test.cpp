@@ -356,6 +356,17 @@ TEST_CASE("huber_loss is delta times smooth_l1_loss, and the compositions' error
   const Values huber = values(huber_loss(a, b, "none", 2.5));
   for (size_t i = 0; i < huber.size(); ++i) CHECK(huber[i] == Approx(scaled[i]).epsilon(1e-15));
   const Tensor ones = full({5}, 1.0, kFloat64);
+  // soft_margin_loss stays finite, with a finite gradient, where exp(-target input) overflows.
+  const Tensor far = tensor({-100.0, 100.0}, {2}).requires_grad_();
+  const Tensor far_loss = soft_margin_loss(far, tensor({1.0, 1.0}, {2}), "none");
+  REQUIRE(far_loss.dtype() == kFloat32);
+  const Values far_values = values(far_loss);
+  CHECK(far_values[0] == 100.0);
+  CHECK(std::abs(far_values[1]) < 1e-30);
+  sum(far_loss).backward();
+  const Values far_grad = values(far.grad());
+  CHECK(far_grad[0] == -1.0);
+  CHECK(std::abs(far_grad[1]) < 1e-30);
   check_rejects({a, b}, [&] { huber_loss(a, b, "mean", 0.0); }, {"huber_loss", "delta > 0", "0"});
   check_rejects({a, b}, [&] { huber_loss(a, b, "avg"); }, {"huber_loss", "reduction", "avg"});
   check_rejects({a, b}, [&] { margin_ranking_loss(a, b, full({4}, 1.0, kFloat64)); },
