@@ -164,6 +164,19 @@ constexpr bool kSixteenBit = std::is_same_v<T, Half> || std::is_same_v<T, BFloat
 using convert::from_float;
 using convert::to_float;
 
+// o[i] = the 16-bit T of f's result on float(in[i]), for a contiguous run: widened in float32
+// chunks, f(chunk, m) in place, rounded once on the way back.
+template <class T, class F>
+void over_float_chunks(T* o, const T* in, int64_t n, F&& f) {
+  float chunk[kChunk];
+  for (int64_t start = 0; start < n; start += kChunk) {
+    const int64_t m = std::min(kChunk, n - start);
+    to_float(in + start, chunk, m);
+    f(chunk, m);
+    from_float(chunk, o + start, m);
+  }
+}
+
 // o[i] = fn(in[i]) for a contiguous run through the vector pass `pass`: float32 directly,
 // float16 and bfloat16 through float32 chunks, rounded once on the way back. False for other
 // dtypes (the caller's scalar loop runs).
@@ -173,13 +186,7 @@ bool vector_unary_run(VectorMap pass, VectorFn fn, T* o, const T* in, int64_t n)
     pass(fn, in, o, n);
     return true;
   } else if constexpr (kSixteenBit<T>) {
-    float chunk[kChunk];
-    for (int64_t start = 0; start < n; start += kChunk) {
-      const int64_t m = std::min(kChunk, n - start);
-      to_float(in + start, chunk, m);
-      pass(fn, chunk, chunk, m);
-      from_float(chunk, o + start, m);
-    }
+    over_float_chunks(o, in, n, [&](float* chunk, int64_t m) { pass(fn, chunk, chunk, m); });
     return true;
   } else {
     (void)pass, (void)fn, (void)o, (void)in, (void)n;
@@ -223,16 +230,11 @@ Tensor run_unary(const Tensor& x) {
                             if (pass != nullptr && vector_unary_run(pass, *fn, o, in, n)) return;
                           }
                           if constexpr (kSixteenBit<T>) {  // the same float math, in chunks
-                            float chunk[kChunk];
-                            for (int64_t start = 0; start < n; start += kChunk) {
-                              const int64_t m = std::min(kChunk, n - start);
-                              to_float(in + start, chunk, m);
+                            return over_float_chunks(o, in, n, [](float* chunk, int64_t m) {
                               for (int64_t i = 0; i < m; ++i) {
                                 chunk[i] = kernel::unary_fn<Op, C>(chunk[i]);
                               }
-                              from_float(chunk, o + start, m);
-                            }
-                            return;
+                            });
                           }
                           for (int64_t i = 0; i < n; ++i) {
                             o[i] = cast_value<T>(kernel::unary_fn<Op, C>(cast_value<C>(in[i])));

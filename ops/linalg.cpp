@@ -22,12 +22,16 @@ using ops::dispatch;
 using ops::OpContext;
 using Grads = autograd::GradList;
 
-void check_operands(const char* op, const Tensor& a, const Tensor& b, int64_t rank) {
-  HG_CHECK(a.dim() == rank && b.dim() == rank,
-           "{}: expected two {}-D tensors, got shapes {} and {}", op, rank, a.sizes(), b.sizes());
+void check_floating_pair(const char* op, const Tensor& a, const Tensor& b) {
   HG_CHECK(a.is_floating_point() && a.dtype() == b.dtype(),
            "{}: expected two floating tensors of one dtype, got {} and {}", op, a.dtype(),
            b.dtype());
+}
+
+void check_operands(const char* op, const Tensor& a, const Tensor& b, int64_t rank) {
+  HG_CHECK(a.dim() == rank && b.dim() == rank,
+           "{}: expected two {}-D tensors, got shapes {} and {}", op, rank, a.sizes(), b.sizes());
+  check_floating_pair(op, a, b);
   HG_CHECK(a.size(-1) == b.size(-2),
            "{}: the shapes {} and {} cannot be multiplied ({} columns against {} rows)", op,
            a.sizes(), b.sizes(), a.size(-1), b.size(-2));
@@ -403,6 +407,7 @@ struct AddMv {
     HG_CHECK(mat.dim() == 2 && vec.dim() == 1 && mat.size(1) == vec.size(0),
              "addmv: expected a matrix [n, m] and a vector [m], got shapes {} and {}", mat.sizes(),
              vec.sizes());
+    check_floating_pair("addmv", mat, vec);
     HG_CHECK(broadcasts_to(input.sizes(), {mat.size(0)}),
              "addmv: the input of shape {} does not broadcast to the product's shape [{}]",
              input.sizes(), mat.size(0));
@@ -418,6 +423,7 @@ struct AddR {
   Tensor forward(OpContext&, const Tensor& input, const Tensor& vec1, const Tensor& vec2) {
     HG_CHECK(vec1.dim() == 1 && vec2.dim() == 1, "addr: expected two vectors, got shapes {} and {}",
              vec1.sizes(), vec2.sizes());
+    check_floating_pair("addr", vec1, vec2);
     HG_CHECK(broadcasts_to(input.sizes(), {vec1.size(0), vec2.size(0)}),
              "addr: the input of shape {} does not broadcast to the outer product's shape [{}, {}]",
              input.sizes(), vec1.size(0), vec2.size(0));
@@ -434,6 +440,7 @@ struct AddBmm {
                  batch1.size(2) == batch2.size(1),
              "addbmm: expected batches [B, n, m] and [B, m, p], got shapes {} and {}",
              batch1.sizes(), batch2.sizes());
+    check_floating_pair("addbmm", batch1, batch2);
     const int64_t B = batch1.size(0), n = batch1.size(1), m = batch1.size(2), p = batch2.size(2);
     HG_CHECK(broadcasts_to(input.sizes(), {n, p}),
              "addbmm: the input of shape {} does not broadcast to the product's shape [{}, {}]",

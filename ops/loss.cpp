@@ -94,12 +94,19 @@ Tensor grad_for(const Tensor& grad, const Tensor& input) {
 
 // input and target of a pointwise loss: floating, of one shape (NOTE [Loss shapes]). Returns
 // the result dtype.
+// A floating input, and another argument of its shape (NOTE [Loss shapes]).
+void check_same_shapes(const char* op, const Tensor& input, const Tensor& other,
+                       const char* other_name) {
+  HG_CHECK(input.is_floating_point(), "{}: expected a floating input, got {}", op, input.dtype());
+  HG_CHECK(other.sizes() == input.sizes(), "{}: expected {} of input's shape {}, got {}", op,
+           other_name, input.sizes(), other.sizes());
+}
+
 DType check_pair(const Tensor& input, const Tensor& target, const char* op) {
   HG_CHECK(input.is_floating_point(), "{}: expected a floating input, got {}", op, input.dtype());
   HG_CHECK(target.is_floating_point(), "{}: expected a floating target, got {}", op,
            target.dtype());
-  HG_CHECK(input.sizes() == target.sizes(), "{}: expected target of input's shape {}, got {}", op,
-           input.sizes(), target.sizes());
+  check_same_shapes(op, input, target, "target");
   return result_type({input, target});
 }
 
@@ -580,13 +587,6 @@ struct KlDiv {
 // policy, and autograd runs through the ops it calls. Shapes as NOTE [Loss shapes]: every
 // tensor argument has input's shape.
 
-void check_same_shapes(const char* op, const Tensor& input, const Tensor& other,
-                       const char* other_name) {
-  HG_CHECK(input.is_floating_point(), "{}: expected a floating input, got {}", op, input.dtype());
-  HG_CHECK(other.sizes() == input.sizes(), "{}: expected {} of input's shape {}, got {}", op,
-           other_name, input.sizes(), other.sizes());
-}
-
 Tensor reduce_loss(const Tensor& loss, Reduction reduction) {
   switch (reduction) {
     case Reduction::None:
@@ -648,6 +648,7 @@ struct HuberLoss {
   std::string_view reduction = "mean";
   double delta = 1.0;
   Tensor forward(OpContext&, const Tensor& input, const Tensor& target) {
+    check_pair(input, target, "huber_loss");  // errors name huber_loss, not smooth_l1_loss
     const Tensor smooth = smooth_l1_loss(input, target, reduction, delta);
     return delta == 1.0 ? smooth : mul(smooth, delta);
   }

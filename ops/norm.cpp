@@ -300,7 +300,7 @@ struct Softmin {
   Tensor forward(OpContext&, const Tensor& x) {
     HG_CHECK(x.is_floating_point() || dtype.has_value(),
              "softmin: expected a floating tensor or a dtype argument, got {}", x.dtype());
-    return softmax(neg(dtype ? x.to(*dtype) : x), dim);
+    return softmax(neg(dtype ? x.to(*dtype) : x), wrap_dim(dim, x.dim(), "softmin"));
   }
 };
 

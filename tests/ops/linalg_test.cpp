@@ -120,6 +120,9 @@ TEST_CASE("addmv addr and addbmm autocast to the lower precision, and reject bad
   CHECK_THROWS_WITH(
       addmv(randn({5}), mat, vec),
       Contains("addmv: the input of shape [5] does not broadcast to the product's shape [4]"));
+  CHECK_THROWS_WITH(
+      addmv(input, mat, vec.to(kFloat64)),
+      Contains("addmv: expected two floating tensors of one dtype, got float32 and float64"));
   CHECK_THROWS_WITH(addr(randn({4, 3}), randn({4, 1}), vec),
                     Contains("addr: expected two vectors, got shapes [4, 1] and [3]"));
   CHECK_THROWS_WITH(

@@ -368,6 +368,11 @@ TEST_CASE("huber_loss is delta times smooth_l1_loss, and the compositions' error
   CHECK(far_grad[0] == -1.0);
   CHECK(std::abs(far_grad[1]) < 1e-30);
   check_rejects({a, b}, [&] { huber_loss(a, b, "mean", 0.0); }, {"huber_loss", "delta > 0", "0"});
+  check_rejects({a},
+                [&] {
+                  huber_loss(a, b.reshape({5, 1}));
+                },
+                {"huber_loss: expected target of input's shape [5], got [5, 1]"});
   check_rejects({a, b}, [&] { huber_loss(a, b, "avg"); }, {"huber_loss", "reduction", "avg"});
   check_rejects({a, b}, [&] { margin_ranking_loss(a, b, full({4}, 1.0, kFloat64)); },
                 {"margin_ranking_loss", "target of input's shape [5]", "[4]"});

@@ -126,6 +126,7 @@ TEST_CASE("softmin is softmax of the negated input, and takes a dtype", "[nn_ops
   const Tensor ints = tensor(std::vector<int64_t>{1, 2, 3});
   expect_result(softmin(ints, 0, kFloat32), kFloat32, {3},
                 softmax_reference({-1, -2, -3}, {3}, 0, false), "softmin of int64 as float32");
+  CHECK_THROWS_WITH(softmin(tensor({1.0, 2.0}), 3), Catch::Contains("softmin"));
   CHECK_THROWS_WITH(
       softmin(ints, 0),
       Catch::Contains("softmin: expected a floating tensor or a dtype argument, got int64"));
