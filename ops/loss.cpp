@@ -19,6 +19,7 @@
 // to target wherever torch differentiates it (every floating target: not class indices); and
 // to the weights of the binary cross entropies, whose gradient is the unweighted loss. nll_loss
 // and cross_entropy do not differentiate weight, as torch, and say so when asked to.
+#include <numbers>
 #include <optional>
 #include <utility>
 
@@ -580,12 +581,25 @@ struct KlDiv {
 
 // ---- compositions ------------------------------------------------------------------------------
 
-// NOTE [Composite losses] margin_ranking_loss, hinge_embedding_loss and soft_margin_loss are
-// compositions of other ops in torch's ATen code too, and huber_loss is delta * smooth_l1_loss
-// with beta = delta (torch has a kernel for it; the two agree to float rounding). halfgrad
-// writes them as composites: each autocasts once, at the outermost call, with torch's float32
-// policy, and autograd runs through the ops it calls. Shapes as NOTE [Loss shapes]: every
-// tensor argument has input's shape.
+// NOTE [Composite losses] margin_ranking_loss, hinge_embedding_loss, soft_margin_loss,
+// cosine_embedding_loss, poisson_nll_loss and triplet_margin_loss are compositions of other ops
+// in torch's ATen code too; huber_loss is delta * smooth_l1_loss with beta = delta, and
+// multi_margin_loss and multilabel_margin_loss, kernels in torch, are gathers, masks and sums
+// here (the multi-label one over [N, C, C] pairs, the work torch's kernel does in loops).
+// halfgrad writes them as composites: each autocasts once, at the outermost call, with torch's
+// float32 policy, autograd runs through the ops it calls, and a 16-bit call rounds once per op
+// it is made of. Shapes as NOTE [Loss shapes]: every tensor argument has input's shape (the
+// embedding losses' target is one value a row); class indices are checked against C first.
+
+// Every class index in target within [low, C), read back to say which is not (on CUDA, one
+// synchronization: the composites have no kernel of their own to check them).
+void check_class_range(const char* op, const Tensor& target, int64_t low, int64_t C) {
+  if (target.numel() == 0) return;
+  const int64_t lowest = amin(target).item<int64_t>(), highest = amax(target).item<int64_t>();
+  HG_CHECK(lowest >= low && highest < C,
+           "{}: expected class indices in [{}, {}) with C = {}, got values from {} to {}", op, low,
+           C, C, lowest, highest);
+}
 
 Tensor reduce_loss(const Tensor& loss, Reduction reduction) {
   switch (reduction) {
@@ -654,6 +668,153 @@ struct HuberLoss {
   }
 };
 
+// 1 - cos(x1, x2) where target == 1, max(0, cos(x1, x2) - margin) where target == -1, 0
+// elsewhere; the cosine over each row as torch computes it (1e-12 added to each squared norm).
+struct CosineEmbeddingLoss {
+  static constexpr OpId id = OpId::cosine_embedding_loss;
+  static constexpr bool kComposite = true;
+  double margin = 0.0;
+  Reduction reduction = Reduction::Mean;
+  Tensor forward(OpContext&, const Tensor& input1, const Tensor& input2, const Tensor& target) {
+    check_same_shapes("cosine_embedding_loss", input1, input2, "input2");
+    HG_CHECK(input1.dim() == 1 || input1.dim() == 2,
+             "cosine_embedding_loss: expected inputs of shape [D] or [N, D], got {}",
+             input1.sizes());
+    const Shape target_shape = input1.dim() == 2 ? Shape{input1.size(0)} : Shape{};
+    HG_CHECK(target.sizes() == target_shape,
+             "cosine_embedding_loss: expected target of shape {} for inputs of shape {}, got {}",
+             target_shape, input1.sizes(), target.sizes());
+    const Shape row = {input1.dim() - 1};
+    const Tensor dot_product = sum(mul(input1, input2), row);
+    const Tensor squares1 = add(sum(mul(input1, input1), row), 1e-12);
+    const Tensor squares2 = add(sum(mul(input2, input2), row), 1e-12);
+    const Tensor cos = div(dot_product, sqrt(mul(squares1, squares2)));
+    const Tensor similar = where(eq(target, 1), add(neg(cos), 1.0), 0.0);
+    const Tensor dissimilar =
+        where(eq(target, -1), clamp(sub(cos, margin), Scalar(0), std::nullopt), 0.0);
+    return reduce_loss(add(similar, dissimilar), reduction);
+  }
+};
+
+// exp(input) - target input (log_input), or input - target log(input + eps); with `full`, the
+// Stirling term target log(target) - target + log(2 pi target) / 2 added where target > 1.
+struct PoissonNllLoss {
+  static constexpr OpId id = OpId::poisson_nll_loss;
+  static constexpr bool kComposite = true;
+  bool log_input = true;
+  bool full = false;
+  double eps = 1e-8;
+  Reduction reduction = Reduction::Mean;
+  Tensor forward(OpContext&, const Tensor& input, const Tensor& target) {
+    check_pair(input, target, "poisson_nll_loss");
+    Tensor loss = log_input ? sub(exp(input), mul(target, input))
+                            : sub(input, mul(target, log(add(input, eps))));
+    if (full) {
+      // The term from target itself where it counts, so target <= 1 (zeros included) reaches
+      // no log and its gradient stays finite.
+      const Tensor counts = gt(target, 1);
+      const Tensor t = where(counts, target, 2.0);
+      const Tensor stirling =
+          add(sub(mul(t, log(t)), t), mul(log(mul(t, 2.0 * std::numbers::pi)), 0.5));
+      loss = add(loss, where(counts, stirling, 0.0));
+    }
+    return reduce_loss(loss, reduction);
+  }
+};
+
+// max(0, margin + d(anchor, positive) - d(anchor, negative)), d the pairwise p-norm distance of
+// the rows; with `swap`, d(anchor, negative) is replaced by d(positive, negative) where that is
+// smaller.
+struct TripletMarginLoss {
+  static constexpr OpId id = OpId::triplet_margin_loss;
+  static constexpr bool kComposite = true;
+  double margin = 1.0;
+  double p = 2.0;
+  double eps = 1e-6;
+  bool swap = false;
+  Reduction reduction = Reduction::Mean;
+  Tensor forward(OpContext&, const Tensor& anchor, const Tensor& positive, const Tensor& negative) {
+    HG_CHECK(anchor.dim() == 1 || anchor.dim() == 2,
+             "triplet_margin_loss: expected anchor of shape [D] or [N, D], got {}", anchor.sizes());
+    check_same_shapes("triplet_margin_loss", anchor, positive, "positive");
+    check_same_shapes("triplet_margin_loss", anchor, negative, "negative");
+    const Tensor to_positive = pairwise_distance(anchor, positive, p, eps);
+    Tensor to_negative = pairwise_distance(anchor, negative, p, eps);
+    if (swap) to_negative = minimum(to_negative, pairwise_distance(positive, negative, p, eps));
+    const Tensor loss = add(sub(to_positive, to_negative), margin);
+    return reduce_loss(clamp(loss, Scalar(0), std::nullopt), reduction);
+  }
+};
+
+// Row n of input [N, C] against its class y = target[n]: the sum over the other classes i of
+// w[y] max(0, margin - x[y] + x[i])^p, divided by C.
+struct MultiMarginLoss {
+  static constexpr OpId id = OpId::multi_margin_loss;
+  static constexpr bool kComposite = true;
+  int64_t p = 1;
+  double margin = 1.0;
+  Reduction reduction = Reduction::Mean;
+  Tensor forward(OpContext&, const Tensor& input, const Tensor& target, const Tensor& weight) {
+    const char* op = "multi_margin_loss";
+    HG_CHECK(input.is_floating_point(), "{}: expected a floating input, got {}", op, input.dtype());
+    HG_CHECK((input.dim() == 1 || input.dim() == 2) && input.size(-1) > 0,
+             "{}: expected input of shape [C] or [N, C] with C > 0, got {}", op, input.sizes());
+    const int64_t N = input.dim() == 2 ? input.size(0) : 1, C = input.size(-1);
+    HG_CHECK(target.dtype() == kInt64, "{}: expected int64 class indices as target, got {}", op,
+             target.dtype());
+    HG_CHECK(target.numel() == N && target.dim() <= 1,
+             "{}: expected target of shape [{}]{}, got {}", op, N, input.dim() == 1 ? " or []" : "",
+             target.sizes());
+    check_class_range(op, target, 0, C);
+    const Tensor x = input.reshape({N, C});
+    const Tensor y = target.reshape({N});
+    const Tensor x_y = gather(x, 1, y.reshape({N, 1}));
+    Tensor terms = clamp(add(sub(x, x_y), margin), Scalar(0), std::nullopt);
+    if (p == 2) terms = mul(terms, terms);
+    if (weight.defined()) terms = mul(terms, index_select(weight, 0, y).reshape({N, 1}));
+    const Tensor own_class = ne(one_hot(y, C), 0);
+    const Tensor loss = div(sum(where(own_class, 0.0, terms), {1}), double(C));
+    return reduce_loss(loss.reshape(target.sizes()), reduction);
+  }
+};
+
+// Row n of input [N, C] with target classes y_0, ..., y_k (target[n]'s values up to its first
+// -1): the sum over the target classes y_j and the classes i not among them of
+// max(0, 1 - (x[y_j] - x[i])), divided by C. As pairs [N, C, C] of ops.
+struct MultilabelMarginLoss {
+  static constexpr OpId id = OpId::multilabel_margin_loss;
+  static constexpr bool kComposite = true;
+  Reduction reduction = Reduction::Mean;
+  Tensor forward(OpContext&, const Tensor& input, const Tensor& target) {
+    const char* op = "multilabel_margin_loss";
+    HG_CHECK(input.is_floating_point(), "{}: expected a floating input, got {}", op, input.dtype());
+    HG_CHECK((input.dim() == 1 || input.dim() == 2) && input.size(-1) > 0,
+             "{}: expected input of shape [C] or [N, C] with C > 0, got {}", op, input.sizes());
+    HG_CHECK(target.dtype() == kInt64, "{}: expected int64 class indices as target, got {}", op,
+             target.dtype());
+    HG_CHECK(target.sizes() == input.sizes(), "{}: expected target of input's shape {}, got {}", op,
+             input.sizes(), target.sizes());
+    const int64_t N = input.dim() == 2 ? input.size(0) : 1, C = input.size(-1);
+    check_class_range(op, target, -1, C);
+    const Tensor x = input.reshape({N, C});
+    const Tensor t = target.reshape({N, C});
+    // A target slot counts until the row's first -1.
+    const Tensor counts = eq(cumsum(eq(t, -1), 1), 0);
+    const Tensor classes = where(counts, t, Scalar(0));
+    // other[n, i]: class i is none of row n's targets (the slots past the -1 go to class C).
+    const Tensor slots = one_hot(where(counts, t, Scalar(C)), C + 1).slice(2, 0, C);
+    const Tensor other = eq(sum(slots, {1}), 0);  // [N, C]
+    const Tensor x_y = gather(x, 1, classes);
+    // pairs[n, j, i] = max(0, 1 - x[y_j] + x[i]) for counted slots j and non-target classes i.
+    const Tensor pairs =
+        clamp(add(sub(x.unsqueeze(1), x_y.unsqueeze(2)), 1.0), Scalar(0), std::nullopt);
+    const Tensor kept =
+        mul(counts.to(input.dtype()).unsqueeze(2), other.to(input.dtype()).unsqueeze(1));
+    const Tensor loss = div(sum(mul(pairs, kept), {1, 2}), double(C));
+    return reduce_loss(input.dim() == 2 ? loss : loss.reshape({}), reduction);
+  }
+};
+
 }  // namespace
 
 // ---- the public functions -------------------------------------------------------------------
@@ -683,6 +844,56 @@ Tensor huber_loss(const Tensor& input, const Tensor& target, std::string_view re
   HG_CHECK(delta > 0.0, "huber_loss: expected delta > 0, got {}", delta);
   parse_reduction(reduction, "huber_loss");
   return dispatch(HuberLoss{.reduction = reduction, .delta = delta}, input, target);
+}
+
+Tensor cosine_embedding_loss(const Tensor& input1, const Tensor& input2, const Tensor& target,
+                             double margin, std::string_view reduction) {
+  return dispatch(
+      CosineEmbeddingLoss{.margin = margin,
+                          .reduction = parse_reduction(reduction, "cosine_embedding_loss")},
+      input1, input2, target);
+}
+
+Tensor poisson_nll_loss(const Tensor& input, const Tensor& target, bool log_input, bool full,
+                        double eps, std::string_view reduction) {
+  return dispatch(PoissonNllLoss{.log_input = log_input,
+                                 .full = full,
+                                 .eps = eps,
+                                 .reduction = parse_reduction(reduction, "poisson_nll_loss")},
+                  input, target);
+}
+
+Tensor triplet_margin_loss(const Tensor& anchor, const Tensor& positive, const Tensor& negative,
+                           double margin, double p, double eps, bool swap,
+                           std::string_view reduction) {
+  return dispatch(TripletMarginLoss{.margin = margin,
+                                    .p = p,
+                                    .eps = eps,
+                                    .swap = swap,
+                                    .reduction = parse_reduction(reduction, "triplet_margin_loss")},
+                  anchor, positive, negative);
+}
+
+Tensor multi_margin_loss(const Tensor& input, const Tensor& target, int64_t p, double margin,
+                         const Tensor& weight, std::string_view reduction) {
+  HG_CHECK(p == 1 || p == 2, "multi_margin_loss: expected p 1 or 2, got {}", p);
+  if (weight.defined()) {
+    HG_CHECK(weight.is_floating_point() && weight.dim() == 1 && input.dim() >= 1 &&
+                 weight.size(0) == input.size(-1),
+             "multi_margin_loss: expected a floating weight of shape [{}], got {} of shape {}",
+             input.dim() >= 1 ? input.size(-1) : 0, weight.dtype(), weight.sizes());
+  }
+  return dispatch(
+      MultiMarginLoss{
+          .p = p, .margin = margin, .reduction = parse_reduction(reduction, "multi_margin_loss")},
+      input, target, weight);
+}
+
+Tensor multilabel_margin_loss(const Tensor& input, const Tensor& target,
+                              std::string_view reduction) {
+  return dispatch(
+      MultilabelMarginLoss{.reduction = parse_reduction(reduction, "multilabel_margin_loss")},
+      input, target);
 }
 
 Tensor mse_loss(const Tensor& input, const Tensor& target, std::string_view reduction) {

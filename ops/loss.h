@@ -1,6 +1,7 @@
 // Losses: mse_loss, l1_loss, smooth_l1_loss, nll_loss, cross_entropy, binary_cross_entropy,
 // binary_cross_entropy_with_logits, kl_div, margin_ranking_loss, hinge_embedding_loss,
-// soft_margin_loss, huber_loss (ops/loss.cpp).
+// soft_margin_loss, huber_loss, cosine_embedding_loss, poisson_nll_loss, triplet_margin_loss,
+// multi_margin_loss, multilabel_margin_loss (ops/loss.cpp).
 //
 //   Tensor loss = hg::cross_entropy(logits, labels);   // logits [N, C], labels int64 [N]
 //   Tensor l2 = hg::mse_loss(prediction, target, "sum");
@@ -85,5 +86,35 @@ Tensor soft_margin_loss(const Tensor& input, const Tensor& target,
 // 0; delta * smooth_l1_loss with beta = delta).
 Tensor huber_loss(const Tensor& input, const Tensor& target, std::string_view reduction = "mean",
                   double delta = 1.0);
+
+// With the cosine c of input1 and input2 over their last dim ([N, D] or [D]): 1 - c where target
+// ([N] or [], of 1 and -1) is 1, max(0, c - margin) where it is -1.
+Tensor cosine_embedding_loss(const Tensor& input1, const Tensor& input2, const Tensor& target,
+                             double margin = 0.0, std::string_view reduction = "mean");
+
+// The negative log-likelihood of a Poisson target of rate exp(input) (log_input) or input, up to
+// a term of target alone: exp(input) - target input, or input - target log(input + eps); with
+// `full`, that term's Stirling approximation where target > 1. target of input's shape.
+Tensor poisson_nll_loss(const Tensor& input, const Tensor& target, bool log_input = true,
+                        bool full = false, double eps = 1e-8, std::string_view reduction = "mean");
+
+// max(0, margin + d(anchor, positive) - d(anchor, negative)), d = pairwise_distance(p, eps),
+// for rows [N, D] or one [D]; `swap` takes d(positive, negative) where it is the smaller.
+Tensor triplet_margin_loss(const Tensor& anchor, const Tensor& positive, const Tensor& negative,
+                           double margin = 1.0, double p = 2.0, double eps = 1e-6,
+                           bool swap = false, std::string_view reduction = "mean");
+
+// The multi-class hinge of input [N, C] (or [C]) and int64 classes target [N] (or [] / [1]): per
+// row, the sum over classes i other than y of weight[y] max(0, margin - x[y] + x[i])^p over C
+// (p 1 or 2; weight [C] or undefined).
+Tensor multi_margin_loss(const Tensor& input, const Tensor& target, int64_t p = 1,
+                         double margin = 1.0, const Tensor& weight = {},
+                         std::string_view reduction = "mean");
+
+// The multi-label hinge of input [N, C] (or [C]) and int64 target of its shape, each row's target
+// classes first and then -1: per row, the sum over its targets y and the classes i not among them
+// of max(0, 1 - (x[y] - x[i])), over C.
+Tensor multilabel_margin_loss(const Tensor& input, const Tensor& target,
+                              std::string_view reduction = "mean");
 
 }  // namespace hg

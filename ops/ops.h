@@ -170,6 +170,13 @@ Tensor cosine_similarity(const Tensor& x1, const Tensor& x2, int64_t dim = 1, do
 Tensor cdist(const Tensor& x1, const Tensor& x2, double p = 2.0);
 // norm(input - other, p) over all elements, the two broadcast together (torch.dist).
 Tensor dist(const Tensor& input, const Tensor& other, double p = 2.0);
+// norm(x1 - x2 + eps, p) over the last dim, the two broadcast together
+// (torch.nn.functional.pairwise_distance).
+Tensor pairwise_distance(const Tensor& x1, const Tensor& x2, double p = 2.0, double eps = 1e-6,
+                         bool keepdim = false);
+// The p-norm distances of the pairs of rows i < j of input [N, M], [N (N - 1) / 2] in
+// row-major order of the pairs (torch.pdist).
+Tensor pdist(const Tensor& input, double p = 2.0);
 
 // ---- shapes (ops/shape.cpp) -------------------------------------------------------------------
 // Reduces a gradient of a broadcast result back to `sizes` (sums the broadcast dims).

@@ -2,6 +2,7 @@
 // backward of each, in op_list.def's order.
 #include <cmath>
 #include <limits>
+#include <vector>
 
 #include "halfgrad/core/factory.h"
 #include "halfgrad/core/format.h"
@@ -523,10 +524,62 @@ struct Dist {
   }
 };
 
+// norm(x1 - x2 + eps, p) over the last dim of the two broadcast together:
+// torch.nn.functional.pairwise_distance (eps keeps a zero difference off norm's kink).
+struct PairwiseDistance {
+  static constexpr OpId id = OpId::pairwise_distance;
+  static constexpr bool kComposite = true;
+  double p = 2.0;
+  double eps = 1e-6;
+  bool keepdim = false;
+  Tensor forward(OpContext&, const Tensor& x1, const Tensor& x2) {
+    require_floating(x1, "pairwise_distance");
+    require_floating(x2, "pairwise_distance");
+    HG_CHECK(x1.dim() >= 1 || x2.dim() >= 1,
+             "pairwise_distance: expected tensors of at least one dim, got two 0-d tensors");
+    return norm(add(sub(x1, x2), eps), p, {-1}, keepdim);
+  }
+};
+
+// The p-norm distance of every pair of rows i < j of input [N, M], in the order (0, 1), (0, 2),
+// ..., (N - 2, N - 1): [N (N - 1) / 2], torch.pdist. The rows of each pair are gathered by
+// index, so the difference is exact and a zero distance has norm's zero gradient.
+struct Pdist {
+  static constexpr OpId id = OpId::pdist;
+  static constexpr bool kComposite = true;
+  double p = 2.0;
+  Tensor forward(OpContext&, const Tensor& input) {
+    require_floating(input, "pdist");
+    HG_CHECK(input.dim() == 2, "pdist: expected input of shape [N, M], got {}", input.sizes());
+    const int64_t N = input.size(0);
+    std::vector<int64_t> first, second;
+    for (int64_t i = 0; i < N; ++i) {
+      for (int64_t j = i + 1; j < N; ++j) {
+        first.push_back(i);
+        second.push_back(j);
+      }
+    }
+    const auto rows = [&](const std::vector<int64_t>& index) {
+      const Tensor positions = tensor(index, {int64_t(index.size())}, kInt64).to(input.device());
+      return index_select(input, 0, positions);
+    };
+    return norm(sub(rows(first), rows(second)), p, {1});
+  }
+};
+
 }  // namespace
 
 Tensor dist(const Tensor& input, const Tensor& other, double p) {
   return dispatch(Dist{.p = p}, input, other);
+}
+
+Tensor pairwise_distance(const Tensor& x1, const Tensor& x2, double p, double eps, bool keepdim) {
+  return dispatch(PairwiseDistance{.p = p, .eps = eps, .keepdim = keepdim}, x1, x2);
+}
+
+Tensor pdist(const Tensor& input, double p) {
+  HG_CHECK(p >= 0.0, "pdist: expected p >= 0, got {}", p);
+  return dispatch(Pdist{.p = p}, input);
 }
 
 }  // namespace hg

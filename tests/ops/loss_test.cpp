@@ -26,10 +26,12 @@ const char* const kReductions[] = {"none", "mean", "sum"};
 
 double tolerance(DType dtype) { return rounding_tolerance(dtype); }
 
-// actual (of `dtype`) against the reference. Values below 0.1 in magnitude are held to the
+// actual (of `dtype`) against the reference, within `roundings` times the tolerance of one
+// rounding to dtype. Values below `floor` (0.1) in magnitude are held to the
 // tolerance at 0.1: the terms a loss adds are of order one, so a small result is a cancellation
 // and its float32 error is absolute, not relative.
-void check_close(const Tensor& actual, const Values& expected, DType dtype) {
+void check_close(const Tensor& actual, const Values& expected, DType dtype, double roundings = 1.0,
+                 double floor = 0.1) {
   REQUIRE(actual.dtype() == dtype);
   const Values got = actual.to_vector<double>();
   REQUIRE(got.size() == expected.size());
@@ -40,7 +42,7 @@ void check_close(const Tensor& actual, const Values& expected, DType dtype) {
       continue;
     }
     CHECK(std::abs(got[i] - expected[i]) <=
-          tolerance(dtype) * std::max(std::abs(expected[i]), 0.1));
+          roundings * tolerance(dtype) * std::max(std::abs(expected[i]), floor));
   }
 }
 
@@ -396,6 +398,211 @@ TEST_CASE("huber_loss is delta times smooth_l1_loss, and the compositions' error
                 {"soft_margin_loss", "expected a floating input", "int64"});
 }
 
+TEST_CASE(
+    "cosine_embedding, poisson_nll, triplet_margin and the two multi-class margin losses "
+    "match float64",
+    "[loss]") {
+  manual_seed(508);
+  const double pi = 3.14159265358979323846;
+  for (DType dtype : kLossDtypes) {
+    CAPTURE(dtype);
+    const Tensor a = normal({4, 5}, dtype), b = normal({4, 5}, dtype), c = normal({4, 5}, dtype);
+    const Values av = values(a), bv = values(b), cv = values(c);
+    const auto at = [](const Values& v, int64_t n, int64_t i) { return v[size_t(n * 5 + i)]; };
+
+    // cosine_embedding_loss, target 1, -1 and a 0 that takes neither term.
+    const Tensor sign = tensor({1.0, -1.0, 0.0, -1.0}, {4}).to(dtype);
+    const double margin = -0.2;
+    Values cosine;
+    for (int64_t n = 0; n < 4; ++n) {
+      double dot = 0, aa = 1e-12, bb = 1e-12;
+      for (int64_t i = 0; i < 5; ++i) {
+        dot += at(av, n, i) * at(bv, n, i);
+        aa += at(av, n, i) * at(av, n, i);
+        bb += at(bv, n, i) * at(bv, n, i);
+      }
+      const double cos = dot / std::sqrt(aa * bb), y = values(sign)[size_t(n)];
+      cosine.push_back(y == 1 ? 1 - cos : y == -1 ? std::max(0.0, cos - margin) : 0.0);
+    }
+
+    // poisson_nll_loss over counts 0 to 4 and a fraction, as log rates and as rates.
+    const Tensor counts = tensor({0.0, 1.0, 2.0, 3.0, 4.0, 0.5, 1.5, 2.5, 0.0, 1.0,
+                                  2.0, 3.0, 4.0, 0.5, 1.5, 2.5, 7.0, 1.0, 0.0, 2.0},
+                                 {4, 5})
+                              .to(dtype);
+    const Tensor rates = (rand({4, 5}, kFloat32) * 3.0 + 0.1).to(dtype);
+    const Values tv = values(counts), rv = values(rates);
+    Values poisson_log, poisson_rate;
+    for (size_t i = 0; i < tv.size(); ++i) {
+      const double t = tv[i];
+      const double stirling = t > 1 ? t * std::log(t) - t + 0.5 * std::log(2 * pi * t) : 0.0;
+      poisson_log.push_back(std::exp(av[i]) - t * av[i] + stirling);
+      poisson_rate.push_back(rv[i] - t * std::log(rv[i] + 1e-3));
+    }
+
+    // triplet_margin_loss: p = 2 and p = 1 (eps added to each difference), swap on.
+    const auto distance = [&](const Values& x, const Values& y, int64_t n, double p, double eps) {
+      double total = 0;
+      for (int64_t i = 0; i < 5; ++i)
+        total += std::pow(std::abs(at(x, n, i) - at(y, n, i) + eps), p);
+      return std::pow(total, 1 / p);
+    };
+    Values triplet2, triplet1_swap;
+    double distances = 0.0;  // the largest distance of a row
+    for (int64_t n = 0; n < 4; ++n) {
+      for (const Values* other : {&bv, &cv}) {
+        distances =
+            std::max({distances, distance(av, *other, n, 2, 0), distance(av, *other, n, 1, 0)});
+      }
+      triplet2.push_back(
+          std::max(0.0, 1.5 + distance(av, bv, n, 2, 1e-6) - distance(av, cv, n, 2, 1e-6)));
+      const double to_negative =
+          std::min(distance(av, cv, n, 1, 1e-6), distance(bv, cv, n, 1, 1e-6));
+      triplet1_swap.push_back(std::max(0.0, 2.0 + distance(av, bv, n, 1, 1e-6) - to_negative));
+    }
+
+    // multi_margin_loss with p 1 and 2, a weight on the second.
+    const Tensor classes = tensor(std::vector<int64_t>{1, 4, 0, 1}, {4}, kInt64);
+    const Tensor weight = tensor({0.5, 1.0, 1.5, 2.0, 0.25}, {5}).to(dtype);
+    const Values wv = values(weight);
+    Values multi1, multi2;
+    for (int64_t n = 0; n < 4; ++n) {
+      const int64_t y = classes.to_vector<int64_t>()[size_t(n)];
+      double one = 0, two = 0;
+      for (int64_t i = 0; i < 5; ++i) {
+        if (i == y) continue;
+        const double z = std::max(0.0, 0.8 - at(av, n, y) + at(av, n, i));
+        one += z;
+        two += wv[size_t(y)] * z * z;
+      }
+      multi1.push_back(one / 5);
+      multi2.push_back(two / 5);
+    }
+
+    // multilabel_margin_loss: targets up to the first -1 (what follows it ignored).
+    const std::vector<int64_t> labels = {3, 0, -1, 1, 1, 4,  -1, -1, -1, -1,
+                                         0, 1, 2,  3, 4, -1, 2,  2,  2,  2};
+    const Tensor label_tensor = tensor(labels, {4, 5}, kInt64);
+    Values multilabel;
+    for (int64_t n = 0; n < 4; ++n) {
+      std::vector<int64_t> targets;
+      for (int64_t j = 0; j < 5 && labels[size_t(n * 5 + j)] != -1; ++j) {
+        targets.push_back(labels[size_t(n * 5 + j)]);
+      }
+      double total = 0;
+      for (int64_t y : targets) {
+        for (int64_t i = 0; i < 5; ++i) {
+          if (std::find(targets.begin(), targets.end(), i) != targets.end()) continue;
+          total += std::max(0.0, 1 - (at(av, n, y) - at(av, n, i)));
+        }
+      }
+      multilabel.push_back(total / 5);
+    }
+
+    // Each loss rounds once per op it is made of (NOTE [Composite losses]), several times on a
+    // path, and the 16-bit results are held to four roundings.
+    // A triplet loss is a difference of distances (about 3 here) rounded to dtype: its error is
+    // relative to them, not to the difference.
+    const auto check = [&](const char* loss, const Tensor& actual, const Values& expected,
+                           double floor = 0.1) {
+      INFO(loss);
+      check_close(actual, expected, dtype, 4.0, floor);
+    };
+    for (const char* reduction : kReductions) {
+      CAPTURE(reduction);
+      check("cosine_embedding_loss", cosine_embedding_loss(a, b, sign, margin, reduction),
+            reduce_reference(cosine, reduction, 4));
+      check("poisson_nll_loss of log rates",
+            poisson_nll_loss(a, counts, true, true, 1e-8, reduction),
+            reduce_reference(poisson_log, reduction, 20));
+      check("poisson_nll_loss of rates",
+            poisson_nll_loss(rates, counts, false, false, 1e-3, reduction),
+            reduce_reference(poisson_rate, reduction, 20));
+      check("triplet_margin_loss p 2",
+            triplet_margin_loss(a, b, c, 1.5, 2.0, 1e-6, false, reduction),
+            reduce_reference(triplet2, reduction, 4), distances);
+      check("triplet_margin_loss p 1 swapped",
+            triplet_margin_loss(a, b, c, 2.0, 1.0, 1e-6, true, reduction),
+            reduce_reference(triplet1_swap, reduction, 4), distances);
+      check("multi_margin_loss p 1", multi_margin_loss(a, classes, 1, 0.8, {}, reduction),
+            reduce_reference(multi1, reduction, 4));
+      check("multi_margin_loss p 2 weighted",
+            multi_margin_loss(a, classes, 2, 0.8, weight, reduction),
+            reduce_reference(multi2, reduction, 4));
+      check("multilabel_margin_loss", multilabel_margin_loss(a, label_tensor, reduction),
+            reduce_reference(multilabel, reduction, 4));
+    }
+    // One sample: [D] inputs with a 0-d target give a 0-d loss.
+    const Tensor one_row =
+        cosine_embedding_loss(a.select(0, 1), b.select(0, 1), sign[1], margin, "none");
+    CHECK(one_row.dim() == 0);
+    check("cosine_embedding_loss of one row", one_row, {cosine[1]});
+    const Tensor one_multi = multi_margin_loss(a.select(0, 2), classes[2], 1, 0.8, {}, "none");
+    CHECK(one_multi.dim() == 0);
+    check("multi_margin_loss of one row", one_multi, {multi1[2]});
+    CHECK(multi_margin_loss(a.select(0, 2), classes.slice(0, 2, 3), 1, 0.8, {}, "none").sizes() ==
+          Shape{1});
+    const Tensor one_label = multilabel_margin_loss(a.select(0, 0), label_tensor[0], "none");
+    CHECK(one_label.dim() == 0);
+    check("multilabel_margin_loss of one row", one_label, {multilabel[0]});
+  }
+}
+
+TEST_CASE("the margin and embedding losses reject bad inputs and leave them unchanged",
+          "[loss][errors]") {
+  manual_seed(509);
+  const Tensor a = normal({3, 4}, kFloat32), b = normal({3, 4}, kFloat32);
+  const Tensor sign = tensor({1.0, -1.0, 1.0}, {3});
+  check_rejects({a, b}, [&] { cosine_embedding_loss(a, b, sign.slice(0, 0, 2)); },
+                {"cosine_embedding_loss: expected target of shape [3] for inputs of shape [3, 4], "
+                 "got [2]"});
+  check_rejects({a, b}, [&] { cosine_embedding_loss(a, b.slice(1, 0, 3), sign); },
+                {"cosine_embedding_loss", "input2 of input's shape [3, 4]", "[3, 3]"});
+  check_rejects({},
+                [&] {
+                  cosine_embedding_loss(a.reshape({3, 2, 2}), b.reshape({3, 2, 2}), sign);
+                },
+                {"cosine_embedding_loss: expected inputs of shape [D] or [N, D], got [3, 2, 2]"});
+  check_rejects({a},
+                [&] {
+                  poisson_nll_loss(a, b.reshape({4, 3}));
+                },
+                {"poisson_nll_loss", "target of input's shape [3, 4]", "[4, 3]"});
+  check_rejects({a, b}, [&] { poisson_nll_loss(a, b, true, false, 1e-8, "batchmean"); },
+                {"poisson_nll_loss", "reduction", "batchmean"});
+  check_rejects({a, b}, [&] { triplet_margin_loss(a, b, b.slice(0, 0, 2)); },
+                {"triplet_margin_loss", "negative of input's shape [3, 4]", "[2, 4]"});
+  check_rejects({},
+                [&] {
+                  triplet_margin_loss(a.reshape({12}).reshape({2, 2, 3}), b, b);
+                },
+                {"triplet_margin_loss: expected anchor of shape [D] or [N, D], got [2, 2, 3]"});
+  const Tensor classes = tensor(std::vector<int64_t>{0, 3, 1}, {3}, kInt64);
+  check_rejects({a, classes}, [&] { multi_margin_loss(a, classes, 3); },
+                {"multi_margin_loss: expected p 1 or 2, got 3"});
+  check_rejects(
+      {a, classes},
+      [&] {
+        multi_margin_loss(a, tensor(std::vector<int64_t>{0, 4, 1}, {3}, kInt64));
+      },
+      {"multi_margin_loss: expected class indices in [0, 4) with C = 4, got values from 0 "
+       "to 4"});
+  check_rejects({a, classes}, [&] { multi_margin_loss(a, classes.slice(0, 0, 2)); },
+                {"multi_margin_loss: expected target of shape [3], got [2]"});
+  check_rejects({a}, [&] { multi_margin_loss(a, sign); },
+                {"multi_margin_loss: expected int64 class indices as target, got float32"});
+  check_rejects({a, classes}, [&] { multi_margin_loss(a, classes, 1, 1.0, ones({3})); },
+                {"multi_margin_loss: expected a floating weight of shape [4], got float32 of shape "
+                 "[3]"});
+  const Tensor labels =
+      tensor(std::vector<int64_t>{0, -1, 0, 0, 1, 2, -1, 0, -2, -1, 0, 0}, {3, 4}, kInt64);
+  check_rejects({a, labels}, [&] { multilabel_margin_loss(a, labels); },
+                {"multilabel_margin_loss: expected class indices in [-1, 4) with C = 4, got "
+                 "values from -2 to 2"});
+  check_rejects({a}, [&] { multilabel_margin_loss(a, classes); },
+                {"multilabel_margin_loss: expected target of input's shape [3, 4], got [3]"});
+}
+
 // ---- torch's conventions, on cases worked by hand ------------------------------------------
 
 TEST_CASE("nll_loss mean divides by the weights of the targets not ignored", "[loss]") {
@@ -713,7 +920,9 @@ TEST_CASE("nll_loss and cross_entropy reject bad targets and leave inputs unchan
 
 TEST_CASE("the losses' cast policies are torch's", "[loss][autocast]") {
   for (OpId op : {OpId::mse_loss, OpId::l1_loss, OpId::smooth_l1_loss, OpId::nll_loss,
-                  OpId::cross_entropy, OpId::binary_cross_entropy_with_logits, OpId::kl_div}) {
+                  OpId::cross_entropy, OpId::binary_cross_entropy_with_logits, OpId::kl_div,
+                  OpId::cosine_embedding_loss, OpId::poisson_nll_loss, OpId::triplet_margin_loss,
+                  OpId::multi_margin_loss, OpId::multilabel_margin_loss}) {
     CAPTURE(op_name(op));
     CHECK(amp::cast_policy(op, kCUDA) == CastPolicy::Fp32);
     CHECK(amp::cast_policy(op, kCPU) == CastPolicy::Fp32);
@@ -762,6 +971,15 @@ TEST_CASE("losses run in float32 under CPU autocast", "[loss][autocast]") {
                                                  weight.to(d));
        }},
       {"kl_div", [&](DType d) { return kl_div(x.to(d), y.to(d), "batchmean"); }},
+      {"cosine_embedding_loss",
+       [&](DType d) { return cosine_embedding_loss(x.to(d), y.to(d), t.to(kFloat32) - 1.0); }},
+      {"poisson_nll_loss", [&](DType d) { return poisson_nll_loss(x.to(d), (y * 3.0).to(d)); }},
+      {"triplet_margin_loss",
+       [&](DType d) { return triplet_margin_loss(x.to(d), y.to(d), p.to(d), 0.5); }},
+      {"multi_margin_loss",
+       [&](DType d) { return multi_margin_loss(x.to(d), t, 2, 1.0, weight.to(d)); }},
+      {"multilabel_margin_loss",
+       [&](DType d) { return multilabel_margin_loss(x.to(d), one_hot(t, 4) - 1); }},
   };
   for (const auto& [name, loss] : losses) {
     CAPTURE(name);

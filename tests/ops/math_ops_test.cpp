@@ -331,7 +331,8 @@ TEST_CASE("argmin, any and all as torch's", "[math]") {
   CHECK_FALSE(any(full({3}, false, kBool)).item<bool>());
 }
 
-TEST_CASE("normalize, cosine_similarity and cdist against float64 loops", "[math]") {
+TEST_CASE("normalize, cosine_similarity, cdist, dist, pairwise_distance and pdist against float64",
+          "[math]") {
   const Tensor a = tensor({3.0, 4.0, 0.0, 0.0, 1.0, 2.0}, {2, 3}, kFloat64);
   const Tensor b = tensor({1.0, 0.0, 0.0, 0.0, -1.0, -2.0}, {2, 3}, kFloat64);
   // normalize along dim 1: [0.6, 0.8, 0], [0, 1/sqrt 5, 2/sqrt 5].
@@ -401,6 +402,52 @@ TEST_CASE("normalize, cosine_similarity and cdist against float64 loops", "[math
                dist(tensor(std::vector<int64_t>{1, 2}), tensor(std::vector<int64_t>{0, 2}));
              }),
              Contains("dist: expected floating tensors, got int64 and int64"));
+
+  // pairwise_distance: the p-norm of x1's rows minus x2's (one row broadcast) plus eps.
+  const double eps = 1e-6;
+  for (double p : {2.0, 1.0, 3.0, kInf}) {
+    CAPTURE(p);
+    std::vector<double> want;
+    for (int i = 0; i < 6; ++i) {
+      std::vector<double> shifted(u.begin() + i * 4, u.begin() + i * 4 + 4);
+      for (double& v : shifted) v += eps;
+      want.push_back(p_norm(shifted, row.to_vector<double>(), p));
+    }
+    const Tensor d = pairwise_distance(x1, row, p);
+    CHECK(d.sizes() == Shape{2, 3});
+    check_close(d.to_vector<double>(), want, 1e-13);
+    CHECK(pairwise_distance(x1, row, p, eps, /*keepdim=*/true).sizes() == Shape{2, 3, 1});
+  }
+  CHECK(pairwise_distance(row, row).item<double>() == Approx(2 * eps).epsilon(1e-12));
+  CHECK_THAT(
+      testing::error_message([&] { pairwise_distance(full(Shape{}, 1.0), full(Shape{}, 2.0)); }),
+      Contains("pairwise_distance: expected tensors of at least one dim"));
+
+  // pdist: every pair of rows i < j in row-major order of the pairs.
+  const Tensor points = x2.select(0, 1);  // [5, 4]
+  const std::vector<double> pv = points.to_vector<double>();
+  for (double p : {2.0, 1.0, 3.0, kInf, 0.0}) {
+    CAPTURE(p);
+    std::vector<double> want;
+    for (int i = 0; i < 5; ++i) {
+      for (int j = i + 1; j < 5; ++j) {
+        want.push_back(p_norm(std::vector<double>(pv.begin() + i * 4, pv.begin() + i * 4 + 4),
+                              std::vector<double>(pv.begin() + j * 4, pv.begin() + j * 4 + 4), p));
+      }
+    }
+    const Tensor d = pdist(points, p);
+    CHECK(d.sizes() == Shape{10});
+    check_close(d.to_vector<double>(), want, 1e-13);
+  }
+  CHECK(pdist(points.slice(0, 0, 1)).sizes() == Shape{0});
+  // A repeated row: distance 0, gradient 0 (not NaN).
+  const Tensor twice = tensor({1.0, 2.0, 1.0, 2.0}, {2, 2}, kFloat64).requires_grad_();
+  sum(pdist(twice)).backward();
+  check_close(twice.grad().to_vector<double>(), {0.0, 0.0, 0.0, 0.0}, 0.0);
+  CHECK_THAT(testing::error_message([&] { pdist(x1); }),
+             Contains("pdist: expected input of shape [N, M], got [2, 3, 4]"));
+  CHECK_THAT(testing::error_message([&] { pdist(points, -1.0); }),
+             Contains("pdist: expected p >= 0, got -1"));
 }
 
 TEST_CASE("conv1d, max_pool1d, avg_pool1d and adaptive_avg_pool2d against float64 loops",

@@ -50,6 +50,58 @@ const bool registered = register_samples([](std::map<OpId, Sample>& s) {
       [] {
         return Inputs{input({3, 4}), input({3, 4})};
       });
+  s[OpId::cosine_embedding_loss] =
+      Sample{[](const Inputs& in) {
+               const Tensor sign = placed(tensor({1.0, -1.0, -1.0}, {3}, kFloat64));
+               return cosine_embedding_loss(in[0], in[1], sign, -0.9, "none") +
+                      cosine_embedding_loss(in[0], in[1], sign) +
+                      cosine_embedding_loss(in[2], in[1].select(0, 0),
+                                            placed(full(Shape{}, -1.0, kFloat64)), -0.5);
+             },
+             [] {
+               return Inputs{input({3, 4}), input({3, 4}), input({4})};
+             }};
+  // poisson_nll_loss: log rates, rates (positive), and the Stirling term for targets above 1
+  // (target gets a gradient too).
+  s[OpId::poisson_nll_loss] =
+      Sample{[](const Inputs& in) {
+               return poisson_nll_loss(in[0], in[2], true, false, 1e-8, "none") +
+                      poisson_nll_loss(in[1], in[2], false, false, 0.5) +
+                      poisson_nll_loss(in[0], in[2], true, true, 1e-8, "sum");
+             },
+             [] {
+               return Inputs{input({2, 3}), positive({2, 3}), input({2, 3}, 0.0, 3.0)};
+             }};
+  s[OpId::triplet_margin_loss] =
+      Sample{[](const Inputs& in) {
+               return triplet_margin_loss(in[0], in[1], in[2], 3.0, 2.0, 1e-6, false, "none") +
+                      triplet_margin_loss(in[0], in[1], in[2], 4.0, 1.0, 1e-6, true) +
+                      triplet_margin_loss(in[0], in[1], in[2], 3.5, 3.0, 1e-3, true, "sum");
+             },
+             [] {
+               return Inputs{input({3, 4}), input({3, 4}), input({3, 4})};
+             }};
+  s[OpId::multi_margin_loss] = two(
+      [](auto& x, auto& weight) {
+        const Tensor t = indices({2, 0, 3}, {3});
+        return multi_margin_loss(x, t, 1, 1.5, {}, "none") +
+               multi_margin_loss(x, t, 2, 2.0, weight) +
+               multi_margin_loss(x.select(0, 1), indices({1}, {}), 1, 1.0, weight, "sum");
+      },
+      [] {
+        return Inputs{input({3, 4}), input({4}, 0.5, 1.5)};
+      });
+  s[OpId::multilabel_margin_loss] = one(
+      [](auto& x) {
+        // Row 0: classes 3 and 1 (the 2 after the -1 does not count); row 1: every class; row
+        // 2: none; row 3: class 0 twice (counted twice, as torch's kernel).
+        const Tensor t = indices({3, 1, -1, 2, 0, 1, 2, 3, -1, 0, 0, 0, 0, 0, -1, 1}, {4, 4});
+        return multilabel_margin_loss(x, t, "none") + multilabel_margin_loss(x, t) +
+               multilabel_margin_loss(x.select(0, 0), t.select(0, 0), "sum");
+      },
+      [] {
+        return input({4, 4});
+      });
   s[OpId::l1_loss] = two(
       [](auto& x, auto& y) { return l1_loss(x, y, "none") + l1_loss(x, y) + l1_loss(x, y, "sum"); },
       [] {

@@ -1,6 +1,6 @@
 // Gradcheck samples of the elementwise math ops (fmod, remainder, atan2, hypot, lerp), the
 // activations leaky_relu, elu and glu, and the ops built from reductions (std, normalize,
-// cosine_similarity, cdist).
+// cosine_similarity, cdist, dist, pairwise_distance, pdist).
 #include "../gradcheck_samples.h"
 
 namespace hg::testing {
@@ -49,6 +49,18 @@ const bool registered = register_samples([](std::map<OpId, Sample>& s) {
           [] {
             return Inputs{input({2, 3}), input({3})};
           });
+  s[OpId::pairwise_distance] = two(
+      [](auto& a, auto& b) {
+        return pairwise_distance(a, b) + pairwise_distance(a, b, 3.0, 1e-3) +
+               pairwise_distance(a, b, 1.0, 0.0, /*keepdim=*/true).reshape({3});
+      },
+      [] {
+        return Inputs{input({3, 4}), input({4})};
+      });
+  s[OpId::pdist] = one([](auto& x) { return pdist(x) + pdist(x, 3.0) + pdist(x, 1.0); },
+                       [] {
+                         return input({4, 3});
+                       });
 });
 
 }  // namespace
