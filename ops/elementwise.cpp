@@ -613,6 +613,23 @@ Tensor compare_with_scalar(const Tensor& a, Scalar b) {
   return dispatch(Op{}, a, as_operand(b, result_type({a}, {b}), a.device()));
 }
 
+// number ** tensor (torch's __rpow__): pow of the number as a 0-d operand of the result dtype,
+// or, for a 16-bit result, of float32 (the base unrounded, the power rounded once, as NOTE
+// [Number operands of 16-bit ops]). A composite: autograd runs through pow to the exponent.
+struct PowOfNumber {
+  static constexpr OpId id = OpId::rpow;
+  static constexpr bool kComposite = true;
+  Scalar base;
+  Tensor forward(OpContext&, const Tensor& exponent) {
+    const DType dtype = result_type({exponent}, {base});
+    const bool narrow = dtype == kFloat16 || dtype == kBFloat16;
+    const DType compute = narrow ? kFloat32 : dtype;
+    const Tensor power = pow(as_operand(base, compute, exponent.device()),
+                             exponent.dtype() == compute ? exponent : exponent.to(compute));
+    return narrow ? power.to(dtype) : power;
+  }
+};
+
 }  // namespace
 
 // ---- the public functions -------------------------------------------------------------------
@@ -653,6 +670,9 @@ Tensor pow(const Tensor& a, Scalar exponent) {
     return dispatch(WithNumber<OpId::pow>{.value = exponent.to_double()}, a);
   }
   return pow(a, as_operand(exponent, result_type({a}, {exponent}), a.device()));
+}
+Tensor pow(Scalar base, const Tensor& exponent) {
+  return dispatch(PowOfNumber{.base = base}, exponent);
 }
 Tensor maximum(const Tensor& a, const Tensor& b) {
   return dispatch(Extremum<OpId::maximum>{}, a, b);

@@ -393,6 +393,39 @@ struct IndexAdd {
 // ---- index_put ----------------------------------------------------------------------------------
 
 // Inputs: self, values, then the K index tensors.
+// A copy of input with the slices along dim at the positions in index replaced by source's:
+// index_put on input with dim moved to the front, so a position given twice keeps the last
+// write, as index_put's, and autograd runs through index_put.
+struct IndexCopy {
+  static constexpr OpId id = OpId::index_copy;
+  static constexpr bool kComposite = true;
+  int64_t dim = 0;
+  Tensor forward(OpContext&, const Tensor& input, const Tensor& index, const Tensor& source) {
+    check_defined(input, "index_copy", "input");
+    check_defined(source, "index_copy", "source");
+    HG_CHECK(index.defined() && index.dtype() == kInt64 && index.dim() <= 1,
+             "index_copy: expected a 1-D or 0-d int64 index, got {} of shape {}",
+             index.defined() ? index.dtype() : kInt64, index.defined() ? index.sizes() : Shape{});
+    HG_CHECK(source.dtype() == input.dtype(),
+             "index_copy: expected source of input's dtype {}, got {}", input.dtype(),
+             source.dtype());
+    const int64_t rank = std::max<int64_t>(input.dim(), 1);
+    const int64_t d = wrap_dim(dim, rank, "index_copy");
+    const Tensor self = input.dim() == 0 ? input.reshape({1}) : input;
+    const Tensor src = source.dim() == 0 ? source.reshape({1}) : source;
+    Shape expected = self.sizes();
+    expected[size_t(d)] = index.numel();
+    HG_CHECK(src.sizes() == expected,
+             "index_copy: expected source of shape {} (input's {} with {} index positions at dim "
+             "{}), got {}",
+             expected, input.sizes(), index.numel(), d, source.sizes());
+    const Tensor flat_index = index.reshape({index.numel()});
+    const Tensor out = index_put(self.transpose(0, d), {flat_index}, src.transpose(0, d));
+    const Tensor moved = out.transpose(0, d);
+    return input.dim() == 0 ? moved.reshape({}) : moved;
+  }
+};
+
 struct IndexPut {
   static constexpr OpId id = OpId::index_put;
   bool accumulate = false;
@@ -595,6 +628,10 @@ Tensor index_put(const Tensor& self, std::initializer_list<Tensor> indices, cons
                  bool accumulate) {
   return index_put(self, std::span<const Tensor>(indices.begin(), indices.size()), values,
                    accumulate);
+}
+
+Tensor index_copy(const Tensor& input, int64_t dim, const Tensor& index, const Tensor& source) {
+  return dispatch(IndexCopy{.dim = dim}, input, index, source);
 }
 
 Tensor one_hot(const Tensor& input, int64_t num_classes) {

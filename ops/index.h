@@ -1,5 +1,5 @@
 // Indexing and shape ops: where, masked_fill, cat, stack, split, chunk, gather, scatter_add,
-// index_select, index_add, index_put, one_hot, and max/min along a dim (ops/index.cpp).
+// index_select, index_add, index_put, index_copy, one_hot, and max/min along a dim (ops/index.cpp).
 //
 //   Tensor x = hg::randn({4, 3});
 //   Tensor rows = hg::index_select(x, 0, hg::tensor(std::vector<int64_t>{3, 0}));  // [2, 3]
@@ -70,6 +70,11 @@ Tensor index_put(const Tensor& self, std::span<const Tensor> indices, const Tens
                  bool accumulate = false);
 Tensor index_put(const Tensor& self, std::initializer_list<Tensor> indices, const Tensor& values,
                  bool accumulate = false);
+
+// A copy of input with its slices along dim at the positions in index (int64, 1-D) replaced by
+// source's (input's shape with index.numel() at dim, input's dtype); a position given twice
+// keeps its last slice.
+Tensor index_copy(const Tensor& input, int64_t dim, const Tensor& index, const Tensor& source);
 
 // int64 class indices -> int64 tensor of shape input.shape + [num_classes] with one 1 per
 // row; num_classes = -1 takes max(input) + 1. Not differentiable.

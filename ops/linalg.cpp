@@ -4,6 +4,11 @@
 // is one node (NOTE [Linear is one node]).
 #include "halfgrad/ops/linalg.h"
 
+#include <algorithm>
+#include <limits>
+#include <optional>
+#include <vector>
+
 #include "halfgrad/core/factory.h"
 #include "halfgrad/core/format.h"
 #include "halfgrad/core/view.h"
@@ -450,6 +455,225 @@ struct AddBmm {
   }
 };
 
+// ---- multi_dot, chain_matmul, tensordot, bilinear, cross, trace ------------------------------
+
+// NOTE [Matrix chains] multi_dot multiplies its matrices in the order that takes the fewest
+// scalar products, as torch's linalg.multi_dot does: for three, (AB)C unless A(BC) is strictly
+// cheaper; for more, the textbook dynamic programme over the splits, the first (leftmost) split
+// of least cost kept. The order decides the roundings, so halfgrad keeps torch's. A 1-D first
+// operand is a row [1, n] and a 1-D last one a column [n, 1], their unit dims dropped from the
+// result. Each product is an mm, so the chain autocasts once, as mm does, and differentiates
+// through mm.
+
+// The product of mats[i..j] in the order split[i][j] chose.
+Tensor chain_product(const std::vector<Tensor>& mats, const std::vector<std::vector<size_t>>& split,
+                     size_t i, size_t j) {
+  if (i == j) return mats[i];
+  const size_t k = split[i][j];
+  return mm(chain_product(mats, split, i, k), chain_product(mats, split, k + 1, j));
+}
+
+Tensor multiply_chain(std::span<const Tensor> tensors, const char* op) {
+  const size_t n = tensors.size();
+  HG_CHECK(n >= 2, "{}: expected at least 2 tensors, got {}", op, n);
+  std::vector<Tensor> mats;
+  for (size_t i = 0; i < n; ++i) {
+    const Tensor& t = tensors[i];
+    HG_CHECK(t.defined(), "{}: tensor {} is undefined", op, i);
+    const bool end = i == 0 || i == n - 1;
+    HG_CHECK(t.dim() == 2 || (end && t.dim() == 1), "{}: expected tensor {} to be {}, got shape {}",
+             op, i, end ? "1-D or 2-D" : "2-D (only the first and last may be 1-D)", t.sizes());
+    HG_CHECK(t.is_floating_point() && t.dtype() == tensors[0].dtype(),
+             "{}: expected floating tensors of one dtype, got {} (tensor 0) and {} (tensor {})", op,
+             tensors[0].dtype(), t.dtype(), i);
+    mats.push_back(t.dim() == 2 ? t : i == 0 ? t.unsqueeze(0) : t.unsqueeze(1));
+    if (i > 0) {
+      HG_CHECK(mats[i - 1].size(1) == mats[i].size(0),
+               "{}: tensors {} and {} of shapes {} and {} cannot be multiplied", op, i - 1, i,
+               tensors[i - 1].sizes(), t.sizes());
+    }
+  }
+  // dims[i], dims[i + 1]: the rows and columns of mats[i].
+  std::vector<int64_t> dims{mats[0].size(0)};
+  for (const Tensor& m : mats) dims.push_back(m.size(1));
+  std::vector<std::vector<size_t>> split(n, std::vector<size_t>(n, 0));
+  if (n == 3) {
+    const int64_t a = dims[0], b = dims[1], c = dims[2], d = dims[3];
+    split[0][2] = (a * c) * (b + d) > (b * d) * (a + c) ? 0 : 1;  // A(BC) where strictly cheaper
+    split[1][2] = 1;
+    split[0][1] = 0;
+  } else {
+    std::vector<std::vector<int64_t>> cost(n, std::vector<int64_t>(n, 0));
+    for (size_t length = 1; length < n; ++length) {
+      for (size_t i = 0; i + length < n; ++i) {
+        const size_t j = i + length;
+        cost[i][j] = std::numeric_limits<int64_t>::max();
+        for (size_t k = i; k < j; ++k) {
+          const int64_t q = cost[i][k] + cost[k + 1][j] + dims[i] * dims[k + 1] * dims[j + 1];
+          if (q < cost[i][j]) {
+            cost[i][j] = q;
+            split[i][j] = k;
+          }
+        }
+      }
+    }
+  }
+  Tensor out = chain_product(mats, split, 0, n - 1);
+  if (tensors[n - 1].dim() == 1) out = out.squeeze(1);
+  if (tensors[0].dim() == 1) out = out.squeeze(0);
+  return out;
+}
+
+struct MultiDot {
+  static constexpr OpId id = OpId::multi_dot;
+  static constexpr bool kComposite = true;
+  Tensor forward(OpContext&, std::span<const Tensor> tensors) {
+    return multiply_chain(tensors, "multi_dot");
+  }
+};
+
+struct ChainMatmul {
+  static constexpr OpId id = OpId::chain_matmul;
+  static constexpr bool kComposite = true;
+  Tensor forward(OpContext&, std::span<const Tensor> matrices) {
+    HG_CHECK(!matrices.empty(), "chain_matmul: expected one or more matrices, got none");
+    for (size_t i = 0; i < matrices.size(); ++i) {
+      HG_CHECK(matrices[i].defined() && matrices[i].dim() == 2,
+               "chain_matmul: expected 2-D matrices, got shape {} (matrix {})",
+               matrices[i].defined() ? matrices[i].sizes() : Shape{}, i);
+    }
+    return matrices.size() == 1 ? matrices[0].clone() : multiply_chain(matrices, "chain_matmul");
+  }
+};
+
+// a's dims_a against b's dims_b (pairwise, of equal sizes), summed: the free dims of a, then
+// those of b. One mm of a permuted to [free, contracted] by b permuted to [contracted, free].
+struct Tensordot {
+  static constexpr OpId id = OpId::tensordot;
+  static constexpr bool kComposite = true;
+  Shape dims_a{}, dims_b{};
+  Tensor forward(OpContext&, const Tensor& a, const Tensor& b) {
+    check_floating_pair("tensordot", a, b);
+    HG_CHECK(dims_a.size() == dims_b.size(),
+             "tensordot: expected as many dims of b as of a to contract, got {} and {}", dims_a,
+             dims_b);
+    std::vector<bool> contracted_a(size_t(a.dim()), false), contracted_b(size_t(b.dim()), false);
+    Shape perm_a, perm_b, free_sizes;
+    int64_t K = 1;
+    for (size_t i = 0; i < dims_a.size(); ++i) {
+      const int64_t da = wrap_dim(dims_a[i], a.dim(), "tensordot");
+      const int64_t db = wrap_dim(dims_b[i], b.dim(), "tensordot");
+      HG_CHECK(!contracted_a[size_t(da)] && !contracted_b[size_t(db)],
+               "tensordot: a dim is contracted twice in {} and {}", dims_a, dims_b);
+      HG_CHECK(a.size(da) == b.size(db),
+               "tensordot: contracted dims of different sizes: a's dim {} ({}) and b's dim {} ({})",
+               da, a.size(da), db, b.size(db));
+      contracted_a[size_t(da)] = contracted_b[size_t(db)] = true;
+      K *= a.size(da);
+    }
+    int64_t M = 1, N = 1;
+    for (int64_t d = 0; d < a.dim(); ++d) {
+      if (contracted_a[size_t(d)]) continue;
+      perm_a.push_back(d);
+      free_sizes.push_back(a.size(d));
+      M *= a.size(d);
+    }
+    for (size_t i = 0; i < dims_a.size(); ++i) {
+      perm_a.push_back(wrap_dim(dims_a[i], a.dim(), "tensordot"));
+      perm_b.push_back(wrap_dim(dims_b[i], b.dim(), "tensordot"));
+    }
+    for (int64_t d = 0; d < b.dim(); ++d) {
+      if (contracted_b[size_t(d)]) continue;
+      perm_b.push_back(d);
+      free_sizes.push_back(b.size(d));
+      N *= b.size(d);
+    }
+    const Tensor left = a.permute(perm_a).reshape({M, K});
+    const Tensor right = b.permute(perm_b).reshape({K, N});
+    return mm(left, right).reshape(free_sizes);
+  }
+};
+
+// x1^T A x2 + b for each output feature: input1 [*, in1], input2 [*, in2], weight [out, in1,
+// in2], bias [out] or undefined -> [*, out]. One mm of x1 against A laid out [in1, out in2],
+// then the products with x2 summed over in2.
+struct Bilinear {
+  static constexpr OpId id = OpId::bilinear;
+  static constexpr bool kComposite = true;
+  Tensor forward(OpContext&, const Tensor& input1, const Tensor& input2, const Tensor& weight,
+                 const Tensor& bias) {
+    HG_CHECK(input1.dim() >= 1 && input1.dim() == input2.dim(),
+             "bilinear: expected inputs with one number of dims (at least 1), got shapes {} and {}",
+             input1.sizes(), input2.sizes());
+    for (int64_t d = 0; d + 1 < input1.dim(); ++d) {
+      HG_CHECK(input1.size(d) == input2.size(d),
+               "bilinear: expected inputs of one batch shape, got shapes {} and {}", input1.sizes(),
+               input2.sizes());
+    }
+    HG_CHECK(
+        weight.dim() == 3 && weight.size(1) == input1.size(-1) && weight.size(2) == input2.size(-1),
+        "bilinear: expected weight of shape [out, {}, {}], got {}", input1.size(-1),
+        input2.size(-1), weight.sizes());
+    check_floating_pair("bilinear", input1, input2);
+    check_floating_pair("bilinear", input1, weight);
+    const int64_t out = weight.size(0), in1 = weight.size(1), in2 = weight.size(2);
+    if (bias.defined()) {
+      check_floating_pair("bilinear", input1, bias);
+      HG_CHECK(bias.dim() == 1 && bias.size(0) == out,
+               "bilinear: expected bias of shape [{}], got {}", out, bias.sizes());
+    }
+    Shape batch;  // input1's leading dims, then out
+    for (int64_t d = 0; d + 1 < input1.dim(); ++d) batch.push_back(input1.size(d));
+    const Tensor x1 = input1.reshape({-1, in1}), x2 = input2.reshape({-1, in2});
+    const Tensor a = weight.permute({1, 0, 2}).reshape({in1, out * in2});
+    const Tensor x1_a = mm(x1, a).reshape({x1.size(0), out, in2});
+    Tensor y = sum(mul(x1_a, x2.unsqueeze(1)), {2});
+    if (bias.defined()) y = add(y, bias);
+    batch.push_back(out);
+    return y.reshape(batch);
+  }
+};
+
+// The cross product along dim (of size 3) of input and other broadcast together.
+struct Cross {
+  static constexpr OpId id = OpId::cross;
+  static constexpr bool kComposite = true;
+  std::optional<int64_t> dim;
+  Tensor forward(OpContext&, const Tensor& input, const Tensor& other) {
+    HG_CHECK(input.dim() == other.dim(),
+             "cross: expected inputs with one number of dims, got shapes {} and {}", input.sizes(),
+             other.sizes());
+    const Shape shape = broadcast_shapes(input.sizes(), other.sizes());
+    int64_t d = -1;
+    if (dim) {
+      d = wrap_dim(*dim, int64_t(shape.size()), "cross");
+    } else {  // torch.cross without dim: the first dim of size 3
+      for (int64_t i = 0; i < input.dim() && d < 0; ++i) {
+        if (input.size(i) == 3) d = i;
+      }
+      HG_CHECK(d >= 0, "cross: expected a dim of size 3 in input of shape {}", input.sizes());
+    }
+    HG_CHECK(input.size(d) == 3 && other.size(d) == 3,
+             "cross: expected inputs of size 3 at dim {}, got {} and {}", d, input.size(d),
+             other.size(d));
+    const Tensor a = input.expand(shape), b = other.expand(shape);
+    const auto component = [&](int64_t i, int64_t j) {
+      return sub(mul(a.select(d, i), b.select(d, j)), mul(a.select(d, j), b.select(d, i)));
+    };
+    return stack({component(1, 2), component(2, 0), component(0, 1)}, d);
+  }
+};
+
+// The sum of the main diagonal of a matrix (integers summed as int64).
+struct Trace {
+  static constexpr OpId id = OpId::trace;
+  static constexpr bool kComposite = true;
+  Tensor forward(OpContext&, const Tensor& input) {
+    HG_CHECK(input.dim() == 2, "trace: expected a matrix, got shape {}", input.sizes());
+    return sum(diag(input));
+  }
+};
+
 // ---- dot -------------------------------------------------------------------------------------
 
 struct Dot {
@@ -495,6 +719,43 @@ Tensor addbmm(const Tensor& input, const Tensor& batch1, const Tensor& batch2, S
               Scalar alpha) {
   return dispatch(AddBmm{.beta = beta, .alpha = alpha}, input, batch1, batch2);
 }
+Tensor multi_dot(std::span<const Tensor> tensors) {
+  return ops::dispatch_list(MultiDot{}, tensors);
+}
+Tensor multi_dot(std::initializer_list<Tensor> tensors) {
+  return multi_dot(std::span<const Tensor>(tensors.begin(), tensors.size()));
+}
+Tensor chain_matmul(std::span<const Tensor> matrices) {
+  return ops::dispatch_list(ChainMatmul{}, matrices);
+}
+Tensor chain_matmul(std::initializer_list<Tensor> matrices) {
+  return chain_matmul(std::span<const Tensor>(matrices.begin(), matrices.size()));
+}
+Tensor tensordot(const Tensor& a, const Tensor& b, int64_t dims) {
+  HG_CHECK(dims >= 0 && dims <= a.dim() && dims <= b.dim(),
+           "tensordot: expected dims in [0, {}] for shapes {} and {}, got {}",
+           std::min(a.dim(), b.dim()), a.sizes(), b.sizes(), dims);
+  Shape dims_a, dims_b;
+  for (int64_t i = 0; i < dims; ++i) {
+    dims_a.push_back(a.dim() - dims + i);
+    dims_b.push_back(i);
+  }
+  return dispatch(Tensordot{.dims_a = dims_a, .dims_b = dims_b}, a, b);
+}
+Tensor tensordot(const Tensor& a, const Tensor& b, const Shape& dims_a, const Shape& dims_b) {
+  return dispatch(Tensordot{.dims_a = dims_a, .dims_b = dims_b}, a, b);
+}
+Tensor bilinear(const Tensor& input1, const Tensor& input2, const Tensor& weight,
+                const Tensor& bias) {
+  return dispatch(Bilinear{}, input1, input2, weight, bias);
+}
+Tensor cross(const Tensor& input, const Tensor& other, std::optional<int64_t> dim) {
+  return dispatch(Cross{.dim = dim}, input, other);
+}
+Tensor linalg_cross(const Tensor& input, const Tensor& other, int64_t dim) {
+  return cross(input, other, dim);
+}
+Tensor trace(const Tensor& input) { return dispatch(Trace{}, input); }
 Tensor matmul(const Tensor& a, const Tensor& b) { return dispatch(Matmul{}, a, b); }
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   return dispatch(Linear{}, x, weight, bias);

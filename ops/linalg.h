@@ -6,6 +6,7 @@
 #pragma once
 
 #include <initializer_list>
+#include <optional>
 #include <span>
 #include <string_view>
 
@@ -56,6 +57,29 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor
 // after the other. Its result and gradients are those of the two ops (autocast: linear's).
 Tensor linear_gelu(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor(),
                    std::string_view approximate = "tanh");
+// The product of a chain of matrices in the order of fewest scalar products, as
+// torch.linalg.multi_dot (NOTE [Matrix chains]): at least two, all 2-D except that the first
+// may be a row vector and the last a column vector (1-D), whose dims the result drops.
+Tensor multi_dot(std::span<const Tensor> tensors);
+Tensor multi_dot(std::initializer_list<Tensor> tensors);
+// torch.chain_matmul: multi_dot of one or more 2-D matrices (one: a copy).
+Tensor chain_matmul(std::span<const Tensor> matrices);
+Tensor chain_matmul(std::initializer_list<Tensor> matrices);
+// The sum over a's last `dims` dims against b's first `dims` (torch.tensordot(a, b, dims)), or
+// over dims_a of a paired with dims_b of b: a's other dims, then b's.
+Tensor tensordot(const Tensor& a, const Tensor& b, int64_t dims = 2);
+Tensor tensordot(const Tensor& a, const Tensor& b, const Shape& dims_a, const Shape& dims_b);
+// y[..., o] = input1[...]^T weight[o] input2[...] + bias[o]: input1 [*, in1], input2 [*, in2],
+// weight [out, in1, in2], bias [out] or undefined (torch.nn.functional.bilinear).
+Tensor bilinear(const Tensor& input1, const Tensor& input2, const Tensor& weight,
+                const Tensor& bias = Tensor());
+// The cross product of 3-vectors along dim of input and other broadcast together; without a
+// dim, along input's first dim of size 3 (torch.cross).
+Tensor cross(const Tensor& input, const Tensor& other, std::optional<int64_t> dim = std::nullopt);
+// torch.linalg.cross: cross along dim (-1 by default).
+Tensor linalg_cross(const Tensor& input, const Tensor& other, int64_t dim = -1);
+// The sum of a matrix's main diagonal (torch.trace; integers sum as int64).
+Tensor trace(const Tensor& input);
 // The inner product of two 1-D tensors (a 0-d tensor).
 Tensor dot(const Tensor& a, const Tensor& b);
 // The outer product of two 1-d tensors: [len(a), len(b)] (ops/einsum.cpp).

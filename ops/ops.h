@@ -27,6 +27,9 @@ Tensor div(const Tensor& a, const Tensor& b);
 Tensor div(const Tensor& a, Scalar b);
 Tensor pow(const Tensor& a, const Tensor& exponent);
 Tensor pow(const Tensor& a, Scalar exponent);
+// base ** exponent for a number base (torch's number ** tensor, __rpow__): the dtype of the
+// two as a binary op's; a 16-bit exponent computes with the base in float32 and rounds once.
+Tensor pow(Scalar base, const Tensor& exponent);
 Tensor maximum(const Tensor& a, const Tensor& b);
 Tensor minimum(const Tensor& a, const Tensor& b);
 // The remainder of a / b: fmod's has the sign of a (C's fmod), remainder's the sign of b
@@ -174,6 +177,9 @@ Tensor dist(const Tensor& input, const Tensor& other, double p = 2.0);
 // (torch.nn.functional.pairwise_distance).
 Tensor pairwise_distance(const Tensor& x1, const Tensor& x2, double p = 2.0, double eps = 1e-6,
                          bool keepdim = false);
+// input with each slice along dim whose p-norm exceeds maxnorm scaled down to it
+// (torch.renorm: the factor maxnorm / (norm + 1e-7)).
+Tensor renorm(const Tensor& input, double p, int64_t dim, double maxnorm);
 // The p-norm distances of the pairs of rows i < j of input [N, M], [N (N - 1) / 2] in
 // row-major order of the pairs (torch.pdist).
 Tensor pdist(const Tensor& input, double p = 2.0);

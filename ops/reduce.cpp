@@ -567,7 +567,41 @@ struct Pdist {
   }
 };
 
+// Each slice of input along dim (input.select(dim, i)) whose p-norm exceeds maxnorm, scaled to
+// that norm: the factor maxnorm / (norm + 1e-7), as torch.renorm. A 16-bit input's norms and
+// factors are float32, and the scaled slice rounds once, as torch's accumulate type does.
+struct Renorm {
+  static constexpr OpId id = OpId::renorm;
+  static constexpr bool kComposite = true;
+  double p = 2.0;
+  int64_t dim = 0;
+  double maxnorm = 1.0;
+  Tensor forward(OpContext&, const Tensor& input) {
+    require_floating(input, "renorm");
+    HG_CHECK(input.dim() >= 2, "renorm: expected input of at least 2 dims, got shape {}",
+             input.sizes());
+    const int64_t d = wrap_dim(dim, input.dim(), "renorm");
+    Shape others;
+    for (int64_t i = 0; i < input.dim(); ++i) {
+      if (i != d) others.push_back(i);
+    }
+    const bool narrow = input.dtype() == kFloat16 || input.dtype() == kBFloat16;
+    const Tensor wide = narrow ? input.to(kFloat32) : input;
+    const Tensor norms = norm(wide, p, others, /*keepdim=*/true);
+    const Tensor factor =
+        where(gt(norms, maxnorm), div(full_like(norms, maxnorm), add(norms, 1e-7)), 1.0);
+    const Tensor out = mul(wide, factor);
+    return narrow ? out.to(input.dtype()) : out;
+  }
+};
+
 }  // namespace
+
+Tensor renorm(const Tensor& input, double p, int64_t dim, double maxnorm) {
+  HG_CHECK(p > 0.0, "renorm: expected p > 0, got {}", p);
+  HG_CHECK(maxnorm >= 0.0, "renorm: expected maxnorm >= 0, got {}", maxnorm);
+  return dispatch(Renorm{.p = p, .dim = dim, .maxnorm = maxnorm}, input);
+}
 
 Tensor dist(const Tensor& input, const Tensor& other, double p) {
   return dispatch(Dist{.p = p}, input, other);

@@ -686,6 +686,70 @@ TEST_CASE("index_put rejects bad inputs", "[ops][index][errors]") {
       {"index_put", "[2]", "[3]", "cannot be broadcast"}, inputs);
 }
 
+// ---- index_copy ---------------------------------------------------------------------------------
+
+TEST_CASE("index_copy replaces slices along a dim, the last of a repeated position kept",
+          "[ops][index]") {
+  for (DType dtype : kFloatDTypes) {
+    CAPTURE(dtype_name(dtype));
+    const Tensor self = normal({4, 3}, dtype, 80);
+    const Ref rs = read(self);
+    // Rows 3 and 0, row 3 given twice: its second slice wins.
+    const Tensor rows = normal({3, 3}, dtype, 81);
+    const Ref rr = read(rows);
+    std::vector<double> expected = rs.values;
+    const std::vector<int64_t> positions{3, 0, 3};
+    for (int64_t i = 0; i < 3; ++i) {
+      for (int64_t k = 0; k < 3; ++k) expected[positions[i] * 3 + k] = rr.at({i, k});
+    }
+    check_exact(index_copy(self, 0, ints({3, 0, 3}, {3}), rows), rs.sizes, dtype, expected);
+    // Column 1 of every row, along the last dim (negative dim).
+    const Tensor column = normal({4, 1}, dtype, 82);
+    const Ref rc = read(column);
+    std::vector<double> by_column = rs.values;
+    for (int64_t i = 0; i < 4; ++i) by_column[i * 3 + 1] = rc.at({i, 0});
+    check_exact(index_copy(self, -1, ints({1}, {1}), column), rs.sizes, dtype, by_column);
+  }
+  // Gradients: input's where not overwritten, source's slices in place.
+  Tensor self = normal({3, 2}, kFloat32, 83).requires_grad_();
+  Tensor source = normal({2, 2}, kFloat32, 84).requires_grad_();
+  const Tensor weights = tensor({1.0, 2.0, 3.0, 4.0, 5.0, 6.0}, {3, 2});
+  sum(mul(index_copy(self, 0, ints({2, 0}, {2}), source), weights)).backward();
+  CHECK(self.grad().to_vector<double>() == std::vector<double>{0, 0, 3, 4, 0, 0});
+  CHECK(source.grad().to_vector<double>() == std::vector<double>{5, 6, 1, 2});
+  // CPU autocast promotes input and source to the wider dtype, as torch's CPU list.
+  {
+    amp::Autocast autocast(kCPU);
+    const Tensor promoted =
+        index_copy(normal({3, 2}, kBFloat16, 85), 0, ints({1}, {1}), normal({1, 2}, kFloat32, 86));
+    CHECK(promoted.dtype() == kFloat32);
+  }
+}
+
+TEST_CASE("index_copy rejects bad inputs", "[ops][index][errors]") {
+  const Tensor self = normal({4, 3}, kFloat32, 87);
+  const Tensor source = normal({2, 3}, kFloat32, 88);
+  const Tensor index = ints({0, 2}, {2});
+  const Snapshot inputs({self, source, index});
+  expect_error([&] { index_copy(self, 0, index, source.to(kFloat16)); },
+               {"index_copy: expected source of input's dtype float32, got float16"}, inputs);
+  expect_error([&] { index_copy(self, 0, index.to(kInt32), source); },
+               {"index_copy: expected a 1-D or 0-d int64 index, got int32 of shape [2]"}, inputs);
+  expect_error(
+      [&] {
+        index_copy(self, 0, ints({0, 1, 2}, {3}), source);
+      },
+      {"index_copy: expected source of shape [3, 3] (input's [4, 3] with 3 index "
+       "positions at dim 0), got [2, 3]"},
+      inputs);
+  expect_error([&] { index_copy(self, 2, index, source); }, {"index_copy", "dim"}, inputs);
+  expect_error(
+      [&] {
+        index_copy(self, 0, ints({0, 4}, {2}), source);
+      },
+      {"index_copy", "out of range"}, inputs);
+}
+
 // ---- one_hot ------------------------------------------------------------------------------------
 
 TEST_CASE("one_hot encodes class indices", "[ops][index]") {

@@ -273,3 +273,164 @@ TEST_CASE("linear_gelu is gelu of linear, forward and backward, in both GELU for
   CHECK_THROWS_WITH(linear_gelu(x, ones({7, 5}, kFloat64)),
                     Contains("linear_gelu: the input's last dim (6) must equal in_features (5)"));
 }
+
+TEST_CASE("multi_dot and chain_matmul multiply in the cheapest order, against float64",
+          "[linalg]") {
+  manual_seed(13);
+  // A [10, 30], B [30, 5], C [5, 60], D [60, 10]: (AB)(CD) takes 5000 products, the fewest.
+  const Tensor a = randn({10, 30}), b = randn({30, 5}), c = randn({5, 60}), d = randn({60, 10});
+  const Tensor abcd = multi_dot({a, b, c, d});
+  const std::vector<double> ab =
+      reference_mm(a.to_vector<double>(), b.to_vector<double>(), 10, 30, 5);
+  const std::vector<double> abc = reference_mm(ab, c.to_vector<double>(), 10, 5, 60);
+  const std::vector<double> want = reference_mm(abc, d.to_vector<double>(), 10, 60, 10);
+  check_close(abcd.to_vector<double>(), want, kFloat32, 40.0);
+  // The order decides the roundings: in bfloat16 the result is (AB)(CD)'s, bit for bit.
+  const Tensor a16 = a.to(kBFloat16), b16 = b.to(kBFloat16), c16 = c.to(kBFloat16),
+               d16 = d.to(kBFloat16);
+  CHECK(multi_dot({a16, b16, c16, d16}).to_vector<double>() ==
+        mm(mm(a16, b16), mm(c16, d16)).to_vector<double>());
+  CHECK(chain_matmul({a16, b16, c16, d16}).to_vector<double>() ==
+        mm(mm(a16, b16), mm(c16, d16)).to_vector<double>());
+  // Three: (AB)C where it is no dearer, else A(BC).
+  const Tensor p = randn({50, 5}, kBFloat16), q = randn({5, 100}, kBFloat16),
+               r = randn({100, 10}, kBFloat16);
+  CHECK(multi_dot({p, q, r}).to_vector<double>() == mm(p, mm(q, r)).to_vector<double>());
+  const Tensor s = randn({10, 100}, kBFloat16), t = randn({100, 5}, kBFloat16),
+               u = randn({5, 50}, kBFloat16);
+  CHECK(multi_dot({s, t, u}).to_vector<double>() == mm(mm(s, t), u).to_vector<double>());
+  // A vector first and last: a 0-d result; one end only: a vector.
+  const Tensor row = randn({10}), column = randn({10});
+  const Tensor scalar = multi_dot({row, a, b, c, d, column});
+  CHECK(scalar.dim() == 0);
+  double expected = 0;
+  const std::vector<double> rv = row.to_vector<double>(), cv = column.to_vector<double>();
+  for (int64_t i = 0; i < 10; ++i) {
+    for (int64_t j = 0; j < 10; ++j) expected += rv[i] * want[i * 10 + j] * cv[j];
+  }
+  CHECK(scalar.item<double>() == Approx(expected).epsilon(1e-4).margin(1e-2));
+  CHECK(multi_dot({row, a, b}).sizes() == Shape{5});
+  CHECK(multi_dot({a, b, c, d, column}).sizes() == Shape{10});
+  // chain_matmul of one matrix is a copy.
+  const Tensor alone = chain_matmul({a});
+  CHECK(alone.to_vector<double>() == a.to_vector<double>());
+  CHECK(alone.data_ptr() != a.data_ptr());
+  CHECK_THROWS_WITH(multi_dot({a}), Contains("multi_dot: expected at least 2 tensors, got 1"));
+  CHECK_THROWS_WITH(multi_dot({a, row, b}),
+                    Contains("multi_dot: expected tensor 1 to be 2-D (only the first and last may "
+                             "be 1-D), got shape [10]"));
+  CHECK_THROWS_WITH(multi_dot({a, c}),
+                    Contains("multi_dot: tensors 0 and 1 of shapes [10, 30] and [5, 60] cannot be "
+                             "multiplied"));
+  CHECK_THROWS_WITH(multi_dot({a, b.to(kFloat64)}),
+                    Contains("multi_dot: expected floating tensors of one dtype, got float32 "
+                             "(tensor 0) and float64 (tensor 1)"));
+  CHECK_THROWS_WITH(chain_matmul({a, row}),
+                    Contains("chain_matmul: expected 2-D matrices, got shape [10] (matrix 1)"));
+  {
+    amp::Autocast autocast(kCPU);  // unlisted on the CPU, lower precision on CUDA
+    CHECK(multi_dot({a, b, c}).dtype() == kFloat32);
+  }
+}
+
+TEST_CASE("tensordot, bilinear, cross and trace match float64 loops", "[linalg]") {
+  manual_seed(14);
+  for (DType dtype : {kFloat32, kFloat16, kBFloat16, kFloat64}) {
+    CAPTURE(dtype);
+    // tensordot: a [2, 3, 4] with b [4, 3, 5] over (a 1, b 1) and (a 2, b 0) -> [2, 5].
+    const Tensor a = randn({2, 3, 4}, dtype), b = randn({4, 3, 5}, dtype);
+    const std::vector<double> av = a.to_vector<double>(), bv = b.to_vector<double>();
+    std::vector<double> want(10, 0.0);
+    for (int i = 0; i < 2; ++i)
+      for (int l = 0; l < 5; ++l)
+        for (int j = 0; j < 3; ++j)
+          for (int k = 0; k < 4; ++k)
+            want[i * 5 + l] += av[(i * 3 + j) * 4 + k] * bv[(k * 3 + j) * 5 + l];
+    const Tensor contracted = tensordot(a, b, Shape{1, 2}, Shape{1, 0});
+    CHECK(contracted.sizes() == Shape{2, 5});
+    CHECK(contracted.dtype() == dtype);
+    check_close(contracted.to_vector<double>(), want, dtype, std::sqrt(12.0));
+    // dims = 1: a's last against b's first -> [2, 3, 3, 5]; dims = 0: the outer product.
+    const Tensor once = tensordot(a, b, 1);
+    CHECK(once.sizes() == Shape{2, 3, 3, 5});
+    std::vector<double> once_want;
+    for (int i = 0; i < 6; ++i)
+      for (int m = 0; m < 15; ++m) {
+        double total = 0;
+        for (int k = 0; k < 4; ++k) total += av[i * 4 + k] * bv[k * 15 + m];
+        once_want.push_back(total);
+      }
+    check_close(once.to_vector<double>(), once_want, dtype, 2.0);
+    CHECK(tensordot(a, b, 0).sizes() == Shape{2, 3, 4, 4, 3, 5});
+
+    // bilinear: x1 [2, 3, 4], x2 [2, 3, 5], weight [6, 4, 5], bias [6] -> [2, 3, 6].
+    const Tensor x1 = a, x2 = randn({2, 3, 5}, dtype), w = randn({6, 4, 5}, dtype),
+                 bias = randn({6}, dtype);
+    const std::vector<double> x2v = x2.to_vector<double>(), wv = w.to_vector<double>(),
+                              biasv = bias.to_vector<double>();
+    std::vector<double> bilinear_want;
+    for (int n = 0; n < 6; ++n)
+      for (int o = 0; o < 6; ++o) {
+        double total = biasv[o];
+        for (int i = 0; i < 4; ++i)
+          for (int j = 0; j < 5; ++j)
+            total += av[n * 4 + i] * wv[(o * 4 + i) * 5 + j] * x2v[n * 5 + j];
+        bilinear_want.push_back(total);
+      }
+    const Tensor y = bilinear(x1, x2, w, bias);
+    CHECK(y.sizes() == Shape{2, 3, 6});
+    CHECK(y.dtype() == dtype);
+    // Two roundings on the way (x1 A, then the sum with x2).
+    check_close(y.to_vector<double>(), bilinear_want, dtype, 2.0 * std::sqrt(20.0));
+
+    // cross along dim 1 of [4, 3] with a [1, 3] broadcast, and torch.cross's default dim.
+    const Tensor u = randn({4, 3}, dtype), v = randn({1, 3}, dtype);
+    const std::vector<double> uv = u.to_vector<double>(), vv = v.to_vector<double>();
+    std::vector<double> cross_want;
+    for (int n = 0; n < 4; ++n) {
+      const double* p = &uv[size_t(n * 3)];
+      cross_want.push_back(p[1] * vv[2] - p[2] * vv[1]);
+      cross_want.push_back(p[2] * vv[0] - p[0] * vv[2]);
+      cross_want.push_back(p[0] * vv[1] - p[1] * vv[0]);
+    }
+    check_close(cross(u, v).to_vector<double>(), cross_want, dtype, 2.0);
+    check_close(linalg_cross(u, v).to_vector<double>(), cross_want, dtype, 2.0);
+    const Tensor columns = cross(u.t(), v.t(), 0);  // [3, 4]: the same products by columns
+    check_close(columns.t().contiguous().to_vector<double>(), cross_want, dtype, 2.0);
+
+    // trace: the main diagonal of a [3, 4].
+    const Tensor m = randn({3, 4}, dtype);
+    const std::vector<double> mv = m.to_vector<double>();
+    check_close({trace(m).item<double>()}, {mv[0] + mv[5] + mv[10]}, dtype, 2.0);
+  }
+  const Tensor integers = tensor(std::vector<int64_t>{1, 2, 3, 4, 5, 6, 7, 8, 9}, {3, 3}, kInt64);
+  CHECK(trace(integers).item<int64_t>() == 15);
+  CHECK(trace(integers.to(kInt32)).dtype() == kInt64);
+  const Tensor e1 = tensor({1.0, 0.0, 0.0}), e2 = tensor({0.0, 1.0, 0.0});
+  CHECK(cross(e1, e2).to_vector<double>() == std::vector<double>{0.0, 0.0, 1.0});
+  CHECK(cross(tensor(std::vector<int64_t>{1, 0, 0}), tensor(std::vector<int64_t>{0, 1, 0}))
+            .to_vector<int64_t>() == std::vector<int64_t>{0, 0, 1});
+  CHECK_THROWS_WITH(tensordot(randn({2, 3}), randn({4, 2}), 1),
+                    Contains("tensordot: contracted dims of different sizes: a's dim 1 (3) and b's "
+                             "dim 0 (4)"));
+  CHECK_THROWS_WITH(
+      tensordot(randn({2, 3}), randn({3, 2}), 3),
+      Contains("tensordot: expected dims in [0, 2] for shapes [2, 3] and [3, 2], got 3"));
+  CHECK_THROWS_WITH(tensordot(randn({2, 3}), randn({3, 2}), Shape{1}, Shape{0, 1}),
+                    Contains("tensordot: expected as many dims of b as of a to contract"));
+  CHECK_THROWS_WITH(bilinear(randn({2, 4}), randn({2, 5}), randn({6, 5, 4})),
+                    Contains("bilinear: expected weight of shape [out, 4, 5], got [6, 5, 4]"));
+  CHECK_THROWS_WITH(
+      bilinear(randn({2, 4}), randn({3, 5}), randn({6, 4, 5})),
+      Contains("bilinear: expected inputs of one batch shape, got shapes [2, 4] and [3, 5]"));
+  CHECK_THROWS_WITH(cross(randn({4, 2}), randn({4, 2})),
+                    Contains("cross: expected a dim of size 3 in input of shape [4, 2]"));
+  CHECK_THROWS_WITH(cross(randn({3, 4}), randn({3, 4}), 1),
+                    Contains("cross: expected inputs of size 3 at dim 1, got 4 and 4"));
+  CHECK_THROWS_WITH(trace(randn({3})), Contains("trace: expected a matrix, got shape [3]"));
+  {
+    amp::Autocast autocast(kCPU);  // trace float32 on the CPU; the rest unlisted there
+    CHECK(trace(randn({3, 3}, kBFloat16)).dtype() == kFloat32);
+    CHECK(tensordot(randn({2, 3}, kBFloat16), randn({3, 2}, kBFloat16), 1).dtype() == kBFloat16);
+  }
+}

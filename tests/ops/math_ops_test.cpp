@@ -450,6 +450,49 @@ TEST_CASE("normalize, cosine_similarity, cdist, dist, pairwise_distance and pdis
              Contains("pdist: expected p >= 0, got -1"));
 }
 
+TEST_CASE("renorm scales the slices whose p-norm exceeds maxnorm, against float64", "[math]") {
+  manual_seed(8);
+  for (DType dtype : {kFloat64, kFloat32, kFloat16, kBFloat16}) {
+    CAPTURE(dtype);
+    const Tensor x = (randn({3, 4, 2}, kFloat32) * 1.5).to(dtype);
+    const std::vector<double> xv = x.to_vector<double>();
+    for (double p : {2.0, 1.0, 3.0}) {
+      for (int64_t dim : {0, 1, -1}) {
+        CAPTURE(p, dim);
+        const double maxnorm = 2.0;
+        const int64_t d = dim < 0 ? dim + 3 : dim;
+        const Shape sizes{3, 4, 2};
+        // The p-norm of each slice along d, from the rounded values in float64.
+        std::vector<double> norms(size_t(sizes[size_t(d)]), 0.0);
+        for (int64_t i = 0; i < 24; ++i) {
+          const int64_t index[3] = {i / 8, (i / 2) % 4, i % 2};
+          norms[size_t(index[d])] += std::pow(std::abs(xv[size_t(i)]), p);
+        }
+        for (double& n : norms) n = std::pow(n, 1 / p);
+        std::vector<double> want;
+        for (int64_t i = 0; i < 24; ++i) {
+          const int64_t index[3] = {i / 8, (i / 2) % 4, i % 2};
+          const double n = norms[size_t(index[d])];
+          want.push_back(n > maxnorm ? xv[size_t(i)] * maxnorm / (n + 1e-7) : xv[size_t(i)]);
+        }
+        const Tensor got = renorm(x, p, dim, maxnorm);
+        CHECK(got.dtype() == dtype);
+        // One rounding of each scaled value (float32 norms for 16-bit inputs).
+        const double tolerance = dtype == kFloat64 ? 1e-13 : testing::rounding_tolerance(dtype);
+        check_close(got.to_vector<double>(), want, tolerance);
+      }
+    }
+  }
+  const Tensor x = randn({3, 4});
+  CHECK_THAT(testing::error_message([&] { renorm(x, 0.0, 0, 1.0); }),
+             Contains("renorm: expected p > 0, got 0"));
+  CHECK_THAT(testing::error_message([&] { renorm(x, 2.0, 0, -1.0); }),
+             Contains("renorm: expected maxnorm >= 0, got -1"));
+  CHECK_THAT(testing::error_message([&] { renorm(randn({4}), 2.0, 0, 1.0); }),
+             Contains("renorm: expected input of at least 2 dims, got shape [4]"));
+  CHECK_THAT(testing::error_message([&] { renorm(x, 2.0, 2, 1.0); }), Contains("renorm"));
+}
+
 TEST_CASE("conv1d, max_pool1d, avg_pool1d and adaptive_avg_pool2d against float64 loops",
           "[math]") {
   manual_seed(7);

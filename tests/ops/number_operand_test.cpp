@@ -74,6 +74,57 @@ TEST_CASE("numbers with 16-bit tensors round once from the float32 result", "[op
   }
 }
 
+TEST_CASE("number ** tensor: the base in float32 for 16-bit exponents, one rounding",
+          "[ops][number]") {
+  std::mt19937_64 rng(6);
+  std::uniform_real_distribution<double> value(-4.0, 4.0);
+  std::vector<double> xs(200);
+  for (double& v : xs) v = value(rng);
+  for (double base : {2.0, 0.1, 2.5, 10.0}) {
+    CAPTURE(base);
+    // float32 and float64: the power of the base in the exponent's own dtype.
+    const Tensor x64 = tensor(xs, kFloat64);
+    const std::vector<double> got64 = pow(base, x64).to_vector<double>();
+    for (size_t i = 0; i < xs.size(); ++i) {
+      CHECK(got64[i] == Approx(std::pow(base, xs[i])).epsilon(1e-14));
+    }
+    const Tensor x32 = x64.to(kFloat32);
+    CHECK(pow(base, x32).dtype() == kFloat32);
+    CHECK(pow(base, x32).to_vector<double>() ==
+          pow(tensor({base}, kFloat32), x32).to_vector<double>());
+    // 16 bits: the float32 power of the unrounded base, rounded once (0.1 is not a bfloat16).
+    for (DType dtype : {kBFloat16, kFloat16}) {
+      CAPTURE(dtype_name(dtype));
+      const Tensor x = x64.to(dtype);
+      const Tensor got = pow(base, x);
+      CHECK(got.dtype() == dtype);
+      CHECK(got.to_vector<double>() ==
+            pow(tensor({base}, kFloat32), x.to(kFloat32)).to(dtype).to_vector<double>());
+    }
+  }
+  // An integer exponent: an integer base stays integer, a float one gives float32.
+  const Tensor n = tensor(std::vector<int64_t>{0, 1, 2, 10}, kInt64);
+  CHECK(pow(2, n).dtype() == kInt64);
+  CHECK(pow(2, n).to_vector<int64_t>() == std::vector<int64_t>{1, 2, 4, 1024});
+  CHECK(pow(0.5, n).dtype() == kFloat32);
+  CHECK(pow(0.5, n).to_vector<double>() == std::vector<double>{1.0, 0.5, 0.25, 1.0 / 1024});
+  // The gradient to the exponent: log(base) base^x, rounded to bfloat16 once.
+  const Tensor e = tensor({0.5, 1.0, 2.0}, kBFloat16).requires_grad_();
+  sum(pow(3.0, e)).backward();
+  const std::vector<double> grad = e.grad().to_vector<double>();
+  for (size_t i = 0; i < grad.size(); ++i) {
+    const double want = std::log(3.0) * std::pow(3.0, std::vector<double>{0.5, 1.0, 2.0}[i]);
+    CAPTURE(i, grad[i], want);
+    CHECK(std::abs(grad[i] - want) <= 3 * std::ldexp(want, -8));
+  }
+  // Float32 on CUDA (torch's __rpow__), unlisted on the CPU.
+  CHECK(amp::cast_policy(OpId::rpow, kCUDA) == CastPolicy::Fp32);
+  {
+    amp::Autocast guard(kCPU, kBFloat16);
+    CHECK(pow(2.0, tensor({1.0}, kBFloat16)).dtype() == kBFloat16);
+  }
+}
+
 TEST_CASE("a number operand keeps gradients and autocast as the tensor form", "[ops][number]") {
   // d(x * s)/dx = s, d(x / s)/dx = 1 / s, d(x ** p)/dx = p x^(p-1), rounded to bfloat16 once.
   const Tensor x = tensor({1.5, 2.0, 3.0}, kBFloat16).requires_grad_();

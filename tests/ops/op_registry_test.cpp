@@ -29,6 +29,8 @@ const std::set<std::string> kCudaLower = {"conv_transpose2d",
                                           "addmv",
                                           "addr",
                                           "addbmm",
+                                          "multi_dot",
+                                          "chain_matmul",
                                           "conv2d",
                                           "prelu",
                                           "scaled_dot_product_attention",
@@ -43,6 +45,8 @@ const std::set<std::string> kCudaFp32 = {"cumprod",
                                          "dist",
                                          "pdist",
                                          "pow",
+                                         "rpow",
+                                         "renorm",
                                          "square",
                                          "exp",
                                          "expm1",
@@ -85,16 +89,20 @@ const std::set<std::string> kCudaFp32 = {"cumprod",
                                          "sinh",
                                          "tan"};
 const std::set<std::string> kCudaPromote = {"atan2",     "addcmul",     "addcdiv", "dot",
-                                            "index_put", "scatter_add", "cat",     "stack"};
+                                            "index_put", "scatter_add", "cat",     "stack",
+                                            "tensordot", "bilinear",    "cross"};
 const std::set<std::string> kCudaBanned = {"binary_cross_entropy"};
-// torch's CPU list has addbmm of the three, not addmv or addr.
+// torch's CPU list has addbmm of the three, not addmv or addr, nor the matrix chains.
 const std::set<std::string> kCpuLower = [] {
   std::set<std::string> lower = kCudaLower;
   lower.erase("addmv");
   lower.erase("addr");
+  lower.erase("multi_dot");
+  lower.erase("chain_matmul");
   return lower;
 }();
 const std::set<std::string> kCpuFp32 = {"cdist",
+                                        "trace",
                                         "prod",
                                         "mse_loss",
                                         "l1_loss",
@@ -113,7 +121,7 @@ const std::set<std::string> kCpuFp32 = {"cdist",
                                         "multilabel_margin_loss",
                                         "binary_cross_entropy",
                                         "binary_cross_entropy_with_logits"};
-const std::set<std::string> kCpuPromote = {"cat", "stack"};
+const std::set<std::string> kCpuPromote = {"cat", "stack", "index_copy"};
 
 CastPolicy expected(const std::string& name, const std::set<std::string>& lower,
                     const std::set<std::string>& fp32, const std::set<std::string>& promote,

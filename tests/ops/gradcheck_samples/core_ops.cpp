@@ -26,6 +26,10 @@ const bool registered = register_samples([](std::map<OpId, Sample>& s) {
                      [] {
                        return Inputs{positive({2, 3}), input({2, 3}, -1.5, 1.5)};
                      });
+  s[OpId::rpow] = one([](auto& x) { return add(pow(2.5, x), pow(0.3, x)); },
+                      [] {
+                        return input({2, 3});
+                      });
   s[OpId::maximum] = two([](auto& a, auto& b) { return maximum(a, b); },
                          [] {
                            return Inputs{input({2, 3}), input({2, 3})};

@@ -104,6 +104,14 @@ const bool registered = register_samples([](std::map<OpId, Sample>& s) {
       });
   // index_put: one index tensor without repeats; two broadcast index tensors accumulating
   // repeats; and repeats without accumulate (only the last write's values get a gradient)
+  // index_copy along dims 0 and 1; the repeated position keeps its last slice.
+  s[OpId::index_copy] = Sample{[](const Inputs& in) {
+                                 return add(index_copy(in[0], 0, ints({3, 0, 3}, {3}), in[1]),
+                                            index_copy(in[0], 1, ints({2}, {1}), in[2]));
+                               },
+                               [] {
+                                 return Inputs{input({4, 3}), input({3, 3}), input({4, 1})};
+                               }};
   s[OpId::index_put] = Sample{
       [](const Inputs& in) {
         const Tensor& self = in[0];

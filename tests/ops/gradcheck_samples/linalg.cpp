@@ -33,6 +33,45 @@ const bool registered = register_samples([](std::map<OpId, Sample>& s) {
                            [] {
                              return Inputs{input({2, 2}), input({3, 2, 4}), input({3, 4, 2})};
                            }};
+  // Four matrices ((AB)(CD) is the cheapest order) and a vector at each end.
+  s[OpId::multi_dot] =
+      Sample{[](const Inputs& in) {
+               return add(multi_dot({in[0], in[1], in[2], in[3]}),
+                          sum(multi_dot({in[4], in[0], in[1], in[2], in[3], in[5]})));
+             },
+             [] {
+               return Inputs{input({3, 4}), input({4, 2}), input({2, 5}),
+                             input({5, 3}), input({3}),    input({3})};
+             }};
+  s[OpId::chain_matmul] = Sample{[](const Inputs& in) {
+                                   return chain_matmul({in[0], in[1], in[2]});
+                                 },
+                                 [] {
+                                   return Inputs{input({2, 4}), input({4, 3}), input({3, 2})};
+                                 }};
+  s[OpId::tensordot] = two(
+      [](auto& a, auto& b) {
+        return add(tensordot(a, b, Shape{1, 2}, Shape{1, 0}), sum(tensordot(a, b, 1)));
+      },
+      [] {
+        return Inputs{input({2, 3, 4}), input({4, 3, 2})};
+      });
+  s[OpId::bilinear] =
+      Sample{[](const Inputs& in) {
+               return add(bilinear(in[0], in[1], in[2], in[3]), bilinear(in[0], in[1], in[2]));
+             },
+             [] {
+               return Inputs{input({2, 3}), input({2, 4}), input({5, 3, 4}), input({5})};
+             }};
+  s[OpId::cross] =
+      two([](auto& a, auto& b) { return add(cross(a, b), cross(a.t(), b.t(), 0).t()); },
+          [] {
+            return Inputs{input({4, 3}), input({1, 3})};
+          });
+  s[OpId::trace] = one([](auto& x) { return add(trace(x), trace(x.t().slice(0, 0, 2))); },
+                       [] {
+                         return input({3, 4});
+                       });
   // Batched with broadcast batch dims, a matrix-vector and a vector-vector product.
   s[OpId::matmul] =
       Sample{[](const Inputs& in) {

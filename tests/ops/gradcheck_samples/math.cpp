@@ -1,6 +1,6 @@
 // Gradcheck samples of the elementwise math ops (fmod, remainder, atan2, hypot, lerp), the
 // activations leaky_relu, elu and glu, and the ops built from reductions (std, normalize,
-// cosine_similarity, cdist, dist, pairwise_distance, pdist).
+// cosine_similarity, cdist, dist, pairwise_distance, pdist, renorm).
 #include "../gradcheck_samples.h"
 
 namespace hg::testing {
@@ -57,6 +57,11 @@ const bool registered = register_samples([](std::map<OpId, Sample>& s) {
       [] {
         return Inputs{input({3, 4}), input({4})};
       });
+  // Rows of norm 0.5 to 3 against maxnorm 1.5: some scaled, some not; and by columns.
+  s[OpId::renorm] = one([](auto& x) { return add(renorm(x, 2.0, 0, 1.5), renorm(x, 1.0, 1, 2.0)); },
+                        [] {
+                          return input({3, 4}, -1.5, 1.5);
+                        });
   s[OpId::pdist] = one([](auto& x) { return pdist(x) + pdist(x, 3.0) + pdist(x, 1.0); },
                        [] {
                          return input({4, 3});
