@@ -305,6 +305,19 @@ struct Pad {
   }
 };
 
+// NOTE [Pads as torch's ops] torch.nn.functional.pad calls one ATen op per mode and padded
+// rank, and torch's CPU autocast list has reflection_pad1d/2d and replication_pad1d/2d/3d as
+// float32 ops, the constant and circular pads unlisted. halfgrad's pad is one composite, so it
+// dispatches under the op torch would reach: reflection_pad for "reflect" over one or two dims,
+// replication_pad for "replicate" over one to three, pad otherwise. Same result either way;
+// only the autocast policy (and the profiler's name) follows the op.
+struct ReflectionPad : Pad {
+  static constexpr OpId id = OpId::reflection_pad;
+};
+struct ReplicationPad : Pad {
+  static constexpr OpId id = OpId::replication_pad;
+};
+
 }  // namespace
 
 Tensor triu(const Tensor& x, int64_t diagonal) {
@@ -335,7 +348,15 @@ Tensor roll(const Tensor& x, const Shape& shifts, const Shape& dims) {
   return dispatch(Roll{.shifts = shifts, .dims = dims}, x);
 }
 Tensor pad(const Tensor& x, const std::vector<int64_t>& pad, std::string_view mode, double value) {
-  return dispatch(Pad{.widths = pad, .mode = pad_mode(mode), .value = value}, x);
+  const Pad op{.widths = pad, .mode = pad_mode(mode), .value = value};
+  const size_t dims = (pad.size() + 1) / 2;
+  if (op.mode == PadMode::Reflect && dims >= 1 && dims <= 2) {
+    return dispatch(ReflectionPad{op}, x);
+  }
+  if (op.mode == PadMode::Replicate && dims >= 1 && dims <= 3) {
+    return dispatch(ReplicationPad{op}, x);
+  }
+  return dispatch(op, x);
 }
 
 std::vector<Tensor> meshgrid(const std::vector<Tensor>& tensors, std::string_view indexing) {

@@ -139,6 +139,23 @@ TEST_CASE("pad in its four modes as torch.nn.functional.pad", "[rearrange]") {
              Contains("expected mode \"constant\", \"reflect\", \"replicate\" or \"circular\""));
 }
 
+TEST_CASE("pad autocasts as the op torch's mode reaches (NOTE [Pads as torch's ops])",
+          "[rearrange][autocast]") {
+  const Tensor x = counting({1, 2, 3, 4}).to(kBFloat16);
+  amp::Autocast autocast(kCPU);  // bfloat16
+  // reflection_pad1d/2d and replication_pad1d/2d/3d: float32 on the CPU, as torch's list.
+  CHECK(pad(x, {1, 1}, "reflect").dtype() == kFloat32);
+  CHECK(pad(x, {1, 1, 1, 1}, "reflect").dtype() == kFloat32);
+  CHECK(pad(x, {1, 1}, "replicate").dtype() == kFloat32);
+  CHECK(pad(x, {1, 1, 1, 1, 0, 1}, "replicate").dtype() == kFloat32);
+  // reflect over three dims (reflection_pad3d is not on torch 1.13's list), constant, circular.
+  CHECK(pad(x, {1, 1, 1, 1, 0, 1}, "reflect").dtype() == kBFloat16);
+  CHECK(pad(x, {1, 1}).dtype() == kBFloat16);
+  CHECK(pad(x, {1, 1}, "circular").dtype() == kBFloat16);
+  // The values are pad's either way: float32 widens the bfloat16 values exactly.
+  CHECK(values(pad(x, {2, 1}, "reflect")) == values(pad(x.to(kFloat32), {2, 1}, "reflect")));
+}
+
 TEST_CASE("meshgrid, unbind and outer as torch's", "[rearrange]") {
   const Tensor a = tensor({1.0, 2.0, 3.0}), b = tensor({4.0, 5.0});
   const std::vector<Tensor> ij = meshgrid({a, b});

@@ -38,6 +38,22 @@ const bool registered = register_samples([](std::map<OpId, Sample>& s) {
       [] {
         return input({1, 2, 3, 4});
       });
+  // reflect and replicate over one, two (and three) dims: torch's reflection_pad1d/2d and
+  // replication_pad1d/2d/3d.
+  s[OpId::reflection_pad] = one(
+      [](auto& x) {
+        return pad(pad(x, {1, 2}, "reflect"), {2, 1, 1, 0}, "reflect");
+      },
+      [] {
+        return input({1, 2, 3, 4});
+      });
+  s[OpId::replication_pad] = one(
+      [](auto& x) {
+        return pad(pad(x, {0, 0, 1, 2}, "replicate"), {1, 0, 0, 1, 1, 1}, "replicate");
+      },
+      [] {
+        return input({1, 2, 3, 4});
+      });
   s[OpId::sort] = one([](auto& x) { return std::get<0>(sort(x, 1, true)); },
                       [] {
                         return input({3, 4});
