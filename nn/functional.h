@@ -24,6 +24,7 @@ using hg::relu;
 using hg::sigmoid;
 using hg::silu;
 using hg::softmax;
+using hg::softmin;
 using hg::softplus;
 using hg::tanh;
 
@@ -32,6 +33,7 @@ using hg::adaptive_avg_pool2d;
 using hg::avg_pool1d;
 using hg::avg_pool2d;
 using hg::batch_norm;
+using hg::bilinear;
 using hg::conv1d;
 using hg::conv2d;
 using hg::conv_transpose2d;
@@ -50,16 +52,27 @@ using hg::scaled_dot_product_attention;
 // distances and normalisation
 using hg::cosine_similarity;
 using hg::normalize;
+using hg::pairwise_distance;
+using hg::pdist;
 
 // losses
 using hg::binary_cross_entropy;
 using hg::binary_cross_entropy_with_logits;
+using hg::cosine_embedding_loss;
 using hg::cross_entropy;
+using hg::hinge_embedding_loss;
+using hg::huber_loss;
 using hg::kl_div;
 using hg::l1_loss;
+using hg::margin_ranking_loss;
 using hg::mse_loss;
+using hg::multi_margin_loss;
+using hg::multilabel_margin_loss;
 using hg::nll_loss;
+using hg::poisson_nll_loss;
 using hg::smooth_l1_loss;
+using hg::soft_margin_loss;
+using hg::triplet_margin_loss;
 
 // ---- the losses' options, as libtorch's F::...FuncOptions -------------------------------------
 //

@@ -1,8 +1,11 @@
 // More of torch.nn's layers (layers.h).
 #include "halfgrad/nn/layers.h"
 
+#include <cmath>
+
 #include "halfgrad/core/factory.h"
 #include "halfgrad/core/format.h"
+#include "halfgrad/nn/init.h"
 #include "halfgrad/ops/activation.h"
 #include "halfgrad/ops/conv.h"
 #include "halfgrad/ops/norm.h"
@@ -39,6 +42,8 @@ std::string Unflatten::extra_repr() const {
 
 std::string Softmax::extra_repr() const { return fmt::format("dim={}", dim); }
 Tensor Softmax::forward(const Tensor& input) { return softmax(input, dim); }
+std::string Softmin::extra_repr() const { return fmt::format("dim={}", dim); }
+Tensor Softmin::forward(const Tensor& input) { return softmin(input, dim); }
 std::string LogSoftmax::extra_repr() const { return fmt::format("dim={}", dim); }
 Tensor LogSoftmax::forward(const Tensor& input) { return log_softmax(input, dim); }
 
@@ -172,6 +177,36 @@ void BatchNorm1d::check_input(const Tensor& input) const {
   HG_CHECK(input.dim() == 2 || input.dim() == 3,
            "BatchNorm1d: expected a 2-D [N, C] or 3-D [N, C, L] input, got shape {}",
            input.sizes());
+}
+
+Bilinear::Bilinear(int64_t in1, int64_t in2, int64_t out, bool with_bias)
+    : in1_features(in1), in2_features(in2), out_features(out) {
+  HG_CHECK(in1 > 0 && in2 > 0 && out >= 0,
+           "Bilinear: expected positive in1_features and in2_features and out_features >= 0, "
+           "got {}, {} and {}",
+           in1, in2, out);
+  weight = register_parameter("weight", empty({out, in1, in2}));
+  if (with_bias) bias = register_parameter("bias", empty({out}));
+  reset_parameters();
+}
+
+void Bilinear::reset_parameters() {
+  const double bound = 1.0 / std::sqrt(double(in1_features));
+  init::uniform_(weight, -bound, bound);
+  if (bias.defined()) init::uniform_(bias, -bound, bound);
+}
+
+std::string Bilinear::extra_repr() const {
+  return fmt::format("in1_features={}, in2_features={}, out_features={}, bias={}", in1_features,
+                     in2_features, out_features, py_bool(bias.defined()));
+}
+
+Tensor Bilinear::forward(const Tensor& input1, const Tensor& input2) {
+  return bilinear(input1, input2, weight, bias);
+}
+
+Tensor PairwiseDistance::forward(const Tensor& x1, const Tensor& x2) {
+  return pairwise_distance(x1, x2, p, eps, keepdim);
 }
 
 }  // namespace hg::nn

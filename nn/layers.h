@@ -1,7 +1,7 @@
-// More of torch.nn's layers: Identity, Flatten, Unflatten, Softmax, LogSoftmax, Sigmoid,
-// LeakyReLU, ELU, Mish, Hardswish, MaxPool2d, AvgPool2d, AdaptiveAvgPool2d, Conv1d,
-// ConvTranspose2d, BatchNorm1d. Arguments, defaults, parameter names, shapes and
-// initialisation follow torch.nn, so state dicts map one to one.
+// More of torch.nn's layers: Identity, Flatten, Unflatten, Softmax, Softmin, LogSoftmax,
+// Sigmoid, LeakyReLU, ELU, Mish, Hardswish, MaxPool2d, AvgPool2d, AdaptiveAvgPool2d, Conv1d,
+// ConvTranspose2d, BatchNorm1d, Bilinear, PairwiseDistance. Arguments, defaults, parameter names,
+// shapes and initialisation follow torch.nn, so state dicts map one to one.
 #pragma once
 
 #include <array>
@@ -47,6 +47,15 @@ class Softmax : public Module {
  public:
   explicit Softmax(int64_t dim) : dim(dim) {}
   std::string name() const override { return "Softmax"; }
+  std::string extra_repr() const override;
+  Tensor forward(const Tensor& input) override;
+  int64_t dim;
+};
+
+class Softmin : public Module {
+ public:
+  explicit Softmin(int64_t dim) : dim(dim) {}
+  std::string name() const override { return "Softmin"; }
   std::string extra_repr() const override;
   Tensor forward(const Tensor& input) override;
   int64_t dim;
@@ -190,6 +199,39 @@ class BatchNorm1d : public BatchNormBase {
 
  protected:
   void check_input(const Tensor& input) const override;
+};
+
+// y = x1^T A x2 + b per output feature (bilinear): weight [out_features, in1_features,
+// in2_features] and bias [out_features], both ~ U(-1/sqrt(in1), 1/sqrt(in1)) as torch's.
+class Bilinear : public CustomForward<Bilinear> {
+ public:
+  Bilinear(int64_t in1_features, int64_t in2_features, int64_t out_features, bool bias = true);
+  std::string name() const override { return "Bilinear"; }
+  std::string extra_repr() const override;
+#pragma GCC diagnostic push
+// NOTE [CustomForward hides Module's forward]: clang's -Woverloaded-virtual is off here.
+#pragma GCC diagnostic ignored "-Woverloaded-virtual"
+  Tensor forward(const Tensor& input1, const Tensor& input2);
+#pragma GCC diagnostic pop
+  void reset_parameters();
+
+  int64_t in1_features, in2_features, out_features;
+  Tensor weight, bias;  // bias undefined when bias = false
+};
+
+// pairwise_distance(x1, x2, p, eps, keepdim) of the rows.
+class PairwiseDistance : public CustomForward<PairwiseDistance> {
+ public:
+  explicit PairwiseDistance(double p = 2.0, double eps = 1e-6, bool keepdim = false)
+      : p(p), eps(eps), keepdim(keepdim) {}
+  std::string name() const override { return "PairwiseDistance"; }
+#pragma GCC diagnostic push
+// NOTE [CustomForward hides Module's forward]: clang's -Woverloaded-virtual is off here.
+#pragma GCC diagnostic ignored "-Woverloaded-virtual"
+  Tensor forward(const Tensor& x1, const Tensor& x2);
+#pragma GCC diagnostic pop
+  double p, eps;
+  bool keepdim;
 };
 
 }  // namespace hg::nn

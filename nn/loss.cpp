@@ -68,4 +68,49 @@ Tensor KLDivLoss::forward(const Tensor& input, const Tensor& target) {
   return kl_div(input, target, reduction, log_target);
 }
 
+Tensor HuberLoss::forward(const Tensor& input, const Tensor& target) {
+  return huber_loss(input, target, reduction, delta);
+}
+
+Tensor SoftMarginLoss::forward(const Tensor& input, const Tensor& target) {
+  return soft_margin_loss(input, target, reduction);
+}
+
+Tensor HingeEmbeddingLoss::forward(const Tensor& input, const Tensor& target) {
+  return hinge_embedding_loss(input, target, margin, reduction);
+}
+
+Tensor PoissonNLLLoss::forward(const Tensor& input, const Tensor& target) {
+  return poisson_nll_loss(input, target, log_input, full, eps, reduction);
+}
+
+MultiMarginLoss::MultiMarginLoss(MultiMarginLossOptions options)
+    : Loss(std::move(options.reduction)), p(options.p), margin(options.margin) {
+  weight = keep(*this, "weight", options.weight);
+}
+
+Tensor MultiMarginLoss::forward(const Tensor& input, const Tensor& target) {
+  return multi_margin_loss(input, target, p, margin, weight, reduction);
+}
+
+Tensor MultiLabelMarginLoss::forward(const Tensor& input, const Tensor& target) {
+  return multilabel_margin_loss(input, target, reduction);
+}
+
+Tensor MarginRankingLoss::forward(const Tensor& input1, const Tensor& input2,
+                                  const Tensor& target) {
+  return margin_ranking_loss(input1, input2, target, margin, reduction);
+}
+
+Tensor CosineEmbeddingLoss::forward(const Tensor& input1, const Tensor& input2,
+                                    const Tensor& target) {
+  return cosine_embedding_loss(input1, input2, target, margin, reduction);
+}
+
+Tensor TripletMarginLoss::forward(const Tensor& anchor, const Tensor& positive,
+                                  const Tensor& negative) {
+  return triplet_margin_loss(anchor, positive, negative, options.margin, options.p, options.eps,
+                             options.swap, options.reduction);
+}
+
 }  // namespace hg::nn

@@ -1,6 +1,8 @@
-// Loss modules (torch.nn's MSELoss, L1Loss, SmoothL1Loss, NLLLoss, CrossEntropyLoss, BCELoss,
-// BCEWithLogitsLoss, KLDivLoss): the functional losses (ops/loss.h) with their options held,
-// class weights and pos_weight kept as buffers as torch keeps them.
+// Loss modules (torch.nn's MSELoss, L1Loss, SmoothL1Loss, HuberLoss, NLLLoss, CrossEntropyLoss,
+// BCELoss, BCEWithLogitsLoss, KLDivLoss, SoftMarginLoss, HingeEmbeddingLoss, PoissonNLLLoss,
+// MultiMarginLoss, MultiLabelMarginLoss, and the three-input MarginRankingLoss,
+// CosineEmbeddingLoss, TripletMarginLoss): the functional losses (ops/loss.h) with their options
+// held, class weights and pos_weight kept as buffers as torch keeps them.
 //
 //   nn::CrossEntropyLoss criterion({.ignore_index = 0, .label_smoothing = 0.1});
 //   Tensor loss = criterion(logits, targets);
@@ -112,6 +114,124 @@ class KLDivLoss : public Loss {
   std::string name() const override { return "KLDivLoss"; }
   Tensor forward(const Tensor& input, const Tensor& target) override;
   bool log_target;
+};
+
+class HuberLoss : public Loss {
+ public:
+  explicit HuberLoss(std::string reduction = "mean", double delta = 1.0)
+      : Loss(std::move(reduction)), delta(delta) {}
+  std::string name() const override { return "HuberLoss"; }
+  Tensor forward(const Tensor& input, const Tensor& target) override;
+  double delta;
+};
+
+class SoftMarginLoss : public Loss {
+ public:
+  explicit SoftMarginLoss(std::string reduction = "mean") : Loss(std::move(reduction)) {}
+  std::string name() const override { return "SoftMarginLoss"; }
+  Tensor forward(const Tensor& input, const Tensor& target) override;
+};
+
+class HingeEmbeddingLoss : public Loss {
+ public:
+  explicit HingeEmbeddingLoss(double margin = 1.0, std::string reduction = "mean")
+      : Loss(std::move(reduction)), margin(margin) {}
+  std::string name() const override { return "HingeEmbeddingLoss"; }
+  Tensor forward(const Tensor& input, const Tensor& target) override;
+  double margin;
+};
+
+struct PoissonNLLLossOptions {
+  bool log_input = true;
+  bool full = false;
+  double eps = 1e-8;
+  std::string reduction = "mean";
+};
+
+class PoissonNLLLoss : public Loss {
+ public:
+  explicit PoissonNLLLoss(PoissonNLLLossOptions options = {})
+      : Loss(std::move(options.reduction)),
+        log_input(options.log_input),
+        full(options.full),
+        eps(options.eps) {}
+  std::string name() const override { return "PoissonNLLLoss"; }
+  Tensor forward(const Tensor& input, const Tensor& target) override;
+  bool log_input, full;
+  double eps;
+};
+
+struct MultiMarginLossOptions {
+  int64_t p = 1;
+  double margin = 1.0;
+  Tensor weight = {};  // [C] class weights, a buffer when given
+  std::string reduction = "mean";
+};
+
+class MultiMarginLoss : public Loss {
+ public:
+  explicit MultiMarginLoss(MultiMarginLossOptions options = {});
+  std::string name() const override { return "MultiMarginLoss"; }
+  Tensor forward(const Tensor& input, const Tensor& target) override;
+  int64_t p;
+  double margin;
+  Tensor weight;
+};
+
+class MultiLabelMarginLoss : public Loss {
+ public:
+  explicit MultiLabelMarginLoss(std::string reduction = "mean") : Loss(std::move(reduction)) {}
+  std::string name() const override { return "MultiLabelMarginLoss"; }
+  Tensor forward(const Tensor& input, const Tensor& target) override;
+};
+
+// The three-input losses: criterion(input1, input2, target) or (anchor, positive, negative).
+class MarginRankingLoss : public CustomForward<MarginRankingLoss> {
+ public:
+  explicit MarginRankingLoss(double margin = 0.0, std::string reduction = "mean")
+      : margin(margin), reduction(std::move(reduction)) {}
+  std::string name() const override { return "MarginRankingLoss"; }
+#pragma GCC diagnostic push
+// NOTE [CustomForward hides Module's forward]: clang's -Woverloaded-virtual is off here.
+#pragma GCC diagnostic ignored "-Woverloaded-virtual"
+  Tensor forward(const Tensor& input1, const Tensor& input2, const Tensor& target);
+#pragma GCC diagnostic pop
+  double margin;
+  std::string reduction;
+};
+
+class CosineEmbeddingLoss : public CustomForward<CosineEmbeddingLoss> {
+ public:
+  explicit CosineEmbeddingLoss(double margin = 0.0, std::string reduction = "mean")
+      : margin(margin), reduction(std::move(reduction)) {}
+  std::string name() const override { return "CosineEmbeddingLoss"; }
+#pragma GCC diagnostic push
+// NOTE [CustomForward hides Module's forward]: clang's -Woverloaded-virtual is off here.
+#pragma GCC diagnostic ignored "-Woverloaded-virtual"
+  Tensor forward(const Tensor& input1, const Tensor& input2, const Tensor& target);
+#pragma GCC diagnostic pop
+  double margin;
+  std::string reduction;
+};
+
+struct TripletMarginLossOptions {
+  double margin = 1.0;
+  double p = 2.0;
+  double eps = 1e-6;
+  bool swap = false;
+  std::string reduction = "mean";
+};
+
+class TripletMarginLoss : public CustomForward<TripletMarginLoss> {
+ public:
+  explicit TripletMarginLoss(TripletMarginLossOptions options = {}) : options(std::move(options)) {}
+  std::string name() const override { return "TripletMarginLoss"; }
+#pragma GCC diagnostic push
+// NOTE [CustomForward hides Module's forward]: clang's -Woverloaded-virtual is off here.
+#pragma GCC diagnostic ignored "-Woverloaded-virtual"
+  Tensor forward(const Tensor& anchor, const Tensor& positive, const Tensor& negative);
+#pragma GCC diagnostic pop
+  TripletMarginLossOptions options;
 };
 
 }  // namespace hg::nn

@@ -105,6 +105,33 @@ TEST_CASE("Conv1d and ConvTranspose2d hold torch's parameters", "[nn][layers]") 
                              "groups (2)"));
 }
 
+TEST_CASE("Bilinear, PairwiseDistance and Softmin hold torch's parameters and options",
+          "[nn][layers]") {
+  manual_seed(9);
+  nn::Bilinear layer(3, 4, 5);
+  CHECK(layer.weight.sizes() == Shape{5, 3, 4});
+  CHECK(layer.bias.sizes() == Shape{5});
+  CHECK(keys_of(layer) == std::set<std::string>{"weight", "bias"});
+  // Both U(-1/sqrt(in1), 1/sqrt(in1)), as torch's reset_parameters: spread over the range.
+  CHECK(max_abs(layer.weight) <= 1 / std::sqrt(3.0));
+  CHECK(max_abs(layer.weight) > 0.8 / std::sqrt(3.0));
+  CHECK(max_abs(layer.bias) <= 1 / std::sqrt(3.0));
+  CHECK(layer.to_string() == "Bilinear(in1_features=3, in2_features=4, out_features=5, bias=True)");
+  const Tensor x1 = randn({2, 6, 3}), x2 = randn({2, 6, 4});
+  CHECK(bit_identical(layer(x1, x2), bilinear(x1, x2, layer.weight, layer.bias)));
+  nn::Bilinear no_bias(3, 4, 5, false);
+  CHECK(keys_of(no_bias) == std::set<std::string>{"weight"});
+  CHECK(bit_identical(no_bias(x1, x2), bilinear(x1, x2, no_bias.weight)));
+  CHECK_THROWS_WITH(nn::Bilinear(0, 4, 5), Contains("Bilinear: expected positive in1_features"));
+
+  const Tensor a = randn({4, 3}), b = randn({4, 3});
+  CHECK(bit_identical(nn::PairwiseDistance()(a, b), pairwise_distance(a, b)));
+  CHECK(bit_identical(nn::PairwiseDistance(1.0, 1e-3, true)(a, b),
+                      pairwise_distance(a, b, 1.0, 1e-3, true)));
+  CHECK(bit_identical(nn::Softmin(1)(a), softmin(a, 1)));
+  CHECK(nn::Softmin(0).to_string() == "Softmin(dim=0)");
+}
+
 TEST_CASE("BatchNorm1d normalises per feature over 2-d and 3-d inputs", "[nn][layers]") {
   manual_seed(7);
   nn::BatchNorm1d bn(3);
@@ -175,4 +202,45 @@ TEST_CASE("loss modules hold their options and weights as torch's", "[nn][loss]"
   criterion(leaf, target).backward();
   CHECK(leaf.grad().defined());
   CHECK_THROWS_WITH(nn::MSELoss("average")(a, b), Contains("average"));
+}
+
+TEST_CASE("the margin, embedding and Poisson loss modules are their functional losses",
+          "[nn][loss]") {
+  manual_seed(10);
+  const Tensor a = randn({5, 3}), b = randn({5, 3}), c = randn({5, 3});
+  const Tensor sign = tensor({1.0, -1.0, 1.0, 1.0, -1.0});
+  const Tensor signs = tensor(
+      {1.0, -1.0, 1.0, 1.0, -1.0, -1.0, 1.0, 1.0, -1.0, 1.0, -1.0, 1.0, 1.0, -1.0, -1.0}, {5, 3});
+  CHECK(bit_identical(nn::HuberLoss("sum", 0.5)(a, b), huber_loss(a, b, "sum", 0.5)));
+  CHECK(bit_identical(nn::SoftMarginLoss()(a, signs), soft_margin_loss(a, signs)));
+  CHECK(bit_identical(nn::HingeEmbeddingLoss(2.0, "none")(a, signs),
+                      hinge_embedding_loss(a, signs, 2.0, "none")));
+  const Tensor counts =
+      tensor({0.0, 1.0, 2.0, 3.0, 5.0, 1.0, 0.0, 2.0, 4.0, 1.0, 0.0, 3.0, 2.0, 1.0, 6.0}, {5, 3});
+  CHECK(bit_identical(nn::PoissonNLLLoss({.full = true})(a, counts),
+                      poisson_nll_loss(a, counts, true, true)));
+  const Tensor classes = tensor(std::vector<int64_t>{0, 2, 1, 1, 0});
+  const Tensor weight = tensor({0.5, 1.0, 2.0});
+  nn::MultiMarginLoss multi({.p = 2, .margin = 0.5, .weight = weight});
+  CHECK(keys_of(multi) == std::set<std::string>{"weight"});
+  CHECK(bit_identical(multi(a, classes), multi_margin_loss(a, classes, 2, 0.5, weight)));
+  const Tensor labels =
+      tensor(std::vector<int64_t>{0, 2, -1, 1, -1, 0, 2, 1, 0, 0, -1, 2, 1, 0, 2}, {5, 3});
+  CHECK(bit_identical(nn::MultiLabelMarginLoss("sum")(a, labels),
+                      multilabel_margin_loss(a, labels, "sum")));
+  CHECK(bit_identical(nn::MarginRankingLoss(0.3)(a.select(1, 0), b.select(1, 0), sign),
+                      margin_ranking_loss(a.select(1, 0), b.select(1, 0), sign, 0.3)));
+  CHECK(bit_identical(nn::CosineEmbeddingLoss(0.1, "none")(a, b, sign),
+                      cosine_embedding_loss(a, b, sign, 0.1, "none")));
+  nn::TripletMarginLoss triplet({.margin = 2.0, .p = 1.0, .swap = true});
+  CHECK(bit_identical(triplet(a, b, c), triplet_margin_loss(a, b, c, 2.0, 1.0, 1e-6, true)));
+  CHECK(triplet.to_string() == "TripletMarginLoss()");
+  // Hooks see the three arguments.
+  int seen = 0;
+  triplet.register_forward_pre_hook([&](nn::Module&, const nn::Args& args) {
+    seen = int(args.size());
+    return std::optional<nn::Args>();
+  });
+  triplet(a, b, c);
+  CHECK(seen == 3);
 }
