@@ -4,6 +4,9 @@
 // elements).
 #include "halfgrad/ops/sort.h"
 
+#include <algorithm>
+#include <string>
+
 #include "halfgrad/core/factory.h"
 #include "halfgrad/core/format.h"
 #include "halfgrad/ops/dispatch.h"
@@ -132,7 +135,143 @@ struct Median {
   }
 };
 
+// NOTE [Quantiles] torch.quantile and nanquantile, as torch computes them: the slice along dim
+// (all elements without one) sorted; q (0-d or 1-D, input's dtype, in [0, 1]) times the last
+// rank n - 1 (for nanquantile, the count of values that are not NaN, minus one) gives a
+// fractional rank; "linear" lerps the values at its floor and ceiling, "lower", "higher" and
+// "nearest" (halves to even) round the rank first, "midpoint" lerps by one half. A slice holding
+// NaN has quantile NaN; nanquantile's all-NaN slice too. A 1-D q puts its dim first. Built of
+// sort, gather and lerp, so the gradient reaches the elements at the two ranks.
+enum class Interpolation : uint8_t { Linear, Lower, Higher, Nearest, Midpoint };
+
+Interpolation parse_interpolation(std::string_view name, const char* op) {
+  if (name == "linear") return Interpolation::Linear;
+  if (name == "lower") return Interpolation::Lower;
+  if (name == "higher") return Interpolation::Higher;
+  if (name == "nearest") return Interpolation::Nearest;
+  if (name == "midpoint") return Interpolation::Midpoint;
+  HG_ERROR(
+      "{}: expected interpolation \"linear\", \"lower\", \"higher\", \"nearest\" or "
+      "\"midpoint\", got \"{}\"",
+      op, name);
+}
+
+template <OpId Id>
+struct Quantile {
+  static constexpr OpId id = Id;
+  static constexpr bool kComposite = true;
+  std::optional<int64_t> dim;
+  bool keepdim = false;
+  Interpolation interpolation = Interpolation::Linear;
+
+  Tensor forward(OpContext&, const Tensor& input, const Tensor& q) {
+    const char* op = Id == OpId::quantile ? "quantile" : "nanquantile";
+    check_defined(input, id);
+    HG_CHECK(input.dtype() == kFloat32 || input.dtype() == kFloat64,
+             "{}: expected a float32 or float64 input, got {}", op, input.dtype());
+    HG_CHECK(input.numel() > 0, "{}: expected a non-empty input, got shape {}", op, input.sizes());
+    HG_CHECK(q.defined() && q.dim() <= 1 && q.dtype() == input.dtype(),
+             "{}: expected q as a number or a 0-d or 1-D tensor of input's dtype {}, got {}", op,
+             input.dtype(),
+             q.defined() ? fmt::format("{} of shape {}", q.dtype(), q.sizes())
+                         : std::string("an undefined tensor"));
+    if (q.numel() > 0) {
+      const double low = amin(q).item<double>(), high = amax(q).item<double>();
+      HG_CHECK(low >= 0.0 && high <= 1.0, "{}: expected q in [0, 1], got values from {} to {}", op,
+               low, high);
+    }
+    const int64_t d = dim ? wrap_dim(*dim, std::max<int64_t>(input.dim(), 1), op) : 0;
+    // The slices along the last dim: [..., n].
+    Shape last_d;  // input's dims with d moved last
+    for (int64_t i = 0; i < input.dim(); ++i) {
+      if (i != d) last_d.push_back(i);
+    }
+    last_d.push_back(d);
+    const Tensor x = !dim               ? input.reshape({-1})
+                     : input.dim() == 0 ? input.reshape({1})
+                                        : input.permute(last_d);
+    const int64_t n = x.size(-1);
+    const Tensor sorted = std::get<0>(sort(x, -1));
+    const Tensor nan_count = sum(isnan(x), {-1}, /*keepdim=*/true, kInt64);  // [..., 1]
+    // q along a leading dim of its own, against [..., 1].
+    Shape q_shape{q.numel()};
+    for (int64_t i = 0; i < x.dim(); ++i) q_shape.push_back(1);
+    const Tensor qs = q.dim() == 1 ? q.reshape(q_shape) : q;
+    Tensor ranks;
+    if (Id == OpId::quantile) {
+      ranks = where(gt(nan_count, 0), Scalar(double(n - 1)), mul(qs, double(n - 1)));
+    } else {
+      const Tensor last = sub(full_like(nan_count, n - 1), nan_count).to(input.dtype());
+      ranks = clamp(mul(qs, last), Scalar(0.0), std::nullopt);
+    }
+    switch (interpolation) {
+      case Interpolation::Lower:
+        ranks = floor(ranks);
+        break;
+      case Interpolation::Higher:
+        ranks = ceil(ranks);
+        break;
+      case Interpolation::Nearest:
+        ranks = round(ranks);
+        break;
+      default:
+        break;
+    }
+    const Tensor below = floor(ranks), above = ceil(ranks);
+    Shape batch = ranks.sizes();  // [Q, ..., 1] or [..., 1]
+    batch.back() = n;
+    const Tensor slices = sorted.expand(batch);
+    const Tensor at_below = gather(slices, -1, below.to(kInt64));
+    Tensor out = at_below;
+    if (interpolation == Interpolation::Linear) {
+      out = lerp(at_below, gather(slices, -1, above.to(kInt64)), sub(ranks, below));
+    } else if (interpolation == Interpolation::Midpoint) {
+      out = lerp(at_below, gather(slices, -1, above.to(kInt64)), 0.5);
+    }
+    out = out.squeeze(-1);
+    if (keepdim) {
+      if (!dim) {
+        Shape kept = q.dim() == 1 ? Shape{q.numel()} : Shape{};
+        for (int64_t i = 0; i < input.dim(); ++i) kept.push_back(1);
+        out = out.reshape(kept);
+      } else if (input.dim() > 0) {
+        out = out.unsqueeze(d + q.dim());
+      }
+    }
+    return out;
+  }
+};
+
 }  // namespace
+
+Tensor quantile(const Tensor& input, const Tensor& q, std::optional<int64_t> dim, bool keepdim,
+                std::string_view interpolation) {
+  return dispatch(
+      Quantile<OpId::quantile>{.dim = dim,
+                               .keepdim = keepdim,
+                               .interpolation = parse_interpolation(interpolation, "quantile")},
+      input, q);
+}
+Tensor quantile(const Tensor& input, double q, std::optional<int64_t> dim, bool keepdim,
+                std::string_view interpolation) {
+  check_defined(input, OpId::quantile);
+  return quantile(input, full({}, q, {.dtype = input.dtype(), .device = input.device()}), dim,
+                  keepdim, interpolation);
+}
+Tensor nanquantile(const Tensor& input, const Tensor& q, std::optional<int64_t> dim, bool keepdim,
+                   std::string_view interpolation) {
+  return dispatch(Quantile<OpId::nanquantile>{.dim = dim,
+                                              .keepdim = keepdim,
+                                              .interpolation = parse_interpolation(interpolation,
+                                                                                   "nanquantile")},
+                  input, q);
+}
+Tensor nanquantile(const Tensor& input, double q, std::optional<int64_t> dim, bool keepdim,
+                   std::string_view interpolation) {
+  check_defined(input, OpId::nanquantile);
+  return nanquantile(input, full({}, q, {.dtype = input.dtype(), .device = input.device()}), dim,
+                     keepdim, interpolation);
+}
 
 Tensor argsort(const Tensor& x, int64_t dim, bool descending, bool) {
   return sort_positions(x, dim, descending);

@@ -1,4 +1,5 @@
-// Sorting and selection (ops/sort.cpp): argsort, sort, topk, kthvalue, median.
+// Sorting and selection (ops/sort.cpp): argsort, sort, topk, kthvalue, median, quantile,
+// nanquantile.
 //
 //   auto [values, indices] = hg::topk(logits, 5);               // the 5 largest along dim -1
 //   Tensor order = hg::argsort(x, 0, /*descending=*/true);
@@ -10,6 +11,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <string_view>
 #include <tuple>
 
 #include "halfgrad/core/tensor.h"
@@ -31,5 +33,17 @@ std::tuple<Tensor, Tensor> kthvalue(const Tensor& x, int64_t k, int64_t dim = -1
 // index. A row holding NaN has median NaN (at its first NaN), as torch's median.
 Tensor median(const Tensor& x);
 std::tuple<Tensor, Tensor> median(const Tensor& x, int64_t dim, bool keepdim = false);
+// The q-th quantiles (q a number, or a 0-d or 1-D tensor of input's dtype, in [0, 1]) of all
+// elements or along dim, as torch.quantile (NOTE [Quantiles] in ops/sort.cpp): input float32 or
+// float64; interpolation "linear", "lower", "higher", "nearest" or "midpoint"; a 1-D q adds a
+// leading dim. A slice holding NaN gives NaN; nanquantile ignores NaN (NaN only when all are).
+Tensor quantile(const Tensor& input, const Tensor& q, std::optional<int64_t> dim = std::nullopt,
+                bool keepdim = false, std::string_view interpolation = "linear");
+Tensor quantile(const Tensor& input, double q, std::optional<int64_t> dim = std::nullopt,
+                bool keepdim = false, std::string_view interpolation = "linear");
+Tensor nanquantile(const Tensor& input, const Tensor& q, std::optional<int64_t> dim = std::nullopt,
+                   bool keepdim = false, std::string_view interpolation = "linear");
+Tensor nanquantile(const Tensor& input, double q, std::optional<int64_t> dim = std::nullopt,
+                   bool keepdim = false, std::string_view interpolation = "linear");
 
 }  // namespace hg

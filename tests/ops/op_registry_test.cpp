@@ -102,6 +102,8 @@ const std::set<std::string> kCpuLower = [] {
   return lower;
 }();
 const std::set<std::string> kCpuFp32 = {"cdist",
+                                        "quantile",
+                                        "nanquantile",
                                         "reflection_pad",
                                         "replication_pad",
                                         "trace",

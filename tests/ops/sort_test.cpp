@@ -6,6 +6,7 @@
 #include <cmath>
 #include <limits>
 #include <numeric>
+#include <string>
 
 #include "halfgrad/halfgrad.h"
 #include "test_util.h"
@@ -109,6 +110,93 @@ TEST_CASE("sort, topk, kthvalue and median as torch's", "[sort]") {
   CHECK(med2_at.to_vector<int64_t>() == std::vector<int64_t>{0, 2});
   CHECK_THAT(testing::error_message([] { median(zeros({0})); }), Contains("non-empty"));
   CHECK(std::get<0>(sort(x.to(kBFloat16), 0, true)).dtype() == kBFloat16);
+}
+
+TEST_CASE("quantile and nanquantile against float64 with each interpolation", "[sort]") {
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  // Row 1 holds a NaN; row 2 ties.
+  const std::vector<double> values = {0.3, -1.2, 2.5,  0.7, 1.1,  -0.4, 3.3,   //
+                                      1.0, nan,  -2.0, 0.5, 4.0,  2.2,  -0.7,  //
+                                      1.5, 1.5,  0.2,  1.5, -3.0, 0.9,  0.9};
+  const std::vector<double> qs = {0.0, 0.25, 0.5, 0.8, 1.0};
+  // numpy's definitions over the sorted values v of one slice.
+  const auto reference = [](std::vector<double> v, double q, const std::string& how) {
+    std::sort(v.begin(), v.end());
+    const double rank = q * double(v.size() - 1);
+    const double lo = v[size_t(std::floor(rank))], hi = v[size_t(std::ceil(rank))];
+    if (how == "lower") return lo;
+    if (how == "higher") return hi;
+    if (how == "nearest") return v[size_t(std::nearbyint(rank))];  // halves to even
+    if (how == "midpoint") return (lo + hi) / 2;
+    return lo + (rank - std::floor(rank)) * (hi - lo);
+  };
+  for (DType dtype : {kFloat64, kFloat32}) {
+    CAPTURE(dtype);
+    const Tensor x = tensor(values, {3, 7}, kFloat64).to(dtype);
+    const Tensor q = tensor(qs, kFloat64).to(dtype);
+    const std::vector<double> xv = x.to_vector<double>();
+    const double tolerance = dtype == kFloat64 ? 1e-14 : 1e-6;
+    for (const char* how : {"linear", "lower", "higher", "nearest", "midpoint"}) {
+      CAPTURE(how);
+      const Tensor got = quantile(x, q, 1, false, how);
+      const Tensor got_nan = nanquantile(x, q, 1, false, how);
+      REQUIRE(got.sizes() == Shape{5, 3});
+      const std::vector<double> gv = got.to_vector<double>(), nv = got_nan.to_vector<double>();
+      for (size_t k = 0; k < qs.size(); ++k) {
+        for (size_t row = 0; row < 3; ++row) {
+          CAPTURE(k, row);
+          std::vector<double> slice(xv.begin() + row * 7, xv.begin() + row * 7 + 7);
+          const double at = gv[k * 3 + row], at_nan = nv[k * 3 + row];
+          if (row == 1) {
+            CHECK(std::isnan(at));  // quantile: NaN where the slice holds one
+            slice.erase(slice.begin() + 1);
+          } else {
+            CHECK(at == Approx(reference(slice, qs[k], how)).margin(tolerance));
+          }
+          CHECK(at_nan == Approx(reference(slice, qs[k], how)).margin(tolerance));
+        }
+      }
+    }
+    // Over all elements with a number q, and shapes with keepdim.
+    std::vector<double> finite;
+    for (double v : xv) {
+      if (!std::isnan(v)) finite.push_back(v);
+    }
+    CHECK(std::isnan(quantile(x, 0.4).item<double>()));
+    CHECK(nanquantile(x, 0.4).item<double>() ==
+          Approx(reference(finite, 0.4, "linear")).margin(tolerance));
+    CHECK(quantile(x, q, 0, true).sizes() == Shape{5, 1, 7});
+    CHECK(quantile(x, 0.5, 1, true).sizes() == Shape{3, 1});
+    CHECK(quantile(x, q, std::nullopt, true).sizes() == Shape{5, 1, 1});
+    CHECK(quantile(x, 0.5, -1).sizes() == Shape{3});
+  }
+  // An all-NaN slice: nanquantile gives NaN too.
+  const Tensor all_nan = tensor({nan, nan, 1.0, 2.0}, {2, 2}, kFloat64);
+  const std::vector<double> halves = nanquantile(all_nan, 0.5, 1).to_vector<double>();
+  CHECK(std::isnan(halves[0]));
+  CHECK(halves[1] == 1.5);
+  // The gradient reaches the two elements at the fractional rank: rank 0.75 * 3 = 2.25 of
+  // [4, 1, 3, 2] lies between 3 (weight 0.75) and 4 (weight 0.25).
+  const Tensor leaf = tensor({4.0, 1.0, 3.0, 2.0}, kFloat64).requires_grad_();
+  quantile(leaf, 0.75).backward();
+  CHECK(leaf.grad().to_vector<double>() == std::vector<double>{0.25, 0.0, 0.75, 0.0});
+  // torch's checks.
+  const Tensor x = tensor(values, {3, 7});
+  CHECK_THROWS_WITH(quantile(x, 1.5),
+                    Contains("quantile: expected q in [0, 1], got values from 1.5 to 1.5"));
+  CHECK_THROWS_WITH(quantile(x.to(kBFloat16), 0.5),
+                    Contains("quantile: expected a float32 or float64 input, got bfloat16"));
+  CHECK_THROWS_WITH(quantile(x, tensor({0.5}, kFloat64)),
+                    Contains("quantile: expected q as a number or a 0-d or 1-D tensor of input's "
+                             "dtype float32, got float64 of shape [1]"));
+  CHECK_THROWS_WITH(nanquantile(x, 0.5, 1, false, "mean"),
+                    Contains("nanquantile: expected interpolation \"linear\""));
+  CHECK_THROWS_WITH(quantile(zeros({0}), 0.5),
+                    Contains("quantile: expected a non-empty input, got shape [0]"));
+  {
+    amp::Autocast autocast(kCPU);  // float32 on the CPU, as torch's list
+    CHECK(quantile(x.to(kBFloat16), tensor({0.5}, kBFloat16), 1).dtype() == kFloat32);
+  }
 }
 
 TEST_CASE("sort's values take gradients at the positions they came from", "[sort]") {

@@ -70,6 +70,24 @@ const bool registered = register_samples([](std::map<OpId, Sample>& s) {
                         [] {
                           return input({5, 2});
                         });
+  // quantile along a dim with a 1-D q (linear and midpoint), and over all elements; the
+  // nanquantile of a row without NaN is its quantile.
+  s[OpId::quantile] = one(
+      [](auto& x) {
+        const Tensor q = placed(tensor({0.1, 0.5, 0.75}, kFloat64));
+        return sum(quantile(x, q, 1)) + sum(quantile(x, q, 0, true, "midpoint")) + quantile(x, 0.3);
+      },
+      [] {
+        return input({3, 5});
+      });
+  s[OpId::nanquantile] = one(
+      [](auto& x) {
+        const Tensor q = placed(tensor({0.2, 0.9}, kFloat64));
+        return sum(nanquantile(x, q, -1)) + nanquantile(x, 0.6, std::nullopt, false, "lower");
+      },
+      [] {
+        return input({2, 4});
+      });
   s[OpId::outer] = two([](auto& a, auto& b) { return outer(a, b); },
                        [] {
                          return Inputs{input({3}), input({4})};
