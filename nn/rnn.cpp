@@ -1,5 +1,6 @@
 // The recurrent layers and cells (rnn.h): parameters, shape checks, and the time loop over the
-// lstm_cell and gru_cell ops (ops/rnn.h, NOTE [Recurrent cells]) and RNN's linear step.
+// lstm_cell, gru_cell and rnn_tanh_cell / rnn_relu_cell ops (ops/rnn.h, NOTE [Recurrent
+// cells]).
 #include "halfgrad/nn/rnn.h"
 
 #include <cmath>
@@ -23,8 +24,11 @@ Tensor bias_at(const std::vector<Tensor>& weights, size_t index) {
   return weights.size() > index ? weights[index] : Tensor();
 }
 
-Tensor activation(const std::string& nonlinearity, const Tensor& x) {
-  return nonlinearity == "relu" ? relu(x) : tanh(x);
+// One step of the plain RNN: the cell op of its nonlinearity.
+Tensor rnn_cell(const std::string& nonlinearity, const Tensor& x, const Tensor& h,
+                const Tensor& w_ih, const Tensor& w_hh, const Tensor& b_ih, const Tensor& b_hh) {
+  return nonlinearity == "relu" ? rnn_relu_cell(x, h, w_ih, w_hh, b_ih, b_hh)
+                                : rnn_tanh_cell(x, h, w_ih, w_hh, b_ih, b_hh);
 }
 
 void check_nonlinearity(const std::string& mode, const std::string& nonlinearity,
@@ -215,9 +219,8 @@ std::tuple<Tensor, Tensor> RNN::forward(const Tensor& input, const std::optional
       run(sequence, {initial_state(hx, sequence, "h0")},
           [](const RNNBase& self, const Tensor& x, const std::vector<Tensor>& states,
              const std::vector<Tensor>& w) {
-            const Tensor pre =
-                add(linear(x, w[0], bias_at(w, 2)), linear(states[0], w[1], bias_at(w, 3)));
-            return std::vector<Tensor>{activation(self.options.nonlinearity, pre)};
+            return std::vector<Tensor>{rnn_cell(self.options.nonlinearity, x, states[0], w[0], w[1],
+                                                bias_at(w, 2), bias_at(w, 3))};
           });
   return {output, finals[0]};
 }
@@ -303,9 +306,8 @@ std::string RNNCell::extra_repr() const {
 
 Tensor RNNCell::forward(const Tensor& input, const std::optional<Tensor>& hx) {
   check_input(input);
-  const Tensor h = state_or_zeros(hx, input, "h");
-  return activation(nonlinearity,
-                    add(linear(input, weight_ih, bias_ih), linear(h, weight_hh, bias_hh)));
+  return rnn_cell(nonlinearity, input, state_or_zeros(hx, input, "h"), weight_ih, weight_hh,
+                  bias_ih, bias_hh);
 }
 
 }  // namespace hg::nn

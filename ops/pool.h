@@ -1,5 +1,6 @@
 // The pooling ops max_pool2d, avg_pool2d, their 1-d forms and adaptive_avg_pool2d, and
-// interpolate (ops/pool.cpp); torch.nn.functional's conventions (ops/norm.h).
+// interpolate (ops/pool.cpp), grid_sample (ops/grid_sample.cpp); torch.nn.functional's
+// conventions (ops/norm.h).
 #pragma once
 
 #include <array>
@@ -41,5 +42,12 @@ Tensor interpolate(const Tensor& x, std::optional<std::vector<int64_t>> size,
                    std::optional<std::vector<double>> scale_factor = std::nullopt,
                    std::string_view mode = "nearest",
                    std::optional<bool> align_corners = std::nullopt);
+
+// Samples input [N, C, H, W] at grid [N, Ho, Wo, 2]'s points (x, y in [-1, 1] across the input)
+// into [N, C, Ho, Wo], as torch.nn.functional.grid_sample (NOTE [grid_sample as gathers] in
+// ops/grid_sample.cpp): mode "bilinear", "nearest" or "bicubic"; padding_mode "zeros",
+// "border" or "reflection"; align_corners puts -1 and 1 at the corner pixels' centres.
+Tensor grid_sample(const Tensor& input, const Tensor& grid, std::string_view mode = "bilinear",
+                   std::string_view padding_mode = "zeros", bool align_corners = false);
 
 }  // namespace hg

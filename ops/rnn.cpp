@@ -1,7 +1,9 @@
-// lstm_cell and gru_cell: composites of linear and the elementwise ops, so autograd records
+// lstm_cell, gru_cell, rnn_tanh_cell and rnn_relu_cell: composites of linear and the elementwise
+// ops, so autograd records
 // their inner ops and they need no backward of their own; they autocast once, at the top.
 //
-//   B batch, I input features, H hidden features, G gates (4 for the LSTM, 3 for the GRU).
+//   B batch, I input features, H hidden features, G gates (4 for the LSTM, 3 for the GRU, 1 for
+//   the plain RNN).
 //
 // NOTE [Recurrent cells] A recurrent layer is a time loop over one op per step (nn/rnn.cpp),
 // and that op is the cell, not its matrix products, for autocast's sake: torch lists the cells
@@ -90,7 +92,30 @@ struct GruCell {
   }
 };
 
+// One step of the plain RNN: tanh or relu of the two projections' sum.
+template <OpId Id>
+struct RnnCell {
+  static constexpr OpId id = Id;
+  static constexpr bool kComposite = true;
+  Tensor forward(OpContext&, const Tensor& x, const Tensor& h, const Tensor& w_ih,
+                 const Tensor& w_hh, const Tensor& b_ih, const Tensor& b_hh) {
+    check_cell(id, 1, x, {h}, w_ih, w_hh, b_ih, b_hh);
+    const Tensor pre = add(linear(x, w_ih, b_ih), linear(h, w_hh, b_hh));
+    return Id == OpId::rnn_relu_cell ? relu(pre) : tanh(pre);
+  }
+};
+
 }  // namespace
+
+Tensor rnn_tanh_cell(const Tensor& x, const Tensor& h, const Tensor& w_ih, const Tensor& w_hh,
+                     const Tensor& b_ih, const Tensor& b_hh) {
+  return dispatch(RnnCell<OpId::rnn_tanh_cell>{}, x, h, w_ih, w_hh, b_ih, b_hh);
+}
+
+Tensor rnn_relu_cell(const Tensor& x, const Tensor& h, const Tensor& w_ih, const Tensor& w_hh,
+                     const Tensor& b_ih, const Tensor& b_hh) {
+  return dispatch(RnnCell<OpId::rnn_relu_cell>{}, x, h, w_ih, w_hh, b_ih, b_hh);
+}
 
 std::tuple<Tensor, Tensor> lstm_cell(const Tensor& x, const std::tuple<Tensor, Tensor>& hx,
                                      const Tensor& w_ih, const Tensor& w_hh, const Tensor& b_ih,

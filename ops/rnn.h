@@ -1,5 +1,6 @@
-// The recurrent cells lstm_cell and gru_cell (ops/rnn.cpp): one time step of torch's LSTM and
-// GRU, torch's gate order and formulas. nn::LSTM and nn::GRU (nn/rnn.h) run them over time.
+// The recurrent cells lstm_cell, gru_cell, rnn_tanh_cell and rnn_relu_cell (ops/rnn.cpp): one
+// time step of torch's LSTM, GRU and RNN, torch's gate order and formulas. nn::LSTM, nn::GRU and
+// nn::RNN (nn/rnn.h) run them over time.
 //
 //   B batch, I input features, H hidden features.
 #pragma once
@@ -27,5 +28,13 @@ std::tuple<Tensor, Tensor> lstm_cell(const Tensor& x, const std::tuple<Tensor, T
 // Autocast as lstm_cell.
 Tensor gru_cell(const Tensor& x, const Tensor& h, const Tensor& w_ih, const Tensor& w_hh,
                 const Tensor& b_ih = Tensor(), const Tensor& b_hh = Tensor());
+
+// One step of the plain RNN (torch's RNNCell): x [B, I] (or [I]), h [B, H] ([H]); w_ih [H, I],
+// w_hh [H, H], b_ih and b_hh [H] or undefined: h' = tanh (relu) of x w_ih^T + b_ih + h w_hh^T +
+// b_hh. Autocast as lstm_cell.
+Tensor rnn_tanh_cell(const Tensor& x, const Tensor& h, const Tensor& w_ih, const Tensor& w_hh,
+                     const Tensor& b_ih = Tensor(), const Tensor& b_hh = Tensor());
+Tensor rnn_relu_cell(const Tensor& x, const Tensor& h, const Tensor& w_ih, const Tensor& w_hh,
+                     const Tensor& b_ih = Tensor(), const Tensor& b_hh = Tensor());
 
 }  // namespace hg

@@ -8,6 +8,7 @@
 #include <fstream>
 #include <functional>
 #include <map>
+#include <set>
 #include <sstream>
 #include <string>
 
@@ -264,6 +265,7 @@ TEST_CASE("recurrent layers under bfloat16 autocast run and return bfloat16", "[
   manual_seed(8);
   nn::LSTM lstm(6, 8, {.num_layers = 2, .batch_first = true, .bidirectional = true});
   nn::GRU gru(6, 8, {.num_layers = 2});
+  nn::RNN rnn(6, 8, {.nonlinearity = "relu"});
   const Tensor x = pattern({3, 7, 6}, 21);
 
   // Outside autocast float32 stays float32.
@@ -271,7 +273,7 @@ TEST_CASE("recurrent layers under bfloat16 autocast run and return bfloat16", "[
   CHECK(lstm_output32.dtype() == kFloat32);
   CHECK(std::get<1>(lstm_state32).dtype() == kFloat32);
 
-  Tensor lstm_output, lstm_h, lstm_c, gru_output, gru_h;
+  Tensor lstm_output, lstm_h, lstm_c, gru_output, gru_h, rnn_output;
   {
     amp::Autocast autocast(kCPU, kBFloat16);
     amp::AutocastTrace trace;
@@ -280,16 +282,18 @@ TEST_CASE("recurrent layers under bfloat16 autocast run and return bfloat16", "[
     lstm_h = std::get<0>(state);
     lstm_c = std::get<1>(state);
     std::tie(gru_output, gru_h) = gru.forward(x.transpose(0, 1));
-    bool saw_cells = false;
+    rnn_output = std::get<0>(rnn.forward(x.transpose(0, 1)));
+    std::set<OpId> cells;
     for (const auto& entry : trace.entries()) {
-      if (entry.op == OpId::lstm_cell || entry.op == OpId::gru_cell) {
-        saw_cells = true;
+      if (entry.op == OpId::lstm_cell || entry.op == OpId::gru_cell ||
+          entry.op == OpId::rnn_relu_cell) {
+        cells.insert(entry.op);
         CHECK(entry.policy == CastPolicy::LowerPrecision);
       }
     }
-    CHECK(saw_cells);
+    CHECK(cells.size() == 3);
   }
-  for (const Tensor& t : {lstm_output, lstm_h, lstm_c, gru_output, gru_h}) {
+  for (const Tensor& t : {lstm_output, lstm_h, lstm_c, gru_output, gru_h, rnn_output}) {
     CHECK(t.dtype() == kBFloat16);
   }
   // The gradient reaches the float32 parameters through the casts.
@@ -347,6 +351,9 @@ TEST_CASE("recurrent layers refuse wrong shapes with clear errors", "[nn][rnn]")
       Contains("lstm_cell: expected w_ih of shape [16, 3]"));
   CHECK_THROWS_WITH(gru_cell(zeros({2, 3}), zeros({2, 4}), zeros({12, 3}), zeros({16, 4})),
                     Contains("gru_cell: expected w_hh of shape [3 H, H]"));
+  CHECK_THROWS_WITH(rnn_tanh_cell(zeros({2, 3}), zeros({2, 5}), zeros({4, 3}), zeros({4, 4})),
+                    Contains("rnn_tanh_cell: expected a hidden state of shape [2, 4] for an input "
+                             "of shape [2, 3], got [2, 5]"));
   // Nothing was changed by the refused calls.
   CHECK(all(eq(h, 0.0)).item<bool>());
 }

@@ -36,7 +36,9 @@ const std::set<std::string> kCudaLower = {"conv_transpose2d",
                                           "scaled_dot_product_attention",
                                           "scaled_dot_product_flash_attention",
                                           "lstm_cell",
-                                          "gru_cell"};
+                                          "gru_cell",
+                                          "rnn_tanh_cell",
+                                          "rnn_relu_cell"};
 const std::set<std::string> kCudaFp32 = {"cumprod",
                                          "erfinv",
                                          "cosine_similarity",
@@ -90,7 +92,7 @@ const std::set<std::string> kCudaFp32 = {"cumprod",
                                          "tan"};
 const std::set<std::string> kCudaPromote = {"atan2",     "addcmul",     "addcdiv", "dot",
                                             "index_put", "scatter_add", "cat",     "stack",
-                                            "tensordot", "bilinear",    "cross"};
+                                            "tensordot", "bilinear",    "cross",   "grid_sample"};
 const std::set<std::string> kCudaBanned = {"binary_cross_entropy"};
 // torch's CPU list has addbmm of the three, not addmv or addr, nor the matrix chains.
 const std::set<std::string> kCpuLower = [] {
@@ -102,6 +104,7 @@ const std::set<std::string> kCpuLower = [] {
   return lower;
 }();
 const std::set<std::string> kCpuFp32 = {"cdist",
+                                        "grid_sample",
                                         "quantile",
                                         "nanquantile",
                                         "reflection_pad",

@@ -82,6 +82,17 @@ const bool registered = register_samples([](std::map<OpId, Sample>& s) {
       [] {
         return input({1, 2, 3, 4});
       });
+  // grid_sample: points inside and outside the input, each mode, each padding.
+  s[OpId::grid_sample] = two(
+      [](auto& x, auto& grid) {
+        return grid_sample(x, grid) + grid_sample(x, grid, "bilinear", "border", true) +
+               grid_sample(x, grid, "bilinear", "reflection") +
+               grid_sample(x, grid, "bicubic", "zeros", true) +
+               grid_sample(x, grid, "bicubic", "reflection") + grid_sample(x, grid, "nearest");
+      },
+      [] {
+        return Inputs{input({1, 2, 3, 4}), input({1, 2, 3, 2}, -1.2, 1.2)};
+      });
   s[OpId::max_pool1d] = one([](auto& x) { return max_pool1d(x, 3, 2, 1); },
                             [] {
                               return input({2, 3, 7});

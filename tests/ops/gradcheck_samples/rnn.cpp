@@ -28,6 +28,25 @@ const bool registered = register_samples([](std::map<OpId, Sample>& s) {
                                return Inputs{input({2, 3}), input({2, 2}), input({6, 3}),
                                              input({6, 2}), input({6}),    input({6})};
                              }};
+  // The plain RNN's two cells, batched with biases and unbatched without.
+  s[OpId::rnn_tanh_cell] =
+      Sample{[](const Inputs& in) {
+               return cat({rnn_tanh_cell(in[0], in[1], in[2], in[3], in[4], in[5]).flatten(),
+                           rnn_tanh_cell(in[0].select(0, 1), in[1].select(0, 0), in[2], in[3])});
+             },
+             [] {
+               return Inputs{input({2, 3}), input({2, 2}), input({2, 3}),
+                             input({2, 2}), input({2}),    input({2})};
+             }};
+  s[OpId::rnn_relu_cell] =
+      Sample{[](const Inputs& in) {
+               return cat({rnn_relu_cell(in[0], in[1], in[2], in[3], in[4], in[5]).flatten(),
+                           rnn_relu_cell(in[0].select(0, 1), in[1].select(0, 0), in[2], in[3])});
+             },
+             [] {
+               return Inputs{input({2, 3}), input({2, 2}), input({2, 3}),
+                             input({2, 2}), input({2}),    input({2})};
+             }};
 });
 
 }  // namespace
